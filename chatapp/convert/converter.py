@@ -1,0 +1,208 @@
+"""GGUF file -> ONNX Runtime model folder, written atomically (temp folder, rename at the end)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from chatapp import __version__
+from chatapp.convert.errors import ConversionError
+from chatapp.convert.gguf_file import GGUFModel
+from chatapp.convert.llama_graph import GraphOptions, LlamaGraphBuilder, WeightSource
+from chatapp.convert.llama_weights import (
+    embedding_weight,
+    layer_weights,
+    lm_head_weight,
+    norm_vector,
+)
+from chatapp.convert.model_configs import (
+    EXTERNAL_DATA_FILE,
+    MODEL_FILE,
+    genai_config,
+    generation_config,
+    hf_config,
+)
+
+# Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
+CONVERTER_VERSION = "1"
+MANIFEST_FILE = "chatapp-manifest.json"
+MAX_DEFAULT_CONTEXT = 32768
+# One protobuf file holds at most 2 GiB; keep weights beside it well before that.
+EXTERNAL_DATA_THRESHOLD = 1 << 30
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    context_length: int | None = None  # None: the GGUF's, capped at MAX_DEFAULT_CONTEXT
+    accuracy_level: int = 0
+    lm_head_accuracy_level: int = 4
+    overwrite: bool = False
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert_gguf(
+    gguf_path: Path | str,
+    out_dir: Path | str,
+    options: ConvertOptions | None = None,
+    progress: Progress | None = None,
+) -> Path:
+    """Convert `gguf_path` into the model folder `out_dir`; returns the folder."""
+    opts = options or ConvertOptions()
+    report = progress or (lambda _f, _m: None)
+    src, out = Path(gguf_path), Path(out_dir)
+    if out.exists() and not opts.overwrite:
+        raise ConversionError(f"{out} already exists: choose a new folder or pass --force.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _check_free_space(src, out.parent)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _write_folder(src, tmp, opts, report)
+        _replace(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno == errno.ENOSPC:
+            raise ConversionError(
+                f"The disk holding {out.parent} is full; nothing was written. "
+                "Free some space and try again."
+            ) from exc
+        raise ConversionError(f"Could not write {out}: {exc.strerror or exc}.") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _check_free_space(src: Path, parent: Path) -> None:
+    if not src.is_file():
+        raise ConversionError(f"{src} does not exist or is not a file.")
+    # Float parts (norms, RoPE tables, dequantized embeddings) add to the quantized weights.
+    needed = int(src.stat().st_size * 1.6) + (64 << 20)
+    free = shutil.disk_usage(parent).free
+    if free < needed:
+        raise ConversionError(
+            f"Not enough free disk space in {parent}: about {needed >> 20} MB needed, "
+            f"{free >> 20} MB free."
+        )
+
+
+def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) -> None:
+    from chatapp.convert.tokenizer import write_tokenizer_files
+
+    started = time.perf_counter()
+    report(0.0, "checking the source file")
+    source_sha = sha256_file(src)
+    report(0.05, "reading GGUF")
+    model = GGUFModel(src)
+    spec = model.spec
+    context = opts.context_length or min(spec.context_length, MAX_DEFAULT_CONTEXT)
+    # Tokenizer first: a vocabulary we cannot convert should fail before the long part.
+    report(0.1, "tokenizer")
+    write_tokenizer_files(model.metadata, tmp)
+    graph_opts = GraphOptions(
+        context_length=context,
+        accuracy_level=opts.accuracy_level,
+        lm_head_accuracy_level=opts.lm_head_accuracy_level,
+    )
+    weights = WeightSource(
+        embedding=lambda: embedding_weight(model),
+        lm_head=lambda: lm_head_weight(model),
+        final_norm=lambda: norm_vector(model, "output_norm.weight"),
+        layer=lambda i: layer_weights(model, i),
+    )
+    onnx_model = LlamaGraphBuilder(spec, graph_opts).build(
+        weights, lambda f, m: report(0.15 + 0.7 * f, m)
+    )
+    report(0.85, "saving model.onnx")
+    _save_onnx(onnx_model, tmp / MODEL_FILE)
+    del onnx_model
+    report(0.95, "configuration files")
+    _write_json(tmp / "config.json", hf_config(spec, model.metadata, context))
+    _write_json(tmp / "generation_config.json", generation_config(model.metadata, context))
+    _write_json(tmp / "genai_config.json", genai_config(spec, model.metadata, context))
+    manifest = {
+        "converter": "chatapp",
+        "converter_version": CONVERTER_VERSION,
+        "chatapp_version": __version__,
+        "source": {"file": src.name, "sha256": source_sha, "bytes": src.stat().st_size},
+        "model": {"name": spec.name, "architecture": spec.architecture},
+        "options": {**asdict(opts), "context_length": context},
+        "seconds": round(time.perf_counter() - started, 2),
+        "files": {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()},
+    }
+    _write_json(tmp / MANIFEST_FILE, manifest)
+    report(1.0, "done")
+
+
+def _save_onnx(model: onnx.ModelProto, path: Path) -> None:
+    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
+    if weight_bytes < EXTERNAL_DATA_THRESHOLD:
+        onnx.save_model(model, str(path))
+        return
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=EXTERNAL_DATA_FILE,
+        size_threshold=1024,
+    )
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Move the finished folder into place; an older folder goes only once the new one is in."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_verified_copy(folder: Path, source_sha256: str) -> bool:
+    """True when `folder` was made from that source by this converter version and is intact."""
+    manifest = read_manifest(folder)
+    if not manifest or manifest.get("converter_version") != CONVERTER_VERSION:
+        return False
+    if manifest.get("source", {}).get("sha256") != source_sha256:
+        return False
+    files = manifest.get("files", {})
+    if MODEL_FILE not in files:
+        return False
+    for name, digest in files.items():
+        path = folder / name
+        if not path.is_file() or sha256_file(path) != digest:
+            return False
+    return True

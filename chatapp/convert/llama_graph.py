@@ -1,0 +1,248 @@
+"""Build the ONNX graph of a Llama decoder with the onnxruntime-genai signature.
+
+Inputs:  input_ids [B,S] int64, attention_mask [B,T] int64,
+         past_key_values.{i}.key|value [B, kv_heads, P, head_dim] float32
+Outputs: logits [B,S,vocab] float32, present.{i}.key|value
+Attention is com.microsoft.GroupQueryAttention, so past and present may share one buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from chatapp.convert.gguf_file import LlamaSpec, rope_cache
+from chatapp.convert.llama_weights import LayerWeights
+from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
+
+Progress = Callable[[float, str], None]
+
+# Embedding tables above this many elements are kept as float16 when they cannot stay quantized.
+LARGE_TABLE = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    context_length: int
+    # MatMulNBits accuracy_level: 4 quantizes activations to int8 per block (fast path on CPU),
+    # 0 keeps them float32. Chosen by measurement, see docs/converter.md.
+    accuracy_level: int = 4
+    lm_head_accuracy_level: int = 4
+    lm_head_float: bool = False  # dequantize the output projection to a float32 MatMul
+
+
+@dataclass(frozen=True)
+class WeightSource:
+    """Where the builder pulls weights from, one layer at a time (keeps peak memory low)."""
+
+    embedding: Callable[[], Weight]
+    lm_head: Callable[[], Weight]
+    final_norm: Callable[[], np.ndarray]
+    layer: Callable[[int], LayerWeights]
+
+
+class LlamaGraphBuilder:
+    def __init__(self, spec: LlamaSpec, options: GraphOptions) -> None:
+        self.spec = spec
+        self.options = options
+        self.g = OnnxGraph()
+
+    # -- building blocks -------------------------------------------------------------------
+    def linear(self, x: str, w: Weight, name: str, accuracy_level: int | None = None) -> str:
+        g = self.g
+        level = self.options.accuracy_level if accuracy_level is None else accuracy_level
+        if isinstance(w, FloatWeight):
+            return g.op1("MatMul", [x, g.const(f"{name}.weight_t", w.w.T.copy())])
+        inputs = [x, g.const(f"{name}.qweight", w.packed), g.const(f"{name}.scales", w.scales)]
+        zp = w.packed_zero_points()
+        if zp is not None:
+            inputs.append(g.const(f"{name}.zero_points", zp))
+        y = g.op1(
+            "MatMulNBits",
+            inputs,
+            domain=MS_DOMAIN,
+            K=w.k,
+            N=w.n,
+            bits=w.bits,
+            block_size=w.block_size,
+            accuracy_level=level,
+        )
+        if w.mins is None:
+            return y
+        return g.op1("Add", [y, self._block_offsets(x, w, name)])
+
+    def _block_offsets(self, x: str, w: NBitsWeight, name: str) -> str:
+        """sum over blocks of min[n, b] * sum(x in block b): the part MatMulNBits cannot hold."""
+        g = self.g
+        blocks = w.k // w.block_size
+        shape = g.const("block_shape", np.array([0, 0, blocks, w.block_size], dtype=np.int64))
+        xb = g.op1("Reshape", [x, shape])
+        sums = g.op1("ReduceSum", [xb, g.const("axis_last", np.array([-1], np.int64))], keepdims=0)
+        return g.op1("MatMul", [sums, g.const(f"{name}.block_mins_t", w.mins.T.copy())])
+
+    def embed(self, ids: str, w: Weight) -> str:
+        g = self.g
+        if isinstance(w, NBitsWeight) and w.mins is None:
+            inputs = [
+                g.const("embed.qweight", w.packed.reshape(w.n, -1)),
+                ids,
+                g.const("embed.scales", w.scales),
+            ]
+            if w.zero_points is not None:
+                if w.bits != 8:
+                    return self._float_embed(ids, w)
+                inputs.append(g.const("embed.zero_points", w.zero_points))
+            return g.op1(
+                "GatherBlockQuantized",
+                inputs,
+                domain=MS_DOMAIN,
+                bits=w.bits,
+                block_size=w.block_size,
+                gather_axis=0,
+                quantize_axis=1,
+            )
+        return self._float_embed(ids, w)
+
+    def _float_embed(self, ids: str, w: Weight) -> str:
+        g = self.g
+        table = w.dequantize()
+        if table.size > LARGE_TABLE:
+            gathered = g.op1("Gather", [g.const("embed.table", table.astype(np.float16)), ids])
+            return g.op1("Cast", [gathered], to=TensorProto.FLOAT)
+        return g.op1("Gather", [g.const("embed.table", table), ids])
+
+    def rms(self, x: str, gamma: np.ndarray, name: str) -> str:
+        return self.g.op1(
+            "SimplifiedLayerNormalization",
+            [x, self.g.const(f"{name}.weight", gamma)],
+            axis=-1,
+            epsilon=self.spec.rms_eps,
+            stash_type=1,
+        )
+
+    def skip_rms(self, x: str, residual: str, gamma: np.ndarray, name: str) -> tuple[str, str]:
+        """RMSNorm(x + residual) and the new residual stream (x + residual)."""
+        g = self.g
+        out = g.unique(f"{name}/output")
+        new_residual = g.unique(f"{name}/residual")
+        g.op(
+            "SkipSimplifiedLayerNormalization",
+            [x, residual, g.const(f"{name}.weight", gamma)],
+            [out, "", "", new_residual],
+            domain=MS_DOMAIN,
+            epsilon=self.spec.rms_eps,
+        )
+        return out, new_residual
+
+    def attention(self, x: str, lw: LayerWeights, i: int, seqlens_k: str, total: str) -> str:
+        g, spec = self.g, self.spec
+        fused = concat_rows([lw.q, lw.k, lw.v])
+        if fused is not None:
+            qkv = [self.linear(x, fused, f"layers.{i}.attn.qkv"), "", ""]
+        else:
+            parts = {"q": lw.q, "k": lw.k, "v": lw.v}
+            qkv = [self.linear(x, w, f"layers.{i}.attn.{p}") for p, w in parts.items()]
+        attn, _, _ = g.op(
+            "GroupQueryAttention",
+            [
+                *qkv,
+                f"past_key_values.{i}.key",
+                f"past_key_values.{i}.value",
+                seqlens_k,
+                total,
+                self.cos,
+                self.sin,
+            ],
+            [g.unique(f"layers.{i}.attn/output"), f"present.{i}.key", f"present.{i}.value"],
+            domain=MS_DOMAIN,
+            num_heads=spec.n_heads,
+            kv_num_heads=spec.n_kv_heads,
+            do_rotary=1,
+            rotary_interleaved=0,
+            scale=float(1.0 / np.sqrt(spec.head_dim)),
+        )
+        return self.linear(attn, lw.o, f"layers.{i}.attn.o_proj")
+
+    def mlp(self, x: str, lw: LayerWeights, i: int) -> str:
+        g = self.g
+        fused = concat_rows([lw.gate, lw.up])
+        if fused is not None:
+            gu = self.linear(x, fused, f"layers.{i}.mlp.gate_up")
+            size = g.const("split_sizes", np.array([lw.gate.n, lw.up.n], dtype=np.int64))
+            gate, up = g.op("Split", [gu, size], 2, axis=-1)
+        else:
+            gate = self.linear(x, lw.gate, f"layers.{i}.mlp.gate")
+            up = self.linear(x, lw.up, f"layers.{i}.mlp.up")
+        silu = g.op1("Mul", [gate, g.op1("Sigmoid", [gate])])
+        return self.linear(g.op1("Mul", [silu, up]), lw.down, f"layers.{i}.mlp.down")
+
+    # -- the whole model -------------------------------------------------------------------
+    def build(self, source: WeightSource, progress: Progress | None = None) -> onnx.ModelProto:
+        g, spec = self.g, self.spec
+        report = progress or (lambda _f, _m: None)
+        batch, seq, total_len, past_len = (
+            "batch_size",
+            "sequence_length",
+            "total_sequence_length",
+            "past_sequence_length",
+        )
+        ids = g.add_input("input_ids", TensorProto.INT64, [batch, seq])
+        mask = g.add_input("attention_mask", TensorProto.INT64, [batch, total_len])
+        kv_shape: list[int | str] = [batch, spec.n_kv_heads, past_len, spec.head_dim]
+        present_shape: list[int | str] = [batch, spec.n_kv_heads, total_len, spec.head_dim]
+        for i in range(spec.n_layers):
+            for kind in ("key", "value"):
+                g.add_input(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, kv_shape)
+        g.add_output("logits", TensorProto.FLOAT, [batch, seq, spec.vocab_size])
+        for i in range(spec.n_layers):
+            for kind in ("key", "value"):
+                g.add_output(f"present.{i}.{kind}", TensorProto.FLOAT, present_shape)
+
+        # GroupQueryAttention wants seqlens_k = tokens so far - 1 and the total length.
+        mask_sum = g.op1(
+            "ReduceSum", [mask, g.const("axis_1", np.array([1], np.int64))], keepdims=0
+        )
+        seqlens_k = g.op1(
+            "Cast",
+            [g.op1("Sub", [mask_sum, g.const("one_i64", np.array(1, np.int64))])],
+            to=TensorProto.INT32,
+        )
+        width = g.op1("Gather", [g.op1("Shape", [mask]), g.const("index_1", np.array(1, np.int64))])
+        total = g.op1("Cast", [width], to=TensorProto.INT32)
+        cos, sin = rope_cache(spec, self.options.context_length)
+        self.cos, self.sin = g.const("cos_cache", cos), g.const("sin_cache", sin)
+
+        report(0.0, "embedding")
+        x = self.embed(ids, source.embedding())
+        residual = x
+        hidden = ""
+        for i in range(spec.n_layers):
+            lw = source.layer(i)
+            if i == 0:
+                normed = self.rms(x, lw.attn_norm, "layers.0.input_layernorm")
+            else:
+                normed, residual = self.skip_rms(
+                    hidden, residual, lw.attn_norm, f"layers.{i}.input_layernorm"
+                )
+            attn = self.attention(normed, lw, i, seqlens_k, total)
+            normed, residual = self.skip_rms(
+                attn, residual, lw.ffn_norm, f"layers.{i}.post_attention_layernorm"
+            )
+            hidden = self.mlp(normed, lw, i)
+            report((i + 1) / (spec.n_layers + 1), f"layer {i + 1}/{spec.n_layers}")
+        final, _ = self.skip_rms(hidden, residual, source.final_norm(), "final_norm")
+        head = source.lm_head()
+        if self.options.lm_head_float:
+            head = FloatWeight(head.dequantize())
+        logits = self.linear(final, head, "lm_head", self.options.lm_head_accuracy_level)
+        g.op("Identity", [logits], ["logits"])
+        report(1.0, "graph built")
+        return g.model(
+            spec.name,
+            {"chatapp.attention": "group_query_attention", "chatapp.kv_layout": "shared-buffer"},
+        )

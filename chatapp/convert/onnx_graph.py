@@ -1,0 +1,91 @@
+"""A small ONNX graph writer: nodes, constants and unique names, nothing model-specific."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+MS_DOMAIN = "com.microsoft"
+ONNX_OPSET = 21
+
+
+class OnnxGraph:
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._names: set[str] = set()
+        self._consts: dict[tuple[str, bytes], str] = {}
+
+    def unique(self, base: str) -> str:
+        name, i = base, 1
+        while name in self._names:
+            name, i = f"{base}_{i}", i + 1
+        self._names.add(name)
+        return name
+
+    def const(self, base: str, array: np.ndarray) -> str:
+        """An initializer; small constants with equal values are shared."""
+        array = np.asarray(array)
+        key = None
+        if array.size <= 16:
+            key = (str(array.dtype) + str(array.shape), array.tobytes())
+            if key in self._consts:
+                return self._consts[key]
+        name = self.unique(base)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        if key is not None:
+            self._consts[key] = name
+        return name
+
+    def op(
+        self,
+        op_type: str,
+        inputs: list[str],
+        outputs: int | list[str] = 1,
+        domain: str = "",
+        name: str | None = None,
+        **attrs: Any,
+    ) -> list[str]:
+        node_name = self.unique(name or op_type)
+        if isinstance(outputs, int):
+            outputs = [self.unique(f"{node_name}/out{i}") for i in range(outputs)]
+        else:
+            for out in outputs:
+                if out:
+                    self._names.add(out)
+        node = helper.make_node(op_type, inputs, outputs, name=node_name, domain=domain, **attrs)
+        self.nodes.append(node)
+        return list(outputs)
+
+    def op1(self, op_type: str, inputs: list[str], domain: str = "", **attrs: Any) -> str:
+        return self.op(op_type, inputs, 1, domain, **attrs)[0]
+
+    def add_input(self, name: str, elem_type: int, shape: list[int | str]) -> str:
+        self._names.add(name)
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+        return name
+
+    def add_output(self, name: str, elem_type: int, shape: list[int | str]) -> None:
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+
+    def model(self, graph_name: str, metadata: dict[str, str]) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, graph_name, self.inputs, self.outputs, self.initializers
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[
+                helper.make_opsetid("", ONNX_OPSET),
+                helper.make_opsetid(MS_DOMAIN, 1),
+            ],
+            producer_name="chatapp-convert",
+        )
+        model.ir_version = 10
+        for key, value in metadata.items():
+            model.metadata_props.add(key=key, value=value)
+        return model

@@ -1,0 +1,151 @@
+"""Tiny Llama GGUF files made in the tests: random weights, a small byte-level BPE vocabulary.
+
+They go through the same converter as real models, so every layer of the app can be tested in
+seconds without the default model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QType = gguf.GGMLQuantizationType
+MERGES = ["Ġ t", "h e", "Ġt he", "i n", "a n", "e r", "o n", "Ġ a", "r e", "Ġ s"]
+
+
+def byte_level_alphabet() -> list[str]:
+    """GPT-2's printable stand-in for each of the 256 bytes (a fixed public mapping)."""
+    printable = list(range(ord("!"), ord("~") + 1))
+    printable += list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
+    tokens = list(SPECIALS) + byte_level_alphabet()
+    for merge in MERGES:
+        tokens.append(merge.replace(" ", ""))
+    types = [3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS))
+    return tokens, types, list(MERGES)
+
+
+# Byte offsets of the float16 scale fields in one block of each K-quant (the rest is codes),
+# and a range for them that keeps weights of order one.
+K_QUANT_SCALE_FIELDS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+K_QUANT_SCALE_RANGE = {"Q4_K": (5e-4, 1e-3), "Q5_K": (2e-4, 5e-4), "Q6_K": (1e-4, 3e-4)}
+
+
+def random_kquant(rows: int, cols: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Random but well-formed K-quant blocks (gguf-py cannot quantize to K-quants)."""
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+    n_blocks = rows * cols // block_elems
+    raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    for offset in K_QUANT_SCALE_FIELDS[qtype]:
+        scale = rng.uniform(*K_QUANT_SCALE_RANGE[qtype], size=n_blocks).astype(np.float16)
+        raw[:, offset : offset + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(rows, -1)
+
+
+def _quantize(w: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
+    if qtype == gguf.GGMLQuantizationType.F32:
+        return w.astype(np.float32)
+    if qtype == gguf.GGMLQuantizationType.F16:
+        return w.astype(np.float16)
+    return gguf.quants.quantize(w.astype(np.float32), qtype)
+
+
+def write_tiny_gguf(
+    path: Path,
+    *,
+    qtype: str = "Q4_1",
+    embed_qtype: str = "Q8_0",
+    n_layers: int = 2,
+    hidden: int = 64,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    ffn: int = 128,
+    context: int = 512,
+    architecture: str = "llama",
+    tied: bool = True,
+    seed: int = 0,
+) -> Path:
+    """Write a small, valid Llama GGUF; every linear weight is stored as `qtype`."""
+    rng = np.random.default_rng(seed)
+    tokens, types, merges = tiny_vocab()
+    vocab = len(tokens)
+    head_dim = hidden // n_heads
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name("tiny-llama-test")
+    writer.add_block_count(n_layers)
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(n_heads)
+    writer.add_head_count_kv(n_kv_heads)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(0)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
+
+    q = gguf.GGMLQuantizationType[qtype]
+
+    def matrix(
+        name: str, rows: int, cols: int, scale: float, kind: gguf.GGMLQuantizationType
+    ) -> None:
+        if kind.name in K_QUANT_SCALE_FIELDS:
+            data = random_kquant(rows, cols, kind.name, rng)
+        else:
+            data = _quantize(rng.normal(0.0, scale, size=(rows, cols)), kind)
+        raw_dtype = (
+            None if kind in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16) else kind
+        )
+        writer.add_tensor(name, data, raw_dtype=raw_dtype)
+
+    def vector(name: str, size: int) -> None:
+        writer.add_tensor(name, (1.0 + 0.1 * rng.normal(size=size)).astype(np.float32))
+
+    embed_kind = gguf.GGMLQuantizationType[embed_qtype]
+    matrix("token_embd.weight", vocab, hidden, 1.0, embed_kind)
+    for i in range(n_layers):
+        vector(f"blk.{i}.attn_norm.weight", hidden)
+        matrix(f"blk.{i}.attn_q.weight", hidden, hidden, 0.15, q)
+        matrix(f"blk.{i}.attn_k.weight", n_kv_heads * head_dim, hidden, 0.15, q)
+        matrix(f"blk.{i}.attn_v.weight", n_kv_heads * head_dim, hidden, 0.15, q)
+        matrix(f"blk.{i}.attn_output.weight", hidden, hidden, 0.1, q)
+        vector(f"blk.{i}.ffn_norm.weight", hidden)
+        matrix(f"blk.{i}.ffn_gate.weight", ffn, hidden, 0.15, q)
+        matrix(f"blk.{i}.ffn_up.weight", ffn, hidden, 0.15, q)
+        matrix(f"blk.{i}.ffn_down.weight", hidden, ffn, 0.1, q)
+    vector("output_norm.weight", hidden)
+    if not tied:
+        matrix("output.weight", vocab, hidden, 0.5, embed_kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

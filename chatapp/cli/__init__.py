@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from chatapp import __version__
 from chatapp.convert.errors import ConversionError
+from chatapp.engine.devices import DeviceError
+from chatapp.engine.errors import EngineError
 
 
 class UserError(Exception):
@@ -14,7 +17,7 @@ class UserError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from chatapp.cli import convert_cmds
+    from chatapp.cli import convert_cmds, engine_cmds
 
     parser = argparse.ArgumentParser(
         prog="chatapp",
@@ -23,10 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"chatapp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     convert_cmds.add_parsers(sub)
+    engine_cmds.add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    # transformers warns on import that torch is missing; chatapp only uses its tokenizers,
+    # and the warning would break the one-line error output.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     args_list = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args, _rest = parser.parse_known_args(args_list)
@@ -36,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     try:
         return int(args.func(args) or 0)
-    except (ConversionError, UserError) as exc:
+    except (ConversionError, EngineError, DeviceError, UserError) as exc:
         print(f"chatapp: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

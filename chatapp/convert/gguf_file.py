@@ -131,6 +131,12 @@ def _spec_from_metadata(
             f"{path.name} rotates {rope_dims} of {head_dim} head dimensions; "
             "partial rotary embeddings are not supported."
         )
+    if head_dim % 16:
+        # ONNX Runtime's GroupQueryAttention kernel refuses other head sizes at run time.
+        raise ConversionError(
+            f"{path.name} has {head_dim}-wide attention heads; ONNX Runtime's "
+            "GroupQueryAttention needs a multiple of 16."
+        )
     if n_heads % n_kv:
         raise ConversionError(f"{path.name}: {n_heads} heads do not split into {n_kv} KV groups.")
     scaling = str(meta.get(f"{arch}.rope.scaling.type", "none"))

@@ -1,0 +1,202 @@
+"""`chatapp devices | generate | bench`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from chatapp.engine.sampling import SamplingSettings
+
+MODES = ("naive", "iobinding")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="model folder (default: the prepared default model)",
+    )
+    p.add_argument("--device", default="cpu", help="cpu, cuda, dml, coreml, openvino")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="KV cache length to allocate (default: model's, at most 8192)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    dev = sub.add_parser("devices", help="list the devices onnxruntime offers here")
+    dev.add_argument("--json", action="store_true")
+    dev.set_defaults(func=run_devices)
+
+    gen = sub.add_parser("generate", help="answer one prompt and print the figures")
+    add_model_args(gen)
+    gen.add_argument("--mode", choices=MODES, default="iobinding")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--system", default=None, help="system prompt")
+    gen.add_argument("--raw", action="store_true", help="no chat template: continue the text")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    greedy = gen.add_mutually_exclusive_group()
+    greedy.add_argument("--greedy", action="store_true", help="always the most likely token")
+    greedy.add_argument("--temperature", type=float, default=None)
+    gen.add_argument("--top-k", type=int, default=40)
+    gen.add_argument("--top-p", type=float, default=0.95)
+    gen.add_argument("--repetition-penalty", type=float, default=1.1)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.set_defaults(func=run_generate)
+
+    bench = sub.add_parser("bench", help="both loops on one prompt: medians and a table")
+    add_model_args(bench)
+    bench.add_argument("--prompt", default="Explain what a KV cache is in a few sentences.")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument(
+        "--context-tokens",
+        type=int,
+        default=None,
+        help="pad the prompt with real text to about this many tokens",
+    )
+    bench.add_argument(
+        "--peer",
+        choices=("genai",),
+        default=None,
+        help="also measure onnxruntime-genai on the same folder",
+    )
+    bench.add_argument(
+        "--sweep", default=None, help="comma-separated context lengths, e.g. 128,512,1024,2048"
+    )
+    bench.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="write charts, JSON and a Markdown report into this folder",
+    )
+    bench.set_defaults(func=run_bench)
+
+
+def resolve_model(path: Path | None) -> Path:
+    if path is not None:
+        return path
+    from chatapp.convert.default_model import default_model_dir
+
+    folder = default_model_dir()
+    if not folder.is_dir():
+        from chatapp.cli import UserError
+
+        raise UserError("The default model is not prepared yet: run `chatapp prepare` first.")
+    return folder
+
+
+def run_devices(args: argparse.Namespace) -> int:
+    import onnxruntime as ort
+
+    from chatapp.engine.devices import available_devices
+
+    devices = available_devices()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "onnxruntime": ort.__version__,
+                    "devices": [
+                        {
+                            "name": d.name,
+                            "provider": d.provider,
+                            "ortvalue_device": d.ortvalue_device,
+                            "label": d.label,
+                        }
+                        for d in devices
+                    ],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"onnxruntime {ort.__version__}")
+        for d in devices:
+            print(f"{d.name:10} {d.label:40} {d.provider}")
+    return 0
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
+    temperature = 0.0 if args.greedy else (0.7 if args.temperature is None else args.temperature)
+    return SamplingSettings(
+        temperature=temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=1.0 if temperature == 0.0 else args.repetition_penalty,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+    )
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from chatapp.engine.chat import Message
+    from chatapp.engine.engine import Engine
+
+    settings = sampling_from_args(args)
+    try:
+        settings.validate()
+    except ValueError as exc:
+        from chatapp.cli import UserError
+
+        raise UserError(str(exc)) from exc
+    engine = Engine(resolve_model(args.model), args.device, args.mode, args.threads, args.context)
+    if engine.fallback_reason:
+        print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
+    if args.raw:
+        gen = engine.generate_ids(engine.tokenizer.encode(args.prompt), settings)
+    else:
+        messages = [Message("system", args.system)] if args.system else []
+        gen = engine.chat([*messages, Message("user", args.prompt)], settings)
+    for event in gen:
+        if not args.json:
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+    stats = gen.stats
+    if args.json:
+        out: dict[str, Any] = {"text": gen.text, **stats.to_dict()}
+        out["device"] = engine.device.name
+        out["fallback_reason"] = engine.fallback_reason
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+    else:
+        print()
+        print(
+            f"[{stats.mode} on {stats.device}: {stats.generated_tokens} tokens, "
+            f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
+            f"perplexity {stats.perplexity:.2f}, finish: {stats.finish_reason}]",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from chatapp.engine.bench import BenchConfig, markdown_report, run_bench_suite
+
+    config = BenchConfig(
+        model_dir=resolve_model(args.model),
+        device=args.device,
+        prompt=args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        repeats=args.repeats,
+        threads=args.threads,
+        max_context=args.context,
+        context_tokens=args.context_tokens,
+        peer=args.peer,
+        sweep=[int(x) for x in args.sweep.split(",")] if args.sweep else [],
+    )
+    result = run_bench_suite(config, progress=lambda msg: print(msg, file=sys.stderr))
+    if args.report is not None:
+        # Charts are drawn with QtCharts, so the report writer lives with the GUI code.
+        from chatapp.gui.report import write_report
+
+        write_report(result, args.report)
+    print(json.dumps(result, indent=2) if args.json else markdown_report(result))
+    return 0

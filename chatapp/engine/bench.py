@@ -1,0 +1,216 @@
+"""Headless benchmark: both loops on the same prompt, warm-up, alternating repeats, medians."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from chatapp import __version__
+from chatapp.engine.chat import Message
+from chatapp.engine.engine import MODES, Engine
+from chatapp.engine.generation import Generation
+from chatapp.engine.metrics import RunStats
+from chatapp.engine.sampling import GREEDY
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model_dir: Path
+    device: str = "cpu"
+    prompt: str = "Explain what a KV cache is in a few sentences."
+    max_new_tokens: int = 128
+    repeats: int = 3
+    threads: int | None = None
+    max_context: int | None = None
+    context_tokens: int | None = None  # pad the prompt with real text to about this length
+    peer: str | None = None  # "genai": onnxruntime-genai on the same folder, same run
+    sweep: list[int] = field(default_factory=list)
+
+
+def filler_text() -> str:
+    return resources.files("chatapp.resources").joinpath("bench_text.md").read_text("utf-8")
+
+
+def bench_prompt_ids(engine: Engine, prompt: str, context_tokens: int | None) -> list[int]:
+    """Chat-template ids of `prompt`, preceded by real text so the total is about C tokens."""
+    question = [Message("user", prompt)]
+    base = engine.tokenizer.chat_ids(question)
+    if not context_tokens or context_tokens <= len(base):
+        return base
+    filler_ids = engine.tokenizer.encode(filler_text() + "\n\n")
+    need = context_tokens - len(base)
+    ids = (filler_ids * (need // len(filler_ids) + 1))[:need]
+    padded = engine.tokenizer.decode(ids) + "\n\n" + prompt
+    return engine.tokenizer.chat_ids([Message("user", padded)])
+
+
+def _fixed_length(engine: Engine, ids: list[int], mode: str, n: int) -> Generation:
+    """A greedy run of exactly n tokens (end-of-text ignored) on a cold cache."""
+    loop = engine.loop(mode)
+    loop.reset()
+    return engine.generate_ids(ids, replace(GREEDY, max_new_tokens=n), mode, ignore_eos=True)
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def summarize(runs: list[RunStats]) -> dict[str, Any]:
+    """Medians over repeats of each figure, plus the first run's series for charts."""
+    return {
+        "tokens_per_s": _median([r.tokens_per_s for r in runs]),
+        "ttft_s": _median([r.ttft_s for r in runs]),
+        "latency_p50_s": _median([r.latency_percentile(50) for r in runs]),
+        "latency_p95_s": _median([r.latency_percentile(95) for r in runs]),
+        "host_prep_share": _median([r.host_prep_share for r in runs]),
+        "run_s_per_token": _median([_mean([s.run_s for s in r.steps]) for r in runs]),
+        "host_s_per_token": _median([_mean([s.host_s for s in r.steps]) for r in runs]),
+        "sample_s_per_token": _median([_mean([s.sample_s for s in r.steps]) for r in runs]),
+        "perplexity": runs[0].perplexity,
+        "prompt_perplexity": runs[0].prompt_perplexity,
+        "repeats": len(runs),
+        "tokens_per_s_all": [r.tokens_per_s for r in runs],
+        "first_run": runs[0].to_dict(),
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def bench_point(
+    engine: Engine, ids: list[int], n: int, repeats: int, progress: Progress
+) -> dict[str, Any]:
+    """Both loops on `ids`: one warm-up each, then repeats in alternating order."""
+    for mode in MODES:
+        _fixed_length(engine, ids, mode, min(8, n)).run()
+    runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
+    for r in range(repeats):
+        order = MODES if r % 2 == 0 else tuple(reversed(MODES))
+        for mode in order:
+            stats = _fixed_length(engine, ids, mode, n).run()
+            runs[mode].append(stats)
+            progress(
+                f"  repeat {r + 1}/{repeats} {mode:9}: {stats.tokens_per_s:6.1f} tok/s, "
+                f"TTFT {stats.ttft_s * 1000:6.0f} ms"
+            )
+    naive, iob = summarize(runs["naive"]), summarize(runs["iobinding"])
+    return {
+        "prompt_tokens": len(ids),
+        "naive": naive,
+        "iobinding": iob,
+        "same_tokens": runs["naive"][0].token_ids == runs["iobinding"][0].token_ids,
+        "speedup_tokens_per_s": _ratio(iob["tokens_per_s"], naive["tokens_per_s"]),
+        "speedup_latency": _ratio(naive["latency_p50_s"], iob["latency_p50_s"]),
+    }
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> dict[str, Any]:
+    report = progress or (lambda _m: None)
+    engine = Engine(
+        config.model_dir, config.device, "iobinding", config.threads, config.max_context
+    )
+    ids = bench_prompt_ids(engine, config.prompt, config.context_tokens)
+    n = min(config.max_new_tokens, engine.max_context - len(ids) - 1)
+    report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
+    result: dict[str, Any] = {
+        "model": engine.info.name,
+        "model_dir": str(engine.info.folder),
+        "layout": engine.info.layout.value,
+        "device": engine.device.name,
+        "fallback_reason": engine.fallback_reason,
+        "threads": config.threads,
+        "max_new_tokens": n,
+        "repeats": config.repeats,
+        "environment": _environment(),
+        **bench_point(engine, ids, n, config.repeats, report),
+    }
+    if config.peer == "genai":
+        from chatapp.engine.genai_peer import bench_genai
+
+        report("onnxruntime-genai on the same folder")
+        result["genai"] = bench_genai(engine.info.folder, ids, n, config.repeats, config.threads)
+        result["iobinding_vs_genai"] = _ratio(
+            result["iobinding"]["tokens_per_s"], result["genai"]["tokens_per_s"]
+        )
+    if config.sweep:
+        result["sweep"] = []
+        for target in config.sweep:
+            sweep_ids = bench_prompt_ids(engine, config.prompt, target)
+            if len(sweep_ids) + n >= engine.max_context:
+                report(f"context {target}: skipped, longer than the allocated context")
+                continue
+            report(f"context {target} ({len(sweep_ids)} tokens)")
+            point = bench_point(engine, sweep_ids, n, config.repeats, report)
+            point["context_tokens"] = target
+            result["sweep"].append(point)
+    return result
+
+
+def _environment() -> dict[str, Any]:
+    return {
+        "chatapp": __version__,
+        "onnxruntime": ort.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def markdown_report(result: dict[str, Any]) -> str:
+    """The Markdown table a person can paste into a report."""
+    lines = [
+        f"**{result['model']}** ({result['layout']}) on **{result['device']}**, "
+        f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
+        f"median of {result['repeats']} runs",
+        "",
+        "| loop | tokens/s | TTFT (ms) | p50 latency (ms) | p95 latency (ms) | host prep share |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    rows = [("naive", result["naive"]), ("IO-Binding", result["iobinding"])]
+    if "genai" in result:
+        rows.append(("onnxruntime-genai", result["genai"]))
+    for label, r in rows:
+        share = r.get("host_prep_share")
+        lines.append(
+            f"| {label} | {r['tokens_per_s']:.1f} | {r['ttft_s'] * 1000:.0f} | "
+            f"{r['latency_p50_s'] * 1000:.1f} | {r['latency_p95_s'] * 1000:.1f} | "
+            + (f"{share * 100:.1f}% |" if share is not None else "n/a |")
+        )
+    lines += [
+        "",
+        f"IO-Binding / naive: **{result['speedup_tokens_per_s']:.2f}x** tokens/s, "
+        f"{result['speedup_latency']:.2f}x lower p50 latency; same tokens: "
+        f"{'yes' if result['same_tokens'] else 'NO'}",
+    ]
+    if "genai" in result:
+        lines.append(
+            f"IO-Binding / onnxruntime-genai: **{result['iobinding_vs_genai']:.2f}x** tokens/s"
+        )
+    for point in result.get("sweep", []):
+        if point is result.get("sweep", [])[0]:
+            lines += [
+                "",
+                "| context (tokens) | naive tok/s | IO-Binding tok/s | speedup |",
+                "|---:|---:|---:|---:|",
+            ]
+        lines.append(
+            f"| {point['prompt_tokens']} | {point['naive']['tokens_per_s']:.1f} | "
+            f"{point['iobinding']['tokens_per_s']:.1f} | {point['speedup_tokens_per_s']:.2f}x |"
+        )
+    return "\n".join(lines)

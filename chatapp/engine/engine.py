@@ -1,0 +1,89 @@
+"""Engine: one model on one device, both loops, chat and raw generation. No Qt here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
+from chatapp.engine.devices import Device, find_device, start_session
+from chatapp.engine.errors import EngineError
+from chatapp.engine.generation import Generation
+from chatapp.engine.loops import LOOPS, KVLoop
+from chatapp.engine.model import ModelInfo, open_model_folder
+from chatapp.engine.sampling import SamplingSettings
+
+MODES = tuple(LOOPS)
+# IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
+# does not reserve gigabytes for a chat that will use a few thousand tokens.
+DEFAULT_MAX_CONTEXT = 8192
+
+
+class Engine:
+    def __init__(
+        self,
+        model_dir: Path | str,
+        device: str = "cpu",
+        mode: str = "iobinding",
+        threads: int | None = None,
+        max_context: int | None = None,
+        onnx_file: str | None = None,
+    ) -> None:
+        self.info: ModelInfo = open_model_folder(model_dir, onnx_file)
+        self.tokenizer = ChatTokenizer(self.info.folder)
+        started = start_session(self.info.onnx_path, find_device(device), threads)
+        self.session = started.session
+        self.device: Device = started.device
+        self.fallback_reason = started.fallback_reason
+        self.threads = threads
+        self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+        self._loops: dict[str, KVLoop] = {}
+        self.mode = mode
+        self.loop(mode)  # fail early (e.g. out of memory for the KV buffers)
+
+    def loop(self, mode: str | None = None) -> KVLoop:
+        mode = mode or self.mode
+        if mode not in LOOPS:
+            raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
+        if mode not in self._loops:
+            self._loops[mode] = LOOPS[mode](self.session, self.info, self.device, self.max_context)
+        return self._loops[mode]
+
+    def set_mode(self, mode: str) -> None:
+        self.loop(mode)
+        self.mode = mode
+
+    def reset(self) -> None:
+        """Forget every cached conversation prefix."""
+        for loop in self._loops.values():
+            loop.reset()
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[int],
+        settings: SamplingSettings,
+        mode: str | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        ignore_eos: bool = False,
+    ) -> Generation:
+        """`ignore_eos` runs exactly max_new_tokens (benchmarks compare equal lengths)."""
+        return Generation(
+            self.loop(mode),
+            prompt_ids,
+            settings,
+            () if ignore_eos else self.info.eos_token_ids,
+            IncrementalDetokenizer(self.tokenizer),
+            should_stop,
+        )
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        mode: str | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Generation:
+        return self.generate_ids(self.tokenizer.chat_ids(messages), settings, mode, should_stop)
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return len(self.tokenizer.chat_ids(messages))

@@ -1,0 +1,111 @@
+"""One answer: prefill (reusing the cached prefix), then one event per generated token."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chatapp.engine.chat import IncrementalDetokenizer
+from chatapp.engine.errors import ContextOverflowError
+from chatapp.engine.loops import KVLoop
+from chatapp.engine.metrics import RunStats, StepTiming
+from chatapp.engine.sampling import Sampler, SamplingSettings, log_softmax_at, token_logprobs
+
+perf = time.perf_counter
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    index: int  # 0 for the first generated token
+    token_id: int
+    text: str  # the text this token adds (may be "" while a character is incomplete)
+    logprob: float  # under the raw logits (before temperature / top-k)
+    timing: StepTiming
+    latency_s: float  # since the previous token, or since the request for the first one
+
+
+class Generation:
+    """Iterate to run the loop; `stats` holds the figures (and finish_reason) at the end."""
+
+    def __init__(
+        self,
+        loop: KVLoop,
+        prompt_ids: Sequence[int],
+        settings: SamplingSettings,
+        eos_ids: Sequence[int],
+        detokenizer: IncrementalDetokenizer,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        if len(prompt_ids) == 0:
+            raise ValueError("the prompt is empty")
+        if len(prompt_ids) >= loop.max_context:
+            raise ContextOverflowError(len(prompt_ids), loop.max_context)
+        self.loop = loop
+        self.prompt_ids = list(prompt_ids)
+        self.settings = settings
+        self.sampler = Sampler(settings)
+        self.eos_ids = frozenset(eos_ids)
+        self.detok = detokenizer
+        self.should_stop = should_stop or (lambda: False)
+        self.stats = RunStats(
+            mode=loop.mode,
+            device=loop.device.name,
+            prompt_tokens=len(self.prompt_ids),
+            context_length=loop.max_context,
+        )
+        self.text = ""
+
+    def __iter__(self) -> Iterator[StepEvent]:
+        stats, loop = self.stats, self.loop
+        started = perf()
+        stats.reused_tokens = loop.prepare(self.prompt_ids)
+        new = self.prompt_ids[stats.reused_tokens :]
+        logits, host_s, run_s = loop.forward(new, all_logits=True)
+        if len(new) > 1:
+            stats.prompt_logprobs = token_logprobs(logits[:-1], new[1:]).tolist()
+        last = np.ascontiguousarray(logits[-1])
+        history = list(self.prompt_ids)
+        previous = started
+        limit = min(self.settings.max_new_tokens, loop.max_context - len(self.prompt_ids))
+        while True:
+            t_sample = perf()
+            token = self.sampler(last, history)
+            logprob = log_softmax_at(last, token)
+            if token in self.eos_ids:
+                stats.finish_reason = "eos"
+                break
+            delta = self.detok.push(token)
+            now = perf()
+            timing = StepTiming(host_s, run_s, now - t_sample)
+            latency = now - previous
+            previous = now
+            history.append(token)
+            stats.token_ids.append(token)
+            stats.logprobs.append(logprob)
+            if stats.generated_tokens == 1:
+                stats.ttft_s = latency
+                stats.prefill = timing
+            else:
+                stats.steps.append(timing)
+                stats.latencies_s.append(latency)
+            self.text += delta
+            yield StepEvent(stats.generated_tokens - 1, token, delta, logprob, timing, latency)
+            if stats.generated_tokens >= limit:
+                stats.finish_reason = "length"
+                break
+            if self.should_stop():
+                stats.finish_reason = "stop"
+                break
+            last, host_s, run_s = loop.forward([token])
+        tail = self.detok.flush()
+        if tail:
+            self.text += tail
+
+    def run(self) -> RunStats:
+        """Drain the generation (for callers that only want the result)."""
+        for _ in self:
+            pass
+        return self.stats

@@ -1,0 +1,93 @@
+"""Choosing the next token: greedy, temperature, top-k, top-p, repetition penalty, seeded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 0.7
+    top_k: int = 40  # 0 = off
+    top_p: float = 0.95  # 1.0 = off
+    repetition_penalty: float = 1.1  # 1.0 = off
+    seed: int | None = None
+    max_new_tokens: int = 256
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def as_greedy(self) -> SamplingSettings:
+        return replace(self, temperature=0.0, repetition_penalty=1.0)
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be 0 (greedy) or more")
+        if self.top_k < 0:
+            raise ValueError("top-k must be 0 (off) or more")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top-p must be in (0, 1]")
+        if self.repetition_penalty <= 0:
+            raise ValueError("repetition penalty must be positive")
+        if self.max_new_tokens < 1:
+            raise ValueError("max new tokens must be at least 1")
+
+
+GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)
+
+
+class Sampler:
+    def __init__(self, settings: SamplingSettings) -> None:
+        settings.validate()
+        self.settings = settings
+        self.rng = np.random.default_rng(settings.seed)
+
+    def __call__(self, logits: np.ndarray, history: Sequence[int]) -> int:
+        """Pick a token from raw logits [vocab]; `history` feeds the repetition penalty."""
+        s = self.settings
+        if s.repetition_penalty != 1.0 and history:
+            logits = _penalize(logits, history, s.repetition_penalty)
+        if s.greedy:
+            return int(np.argmax(logits))
+        scaled = logits.astype(np.float64) / s.temperature
+        if s.top_k and s.top_k < scaled.size:
+            candidates = np.argpartition(-scaled, s.top_k - 1)[: s.top_k]
+        else:
+            candidates = np.arange(scaled.size)
+        order = candidates[np.argsort(-scaled[candidates], kind="stable")]
+        probs = np.exp(scaled[order] - scaled[order[0]])
+        probs /= probs.sum()
+        if s.top_p < 1.0:
+            # Keep the smallest head whose mass reaches top_p (always at least one token).
+            keep = int(np.searchsorted(np.cumsum(probs), s.top_p) + 1)
+            order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
+        return int(order[self.rng.choice(order.size, p=probs)])
+
+
+def _penalize(logits: np.ndarray, history: Sequence[int], penalty: float) -> np.ndarray:
+    """CTRL-style penalty: seen tokens' positive logits shrink, negative ones grow."""
+    out = logits.copy()
+    seen = np.unique(np.asarray(history, dtype=np.int64))
+    seen = seen[(seen >= 0) & (seen < out.size)]
+    values = out[seen]
+    out[seen] = np.where(values > 0, values / penalty, values * penalty)
+    return out
+
+
+def log_softmax_at(logits: np.ndarray, token: int) -> float:
+    """log p(token) under softmax(logits), computed stably in float64."""
+    x = logits.astype(np.float64)
+    top = x.max()
+    return float(x[token] - top - np.log(np.exp(x - top).sum()))
+
+
+def token_logprobs(logits: np.ndarray, tokens: Sequence[int]) -> np.ndarray:
+    """log p(tokens[i]) under softmax(logits[i]) for each row, float64."""
+    x = logits.astype(np.float64)
+    top = x.max(axis=-1, keepdims=True)
+    lse = top[:, 0] + np.log(np.exp(x - top).sum(axis=-1))
+    return x[np.arange(len(tokens)), np.asarray(tokens)] - lse

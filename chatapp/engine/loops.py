@@ -60,6 +60,7 @@ class KVLoop(ABC):
 
         Returns (logits, host_s, run_s): logits [len(new_ids), vocab] when all_logits, else the
         last position's [vocab]; host_s is input/KV preparation, run_s the time in onnxruntime.
+        The logits may live in a buffer the next call overwrites: copy them to keep them.
         """
         if len(self.cached) + len(new_ids) > self.max_context:
             raise ValueError("the KV cache is full")

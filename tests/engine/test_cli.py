@@ -1,0 +1,157 @@
+"""`chatapp devices | generate | bench` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def chatapp(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chatapp", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_devices_lists_the_cpu() -> None:
+    out = chatapp("devices", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert {
+        "name": "cpu",
+        "provider": "CPUExecutionProvider",
+        "ortvalue_device": "cpu",
+        "label": "CPU",
+    } in data["devices"]
+
+
+@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+def test_generate_json_has_every_field(tiny_model_dir: Path, mode: str) -> None:
+    out = chatapp(
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--mode",
+        mode,
+        "--prompt",
+        "the",
+        "--max-new-tokens",
+        "6",
+        "--greedy",
+        "--threads",
+        "1",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    for key in (
+        "text",
+        "token_ids",
+        "finish_reason",
+        "tokens_per_s",
+        "ttft_s",
+        "perplexity",
+        "prompt_perplexity",
+        "latencies_s",
+        "mode",
+        "device",
+    ):
+        assert key in data, key
+    assert data["mode"] == mode and data["device"] == "cpu"
+    assert 0 < len(data["token_ids"]) <= 6
+    assert data["finish_reason"] in ("eos", "length")
+    assert len(data["latencies_s"]) == len(data["token_ids"]) - 1
+
+
+def test_generate_same_tokens_in_both_modes(tiny_model_dir: Path) -> None:
+    ids = []
+    for mode in ("naive", "iobinding"):
+        out = chatapp(
+            "generate",
+            "--model",
+            str(tiny_model_dir),
+            "--mode",
+            mode,
+            "--prompt",
+            "in the",
+            "--max-new-tokens",
+            "12",
+            "--greedy",
+            "--json",
+        )
+        ids.append(json.loads(out.stdout)["token_ids"])
+    assert ids[0] == ids[1]
+
+
+def test_bench_reports_both_loops(tiny_model_dir: Path) -> None:
+    out = chatapp(
+        "bench",
+        "--model",
+        str(tiny_model_dir),
+        "--max-new-tokens",
+        "8",
+        "--repeats",
+        "1",
+        "--context-tokens",
+        "100",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["same_tokens"] is True
+    for mode in ("naive", "iobinding"):
+        for key in ("tokens_per_s", "ttft_s", "latency_p50_s", "latency_p95_s", "host_prep_share"):
+            assert data[mode][key] >= 0, (mode, key)
+        assert data[mode]["tokens_per_s"] > 0
+    assert data["speedup_tokens_per_s"] > 0 and data["speedup_latency"] > 0
+    assert 90 <= data["prompt_tokens"] <= 110
+
+
+def test_bench_prints_a_markdown_table(tiny_model_dir: Path) -> None:
+    out = chatapp(
+        "bench", "--model", str(tiny_model_dir), "--max-new-tokens", "4", "--repeats", "1"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "| naive |" in out.stdout and "| IO-Binding |" in out.stdout
+    assert "IO-Binding / naive:" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "--model", "/nonexistent/model", "--prompt", "x"], "does not exist"),
+        (["generate", "--device", "tpu9000", "--prompt", "x"], "Unknown device"),
+        (["generate", "--temperature", "-1", "--prompt", "x"], "temperature"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args: list[str], message: str, tiny_model_dir: Path) -> None:
+    if "--model" not in args:
+        args = [*args, "--model", str(tiny_model_dir)]
+    out = chatapp(*args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_prompt_over_the_context_is_a_clear_error(tiny_model_dir: Path) -> None:
+    out = chatapp(
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--context",
+        "32",
+        "--prompt",
+        "the " * 100,
+        "--raw",
+    )
+    assert out.returncode == 2
+    assert "context holds 32" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,90 @@
+"""Sampling: greedy, temperature, top-k, top-p, repetition penalty, seeds, log-probs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from chatapp.engine.sampling import (
+    Sampler,
+    SamplingSettings,
+    log_softmax_at,
+    token_logprobs,
+)
+
+LOGITS = np.array([1.0, 3.0, 2.5, -1.0, 0.0, 2.9], dtype=np.float32)
+
+
+def draws(settings: SamplingSettings, n: int = 400, history: list[int] | None = None) -> list[int]:
+    sampler = Sampler(settings)
+    return [sampler(LOGITS, history or []) for _ in range(n)]
+
+
+def test_greedy_takes_the_argmax() -> None:
+    assert set(draws(SamplingSettings(temperature=0.0), 20)) == {1}
+
+
+def test_top_k_keeps_only_the_k_best() -> None:
+    picked = set(draws(SamplingSettings(temperature=1.5, top_k=2, top_p=1.0, seed=1)))
+    assert picked == {1, 5}
+
+
+def test_top_p_keeps_the_smallest_head_reaching_p() -> None:
+    # softmax of LOGITS: token 1 alone has ~0.35, 1+5 ~0.67, 1+5+2 ~0.88
+    picked = set(draws(SamplingSettings(temperature=1.0, top_k=0, top_p=0.6, seed=3)))
+    assert picked == {1, 5}
+
+
+def test_temperature_spreads_choices() -> None:
+    hot = set(draws(SamplingSettings(temperature=5.0, top_k=0, top_p=1.0, seed=5)))
+    assert len(hot) == 6
+
+
+def test_same_seed_same_choices_other_seed_differs() -> None:
+    s = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, seed=11)
+    assert draws(s, 50) == draws(s, 50)
+    other = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, seed=12)
+    assert draws(s, 50) != draws(other, 50)
+
+
+def test_repetition_penalty_steers_away_from_seen_tokens() -> None:
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.5)
+    # Token 1 (3.0) seen -> 2.0, so 5 (2.9) wins; negative logits get more negative.
+    assert Sampler(settings)(LOGITS, [1]) == 5
+    assert Sampler(SamplingSettings(temperature=0.0, repetition_penalty=1.0))(LOGITS, [1]) == 1
+
+
+def test_frequency_of_samples_follows_the_distribution() -> None:
+    settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, seed=0)
+    picks = np.bincount(draws(settings, 4000), minlength=LOGITS.size) / 4000
+    probs = np.exp(LOGITS - LOGITS.max())
+    probs /= probs.sum()
+    np.testing.assert_allclose(picks, probs, atol=0.03)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", -1.0),
+        ("top_k", -2),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("repetition_penalty", 0.0),
+        ("max_new_tokens", 0),
+    ],
+)
+def test_invalid_settings_are_refused(field: str, value: float) -> None:
+    with pytest.raises(ValueError):
+        Sampler(SamplingSettings(**{field: value}))
+
+
+def test_log_probs_are_log_softmax() -> None:
+    probs = np.exp(LOGITS.astype(np.float64))
+    probs /= probs.sum()
+    assert log_softmax_at(LOGITS, 2) == pytest.approx(math.log(probs[2]))
+    rows = np.stack([LOGITS, LOGITS[::-1]])
+    got = token_logprobs(rows, [0, 0])
+    assert got[0] == pytest.approx(math.log(probs[0]))
+    assert got[1] == pytest.approx(math.log(probs[-1]))

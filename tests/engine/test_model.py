@@ -57,21 +57,21 @@ def test_folder_without_configs(tiny_model_dir: Path, tmp_path: Path) -> None:
     folder = copy_folder(tiny_model_dir, tmp_path / "m")
     (folder / "config.json").unlink()
     (folder / "genai_config.json").unlink()
-    with pytest.raises(ModelError, match="config.json"):
+    with pytest.raises(ModelError, match=r"config\.json"):
         open_model_folder(folder)
 
 
 def test_broken_config(tiny_model_dir: Path, tmp_path: Path) -> None:
     folder = copy_folder(tiny_model_dir, tmp_path / "m")
     (folder / "config.json").write_text("{ not json")
-    with pytest.raises(ModelError, match="config.json"):
+    with pytest.raises(ModelError, match=r"config\.json"):
         open_model_folder(folder)
 
 
 def test_corrupt_onnx_file(tiny_model_dir: Path, tmp_path: Path) -> None:
     folder = copy_folder(tiny_model_dir, tmp_path / "m")
     (folder / "model.onnx").write_bytes(b"\x00garbage" * 10)
-    with pytest.raises(ModelError, match="model.onnx"):
+    with pytest.raises(ModelError, match=r"model\.onnx"):
         open_model_folder(folder)
 
 
@@ -119,7 +119,7 @@ def test_past_without_present_is_named(tiny_model_dir: Path, tmp_path: Path) -> 
         ],
         [vi("logits", ["b", "s", 269])],
     )
-    with pytest.raises(ModelError, match="present.0.key"):
+    with pytest.raises(ModelError, match=r"present\.0\.key"):
         open_model_folder(folder)
 
 

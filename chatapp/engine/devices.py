@@ -69,8 +69,7 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3  # warnings about unused initializers are noise to a user
-    # Spinning threads burn a core between tokens; the GUI thread needs it more.
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+
     return opts
 
 

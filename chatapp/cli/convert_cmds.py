@@ -26,6 +26,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="MatMulNBits accuracy level of the layers: 0 float (exact), 4 int8",
     )
+    conv.add_argument(
+        "--lm-head",
+        choices=("float", "int8"),
+        default="float",
+        help="output projection: float MatMul (exact, default) or 8-bit MatMulNBits, int8 input",
+    )
     conv.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     conv.set_defaults(func=run_convert)
 

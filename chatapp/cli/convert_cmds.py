@@ -32,6 +32,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default="float",
         help="output projection: float MatMul (exact, default) or 8-bit MatMulNBits, int8 input",
     )
+    conv.add_argument("--attention", choices=("gqa", "standard"), default="gqa",
+                      help="gqa: GroupQueryAttention, one shared KV buffer (default); "
+                      "standard: plain ONNX ops with a concatenated KV cache (Optimum's form)")
+    conv.add_argument("--kv-layout", choices=("dynamic", "static"), default="dynamic",
+                      help="static: fixed shapes (past C-W, present C), needs --context")
+    conv.add_argument("--window", type=int, default=1,
+                      help="static layout: tokens per run (default 1)")
     conv.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     conv.set_defaults(func=run_convert)
 
@@ -44,6 +51,9 @@ def run_convert(args: argparse.Namespace) -> int:
         context_length=args.context,
         accuracy_level=args.accuracy_level,
         lm_head_int8=args.lm_head == "int8",
+        attention="standard" if args.kv_layout == "static" else args.attention,
+        kv_layout=args.kv_layout,
+        window=args.window,
         overwrite=args.force,
     )
     bar = ProgressBar("convert")

@@ -34,7 +34,7 @@ from chatapp.convert.model_configs import (
 )
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"
 MANIFEST_FILE = "chatapp-manifest.json"
 MAX_DEFAULT_CONTEXT = 32768
 # One protobuf file holds at most 2 GiB; keep weights beside it well before that.
@@ -48,7 +48,21 @@ class ConvertOptions:
     context_length: int | None = None  # None: the GGUF's, capped at MAX_DEFAULT_CONTEXT
     accuracy_level: int = 0
     lm_head_int8: bool = False
+    attention: str = "gqa"  # "gqa" | "standard" (plain ops, concat KV, Optimum's names)
+    kv_layout: str = "dynamic"  # "dynamic" | "static" (fixed shapes; needs context_length)
+    window: int = 1  # static layout: tokens per run
     overwrite: bool = False
+
+    def validate(self) -> None:
+        if self.attention not in ("gqa", "standard"):
+            raise ConversionError(f"Unknown attention '{self.attention}': gqa or standard.")
+        if self.kv_layout not in ("dynamic", "static"):
+            raise ConversionError(f"Unknown KV layout '{self.kv_layout}': dynamic or static.")
+        if self.kv_layout == "static":
+            if not self.context_length:
+                raise ConversionError("A static KV layout needs --context (the fixed length).")
+            if not 0 < self.window < self.context_length:
+                raise ConversionError("--window must be at least 1 and below --context.")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -67,6 +81,7 @@ def convert_gguf(
 ) -> Path:
     """Convert `gguf_path` into the model folder `out_dir`; returns the folder."""
     opts = options or ConvertOptions()
+    opts.validate()
     report = progress or (lambda _f, _m: None)
     src, out = Path(gguf_path), Path(out_dir)
     if out.exists() and not opts.overwrite:
@@ -123,6 +138,8 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         context_length=context,
         accuracy_level=opts.accuracy_level,
         lm_head_int8=opts.lm_head_int8,
+        attention=opts.attention,
+        static_window=opts.window if opts.kv_layout == "static" else None,
     )
     weights = WeightSource(
         embedding=lambda: embedding_weight(model),
@@ -139,7 +156,9 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     report(0.95, "configuration files")
     _write_json(tmp / "config.json", hf_config(spec, model.metadata, context))
     _write_json(tmp / "generation_config.json", generation_config(model.metadata, context))
-    _write_json(tmp / "genai_config.json", genai_config(spec, model.metadata, context))
+    if opts.kv_layout == "dynamic":  # onnxruntime-genai cannot drive fixed-shape graphs
+        genai = genai_config(spec, model.metadata, context, opts.attention == "gqa")
+        _write_json(tmp / "genai_config.json", genai)
     manifest = {
         "converter": "chatapp",
         "converter_version": CONVERTER_VERSION,

@@ -1,9 +1,10 @@
 """Build the ONNX graph of a Llama decoder with the onnxruntime-genai signature.
 
-Inputs:  input_ids [B,S] int64, attention_mask [B,T] int64,
-         past_key_values.{i}.key|value [B, kv_heads, P, head_dim] float32
+Inputs:  input_ids [B,S] int64, attention_mask [B,T] int64, (position_ids [B,S] for standard
+         attention), past_key_values.{i}.key|value [B, kv_heads, P, head_dim] float32
 Outputs: logits [B,S,vocab] float32, present.{i}.key|value
-Attention is com.microsoft.GroupQueryAttention, so past and present may share one buffer.
+The attention block (attention.py) decides the KV layout: GroupQueryAttention (one shared
+buffer), standard ops (concat), or a fixed-shape static window.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from chatapp.convert.gguf_file import LlamaSpec, rope_cache
+from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWindowAttention
+from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
@@ -35,6 +37,8 @@ class GraphOptions:
     # The output projection as a float32 MatMul (exact) or as 8-bit MatMulNBits with int8
     # activations (3 ms/token faster on the default model, 98% top-1 agreement).
     lm_head_int8: bool = False
+    attention: str = "gqa"  # "gqa" (GroupQueryAttention) | "standard" (plain ONNX ops)
+    static_window: int | None = None  # fixed-shape export: tokens per run (implies standard)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,14 @@ class LlamaGraphBuilder:
         self.spec = spec
         self.options = options
         self.g = OnnxGraph()
+        ctx = options.context_length
+        self.attn: GQAAttention | StandardAttention
+        if options.static_window:
+            self.attn = StaticWindowAttention(self.g, spec, ctx, options.static_window)
+        elif options.attention == "standard":
+            self.attn = StandardAttention(self.g, spec, ctx)
+        else:
+            self.attn = GQAAttention(self.g, spec, ctx)
 
     # -- building blocks -------------------------------------------------------------------
     def linear(self, x: str, w: Weight, name: str, accuracy_level: int | None = None) -> str:
@@ -140,34 +152,14 @@ class LlamaGraphBuilder:
         )
         return out, new_residual
 
-    def attention(self, x: str, lw: LayerWeights, i: int, seqlens_k: str, total: str) -> str:
-        g, spec = self.g, self.spec
+    def attention(self, x: str, lw: LayerWeights, i: int) -> str:
         fused = concat_rows([lw.q, lw.k, lw.v])
         if fused is not None:
-            qkv = [self.linear(x, fused, f"layers.{i}.attn.qkv"), "", ""]
+            qkv = [self.linear(x, fused, f"layers.{i}.attn.qkv")]
         else:
             parts = {"q": lw.q, "k": lw.k, "v": lw.v}
             qkv = [self.linear(x, w, f"layers.{i}.attn.{p}") for p, w in parts.items()]
-        attn, _, _ = g.op(
-            "GroupQueryAttention",
-            [
-                *qkv,
-                f"past_key_values.{i}.key",
-                f"past_key_values.{i}.value",
-                seqlens_k,
-                total,
-                self.cos,
-                self.sin,
-            ],
-            [g.unique(f"layers.{i}.attn/output"), f"present.{i}.key", f"present.{i}.value"],
-            domain=MS_DOMAIN,
-            num_heads=spec.n_heads,
-            kv_num_heads=spec.n_kv_heads,
-            do_rotary=1,
-            rotary_interleaved=0,
-            scale=float(1.0 / np.sqrt(spec.head_dim)),
-        )
-        return self.linear(attn, lw.o, f"layers.{i}.attn.o_proj")
+        return self.linear(self.attn(qkv, i), lw.o, f"layers.{i}.attn.o_proj")
 
     def mlp(self, x: str, lw: LayerWeights, i: int) -> str:
         g = self.g
@@ -186,37 +178,22 @@ class LlamaGraphBuilder:
     def build(self, source: WeightSource, progress: Progress | None = None) -> onnx.ModelProto:
         g, spec = self.g, self.spec
         report = progress or (lambda _f, _m: None)
-        batch, seq, total_len, past_len = (
-            "batch_size",
-            "sequence_length",
-            "total_sequence_length",
-            "past_sequence_length",
-        )
-        ids = g.add_input("input_ids", TensorProto.INT64, [batch, seq])
-        mask = g.add_input("attention_mask", TensorProto.INT64, [batch, total_len])
-        kv_shape: list[int | str] = [batch, spec.n_kv_heads, past_len, spec.head_dim]
-        present_shape: list[int | str] = [batch, spec.n_kv_heads, total_len, spec.head_dim]
+        io = self.attn.io()
+        ids = g.add_input("input_ids", TensorProto.INT64, io.ids_shape)
+        mask = g.add_input("attention_mask", TensorProto.INT64, io.mask_shape)
+        positions = None
+        if io.position_ids:
+            positions = g.add_input("position_ids", TensorProto.INT64, io.ids_shape)
         for i in range(spec.n_layers):
             for kind in ("key", "value"):
-                g.add_input(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, kv_shape)
-        g.add_output("logits", TensorProto.FLOAT, [batch, seq, spec.vocab_size])
+                g.add_input(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, io.past_shape)
+        g.add_output("logits", TensorProto.FLOAT, io.logits_shape)
         for i in range(spec.n_layers):
             for kind in ("key", "value"):
-                g.add_output(f"present.{i}.{kind}", TensorProto.FLOAT, present_shape)
-
-        # GroupQueryAttention wants seqlens_k = tokens so far - 1 and the total length.
-        mask_sum = g.op1(
-            "ReduceSum", [mask, g.const("axis_1", np.array([1], np.int64))], keepdims=0
-        )
-        seqlens_k = g.op1(
-            "Cast",
-            [g.op1("Sub", [mask_sum, g.const("one_i64", np.array(1, np.int64))])],
-            to=TensorProto.INT32,
-        )
-        width = g.op1("Gather", [g.op1("Shape", [mask]), g.const("index_1", np.array(1, np.int64))])
-        total = g.op1("Cast", [width], to=TensorProto.INT32)
-        cos, sin = rope_cache(spec, self.options.context_length)
-        self.cos, self.sin = g.const("cos_cache", cos), g.const("sin_cache", sin)
+                g.add_output(f"present.{i}.{kind}", TensorProto.FLOAT, io.present_shape)
+        if isinstance(self.attn, StandardAttention):
+            self.attn.bind_ids(ids)
+        self.attn.prelude(mask, positions)
 
         report(0.0, "embedding")
         x = self.embed(ids, source.embedding())
@@ -230,7 +207,7 @@ class LlamaGraphBuilder:
                 normed, residual = self.skip_rms(
                     hidden, residual, lw.attn_norm, f"layers.{i}.input_layernorm"
                 )
-            attn = self.attention(normed, lw, i, seqlens_k, total)
+            attn = self.attention(normed, lw, i)
             normed, residual = self.skip_rms(
                 attn, residual, lw.ffn_norm, f"layers.{i}.post_attention_layernorm"
             )
@@ -246,6 +223,5 @@ class LlamaGraphBuilder:
         g.op("Identity", [logits], ["logits"])
         report(1.0, "graph built")
         return g.model(
-            spec.name,
-            {"chatapp.attention": "group_query_attention", "chatapp.kv_layout": "shared-buffer"},
+            spec.name, {"chatapp.attention": self.attn.kind, "chatapp.kv_layout": self.attn.layout}
         )

@@ -73,9 +73,19 @@ def generation_config(meta: dict[str, Any], context_length: int) -> dict[str, An
     }
 
 
-def genai_config(spec: LlamaSpec, meta: dict[str, Any], context_length: int) -> dict[str, Any]:
+def genai_config(
+    spec: LlamaSpec, meta: dict[str, Any], context_length: int, shared_buffer: bool = True
+) -> dict[str, Any]:
     """onnxruntime-genai's description of the same folder (its builder's format)."""
     eos = eos_token_ids(meta)
+    inputs = {
+        "input_ids": "input_ids",
+        "attention_mask": "attention_mask",
+        "past_key_names": "past_key_values.%d.key",
+        "past_value_names": "past_key_values.%d.value",
+    }
+    if not shared_buffer:
+        inputs["position_ids"] = "position_ids"
     return {
         "model": {
             "bos_token_id": _special(meta, "bos", 0),
@@ -85,12 +95,7 @@ def genai_config(spec: LlamaSpec, meta: dict[str, Any], context_length: int) -> 
                 "filename": MODEL_FILE,
                 "head_size": spec.head_dim,
                 "hidden_size": spec.hidden_size,
-                "inputs": {
-                    "input_ids": "input_ids",
-                    "attention_mask": "attention_mask",
-                    "past_key_names": "past_key_values.%d.key",
-                    "past_value_names": "past_key_values.%d.value",
-                },
+                "inputs": inputs,
                 "outputs": {
                     "logits": "logits",
                     "present_key_names": "present.%d.key",
@@ -115,7 +120,7 @@ def genai_config(spec: LlamaSpec, meta: dict[str, Any], context_length: int) -> 
             "no_repeat_ngram_size": 0,
             "num_beams": 1,
             "num_return_sequences": 1,
-            "past_present_share_buffer": True,
+            "past_present_share_buffer": shared_buffer,
             "repetition_penalty": 1.0,
             "temperature": 1.0,
             "top_k": 1,

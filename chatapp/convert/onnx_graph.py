@@ -37,7 +37,9 @@ class OnnxGraph:
             if key in self._consts:
                 return self._consts[key]
         name = self.unique(base)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        # Not np.ascontiguousarray: it turns a 0-d scalar into shape [1].
+        contiguous = array if array.flags.c_contiguous else array.copy(order="C")
+        self.initializers.append(numpy_helper.from_array(contiguous, name))
         if key is not None:
             self._consts[key] = name
         return name

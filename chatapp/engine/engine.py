@@ -9,11 +9,10 @@ from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.devices import Device, find_device, start_session
 from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation
-from chatapp.engine.loops import LOOPS, KVLoop
+from chatapp.engine.loops import MODES, KVLoop, make_loop
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.sampling import SamplingSettings
 
-MODES = tuple(LOOPS)
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
 # does not reserve gigabytes for a chat that will use a few thousand tokens.
 DEFAULT_MAX_CONTEXT = 8192
@@ -43,10 +42,12 @@ class Engine:
 
     def loop(self, mode: str | None = None) -> KVLoop:
         mode = mode or self.mode
-        if mode not in LOOPS:
+        if mode not in MODES:
             raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
         if mode not in self._loops:
-            self._loops[mode] = LOOPS[mode](self.session, self.info, self.device, self.max_context)
+            self._loops[mode] = make_loop(
+                mode, self.session, self.info, self.device, self.max_context
+            )
         return self._loops[mode]
 
     def set_mode(self, mode: str) -> None:

@@ -41,7 +41,7 @@ class Generation:
     ) -> None:
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty")
-        if len(prompt_ids) >= loop.max_context:
+        if not loop.fits(len(prompt_ids)):
             raise ContextOverflowError(len(prompt_ids), loop.max_context)
         self.loop = loop
         self.prompt_ids = list(prompt_ids)
@@ -69,7 +69,7 @@ class Generation:
         last = np.ascontiguousarray(logits[-1])
         history = list(self.prompt_ids)
         previous = started
-        limit = min(self.settings.max_new_tokens, loop.max_context - len(self.prompt_ids))
+        limit = min(self.settings.max_new_tokens, loop.tokens_that_fit(0))
         while True:
             t_sample = perf()
             token = self.sampler(last, history)

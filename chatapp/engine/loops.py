@@ -53,6 +53,14 @@ class KVLoop(ABC):
         self.cached = list(prompt[:reuse])
         return reuse
 
+    def fits(self, prompt_tokens: int) -> bool:
+        """Can a prompt this long run and leave room to generate?"""
+        return prompt_tokens < self.max_context
+
+    def tokens_that_fit(self, new_tokens: int) -> int:
+        """How many tokens can be generated after prefilling `new_tokens` more."""
+        return self.max_context - len(self.cached) - new_tokens
+
     def forward(
         self, new_ids: Sequence[int], all_logits: bool = False
     ) -> tuple[np.ndarray, float, float]:
@@ -130,8 +138,6 @@ class IOBindingLoop(KVLoop):
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
     ) -> None:
         super().__init__(session, info, device, max_context)
-        if info.layout is KVLayout.STATIC_WINDOW:
-            raise NotImplementedError("static-window models need their own IO-Binding plan")
         self._binding = session.io_binding()
         self._on_cpu = device.ortvalue_device == "cpu"
         self._ids = np.zeros((1, max_context), dtype=np.int64)
@@ -255,4 +261,17 @@ class IOBindingLoop(KVLoop):
         return buf
 
 
-LOOPS: dict[str, type[KVLoop]] = {NaiveLoop.mode: NaiveLoop, IOBindingLoop.mode: IOBindingLoop}
+MODES = (NaiveLoop.mode, IOBindingLoop.mode)
+
+
+def make_loop(
+    mode: str, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
+) -> KVLoop:
+    """The loop for `mode` that fits the model's KV layout."""
+    if info.layout is KVLayout.STATIC_WINDOW:
+        from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
+
+        static = {"naive": NaiveStaticLoop, "iobinding": IOBindingStaticLoop}
+        return static[mode](session, info, device, max_context)
+    dynamic = {"naive": NaiveLoop, "iobinding": IOBindingLoop}
+    return dynamic[mode](session, info, device, max_context)

@@ -184,7 +184,7 @@ def _describe(
     vocab = (
         logits_dims[-1] if isinstance(logits_dims[-1], int) else int(config.get("vocab_size", 0))
     )
-    context = _context_length(config, genai, past_dims, layout)
+    context = _context_length(config, genai, present_dims, layout)
     return ModelInfo(
         folder=folder,
         onnx_path=onnx_path,
@@ -227,10 +227,10 @@ def _layout(
 
 
 def _context_length(
-    config: dict[str, Any], genai: dict[str, Any], past: list[int | str], layout: KVLayout
+    config: dict[str, Any], genai: dict[str, Any], present: list[int | str], layout: KVLayout
 ) -> int:
     if layout is KVLayout.STATIC_WINDOW:
-        return int(past[2]) + 1
+        return int(present[2])  # the fixed number of slots
     for value in (
         genai.get("model", {}).get("context_length"),
         config.get("max_position_embeddings"),

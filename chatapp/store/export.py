@@ -1,0 +1,302 @@
+"""One conversation as Markdown (for people) and as JSON (for chatapp to import again).
+
+JSON export format, version 1
+-----------------------------
+UTF-8 JSON object::
+
+    {
+      "format": "chatapp-conversation",        # required, exactly this
+      "version": 1,                            # required; a higher number is refused
+      "exported": "2026-11-03T12:00:00.000000+00:00",
+      "generator": "chatapp 0.1.0",
+      "conversation": {                        # required
+        "title": "Ducks",                      # required, string
+        "created": "<ISO 8601 with offset>",   # optional (default: import time)
+        "updated": "<ISO 8601 with offset>",   # optional (default: import time)
+        "model": "SmolLM2-135M-Instruct",      # optional, string or null
+        "system_prompt": "You are ...",        # optional, string (default "")
+        "messages": [                          # required, in order
+          {"role": "user", "content": "Hi", "created": "<ISO 8601>"},
+          {"role": "assistant", "content": "Hello!", "created": "<ISO 8601>",
+           "figures": {                        # optional, assistant only; each key optional
+             "model": str, "device": str, "mode": "naive" | "iobinding",
+             "tokens_per_s": float, "ttft_s": float,
+             "perplexity": float, "prompt_perplexity": float,
+             "prompt_tokens": int, "reused_tokens": int, "generated_tokens": int,
+             "context_length": int, "finish_reason": "eos" | "length" | "stop" | "error"}}
+        ]
+      }
+    }
+
+Any value shown may be null where the store has "unknown". Times carry a UTC offset. Unknown
+keys are ignored: adding optional keys keeps version 1; anything an old reader would get wrong
+bumps the version. `parse_json` checks everything before the store writes anything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, tzinfo
+from typing import Any, TypeGuard, cast
+
+from chatapp import __version__
+from chatapp.store.errors import ImportFormatError
+from chatapp.store.models import (
+    FIGURE_FLOATS,
+    FIGURE_INTS,
+    FIGURE_TEXTS,
+    ROLES,
+    ConversationDraft,
+    Figures,
+    MessageDraft,
+    Role,
+    StoredConversation,
+    from_iso,
+    to_iso,
+)
+
+FORMAT = "chatapp-conversation"
+FORMAT_VERSION = 1
+
+_MODE_LABELS = {"naive": "naive loop", "iobinding": "IO-Binding loop"}
+_FINISH_LABELS = {
+    "eos": "finished",
+    "length": "hit the token limit",
+    "stop": "stopped",
+    "error": "failed",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON out
+
+
+def to_json_dict(conv: StoredConversation, exported: datetime | None = None) -> dict[str, Any]:
+    info = conv.info
+    messages: list[dict[str, Any]] = []
+    for m in conv.messages:
+        item: dict[str, Any] = {"role": m.role, "content": m.content, "created": to_iso(m.created)}
+        if m.figures is not None:
+            item["figures"] = m.figures.to_dict()
+        messages.append(item)
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "exported": to_iso(exported or datetime.now(UTC)),
+        "generator": f"chatapp {__version__}",
+        "conversation": {
+            "title": info.title,
+            "created": to_iso(info.created),
+            "updated": to_iso(info.updated),
+            "model": info.model,
+            "system_prompt": info.system_prompt,
+            "messages": messages,
+        },
+    }
+
+
+def to_json(conv: StoredConversation, exported: datetime | None = None) -> str:
+    # allow_nan=False: Figures already turned NaN into None; anything else is a bug to see.
+    return json.dumps(to_json_dict(conv, exported), ensure_ascii=False, indent=2, allow_nan=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON in
+
+
+def parse_json(data: str | bytes, now: datetime | None = None) -> ConversationDraft:
+    """Validate a JSON export completely; raises ImportFormatError naming the bad spot."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ImportFormatError(f"the file is not UTF-8 text ({exc.reason})") from exc
+    try:
+        # NaN/Infinity are not JSON; Python would accept them by default.
+        doc = json.loads(data, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(
+            f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
+        ) from exc
+    return _conversation_from(doc, now or datetime.now(UTC))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ImportFormatError(f"{name} is not allowed in JSON")
+
+
+def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
+    top = _object(doc, "the top level")
+    fmt = top.get("format")
+    if fmt != FORMAT:
+        raise ImportFormatError(f'"format" must be "{FORMAT}", found {_show(fmt)}')
+    version = top.get("version")
+    if not _is_int(version):
+        raise ImportFormatError(f'"version" must be a whole number, found {_show(version)}')
+    if version > FORMAT_VERSION:
+        raise ImportFormatError(
+            f"format version {version} comes from a newer chatapp; this one reads up to "
+            f"version {FORMAT_VERSION}"
+        )
+    if version < 1:
+        raise ImportFormatError(f"unknown format version {version}")
+
+    conv = _object(top.get("conversation"), "conversation")
+    title = _string(conv.get("title"), "conversation.title")
+    created = _time(conv.get("created"), "conversation.created", now)
+    updated = _time(conv.get("updated"), "conversation.updated", now)
+    model = _optional_string(conv.get("model"), "conversation.model")
+    system_prompt = _optional_string(conv.get("system_prompt"), "conversation.system_prompt")
+    raw_messages = conv.get("messages")
+    if not isinstance(raw_messages, list):
+        raise ImportFormatError(
+            f"must be a list, found {_show(raw_messages)}", "conversation.messages"
+        )
+    messages = tuple(
+        _message_from(raw, f"conversation.messages[{i}]", now) for i, raw in enumerate(raw_messages)
+    )
+    return ConversationDraft(
+        title=title,
+        created=created,
+        updated=updated,
+        model=model,
+        system_prompt=system_prompt or "",
+        messages=messages,
+    )
+
+
+def _message_from(raw: Any, where: str, now: datetime) -> MessageDraft:
+    obj = _object(raw, where)
+    role = obj.get("role")
+    if role not in ROLES:
+        raise ImportFormatError(f'"role" must be "user" or "assistant", found {_show(role)}', where)
+    content = _string(obj.get("content"), f"{where}.content")
+    created = _time(obj.get("created"), f"{where}.created", now)
+    figures = None
+    if obj.get("figures") is not None:
+        if role != "assistant":
+            raise ImportFormatError("only assistant messages have figures", where)
+        figures = _figures_from(obj["figures"], f"{where}.figures")
+    return MessageDraft(cast(Role, role), content, figures, created)
+
+
+def _figures_from(raw: Any, where: str) -> Figures | None:
+    obj = _object(raw, where)
+    values: dict[str, Any] = {}
+    for name in FIGURE_TEXTS:
+        values[name] = _optional_string(obj.get(name), f"{where}.{name}")
+    for name in FIGURE_INTS:
+        value = obj.get(name)
+        if value is not None and not (_is_int(value) and value >= 0):
+            raise ImportFormatError(
+                f"must be a whole number >= 0 or null, found {_show(value)}", f"{where}.{name}"
+            )
+        values[name] = value
+    for name in FIGURE_FLOATS:
+        value = obj.get(name)
+        if value is not None and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        ):
+            raise ImportFormatError(
+                f"must be a number or null, found {_show(value)}", f"{where}.{name}"
+            )
+        values[name] = value
+    figures = Figures(**values)
+    return None if figures.is_empty() else figures
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ImportFormatError(f"must be a JSON object, found {_show(value)}", where)
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ImportFormatError(f"must be a string, found {_show(value)}", where)
+    return value
+
+
+def _optional_string(value: Any, where: str) -> str | None:
+    return None if value is None else _string(value, where)
+
+
+def _time(value: Any, where: str, default: datetime) -> datetime:
+    if value is None:
+        return default
+    text = _string(value, where)
+    try:
+        return from_iso(text)
+    except ValueError as exc:
+        raise ImportFormatError(
+            f"must be an ISO 8601 time with a UTC offset, found {_show(text)}", where
+        ) from exc
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if value is not None else "nothing"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown out
+
+
+def to_markdown(conv: StoredConversation, tz: tzinfo | None = None) -> str:
+    """A readable transcript; times in `tz` (default: this computer's local time)."""
+    info = conv.info
+    lines = [f"# {_one_line(info.title) or 'Untitled'}", ""]
+    meta = [f"{len(conv.messages)} messages", f"started {_when(info.created, tz)}"]
+    if info.model:
+        meta.append(f"model {info.model}")
+    lines += [f"*Exported from chatapp {__version__} · {' · '.join(meta)}*", ""]
+    if info.system_prompt.strip():
+        lines += ["**System prompt**", ""]
+        lines += [f"> {line}".rstrip() for line in info.system_prompt.strip().splitlines()]
+        lines.append("")
+    for m in conv.messages:
+        lines += ["---", "", f"### {m.role.capitalize()} · {_when(m.created, tz)}", ""]
+        lines += [m.content.rstrip("\n"), ""]
+        if m.figures is not None:
+            lines += [f"*{figures_line(m.figures)}*", ""]
+    return "\n".join(lines)
+
+
+def figures_line(fig: Figures) -> str:
+    """One line of figures; unknown ones are left out."""
+    parts: list[str] = []
+    if fig.model:
+        parts.append(fig.model)
+    if fig.device:
+        parts.append(fig.device)
+    if fig.mode:
+        parts.append(_MODE_LABELS.get(fig.mode, fig.mode))
+    if fig.tokens_per_s is not None:
+        parts.append(f"{fig.tokens_per_s:.1f} tokens/s")
+    if fig.ttft_s is not None:
+        parts.append(f"TTFT {fig.ttft_s * 1000:.0f} ms")
+    if fig.perplexity is not None:
+        parts.append(f"perplexity {fig.perplexity:.2f}")
+    if fig.prompt_perplexity is not None:
+        parts.append(f"prompt perplexity {fig.prompt_perplexity:.2f}")
+    if fig.prompt_tokens is not None:
+        parts.append(f"{fig.prompt_tokens} prompt tokens")
+    if fig.generated_tokens is not None:
+        parts.append(f"{fig.generated_tokens} generated tokens")
+    if fig.finish_reason:
+        parts.append(_FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
+    return " · ".join(parts)
+
+
+def _when(when: datetime, tz: tzinfo | None) -> str:
+    local = when.astimezone(tz)
+    return local.strftime("%Y-%m-%d %H:%M ") + (local.strftime("%z") or "UTC")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,70 @@
+"""Moving a damaged history file aside so the app can start with a new one.
+
+The old file is kept, never deleted: a person (or `sqlite3 file .recover`) may still get
+conversations out of it. Its -wal/-shm/-journal companions go with it under matching names
+(`<new name>-wal`), so SQLite opening the moved copy still finds its log, and a stale log is
+never replayed into the new database. They are copied *before* the damaged connection closes:
+SQLite deletes -wal/-shm when its last connection closes, even for a file it could not read,
+and the -wal may hold the newest conversations.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+COMPANION_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What the GUI tells the person after a damaged history was replaced."""
+
+    original: Path
+    moved_to: Path
+    moved_files: tuple[Path, ...]  # moved_to and any moved companions
+    reason: str  # SQLite's words, e.g. "file is not a database"
+
+    def message(self) -> str:
+        return (
+            f"The chat history file {self.original} was damaged ({self.reason}). "
+            f"It was moved to {self.moved_to} and a new, empty history was started."
+        )
+
+
+def corrupt_name(path: Path, when: datetime) -> Path:
+    """`history.sqlite3.corrupt-YYYYMMDD-HHMMSS` (local time), with -1, -2... if taken."""
+    stem = f"{path.name}.corrupt-{when.strftime('%Y%m%d-%H%M%S')}"
+    candidate = path.with_name(stem)
+    n = 1
+    while any(Path(f"{candidate}{s}").exists() for s in ("", *COMPANION_SUFFIXES)):
+        candidate = path.with_name(f"{stem}-{n}")
+        n += 1
+    return candidate
+
+
+def move_aside(
+    path: Path,
+    reason: str,
+    when: datetime | None = None,
+    close: Callable[[], None] | None = None,
+) -> Recovery:
+    """Move `path` and its companions aside; `close` closes the connection that found the
+    damage (called after the companions are copied, before the rename: Windows cannot rename
+    an open file)."""
+    target = corrupt_name(path, when or datetime.now())
+    companions = [s for s in COMPANION_SUFFIXES if Path(f"{path}{s}").exists()]
+    for suffix in companions:
+        shutil.copy2(f"{path}{suffix}", f"{target}{suffix}")
+    if close is not None:
+        close()
+    os.replace(path, target)
+    for suffix in companions:
+        if Path(f"{path}{suffix}").exists():  # still there: take it, it is the newest
+            os.replace(f"{path}{suffix}", f"{target}{suffix}")
+    moved = (target, *(Path(f"{target}{s}") for s in companions))
+    return Recovery(original=path, moved_to=target, moved_files=moved, reason=reason)

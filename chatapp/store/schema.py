@@ -1,0 +1,164 @@
+"""The history schema and its forward migrations, keyed by `PRAGMA user_version`.
+
+`MIGRATIONS[n]` turns a version n-1 database into version n; version 0 is an empty file.
+Adding version 2 is one function plus one dict entry:
+
+    def _v2(conn: sqlite3.Connection) -> None:
+        conn.execute("ALTER TABLE messages ADD COLUMN seed INTEGER")
+
+    MIGRATIONS = {1: _v1, 2: _v2}
+
+All pending steps run in one IMMEDIATE transaction together with the `user_version` bump, so a
+crash or error mid-way leaves the file at its old version, and two instances starting at once
+cannot both migrate. Foreign keys are off during the steps (SQLite cannot switch them inside a
+transaction, and a table rebuild needs them off) and checked with `foreign_key_check` before
+the commit. A file with a higher version than we know is never touched: `SchemaTooNewError`.
+
+Only long-standing SQLite features are used (no STRICT tables, no generated columns): an older
+SQLite in another build of the app would call a newer feature "malformed schema", which looks
+exactly like corruption and would get the file moved aside.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from chatapp.store.errors import SchemaTooNewError, StoreError
+
+Migration = Callable[[sqlite3.Connection], None]
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    # AUTOINCREMENT: ids are never reused. Another instance may still show a conversation we
+    # delete; a reused id would send its next message into someone else's conversation.
+    # Times are ISO 8601 UTC text with microseconds ("2026-11-03T12:00:00.000000+00:00"):
+    # readable in the sqlite3 shell and ordered correctly as text.
+    # Figures are columns rather than one JSON column: a fixed, small set of typed values that
+    # SQL can filter and aggregate (median tokens/s per loop and device across the history),
+    # NULL for user messages; a new figure is one ALTER TABLE in a migration.
+    for statement in _V1_STATEMENTS:
+        conn.execute(statement)
+
+
+# Separate statements, not executescript(): on Python 3.11 executescript() commits the open
+# transaction first, which would break the all-or-nothing upgrade.
+_V1_STATEMENTS = (
+    """
+        CREATE TABLE conversations (
+            id            INTEGER PRIMARY KEY AUTOINCREMENT,
+            title         TEXT NOT NULL,
+            created       TEXT NOT NULL,
+            updated       TEXT NOT NULL,
+            model         TEXT,
+            system_prompt TEXT NOT NULL DEFAULT ''
+        )
+    """,
+    "CREATE INDEX conversations_by_updated ON conversations (updated DESC, id DESC)",
+    """
+        CREATE TABLE messages (
+            id                INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id   INTEGER NOT NULL
+                              REFERENCES conversations (id) ON DELETE CASCADE,
+            position          INTEGER NOT NULL CHECK (position >= 0),
+            role              TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            content           TEXT NOT NULL,
+            created           TEXT NOT NULL,
+            -- figures of an assistant answer; NULL when unknown or for user messages
+            model             TEXT,
+            device            TEXT,
+            mode              TEXT,
+            tokens_per_s      REAL,
+            ttft_s            REAL,
+            perplexity        REAL,
+            prompt_perplexity REAL,
+            prompt_tokens     INTEGER,
+            reused_tokens     INTEGER,
+            generated_tokens  INTEGER,
+            context_length    INTEGER,
+            finish_reason     TEXT,
+            -- also the index the foreign key and the ordered load use
+            UNIQUE (conversation_id, position)
+        )
+    """,
+)
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1}
+CURRENT_VERSION = max(MIGRATIONS)
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def configure(conn: sqlite3.Connection, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> str:
+    """Per-connection settings; returns the journal mode actually in effect.
+
+    WAL: readers never block the writer and vice versa, so a second instance (or a search)
+    does not stall an answer being saved; a commit is one append to the -wal file.
+    synchronous=NORMAL: in WAL mode this never corrupts the file and keeps every commit across
+    a crash or kill of the process (the kill test checks it); only a power loss or OS crash
+    can roll back the last few commits. FULL would add an fsync per message on the GUI thread,
+    which on slow, encrypted or network home folders costs tens of milliseconds.
+    Where WAL is unavailable (some network file systems) we stay in rollback-journal mode,
+    where NORMAL could corrupt on power loss, so FULL is used there.
+    """
+    mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA synchronous={'NORMAL' if mode == 'wal' else 'FULL'}")
+    # Wait (rather than fail at once) while another instance holds the write lock.
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    return mode
+
+
+def migrate(
+    conn: sqlite3.Connection,
+    path: Path | str,
+    migrations: Mapping[int, Migration] = MIGRATIONS,
+) -> tuple[int, int]:
+    """Bring the database up to `max(migrations)`; returns (version before, version after).
+
+    `conn` must be in autocommit mode (isolation_level=None).
+    """
+    target = max(migrations)
+    missing = [v for v in range(1, target + 1) if v not in migrations]
+    if missing:
+        raise ValueError(f"migrations are missing for versions {missing}")
+    before = user_version(conn)
+    if before > target:
+        raise SchemaTooNewError(path, before, target)
+    if before == target:
+        return before, target
+
+    fk_on = bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    conn.execute("PRAGMA foreign_keys=OFF")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Read again under the write lock: another instance may have migrated meanwhile.
+            before = user_version(conn)
+            if before > target:
+                raise SchemaTooNewError(path, before, target)
+            for version in range(before + 1, target + 1):
+                migrations[version](conn)
+                if not conn.in_transaction:  # e.g. a step used executescript()
+                    raise StoreError(f"migration to version {version} ended the transaction")
+                if conn.execute("PRAGMA foreign_key_check").fetchone() is not None:
+                    raise StoreError(
+                        f"Upgrading the chat history {path} to version {version} broke a "
+                        "foreign key; nothing was changed."
+                    )
+                conn.execute(f"PRAGMA user_version={int(version)}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        if fk_on:
+            conn.execute("PRAGMA foreign_keys=ON")
+    return before, target

@@ -1,0 +1,124 @@
+"""Dropping the oldest turns so the prompt plus the answer's reserve fits the context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from chatapp.engine.chat import Message
+from chatapp.store.context_policy import fit_to_context, split_turns
+
+GENERATION_PROMPT = 3  # "<|assistant|>\n" of a template, counted once per prompt
+PER_MESSAGE = 4  # role markers and newlines around each message
+
+
+def count(messages: list[Message]) -> int:
+    """A stand-in for len(chat_ids(messages)): one token per word plus template overhead."""
+    return GENERATION_PROMPT + sum(PER_MESSAGE + len(m.content.split()) for m in messages)
+
+
+def conversation(turns: int, words: int = 10, system: str | None = "be kind") -> list[Message]:
+    out = [Message("system", system)] if system is not None else []
+    for i in range(turns):
+        out.append(Message("user", f"q{i} " + "w " * (words - 1)))
+        out.append(Message("assistant", f"a{i} " + "w " * (words - 1)))
+    return out
+
+
+def test_everything_fits() -> None:
+    msgs = conversation(3)
+    fit = fit_to_context(msgs, count, limit=1000, reserve=100)
+    assert fit.kept == msgs
+    assert (fit.dropped_count, fit.dropped_turns, fit.cut_index) == (0, 0, None)
+    assert fit.fits
+    assert fit.prompt_tokens == count(msgs)
+    assert fit.pinned_count == 1
+    assert fit.pinned_tokens == count(msgs[:1])
+    # Each turn: two messages of 10 words plus their markers.
+    assert [t.tokens for t in fit.turns] == [2 * (PER_MESSAGE + 10)] * 3
+    assert [(t.start, t.stop) for t in fit.turns] == [(1, 3), (3, 5), (5, 7)]
+    assert fit.pinned_tokens + sum(t.tokens for t in fit.turns) == fit.prompt_tokens
+
+
+def test_oldest_turns_go_first_and_the_system_prompt_stays() -> None:
+    msgs = [*conversation(10), Message("user", "the question now")]
+    limit, reserve = 150, 40
+    fit = fit_to_context(msgs, count, limit=limit, reserve=reserve)
+    assert fit.dropped_turns > 0
+    assert fit.fits and fit.prompt_tokens + reserve <= limit
+    assert fit.kept[0] == msgs[0]  # the system prompt
+    assert fit.kept[1].role == "user"  # never an answer without its question
+    assert fit.kept[-1] == msgs[-1]
+    assert fit.kept[1:] == msgs[1 + fit.dropped_count :]  # a clean cut, nothing skipped
+    assert fit.dropped_count % 2 == 0 and fit.dropped_turns == fit.dropped_count // 2
+    assert fit.cut_index == 1 + fit.dropped_count
+    assert [t.kept for t in fit.turns] == [False] * fit.dropped_turns + [True] * (
+        len(fit.turns) - fit.dropped_turns
+    )
+    # As little as possible is dropped: one more turn would not have fit.
+    one_more = msgs[:1] + msgs[1 + fit.dropped_count - 2 :]
+    assert count(one_more) + reserve > limit
+
+
+def test_cut_is_minimal_for_every_limit() -> None:
+    msgs = conversation(12, words=7)
+    for limit in range(60, 400, 7):
+        fit = fit_to_context(msgs, count, limit=limit, reserve=20)
+        expected_drop = 0
+        while expected_drop < 11 and count(msgs[:1] + msgs[1 + 2 * expected_drop :]) + 20 > limit:
+            expected_drop += 1
+        assert fit.dropped_turns == expected_drop, limit
+
+
+def test_when_even_the_last_turn_is_too_long() -> None:
+    msgs = [*conversation(2), Message("user", "word " * 500)]
+    fit = fit_to_context(msgs, count, limit=256, reserve=64)
+    assert not fit.fits
+    assert fit.kept == [msgs[0], msgs[-1]]
+    assert fit.dropped_turns == 2
+    assert fit.prompt_tokens == count(fit.kept) > fit.budget == 192
+
+
+def test_no_system_prompt_and_a_greeting_first() -> None:
+    msgs = [Message("assistant", "Hello! How can I help?"), *conversation(4, system=None)]
+    assert split_turns(msgs) == [(0, 1), (1, 3), (3, 5), (5, 7), (7, 9)]
+    fit = fit_to_context(msgs, count, limit=75, reserve=10)
+    assert fit.pinned_count == 0 and fit.pinned_tokens == 0
+    assert fit.kept[0].role == "user"
+    assert fit.kept == msgs[fit.dropped_count :]
+    assert fit.fits
+
+
+def test_count_tokens_is_called_sparingly() -> None:
+    calls = 0
+
+    def counting(messages: list[Message]) -> int:
+        nonlocal calls
+        calls += 1
+        return count(messages)
+
+    fit = fit_to_context(conversation(64), counting, limit=400, reserve=50)
+    assert fit.dropped_turns > 0
+    assert calls <= 64 + 7 + 2  # per-turn figures + a binary search
+
+
+def test_any_object_with_role_and_content() -> None:
+    @dataclass
+    class GuiMessage:
+        role: str
+        content: str
+        figures: object = None
+
+    msgs = [GuiMessage("user", "a b c"), GuiMessage("assistant", "d e")]
+    fit = fit_to_context(msgs, lambda ms: sum(len(m.content.split()) for m in ms), 100)
+    assert fit.kept == msgs and fit.kept[0] is msgs[0]
+
+
+def test_empty_and_invalid() -> None:
+    fit = fit_to_context([], count, limit=10)
+    assert fit.kept == [] and fit.prompt_tokens == 0 and fit.turns == ()
+    with pytest.raises(ValueError):
+        fit_to_context([], count, limit=0)
+    with pytest.raises(ValueError):
+        fit_to_context([], count, limit=10, reserve=-1)

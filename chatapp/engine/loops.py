@@ -143,6 +143,7 @@ class IOBindingLoop(KVLoop):
         self._ids = np.zeros((1, max_context), dtype=np.int64)
         self._pos = np.zeros((1, max_context), dtype=np.int64)
         self._step_logits = np.zeros((1, 1, info.vocab_size), dtype=np.float32)
+        self._prefill_logits = np.empty((1, 0, info.vocab_size), dtype=np.float32)
         self._bound_step = False  # are the per-token (length 1) bindings in place?
         self._kv: dict[str, ort.OrtValue] = {}
         self._out_order: list[str] = []  # IOBinding returns outputs in first-bound order
@@ -254,7 +255,10 @@ class IOBindingLoop(KVLoop):
                 return buf
             self._bound_step = True
         else:
-            buf = np.empty((1, n, vocab), dtype=np.float32)
+            # Grow-only: a fresh multi-hundred-MB buffer per prompt would page-fault every time.
+            if self._prefill_logits.shape[1] < n:
+                self._prefill_logits = np.empty((1, n, vocab), dtype=np.float32)
+            buf = self._prefill_logits[:, :n]
             self._bound_step = False
         self._binding.bind_output("logits", "cpu", 0, np.float32, [1, n, vocab], buf.ctypes.data)
         self._note_output("logits")

@@ -184,8 +184,12 @@ class IOBindingStaticLoop(StaticWindowLoop):
         super().__init__(session, info, device, max_context)
         dev = device.ortvalue_device
         self._binding = session.io_binding()
+        # One thread: a memcpy needs no pool, and an idle pool's spinning threads would
+        # compete with the model's own.
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
         self._shift = ort.InferenceSession(
-            shift_model(info, self.slots, self.window), providers=session.get_providers()
+            shift_model(info, self.slots, self.window), options, providers=session.get_providers()
         )
         self._shift_binding = self._shift.io_binding()
         past_shape = [1, info.kv_heads, self.slots - self.window, info.head_dim]

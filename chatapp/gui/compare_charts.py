@@ -1,0 +1,209 @@
+"""QtCharts of the two loops side by side; filled live by the comparison view, or all at once
+from a benchmark result by the headless report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCharts import (
+    QAreaSeries,
+    QBarCategoryAxis,
+    QBarSeries,
+    QBarSet,
+    QChart,
+    QLineSeries,
+    QValueAxis,
+)
+from PySide6.QtCore import QMargins, Qt
+from PySide6.QtGui import QColor, QPainter, QPen
+
+LOOPS = ("naive", "iobinding")
+LOOP_LABELS = {"naive": "naive", "iobinding": "IO-Binding"}
+LOOP_COLORS = {"naive": QColor("#d1495b"), "iobinding": QColor("#00798c")}
+PART_COLORS = {"run": QColor("#30638e"), "host": QColor("#edae49"), "sample": QColor("#8e8e8e")}
+PART_LABELS = {"run": "run (onnxruntime)", "host": "host preparation", "sample": "sampling"}
+RENDER_HINT = QPainter.RenderHint.Antialiasing
+
+
+def _setup(chart: QChart, title: str, legend: bool = True) -> None:
+    chart.setTitle(title)
+    chart.setMargins(QMargins(4, 4, 4, 4))
+    chart.legend().setVisible(legend)
+    chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
+    chart.setAnimationOptions(QChart.AnimationOption.NoAnimation)  # live data: no lag
+
+
+def _nice_range(axis: QValueAxis, top: float) -> None:
+    axis.setRange(0, top)
+    axis.applyNiceNumbers()  # round tick values (10, 20, ...) instead of 84.7, 63.5
+
+
+def _value_axes(chart: QChart, x_title: str, y_title: str) -> tuple[QValueAxis, QValueAxis]:
+    x_axis, y_axis = QValueAxis(), QValueAxis()
+    x_axis.setTitleText(x_title)
+    x_axis.setLabelFormat("%d")
+    y_axis.setLabelFormat("%g")
+    y_axis.setTitleText(y_title)
+    chart.addAxis(x_axis, Qt.AlignmentFlag.AlignBottom)
+    chart.addAxis(y_axis, Qt.AlignmentFlag.AlignLeft)
+    return x_axis, y_axis
+
+
+class LatencyLinesChart(QChart):
+    """Per-token latency over the generation, one line per loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _setup(self, "Time between tokens")
+        self.x_axis, self.y_axis = _value_axes(self, "token", "ms")
+        self.series: dict[str, QLineSeries] = {}
+        for loop in LOOPS:
+            series = QLineSeries()
+            series.setName(LOOP_LABELS[loop])
+            series.setPen(QPen(LOOP_COLORS[loop], 1.6))
+            self.addSeries(series)
+            series.attachAxis(self.x_axis)
+            series.attachAxis(self.y_axis)
+            self.series[loop] = series
+        self._max_x, self._max_y = 1.0, 1.0
+
+    def clear(self) -> None:
+        for series in self.series.values():
+            series.clear()
+        self._max_x, self._max_y = 1.0, 1.0
+        self._rescale()
+
+    def append(self, loop: str, index: int, latency_ms: float) -> None:
+        self.series[loop].append(index, latency_ms)
+        self._max_x, self._max_y = max(self._max_x, index), max(self._max_y, latency_ms)
+        self._rescale()
+
+    def set_series(self, loop: str, latencies_ms: Sequence[float]) -> None:
+        for i, value in enumerate(latencies_ms, start=1):
+            self.append(loop, i, value)
+
+    def _rescale(self) -> None:
+        _nice_range(self.x_axis, max(8.0, self._max_x))
+        _nice_range(self.y_axis, self._max_y * 1.1)
+
+
+class StepSplitChart(QChart):
+    """Per token, run / host preparation / sampling as stacked areas, for one loop."""
+
+    PARTS = ("run", "host", "sample")
+
+    def __init__(self, loop: str) -> None:
+        super().__init__()
+        _setup(self, f"{LOOP_LABELS[loop]}: where each token's time goes")
+        self.x_axis, self.y_axis = _value_axes(self, "token", "ms")
+        # Each part is the band between the running total before it and after it.
+        self.edges = [QLineSeries() for _ in range(len(self.PARTS) + 1)]
+        self.areas: dict[str, QAreaSeries] = {}
+        for i, part in enumerate(self.PARTS):
+            area = QAreaSeries(self.edges[i + 1], self.edges[i])
+            area.setName(PART_LABELS[part])
+            area.setColor(PART_COLORS[part])
+            area.setBorderColor(PART_COLORS[part])
+            self.addSeries(area)
+            area.attachAxis(self.x_axis)
+            area.attachAxis(self.y_axis)
+            self.areas[part] = area
+        self._count, self._max_y = 0, 1.0
+
+    def clear(self) -> None:
+        for edge in self.edges:
+            edge.clear()
+        self._count, self._max_y = 0, 1.0
+        self._rescale()
+
+    def append(self, run_ms: float, host_ms: float, sample_ms: float) -> None:
+        self._count += 1
+        total = 0.0
+        self.edges[0].append(self._count, 0.0)
+        for edge, value in zip(self.edges[1:], (run_ms, host_ms, sample_ms), strict=True):
+            total += value
+            edge.append(self._count, total)
+        self._max_y = max(self._max_y, total)
+        self._rescale()
+
+    def set_y_max(self, value: float) -> None:
+        """Both loops' charts on one scale, so their heights compare."""
+        self._max_y = max(self._max_y, value)
+        self._rescale()
+
+    def _rescale(self) -> None:
+        _nice_range(self.x_axis, max(8.0, self._count))
+        _nice_range(self.y_axis, self._max_y * 1.1)
+
+
+class PairBarChart(QChart):
+    """One figure (tokens/s or TTFT) for both loops, side by side."""
+
+    def __init__(self, title: str, unit: str) -> None:
+        super().__init__()
+        _setup(self, title, legend=False)
+        self.series = QBarSeries()
+        self.series.setLabelsVisible(True)
+        self.series.setLabelsFormat("@value")
+        self.bar = QBarSet(unit)
+        self.bar.append([0.0, 0.0])
+        # One set, two bars: the second is "selected" only to give it the other loop's color.
+        self.bar.setColor(LOOP_COLORS["naive"])
+        self.bar.setBorderColor(LOOP_COLORS["naive"])
+        self.bar.setSelectedColor(LOOP_COLORS["iobinding"])
+        self.bar.selectBar(1)
+        self.series.append(self.bar)
+        self.addSeries(self.series)
+        self.categories = QBarCategoryAxis()
+        self.categories.append([LOOP_LABELS[loop] for loop in LOOPS])
+        self.y_axis = QValueAxis()
+        self.y_axis.setTitleText(unit)
+        self.y_axis.setLabelFormat("%g")
+        self.addAxis(self.categories, Qt.AlignmentFlag.AlignBottom)
+        self.addAxis(self.y_axis, Qt.AlignmentFlag.AlignLeft)
+        self.series.attachAxis(self.categories)
+        self.series.attachAxis(self.y_axis)
+
+    def set_value(self, loop: str, value: float) -> None:
+        self.bar.replace(LOOPS.index(loop), round(value, 1))
+        top = max(self.bar.at(i) for i in range(self.bar.count()))
+        _nice_range(self.y_axis, max(1.0, top * 1.2))
+
+    def value(self, loop: str) -> float:
+        return float(self.bar.at(LOOPS.index(loop)))
+
+
+class SweepChart(QChart):
+    """Decode tokens/s of both loops against the context length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _setup(self, "Decode speed as the context grows")
+        self.x_axis, self.y_axis = _value_axes(self, "tokens in the context", "tokens/s")
+        self.series: dict[str, QLineSeries] = {}
+        for loop in LOOPS:
+            series = QLineSeries()
+            series.setName(LOOP_LABELS[loop])
+            series.setPen(QPen(LOOP_COLORS[loop], 2.0))
+            series.setPointsVisible(True)
+            self.addSeries(series)
+            series.attachAxis(self.x_axis)
+            series.attachAxis(self.y_axis)
+            self.series[loop] = series
+        self._max_x, self._max_y = 128.0, 1.0
+
+    def clear(self) -> None:
+        for series in self.series.values():
+            series.clear()
+        self._max_x, self._max_y = 128.0, 1.0
+        self._rescale()
+
+    def add_point(self, loop: str, context_tokens: int, tokens_per_s: float) -> None:
+        self.series[loop].append(context_tokens, tokens_per_s)
+        self._max_x = max(self._max_x, context_tokens)
+        self._max_y = max(self._max_y, tokens_per_s)
+        self._rescale()
+
+    def _rescale(self) -> None:
+        _nice_range(self.x_axis, self._max_x * 1.05)
+        _nice_range(self.y_axis, self._max_y * 1.2)

@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     args_list = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args, _rest = parser.parse_known_args(args_list)
-    if args.command is None:
-        print("GUI arrives with the desktop-app issue.")
-        return 0
+    if _starts_gui(parser, args_list):
+        from chatapp.gui.app import main as gui_main  # Qt is imported only for the GUI
+
+        return gui_main(args_list)
     args = parser.parse_args(args_list)
     try:
         return int(args.func(args) or 0)
@@ -49,3 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chatapp: interrupted", file=sys.stderr)
         return 130
+
+
+def _starts_gui(parser: argparse.ArgumentParser, args_list: list[str]) -> bool:
+    """No subcommand named: the desktop app, with `[--model DIR] [--device NAME] [--mode M]`.
+
+    Decided before argparse sees the GUI's options: `parse_known_args` would take the value
+    of `--model DIR` for a (misspelt) subcommand. `-h` and `--version` stay with this parser.
+    """
+    commands: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands.update(action.choices)
+    if any(a in ("-h", "--help", "--version") for a in args_list):
+        return False
+    return not any(a in commands for a in args_list)

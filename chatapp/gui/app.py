@@ -1,0 +1,233 @@
+"""Start the desktop app: QApplication on a qasync (asyncio) event loop, then the startup
+coroutine: prepare the default model on first run (with a progress dialog), then load it.
+
+Long work never runs on the GUI thread: preparation runs in the loop's executor thread and
+reports progress through a queued signal; loading runs in the generation worker's thread and
+the coroutine awaits its signals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal, SignalInstance, Slot
+from PySide6.QtWidgets import QApplication, QProgressDialog
+
+from chatapp.gui.main_window import MainWindow
+from chatapp.gui.qtcompat import emit
+from chatapp.gui.settings import APPLICATION, ORGANIZATION, open_settings
+
+MODES = ("naive", "iobinding")
+_app: QApplication | None = None  # keep a reference: Qt must not outlive its Python wrapper
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The GUI's options; anything unknown is left for Qt (e.g. -platform, -style)."""
+    parser = argparse.ArgumentParser(
+        prog="chatapp", description="Chat with small local language models on ONNX Runtime."
+    )
+    parser.add_argument("--model", type=Path, default=None, help="model folder to open")
+    parser.add_argument("--device", default=None, help="cpu, cuda, dml, coreml, openvino")
+    parser.add_argument("--mode", choices=MODES, default=None, help="generation loop")
+    return parser.parse_known_args(argv)
+
+
+def application(qt_args: list[str] | None = None) -> QApplication:
+    global _app
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication([sys.argv[0] if sys.argv else "chatapp", *(qt_args or [])])
+    assert isinstance(app, QApplication)
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("chatapp")
+    _app = app
+    return app
+
+
+def create_window(args: argparse.Namespace) -> MainWindow:
+    """The window with the command line's choices preselected; no model requested yet."""
+    window = MainWindow(open_settings())
+    window.side_panel.preselect(args.mode, args.device)
+    return window
+
+
+def prepared_default_model() -> Path | None:
+    """The default model folder if it exists (cheap check, no hashing)."""
+    from chatapp.convert.default_model import default_model_dir
+
+    folder = default_model_dir()
+    return folder if (folder / "model.onnx").is_file() else None
+
+
+def build_window(argv: list[str]) -> MainWindow:
+    """Build and show the main window from command-line arguments, without entering the event
+    loop. The model starts loading in the worker thread at once; the window tells the user
+    when the default model is not prepared (the full app prepares it, see `main`)."""
+    args, qt_args = parse_args(argv)
+    application(qt_args)
+    window = create_window(args)
+    window.show()
+    folder = args.model or prepared_default_model()
+    if folder is not None:
+        window.open_model(folder, args.device)
+    else:
+        window.show_message(
+            "The default model is not prepared yet: run `chatapp` (or `chatapp prepare`) "
+            "once, or open a model folder from the File menu.",
+            "info",
+        )
+    return window
+
+
+async def wait_for_signals(
+    start: Callable[[], bool], ok: SignalInstance, failed: SignalInstance
+) -> bool:
+    """Call `start`, then wait for `ok` (True) or `failed` (False) without blocking Qt."""
+    future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    def on_ok(*_args: object) -> None:
+        if not future.done():
+            future.set_result(True)
+
+    def on_failed(*_args: object) -> None:
+        if not future.done():
+            future.set_result(False)
+
+    ok.connect(on_ok)
+    failed.connect(on_failed)
+    try:
+        if not start():
+            return False
+        return await future
+    finally:
+        ok.disconnect(on_ok)
+        failed.disconnect(on_failed)
+
+
+class PreparationCancelled(Exception):
+    pass
+
+
+class _ProgressRelay(QObject):
+    """Carries progress from the executor thread to the GUI thread (a queued connection,
+    because this object lives in the GUI thread)."""
+
+    sig_progress = Signal(float, str)
+
+    def __init__(self, show: Callable[[float, str], None]) -> None:
+        super().__init__()
+        self._show = show
+        self.sig_progress.connect(self._on_progress)
+
+    @Slot(float, str)
+    def _on_progress(self, fraction: float, message: str) -> None:
+        self._show(fraction, message)
+
+
+async def prepare_default_model_async(window: MainWindow) -> Path | None:
+    """Make sure the default model is there; converts it (about 8 s) on first run, with a
+    progress dialog. Returns the folder, or None after telling the user what went wrong."""
+    from chatapp.convert.default_model import prepare_default_model
+    from chatapp.convert.errors import ConversionError
+
+    loop = asyncio.get_running_loop()
+    cancelled = threading.Event()
+    dialog: QProgressDialog | None = None
+
+    def show(fraction: float, message: str) -> None:  # GUI thread
+        nonlocal dialog
+        if cancelled.is_set():
+            return
+        if dialog is None:
+            # Only a real conversion opens the dialog; checking a prepared copy is quick.
+            dialog = QProgressDialog("", "Cancel", 0, 100, window)
+            dialog.setObjectName("prepareProgressDialog")
+            dialog.setWindowTitle("Preparing the default model")
+            # Not modal: a modal dialog's setValue() runs a nested event loop (re-entrancy).
+            dialog.setWindowModality(Qt.WindowModality.NonModal)
+            dialog.setMinimumDuration(0)
+            dialog.setAutoClose(False)
+            dialog.setAutoReset(False)
+            dialog.setMinimumWidth(420)
+            dialog.canceled.connect(cancelled.set)
+            dialog.show()
+        dialog.setLabelText(
+            "Converting the bundled SmolLM2-135M model for ONNX Runtime (first run only):\n"
+            f"{message}…"
+        )
+        dialog.setValue(int(fraction * 100))
+
+    relay = _ProgressRelay(show)
+
+    def progress(fraction: float, message: str) -> None:  # executor thread
+        if cancelled.is_set():
+            raise PreparationCancelled
+        emit(relay.sig_progress, fraction, message)
+
+    window.statusBar().showMessage("Checking the default model…")
+    window.chat_view.set_hint("Preparing the default model…")
+    window.busy_bar.show()
+    # Quitting abandons the conversion (the converter removes its partial folder).
+    app = QApplication.instance()
+    if app is not None:
+        app.aboutToQuit.connect(cancelled.set)
+    try:
+        folder, _converted = await loop.run_in_executor(None, prepare_default_model, progress)
+    except PreparationCancelled:
+        window.show_message(
+            "Preparing the default model was cancelled. Open a model folder from the File "
+            "menu, or restart chatapp to prepare it.",
+            "info",
+        )
+        return None
+    except ConversionError as exc:
+        window.show_message(str(exc), "error")
+        return None
+    finally:
+        if dialog is not None:
+            dialog.close()
+            dialog.deleteLater()
+        window.busy_bar.hide()
+        window.statusBar().clearMessage()
+    return folder
+
+
+async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
+    """Open the requested model (preparing the default one first if needed)."""
+    folder = args.model
+    if folder is None:
+        folder = await prepare_default_model_async(window)
+        if folder is None:
+            return False
+    c = window.controller
+    return await wait_for_signals(
+        lambda: window.open_model(folder, args.device), c.sig_model_loaded, c.sig_load_failed
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import qasync
+
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    args, qt_args = parse_args(sys.argv[1:] if argv is None else argv)
+    app = application(qt_args)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = create_window(args)
+    window.show()
+    task = loop.create_task(startup(window, args))
+    try:
+        with loop:
+            loop.run_forever()
+    finally:
+        if not task.done():
+            task.cancel()
+        window.shutdown()
+    return 0

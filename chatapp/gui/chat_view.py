@@ -1,0 +1,364 @@
+"""The chat view: a Markdown transcript, the prompt box and the send / stop / regenerate row."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal, Slot
+from PySide6.QtGui import (
+    QColor,
+    QContextMenuEvent,
+    QFont,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QShortcut,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from chatapp.gui.conversation import ChatMessage
+from chatapp.gui.formatting import figures_line
+from chatapp.gui.qtcompat import emit
+
+# Raw HTML in a message is shown as text: a model's "<b>" is not markup for us.
+MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | (
+    QTextDocument.MarkdownFeature.MarkdownNoHTML
+)
+
+REPAINT_INTERVAL_MS = 30
+STREAM_CURSOR = " ▍"
+ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
+ROLE_COLORS = {"user": "#1f5fa8", "assistant": "#2e7d32"}
+CODE_BACKGROUND = QColor("#f1f3f5")
+FIGURES_COLOR = QColor("#6b7280")
+
+
+class PromptEdit(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line, Esc stops the answer."""
+
+    sig_submit = Signal()
+    sig_escape = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                # A plain "\n" (QPlainTextEdit would insert a Unicode line separator).
+                self.insertPlainText("\n")
+            else:
+                emit(self.sig_submit)
+            event.accept()
+            return
+        if event.key() == Qt.Key.Key_Escape:
+            emit(self.sig_escape)
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+
+class TranscriptView(QTextBrowser):
+    """The conversation as one rich-text document, built with cursors so that streaming
+    only rewrites the answer being written, never the whole transcript."""
+
+    sig_copy_requested = Signal(int)  # message index
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("transcriptView")
+        self.setOpenLinks(False)  # our links are actions ("copy:3"), not places
+        self.setPlaceholderText(
+            "Ask the model something. Answers stream in here; the figures of each answer "
+            "stay under it, the live ones are on the right."
+        )
+        self.anchorClicked.connect(self._on_anchor_clicked)
+        self._starts: list[tuple[int, int]] = []  # (document position, message index)
+        self._stream_start: int | None = None
+
+    # ---- building the document ----------------------------------------------------------
+    def show_messages(self, messages: Sequence[ChatMessage]) -> None:
+        self.document().clear()
+        self._starts = []
+        self._stream_start = None
+        for index, message in enumerate(messages):
+            self._append_message(index, message)
+        self._scroll(True)
+
+    def begin_answer(self, index: int) -> None:
+        """Header for the answer that is about to stream (it becomes message `index`)."""
+        self._append_header(index, "assistant", copy_link=False)
+        cursor = self._end_cursor()
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        self._stream_start = cursor.position()
+        cursor.insertText(STREAM_CURSOR.strip())
+        self._scroll(True)
+
+    def update_answer(self, text: str) -> None:
+        if self._stream_start is None:
+            return
+        stick = self._at_bottom()
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._stream_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.setBlockFormat(QTextBlockFormat())
+        cursor.setCharFormat(QTextCharFormat())
+        cursor.insertMarkdown(text + STREAM_CURSOR, MARKDOWN)
+        self._style_code_blocks(self._stream_start)
+        self._scroll(stick)
+
+    def _append_message(self, index: int, message: ChatMessage) -> None:
+        self._append_header(index, message.role)
+        cursor = self._end_cursor()
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        start = cursor.position()
+        self._starts.append((start, index))
+        if message.role == "user":
+            # What the user typed, as typed: line breaks kept, no Markdown surprises.
+            cursor.insertText(message.content)
+        else:
+            cursor.insertMarkdown(message.content or "*(empty answer)*", MARKDOWN)
+            self._style_code_blocks(start)
+        if message.figures is not None:
+            fmt = QTextBlockFormat()
+            fmt.setTopMargin(2)
+            cursor = self._end_cursor()
+            cursor.insertBlock(fmt, self._figures_format())
+            cursor.insertText(figures_line(message.figures))
+
+    def _append_header(self, index: int, role: str, copy_link: bool = True) -> None:
+        cursor = self._end_cursor()
+        fmt = QTextBlockFormat()
+        fmt.setTopMargin(14 if not self.document().isEmpty() else 0)
+        fmt.setBottomMargin(2)
+        if self.document().isEmpty():
+            cursor.setBlockFormat(fmt)
+        else:
+            cursor.insertBlock(fmt, QTextCharFormat())
+        self._starts.append((cursor.position(), index))
+        name = QTextCharFormat()
+        name.setFontWeight(QFont.Weight.Bold)
+        name.setForeground(QColor(ROLE_COLORS.get(role, "#000000")))
+        cursor.insertText(ROLE_NAMES.get(role, role.title()), name)
+        if copy_link:
+            link = QTextCharFormat()
+            link.setAnchor(True)
+            link.setAnchorHref(f"copy:{index}")
+            link.setForeground(QColor("#6b7280"))
+            link.setFontUnderline(False)
+            link.setToolTip("Copy this message as Markdown")
+            cursor.insertText("   ", QTextCharFormat())
+            cursor.insertText("Copy", link)
+
+    def _figures_format(self) -> QTextCharFormat:
+        fmt = QTextCharFormat()
+        fmt.setForeground(FIGURES_COLOR)
+        size = self.font().pointSizeF()
+        fmt.setFontPointSize(max(7.0, size - 1.0) if size > 0 else 8.0)
+        return fmt
+
+    def _style_code_blocks(self, start: int) -> None:
+        """Give fenced code a background so it reads as code."""
+        block = self.document().findBlock(start)
+        while block.isValid():
+            fmt = block.blockFormat()
+            if fmt.nonBreakableLines() or fmt.hasProperty(QTextFormat.Property.BlockCodeFence):
+                fmt.setBackground(CODE_BACKGROUND)
+                cursor = QTextCursor(block)
+                cursor.setBlockFormat(fmt)
+            block = block.next()
+
+    def _end_cursor(self) -> QTextCursor:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        return cursor
+
+    def _at_bottom(self) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - 4
+
+    def _scroll(self, to_bottom: bool) -> None:
+        if to_bottom:
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.maximum())
+
+    # ---- copying ------------------------------------------------------------------------
+    def message_at(self, position: int) -> int | None:
+        found = None
+        for start, index in self._starts:
+            if start <= position:
+                found = index
+        return found
+
+    @Slot(QUrl)
+    def _on_anchor_clicked(self, url: QUrl) -> None:
+        if url.scheme() == "copy":
+            with contextlib.suppress(ValueError):
+                emit(self.sig_copy_requested, int(url.path()))
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        menu = self.createStandardContextMenu(event.pos())
+        index = self.message_at(self.cursorForPosition(event.pos()).position())
+        if index is not None and index >= 0:
+            menu.addSeparator()
+            action = menu.addAction("Copy this message")
+            action.triggered.connect(lambda: emit(self.sig_copy_requested, index))
+        menu.exec(event.globalPos())
+        menu.deleteLater()
+
+
+class ChatView(QWidget):
+    sig_send = Signal(str)
+    sig_stop = Signal()
+    sig_regenerate = Signal()
+    sig_new_chat = Signal()
+    sig_copied = Signal(int)  # message index
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._messages: list[ChatMessage] = []
+        self._answer_text = ""
+        self._dirty = False
+        # Batches may arrive faster than we want to repaint: coalesce into one repaint per tick.
+        self._repaint_timer = QTimer(self)
+        self._repaint_timer.setSingleShot(True)
+        self._repaint_timer.setInterval(REPAINT_INTERVAL_MS)
+        self._repaint_timer.timeout.connect(self._on_repaint)
+
+        self.transcript = TranscriptView(self)
+        self.transcript.sig_copy_requested.connect(self.copy_message)
+
+        self.prompt_edit = PromptEdit(self)
+        self.prompt_edit.setObjectName("promptEdit")
+        self.prompt_edit.setPlaceholderText(
+            "Message the model (Enter sends, Shift+Enter: new line)"
+        )
+        self.prompt_edit.setTabChangesFocus(True)
+        line = self.prompt_edit.fontMetrics().lineSpacing()
+        self.prompt_edit.setFixedHeight(line * 4 + 14)
+        self.prompt_edit.sig_submit.connect(self._on_submit)
+        self.prompt_edit.sig_escape.connect(self.sig_stop)
+
+        self.send_button = QPushButton("Send", self)
+        self.send_button.setObjectName("sendButton")
+        self.send_button.setToolTip("Send the message (Enter)")
+        self.send_button.clicked.connect(self._on_submit)
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setObjectName("stopButton")
+        self.stop_button.setToolTip("Stop the answer after the current token (Esc)")
+        self.stop_button.clicked.connect(self.sig_stop)
+        self.regenerate_button = QPushButton("Regenerate", self)
+        self.regenerate_button.setObjectName("regenerateButton")
+        self.regenerate_button.setToolTip("Answer the last message again")
+        self.regenerate_button.clicked.connect(self.sig_regenerate)
+        self.new_chat_button = QPushButton("New chat", self)
+        self.new_chat_button.setObjectName("newChatButton")
+        self.new_chat_button.setToolTip("Start an empty conversation")
+        self.new_chat_button.clicked.connect(self.sig_new_chat)
+        self.hint_label = QLabel("", self)
+        self.hint_label.setObjectName("chatHint")
+        self.hint_label.setStyleSheet("color: #6b7280;")
+        self.hint_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+
+        # Esc also stops when the focus is elsewhere in the window (e.g. on the transcript).
+        self._stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        self._stop_shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self._stop_shortcut.activated.connect(self.sig_stop)
+
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        entry = QHBoxLayout()
+        entry.addWidget(self.prompt_edit, 1)
+        entry.addLayout(buttons)
+        actions = QHBoxLayout()
+        actions.addWidget(self.new_chat_button)
+        actions.addWidget(self.regenerate_button)
+        actions.addSpacing(8)
+        actions.addWidget(self.hint_label, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.transcript, 1)
+        layout.addLayout(actions)
+        layout.addLayout(entry)
+        self.set_actions(can_send=False, can_stop=False, can_regenerate=False, can_new_chat=True)
+
+    # ---- state ----------------------------------------------------------------------------
+    def set_actions(
+        self, *, can_send: bool, can_stop: bool, can_regenerate: bool, can_new_chat: bool
+    ) -> None:
+        self.send_button.setEnabled(can_send)
+        self.stop_button.setEnabled(can_stop)
+        self.regenerate_button.setEnabled(can_regenerate)
+        self.new_chat_button.setEnabled(can_new_chat)
+
+    def set_hint(self, text: str) -> None:
+        self.hint_label.setText(text)
+
+    def prompt_text(self) -> str:
+        return self.prompt_edit.toPlainText()
+
+    def set_prompt_text(self, text: str) -> None:
+        self.prompt_edit.setPlainText(text)
+        self.prompt_edit.moveCursor(QTextCursor.MoveOperation.End)
+
+    # ---- transcript -----------------------------------------------------------------------
+    def show_messages(self, messages: Sequence[ChatMessage]) -> None:
+        self._repaint_timer.stop()
+        self._dirty = False
+        self._messages = list(messages)
+        self.transcript.show_messages(self._messages)
+
+    def begin_answer(self) -> None:
+        self._answer_text = ""
+        self.transcript.begin_answer(len(self._messages))
+
+    def append_answer(self, text: str) -> None:
+        if not text:
+            return
+        self._answer_text += text
+        self._dirty = True
+        if not self._repaint_timer.isActive():
+            self._repaint_timer.start()
+
+    @property
+    def answer_text(self) -> str:
+        """The answer streamed so far (including what is not painted yet)."""
+        return self._answer_text
+
+    @Slot()
+    def _on_repaint(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            self.transcript.update_answer(self._answer_text)
+
+    def flush(self) -> None:
+        """Paint what is pending now (e.g. before reading the transcript in a test)."""
+        self._repaint_timer.stop()
+        self._on_repaint()
+
+    @Slot(int)
+    def copy_message(self, index: int) -> None:
+        if 0 <= index < len(self._messages):
+            QGuiApplication.clipboard().setText(self._messages[index].content)
+            emit(self.sig_copied, index)
+
+    @Slot()
+    def _on_submit(self) -> None:
+        text = self.prompt_text()
+        if text.strip() and self.send_button.isEnabled():
+            emit(self.sig_send, text)

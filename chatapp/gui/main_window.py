@@ -1,0 +1,456 @@
+"""The main window: composes the chat view, the side panel and the menus around one controller.
+
+Layout: a horizontal splitter [conversation list (later) | tabs (Chat; "Compare loops" later) |
+side panel]. The tab bar hides itself while the chat is the only tab.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from html import escape
+from pathlib import Path
+
+import onnxruntime as ort
+import PySide6
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Slot, qVersion
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QProgressDialog,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from chatapp import __version__
+from chatapp.datadir import models_dir
+from chatapp.gui import formatting as fmt
+from chatapp.gui.banner import MessageBanner
+from chatapp.gui.chat_view import ChatView
+from chatapp.gui.controller import ChatController, State
+from chatapp.gui.conversation import ChatMessage, Conversation
+from chatapp.gui.settings import remember_recent, string_list
+from chatapp.gui.side_panel import SidePanel
+from chatapp.gui.worker import GenerationWorker, ModelSummary, StatsSnapshot, TokenBatch
+
+RECENT_KEY = "models/recent"
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self,
+        settings: QSettings,
+        worker: GenerationWorker | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("chatapp")
+        self.settings = settings
+        self.model_dir: Path | None = None  # the folder last asked for
+        self._shut_down = False
+        self._convert_dialog: QProgressDialog | None = None
+
+        self.controller = ChatController(worker, self)
+        self.chat_view = ChatView(self)
+        self.side_panel = SidePanel(self)
+        self.banner = MessageBanner(self)
+
+        chat_page = QWidget(self)
+        chat_layout = QVBoxLayout(chat_page)
+        chat_layout.setContentsMargins(8, 8, 4, 8)
+        chat_layout.addWidget(self.banner)
+        chat_layout.addWidget(self.chat_view, 1)
+        self.tabs = QTabWidget(self)
+        self.tabs.setObjectName("mainTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.setTabBarAutoHide(True)
+        self.tabs.addTab(chat_page, "Chat")
+
+        side_scroll = QScrollArea(self)
+        side_scroll.setObjectName("sidePanelScroll")
+        side_scroll.setWidget(self.side_panel)
+        side_scroll.setWidgetResizable(True)
+        side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        side_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        side_scroll.setMinimumWidth(self.side_panel.sizeHint().width() + 16)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.splitter.setObjectName("mainSplitter")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.tabs)
+        self.splitter.addWidget(side_scroll)
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setStretchFactor(1, 0)
+        self.setCentralWidget(self.splitter)
+
+        self._build_menus()
+        self._build_status_bar()
+        self.side_panel.restore(settings)
+        self._restore_geometry()
+        self._connect()
+        self._on_state_changed(self.controller.state)
+        self.chat_view.prompt_edit.setFocus()
+
+    # ---- composition hooks for later issues --------------------------------------------------
+    def set_conversation_list(self, widget: QWidget) -> None:
+        """Put a conversation list on the left (history issue)."""
+        self.splitter.insertWidget(0, widget)
+        self.splitter.setStretchFactor(0, 0)
+
+    def add_view(self, widget: QWidget, title: str) -> int:
+        """Add a tab next to the chat (e.g. "Compare loops"); the tab bar then appears."""
+        return self.tabs.addTab(widget, title)
+
+    # ---- building -----------------------------------------------------------------------
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.open_folder_action = QAction("Open model &folder…", self)
+        self.open_folder_action.setShortcut(QKeySequence.StandardKey.Open)
+        self.open_folder_action.triggered.connect(self._on_open_folder)
+        self.open_gguf_action = QAction("Open &GGUF…", self)
+        self.open_gguf_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
+        self.open_gguf_action.triggered.connect(self._on_open_gguf)
+        file_menu.addAction(self.open_folder_action)
+        file_menu.addAction(self.open_gguf_action)
+        self.recent_menu = file_menu.addMenu("&Recent models")
+        self.recent_menu.aboutToShow.connect(self._rebuild_recent_menu)
+        file_menu.addSeparator()
+        self.new_chat_action = QAction("&New chat", self)
+        self.new_chat_action.setShortcut(QKeySequence.StandardKey.New)
+        self.new_chat_action.triggered.connect(self._on_new_chat)
+        file_menu.addAction(self.new_chat_action)
+        file_menu.addSeparator()
+        quit_action = QAction("&Quit", self)
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        file_menu.addAction(quit_action)
+        help_menu = self.menuBar().addMenu("&Help")
+        about_action = QAction("&About chatapp", self)
+        about_action.triggered.connect(self._on_about)
+        help_menu.addAction(about_action)
+        self._rebuild_recent_menu()
+
+    def _build_status_bar(self) -> None:
+        self.busy_bar = QProgressBar(self)
+        self.busy_bar.setRange(0, 0)  # indeterminate: loading / converting
+        self.busy_bar.setMaximumWidth(120)
+        self.busy_bar.setMaximumHeight(12)
+        self.busy_bar.hide()
+        self.model_label = QLabel("No model", self)
+        self.model_label.setObjectName("modelLabel")
+        self.statusBar().addPermanentWidget(self.busy_bar)
+        self.statusBar().addPermanentWidget(self.model_label)
+
+    def _connect(self) -> None:
+        c, chat, panel = self.controller, self.chat_view, self.side_panel
+        chat.sig_send.connect(self._on_send)
+        chat.sig_stop.connect(c.stop)
+        chat.sig_regenerate.connect(self._on_regenerate)
+        chat.sig_new_chat.connect(self._on_new_chat)
+        chat.sig_copied.connect(self._on_copied)
+        c.sig_state_changed.connect(self._on_state_changed)
+        c.sig_model_loaded.connect(self._on_model_loaded)
+        c.sig_load_failed.connect(self._on_load_failed)
+        c.sig_answer_started.connect(self._on_answer_started)
+        c.sig_answer_delta.connect(self._on_answer_delta)
+        c.sig_stats.connect(self._on_stats)
+        c.sig_answer_finished.connect(self._on_answer_finished)
+        c.sig_answer_failed.connect(self._on_answer_failed)
+        c.sig_conversation_changed.connect(self._on_conversation_changed)
+        c.sig_convert_progress.connect(self._on_convert_progress)
+        c.sig_converted.connect(self._on_converted)
+        c.sig_convert_failed.connect(self._on_convert_failed)
+        panel.sig_mode_changed.connect(self._on_mode_changed)
+        panel.sig_device_changed.connect(self._on_engine_setting_changed)
+        panel.sig_threads_changed.connect(self._on_engine_setting_changed)
+
+    # ---- models ---------------------------------------------------------------------------
+    def open_model(self, folder: Path | str, device: str | None = None) -> bool:
+        """Load `folder` in the worker (returns at once). `device` overrides the selector once
+        (the command line's --device, which may name a device this machine lacks)."""
+        folder = Path(folder).expanduser()
+        started = self.controller.open_model(
+            folder,
+            device or self.side_panel.device(),
+            self.side_panel.threads(),
+            self.side_panel.mode(),
+        )
+        if started:
+            self.model_dir = folder
+            self.statusBar().showMessage(f"Loading {folder.name}…")
+        return started
+
+    def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
+        """Convert a GGUF file in the worker (with a progress dialog), then open the result."""
+        gguf = Path(gguf).expanduser()
+        target = Path(out_dir) if out_dir else models_dir() / _folder_name(gguf)
+        if not self.controller.convert_gguf(gguf, target):
+            return False
+        dialog = QProgressDialog(
+            f"Converting {gguf.name} for ONNX Runtime…", "Cancel", 0, 100, self
+        )
+        dialog.setObjectName("convertProgressDialog")
+        dialog.setWindowTitle("Open GGUF")
+        # Not modal: a modal QProgressDialog runs processEvents() inside setValue(), and the
+        # "converted" signal would then arrive in the middle of a progress update. The window
+        # is in the CONVERTING state meanwhile, which disables sending and opening.
+        dialog.setWindowModality(Qt.WindowModality.NonModal)
+        dialog.setAutoClose(False)
+        dialog.setAutoReset(False)
+        dialog.setMinimumDuration(0)
+        dialog.canceled.connect(self.controller.cancel_conversion)
+        dialog.show()
+        self._convert_dialog = dialog
+        self.statusBar().showMessage(f"Converting {gguf.name}…")
+        return True
+
+    def _close_convert_dialog(self) -> None:
+        if self._convert_dialog is not None:
+            self._convert_dialog.canceled.disconnect(self.controller.cancel_conversion)
+            self._convert_dialog.close()
+            self._convert_dialog.deleteLater()
+            self._convert_dialog = None
+
+    @Slot(float, str)
+    def _on_convert_progress(self, fraction: float, message: str) -> None:
+        dialog = self._convert_dialog
+        if dialog is not None:
+            dialog.setLabelText(f"Converting for ONNX Runtime: {message}…")
+            dialog.setValue(int(fraction * 100))
+
+    @Slot(object)
+    def _on_converted(self, folder: Path) -> None:
+        self._close_convert_dialog()
+        self.statusBar().showMessage(f"Converted into {folder}", 5000)
+        self.open_model(folder)
+
+    @Slot(str)
+    def _on_convert_failed(self, message: str) -> None:
+        self._close_convert_dialog()
+        self.show_message(message, "error")
+
+    @Slot(object)
+    def _on_model_loaded(self, summary: ModelSummary) -> None:
+        self.model_label.setText(f"{summary.name} · {summary.device_label}")
+        self.setWindowTitle(f"{summary.name} — chatapp")
+        self.statusBar().showMessage(f"Loaded {summary.description}", 8000)
+        self.side_panel.set_fallback_reason(summary.fallback_reason)
+        self.side_panel.set_context(0, summary.max_context)
+        remember_recent(self.settings, RECENT_KEY, str(summary.folder))
+        if summary.fallback_reason:
+            self.show_message(summary.fallback_reason, "warning")
+        elif self.banner.level in ("error", "info"):
+            self.banner.dismiss()  # the problem the banner described is solved
+
+    @Slot(str)
+    def _on_load_failed(self, message: str) -> None:
+        self.statusBar().showMessage("The model could not be loaded.", 8000)
+        if self.controller.model is not None:
+            message += f" Still using {self.controller.model.name}."
+        self.show_message(message, "error")
+
+    def _on_engine_setting_changed(self, _value: object) -> None:
+        # Device and threads live in the session: reload the same model (the chat stays).
+        # The side panel locks both while an answer streams, so this never lands mid-answer.
+        if self.model_dir is not None and self.controller.state in (State.READY, State.NO_MODEL):
+            self.open_model(self.model_dir)
+
+    @Slot(str)
+    def _on_mode_changed(self, mode: str) -> None:
+        self.statusBar().showMessage(f"The next answer uses the {fmt.mode_label(mode)} loop.", 5000)
+
+    # ---- chat -----------------------------------------------------------------------------
+    @property
+    def conversation(self) -> Conversation:
+        return self.controller.conversation
+
+    @Slot(str)
+    def _on_send(self, text: str) -> None:
+        if self.controller.send(text, self.side_panel.options()):
+            self.chat_view.set_prompt_text("")
+            self.chat_view.prompt_edit.setFocus()  # after a click on Send, keep typing
+        elif self.controller.state is State.NO_MODEL:
+            self.show_message("No model is loaded: open a model folder from the File menu.", "info")
+
+    @Slot()
+    def _on_regenerate(self) -> None:
+        self.controller.regenerate(self.side_panel.options())
+
+    @Slot()
+    def _on_new_chat(self) -> None:
+        if self.controller.new_chat():
+            self.side_panel.start_answer()
+            total = self.controller.model.max_context if self.controller.model else 0
+            self.side_panel.set_context(0, total)
+
+    @Slot(int)
+    def _on_copied(self, index: int) -> None:
+        self.statusBar().showMessage(f"Copied message {index + 1} to the clipboard.", 3000)
+
+    @Slot(object)
+    def _on_answer_started(self, _options: object) -> None:
+        if self.banner.level in ("error", "info"):
+            self.banner.dismiss()
+        self.chat_view.show_messages(self.conversation.messages)
+        self.chat_view.begin_answer()
+        self.side_panel.start_answer()
+
+    @Slot(object)
+    def _on_answer_delta(self, batch: TokenBatch) -> None:
+        self.chat_view.append_answer(batch.text)
+        self.side_panel.add_latencies(batch.first_index, batch.latencies_s)
+
+    @Slot(object)
+    def _on_stats(self, snapshot: StatsSnapshot) -> None:
+        self.side_panel.show_stats(snapshot)
+
+    @Slot(object)
+    def _on_answer_finished(self, message: ChatMessage) -> None:
+        if message.figures is not None:
+            self.side_panel.show_stats(message.figures)
+            self.statusBar().showMessage(fmt.figures_line(message.figures), 10000)
+
+    @Slot(str, str)
+    def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
+        if restored_prompt and not self.chat_view.prompt_text().strip():
+            self.chat_view.set_prompt_text(restored_prompt)
+        self.show_message(message, "error")
+
+    @Slot(object)
+    def _on_conversation_changed(self, conversation: Conversation) -> None:
+        self.chat_view.show_messages(conversation.messages)
+        self._on_state_changed(self.controller.state)
+
+    @Slot(object)
+    def _on_state_changed(self, state: State) -> None:
+        ready, generating = state is State.READY, state is State.GENERATING
+        busy = state in (State.LOADING, State.CONVERTING)
+        self.chat_view.set_actions(
+            can_send=ready,
+            can_stop=generating,
+            can_regenerate=ready and self.conversation.can_regenerate(),
+            can_new_chat=not generating,
+        )
+        self.side_panel.set_generating(generating)
+        if not generating:
+            self.side_panel.set_loading(busy)
+        for action in (self.open_folder_action, self.open_gguf_action, self.recent_menu):
+            action.setEnabled(not (generating or busy))
+        self.new_chat_action.setEnabled(not generating)
+        self.busy_bar.setVisible(busy)
+        self.chat_view.set_hint(
+            {
+                State.NO_MODEL: "Open a model (File menu) to start.",
+                State.LOADING: "Loading the model…",
+                State.READY: "Enter sends · Shift+Enter: new line",
+                State.GENERATING: "Writing… Esc or Stop ends the answer.",
+                State.CONVERTING: "Converting the GGUF file…",
+            }[state]
+        )
+
+    def show_message(self, text: str, level: str = "error") -> None:
+        """Inline banner over the chat (never a blocking dialog: the app keeps going)."""
+        self.banner.show_message(text, level)
+
+    # ---- menus ------------------------------------------------------------------------------
+    @Slot()
+    def _on_open_folder(self) -> None:
+        start = str(self.model_dir.parent if self.model_dir else models_dir())
+        folder = QFileDialog.getExistingDirectory(self, "Open model folder", start)
+        if folder:
+            self.open_model(folder)
+
+    @Slot()
+    def _on_open_gguf(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open GGUF model", str(Path.home()), "GGUF models (*.gguf);;All files (*)"
+        )
+        if path:
+            self.convert_and_open(path)
+
+    @Slot()
+    def _rebuild_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        recent = [p for p in string_list(self.settings, RECENT_KEY) if Path(p).is_dir()]
+        for folder in recent:
+            action = self.recent_menu.addAction(Path(folder).name)
+            action.setToolTip(folder)
+            action.setStatusTip(folder)
+            action.triggered.connect(lambda _checked=False, f=folder: self.open_model(f))
+        if not recent:
+            self.recent_menu.addAction("(none yet)").setEnabled(False)
+
+    def about_text(self) -> str:
+        model = self.controller.model
+        rows = [
+            ("chatapp", __version__),
+            ("ONNX Runtime", f"{ort.__version__} ({', '.join(ort.get_available_providers())})"),
+            ("Qt", f"{qVersion()} (PySide6 {PySide6.__version__})"),
+            ("Python", platform.python_version()),
+        ]
+        if model is not None:
+            rows += [
+                ("Model", model.description),
+                ("Folder", str(model.folder)),
+                ("Device", model.device_label),
+                ("Context allocated", str(model.max_context)),
+            ]
+        else:
+            rows.append(("Model", "none loaded"))
+        table = "".join(
+            f"<tr><td><b>{escape(k)}</b>&nbsp;&nbsp;</td><td>{escape(v)}</td></tr>" for k, v in rows
+        )
+        return (
+            "<p>Chat with small language models on ONNX Runtime, and see what KV-cache "
+            "handling costs: the naive loop against the IO-Binding loop.</p>"
+            f"<table>{table}</table>"
+        )
+
+    @Slot()
+    def _on_about(self) -> None:
+        QMessageBox.about(self, "About chatapp", self.about_text())
+
+    # ---- lifetime -------------------------------------------------------------------------
+    def _restore_geometry(self) -> None:
+        geometry = self.settings.value("window/geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1240, 820)
+        state = self.settings.value("window/splitter")
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.splitter.restoreState(state)
+        else:
+            QTimer.singleShot(0, self._default_splitter)
+
+    def _default_splitter(self) -> None:
+        side = max(340, self.side_panel.sizeHint().width() + 24)
+        self.splitter.setSizes([max(400, self.width() - side), side])
+
+    def shutdown(self) -> None:
+        """Save settings and stop the worker thread (closing the window calls this)."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/splitter", self.splitter.saveState())
+        self.settings.sync()
+        self._close_convert_dialog()
+        self.controller.shutdown()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.shutdown()
+        super().closeEvent(event)
+
+
+def _folder_name(gguf: Path) -> str:
+    """A model folder name from a GGUF file name (safe on every file system)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", gguf.stem).strip("-.") or "model"

@@ -1,0 +1,89 @@
+"""GUI test fixtures: offscreen Qt, settings in a temporary ini file, windows that are always
+closed (and their worker threads stopped) at the end of a test."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QApplication
+
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.gui.app import build_window
+from chatapp.gui.controller import State
+from chatapp.gui.main_window import MainWindow
+from chatapp.gui.settings import SETTINGS_ENV
+
+LOAD_TIMEOUT_MS = 60_000
+ANSWER_TIMEOUT_MS = 60_000
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _qapp_stays_up(qapp: QApplication) -> None:
+    # Closing a test's last window must not quit the application under the next test.
+    qapp.setQuitOnLastWindowClosed(False)
+
+
+@pytest.fixture(autouse=True)
+def settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own QSettings file (never the user's)."""
+    path = tmp_path / "settings" / "chatapp.ini"
+    monkeypatch.setenv(SETTINGS_ENV, str(path))
+    return path
+
+
+WindowFactory = Callable[..., MainWindow]
+
+
+@pytest.fixture
+def make_window(qtbot) -> Iterator[WindowFactory]:
+    """build_window(argv), waiting for the model to load unless wait=False."""
+    windows: list[MainWindow] = []
+
+    def make(argv: list[str], wait: bool = True) -> MainWindow:
+        window = build_window(argv)
+        windows.append(window)
+        if wait:
+            qtbot.waitUntil(
+                lambda: window.controller.state is not State.LOADING, timeout=LOAD_TIMEOUT_MS
+            )
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+        assert window.controller._worker_thread.thread.isFinished()
+        window.deleteLater()
+
+
+def set_sampling(window: MainWindow, settings: SamplingSettings) -> None:
+    panel = window.side_panel
+    panel.temperature_spin.setValue(settings.temperature)
+    panel.top_k_spin.setValue(settings.top_k)
+    panel.top_p_spin.setValue(settings.top_p)
+    panel.repetition_spin.setValue(settings.repetition_penalty)
+    panel.max_tokens_spin.setValue(settings.max_new_tokens)
+    panel.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
+
+
+def greedy(max_new_tokens: int) -> SamplingSettings:
+    return SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=max_new_tokens)
+
+
+def send_and_wait(qtbot, window: MainWindow, text: str, timeout: int = ANSWER_TIMEOUT_MS) -> None:
+    """Type `text`, press Send, wait until the answer is finished or failed."""
+    window.chat_view.set_prompt_text(text)
+    controller = window.controller
+    with qtbot.waitSignals(
+        [controller.sig_state_changed], timeout=timeout, check_params_cbs=[_is_ready]
+    ):
+        window.chat_view.send_button.click()
+
+
+def _is_ready(state: State) -> bool:
+    return state is State.READY

@@ -1,0 +1,345 @@
+"""The whole window on the tiny test model: streaming, figures, loop toggle, stop, faults."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QLabel, QProgressDialog, QPushButton
+
+from chatapp.engine import loops
+from chatapp.engine.devices import available_devices
+from chatapp.engine.engine import Engine
+from chatapp.gui.controller import State
+from chatapp.gui.main_window import MainWindow
+from chatapp.gui.qtcompat import emit
+from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+
+
+@pytest.fixture
+def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny model writes ~4000 tokens/s; give each step a few ms so that an answer lasts
+    long enough to be stopped or interrupted by the test."""
+    original = loops.KVLoop.forward
+
+    def slow_forward(self, new_ids, all_logits=False):
+        time.sleep(0.004)
+        return original(self, new_ids, all_logits)
+
+    monkeypatch.setattr(loops.KVLoop, "forward", slow_forward)
+
+
+def _figure(window: MainWindow, name: str) -> str:
+    label = window.findChild(QLabel, name)
+    assert label is not None, name
+    return label.text()
+
+
+def test_required_object_names(make_window, tiny_model_dir: Path) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    for name in (
+        "promptEdit",
+        "sendButton",
+        "stopButton",
+        "transcriptView",
+        "modeNaiveButton",
+        "modeIOBindingButton",
+        "deviceSelector",
+        "tokensPerSecondValue",
+        "ttftValue",
+        "perplexityValue",
+    ):
+        assert window.findChild(object, name) is not None, name
+
+
+def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_dir) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    assert window.controller.state is State.READY
+    assert _figure(window, "tokensPerSecondValue") == "–"
+    assert window.side_panel.context_value.text() == "0 / 512"
+    set_sampling(window, greedy(40))
+    deltas = []
+    window.controller.sig_answer_delta.connect(deltas.append)
+    send_and_wait(qtbot, window, "hello there")
+    assert sum(len(b.token_ids) for b in deltas) == 40
+    conv = window.conversation
+    assert [m.role for m in conv.messages] == ["user", "assistant"]
+    figures = conv.messages[-1].figures
+    assert figures is not None and figures.finish_reason == "length"
+    assert figures.mode == "iobinding" and figures.generated_tokens == 40
+    assert float(_figure(window, "tokensPerSecondValue")) > 0
+    assert float(_figure(window, "ttftValue")) >= 0
+    assert float(_figure(window, "perplexityValue")) >= 1
+    assert float(window.side_panel.prompt_perplexity_value.text()) >= 1
+    used = figures.prompt_tokens + 40
+    assert window.side_panel.context_value.text() == f"{used} / 512"
+    assert window.side_panel.latency_chart.point_count == 39  # decode steps after the first
+    text = window.chat_view.transcript.toPlainText()
+    assert "hello there" in text
+    assert "IO-Binding · CPU ·" in text and "40 tokens · hit the token limit" in text
+    assert window.chat_view.prompt_text() == ""
+    assert window.chat_view.regenerate_button.isEnabled()
+
+
+def test_loop_toggle_gives_the_same_greedy_answer(qtbot, make_window, tiny_model_dir) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(24))
+    assert window.side_panel.mode() == "iobinding"
+    send_and_wait(qtbot, window, "same prompt")
+    first = window.conversation.messages[-1]
+    window.findChild(QPushButton, "modeNaiveButton").click()
+    assert window.side_panel.mode() == "naive"
+    window.chat_view.new_chat_button.click()
+    assert window.conversation.messages == []
+    send_and_wait(qtbot, window, "same prompt")
+    second = window.conversation.messages[-1]
+    assert first.figures.mode == "iobinding" and second.figures.mode == "naive"
+    assert second.content == first.content
+    assert second.figures.perplexity == pytest.approx(first.figures.perplexity, rel=1e-4)
+    # Regenerate with the other loop again: still the same answer, no duplicate messages.
+    window.findChild(QPushButton, "modeIOBindingButton").click()
+    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        window.chat_view.regenerate_button.click()
+    assert len(window.conversation.messages) == 2
+    assert window.conversation.messages[-1].content == first.content
+
+
+def test_stop_mid_answer_keeps_the_partial_answer(
+    qtbot, make_window, tiny_model_dir, slow_steps
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(400))
+    window.chat_view.set_prompt_text("a long one")
+    with qtbot.waitSignal(window.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        window.chat_view.send_button.click()
+    assert window.chat_view.stop_button.isEnabled()
+    assert not window.chat_view.send_button.isEnabled()
+    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        window.findChild(QPushButton, "stopButton").click()
+    answer = window.conversation.messages[-1]
+    assert answer.role == "assistant"
+    assert answer.figures.finish_reason == "stop"
+    assert 1 <= answer.figures.generated_tokens < 400
+    assert "stopped" in window.chat_view.transcript.toPlainText()
+    assert not window.chat_view.stop_button.isEnabled()
+    assert window.chat_view.send_button.isEnabled()
+
+
+def test_loop_and_device_are_locked_while_streaming(
+    qtbot, make_window, tiny_model_dir, slow_steps
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(400))
+    naive = window.findChild(QPushButton, "modeNaiveButton")
+    window.chat_view.set_prompt_text("lock test")
+    with qtbot.waitSignal(window.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        window.chat_view.send_button.click()
+    assert not naive.isEnabled() and "wait for this one" in naive.toolTip()
+    assert not window.side_panel.device_selector.isEnabled()
+    naive.click()  # ignored: disabled
+    assert window.side_panel.mode() == "iobinding"
+    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        qtbot.keyClick(window.chat_view.prompt_edit, "\x1b")  # Esc
+    assert window.conversation.messages[-1].figures.mode == "iobinding"
+    assert naive.isEnabled() and window.side_panel.device_selector.isEnabled()
+
+
+def test_model_that_fails_to_load_shows_a_message(
+    qtbot, make_window, tiny_model_dir, tmp_path
+) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "model.onnx").write_bytes(b"not an onnx file")
+    window = make_window(["--model", str(broken)])
+    assert window.controller.state is State.NO_MODEL
+    assert window.banner.isVisible() and window.banner.level == "error"
+    assert "broken-model" in window.banner.text()
+    assert not window.chat_view.send_button.isEnabled()
+    # The app keeps running: open a good model from the same window.
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=30_000):
+        window.open_model(tiny_model_dir)
+    assert window.controller.state is State.READY
+    assert not window.banner.isVisible()
+    assert window.chat_view.send_button.isEnabled()
+
+
+def test_failed_reload_keeps_the_conversation(qtbot, make_window, tiny_model_dir, tmp_path) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(8))
+    send_and_wait(qtbot, window, "remember me")
+    with qtbot.waitSignal(window.controller.sig_load_failed, timeout=30_000):
+        window.open_model(tmp_path / "missing")
+    assert "missing" in window.banner.text() and "Still using" in window.banner.text()
+    assert len(window.conversation.messages) == 2
+    assert "remember me" in window.chat_view.transcript.toPlainText()
+    send_and_wait(qtbot, window, "still here")
+    assert len(window.conversation.messages) == 4
+
+
+@pytest.mark.skipif(
+    any(d.name == "cuda" for d in available_devices()), reason="CUDA is available here"
+)
+def test_unavailable_device_falls_back_with_the_reason_shown(make_window, tiny_model_dir) -> None:
+    window = make_window(["--model", str(tiny_model_dir), "--device", "cuda"])
+    assert window.controller.state is State.READY
+    assert window.controller.model.device == "cpu"
+    reason = window.side_panel.fallback_label
+    assert not reason.isHidden() and "cuda" in reason.text() and "CPU" in reason.text()
+    assert window.banner.level == "warning"
+    assert window.side_panel.device() == "cpu"
+
+
+def test_prompt_over_the_context_shows_a_message_and_keeps_history(
+    qtbot, make_window, tiny_model_dir
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(4))
+    send_and_wait(qtbot, window, "short question")
+    too_long = "word " * 700  # the tiny model's context holds 512 tokens
+    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        window.chat_view.set_prompt_text(too_long)
+        window.chat_view.send_button.click()
+    assert window.banner.isVisible() and window.banner.level == "error"
+    assert "context" in window.banner.text()
+    assert len(window.conversation.messages) == 2  # the earlier turn stays
+    assert "short question" in window.chat_view.transcript.toPlainText()
+    assert window.chat_view.prompt_text() == too_long.strip()  # given back for editing
+    assert window.controller.state is State.READY
+
+
+def test_exception_in_the_worker_shows_a_message(
+    qtbot, make_window, tiny_model_dir, monkeypatch
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(4))
+    send_and_wait(qtbot, window, "before the fault")
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("simulated fault")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Engine, "chat", broken)
+        with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+            window.chat_view.set_prompt_text("trigger")
+            window.chat_view.send_button.click()
+    assert "RuntimeError: simulated fault" in window.banner.text()
+    assert len(window.conversation.messages) == 2
+    send_and_wait(qtbot, window, "after the fault")
+    assert len(window.conversation.messages) == 4
+    assert not window.banner.isVisible()  # a new answer clears the old error
+
+
+def test_exception_mid_answer_keeps_what_was_written(
+    qtbot, make_window, tiny_model_dir, monkeypatch
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(50))
+    original = loops.KVLoop.forward
+    calls = {"n": 0}
+
+    def failing_forward(self, new_ids, all_logits=False):
+        calls["n"] += 1
+        if calls["n"] > 10:
+            raise RuntimeError("device lost")
+        return original(self, new_ids, all_logits)
+
+    monkeypatch.setattr(loops.KVLoop, "forward", failing_forward)
+    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        window.chat_view.set_prompt_text("go")
+        window.chat_view.send_button.click()
+    answer = window.conversation.messages[-1]
+    assert answer.role == "assistant" and answer.figures.finish_reason == "error"
+    assert answer.figures.generated_tokens == 10
+    assert "device lost" in window.banner.text()
+    assert window.chat_view.prompt_text() == ""
+
+
+def test_settings_persist_across_two_windows(make_window, tiny_model_dir, settings_file) -> None:
+    first = make_window(["--model", str(tiny_model_dir)])
+    panel = first.side_panel
+    first.findChild(QPushButton, "modeNaiveButton").click()
+    panel.temperature_spin.setValue(0.35)
+    panel.top_p_spin.setValue(0.8)
+    panel.top_k_spin.setValue(7)
+    panel.repetition_spin.setValue(1.2)
+    panel.max_tokens_spin.setValue(77)
+    panel.seed_spin.setValue(1234)
+    panel.system_prompt_edit.setPlainText("You are terse.")
+    first.close()
+    assert settings_file.is_file()
+
+    second = make_window(["--model", str(tiny_model_dir)])
+    options = second.side_panel.options()
+    assert options.mode == "naive"
+    assert second.findChild(QPushButton, "modeNaiveButton").isChecked()
+    s = options.settings
+    assert (s.temperature, s.top_p, s.top_k, s.repetition_penalty) == (0.35, 0.8, 7, 1.2)
+    assert (s.max_new_tokens, s.seed) == (77, 1234)
+    assert options.system_prompt == "You are terse."
+    assert str(tiny_model_dir) in second.settings.value("models/recent")
+    # The command line wins over the saved choice, for that run only.
+    third = make_window(["--model", str(tiny_model_dir), "--mode", "iobinding"])
+    assert third.side_panel.mode() == "iobinding"
+    third.close()
+    fourth = make_window(["--model", str(tiny_model_dir)])
+    assert fourth.side_panel.mode() == "naive"
+
+
+def test_open_gguf_converts_with_progress_then_opens(
+    qtbot, make_window, tiny_gguf, tmp_path
+) -> None:
+    window = make_window(["--model", str(tmp_path / "none")])
+    out = tmp_path / "converted"
+    assert window.convert_and_open(tiny_gguf, out)
+    dialog = window.findChild(QProgressDialog, "convertProgressDialog")
+    assert dialog is not None and dialog.isVisible()
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+        pass
+    assert window.controller.model.folder == out
+    assert window.findChild(QProgressDialog, "convertProgressDialog") is None or not (
+        dialog.isVisible()
+    )
+    assert not window.banner.isVisible()  # the load error of the missing folder is gone
+
+
+def test_about_names_versions_and_model(make_window, tiny_model_dir) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    text = window.about_text()
+    for needle in ("ONNX Runtime", "Qt", "PySide6", "layers", "KV layout", str(tiny_model_dir)):
+        assert needle in text
+
+
+def test_device_that_fails_to_start_shows_the_fallback_reason(
+    make_window, tiny_model_dir, monkeypatch
+) -> None:
+    from chatapp.engine import engine as engine_module
+
+    real_start = engine_module.start_session
+
+    def failing_start(model_path, device, threads=None):
+        started = real_start(model_path, device, threads)
+        started.fallback_reason = "GPU (test) failed to start (no driver); running on the CPU."
+        return started
+
+    monkeypatch.setattr(engine_module, "start_session", failing_start)
+    window = make_window(["--model", str(tiny_model_dir)])
+    assert window.controller.state is State.READY
+    assert "no driver" in window.side_panel.fallback_label.text()
+    assert window.banner.level == "warning" and "no driver" in window.banner.text()
+
+
+def test_changing_threads_reloads_the_model_and_keeps_the_chat(
+    qtbot, make_window, tiny_model_dir
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(4))
+    send_and_wait(qtbot, window, "keep me")
+    spin = window.side_panel.threads_spin
+    spin.setValue(1)
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=30_000) as blocker:
+        emit(spin.editingFinished)
+    assert blocker.args[0].threads == 1
+    assert len(window.conversation.messages) == 2
+    send_and_wait(qtbot, window, "and continue")
+    assert len(window.conversation.messages) == 4

@@ -55,11 +55,18 @@ def bench_prompt_ids(engine: Engine, prompt: str, context_tokens: int | None) ->
     return engine.tokenizer.chat_ids([Message("user", padded)])
 
 
-def _fixed_length(engine: Engine, ids: list[int], mode: str, n: int) -> Generation:
+def fixed_length(
+    engine: Engine,
+    ids: list[int],
+    mode: str,
+    n: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> Generation:
     """A greedy run of exactly n tokens (end-of-text ignored) on a cold cache."""
     loop = engine.loop(mode)
     loop.reset()
-    return engine.generate_ids(ids, replace(GREEDY, max_new_tokens=n), mode, ignore_eos=True)
+    settings = replace(GREEDY, max_new_tokens=n)
+    return engine.generate_ids(ids, settings, mode, should_stop, ignore_eos=True)
 
 
 def _median(values: list[float]) -> float:
@@ -94,20 +101,25 @@ def bench_point(
 ) -> dict[str, Any]:
     """Both loops on `ids`: one warm-up each, then repeats in alternating order."""
     for mode in MODES:
-        _fixed_length(engine, ids, mode, min(8, n)).run()
+        fixed_length(engine, ids, mode, min(8, n)).run()
     runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
     for r in range(repeats):
         order = MODES if r % 2 == 0 else tuple(reversed(MODES))
         for mode in order:
-            stats = _fixed_length(engine, ids, mode, n).run()
+            stats = fixed_length(engine, ids, mode, n).run()
             runs[mode].append(stats)
             progress(
                 f"  repeat {r + 1}/{repeats} {mode:9}: {stats.tokens_per_s:6.1f} tok/s, "
                 f"TTFT {stats.ttft_s * 1000:6.0f} ms"
             )
+    return compare_runs(runs, len(ids))
+
+
+def compare_runs(runs: dict[str, list[RunStats]], prompt_tokens: int) -> dict[str, Any]:
+    """Both loops' runs on one prompt as a result point (also the comparison view's)."""
     naive, iob = summarize(runs["naive"]), summarize(runs["iobinding"])
     return {
-        "prompt_tokens": len(ids),
+        "prompt_tokens": prompt_tokens,
         "naive": naive,
         "iobinding": iob,
         "same_tokens": runs["naive"][0].token_ids == runs["iobinding"][0].token_ids,
@@ -129,15 +141,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
     n = min(config.max_new_tokens, engine.max_context - len(ids) - 1)
     report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
     result: dict[str, Any] = {
-        "model": engine.info.name,
-        "model_dir": str(engine.info.folder),
-        "layout": engine.info.layout.value,
-        "device": engine.device.name,
-        "fallback_reason": engine.fallback_reason,
-        "threads": config.threads,
-        "max_new_tokens": n,
-        "repeats": config.repeats,
-        "environment": _environment(),
+        **result_header(engine, n, config.repeats),
         **bench_point(engine, ids, n, config.repeats, report),
     }
     if config.sweep:
@@ -168,6 +172,21 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         cut = next((i for i, t in enumerate(ours) if t in engine_eos), len(ours))
         result["genai_same_tokens"] = result["genai"]["token_ids"][:cut] == ours[:cut]
     return result
+
+
+def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str, Any]:
+    """What was measured, where: the first keys of every result (bench, comparison view)."""
+    return {
+        "model": engine.info.name,
+        "model_dir": str(engine.info.folder),
+        "layout": engine.info.layout.value,
+        "device": engine.device.name,
+        "fallback_reason": engine.fallback_reason,
+        "threads": engine.threads,
+        "max_new_tokens": max_new_tokens,
+        "repeats": repeats,
+        "environment": _environment(),
+    }
 
 
 def _environment() -> dict[str, Any]:

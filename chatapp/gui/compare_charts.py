@@ -126,6 +126,10 @@ class StepSplitChart(QChart):
         self._max_y = max(self._max_y, total)
         self._rescale()
 
+    @property
+    def y_max(self) -> float:
+        return self._max_y
+
     def set_y_max(self, value: float) -> None:
         """Both loops' charts on one scale, so their heights compare."""
         self._max_y = max(self._max_y, value)

@@ -34,6 +34,8 @@ from chatapp.datadir import models_dir
 from chatapp.gui import formatting as fmt
 from chatapp.gui.banner import MessageBanner
 from chatapp.gui.chat_view import ChatView
+from chatapp.gui.compare_view import CompareView
+from chatapp.gui.compare_worker import CompareWorker
 from chatapp.gui.controller import ChatController, State
 from chatapp.gui.conversation import ChatMessage, Conversation
 from chatapp.gui.settings import remember_recent, string_list
@@ -73,6 +75,13 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         self.tabs.setTabBarAutoHide(True)
         self.tabs.addTab(chat_page, "Chat")
+        self.compare_worker = CompareWorker(self.controller.worker)
+        # Same thread as the generation worker: it borrows that worker's Engine, and the two
+        # never run at once.
+        self.compare_worker.moveToThread(self.controller.worker.thread())
+        self.compare_view = CompareView(self.compare_worker, self)
+        self.compare_view.system_prompt = lambda: self.side_panel.system_prompt_edit.toPlainText()
+        self.compare_tab = self.add_view(self.compare_view, "Compare loops")
 
         side_scroll = QScrollArea(self)
         side_scroll.setObjectName("sidePanelScroll")
@@ -132,6 +141,15 @@ class MainWindow(QMainWindow):
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
         file_menu.addAction(quit_action)
+        view_menu = self.menuBar().addMenu("&View")
+        self.show_chat_action = QAction("&Chat", self)
+        self.show_chat_action.setShortcut(QKeySequence("Ctrl+1"))
+        self.show_chat_action.triggered.connect(lambda: self.tabs.setCurrentIndex(0))
+        self.compare_action = QAction("C&ompare loops", self)
+        self.compare_action.setShortcut(QKeySequence("Ctrl+2"))
+        self.compare_action.triggered.connect(self.show_compare_view)
+        view_menu.addAction(self.show_chat_action)
+        view_menu.addAction(self.compare_action)
         help_menu = self.menuBar().addMenu("&Help")
         about_action = QAction("&About chatapp", self)
         about_action.triggered.connect(self._on_about)
@@ -168,6 +186,7 @@ class MainWindow(QMainWindow):
         c.sig_convert_progress.connect(self._on_convert_progress)
         c.sig_converted.connect(self._on_converted)
         c.sig_convert_failed.connect(self._on_convert_failed)
+        self.compare_view.sig_running.connect(self._on_compare_running)
         panel.sig_mode_changed.connect(self._on_mode_changed)
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
@@ -329,8 +348,19 @@ class MainWindow(QMainWindow):
         self.chat_view.show_messages(conversation.messages)
         self._on_state_changed(self.controller.state)
 
+    def show_compare_view(self) -> None:
+        self.tabs.setCurrentIndex(self.compare_tab)
+
+    @Slot(bool)
+    def _on_compare_running(self, _running: bool) -> None:
+        self._on_state_changed(self.controller.state)
+
     @Slot(object)
     def _on_state_changed(self, state: State) -> None:
+        comparing = self.compare_view.running
+        self.compare_view.set_available(state is State.READY)
+        if comparing:
+            state = State.GENERATING  # the chat waits for the comparison, like for an answer
         ready, generating = state is State.READY, state is State.GENERATING
         busy = state in (State.LOADING, State.CONVERTING)
         self.chat_view.set_actions(
@@ -444,6 +474,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/splitter", self.splitter.saveState())
         self.settings.sync()
         self._close_convert_dialog()
+        self.compare_worker.request_stop(1 << 62)  # a running comparison ends after its step
         self.controller.shutdown()
 
     def closeEvent(self, event: QCloseEvent) -> None:

@@ -24,7 +24,10 @@ class StepEvent:
     text: str  # the text this token adds (may be "" while a character is incomplete)
     logprob: float  # under the raw logits (before temperature / top-k)
     timing: StepTiming
-    latency_s: float  # since the previous token, or since the request for the first one
+    # This loop's own time for the token: from resuming after the previous token (or from the
+    # request, for the first) to this one. Time the consumer spends between tokens (drawing,
+    # or the other loop when two run in lockstep) is not the loop's and is not counted.
+    latency_s: float
 
 
 class Generation:
@@ -81,7 +84,6 @@ class Generation:
             now = perf()
             timing = StepTiming(host_s, run_s, now - t_sample)
             latency = now - previous
-            previous = now
             history.append(token)
             stats.token_ids.append(token)
             stats.logprobs.append(logprob)
@@ -93,6 +95,7 @@ class Generation:
                 stats.latencies_s.append(latency)
             self.text += delta
             yield StepEvent(stats.generated_tokens - 1, token, delta, logprob, timing, latency)
+            previous = perf()
             if stats.generated_tokens >= limit:
                 stats.finish_reason = "length"
                 break

@@ -17,8 +17,10 @@ from PySide6.QtCore import QObject, Signal, Slot
 from chatapp.engine.bench import (
     bench_prompt_ids,
     compare_runs,
-    fixed_length,
+    interleaved,
+    loop_pair,
     result_header,
+    run_interleaved,
     summarize,
 )
 from chatapp.engine.chat import Message
@@ -134,20 +136,17 @@ class CompareWorker(QObject):
         try:
             messages = [Message("system", request.system_prompt)] if request.system_prompt else []
             ids = engine.tokenizer.chat_ids([*messages, Message("user", request.prompt)])
-            runs: dict[str, list[RunStats]] = {}
+            emit(self.sig_progress, "Warming up both loops…")
+            run_interleaved(engine, ids, WARMUP_TOKENS)
+            emit(self.sig_progress, "Running both loops, one token each in turn…")
+            runs = self._run_streaming(engine, ids, request.max_new_tokens, rid)
+            if runs is None:
+                emit(self.sig_failed, rid, "Comparison stopped.")
+                return
             for mode in MODES:
-                emit(self.sig_progress, f"Warming up the {mode} loop…")
-                fixed_length(engine, ids, mode, WARMUP_TOKENS).run()
-            for mode in MODES:
-                emit(self.sig_progress, f"Running the {mode} loop…")
-                stats = self._run_streaming(engine, ids, mode, request.max_new_tokens, rid)
-                if stats is None:
-                    emit(self.sig_failed, rid, "Comparison stopped.")
-                    return
-                runs[mode] = [stats]
-                emit(self.sig_loop_finished, LoopFinished(rid, mode, summarize([stats])))
+                emit(self.sig_loop_finished, LoopFinished(rid, mode, summarize([runs[mode]])))
             header = result_header(engine, request.max_new_tokens, repeats=1)
-            result = {**header, **compare_runs(runs, len(ids))}
+            result = {**header, **compare_runs({m: [r] for m, r in runs.items()}, len(ids))}
             emit(self.sig_finished, CompareFinished(rid, result))
             emit(self.sig_progress, "Done.")
         except EngineError as exc:
@@ -157,11 +156,12 @@ class CompareWorker(QObject):
             emit(self.sig_failed, rid, f"The comparison failed: {type(exc).__name__}: {exc}")
 
     def _run_streaming(
-        self, engine: Engine, ids: list[int], mode: str, n: int, rid: int
-    ) -> RunStats | None:
-        gen = fixed_length(engine, ids, mode, n, should_stop=lambda: self._stopped(rid))
+        self, engine: Engine, ids: list[int], n: int, rid: int
+    ) -> dict[str, RunStats] | None:
+        """Both loops in lockstep (fair on a busy machine), streaming each step's figures."""
+        gens = loop_pair(engine, ids, n, should_stop=lambda: self._stopped(rid))
         pending = _Pending()
-        for event in gen:
+        for mode, event in interleaved(gens):
             if event.index > 0:
                 t = event.timing
                 pending.steps.append(
@@ -178,8 +178,9 @@ class CompareWorker(QObject):
             if pending.steps and now - pending.last_flush >= FLUSH_INTERVAL_S:
                 self._flush(rid, pending, now)
         self._flush(rid, pending, perf())
-        stats = gen.stats
-        return None if stats.finish_reason == "stop" else stats
+        if any(g.stats.finish_reason == "stop" for g in gens.values()):
+            return None
+        return {m: g.stats for m, g in gens.items()}
 
     def _flush(self, rid: int, pending: _Pending, now: float) -> None:
         if pending.steps:
@@ -199,26 +200,17 @@ class CompareWorker(QObject):
                 if len(ids) + request.max_new_tokens >= engine.max_context:
                     emit(self.sig_progress, f"Context {target}: longer than the model's context.")
                     continue
-                runs: dict[str, list[RunStats]] = {}
-                for mode in MODES:
-                    if self._stopped(rid):
-                        emit(self.sig_failed, rid, "Sweep stopped.")
-                        return
-                    emit(
-                        self.sig_progress,
-                        f"Context {target} ({number}/{len(request.contexts)}): {mode} loop…",
-                    )
-                    stats = fixed_length(
-                        engine,
-                        ids,
-                        mode,
-                        request.max_new_tokens,
-                        should_stop=lambda: self._stopped(rid),
-                    ).run()
-                    if stats.finish_reason == "stop":
-                        emit(self.sig_failed, rid, "Sweep stopped.")
-                        return
-                    runs[mode] = [stats]
+                if self._stopped(rid):
+                    emit(self.sig_failed, rid, "Sweep stopped.")
+                    return
+                emit(self.sig_progress, f"Context {target} ({number}/{len(request.contexts)})…")
+                stats = run_interleaved(
+                    engine, ids, request.max_new_tokens, should_stop=lambda: self._stopped(rid)
+                )
+                if any(s.finish_reason == "stop" for s in stats.values()):
+                    emit(self.sig_failed, rid, "Sweep stopped.")
+                    return
+                runs = {m: [r] for m, r in stats.items()}
                 point = {**compare_runs(runs, len(ids)), "context_tokens": target}
                 emit(self.sig_sweep_point, SweepPoint(rid, target, point))
             header = result_header(engine, request.max_new_tokens, repeats=1)

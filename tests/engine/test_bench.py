@@ -1,0 +1,74 @@
+"""Benchmark building blocks: padded prompts, lockstep runs, summaries."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from chatapp.engine.bench import (
+    bench_prompt_ids,
+    interleaved,
+    loop_pair,
+    markdown_report,
+    run_interleaved,
+    summarize,
+)
+from chatapp.engine.engine import Engine
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> Engine:
+    return Engine(tiny_model_dir, threads=1, max_context=512)
+
+
+@pytest.mark.parametrize("target", [64, 200, 400])
+def test_prompt_is_padded_with_real_text_to_about_the_target(engine: Engine, target: int) -> None:
+    ids = bench_prompt_ids(engine, "Why is the sky blue?", target)
+    assert abs(len(ids) - target) <= 8
+    text = engine.tokenizer.decode(ids)
+    assert text.rstrip().endswith("Why is the sky blue?") or "Why is the sky blue?" in text
+    assert "workshop" in text  # the filler story
+
+
+def test_lockstep_alternates_and_gives_equal_tokens(engine: Engine) -> None:
+    gens = loop_pair(engine, [5, 6, 7, 8], 10)
+    order = [mode for mode, _event in interleaved(gens, first="iobinding")]
+    assert order[:4] == ["iobinding", "naive", "iobinding", "naive"]
+    assert order.count("naive") == order.count("iobinding") == 10
+    assert gens["naive"].stats.token_ids == gens["iobinding"].stats.token_ids
+
+
+def test_lockstep_latencies_do_not_count_the_other_loop(engine: Engine) -> None:
+    started = time.perf_counter()
+    runs = run_interleaved(engine, list(range(3, 40)), 40)
+    wall = time.perf_counter() - started
+    own = sum(r.ttft_s + sum(r.latencies_s) for r in runs.values())
+    assert own <= wall  # each token's time is counted once, by its own loop
+    for stats in runs.values():
+        assert len(stats.latencies_s) == 39
+
+
+def test_summary_and_table(engine: Engine) -> None:
+    runs = [run_interleaved(engine, [9, 10, 11], 12) for _ in range(3)]
+    summary = summarize([r["naive"] for r in runs])
+    assert summary["repeats"] == 3
+    assert summary["tokens_per_s"] == sorted(r["naive"].tokens_per_s for r in runs)[1]
+    assert 0.0 <= summary["host_prep_share"] < 1.0
+    result = {
+        "model": "tiny",
+        "layout": "shared-buffer",
+        "device": "cpu",
+        "prompt_tokens": 3,
+        "max_new_tokens": 12,
+        "repeats": 3,
+        "naive": summary,
+        "iobinding": summarize([r["iobinding"] for r in runs]),
+        "same_tokens": True,
+        "speedup_tokens_per_s": 1.1,
+        "speedup_latency": 1.05,
+    }
+    table = markdown_report(result)
+    assert "| naive |" in table and "| IO-Binding |" in table
+    assert "**1.10x** tokens/s" in table

@@ -34,6 +34,18 @@ class AttentionIO:
     position_ids: bool
 
 
+def dynamic_io(spec: LlamaSpec, position_ids: bool) -> AttentionIO:
+    """onnxruntime-genai / Optimum shapes: batch, new tokens and cache lengths all dynamic."""
+    return AttentionIO(
+        ids_shape=["batch_size", "sequence_length"],
+        mask_shape=["batch_size", "total_sequence_length"],
+        past_shape=["batch_size", spec.n_kv_heads, "past_sequence_length", spec.head_dim],
+        present_shape=["batch_size", spec.n_kv_heads, "total_sequence_length", spec.head_dim],
+        logits_shape=["batch_size", "sequence_length", spec.vocab_size],
+        position_ids=position_ids,
+    )
+
+
 class GQAAttention:
     kind = "group_query_attention"
     layout = "shared-buffer"
@@ -42,15 +54,7 @@ class GQAAttention:
         self.g, self.spec, self.context_length = g, spec, context_length
 
     def io(self) -> AttentionIO:
-        s = self.spec
-        return AttentionIO(
-            ids_shape=["batch_size", "sequence_length"],
-            mask_shape=["batch_size", "total_sequence_length"],
-            past_shape=["batch_size", s.n_kv_heads, "past_sequence_length", s.head_dim],
-            present_shape=["batch_size", s.n_kv_heads, "total_sequence_length", s.head_dim],
-            logits_shape=["batch_size", "sequence_length", s.vocab_size],
-            position_ids=False,
-        )
+        return dynamic_io(self.spec, position_ids=False)
 
     def prelude(self, mask: str, positions: str | None) -> None:
         """seqlens_k = tokens so far - 1, total length, and the RoPE tables (shared by layers)."""
@@ -106,15 +110,7 @@ class StandardAttention:
         self.g, self.spec, self.context_length = g, spec, context_length
 
     def io(self) -> AttentionIO:
-        s = self.spec
-        return AttentionIO(
-            ids_shape=["batch_size", "sequence_length"],
-            mask_shape=["batch_size", "total_sequence_length"],
-            past_shape=["batch_size", s.n_kv_heads, "past_sequence_length", s.head_dim],
-            present_shape=["batch_size", s.n_kv_heads, "total_sequence_length", s.head_dim],
-            logits_shape=["batch_size", "sequence_length", s.vocab_size],
-            position_ids=True,
-        )
+        return dynamic_io(self.spec, position_ids=True)
 
     def _positions(self, mask: str, positions: str | None) -> str:
         assert positions is not None

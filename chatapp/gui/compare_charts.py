@@ -49,42 +49,59 @@ def _value_axes(chart: QChart, x_title: str, y_title: str) -> tuple[QValueAxis, 
     return x_axis, y_axis
 
 
-class LatencyLinesChart(QChart):
-    """Per-token latency over the generation, one line per loop."""
+class LoopLinesChart(QChart):
+    """One line per loop on value axes, rescaled as points arrive."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        title: str,
+        x_title: str,
+        y_title: str,
+        width: float,
+        min_x: float,
+        points: bool = False,
+    ) -> None:
         super().__init__()
-        _setup(self, "Time between tokens")
-        self.x_axis, self.y_axis = _value_axes(self, "token", "ms")
+        _setup(self, title)
+        self.x_axis, self.y_axis = _value_axes(self, x_title, y_title)
         self.series: dict[str, QLineSeries] = {}
         for loop in LOOPS:
             series = QLineSeries()
             series.setName(LOOP_LABELS[loop])
-            series.setPen(QPen(LOOP_COLORS[loop], 1.6))
+            series.setPen(QPen(LOOP_COLORS[loop], width))
+            series.setPointsVisible(points)
             self.addSeries(series)
             series.attachAxis(self.x_axis)
             series.attachAxis(self.y_axis)
             self.series[loop] = series
-        self._max_x, self._max_y = 1.0, 1.0
+        self._min_x = min_x
+        self._max_x, self._max_y = min_x, 1.0
 
     def clear(self) -> None:
         for series in self.series.values():
             series.clear()
-        self._max_x, self._max_y = 1.0, 1.0
+        self._max_x, self._max_y = self._min_x, 1.0
         self._rescale()
 
-    def append(self, loop: str, index: int, latency_ms: float) -> None:
-        self.series[loop].append(index, latency_ms)
-        self._max_x, self._max_y = max(self._max_x, index), max(self._max_y, latency_ms)
+    def append(self, loop: str, x: float, y: float) -> None:
+        self.series[loop].append(x, y)
+        self._max_x, self._max_y = max(self._max_x, x), max(self._max_y, y)
         self._rescale()
+
+    def _rescale(self) -> None:
+        _nice_range(self.x_axis, self._max_x * 1.02)
+        _nice_range(self.y_axis, self._max_y * 1.15)
+
+
+class LatencyLinesChart(LoopLinesChart):
+    """Per-token latency over the generation, one line per loop."""
+
+    def __init__(self) -> None:
+        super().__init__("Time between tokens", "token", "ms", width=1.6, min_x=8.0)
 
     def set_series(self, loop: str, latencies_ms: Sequence[float]) -> None:
         for i, value in enumerate(latencies_ms, start=1):
             self.append(loop, i, value)
-
-    def _rescale(self) -> None:
-        _nice_range(self.x_axis, max(8.0, self._max_x))
-        _nice_range(self.y_axis, self._max_y * 1.1)
 
 
 class StepSplitChart(QChart):
@@ -177,37 +194,18 @@ class PairBarChart(QChart):
         return float(self.bar.at(LOOPS.index(loop)))
 
 
-class SweepChart(QChart):
+class SweepChart(LoopLinesChart):
     """Decode tokens/s of both loops against the context length."""
 
     def __init__(self) -> None:
-        super().__init__()
-        _setup(self, "Decode speed as the context grows")
-        self.x_axis, self.y_axis = _value_axes(self, "tokens in the context", "tokens/s")
-        self.series: dict[str, QLineSeries] = {}
-        for loop in LOOPS:
-            series = QLineSeries()
-            series.setName(LOOP_LABELS[loop])
-            series.setPen(QPen(LOOP_COLORS[loop], 2.0))
-            series.setPointsVisible(True)
-            self.addSeries(series)
-            series.attachAxis(self.x_axis)
-            series.attachAxis(self.y_axis)
-            self.series[loop] = series
-        self._max_x, self._max_y = 128.0, 1.0
-
-    def clear(self) -> None:
-        for series in self.series.values():
-            series.clear()
-        self._max_x, self._max_y = 128.0, 1.0
-        self._rescale()
+        super().__init__(
+            "Decode speed as the context grows",
+            "tokens in the context",
+            "tokens/s",
+            width=2.0,
+            min_x=128.0,
+            points=True,
+        )
 
     def add_point(self, loop: str, context_tokens: int, tokens_per_s: float) -> None:
-        self.series[loop].append(context_tokens, tokens_per_s)
-        self._max_x = max(self._max_x, context_tokens)
-        self._max_y = max(self._max_y, tokens_per_s)
-        self._rescale()
-
-    def _rescale(self) -> None:
-        _nice_range(self.x_axis, self._max_x * 1.05)
-        _nice_range(self.y_axis, self._max_y * 1.2)
+        self.append(loop, context_tokens, tokens_per_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,33 +128,40 @@ class CompareWorker(QObject):
     def _stopped(self, rid: int) -> bool:
         return self._stop_through >= rid
 
-    @Slot(object)
-    def compare(self, request: CompareRequest) -> None:
-        rid = request.request_id
+    def _guarded(self, rid: int, what: str, body: Callable[[Engine], None]) -> None:
+        """Run `body` with the engine; every failure becomes a sig_failed sentence."""
         engine = self._engine(rid)
         if engine is None:
             return
         try:
-            messages = [Message("system", request.system_prompt)] if request.system_prompt else []
-            ids = engine.tokenizer.chat_ids([*messages, Message("user", request.prompt)])
-            emit(self.sig_progress, "Warming up both loops…")
-            run_interleaved(engine, ids, WARMUP_TOKENS)
-            emit(self.sig_progress, "Running both loops, one token each in turn…")
-            runs = self._run_streaming(engine, ids, request.max_new_tokens, rid)
-            if runs is None:
-                emit(self.sig_failed, rid, "Comparison stopped.")
-                return
-            for mode in MODES:
-                emit(self.sig_loop_finished, LoopFinished(rid, mode, summarize([runs[mode]])))
-            header = result_header(engine, request.max_new_tokens, repeats=1)
-            result = {**header, **compare_runs({m: [r] for m, r in runs.items()}, len(ids))}
-            emit(self.sig_finished, CompareFinished(rid, result))
-            emit(self.sig_progress, "Done.")
+            body(engine)
         except EngineError as exc:
             emit(self.sig_failed, rid, str(exc))
         except Exception as exc:
             traceback.print_exc()
-            emit(self.sig_failed, rid, f"The comparison failed: {type(exc).__name__}: {exc}")
+            emit(self.sig_failed, rid, f"The {what} failed: {type(exc).__name__}: {exc}")
+
+    @Slot(object)
+    def compare(self, request: CompareRequest) -> None:
+        self._guarded(request.request_id, "comparison", lambda e: self._compare(e, request))
+
+    def _compare(self, engine: Engine, request: CompareRequest) -> None:
+        rid = request.request_id
+        messages = [Message("system", request.system_prompt)] if request.system_prompt else []
+        ids = engine.tokenizer.chat_ids([*messages, Message("user", request.prompt)])
+        emit(self.sig_progress, "Warming up both loops…")
+        run_interleaved(engine, ids, WARMUP_TOKENS)
+        emit(self.sig_progress, "Running both loops, one token each in turn…")
+        runs = self._run_streaming(engine, ids, request.max_new_tokens, rid)
+        if runs is None:
+            emit(self.sig_failed, rid, "Comparison stopped.")
+            return
+        for mode in MODES:
+            emit(self.sig_loop_finished, LoopFinished(rid, mode, summarize([runs[mode]])))
+        header = result_header(engine, request.max_new_tokens, repeats=1)
+        result = {**header, **compare_runs({m: [r] for m, r in runs.items()}, len(ids))}
+        emit(self.sig_finished, CompareFinished(rid, result))
+        emit(self.sig_progress, "Done.")
 
     def _run_streaming(
         self, engine: Engine, ids: list[int], n: int, rid: int
@@ -190,34 +198,28 @@ class CompareWorker(QObject):
 
     @Slot(object)
     def sweep(self, request: SweepRequest) -> None:
+        self._guarded(request.request_id, "sweep", lambda e: self._sweep(e, request))
+
+    def _sweep(self, engine: Engine, request: SweepRequest) -> None:
         rid = request.request_id
-        engine = self._engine(rid)
-        if engine is None:
-            return
-        try:
-            for number, target in enumerate(request.contexts, start=1):
-                ids = bench_prompt_ids(engine, request.prompt, target)
-                if len(ids) + request.max_new_tokens >= engine.max_context:
-                    emit(self.sig_progress, f"Context {target}: longer than the model's context.")
-                    continue
-                if self._stopped(rid):
-                    emit(self.sig_failed, rid, "Sweep stopped.")
-                    return
-                emit(self.sig_progress, f"Context {target} ({number}/{len(request.contexts)})…")
-                stats = run_interleaved(
-                    engine, ids, request.max_new_tokens, should_stop=lambda: self._stopped(rid)
-                )
-                if any(s.finish_reason == "stop" for s in stats.values()):
-                    emit(self.sig_failed, rid, "Sweep stopped.")
-                    return
-                runs = {m: [r] for m, r in stats.items()}
-                point = {**compare_runs(runs, len(ids)), "context_tokens": target}
-                emit(self.sig_sweep_point, SweepPoint(rid, target, point))
-            header = result_header(engine, request.max_new_tokens, repeats=1)
-            emit(self.sig_sweep_finished, SweepFinished(rid, header))
-            emit(self.sig_progress, "Sweep done.")
-        except EngineError as exc:
-            emit(self.sig_failed, rid, str(exc))
-        except Exception as exc:
-            traceback.print_exc()
-            emit(self.sig_failed, rid, f"The sweep failed: {type(exc).__name__}: {exc}")
+        for number, target in enumerate(request.contexts, start=1):
+            ids = bench_prompt_ids(engine, request.prompt, target)
+            if len(ids) + request.max_new_tokens >= engine.max_context:
+                emit(self.sig_progress, f"Context {target}: longer than the model's context.")
+                continue
+            if self._stopped(rid):
+                emit(self.sig_failed, rid, "Sweep stopped.")
+                return
+            emit(self.sig_progress, f"Context {target} ({number}/{len(request.contexts)})…")
+            stats = run_interleaved(
+                engine, ids, request.max_new_tokens, should_stop=lambda: self._stopped(rid)
+            )
+            if any(s.finish_reason == "stop" for s in stats.values()):
+                emit(self.sig_failed, rid, "Sweep stopped.")
+                return
+            runs = {m: [r] for m, r in stats.items()}
+            point = {**compare_runs(runs, len(ids)), "context_tokens": target}
+            emit(self.sig_sweep_point, SweepPoint(rid, target, point))
+        header = result_header(engine, request.max_new_tokens, repeats=1)
+        emit(self.sig_sweep_finished, SweepFinished(rid, header))
+        emit(self.sig_progress, "Sweep done.")

@@ -32,13 +32,22 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default="float",
         help="output projection: float MatMul (exact, default) or 8-bit MatMulNBits, int8 input",
     )
-    conv.add_argument("--attention", choices=("gqa", "standard"), default="gqa",
-                      help="gqa: GroupQueryAttention, one shared KV buffer (default); "
-                      "standard: plain ONNX ops with a concatenated KV cache (Optimum's form)")
-    conv.add_argument("--kv-layout", choices=("dynamic", "static"), default="dynamic",
-                      help="static: fixed shapes (past C-W, present C), needs --context")
-    conv.add_argument("--window", type=int, default=1,
-                      help="static layout: tokens per run (default 1)")
+    conv.add_argument(
+        "--attention",
+        choices=("gqa", "standard"),
+        default="gqa",
+        help="gqa: GroupQueryAttention, one shared KV buffer (default); "
+        "standard: plain ONNX ops with a concatenated KV cache (Optimum's form)",
+    )
+    conv.add_argument(
+        "--kv-layout",
+        choices=("dynamic", "static"),
+        default="dynamic",
+        help="static: fixed shapes (past C-W, present C), needs --context",
+    )
+    conv.add_argument(
+        "--window", type=int, default=1, help="static layout: tokens per run (default 1)"
+    )
     conv.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     conv.set_defaults(func=run_convert)
 

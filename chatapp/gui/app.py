@@ -19,6 +19,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal, SignalInstance, Slot
 from PySide6.QtWidgets import QApplication, QProgressDialog
 
+from chatapp.gui.history_controller import open_history
+from chatapp.gui.history_ui import install_history
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.qtcompat import emit
 from chatapp.gui.settings import APPLICATION, ORGANIZATION, open_settings
@@ -55,6 +57,9 @@ def create_window(args: argparse.Namespace) -> MainWindow:
     """The window with the command line's choices preselected; no model requested yet."""
     window = MainWindow(open_settings())
     window.side_panel.preselect(args.mode, args.device)
+    # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside and
+    # the window says where, a file from a newer chatapp turns history off for this run.
+    install_history(window, open_history())
     return window
 
 

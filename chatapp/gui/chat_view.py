@@ -21,6 +21,7 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 from PySide6.QtWidgets import (
+    QFrame,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.gui.context import ContextReport
 from chatapp.gui.conversation import ChatMessage
 from chatapp.gui.formatting import figures_line
 from chatapp.gui.qtcompat import emit
@@ -46,6 +48,8 @@ ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
 ROLE_COLORS = {"user": "#1f5fa8", "assistant": "#2e7d32"}
 CODE_BACKGROUND = QColor("#f1f3f5")
 FIGURES_COLOR = QColor("#6b7280")
+NOT_SENT_COLOR = QColor("#9ca3af")  # messages the context no longer holds
+CUT_TEXT = "— earlier messages are not sent to the model (context full) —"
 
 
 class PromptEdit(QPlainTextEdit):
@@ -75,10 +79,12 @@ class TranscriptView(QTextBrowser):
     only rewrites the answer being written, never the whole transcript."""
 
     sig_copy_requested = Signal(int)  # message index
+    sig_edit_requested = Signal(int)  # index of a user message
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("transcriptView")
+        self.context: ContextReport | None = None  # per-turn tokens and the cut, if known
         self.setOpenLinks(False)  # our links are actions ("copy:3"), not places
         self.setPlaceholderText(
             "Ask the model something. Answers stream in here; the figures of each answer "
@@ -86,16 +92,37 @@ class TranscriptView(QTextBrowser):
         )
         self.anchorClicked.connect(self._on_anchor_clicked)
         self._starts: list[tuple[int, int]] = []  # (document position, message index)
+        self._roles: dict[int, str] = {}
         self._stream_start: int | None = None
 
     # ---- building the document ----------------------------------------------------------
     def show_messages(self, messages: Sequence[ChatMessage]) -> None:
         self.document().clear()
         self._starts = []
+        self._roles = {i: m.role for i, m in enumerate(messages)}
         self._stream_start = None
+        cut = self.context.cut_index if self.context is not None else None
         for index, message in enumerate(messages):
-            self._append_message(index, message)
+            if index == cut:
+                self._append_cut()
+            self._append_message(index, message, not_sent=cut is not None and index < cut)
         self._scroll(True)
+
+    def _append_cut(self) -> None:
+        """The line where the context policy cut: nothing above it reaches the model."""
+        fmt = QTextBlockFormat()
+        fmt.setTopMargin(14)
+        fmt.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        cursor = self._end_cursor()
+        if self.document().isEmpty():
+            cursor.setBlockFormat(fmt)
+        else:
+            cursor.insertBlock(fmt, QTextCharFormat())
+        char = self._figures_format()
+        char.setForeground(QColor("#b45309"))
+        if self.context is not None:
+            char.setToolTip(self.context.describe())
+        cursor.insertText(CUT_TEXT, char)
 
     def begin_answer(self, index: int) -> None:
         """Header for the answer that is about to stream (it becomes message `index`)."""
@@ -120,7 +147,7 @@ class TranscriptView(QTextBrowser):
         self._style_code_blocks(self._stream_start)
         self._scroll(stick)
 
-    def _append_message(self, index: int, message: ChatMessage) -> None:
+    def _append_message(self, index: int, message: ChatMessage, not_sent: bool = False) -> None:
         self._append_header(index, message.role)
         cursor = self._end_cursor()
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
@@ -132,6 +159,13 @@ class TranscriptView(QTextBrowser):
         else:
             cursor.insertMarkdown(message.content or "*(empty answer)*", MARKDOWN)
             self._style_code_blocks(start)
+        if not_sent:
+            grey = QTextCharFormat()
+            grey.setForeground(NOT_SENT_COLOR)
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(start)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(grey)
         if message.figures is not None:
             fmt = QTextBlockFormat()
             fmt.setTopMargin(2)
@@ -153,15 +187,30 @@ class TranscriptView(QTextBrowser):
         name.setFontWeight(QFont.Weight.Bold)
         name.setForeground(QColor(ROLE_COLORS.get(role, "#000000")))
         cursor.insertText(ROLE_NAMES.get(role, role.title()), name)
-        if copy_link:
-            link = QTextCharFormat()
-            link.setAnchor(True)
-            link.setAnchorHref(f"copy:{index}")
-            link.setForeground(QColor("#6b7280"))
-            link.setFontUnderline(False)
-            link.setToolTip("Copy this message as Markdown")
+        turn = self.context.turn_starting_at(index) if self.context is not None else None
+        if turn is not None and index < self.context.message_count:
+            tokens = self._figures_format()
+            tokens.setToolTip(
+                f"This turn (question and answer) takes {turn.tokens} tokens of the model's "
+                f"{self.context.limit}-token context"
+                + ("." if turn.sent else "; it is no longer sent.")
+            )
             cursor.insertText("   ", QTextCharFormat())
-            cursor.insertText("Copy", link)
+            cursor.insertText(f"turn: {turn.tokens} tokens", tokens)
+        if copy_link and role == "user":
+            self._append_link(cursor, f"edit:{index}", "Edit", "Edit this message and resend it")
+        if copy_link:
+            self._append_link(cursor, f"copy:{index}", "Copy", "Copy this message as Markdown")
+
+    def _append_link(self, cursor: QTextCursor, href: str, text: str, tip: str) -> None:
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(href)
+        link.setForeground(QColor("#6b7280"))
+        link.setFontUnderline(False)
+        link.setToolTip(tip)
+        cursor.insertText("   ", QTextCharFormat())
+        cursor.insertText(text, link)
 
     def _figures_format(self) -> QTextCharFormat:
         fmt = QTextCharFormat()
@@ -196,6 +245,9 @@ class TranscriptView(QTextBrowser):
             bar.setValue(bar.maximum())
 
     # ---- copying ------------------------------------------------------------------------
+    def is_user_message(self, index: int) -> bool:
+        return any(i == index for _, i in self._starts) and self._roles.get(index) == "user"
+
     def message_at(self, position: int) -> int | None:
         found = None
         for start, index in self._starts:
@@ -205,9 +257,12 @@ class TranscriptView(QTextBrowser):
 
     @Slot(QUrl)
     def _on_anchor_clicked(self, url: QUrl) -> None:
-        if url.scheme() == "copy":
+        signal = {"copy": self.sig_copy_requested, "edit": self.sig_edit_requested}.get(
+            url.scheme()
+        )
+        if signal is not None:
             with contextlib.suppress(ValueError):
-                emit(self.sig_copy_requested, int(url.path()))
+                emit(signal, int(url.path()))
 
     def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         menu = self.createStandardContextMenu(event.pos())
@@ -216,6 +271,9 @@ class TranscriptView(QTextBrowser):
             menu.addSeparator()
             action = menu.addAction("Copy this message")
             action.triggered.connect(lambda: emit(self.sig_copy_requested, index))
+            if self.is_user_message(index):
+                edit = menu.addAction("Edit and resend…")
+                edit.triggered.connect(lambda: emit(self.sig_edit_requested, index))
         menu.exec(event.globalPos())
         menu.deleteLater()
 
@@ -226,10 +284,14 @@ class ChatView(QWidget):
     sig_regenerate = Signal()
     sig_new_chat = Signal()
     sig_copied = Signal(int)  # message index
+    sig_edit_submitted = Signal(int, str)  # index of the user message, its new text
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._messages: list[ChatMessage] = []
+        self._streaming = False
+        self.editing: int | None = None  # the user message being edited in the prompt box
+        self._draft_before_edit = ""
         self._answer_text = ""
         self._dirty = False
         # Batches may arrive faster than we want to repaint: coalesce into one repaint per tick.
@@ -240,6 +302,7 @@ class ChatView(QWidget):
 
         self.transcript = TranscriptView(self)
         self.transcript.sig_copy_requested.connect(self.copy_message)
+        self.transcript.sig_edit_requested.connect(self.begin_edit)
 
         self.prompt_edit = PromptEdit(self)
         self.prompt_edit.setObjectName("promptEdit")
@@ -250,7 +313,7 @@ class ChatView(QWidget):
         line = self.prompt_edit.fontMetrics().lineSpacing()
         self.prompt_edit.setFixedHeight(line * 4 + 14)
         self.prompt_edit.sig_submit.connect(self._on_submit)
-        self.prompt_edit.sig_escape.connect(self.sig_stop)
+        self.prompt_edit.sig_escape.connect(self._on_escape)
 
         self.send_button = QPushButton("Send", self)
         self.send_button.setObjectName("sendButton")
@@ -276,7 +339,26 @@ class ChatView(QWidget):
         # Esc also stops when the focus is elsewhere in the window (e.g. on the transcript).
         self._stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         self._stop_shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        self._stop_shortcut.activated.connect(self.sig_stop)
+        self._stop_shortcut.activated.connect(self._on_escape)
+
+        # Shown while a message is being edited in the prompt box.
+        self.edit_bar = QFrame(self)
+        self.edit_bar.setObjectName("editBar")
+        self.edit_bar.setStyleSheet(
+            "#editBar { background: #eaf2fd; border: 1px solid #b6cff5; border-radius: 4px; }"
+        )
+        self.edit_label = QLabel("", self.edit_bar)
+        self.edit_label.setObjectName("editLabel")
+        self.edit_label.setWordWrap(True)
+        self.edit_cancel_button = QPushButton("Cancel", self.edit_bar)
+        self.edit_cancel_button.setObjectName("editCancelButton")
+        self.edit_cancel_button.setToolTip("Keep the message as it was (Esc)")
+        self.edit_cancel_button.clicked.connect(self.cancel_edit)
+        edit_row = QHBoxLayout(self.edit_bar)
+        edit_row.setContentsMargins(8, 4, 4, 4)
+        edit_row.addWidget(self.edit_label, 1)
+        edit_row.addWidget(self.edit_cancel_button)
+        self.edit_bar.hide()
 
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
@@ -294,6 +376,7 @@ class ChatView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.transcript, 1)
         layout.addLayout(actions)
+        layout.addWidget(self.edit_bar)
         layout.addLayout(entry)
         self.set_actions(can_send=False, can_stop=False, can_regenerate=False, can_new_chat=True)
 
@@ -321,11 +404,77 @@ class ChatView(QWidget):
         self._repaint_timer.stop()
         self._dirty = False
         self._messages = list(messages)
+        self._streaming = False
         self.transcript.show_messages(self._messages)
+        if self.editing is not None and not self.is_user_message(self.editing):
+            self.cancel_edit()
 
     def begin_answer(self) -> None:
         self._answer_text = ""
+        self._streaming = True
         self.transcript.begin_answer(len(self._messages))
+
+    def set_context(self, report: ContextReport | None, render: bool = True) -> None:
+        """Show per-turn tokens and the context cut of `report` (None: not known)."""
+        old = self.transcript.context
+        self.transcript.context = report
+        if not render or _context_key(old) == _context_key(report):
+            return
+        streaming, text = self._streaming, self._answer_text
+        self.show_messages(self._messages)
+        if streaming:  # rebuild the answer being written too
+            self.begin_answer()
+            self._answer_text = text
+            self.transcript.update_answer(text)
+
+    def is_user_message(self, index: int) -> bool:
+        return 0 <= index < len(self._messages) and self._messages[index].role == "user"
+
+    # ---- editing a sent message -----------------------------------------------------------
+    @Slot(int)
+    def begin_edit(self, index: int) -> None:
+        """Put user message `index` in the prompt box; Send then answers it again."""
+        if not self.is_user_message(index):
+            return
+        if self.editing is None:
+            self._draft_before_edit = self.prompt_text()
+        self.editing = index
+        later = len(self._messages) - index - 1
+        self.edit_label.setText(
+            f"Editing your message {sum(m.role == 'user' for m in self._messages[:index]) + 1}. "
+            "Send answers it again"
+            + (
+                f" and replaces the {later} message{'s' if later != 1 else ''} after it."
+                if later
+                else "."
+            )
+        )
+        self.edit_bar.show()
+        self.set_prompt_text(self._messages[index].content)
+        self.prompt_edit.setFocus()
+
+    @Slot()
+    def cancel_edit(self) -> None:
+        if self.editing is None:
+            return
+        self.editing = None
+        self.edit_bar.hide()
+        self.set_prompt_text(self._draft_before_edit)
+        self._draft_before_edit = ""
+
+    def finish_edit(self) -> None:
+        """The edit was sent: leave edit mode with an empty prompt box."""
+        self.editing = None
+        self.edit_bar.hide()
+        self._draft_before_edit = ""
+        self.set_prompt_text("")
+
+    @Slot()
+    def _on_escape(self) -> None:
+        if self.editing is not None and not self.stop_button.isEnabled():
+            self.cancel_edit()
+        else:
+            emit(self.sig_stop)
 
     def append_answer(self, text: str) -> None:
         if not text:
@@ -361,4 +510,14 @@ class ChatView(QWidget):
     def _on_submit(self) -> None:
         text = self.prompt_text()
         if text.strip() and self.send_button.isEnabled():
-            emit(self.sig_send, text)
+            if self.editing is not None:
+                emit(self.sig_edit_submitted, self.editing, text)
+            else:
+                emit(self.sig_send, text)
+
+
+def _context_key(report: ContextReport | None) -> object:
+    """What of a report the transcript draws: re-render only when this changes."""
+    if report is None:
+        return None
+    return (report.cut_index, report.limit, report.message_count, report.turns)

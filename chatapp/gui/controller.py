@@ -14,7 +14,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.gui.conversation import AnswerFigures, Conversation
+from chatapp.gui.context import ContextReport, ContextRequest
+from chatapp.gui.conversation import AnswerFigures, ChatMessage, Conversation
 from chatapp.gui.qtcompat import emit
 from chatapp.gui.worker import (
     AnswerResult,
@@ -57,6 +58,9 @@ class ChatController(QObject):
     sig_answer_finished = Signal(object)  # ChatMessage (the stored answer)
     sig_answer_failed = Signal(str, str)  # message, prompt text given back to the input box
     sig_conversation_changed = Signal(object)  # Conversation: the hook for a history store
+    # What the model sees of the conversation (ContextReport), or None when it is not known
+    # (another conversation was opened): after every answer request, and on measure_context().
+    sig_context = Signal(object)
     sig_convert_progress = Signal(float, str)
     sig_converted = Signal(object)  # Path
     sig_convert_failed = Signal(str)
@@ -65,6 +69,7 @@ class ChatController(QObject):
     sig_load_requested = Signal(object)
     sig_generate_requested = Signal(object)
     sig_convert_requested = Signal(object)
+    sig_context_requested = Signal(object)
 
     def __init__(self, worker: GenerationWorker | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -76,11 +81,18 @@ class ChatController(QObject):
         self._active_id = 0
         self._pending_load: LoadRequest | None = None
         self._state_before_conversion = State.NO_MODEL
+        self.context: ContextReport | None = None
+        self._context_id = 0  # the request whose report describes the conversation shown
+        # Messages an answer request replaced (regenerate, or resend of an unchanged question):
+        # put back if the new answer fails before writing anything.
+        self._replaced: list[ChatMessage] | None = None
         self._worker_thread = WorkerThread(worker)
         w = self._worker_thread.worker
         self.sig_load_requested.connect(w.load)
         self.sig_generate_requested.connect(w.generate)
         self.sig_convert_requested.connect(w.convert)
+        self.sig_context_requested.connect(w.measure_context)
+        w.sig_context.connect(self._on_context)
         w.sig_model_loaded.connect(self._on_model_loaded)
         w.sig_load_failed.connect(self._on_load_failed)
         w.sig_token.connect(self._on_token)
@@ -140,9 +152,60 @@ class ChatController(QObject):
     def regenerate(self, options: GenerationOptions) -> bool:
         if self.state is not State.READY or not self.conversation.can_regenerate():
             return False
-        self.conversation.drop_last_answer()
+        if self.conversation.messages[-1].role == "assistant":
+            self._replaced = [self.conversation.messages.pop()]
+        # else: a question without an answer (restored after a crash): answer it now
         self._request(options)
         return True
+
+    def edit(self, index: int, text: str, options: GenerationOptions) -> bool:
+        """Give user message `index` the text `text` and answer it again: every later message
+        goes. With unchanged text this regenerates from that question."""
+        text = text.strip()
+        messages = self.conversation.messages
+        if (
+            not text
+            or self.state is not State.READY
+            or not 0 <= index < len(messages)
+            or messages[index].role != "user"
+        ):
+            return False
+        later = messages[index + 1 :]
+        del messages[index + 1 :]
+        if messages[index].content == text:
+            self._replaced = later or None
+        else:
+            messages[index].content = text
+        self._request(options)
+        return True
+
+    def measure_context(self, options: GenerationOptions) -> bool:
+        """Ask the worker what of this conversation the next answer would send (sig_context)."""
+        if self.state is not State.READY or not self.conversation.messages:
+            return False
+        self._request_id += 1
+        self._context_id = self._request_id
+        emit(
+            self.sig_context_requested,
+            ContextRequest(
+                self._context_id,
+                tuple(self.conversation.engine_messages(options.system_prompt)),
+                options.settings.max_new_tokens,
+            ),
+        )
+        return True
+
+    @Slot(object)
+    def _on_context(self, report: ContextReport) -> None:
+        if report.request_id == self._context_id:
+            self.context = report
+            emit(self.sig_context, report)
+
+    def _forget_context(self) -> None:
+        self._context_id = 0
+        if self.context is not None:
+            self.context = None
+            emit(self.sig_context, None)
 
     def stop(self) -> None:
         if self.state is State.GENERATING:
@@ -152,6 +215,7 @@ class ChatController(QObject):
         if self.state is State.GENERATING:
             return False
         self.conversation.clear()
+        self._forget_context()
         emit(self.sig_conversation_changed, self.conversation)
         return True
 
@@ -160,15 +224,18 @@ class ChatController(QObject):
         if self.state is State.GENERATING:
             return False
         self.conversation = conversation
+        self._forget_context()
         emit(self.sig_conversation_changed, conversation)
         return True
 
     def _request(self, options: GenerationOptions) -> None:
         self._request_id += 1
         self._active_id = self._request_id
+        self._context_id = self._active_id
         self.streaming_text = ""
         self._set_state(State.GENERATING)
-        emit(self.sig_answer_started, options)
+        # The request first: the worker starts on the prompt while this thread redraws the
+        # transcript and saves the question (sig_answer_started); its tokens queue up meanwhile.
         emit(
             self.sig_generate_requested,
             GenerateRequest(
@@ -178,6 +245,7 @@ class ChatController(QObject):
                 options.mode,
             ),
         )
+        emit(self.sig_answer_started, options)
 
     @Slot(object)
     def _on_token(self, batch: TokenBatch) -> None:
@@ -195,6 +263,7 @@ class ChatController(QObject):
     def _on_finished(self, result: AnswerResult) -> None:
         if result.request_id != self._active_id:
             return
+        self._replaced = None
         message = self.conversation.add_answer(result.text, AnswerFigures.from_stats(result.stats))
         self.streaming_text = ""
         self._set_state(State.READY)
@@ -206,11 +275,15 @@ class ChatController(QObject):
         if failure.request_id != self._active_id:
             return
         restored = ""
+        replaced, self._replaced = self._replaced, None
         if failure.stats is not None and failure.stats.generated_tokens > 0:
             # Keep what was written before the fault, marked as failed.
             self.conversation.add_answer(
                 self.streaming_text, AnswerFigures.from_stats(failure.stats, "error")
             )
+        elif replaced is not None:
+            # A regenerate that wrote nothing: the answer it was to replace comes back.
+            self.conversation.messages.extend(replaced)
         else:
             # Nothing was answered: give the prompt back so the user can edit and resend it.
             restored = self.conversation.pop_pending_user() or ""

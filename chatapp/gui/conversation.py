@@ -29,6 +29,7 @@ class AnswerFigures:
     generated_tokens: int
     context_length: int
     finish_reason: str
+    model: str = ""  # the model's name; filled in by the history when it stores the answer
 
     @classmethod
     def from_stats(cls, stats: RunStats, finish_reason: str | None = None) -> AnswerFigures:
@@ -64,6 +65,7 @@ class ChatMessage:
     role: str  # "user" | "assistant"
     content: str
     figures: AnswerFigures | None = None  # assistant messages only
+    id: int | None = None  # the history store's message id, once stored
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Conversation:
     """The messages of one chat; the system prompt is applied at request time."""
 
     messages: list[ChatMessage] = field(default_factory=list)
-    id: str | None = None  # set by a history store
+    id: int | None = None  # the history store's conversation id, once stored
 
     @property
     def title(self) -> str:
@@ -98,10 +100,12 @@ class Conversation:
         return None
 
     def can_regenerate(self) -> bool:
-        return len(self.messages) >= 2 and self.messages[-1].role == "assistant"
+        """An answer to write again, or a last question without one (the app was closed or
+        killed while it was being answered: the history keeps the question)."""
+        return bool(self.messages) and (self.messages[-1].role == "user" or len(self.messages) >= 2)
 
     def drop_last_answer(self) -> None:
-        if self.can_regenerate():
+        if len(self.messages) >= 2 and self.messages[-1].role == "assistant":
             self.messages.pop()
 
     def engine_messages(self, system_prompt: str = "") -> list[Message]:

@@ -36,7 +36,7 @@ def context_usage(used: int, total: int) -> str:
 def figures_line(fig: AnswerFigures) -> str:
     """The one line under a finished answer."""
     parts = [
-        mode_label(fig.mode),
+        mode_label(fig.mode) if fig.mode else "",
         fig.device.upper() if len(fig.device) <= 4 else fig.device,
         f"{rate(fig.tokens_per_s)} tok/s",
         f"TTFT {millis(fig.ttft_s)} ms",
@@ -49,4 +49,4 @@ def figures_line(fig: AnswerFigures) -> str:
                 fig.finish_reason, fig.finish_reason
             )
         )
-    return " · ".join(parts)
+    return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 import PySide6
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Slot, qVersion
+from PySide6.QtCore import QByteArray, QDataStream, QSettings, Qt, QTimer, Slot, qVersion
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -112,7 +112,9 @@ class MainWindow(QMainWindow):
     def set_conversation_list(self, widget: QWidget) -> None:
         """Put a conversation list on the left (history issue)."""
         self.splitter.insertWidget(0, widget)
-        self.splitter.setStretchFactor(0, 0)
+        for index, stretch in enumerate((0, 1, 0)):
+            self.splitter.setStretchFactor(index, stretch)
+        self._restore_splitter()  # a saved layout with the list in it, or the default
 
     def add_view(self, widget: QWidget, title: str) -> int:
         """Add a tab next to the chat (e.g. "Compare loops"); the tab bar then appears."""
@@ -455,15 +457,26 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         else:
             self.resize(1240, 820)
-        state = self.settings.value("window/splitter")
-        if isinstance(state, QByteArray) and not state.isEmpty():
-            self.splitter.restoreState(state)
-        else:
-            QTimer.singleShot(0, self._default_splitter)
+        self._restore_splitter()
 
-    def _default_splitter(self) -> None:
+    def _restore_splitter(self) -> None:
+        # Once the window is shown and laid out: a state restored into a splitter that has no
+        # size yet comes out squeezed to the panes' minimum widths.
+        QTimer.singleShot(0, self._apply_splitter)
+
+    def _apply_splitter(self) -> None:
+        # Only a state saved with as many panes as now: one saved before the conversation list
+        # existed would give the list the chat's width.
+        state = self.settings.value("window/splitter")
+        if isinstance(state, QByteArray) and _splitter_panes(state) == self.splitter.count():
+            self.splitter.restoreState(state)
+            return
         side = max(340, self.side_panel.sizeHint().width() + 24)
-        self.splitter.setSizes([max(400, self.width() - side), side])
+        if self.splitter.count() == 3:  # conversation list | chat | side panel
+            left = max(230, self.splitter.widget(0).sizeHint().width())
+            self.splitter.setSizes([left, max(400, self.width() - side - left), side])
+        else:
+            self.splitter.setSizes([max(400, self.width() - side), side])
 
     def shutdown(self) -> None:
         """Save settings and stop the worker thread (closing the window calls this)."""
@@ -480,6 +493,16 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.shutdown()
         super().closeEvent(event)
+
+
+def _splitter_panes(state: QByteArray) -> int:
+    """How many panes a QSplitter.saveState() describes (0 if unreadable)."""
+    stream = QDataStream(state)
+    marker, _version = stream.readInt32(), stream.readInt32()
+    if marker != 0xFF or stream.status() != QDataStream.Status.Ok:
+        return 0
+    count = stream.readInt32()
+    return count if stream.status() == QDataStream.Status.Ok else 0
 
 
 def _folder_name(gguf: Path) -> str:

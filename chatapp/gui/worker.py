@@ -30,6 +30,7 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.gui.context import ContextRequest, counter_for, fit_messages
 from chatapp.gui.qtcompat import emit
 
 FLUSH_INTERVAL_S = 0.03
@@ -149,6 +150,7 @@ class GenerationWorker(QObject):
     sig_stats = Signal(object)  # StatsSnapshot
     sig_finished = Signal(object)  # AnswerResult
     sig_error = Signal(object)  # GenerationFailure
+    sig_context = Signal(object)  # ContextReport: what of the conversation the model sees
     sig_convert_progress = Signal(float, str)
     sig_converted = Signal(object)  # Path of the model folder
     sig_convert_failed = Signal(str)
@@ -229,8 +231,17 @@ class GenerationWorker(QObject):
         stats: RunStats | None = None
         batch = _Batch(rid)
         try:
+            # Context policy: the oldest turns that no longer fit are not sent (see context.py).
+            messages, report = fit_messages(
+                rid,
+                request.messages,
+                counter_for(self.engine),
+                self.engine.max_context,
+                request.settings.max_new_tokens,
+            )
+            emit(self.sig_context, report)
             gen = self.engine.chat(
-                list(request.messages),
+                messages,
                 request.settings,
                 request.mode,
                 should_stop=lambda: self._stop_through >= rid,
@@ -262,6 +273,24 @@ class GenerationWorker(QObject):
                 rid,
                 f"Generation failed: {type(exc).__name__}: {_first_line(exc)}",
             )
+
+    @Slot(object)
+    def measure_context(self, request: ContextRequest) -> None:
+        """Report what the context policy would send now (no answer is generated)."""
+        if self.engine is None:
+            return
+        try:
+            _, report = fit_messages(
+                request.request_id,
+                request.messages,
+                counter_for(self.engine),
+                self.engine.max_context,
+                request.max_new_tokens,
+            )
+        except Exception:  # a template that rejects the messages: the answer will say so
+            traceback.print_exc()
+            return
+        emit(self.sig_context, report)
 
     def _flush(self, batch: _Batch, stats: RunStats, force: bool = False) -> None:
         if batch.pending or force:

@@ -18,6 +18,7 @@ from chatapp.gui.app import build_window
 from chatapp.gui.controller import State
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.settings import SETTINGS_ENV
+from chatapp.store import history as store_history
 
 LOAD_TIMEOUT_MS = 60_000
 ANSWER_TIMEOUT_MS = 60_000
@@ -27,6 +28,14 @@ ANSWER_TIMEOUT_MS = 60_000
 def _qapp_stays_up(qapp: QApplication) -> None:
     # Closing a test's last window must not quit the application under the next test.
     qapp.setQuitOnLastWindowClosed(False)
+
+
+@pytest.fixture(autouse=True)
+def history_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own chat history file (never the user's)."""
+    path = tmp_path / "data" / "history.sqlite3"
+    monkeypatch.setattr(store_history, "default_history_path", lambda: path)
+    return path
 
 
 @pytest.fixture(autouse=True)

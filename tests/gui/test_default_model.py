@@ -17,6 +17,7 @@ from chatapp.gui.app import build_window
 from chatapp.gui.controller import State
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.settings import SETTINGS_ENV
+from chatapp.store import history as store_history
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, greedy, send_and_wait
 from tests.gui.conftest import set_sampling as apply_sampling
 
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.default_model
 def window(qapp, default_model_dir, tmp_path_factory) -> Iterator[MainWindow]:
     mp = pytest.MonkeyPatch()
     mp.setenv(SETTINGS_ENV, str(tmp_path_factory.mktemp("settings") / "chatapp.ini"))
+    history = tmp_path_factory.mktemp("data") / "history.sqlite3"
+    mp.setattr(store_history, "default_history_path", lambda: history)
     win = build_window(["--model", str(default_model_dir)])
     if win.controller.state is State.LOADING:
         loop = QEventLoop()

@@ -149,8 +149,13 @@ class _FakeGeneration:
 
 
 class _FakeEngine:
+    max_context = 512
+
     def __init__(self, generation: _FakeGeneration) -> None:
         self.generation = generation
+
+    def count_tokens(self, messages) -> int:  # the context policy counts before generating
+        return 4 * len(messages)
 
     def chat(self, *_args, **_kwargs) -> _FakeGeneration:
         return self.generation

@@ -122,3 +122,55 @@ def test_empty_and_invalid() -> None:
         fit_to_context([], count, limit=0)
     with pytest.raises(ValueError):
         fit_to_context([], count, limit=10, reserve=-1)
+
+
+def test_template_overhead_without_a_system_prompt_is_counted_once() -> None:
+    """A template that adds text to every prompt (a default system prompt, the generation
+    prompt) with no system message of ours: each turn's figure leaves that shared part out."""
+    default_system = 20
+
+    def templated(messages: list[Message]) -> int:
+        return default_system + count(messages)
+
+    msgs = conversation(3, system=None)
+    fit = fit_to_context(msgs, templated, limit=1000)
+    assert fit.pinned_count == 0 and fit.pinned_tokens == 0
+    assert fit.overhead_tokens == default_system + GENERATION_PROMPT
+    assert [t.tokens for t in fit.turns] == [2 * (PER_MESSAGE + 10)] * 3
+    assert fit.overhead_tokens + sum(t.tokens for t in fit.turns) == fit.prompt_tokens
+    with_system = fit_to_context(conversation(3), count, limit=1000)
+    assert with_system.overhead_tokens == with_system.pinned_tokens
+    assert fit_to_context(msgs[:2], templated, limit=1000).overhead_tokens == 0  # one turn: unknown
+
+
+def test_whole_prompts_are_counted_only_about_twice() -> None:
+    """The per-turn figures say where to cut; exact counts only confirm it."""
+    whole: list[int] = []
+
+    def counting(messages: list[Message]) -> int:
+        if len(messages) > 3:
+            whole.append(len(messages))
+        return count(messages)
+
+    msgs = conversation(200)
+    fit = fit_to_context(msgs, counting, limit=900, reserve=100)
+    assert fit.dropped_turns > 100 and fit.fits
+    assert len(whole) <= 3
+    one_more = msgs[:1] + msgs[1 + fit.dropped_count - 2 :]
+    assert count(one_more) + 100 > 900  # still minimal
+
+
+def test_a_misleading_estimate_still_gives_the_minimal_cut() -> None:
+    """A template whose whole prompt costs more than its turns suggest (it adds a token per
+    message pair, say): the exact counts correct the estimate, by steps or by bisection."""
+
+    def lumpy(messages: list[Message]) -> int:
+        return count(messages) + 9 * (len(messages) // 2) ** 2 // 10
+
+    msgs = conversation(40, words=5)
+    for limit in range(80, 1400, 37):
+        fit = fit_to_context(msgs, lumpy, limit=limit, reserve=10)
+        expected = 0
+        while expected < 39 and lumpy(msgs[:1] + msgs[1 + 2 * expected :]) + 10 > limit:
+            expected += 1
+        assert fit.dropped_turns == expected, limit

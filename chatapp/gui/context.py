@@ -1,0 +1,150 @@
+"""What of a conversation the model sees: the context policy as the GUI reports it. No Qt.
+
+The worker thread owns the tokenizer, so it is the worker that counts: before every answer it
+fits the messages to the context (`fit_messages`), sends only what fits and reports the cut in a
+`ContextReport`; it also measures on request (a conversation was opened, an answer finished) so
+the transcript can show each turn's tokens and where the cut is before anything is sent.
+
+Indices in a report are conversation indices (`Conversation.messages`), not indices of the
+engine message list, which may start with a system prompt.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chatapp.engine.chat import Message
+from chatapp.store.context_policy import fit_to_context
+
+# The answer's room is "max new tokens", but never more than this share of the context: with a
+# 512-token model and max new tokens at 2048, a full reserve would leave no room for any history.
+MAX_RESERVE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ContextRequest:
+    request_id: int
+    messages: tuple[Message, ...]  # as sent: the system prompt (if any), then the conversation
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class TurnTokens:
+    start: int  # conversation index of the turn's first message (normally the question)
+    stop: int  # one past its last message
+    tokens: int  # what the turn adds to the prompt
+    sent: bool
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    request_id: int
+    message_count: int  # conversation messages measured
+    limit: int  # the context the engine allocated (engine.max_context)
+    reserve: int  # kept free for the answer
+    prompt_tokens: int  # what is (or would be) sent
+    overhead_tokens: int  # system prompt and the template's fixed text
+    dropped: int  # the oldest conversation messages left out
+    turns: tuple[TurnTokens, ...]
+    fits: bool  # False: even the newest turn alone leaves less than `reserve` for the answer
+    elapsed_s: float  # time spent counting tokens
+
+    @property
+    def cut_index(self) -> int | None:
+        """Conversation index of the first message still sent after a cut; None: no cut."""
+        return self.dropped if self.dropped else None
+
+    @property
+    def dropped_turns(self) -> int:
+        return sum(not t.sent for t in self.turns)
+
+    def turn_starting_at(self, index: int) -> TurnTokens | None:
+        for turn in self.turns:
+            if turn.start == index:
+                return turn
+        return None
+
+    def describe(self) -> str:
+        """One sentence for a tooltip."""
+        text = (
+            f"{self.prompt_tokens} of {self.limit} tokens sent "
+            f"({self.reserve} kept free for the answer)."
+        )
+        if self.dropped:
+            turns = self.dropped_turns
+            text += (
+                f" The oldest {turns} turn{'s' if turns != 1 else ''} ({self.dropped} messages) "
+                "no longer fit and are not sent."
+            )
+        return text
+
+
+class TokenCounter:
+    """`count_tokens` with a memory for short message lists: every answer measures each turn
+    of the conversation again, and those turns rarely change (SmolLM2, 80 turns of 12 900
+    tokens: fitting took 64 ms without, 33 ms with)."""
+
+    def __init__(self, count_tokens: Callable[[list[Message]], int], max_entries: int = 8192):
+        self._count = count_tokens
+        self._memo: dict[tuple[tuple[str, str], ...], int] = {}
+        self._max_entries = max_entries
+
+    def __call__(self, messages: list[Message]) -> int:
+        if len(messages) > 4:  # a whole prompt: it differs every time
+            return self._count(messages)
+        key = tuple((m.role, m.content) for m in messages)
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= self._max_entries:
+                self._memo.clear()
+            found = self._memo[key] = self._count(messages)
+        return found
+
+
+_counters: weakref.WeakKeyDictionary[object, TokenCounter] = weakref.WeakKeyDictionary()
+
+
+def counter_for(engine: Any) -> TokenCounter:
+    """One TokenCounter per engine (a new model or tokenizer starts a new memory)."""
+    counter = _counters.get(engine)
+    if counter is None:
+        counter = _counters[engine] = TokenCounter(engine.count_tokens)
+    return counter
+
+
+def answer_reserve(max_new_tokens: int, limit: int) -> int:
+    return max(0, min(max_new_tokens, int(limit * MAX_RESERVE_SHARE)))
+
+
+def fit_messages(
+    request_id: int,
+    messages: Sequence[Message],
+    count_tokens: Callable[[list[Message]], int],
+    limit: int,
+    max_new_tokens: int,
+) -> tuple[list[Message], ContextReport]:
+    """The messages to send (the system prompt and the newest turns that fit) and the report."""
+    started = time.perf_counter()
+    reserve = answer_reserve(max_new_tokens, limit)
+    fit = fit_to_context(list(messages), count_tokens, limit=limit, reserve=reserve)
+    offset = fit.pinned_count  # engine index - offset = conversation index
+    turns = tuple(
+        TurnTokens(t.start - offset, t.stop - offset, t.tokens, t.kept) for t in fit.turns
+    )
+    report = ContextReport(
+        request_id=request_id,
+        message_count=len(messages) - offset,
+        limit=limit,
+        reserve=reserve,
+        prompt_tokens=fit.prompt_tokens,
+        overhead_tokens=fit.overhead_tokens,
+        dropped=fit.dropped_count,
+        turns=turns,
+        fits=fit.fits,
+        elapsed_s=time.perf_counter() - started,
+    )
+    return fit.kept, report

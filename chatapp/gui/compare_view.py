@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -169,11 +170,19 @@ class CompareView(QWidget):
         for row in range(4):
             grid.setRowStretch(row, 1)
 
+        # The charts scroll: the view must not force a window taller than a laptop screen.
+        charts = QWidget(self)
+        charts.setLayout(grid)
+        scroll = QScrollArea(self)
+        scroll.setObjectName("compareScroll")
+        scroll.setWidget(charts)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
         layout.addLayout(sweep_row)
         layout.addWidget(self.status)
-        layout.addLayout(grid, 1)
+        layout.addWidget(scroll, 1)
 
         self.run_button.clicked.connect(self.run_comparison)
         self.stop_button.clicked.connect(self.stop)
@@ -183,7 +192,7 @@ class CompareView(QWidget):
     def _view(self, chart: Any) -> QChartView:
         view = QChartView(chart, self)
         view.setRenderHint(QPainter.RenderHint.Antialiasing)
-        view.setMinimumSize(320, 200)
+        view.setMinimumSize(260, 190)
         return view
 
     # ---- state ----------------------------------------------------------------------------

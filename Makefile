@@ -28,5 +28,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check chatapp tests scripts
 	$(BIN)/ruff format --check chatapp tests
 
+# Self-contained packages in dist/: the PyInstaller folder, a .deb and a .tar.gz with the
+# prepared default model inside (packaging/README.md). Needs the [package] extra (PyInstaller).
+# PACKAGE_ARGS="--no-deb --no-tar": only the app folder (~2 min instead of ~7), e.g. for CI.
+package: prepare
+	$(BIN)/python -c "import PyInstaller" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[package]'
+	$(BIN)/python packaging/build.py $(PACKAGE_ARGS)
+
+# Smoke tests of the build in dist/ in a clean environment; does not build (run `make package`
+# first). Here a missing build fails; in `make test` these tests skip.
+package-test: $(STAMP)
+	CHATAPP_REQUIRE_PACKAGE=1 $(BIN)/python -m pytest -q tests/packaging
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info

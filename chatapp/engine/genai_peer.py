@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,11 @@ def _load(folder: Path, threads: int | None) -> Any:
     try:
         import onnxruntime_genai as og
     except ImportError as exc:
+        if getattr(sys, "frozen", False):
+            raise EngineError(
+                "onnxruntime-genai is not part of this packaged build; compare with it from a "
+                "source install (pip install 'chatapp[bench]')."
+            ) from exc
         raise EngineError(
             "onnxruntime-genai is not installed: pip install 'chatapp[bench]' to compare with it."
         ) from exc

@@ -14,9 +14,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal, SignalInstance, Slot
+from PySide6.QtCore import QObject, Qt, QTimer, Signal, SignalInstance, Slot
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QProgressDialog
 
 from chatapp.gui.history_controller import open_history
@@ -37,6 +39,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--model", type=Path, default=None, help="model folder to open")
     parser.add_argument("--device", default=None, help="cpu, cuda, dml, coreml, openvino")
     parser.add_argument("--mode", choices=MODES, default=None, help="generation loop")
+    parser.add_argument(
+        "--quit-after-ms",
+        type=int,
+        default=None,
+        metavar="N",
+        help="close the window N ms after it is shown (smoke tests of packaged builds)",
+    )
     return parser.parse_known_args(argv)
 
 
@@ -49,6 +58,10 @@ def application(qt_args: list[str] | None = None) -> QApplication:
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName("chatapp")
+    app.setDesktopFileName("chatapp")  # Wayland matches the window to chatapp.desktop
+    icon = resources.files("chatapp.resources").joinpath("chatapp.svg")
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
     _app = app
     return app
 
@@ -217,6 +230,20 @@ async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
     )
 
 
+def schedule_quit(window: MainWindow, after_ms: int) -> None:
+    """Say when the window is on screen, and close it (the normal exit path) later."""
+
+    def shown() -> None:
+        print(
+            f"chatapp: window shown ({window.width()}x{window.height()})",
+            file=sys.stderr,
+            flush=True,
+        )
+        QTimer.singleShot(max(0, after_ms), window.close)
+
+    QTimer.singleShot(0, shown)  # runs once the event loop has drawn the shown window
+
+
 def main(argv: list[str] | None = None) -> int:
     import qasync
 
@@ -227,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.set_event_loop(loop)
     window = create_window(args)
     window.show()
+    if args.quit_after_ms is not None:
+        schedule_quit(window, args.quit_after_ms)
     task = loop.create_task(startup(window, args))
     try:
         with loop:

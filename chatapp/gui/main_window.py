@@ -456,7 +456,7 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            self.resize(1240, 820)
+            self.resize(1200, 760)  # fits a 1280x800 demo screen with its panels
         self._restore_splitter()
 
     def _restore_splitter(self) -> None:

@@ -145,6 +145,7 @@ class IOBindingLoop(KVLoop):
         self._step_logits = np.zeros((1, 1, info.vocab_size), dtype=np.float32)
         self._prefill_logits = np.empty((1, 0, info.vocab_size), dtype=np.float32)
         self._bound_step = False  # are the per-token (length 1) bindings in place?
+        self._bound_ids = 0  # length of the input_ids binding in place
         self._kv: dict[str, ort.OrtValue] = {}
         self._out_order: list[str] = []  # IOBinding returns outputs in first-bound order
         if info.layout is KVLayout.SHARED_BUFFER:
@@ -220,11 +221,10 @@ class IOBindingLoop(KVLoop):
         n = len(new_ids)
         total = past_len + n
         b = self._binding
-        if n == 1:
-            self._ids[0, 0] = new_ids[0]
-        else:
-            self._ids[0, :n] = new_ids
-        self._bind_cpu("input_ids", self._ids, n)
+        self._ids[0, :n] = new_ids
+        if n != self._bound_ids:  # one token per step: the same binding serves every step
+            self._bind_cpu("input_ids", self._ids, n)
+            self._bound_ids = n
         self._bind_cpu("attention_mask", self._mask, total)
         if self._needs_positions:
             self._pos[0, :n] = np.arange(past_len, total)

@@ -88,9 +88,19 @@ def log_softmax_at(logits: np.ndarray, token: int) -> float:
     return float(logits[token] - top - np.log(total))
 
 
-def token_logprobs(logits: np.ndarray, tokens: Sequence[int]) -> np.ndarray:
-    """log p(tokens[i]) under softmax(logits[i]) for each row, float64."""
-    x = logits.astype(np.float64)
-    top = x.max(axis=-1, keepdims=True)
-    lse = top[:, 0] + np.log(np.exp(x - top).sum(axis=-1))
-    return x[np.arange(len(tokens)), np.asarray(tokens)] - lse
+def token_logprobs(logits: np.ndarray, tokens: Sequence[int], rows: int = 64) -> np.ndarray:
+    """log p(tokens[i]) under softmax(logits[i]) for each row.
+
+    For a long prompt this runs over millions of logits before the first answer token can be
+    shown, so it works in float32 and in blocks of rows that stay in cache: a float64 copy of
+    all rows took longer than the model's own prefill.
+    """
+    out = np.empty(len(tokens), dtype=np.float64)
+    targets = np.asarray(tokens)
+    for start in range(0, len(tokens), rows):
+        block = logits[start : start + rows]
+        top = block.max(axis=-1, keepdims=True)
+        total = np.exp(block - top, dtype=np.float32).sum(axis=-1, dtype=np.float64)
+        picked = block[np.arange(block.shape[0]), targets[start : start + rows]]
+        out[start : start + rows] = picked - top[:, 0] - np.log(total)
+    return out

@@ -3,6 +3,7 @@ from a benchmark result by the headless report."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from PySide6.QtCharts import (
@@ -33,9 +34,20 @@ def _setup(chart: QChart, title: str, legend: bool = True) -> None:
     chart.setAnimationOptions(QChart.AnimationOption.NoAnimation)  # live data: no lag
 
 
+def nice_step(top: float, ticks: int = 5) -> float:
+    """A 1, 2 or 5 times a power of ten step giving about `ticks` intervals up to `top`."""
+    raw = max(top, 1e-9) / ticks
+    power = 10.0 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
 def _nice_range(axis: QValueAxis, top: float) -> None:
-    axis.setRange(0, top)
-    axis.applyNiceNumbers()  # round tick values (10, 20, ...) instead of 84.7, 63.5
+    """0 to just past `top` with round ticks (10, 20, ...), not 84.7 or a doubled range."""
+    step = nice_step(top)
+    axis.setRange(0, math.ceil(top / step) * step)
+    axis.setTickType(QValueAxis.TickType.TicksDynamic)
+    axis.setTickAnchor(0)
+    axis.setTickInterval(step)
 
 
 def _value_axes(chart: QChart, x_title: str, y_title: str) -> tuple[QValueAxis, QValueAxis]:

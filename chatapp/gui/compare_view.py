@@ -143,7 +143,8 @@ class CompareView(QWidget):
             [LOOP_LABELS["naive"], LOOP_LABELS["iobinding"], "ratio"]
         )
         self.table.setVerticalHeaderLabels([r[0] for r in TABLE_ROWS] + ["same tokens"])
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
 
         controls = QHBoxLayout()
@@ -192,7 +193,7 @@ class CompareView(QWidget):
     def _view(self, chart: Any) -> QChartView:
         view = QChartView(chart, self)
         view.setRenderHint(QPainter.RenderHint.Antialiasing)
-        view.setMinimumSize(260, 190)
+        view.setMinimumSize(260, 250)  # below this the axis labels no longer fit
         return view
 
     # ---- state ----------------------------------------------------------------------------

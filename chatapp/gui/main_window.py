@@ -90,6 +90,7 @@ class MainWindow(QMainWindow):
         side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         side_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         side_scroll.setMinimumWidth(self.side_panel.sizeHint().width() + 16)
+        self.side_scroll = side_scroll
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.setObjectName("mainSplitter")
@@ -189,6 +190,7 @@ class MainWindow(QMainWindow):
         c.sig_converted.connect(self._on_converted)
         c.sig_convert_failed.connect(self._on_convert_failed)
         self.compare_view.sig_running.connect(self._on_compare_running)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
         panel.sig_mode_changed.connect(self._on_mode_changed)
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
@@ -352,6 +354,15 @@ class MainWindow(QMainWindow):
 
     def show_compare_view(self) -> None:
         self.tabs.setCurrentIndex(self.compare_tab)
+
+    @Slot(int)
+    def _on_tab_changed(self, index: int) -> None:
+        """The comparison's charts get the whole width; the chat's panels come back with it."""
+        chat = index != self.compare_tab
+        for i in range(self.splitter.count()):
+            widget = self.splitter.widget(i)
+            if widget is not self.tabs:
+                widget.setVisible(chat)
 
     @Slot(bool)
     def _on_compare_running(self, _running: bool) -> None:

@@ -51,6 +51,10 @@ def test_comparison_fills_charts_and_table(
     assert table.item(table.rowCount() - 1, 2).text() == "yes"
     assert "IO-Binding vs naive" in view.status.text()
     assert window.chat_view.send_button.isEnabled()
+    # The charts take the whole width; the chat's panels return with the chat tab.
+    assert not window.side_scroll.isVisible()
+    window.tabs.setCurrentIndex(0)
+    assert window.side_scroll.isVisible()
 
 
 def test_sweep_and_export(

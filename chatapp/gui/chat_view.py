@@ -86,10 +86,8 @@ class TranscriptView(QTextBrowser):
         self.setObjectName("transcriptView")
         self.context: ContextReport | None = None  # per-turn tokens and the cut, if known
         self.setOpenLinks(False)  # our links are actions ("copy:3"), not places
-        self.setPlaceholderText(
-            "Ask the model something. Answers stream in here; the figures of each answer "
-            "stay under it, the live ones are on the right."
-        )
+        # Placeholders do not wrap: one short line that fits a narrow chat pane.
+        self.setPlaceholderText("Ask the model something; the answer streams in here.")
         self.anchorClicked.connect(self._on_anchor_clicked)
         self._starts: list[tuple[int, int]] = []  # (document position, message index)
         self._roles: dict[int, str] = {}

@@ -44,10 +44,11 @@ def nice_step(top: float, ticks: int = 5) -> float:
 def _nice_range(axis: QValueAxis, top: float) -> None:
     """0 to just past `top` with round ticks (10, 20, ...), not 84.7 or a doubled range."""
     step = nice_step(top)
-    axis.setRange(0, math.ceil(top / step) * step)
+    # Interval before range: the other order briefly lays out thousands of ticks.
     axis.setTickType(QValueAxis.TickType.TicksDynamic)
     axis.setTickAnchor(0)
     axis.setTickInterval(step)
+    axis.setRange(0, math.ceil(top / step) * step)
 
 
 def _value_axes(chart: QChart, x_title: str, y_title: str) -> tuple[QValueAxis, QValueAxis]:

@@ -333,7 +333,7 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_stats(self, snapshot: StatsSnapshot) -> None:
-        self.side_panel.show_stats(snapshot)
+        self.side_panel.show_stats(snapshot.figures)
 
     @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:

@@ -31,7 +31,6 @@ from chatapp.gui import formatting as fmt
 from chatapp.gui.controller import GenerationOptions
 from chatapp.gui.conversation import AnswerFigures
 from chatapp.gui.qtcompat import emit
-from chatapp.gui.worker import StatsSnapshot
 
 MODES = ("naive", "iobinding")
 LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
@@ -408,7 +407,7 @@ class SidePanel(QWidget):
         ):
             label.setText(fmt.MISSING)
 
-    def show_stats(self, s: StatsSnapshot | AnswerFigures) -> None:
+    def show_stats(self, s: AnswerFigures) -> None:
         self.tokens_per_second_value.setText(fmt.rate(s.tokens_per_s))
         self.ttft_value.setText(fmt.millis(s.ttft_s))
         self.perplexity_value.setText(fmt.perplexity(s.perplexity))

@@ -31,6 +31,7 @@ from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.context import ContextRequest, counter_for, fit_messages
+from chatapp.gui.conversation import AnswerFigures
 from chatapp.gui.qtcompat import emit
 
 FLUSH_INTERVAL_S = 0.03
@@ -83,39 +84,14 @@ class TokenBatch:
 
 @dataclass(frozen=True)
 class StatsSnapshot:
-    """A copy of the running RunStats: the worker keeps mutating the original."""
+    """A copy of the running RunStats (the worker keeps mutating the original)."""
 
     request_id: int
-    mode: str
-    device: str
-    tokens_per_s: float
-    ttft_s: float
-    perplexity: float
-    prompt_perplexity: float
-    prompt_tokens: int
-    reused_tokens: int
-    generated_tokens: int
-    context_length: int
+    figures: AnswerFigures
 
     @classmethod
     def of(cls, request_id: int, stats: RunStats) -> StatsSnapshot:
-        return cls(
-            request_id=request_id,
-            mode=stats.mode,
-            device=stats.device,
-            tokens_per_s=stats.tokens_per_s,
-            ttft_s=stats.ttft_s,
-            perplexity=stats.perplexity,
-            prompt_perplexity=stats.prompt_perplexity,
-            prompt_tokens=stats.prompt_tokens,
-            reused_tokens=stats.reused_tokens,
-            generated_tokens=stats.generated_tokens,
-            context_length=stats.context_length,
-        )
-
-    @property
-    def tokens_in_context(self) -> int:
-        return self.prompt_tokens + self.generated_tokens
+        return cls(request_id, AnswerFigures.from_stats(stats))
 
 
 @dataclass(frozen=True)

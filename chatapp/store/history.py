@@ -53,10 +53,6 @@ from chatapp.store.errors import (
     wrap,
 )
 from chatapp.store.models import (
-    FIGURE_FLOATS,
-    FIGURE_INTS,
-    FIGURE_TEXTS,
-    ROLES,
     ConversationDraft,
     ConversationInfo,
     Figures,
@@ -65,22 +61,23 @@ from chatapp.store.models import (
     SearchHit,
     StoredConversation,
     StoredMessage,
-    from_iso,
     to_iso,
 )
 from chatapp.store.recovery import Recovery, move_aside
+from chatapp.store.rows import (
+    CONVERSATION_COLUMNS,
+    FIGURE_COLUMNS,
+    MESSAGE_COLUMNS,
+    check_draft,
+    conversation_info,
+    fold,
+    lastrowid,
+    message_from_row,
+    snippet,
+)
 
 DEFAULT_FILENAME = "history.sqlite3"
 DEFAULT_TITLE = "New chat"
-
-_FIGURE_COLUMNS = FIGURE_TEXTS + FIGURE_FLOATS + FIGURE_INTS
-_MESSAGE_COLUMNS = "id, conversation_id, position, role, content, created, " + ", ".join(
-    _FIGURE_COLUMNS
-)
-_CONVERSATION_COLUMNS = (
-    "c.id, c.title, c.created, c.updated, c.model, c.system_prompt, "
-    "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
-)
 
 
 def default_history_path() -> Path:
@@ -156,7 +153,7 @@ class HistoryStore:
         except sqlite3.Error as exc:
             raise wrap(exc, self.path) from exc
         try:
-            conn.create_function("chatapp_fold", 1, _fold, deterministic=True)
+            conn.create_function("chatapp_fold", 1, fold, deterministic=True)
             # Before any setting that writes: a newer file must stay byte for byte as it was.
             version = schema.user_version(conn)  # "file is not a database" shows up here
             if version > max(self._migrations):
@@ -246,7 +243,7 @@ class HistoryStore:
                 "VALUES (?, ?, ?, ?, ?)",
                 (title, to_iso(now), to_iso(now), model, system_prompt),
             )
-            conv_id = _lastrowid(cur)
+            conv_id = lastrowid(cur)
         return ConversationInfo(conv_id, title, now, now, model, system_prompt, 0)
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
@@ -284,10 +281,10 @@ class HistoryStore:
         """Most recently active first."""
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c "
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations c "
                 "ORDER BY c.updated DESC, c.id DESC"
             ).fetchall()
-        return [_conversation_info(row) for row in rows]
+        return [conversation_info(row) for row in rows]
 
     def get_conversation(self, conversation_id: int) -> ConversationInfo:
         with self._read() as conn:
@@ -298,20 +295,20 @@ class HistoryStore:
         with self._read() as conn:
             info = self._info(conn, conversation_id)
             rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? "
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? "
                 "ORDER BY position",
                 (conversation_id,),
             ).fetchall()
-        return StoredConversation(info, tuple(_message(row) for row in rows))
+        return StoredConversation(info, tuple(message_from_row(row) for row in rows))
 
     def _info(self, conn: sqlite3.Connection, conversation_id: int) -> ConversationInfo:
         row = conn.execute(
-            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c WHERE c.id = ?",
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE c.id = ?",
             (conversation_id,),
         ).fetchone()
         if row is None:
             raise ConversationNotFoundError(conversation_id)
-        return _conversation_info(row)
+        return conversation_info(row)
 
     # --- messages --------------------------------------------------------------------------
 
@@ -397,27 +394,27 @@ class HistoryStore:
         """Append inside the caller's transaction (which also bumps `updated`)."""
         stored: list[StoredMessage] = []
         for draft in drafts:
-            _check_draft(draft)
+            check_draft(draft)
             created = draft.created or self._now()
             figures = draft.figures if draft.figures and not draft.figures.is_empty() else None
-            values = figures.to_dict() if figures else dict.fromkeys(_FIGURE_COLUMNS)
+            values = figures.to_dict() if figures else dict.fromkeys(FIGURE_COLUMNS)
             # Position computed under the write lock: two instances never pick the same one.
             cur = conn.execute(
                 "INSERT INTO messages (conversation_id, position, role, content, created, "
-                f"{', '.join(_FIGURE_COLUMNS)}) "
+                f"{', '.join(FIGURE_COLUMNS)}) "
                 "SELECT ?, coalesce(max(position) + 1, 0), ?, ?, ?, "
-                f"{', '.join('?' for _ in _FIGURE_COLUMNS)} "
+                f"{', '.join('?' for _ in FIGURE_COLUMNS)} "
                 "FROM messages WHERE conversation_id = ?",
                 (
                     conversation_id,
                     draft.role,
                     draft.content,
                     to_iso(created),
-                    *(values[c] for c in _FIGURE_COLUMNS),
+                    *(values[c] for c in FIGURE_COLUMNS),
                     conversation_id,
                 ),
             )
-            message_id = _lastrowid(cur)
+            message_id = lastrowid(cur)
             (position,) = conn.execute(
                 "SELECT position FROM messages WHERE id = ?", (message_id,)
             ).fetchone()
@@ -439,7 +436,7 @@ class HistoryStore:
     def search(self, query: str, *, limit: int = 200) -> list[SearchHit]:
         """Titles and messages containing `query` (case-insensitive), most recent
         conversations first, then in message order; at most `limit` hits."""
-        needle = _fold(query.strip())
+        needle = fold(query.strip())
         if not needle:
             return []
         with self._read() as conn:
@@ -456,7 +453,7 @@ class HistoryStore:
                 (needle, limit),
             ).fetchall()
         hits = [
-            SearchHit(int(r[0]), str(r[1]), None, None, None, _snippet(r[1], needle))
+            SearchHit(int(r[0]), str(r[1]), None, None, None, snippet(r[1], needle))
             for r in title_rows
         ]
         hits += [
@@ -466,7 +463,7 @@ class HistoryStore:
                 int(r[2]),
                 int(r[3]),
                 cast(Role, r[4]),
-                _snippet(str(r[5]), needle),
+                snippet(str(r[5]), needle),
             )
             for r in message_rows
         ]
@@ -498,7 +495,7 @@ class HistoryStore:
         `updated` becomes now, so an imported conversation shows at the top of the list.
         """
         for message in draft.messages:
-            _check_draft(message)
+            check_draft(message)
         now = self._now()
         with self._write() as conn:
             cur = conn.execute(
@@ -506,7 +503,7 @@ class HistoryStore:
                 "VALUES (?, ?, ?, ?, ?)",
                 (draft.title, to_iso(draft.created), to_iso(now), draft.model, draft.system_prompt),
             )
-            conv_id = _lastrowid(cur)
+            conv_id = lastrowid(cur)
             self._insert(conn, conv_id, draft.messages)
         return self.load_conversation(conv_id)
 
@@ -543,62 +540,3 @@ class HistoryStore:
             "synchronous": {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[pragma("synchronous")],
             "busy_timeout_ms": pragma("busy_timeout"),
         }
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-
-def _fold(text: str | None) -> str | None:
-    return None if text is None else text.casefold()
-
-
-def _snippet(text: str, needle: str, width: int = 80) -> str:
-    """About `width` characters around the first match, on one line.
-
-    The match is found in the casefolded text; casefolding rarely changes lengths ("ß" ->
-    "ss"), and when it does the window is only slightly off.
-    """
-    flat = " ".join(text.split())
-    at = max(flat.casefold().find(needle), 0)
-    start = max(0, at - width // 3)
-    end = min(len(flat), start + width)
-    return ("…" if start > 0 else "") + flat[start:end] + ("…" if end < len(flat) else "")
-
-
-def _check_draft(draft: MessageDraft) -> None:
-    if draft.role not in ROLES:
-        raise ValueError(f"role must be 'user' or 'assistant', not {draft.role!r}")
-    if draft.figures is not None and draft.role != "assistant":
-        raise ValueError("only assistant messages have figures")
-
-
-def _lastrowid(cur: sqlite3.Cursor) -> int:
-    if cur.lastrowid is None:  # cannot happen after an INSERT; keeps the type checker honest
-        raise StoreError("the database did not return the new row's id")
-    return int(cur.lastrowid)
-
-
-def _conversation_info(row: Sequence[Any]) -> ConversationInfo:
-    return ConversationInfo(
-        id=int(row[0]),
-        title=str(row[1]),
-        created=from_iso(row[2]),
-        updated=from_iso(row[3]),
-        model=row[4],
-        system_prompt=str(row[5]),
-        message_count=int(row[6]),
-    )
-
-
-def _message(row: Sequence[Any]) -> StoredMessage:
-    values = dict(zip(_FIGURE_COLUMNS, row[6:], strict=True))
-    figures = Figures(**values)
-    return StoredMessage(
-        id=int(row[0]),
-        conversation_id=int(row[1]),
-        position=int(row[2]),
-        role=cast(Role, row[3]),
-        content=str(row[4]),
-        created=from_iso(row[5]),
-        figures=None if figures.is_empty() else figures,
-    )

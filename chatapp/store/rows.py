@@ -1,0 +1,86 @@
+"""Rows <-> records for the history store, and the text helpers its search uses."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, cast
+
+from chatapp.store.errors import StoreError
+from chatapp.store.models import (
+    FIGURE_FLOATS,
+    FIGURE_INTS,
+    FIGURE_TEXTS,
+    ROLES,
+    ConversationInfo,
+    Figures,
+    MessageDraft,
+    Role,
+    StoredMessage,
+    from_iso,
+)
+
+FIGURE_COLUMNS = FIGURE_TEXTS + FIGURE_FLOATS + FIGURE_INTS
+MESSAGE_COLUMNS = "id, conversation_id, position, role, content, created, " + ", ".join(
+    FIGURE_COLUMNS
+)
+CONVERSATION_COLUMNS = (
+    "c.id, c.title, c.created, c.updated, c.model, c.system_prompt, "
+    "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+)
+
+
+def fold(text: str | None) -> str | None:
+    return None if text is None else text.casefold()
+
+
+def snippet(text: str, needle: str, width: int = 80) -> str:
+    """About `width` characters around the first match, on one line.
+
+    The match is found in the casefolded text; casefolding rarely changes lengths ("ß" ->
+    "ss"), and when it does the window is only slightly off.
+    """
+    flat = " ".join(text.split())
+    at = max(flat.casefold().find(needle), 0)
+    start = max(0, at - width // 3)
+    end = min(len(flat), start + width)
+    return ("…" if start > 0 else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+def check_draft(draft: MessageDraft) -> None:
+    if draft.role not in ROLES:
+        raise ValueError(f"role must be 'user' or 'assistant', not {draft.role!r}")
+    if draft.figures is not None and draft.role != "assistant":
+        raise ValueError("only assistant messages have figures")
+
+
+def lastrowid(cur: sqlite3.Cursor) -> int:
+    if cur.lastrowid is None:  # cannot happen after an INSERT; keeps the type checker honest
+        raise StoreError("the database did not return the new row's id")
+    return int(cur.lastrowid)
+
+
+def conversation_info(row: Sequence[Any]) -> ConversationInfo:
+    return ConversationInfo(
+        id=int(row[0]),
+        title=str(row[1]),
+        created=from_iso(row[2]),
+        updated=from_iso(row[3]),
+        model=row[4],
+        system_prompt=str(row[5]),
+        message_count=int(row[6]),
+    )
+
+
+def message_from_row(row: Sequence[Any]) -> StoredMessage:
+    values = dict(zip(FIGURE_COLUMNS, row[6:], strict=True))
+    figures = Figures(**values)
+    return StoredMessage(
+        id=int(row[0]),
+        conversation_id=int(row[1]),
+        position=int(row[2]),
+        role=cast(Role, row[3]),
+        content=str(row[4]),
+        created=from_iso(row[5]),
+        figures=None if figures.is_empty() else figures,
+    )

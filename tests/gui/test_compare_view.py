@@ -108,3 +108,29 @@ def test_parse_contexts() -> None:
         parse_contexts(" , ")
     with pytest.raises(ValueError, match="'8'"):
         parse_contexts("8")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"attention": "standard"},
+        {"kv_layout": "static", "attention": "standard", "context_length": 128},
+    ],
+    ids=["concat", "static-window"],
+)
+def test_comparison_runs_on_every_layout(
+    qtbot, make_window: WindowFactory, tiny_gguf: Path, tmp_path: Path, options: dict
+) -> None:
+    from chatapp.convert.converter import ConvertOptions, convert_gguf
+
+    folder = convert_gguf(tiny_gguf, tmp_path / "model", ConvertOptions(**options))
+    _window, view = open_compare(make_window, folder)
+    view.tokens_spin.setValue(12)
+    with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert view.run_comparison()
+    result = blocker.args[0].result
+    assert result["layout"] == (
+        "concat" if "attention" in options and len(options) == 1 else "static-window"
+    )
+    assert result["same_tokens"] is True
+    assert result["naive"]["tokens_per_s"] > 0 and result["iobinding"]["tokens_per_s"] > 0

@@ -96,3 +96,18 @@ def send_and_wait(qtbot, window: MainWindow, text: str, timeout: int = ANSWER_TI
 
 def _is_ready(state: State) -> bool:
     return state is State.READY
+
+
+def open_loaded_window(model_dir: Path) -> MainWindow:
+    """build_window on `model_dir`, then wait (without qtbot: module-scoped fixtures use it
+    too) until the model is loaded; fails with the window's message otherwise."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    win = build_window(["--model", str(model_dir)])
+    if win.controller.state is State.LOADING:
+        loop = QEventLoop()
+        win.controller.sig_state_changed.connect(loop.quit)
+        QTimer.singleShot(LOAD_TIMEOUT_MS, loop.quit)
+        loop.exec()
+    assert win.controller.state is State.READY, win.banner.text()
+    return win

@@ -10,15 +10,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from PySide6.QtCore import QEventLoop, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QPushButton
 
-from chatapp.gui.app import build_window
 from chatapp.gui.controller import State
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.settings import SETTINGS_ENV
 from chatapp.store import history as store_history
-from tests.gui.conftest import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, greedy, send_and_wait
+from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, open_loaded_window, send_and_wait
 from tests.gui.conftest import set_sampling as apply_sampling
 
 pytestmark = pytest.mark.default_model
@@ -30,13 +29,7 @@ def window(qapp, default_model_dir, tmp_path_factory) -> Iterator[MainWindow]:
     mp.setenv(SETTINGS_ENV, str(tmp_path_factory.mktemp("settings") / "chatapp.ini"))
     history = tmp_path_factory.mktemp("data") / "history.sqlite3"
     mp.setattr(store_history, "default_history_path", lambda: history)
-    win = build_window(["--model", str(default_model_dir)])
-    if win.controller.state is State.LOADING:
-        loop = QEventLoop()
-        win.controller.sig_state_changed.connect(loop.quit)
-        QTimer.singleShot(LOAD_TIMEOUT_MS, loop.quit)
-        loop.exec()
-    assert win.controller.state is State.READY, win.banner.text()
+    win = open_loaded_window(default_model_dir)
     yield win
     win.close()
     assert win.controller._worker_thread.thread.isFinished()

@@ -7,30 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEventLoop, QTimer
 
-from chatapp.gui.app import build_window
 from chatapp.gui.chat_view import CUT_TEXT
-from chatapp.gui.controller import State
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.settings import SETTINGS_ENV
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
 from chatapp.store import history as store_history
-from tests.gui.conftest import LOAD_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+from tests.gui.conftest import greedy, open_loaded_window, send_and_wait, set_sampling
 from tests.gui.test_history import _known, click_row, history
 
 pytestmark = pytest.mark.default_model
-
-
-def _open(model_dir: Path) -> MainWindow:
-    win = build_window(["--model", str(model_dir)])
-    if win.controller.state is State.LOADING:
-        loop = QEventLoop()
-        win.controller.sig_state_changed.connect(loop.quit)
-        QTimer.singleShot(LOAD_TIMEOUT_MS, loop.quit)
-        loop.exec()
-    assert win.controller.state is State.READY, win.banner.text()
-    return win
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +31,7 @@ def history_path(tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def window(qapp, default_model_dir: Path, history_path: Path) -> Iterator[MainWindow]:
-    win = _open(default_model_dir)
+    win = open_loaded_window(default_model_dir)
     yield win
     win.close()
     win.deleteLater()
@@ -68,7 +54,7 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
     line = window.chat_view.transcript.toPlainText().splitlines()[-1]
     assert "tok/s" in line and "TTFT" in line
 
-    other = _open(default_model_dir)  # a restart, or a second instance
+    other = open_loaded_window(default_model_dir)  # a restart, or a second instance
     try:
         set_sampling(other, greedy(16))
         assert first.id in history(other).panel.ids()

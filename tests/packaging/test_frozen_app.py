@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packaging"))
+from measure_startup import start_xvfb
+
 from chatapp import __version__
 from chatapp.convert.default_model import FOLDER_NAME
 
@@ -270,25 +273,7 @@ def test_gui_under_xvfb_loads_the_model_and_quits_on_ctrl_q(
     """The real X11 path (xcb plugin, GLX/EGL integration) on a private Xvfb: the window is
     mapped, its title names the bundled model once it is loaded, and Ctrl+Q (what a user
     presses) ends the app with exit code 0. Needs no test hook in the app."""
-    read_fd, write_fd = os.pipe()
-    xvfb = subprocess.Popen(
-        [
-            "Xvfb",
-            "-displayfd",
-            str(write_fd),
-            "-screen",
-            "0",
-            "1280x800x24",
-            "-nolisten",
-            "tcp",
-            "-noreset",
-        ],
-        pass_fds=(write_fd,),
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(write_fd)
-    with os.fdopen(read_fd) as f:
-        display = ":" + f.readline().strip()
+    xvfb, display = start_xvfb()  # the same private display measure_startup.py uses
     x_env = {"DISPLAY": display, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
     def xdotool(*args: str) -> str:

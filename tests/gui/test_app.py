@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
-import time
 from pathlib import Path
 
 import pytest
 import qasync
-from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QProgressDialog
 
 from chatapp import cli
@@ -17,6 +14,7 @@ from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.gui import app as gui_app
 from chatapp.gui.controller import State
+from tests.gui.event_loop_gaps import GapRecorder
 
 
 def test_command_line_without_subcommand_starts_the_gui(monkeypatch) -> None:
@@ -61,30 +59,25 @@ def test_first_run_prepares_the_default_model_without_freezing(
     args, _ = gui_app.parse_args([])
 
     dialogs: set[str] = set()
-    ticks: list[float] = []
-    timer = QTimer()
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.setInterval(10)
+    gaps = GapRecorder()
 
-    def tick() -> None:
-        ticks.append(time.perf_counter())
+    def see_dialog() -> None:
         dialog = window.findChild(QProgressDialog, "prepareProgressDialog")
         if dialog is not None and dialog.isVisible():
             dialogs.add(dialog.labelText())
 
-    timer.timeout.connect(tick)
-    timer.start()
+    gaps.timer.timeout.connect(see_dialog)
+    gaps.start()
     loop = qasync.QEventLoop(qapp)
     try:
         assert _run(loop, gui_app.startup(window, args)) is True
     finally:
-        timer.stop()
+        gaps.stop()
     folder = tmp_path / "data" / "models" / default_model.FOLDER_NAME
     assert window.controller.model.folder == folder
     assert window.controller.state is State.READY
     assert any("first run" in text for text in dialogs)
-    gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert len(ticks) >= 3 and max(gaps) < 0.5, f"max gap {max(gaps):.3f} s"
+    assert len(gaps.ticks) >= 3 and max(gaps.app_gaps_ms()) < 500, gaps.describe()
 
     # A second start finds the prepared copy and opens it without converting again.
     dialogs.clear()

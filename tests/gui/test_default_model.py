@@ -5,12 +5,10 @@ One window is shared by the module (loading the model takes a couple of seconds)
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Iterator
 
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton
 
 from chatapp.gui.controller import State
@@ -19,6 +17,7 @@ from chatapp.gui.settings import SETTINGS_ENV
 from chatapp.store import history as store_history
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, open_loaded_window, send_and_wait
 from tests.gui.conftest import set_sampling as apply_sampling
+from tests.gui.event_loop_gaps import GapRecorder
 
 pytestmark = pytest.mark.default_model
 
@@ -97,31 +96,25 @@ def test_stop_mid_answer(qtbot, fresh: MainWindow) -> None:
 def test_event_loop_stays_responsive_while_streaming(qtbot, fresh: MainWindow) -> None:
     """A 10 ms timer on the GUI thread keeps firing on time while a long answer streams."""
     apply_sampling(fresh, greedy(160))
-    ticks: list[float] = []
-    timer = QTimer()
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.setInterval(10)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    gaps = GapRecorder()
     fresh.chat_view.set_prompt_text(
         "Write a detailed essay about the history of bread, with many paragraphs."
     )
     with qtbot.waitSignal(fresh.controller.sig_answer_started, timeout=5000):
         fresh.chat_view.send_button.click()
-    timer.start()
+    gaps.start()
     try:
         qtbot.waitUntil(lambda: fresh.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
     finally:
-        timer.stop()
+        gaps.stop()
     answer = fresh.conversation.messages[-1]
-    gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    max_gap_ms = max(gaps) * 1000
     print(
         f"\nevent loop while streaming {answer.figures.generated_tokens} tokens at "
-        f"{answer.figures.tokens_per_s:.1f} tok/s: {len(ticks)} ticks, "
-        f"max gap {max_gap_ms:.1f} ms, median {sorted(gaps)[len(gaps) // 2] * 1000:.1f} ms"
+        f"{answer.figures.tokens_per_s:.1f} tok/s: {gaps.describe()}"
     )
     assert answer.figures.generated_tokens >= 60  # long enough to mean something
-    # Typically 15-40 ms on a 2-core machine (the timer itself is 10 ms); the bound is the
-    # issue's. What is left above 10 ms is the OS sharing two cores among ONNX Runtime's
-    # threads, the GUI thread and whatever else runs: the GUI thread never waits on the worker.
-    assert max_gap_ms < 100, f"the GUI thread stalled for {max_gap_ms:.0f} ms"
+    assert len(gaps.ticks) >= 50
+    # Typically 15-30 ms (the timer itself is 10 ms). Time spent waiting for a free core while
+    # other processes load the machine is left out; a full garbage collection (60-170 ms
+    # holding the GIL before the app exempted its long-lived objects) is not.
+    assert max(gaps.app_gaps_ms()) < 100, f"the GUI thread stalled: {gaps.describe()}"

@@ -120,7 +120,6 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
     assert whole > 8192 and report.dropped > 0 and report.fits
     assert report.prompt_tokens + 256 <= 8192
     assert report.overhead_tokens + sum(t.tokens for t in report.turns) == whole
-    assert report.elapsed_s < 2.0
     text = window.chat_view.transcript.toPlainText()
     assert text.count(CUT_TEXT) == 1
     assert text.index(f"question {report.dropped // 2 - 1} ") < text.index(CUT_TEXT)

@@ -70,13 +70,14 @@ class Generation:
         if len(new) > 1:
             stats.prompt_logprobs = token_logprobs(logits[:-1], new[1:]).tolist()
         last = np.ascontiguousarray(logits[-1])
+        scratch = np.empty_like(last, dtype=np.float32)
         history = list(self.prompt_ids)
         previous = started
         limit = min(self.settings.max_new_tokens, loop.tokens_that_fit(0))
         while True:
             t_sample = perf()
             token = self.sampler(last, history)
-            logprob = log_softmax_at(last, token)
+            logprob = log_softmax_at(last, token, scratch)
             if token in self.eos_ids:
                 stats.finish_reason = "eos"
                 break

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import platform
 import statistics
 import time
@@ -17,6 +16,7 @@ import onnxruntime as ort
 from chatapp import __version__
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import MODES, Engine
+from chatapp.engine.genai_peer import GenaiPeer, summarize_genai
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import GREEDY
@@ -142,15 +142,30 @@ def run_interleaved(
 
 
 def bench_point(
-    engine: Engine, ids: list[int], n: int, repeats: int, progress: Progress
+    engine: Engine,
+    ids: list[int],
+    n: int,
+    repeats: int,
+    progress: Progress,
+    peer: GenaiPeer | None = None,
 ) -> dict[str, Any]:
-    """Both loops on `ids`: a warm-up, then `repeats` interleaved runs (who leads alternates)."""
+    """Both loops on `ids`: a warm-up, then `repeats` interleaved runs (who leads alternates).
+
+    A peer (onnxruntime-genai) runs once per repeat right beside the pair, before it and after it
+    in turn, so that each repeat gives a ratio measured under the same load.
+    """
     run_interleaved(engine, ids, min(8, n))
+    if peer is not None:
+        peer.run(ids, min(8, n))
     runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
+    peer_runs: list[dict[str, Any]] = []
     for r in range(repeats):
-        first = MODES[r % len(MODES)]
-        for mode, stats in run_interleaved(engine, ids, n, first).items():
+        if peer is not None and r % 2 == 0:
+            peer_runs.append(peer.run(ids, n))
+        for mode, stats in run_interleaved(engine, ids, n, MODES[r % len(MODES)]).items():
             runs[mode].append(stats)
+        if peer is not None and r % 2 == 1:
+            peer_runs.append(peer.run(ids, n))
         progress(
             f"  repeat {r + 1}/{repeats}: "
             + ", ".join(
@@ -158,8 +173,26 @@ def bench_point(
                 f"(TTFT {runs[m][-1].ttft_s * 1000:5.0f} ms)"
                 for m in MODES
             )
+            + (
+                f", genai {peer_runs[-1]['tokens_per_s']:6.1f} tok/s "
+                f"(TTFT {peer_runs[-1]['ttft_s'] * 1000:5.0f} ms)"
+                if peer_runs
+                else ""
+            )
         )
-    return compare_runs(runs, len(ids))
+    point = compare_runs(runs, len(ids))
+    if peer_runs:
+        point["genai"] = summarize_genai(peer_runs)
+        point["iobinding_vs_genai"] = statistics.median(
+            _ratio(ours.tokens_per_s, theirs["tokens_per_s"])
+            for ours, theirs in zip(runs["iobinding"], peer_runs, strict=True)
+        )
+        ours = runs["iobinding"][0].token_ids
+        # genai suppresses end-of-text to reach the length; compare up to where ours had it.
+        eos = set(engine.info.eos_token_ids)
+        cut = next((i for i, t in enumerate(ours) if t in eos), len(ours))
+        point["genai_same_tokens"] = peer_runs[0]["token_ids"][:cut] == ours[:cut]
+    return point
 
 
 def compare_runs(runs: dict[str, list[RunStats]], prompt_tokens: int) -> dict[str, Any]:
@@ -187,9 +220,12 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
     ids = bench_prompt_ids(engine, config.prompt, config.context_tokens)
     n = min(config.max_new_tokens, engine.max_context - len(ids) - 1)
     report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
+    peer = GenaiPeer(engine.info.folder, config.threads) if config.peer == "genai" else None
+    if peer is not None:
+        report("with onnxruntime-genai on the same folder, a run beside each repeat")
     result: dict[str, Any] = {
         **result_header(engine, n, config.repeats),
-        **bench_point(engine, ids, n, config.repeats, report),
+        **bench_point(engine, ids, n, config.repeats, report, peer),
     }
     if config.sweep:
         result["sweep"] = []
@@ -202,22 +238,6 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
             point = bench_point(engine, sweep_ids, n, config.repeats, report)
             point["context_tokens"] = target
             result["sweep"].append(point)
-    if config.peer == "genai":
-        folder, engine_eos = engine.info.folder, set(engine.info.eos_token_ids)
-        # Free our session first: its idle thread pool would otherwise compete for the cores.
-        del engine
-        gc.collect()
-        from chatapp.engine.genai_peer import bench_genai
-
-        report("onnxruntime-genai on the same folder")
-        result["genai"] = bench_genai(folder, ids, n, config.repeats, config.threads)
-        result["iobinding_vs_genai"] = _ratio(
-            result["iobinding"]["tokens_per_s"], result["genai"]["tokens_per_s"]
-        )
-        ours = result["iobinding"]["first_run"]["token_ids"]
-        # genai suppresses end-of-text to reach the length; compare up to where ours had it.
-        cut = next((i for i, t in enumerate(ours) if t in engine_eos), len(ours))
-        result["genai_same_tokens"] = result["genai"]["token_ids"][:cut] == ours[:cut]
     return result
 
 
@@ -275,7 +295,8 @@ def markdown_report(result: dict[str, Any]) -> str:
     ]
     if "genai" in result:
         lines.append(
-            f"IO-Binding / onnxruntime-genai: **{result['iobinding_vs_genai']:.2f}x** tokens/s"
+            f"IO-Binding / onnxruntime-genai: **{result['iobinding_vs_genai']:.2f}x** tokens/s "
+            "(median of the repeats' ratios, each run beside the other)"
         )
     for point in result.get("sweep", []):
         if point is result.get("sweep", [])[0]:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from chatapp.engine.bench import (
+    BenchConfig,
     bench_prompt_ids,
     interleaved,
     loop_pair,
     markdown_report,
+    run_bench_suite,
     run_interleaved,
     summarize,
 )
@@ -72,3 +75,17 @@ def test_summary_and_table(engine: Engine) -> None:
     table = markdown_report(result)
     assert "| naive |" in table and "| IO-Binding |" in table
     assert "**1.10x** tokens/s" in table
+
+
+def test_genai_runs_beside_each_repeat(tiny_model_dir: Path) -> None:
+    pytest.importorskip("onnxruntime_genai")
+    config = BenchConfig(tiny_model_dir, prompt="Why?", max_new_tokens=10, repeats=3)
+    result = run_bench_suite(replace(config, peer="genai", threads=1, max_context=512))
+    genai = result["genai"]
+    assert genai["repeats"] == 3 and len(genai["tokens_per_s_all"]) == 3
+    assert genai["tokens_per_s"] > 0 and genai["ttft_s"] > 0
+    ours = result["iobinding"]["tokens_per_s_all"]
+    ratios = sorted(a / b for a, b in zip(ours, genai["tokens_per_s_all"], strict=True))
+    assert result["iobinding_vs_genai"] == pytest.approx(ratios[1])  # a ratio per repeat
+    assert result["genai_same_tokens"] is True  # the same greedy tokens from the same folder
+    assert "| onnxruntime-genai |" in markdown_report(result)

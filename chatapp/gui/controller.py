@@ -328,6 +328,8 @@ def _exempt_long_lived_objects() -> None:
     """A full garbage collection walks every object the app keeps (~100k: Qt wrappers, the
     tokenizer, the engine) and holds the GIL for 60-170 ms, freezing the window if it falls in
     the middle of an answer. Collect once now, at load time, then leave those objects out of
-    later collections."""
+    later collections. What the previous load exempted is put back first, so that a model
+    replaced since then can still be collected."""
+    gc.unfreeze()
     gc.collect()
     gc.freeze()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -343,3 +345,24 @@ def test_changing_threads_reloads_the_model_and_keeps_the_chat(
     assert len(window.conversation.messages) == 2
     send_and_wait(qtbot, window, "and continue")
     assert len(window.conversation.messages) == 4
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self  # only the garbage collector can free this
+
+
+def test_a_replaced_model_is_freed(qtbot, make_window, tiny_model_dir) -> None:
+    """The app exempts what it holds at load time from garbage collection (no long collection
+    mid-answer); what is dropped later, such as a replaced model, must still be freed."""
+    held = _Cycle()
+    held_ref = weakref.ref(held)
+    window = make_window(["--model", str(tiny_model_dir)])
+    assert gc.get_freeze_count() > 0
+    engine_ref = weakref.ref(window.controller.worker.engine)
+    del held  # exempted by the load above, garbage from now on
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=30_000):
+        window.open_model(tiny_model_dir)
+    assert window.controller.worker.engine is not None
+    assert engine_ref() is None
+    assert held_ref() is None

@@ -16,7 +16,7 @@ import onnxruntime as ort
 from chatapp import __version__
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import MODES, Engine
-from chatapp.engine.genai_peer import GenaiPeer, summarize_genai
+from chatapp.engine.genai_peer import GenaiPeer
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import GREEDY
@@ -92,6 +92,17 @@ def summarize(runs: list[RunStats]) -> dict[str, Any]:
     }
 
 
+def summarize_peer(runs: list[RunStats]) -> dict[str, Any]:
+    """A peer's speed figures, computed like the loops'; it reports no host / run split."""
+    full = summarize(runs)
+    keys = ("tokens_per_s", "ttft_s", "latency_p50_s", "latency_p95_s", "repeats")
+    return {k: full[k] for k in keys} | {
+        "host_prep_share": None,
+        "tokens_per_s_all": full["tokens_per_s_all"],
+        "token_ids": runs[0].token_ids,
+    }
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -158,7 +169,7 @@ def bench_point(
     if peer is not None:
         peer.run(ids, min(8, n))
     runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
-    peer_runs: list[dict[str, Any]] = []
+    peer_runs: list[RunStats] = []
     for r in range(repeats):
         if peer is not None and r % 2 == 0:
             peer_runs.append(peer.run(ids, n))
@@ -174,24 +185,24 @@ def bench_point(
                 for m in MODES
             )
             + (
-                f", genai {peer_runs[-1]['tokens_per_s']:6.1f} tok/s "
-                f"(TTFT {peer_runs[-1]['ttft_s'] * 1000:5.0f} ms)"
+                f", genai {peer_runs[-1].tokens_per_s:6.1f} tok/s "
+                f"(TTFT {peer_runs[-1].ttft_s * 1000:5.0f} ms)"
                 if peer_runs
                 else ""
             )
         )
     point = compare_runs(runs, len(ids))
     if peer_runs:
-        point["genai"] = summarize_genai(peer_runs)
+        point["genai"] = summarize_peer(peer_runs)
         point["iobinding_vs_genai"] = statistics.median(
-            _ratio(ours.tokens_per_s, theirs["tokens_per_s"])
+            _ratio(ours.tokens_per_s, theirs.tokens_per_s)
             for ours, theirs in zip(runs["iobinding"], peer_runs, strict=True)
         )
         ours = runs["iobinding"][0].token_ids
         # genai suppresses end-of-text to reach the length; compare up to where ours had it.
         eos = set(engine.info.eos_token_ids)
         cut = next((i for i, t in enumerate(ours) if t in eos), len(ours))
-        point["genai_same_tokens"] = peer_runs[0]["token_ids"][:cut] == ours[:cut]
+        point["genai_same_tokens"] = peer_runs[0].token_ids[:cut] == ours[:cut]
     return point
 
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from chatapp.engine.errors import EngineError
+from chatapp.engine.metrics import RunStats
 
 perf = time.perf_counter
 
@@ -40,7 +39,7 @@ class GenaiPeer:
         self.og = og
         self.model = og.Model(config)
 
-    def run(self, ids: list[int], n: int) -> dict[str, Any]:
+    def run(self, ids: list[int], n: int) -> RunStats:
         og = self.og
         params = og.GeneratorParams(self.model)
         # Exactly n greedy tokens, like the chatapp loops in the benchmark.
@@ -48,40 +47,18 @@ class GenaiPeer:
             do_sample=False, max_length=len(ids) + n, min_length=len(ids) + n, batch_size=1
         )
         gen = og.Generator(self.model, params)
+        stats = RunStats(mode="genai", device="cpu", prompt_tokens=len(ids))
         started = perf()
         gen.append_tokens(np.asarray(ids, dtype=np.int32))
         gen.generate_next_token()
-        first = perf()
-        tokens = [int(gen.get_next_tokens()[0])]
-        latencies = []
-        previous = first
-        while not gen.is_done() and len(tokens) < n:
+        previous = perf()
+        stats.ttft_s = previous - started
+        stats.token_ids.append(int(gen.get_next_tokens()[0]))
+        while not gen.is_done() and stats.generated_tokens < n:
             gen.generate_next_token()
             now = perf()
-            latencies.append(now - previous)
+            stats.latencies_s.append(now - previous)
             previous = now
-            tokens.append(int(gen.get_next_tokens()[0]))
-        return {
-            "ttft_s": first - started,
-            "latencies_s": latencies,
-            "token_ids": tokens,
-            "tokens_per_s": len(latencies) / sum(latencies) if latencies else 0.0,
-        }
-
-
-def summarize_genai(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The same medians as the chatapp loops' summary (genai has no host-preparation split)."""
-
-    def med(values: list[float]) -> float:
-        return float(statistics.median(values))
-
-    return {
-        "tokens_per_s": med([r["tokens_per_s"] for r in runs]),
-        "ttft_s": med([r["ttft_s"] for r in runs]),
-        "latency_p50_s": med([float(np.percentile(r["latencies_s"], 50)) for r in runs]),
-        "latency_p95_s": med([float(np.percentile(r["latencies_s"], 95)) for r in runs]),
-        "host_prep_share": None,
-        "tokens_per_s_all": [r["tokens_per_s"] for r in runs],
-        "token_ids": runs[0]["token_ids"],
-        "repeats": len(runs),
-    }
+            stats.token_ids.append(int(gen.get_next_tokens()[0]))
+        stats.finish_reason = "length"
+        return stats

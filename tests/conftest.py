@@ -31,6 +31,22 @@ def tiny_model_dir(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
+def varied_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Like `tiny_gguf` with an untied output head: its greedy answers vary from token to
+    token (the tied one mostly repeats a token), so a loop that feeds stale inputs shows."""
+    return write_tiny_gguf(
+        tmp_path_factory.mktemp("varied-gguf") / "varied-llama.gguf", tied=False, seed=1
+    )
+
+
+@pytest.fixture(scope="session")
+def varied_model_dir(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert_gguf(
+        varied_gguf, tmp_path_factory.mktemp("varied-model") / "varied-llama", ConvertOptions()
+    )
+
+
+@pytest.fixture(scope="session")
 def default_model_dir() -> Path:
     """The prepared default model folder (`chatapp prepare`), verified; skips when absent."""
     try:

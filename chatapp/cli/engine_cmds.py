@@ -20,7 +20,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="model folder (default: the prepared default model)",
     )
-    p.add_argument("--device", default="cpu", help="cpu, cuda, dml, coreml, openvino")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda, webgpu, webgpu-software, dml, coreml, openvino (see `chatapp devices`)",
+    )
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
     p.add_argument(
         "--context",
@@ -97,31 +101,33 @@ def resolve_model(path: Path | None) -> Path:
 def run_devices(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
-    from chatapp.engine.devices import available_devices
+    from chatapp.engine.devices import available_devices, unavailable_reasons
 
-    devices = available_devices()
+    devices = available_devices(offers=True)
+    reasons = unavailable_reasons()
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "onnxruntime": ort.__version__,
-                    "devices": [
-                        {
-                            "name": d.name,
-                            "provider": d.provider,
-                            "ortvalue_device": d.ortvalue_device,
-                            "label": d.label,
-                        }
-                        for d in devices
-                    ],
-                },
-                indent=2,
-            )
-        )
-    else:
-        print(f"onnxruntime {ort.__version__}")
-        for d in devices:
-            print(f"{d.name:10} {d.label:40} {d.provider}")
+        listed = [
+            {
+                "name": d.name,
+                "provider": d.provider,
+                "ortvalue_device": d.ortvalue_device,
+                "label": d.label,
+                "own_memory": d.own_memory,
+                "software": d.software,
+                "on_request": d.on_request,
+            }
+            for d in devices
+        ]
+        out = {"onnxruntime": ort.__version__, "devices": listed, "unavailable": reasons}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"onnxruntime {ort.__version__}")
+    for d in devices:
+        memory = "own memory" if d.own_memory else "host memory"
+        note = "  (started only when named: --device " + d.name + ")" if d.on_request else ""
+        print(f"{d.name:16} {d.label}  [{memory}]{note}")
+    for name, reason in reasons.items():
+        print(f"{name:16} not available: {reason}")
     return 0
 
 
@@ -178,7 +184,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from chatapp.engine.bench import BenchConfig, markdown_report, run_bench_suite
+    from chatapp.engine.bench import BenchConfig, run_bench_suite
+    from chatapp.engine.bench_report import markdown_report
 
     config = BenchConfig(
         model_dir=resolve_model(args.model),

@@ -74,16 +74,20 @@ def _median(values: list[float]) -> float:
 
 
 def summarize(runs: list[RunStats]) -> dict[str, Any]:
-    """Medians over repeats of each figure, plus the first run's series for charts."""
+    """Medians over repeats of each figure, their spread, and the first run's series."""
+    speeds = [r.tokens_per_s for r in runs]
+    ttfts = [r.ttft_s for r in runs]
     return {
-        "tokens_per_s": _median([r.tokens_per_s for r in runs]),
-        "ttft_s": _median([r.ttft_s for r in runs]),
+        "tokens_per_s": _median(speeds),
+        "ttft_s": _median(ttfts),
+        "spread": {"tokens_per_s": [min(speeds), max(speeds)], "ttft_s": [min(ttfts), max(ttfts)]},
         "latency_p50_s": _median([r.latency_percentile(50) for r in runs]),
         "latency_p95_s": _median([r.latency_percentile(95) for r in runs]),
         "host_prep_share": _median([r.host_prep_share for r in runs]),
         "run_s_per_token": _median([_mean([s.run_s for s in r.steps]) for r in runs]),
         "host_s_per_token": _median([_mean([s.host_s for s in r.steps]) for r in runs]),
         "sample_s_per_token": _median([_mean([s.sample_s for s in r.steps]) for r in runs]),
+        "transfer": {key: _median([r.transfer()[key] for r in runs]) for key in runs[0].transfer()},
         "perplexity": runs[0].perplexity,
         "prompt_perplexity": runs[0].prompt_perplexity,
         "repeats": len(runs),
@@ -259,6 +263,8 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "model_dir": str(engine.info.folder),
         "layout": engine.info.layout.value,
         "device": engine.device.name,
+        "device_label": engine.device.label,
+        "device_own_memory": engine.device.own_memory,
         "fallback_reason": engine.fallback_reason,
         "threads": engine.threads,
         "max_new_tokens": max_new_tokens,
@@ -276,48 +282,3 @@ def _environment() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-
-
-def markdown_report(result: dict[str, Any]) -> str:
-    """The Markdown table a person can paste into a report."""
-    lines = [
-        f"**{result['model']}** ({result['layout']}) on **{result['device']}**, "
-        f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
-        f"median of {result['repeats']} runs",
-        "",
-        "| loop | tokens/s | TTFT (ms) | p50 latency (ms) | p95 latency (ms) | host prep share |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    rows = [("naive", result["naive"]), ("IO-Binding", result["iobinding"])]
-    if "genai" in result:
-        rows.append(("onnxruntime-genai", result["genai"]))
-    for label, r in rows:
-        share = r.get("host_prep_share")
-        lines.append(
-            f"| {label} | {r['tokens_per_s']:.1f} | {r['ttft_s'] * 1000:.0f} | "
-            f"{r['latency_p50_s'] * 1000:.1f} | {r['latency_p95_s'] * 1000:.1f} | "
-            + (f"{share * 100:.1f}% |" if share is not None else "n/a |")
-        )
-    lines += [
-        "",
-        f"IO-Binding / naive: **{result['speedup_tokens_per_s']:.2f}x** tokens/s, "
-        f"{result['speedup_latency']:.2f}x lower p50 latency; same tokens: "
-        f"{'yes' if result['same_tokens'] else 'NO'}",
-    ]
-    if "genai" in result:
-        lines.append(
-            f"IO-Binding / onnxruntime-genai: **{result['iobinding_vs_genai']:.2f}x** tokens/s "
-            "(median of the repeats' ratios, each run beside the other)"
-        )
-    for point in result.get("sweep", []):
-        if point is result.get("sweep", [])[0]:
-            lines += [
-                "",
-                "| context (tokens) | naive tok/s | IO-Binding tok/s | speedup |",
-                "|---:|---:|---:|---:|",
-            ]
-        lines.append(
-            f"| {point['prompt_tokens']} | {point['naive']['tokens_per_s']:.1f} | "
-            f"{point['iobinding']['tokens_per_s']:.1f} | {point['speedup_tokens_per_s']:.2f}x |"
-        )
-    return "\n".join(lines)

@@ -1,58 +1,180 @@
-"""Which devices ONNX Runtime offers here, and how to start a session on one."""
+"""Which devices ONNX Runtime offers here, how to start a session on one, and its memory.
+
+A device with its own memory (a GPU, WebGPU, DirectML) is where the two loops really differ:
+every host array fed to a run crosses to the device, and every output fetched crosses back.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import onnxruntime as ort
+
+from chatapp.engine import webgpu
+from chatapp.engine.errors import first_line
+from chatapp.engine.vulkan_adapters import adapter_name
 
 
 @dataclass(frozen=True)
 class Device:
-    name: str  # what the user picks: "cpu", "cuda", "dml", "coreml", "openvino"
+    name: str  # what the user picks: "cpu", "cuda", "webgpu", "webgpu-software", ...
     provider: str  # the execution provider behind it
     ortvalue_device: str  # the device string OrtValue / IOBinding want
     label: str  # for menus
+    own_memory: bool = False  # inputs and outputs cross a host <-> device boundary
+    software: bool = False  # emulated on the CPU (slow; for testing)
+    on_request: bool = False  # offered, but only started when the user names it
+    ep_device: Any = field(default=None, compare=False, repr=False)  # plugin EPs' OrtEpDevice
 
     def __str__(self) -> str:
         return self.name
 
+    def allocate(self, shape: list[int], dtype: Any) -> ort.OrtValue:
+        """An uninitialised tensor in this device's memory."""
+        if self.ep_device is not None:
+            memory = self.ep_device.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+            return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, memory_info=memory)
+        return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, self.ortvalue_device, 0)
 
-# Known providers, in the order a user would prefer them. CoreML and OpenVINO take inputs in
-# host memory, so their OrtValues live on "cpu".
-KNOWN_DEVICES = (
-    Device("cuda", "CUDAExecutionProvider", "cuda", "NVIDIA GPU (CUDA)"),
-    Device("dml", "DmlExecutionProvider", "dml", "GPU (DirectML)"),
+    def upload(self, array: np.ndarray) -> ort.OrtValue:
+        """A copy of `array` in this device's memory (for the CPU: the array itself, no copy)."""
+        if not self.own_memory:
+            return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+        value = self.allocate(list(array.shape), array.dtype)
+        if array.size:
+            value.update_inplace(np.ascontiguousarray(array))
+        return value
+
+    def download(self, value: ort.OrtValue) -> np.ndarray:
+        """A host copy of a tensor that may live on this device."""
+        if value.device_name() == "cpu":
+            return value.numpy()
+        host = ort.OrtValue.ortvalue_from_shape_and_type(
+            value.shape(), value.element_type(), "cpu", 0
+        )
+        if np.prod(value.shape()):
+            ort.copy_tensors([value], [host])
+        return host.numpy()
+
+
+# Built-in providers, in the order a user would prefer them. CoreML and OpenVINO take inputs in
+# host memory, so their OrtValues live on "cpu" and nothing crosses that chatapp could see.
+BUILTIN_DEVICES = (
+    Device("cuda", "CUDAExecutionProvider", "cuda", "NVIDIA GPU (CUDA)", own_memory=True),
+    Device("dml", "DmlExecutionProvider", "dml", "GPU (DirectML)", own_memory=True),
     Device("coreml", "CoreMLExecutionProvider", "cpu", "Apple Neural Engine / GPU (CoreML)"),
     Device("openvino", "OpenVINOExecutionProvider", "cpu", "Intel (OpenVINO)"),
     Device("cpu", "CPUExecutionProvider", "cpu", "CPU"),
 )
-CPU = KNOWN_DEVICES[-1]
+CPU = BUILTIN_DEVICES[-1]
+WEBGPU_NAMES = ("webgpu", "webgpu-software")
+KNOWN_NAMES = (*(d.name for d in BUILTIN_DEVICES[:-1]), *WEBGPU_NAMES, CPU.name)
 
 
 class DeviceError(Exception):
     """A device name that is not available on this machine."""
 
 
-def available_devices() -> list[Device]:
-    """Devices whose execution provider is in this onnxruntime build; CPU is always last."""
+def _webgpu_device(found: webgpu.Discovery) -> Device:
+    name = "webgpu-software" if found.software else "webgpu"
+    adapter = adapter_name(found.software)
+    if found.software:
+        label = f"WebGPU software adapter{': ' + adapter if adapter else ''} (slow)"
+    else:
+        vendor = found.ep_device.device.vendor if found.ep_device is not None else ""
+        label = f"WebGPU: {adapter or vendor or 'GPU'}"
+    return Device(
+        name,
+        webgpu.PROVIDER,
+        "webgpu",
+        label,
+        own_memory=True,
+        software=found.software,
+        ep_device=found.ep_device,
+    )
+
+
+def _software_offer() -> Device:
+    adapter = adapter_name(software=True)
+    return Device(
+        "webgpu-software",
+        webgpu.PROVIDER,
+        "webgpu",
+        f"WebGPU software adapter{': ' + adapter if adapter else ''} (slow; on request)",
+        own_memory=True,
+        software=True,
+        on_request=True,
+    )
+
+
+def available_devices(offers: bool = False) -> list[Device]:
+    """Devices that can start here; CPU is always last.
+
+    With `offers`, a WebGPU software adapter that has not been started is listed too (marked
+    `on_request`), when the plugin is installed and no hardware adapter was found: the user
+    may choose it, and only then is it enabled.
+    """
     providers = set(ort.get_available_providers())
-    return [d for d in KNOWN_DEVICES if d.provider in providers or d is CPU]
+    builtin = [d for d in BUILTIN_DEVICES[:-1] if d.provider in providers]
+    found = webgpu.discover()
+    extra: list[Device] = []
+    if found.ep_device is not None:
+        extra.append(_webgpu_device(found))
+    elif offers and webgpu.library_path() is not None:
+        extra.append(_software_offer())
+    return [*builtin, *extra, CPU]
+
+
+# Where each built-in provider can exist at all: no point telling a Linux user about DirectML.
+_PLATFORMS = {"dml": ("win32",), "coreml": ("darwin",)}
+
+
+def unavailable_reasons() -> dict[str, str]:
+    """Why the devices chatapp knows are not offered here (for `chatapp devices`)."""
+    providers = set(ort.get_available_providers())
+    reasons = {
+        d.name: f"this onnxruntime build has no {d.provider}"
+        for d in BUILTIN_DEVICES[:-1]
+        if d.provider not in providers and sys.platform in _PLATFORMS.get(d.name, (sys.platform,))
+    }
+    if "cuda" in reasons:
+        reasons["cuda"] += " (install onnxruntime-gpu in place of onnxruntime)"
+    found = webgpu.discover()
+    if found.ep_device is None and found.reason:
+        reasons["webgpu"] = found.reason
+    return reasons
 
 
 def find_device(name: str) -> Device:
-    for device in KNOWN_DEVICES:
-        if device.name == name.lower():
-            if device in available_devices():
-                return device
-            raise DeviceError(
-                f"The device '{name}' is not available here: this onnxruntime build offers "
-                f"{', '.join(d.name for d in available_devices())}."
-            )
-    known = ", ".join(d.name for d in KNOWN_DEVICES)
-    raise DeviceError(f"Unknown device '{name}'. Known devices: {known}.")
+    wanted = name.strip().lower()
+    if wanted == "webgpu-software":
+        return _software_webgpu()
+    for device in available_devices():
+        if device.name == wanted:
+            return device
+    if wanted not in KNOWN_NAMES:
+        raise DeviceError(f"Unknown device '{name}'. Known devices: {', '.join(KNOWN_NAMES)}.")
+    reason = unavailable_reasons().get(wanted)
+    if wanted == "webgpu" and webgpu.discover().ep_device is not None:
+        reason = "its only adapter is a software one: choose 'webgpu-software'"
+    here = ", ".join(d.name for d in available_devices())
+    raise DeviceError(
+        f"The device '{name}' is not available here"
+        + (f": {reason}" if reason else "")
+        + f". Available: {here}."
+    )
+
+
+def _software_webgpu() -> Device:
+    found = webgpu.discover(software=True)
+    if found.ep_device is None:
+        raise DeviceError(f"WebGPU's software adapter is not available here: {found.reason}.")
+    return _webgpu_device(found)
 
 
 def default_threads() -> int:
@@ -69,8 +191,19 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3  # warnings about unused initializers are noise to a user
-
     return opts
+
+
+def create_session(
+    model: Path | bytes, device: Device, opts: ort.SessionOptions
+) -> ort.InferenceSession:
+    """A session on `device` (CPU for the ops the device lacks); raises what the provider raises."""
+    source = model if isinstance(model, bytes) else str(model)
+    if device.ep_device is not None:
+        opts.add_provider_for_devices([device.ep_device], {})
+        return ort.InferenceSession(source, sess_options=opts)
+    providers = list(dict.fromkeys([device.provider, CPU.provider]))
+    return ort.InferenceSession(source, sess_options=opts, providers=providers)
 
 
 @dataclass
@@ -82,26 +215,18 @@ class StartedSession:
 
 def start_session(model_path: Path, device: Device, threads: int | None = None) -> StartedSession:
     """A session on `device`; if that device fails to start, on the CPU with the reason kept."""
-    opts = session_options(threads)
     if device is CPU:
-        return StartedSession(_create(model_path, opts, [CPU.provider]), CPU, None)
+        return StartedSession(create_session(model_path, CPU, session_options(threads)), CPU, None)
     try:
-        session = _create(model_path, opts, [device.provider, CPU.provider])
+        session = create_session(model_path, device, session_options(threads))
     except Exception as exc:  # providers fail in many ways (drivers, memory, unsupported ops)
-        reason = f"{device.label} failed to start ({_first_line(exc)}); running on the CPU."
-        return StartedSession(_create(model_path, opts, [CPU.provider]), CPU, reason)
+        reason = f"{device.label} failed to start ({first_line(exc)}); running on the CPU."
+        return cpu_session(model_path, threads, reason)
     if device.provider not in session.get_providers():
         reason = f"{device.label} is not usable with this model; running on the CPU."
-        return StartedSession(session, CPU, reason)
+        return cpu_session(model_path, threads, reason)
     return StartedSession(session, device, None)
 
 
-def _create(
-    model_path: Path, opts: ort.SessionOptions, providers: list[str]
-) -> ort.InferenceSession:
-    return ort.InferenceSession(str(model_path), sess_options=opts, providers=providers)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+def cpu_session(model_path: Path, threads: int | None, reason: str) -> StartedSession:
+    return StartedSession(create_session(model_path, CPU, session_options(threads)), CPU, reason)

@@ -6,10 +6,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
-from chatapp.engine.devices import Device, find_device, start_session
-from chatapp.engine.errors import EngineError
+from chatapp.engine.devices import (
+    CPU,
+    Device,
+    StartedSession,
+    cpu_session,
+    find_device,
+    start_session,
+)
+from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.generation import Generation
-from chatapp.engine.loops import MODES, KVLoop, make_loop
+from chatapp.engine.loop_factory import make_loop
+from chatapp.engine.loops import MODES, KVLoop
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.sampling import SamplingSettings
 
@@ -30,24 +38,42 @@ class Engine:
     ) -> None:
         self.info: ModelInfo = open_model_folder(model_dir, onnx_file)
         self.tokenizer = ChatTokenizer(self.info.folder)
-        started = start_session(self.info.onnx_path, find_device(device), threads)
+        self.threads = threads
+        self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+        self.mode = mode
+        self._loops: dict[str, KVLoop] = {}
+        self._use(start_session(self.info.onnx_path, find_device(device), threads))
+        try:
+            self.loop(mode)  # fail early (e.g. out of device memory for the KV buffers)
+        except DeviceFailure as exc:
+            self.fall_back_to_cpu(f"{exc} Running on the CPU.")
+            self.loop(mode)
+
+    def _use(self, started: StartedSession) -> None:
         self.session = started.session
         self.device: Device = started.device
         self.fallback_reason = started.fallback_reason
-        self.threads = threads
-        self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
-        self._loops: dict[str, KVLoop] = {}
-        self.mode = mode
-        self.loop(mode)  # fail early (e.g. out of memory for the KV buffers)
+        self._loops = {}
+
+    def fall_back_to_cpu(self, reason: str) -> None:
+        """After the device failed: the same model on the CPU; cached prefixes are dropped."""
+        self._use(cpu_session(self.info.onnx_path, self.threads, reason))
 
     def loop(self, mode: str | None = None) -> KVLoop:
         mode = mode or self.mode
         if mode not in MODES:
             raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
         if mode not in self._loops:
-            self._loops[mode] = make_loop(
-                mode, self.session, self.info, self.device, self.max_context
-            )
+            try:
+                self._loops[mode] = make_loop(
+                    mode, self.session, self.info, self.device, self.max_context
+                )
+            except Exception as exc:
+                if self.device is CPU:
+                    raise
+                raise DeviceFailure(
+                    self.device.label, exc, "while allocating the KV cache"
+                ) from exc
         return self._loops[mode]
 
     def set_mode(self, mode: str) -> None:

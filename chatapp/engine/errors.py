@@ -19,3 +19,19 @@ class ContextOverflowError(EngineError):
             f"The prompt has {prompt_tokens} tokens but the model's context holds "
             f"{context_length}; shorten it or start a new chat."
         )
+
+
+class DeviceFailure(EngineError):
+    """The device stopped working (lost adapter, out of memory, driver error)."""
+
+    def __init__(
+        self, device_label: str, cause: BaseException, during: str = "during the answer"
+    ) -> None:
+        self.device_label = device_label
+        super().__init__(f"{device_label} failed {during} ({first_line(cause)}).")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, short enough for a status line."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__

@@ -66,10 +66,10 @@ class Generation:
         started = perf()
         stats.reused_tokens = loop.prepare(self.prompt_ids)
         new = self.prompt_ids[stats.reused_tokens :]
-        logits, host_s, run_s = loop.forward(new, all_logits=True)
+        step = loop.forward(new, all_logits=True)
         if len(new) > 1:
-            stats.prompt_logprobs = token_logprobs(logits[:-1], new[1:]).tolist()
-        last = np.ascontiguousarray(logits[-1])
+            stats.prompt_logprobs = token_logprobs(step.logits[:-1], new[1:]).tolist()
+        last = np.ascontiguousarray(step.logits[-1])
         scratch = np.empty_like(last, dtype=np.float32)
         history = list(self.prompt_ids)
         previous = started
@@ -83,7 +83,9 @@ class Generation:
                 break
             delta = self.detok.push(token)
             now = perf()
-            timing = StepTiming(host_s, run_s, now - t_sample)
+            timing = StepTiming(
+                step.host_s, step.run_s, now - t_sample, step.h2d_bytes, step.d2h_bytes
+            )
             latency = now - previous
             history.append(token)
             stats.token_ids.append(token)
@@ -103,7 +105,8 @@ class Generation:
             if self.should_stop():
                 stats.finish_reason = "stop"
                 break
-            last, host_s, run_s = loop.forward([token])
+            step = loop.forward([token])
+            last = step.logits
         tail = self.detok.flush()
         if tail:
             self.text += tail

@@ -1,12 +1,14 @@
 """The two generation loops: same model, same tokens under greedy decoding, different plumbing.
 
 NaiveLoop     `session.run` with numpy feeds; after every step the host builds the next
-              past_key_values from the present outputs.
-IOBindingLoop KV buffers allocated once on the device and bound once; per step only input_ids
-              and attention_mask change, and only the logits the sampler needs come back.
+              past_key_values from the present outputs. On a device with its own memory every
+              layer's KV crosses device -> host -> device per token.
+IOBindingLoop KV buffers allocated once on the device and bound once; per step only the token,
+              the mask (and positions) go in and the logits the sampler needs come out.
 
 A loop keeps the KV cache of the tokens it has seen (`cached`), so a follow-up turn that starts
-with the same tokens only prefills what is new.
+with the same tokens only prefills what is new. Each forward reports its bytes crossing between
+host and device (zero on the CPU, where there is no such boundary).
 """
 
 from __future__ import annotations
@@ -14,14 +16,27 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
-from chatapp.engine.devices import Device
+from chatapp.engine.devices import CPU, Device
+from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.model import KVLayout, ModelInfo
 
 perf = time.perf_counter
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward: its logits, where its time went and what crossed the device boundary."""
+
+    logits: np.ndarray  # [n, vocab] when all_logits, else [vocab]; may be a reused buffer
+    host_s: float  # input / KV preparation on the host
+    run_s: float  # inside onnxruntime, until the device has finished
+    h2d_bytes: int = 0  # host -> device
+    d2h_bytes: int = 0  # device -> host
 
 
 class KVLoop(ABC):
@@ -37,6 +52,9 @@ class KVLoop(ABC):
         self.cached: list[int] = []
         self._mask = np.ones((1, max_context), dtype=np.int64)
         self._needs_positions = info.has_position_ids
+        # Bytes moved outside a forward (resetting or cutting the cache), charged to the next.
+        self._pending_h2d = 0
+        self._pending_d2h = 0
 
     def reset(self) -> None:
         """Forget the cache (new chat, or the model/device changed)."""
@@ -61,31 +79,52 @@ class KVLoop(ABC):
         """How many tokens can be generated after prefilling `new_tokens` more."""
         return self.max_context - len(self.cached) - new_tokens
 
-    def forward(
-        self, new_ids: Sequence[int], all_logits: bool = False
-    ) -> tuple[np.ndarray, float, float]:
+    def forward(self, new_ids: Sequence[int], all_logits: bool = False) -> Step:
         """Run `new_ids` after the cached tokens.
 
-        Returns (logits, host_s, run_s): logits [len(new_ids), vocab] when all_logits, else the
-        last position's [vocab]; host_s is input/KV preparation, run_s the time in onnxruntime.
         The logits may live in a buffer the next call overwrites: copy them to keep them.
+        A failure on a device other than the CPU is raised as DeviceFailure.
         """
-        if len(self.cached) + len(new_ids) > self.max_context:
-            raise ValueError("the KV cache is full")
-        logits, host_s, run_s = self._forward(list(new_ids), len(self.cached), all_logits)
+        self._check_room(len(new_ids))
+        try:
+            step = self._forward(list(new_ids), len(self.cached), all_logits)
+        except Exception as exc:
+            if self.device is CPU or isinstance(exc, ValueError):
+                raise
+            raise DeviceFailure(self.device.label, exc) from exc
         self.cached.extend(int(t) for t in new_ids)
-        return logits, host_s, run_s
+        return self._charge_pending(step)
+
+    def _check_room(self, n: int) -> None:
+        if len(self.cached) + n > self.max_context:
+            raise ValueError("the KV cache is full")
+
+    def _charge_pending(self, step: Step) -> Step:
+        if not (self._pending_h2d or self._pending_d2h):
+            return step
+        step = Step(
+            step.logits,
+            step.host_s,
+            step.run_s,
+            step.h2d_bytes + self._pending_h2d,
+            step.d2h_bytes + self._pending_d2h,
+        )
+        self._pending_h2d = self._pending_d2h = 0
+        return step
 
     def _positions(self, past_len: int, n: int) -> np.ndarray:
         return np.arange(past_len, past_len + n, dtype=np.int64)[None, :]
 
     @abstractmethod
-    def _forward(
-        self, new_ids: list[int], past_len: int, all_logits: bool
-    ) -> tuple[np.ndarray, float, float]: ...
+    def _forward(self, new_ids: list[int], past_len: int, all_logits: bool) -> Step: ...
 
     @abstractmethod
     def _truncate(self, keep: int) -> None: ...
+
+
+def crossing(device: Device, arrays: Sequence[np.ndarray]) -> int:
+    """Bytes of host arrays that cross to (or from) `device`: none where it shares host memory."""
+    return sum(a.nbytes for a in arrays) if device.own_memory else 0
 
 
 class NaiveLoop(KVLoop):
@@ -108,9 +147,7 @@ class NaiveLoop(KVLoop):
         else:
             self._past = {k: np.ascontiguousarray(v[:, :, :keep]) for k, v in self._past.items()}
 
-    def _forward(
-        self, new_ids: list[int], past_len: int, all_logits: bool
-    ) -> tuple[np.ndarray, float, float]:
+    def _forward(self, new_ids: list[int], past_len: int, all_logits: bool) -> Step:
         t0 = perf()
         feeds: dict[str, np.ndarray] = {
             "input_ids": np.asarray([new_ids], dtype=np.int64),
@@ -120,6 +157,7 @@ class NaiveLoop(KVLoop):
             feeds["position_ids"] = self._positions(past_len, len(new_ids))
         feeds.update(self._past)
         t1 = perf()
+        # onnxruntime copies every feed to the device and every output back to the host.
         outputs = self.session.run(self._output_names, feeds)
         t2 = perf()
         # The host rebuilds every layer's past from the presents that came back.
@@ -128,7 +166,13 @@ class NaiveLoop(KVLoop):
         }
         logits = outputs[self._present_index["logits"]][0]
         t3 = perf()
-        return (logits if all_logits else logits[-1]), (t1 - t0) + (t3 - t2), t2 - t1
+        return Step(
+            logits if all_logits else logits[-1],
+            (t1 - t0) + (t3 - t2),
+            t2 - t1,
+            crossing(self.device, list(feeds.values())),
+            crossing(self.device, outputs),
+        )
 
 
 class IOBindingLoop(KVLoop):
@@ -139,13 +183,12 @@ class IOBindingLoop(KVLoop):
     ) -> None:
         super().__init__(session, info, device, max_context)
         self._binding = session.io_binding()
-        self._on_cpu = device.ortvalue_device == "cpu"
         self._ids = np.zeros((1, max_context), dtype=np.int64)
         self._pos = np.zeros((1, max_context), dtype=np.int64)
         self._step_logits = np.zeros((1, 1, info.vocab_size), dtype=np.float32)
         self._prefill_logits = np.empty((1, 0, info.vocab_size), dtype=np.float32)
-        self._bound_step = False  # are the per-token (length 1) bindings in place?
-        self._bound_ids = 0  # length of the input_ids binding in place
+        self._bound_step = False  # are the per-token (length 1) logits bound?
+        self._bound_len: dict[str, int] = {}  # per-step inputs: the length bound now
         self._kv: dict[str, ort.OrtValue] = {}
         self._out_order: list[str] = []  # IOBinding returns outputs in first-bound order
         if info.layout is KVLayout.SHARED_BUFFER:
@@ -155,13 +198,14 @@ class IOBindingLoop(KVLoop):
 
     # -- KV plumbing -------------------------------------------------------------------------
     def _allocate_shared(self) -> None:
-        """One buffer per KV tensor, context long, bound as both past and present."""
+        """One buffer per KV tensor, context long, on the device, bound as past and present.
+
+        Not zeroed: GroupQueryAttention reads only the first `total_sequence_length` rows.
+        """
         info = self.info
         shape = [1, info.kv_heads, self.max_context, info.head_dim]
         for t in info.kv:
-            value = ort.OrtValue.ortvalue_from_shape_and_type(
-                shape, info.kv_dtype, self.device.ortvalue_device, 0
-            )
+            value = self.device.allocate(shape, info.kv_dtype)
             self._kv[t.past_name] = value
             self._binding.bind_ortvalue_input(t.past_name, value)
             self._binding.bind_ortvalue_output(t.present_name, value)
@@ -171,7 +215,7 @@ class IOBindingLoop(KVLoop):
         info = self.info
         empty = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
         for t in info.kv:
-            value = ort.OrtValue.ortvalue_from_numpy(empty, self.device.ortvalue_device, 0)
+            value = self.device.upload(empty)
             self._kv[t.past_name] = value
             self._binding.bind_ortvalue_input(t.past_name, value)
             self._bind_device_output(t.present_name)
@@ -181,7 +225,7 @@ class IOBindingLoop(KVLoop):
             self._out_order.append(name)
 
     def _bind_device_output(self, name: str) -> None:
-        """Let onnxruntime allocate this output on the device (concat presents, device logits)."""
+        """Let onnxruntime allocate this output on the device (concat presents)."""
         self._binding.bind_output(name, self.device.ortvalue_device, 0)
         self._note_output(name)
 
@@ -193,10 +237,12 @@ class IOBindingLoop(KVLoop):
             return
         # Concat models: shortening a device tensor needs one round trip, once per turn.
         for t in self.info.kv:
-            host = self._kv[t.past_name].numpy()[:, :, :keep]
-            value = ort.OrtValue.ortvalue_from_numpy(
-                np.ascontiguousarray(host), self.device.ortvalue_device, 0
-            )
+            old = self._kv[t.past_name]
+            host = np.ascontiguousarray(self.device.download(old)[:, :, :keep])
+            if self.device.own_memory:
+                self._pending_d2h += old.tensor_size_in_bytes()
+                self._pending_h2d += host.nbytes
+            value = self.device.upload(host)
             self._kv[t.past_name] = value
             self._binding.bind_ortvalue_input(t.past_name, value)
             self._bind_device_output(t.present_name)
@@ -211,44 +257,46 @@ class IOBindingLoop(KVLoop):
             self._bind_device_output(t.present_name)
 
     # -- one run -----------------------------------------------------------------------------
-    def _bind_cpu(self, name: str, array: np.ndarray, length: int, rows: int = 1) -> None:
-        self._binding.bind_input(name, "cpu", 0, array.dtype, [rows, length], array.ctypes.data)
+    def _bind_row(self, name: str, row: np.ndarray, n: int) -> int:
+        """Bind the first n values of a per-step host row; returns the bytes that cross.
 
-    def _forward(
-        self, new_ids: list[int], past_len: int, all_logits: bool
-    ) -> tuple[np.ndarray, float, float]:
+        On the CPU the binding is the numpy buffer itself: rewriting it is enough while n stays.
+        A device copies a host input when it is bound, not when the session runs, so there every
+        step binds again. (A device-resident value updated in place is not enough either: where
+        the graph consumes an input on the CPU, as shape arithmetic often is, onnxruntime copies
+        the bound value at bind time and later updates are never seen.)
+        """
+        if self.device.own_memory or self._bound_len.get(name) != n:
+            self._binding.bind_input(name, "cpu", 0, row.dtype, [1, n], row.ctypes.data)
+            self._bound_len[name] = n
+        return crossing(self.device, [row[:, :n]])
+
+    def _forward(self, new_ids: list[int], past_len: int, all_logits: bool) -> Step:
         t0 = perf()
         n = len(new_ids)
         total = past_len + n
-        b = self._binding
         self._ids[0, :n] = new_ids
-        if n != self._bound_ids:  # one token per step: the same binding serves every step
-            self._bind_cpu("input_ids", self._ids, n)
-            self._bound_ids = n
-        self._bind_cpu("attention_mask", self._mask, total)
+        h2d = self._bind_row("input_ids", self._ids, n)
+        h2d += self._bind_row("attention_mask", self._mask, total)
         if self._needs_positions:
             self._pos[0, :n] = np.arange(past_len, total)
-            self._bind_cpu("position_ids", self._pos, n)
+            h2d += self._bind_row("position_ids", self._pos, n)
         logits_buf = self._bind_logits(n)
         t1 = perf()
-        self.session.run_with_iobinding(b)
+        # The logits are bound in host memory, so the run returns only once the device has
+        # finished and copied them back: the run clock covers the device's work.
+        self.session.run_with_iobinding(self._binding)
         t2 = perf()
-        if logits_buf is None:  # logits stayed on the device: bring back only what is needed
-            full = b.get_outputs()[self._out_order.index("logits")].numpy()[0]
-            logits = full if all_logits else full[-1]
-        else:
-            logits = logits_buf[0] if all_logits else logits_buf[0, -1]
         if self.info.layout is KVLayout.CONCAT:
             self._after_concat_run()
         t3 = perf()
-        return logits, (t1 - t0) + (t3 - t2), t2 - t1
+        logits = logits_buf[0] if all_logits else logits_buf[0, -1]
+        d2h = crossing(self.device, [logits_buf])
+        return Step(logits, (t1 - t0) + (t3 - t2), t2 - t1, h2d, d2h)
 
-    def _bind_logits(self, n: int) -> np.ndarray | None:
-        """On the CPU the logits land straight in a numpy buffer: no copy, no allocation."""
+    def _bind_logits(self, n: int) -> np.ndarray:
+        """The logits land straight in a numpy buffer (on a device: one copy of n rows)."""
         vocab = self.info.vocab_size
-        if not self._on_cpu:
-            self._bind_device_output("logits")
-            return None
         if n == 1:
             buf = self._step_logits
             if self._bound_step:
@@ -266,16 +314,3 @@ class IOBindingLoop(KVLoop):
 
 
 MODES = (NaiveLoop.mode, IOBindingLoop.mode)
-
-
-def make_loop(
-    mode: str, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
-) -> KVLoop:
-    """The loop for `mode` that fits the model's KV layout."""
-    if info.layout is KVLayout.STATIC_WINDOW:
-        from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
-
-        static = {"naive": NaiveStaticLoop, "iobinding": IOBindingStaticLoop}
-        return static[mode](session, info, device, max_context)
-    dynamic = {"naive": NaiveLoop, "iobinding": IOBindingLoop}
-    return dynamic[mode](session, info, device, max_context)

@@ -14,8 +14,10 @@ class StepTiming:
     """Where the time of one step went (seconds)."""
 
     host_s: float  # preparing the inputs / KV for this run (the naive loop's KV round trip)
-    run_s: float  # inside onnxruntime
+    run_s: float  # inside onnxruntime, until the device has finished
     sample_s: float  # choosing the token and turning it into text
+    h2d_bytes: int = 0  # host -> device for this run (0 where the device is the host)
+    d2h_bytes: int = 0  # device -> host
 
     @property
     def total_s(self) -> float:
@@ -70,6 +72,25 @@ class RunStats:
         return sum(s.host_s for s in self.steps) / total if total > 0 else 0.0
 
     @property
+    def h2d_bytes_per_token(self) -> float:
+        """Median host -> device bytes of a decode step."""
+        return _median([s.h2d_bytes for s in self.steps])
+
+    @property
+    def d2h_bytes_per_token(self) -> float:
+        """Median device -> host bytes of a decode step."""
+        return _median([s.d2h_bytes for s in self.steps])
+
+    def transfer(self) -> dict[str, float]:
+        prefill = self.prefill or StepTiming(0.0, 0.0, 0.0)
+        return {
+            "h2d_bytes_per_token": self.h2d_bytes_per_token,
+            "d2h_bytes_per_token": self.d2h_bytes_per_token,
+            "prefill_h2d_bytes": prefill.h2d_bytes,
+            "prefill_d2h_bytes": prefill.d2h_bytes,
+        }
+
+    @property
     def tokens_in_context(self) -> int:
         return self.prompt_tokens + self.generated_tokens
 
@@ -89,12 +110,24 @@ class RunStats:
             "latency_p50_s": self.latency_percentile(50),
             "latency_p95_s": self.latency_percentile(95),
             "host_prep_share": self.host_prep_share,
+            "transfer": self.transfer(),
             "latencies_s": list(self.latencies_s),
             "steps": [
-                {"host_s": s.host_s, "run_s": s.run_s, "sample_s": s.sample_s} for s in self.steps
+                {
+                    "host_s": s.host_s,
+                    "run_s": s.run_s,
+                    "sample_s": s.sample_s,
+                    "h2d_bytes": s.h2d_bytes,
+                    "d2h_bytes": s.d2h_bytes,
+                }
+                for s in self.steps
             ],
             "token_ids": list(self.token_ids),
         }
+
+
+def _median(values: list[int]) -> float:
+    return float(np.median(values)) if values else 0.0
 
 
 def _perplexity(logprobs: list[float]) -> float:

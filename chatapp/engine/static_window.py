@@ -20,8 +20,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from chatapp.engine.devices import Device
-from chatapp.engine.loops import KVLoop
+from chatapp.engine.devices import Device, create_session, session_options
+from chatapp.engine.loops import KVLoop, Step, crossing
 from chatapp.engine.model import ModelInfo
 
 perf = time.perf_counter
@@ -66,12 +66,9 @@ class StaticWindowLoop(KVLoop):
         free = self.slots - self.used_slots - self.slots_needed(new_tokens)
         return max(0, free // self.window)
 
-    def forward(self, new_ids, all_logits=False):  # type: ignore[no-untyped-def]
-        if self.used_slots + self.slots_needed(len(new_ids)) > self.slots:
+    def _check_room(self, n: int) -> None:
+        if self.used_slots + self.slots_needed(n) > self.slots:
             raise ValueError("the KV cache is full")
-        logits, host_s, run_s = self._forward(list(new_ids), len(self.cached), all_logits)
-        self.cached.extend(int(t) for t in new_ids)
-        return logits, host_s, run_s
 
     def _windows(self, ids: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
         """(ids [1, W], real-token flags [W]) per run; the first window is left-padded."""
@@ -90,25 +87,26 @@ class StaticWindowLoop(KVLoop):
         self.used_slots += self.window
         return self.valid.astype(np.int64)[None, :]
 
-    def _forward(
-        self, new_ids: list[int], past_len: int, all_logits: bool
-    ) -> tuple[np.ndarray, float, float]:
+    def _forward(self, new_ids: list[int], past_len: int, all_logits: bool) -> Step:
         host_s = run_s = 0.0
+        h2d = d2h = 0
         rows = []
         for ids, flags in self._windows(new_ids):
             t0 = perf()
             mask = self._advance(flags)
             t1 = perf()
-            logits, prep_s = self._run_window(ids, mask)
+            window = self._run_window(ids, mask)
             t2 = perf()
-            rows.append(logits[flags] if all_logits else logits[flags][-1:])
-            host_s += (t1 - t0) + prep_s
-            run_s += (t2 - t1) - prep_s
+            rows.append(window.logits[flags] if all_logits else window.logits[flags][-1:])
+            host_s += (t1 - t0) + window.host_s
+            run_s += (t2 - t1) - window.host_s
+            h2d += window.h2d_bytes
+            d2h += window.d2h_bytes
         out = np.concatenate(rows)
-        return (out if all_logits else out[-1]), host_s, run_s
+        return Step(out if all_logits else out[-1], host_s, run_s, h2d, d2h)
 
-    def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, float]:
-        """Run one window; returns (logits [W, vocab], host seconds spent on the KV)."""
+    def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> Step:
+        """Run one window: logits [W, vocab]; host_s is the part spent on the KV."""
         raise NotImplementedError
 
     def _clear_kv(self) -> None:
@@ -130,14 +128,10 @@ class NaiveStaticLoop(StaticWindowLoop):
         shape = (1, info.kv_heads, self.slots - self.window, info.head_dim)
         self._past = {t.past_name: np.zeros(shape, dtype=info.kv_dtype) for t in info.kv}
 
-    def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, float]:
-        outputs = dict(
-            zip(
-                self._names,
-                self.session.run(None, {"input_ids": ids, "attention_mask": mask, **self._past}),
-                strict=True,
-            )
-        )
+    def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> Step:
+        feeds = {"input_ids": ids, "attention_mask": mask, **self._past}
+        fetched = self.session.run(None, feeds)
+        outputs = dict(zip(self._names, fetched, strict=True))
         t0 = perf()
         # The host builds the next past: every layer's present without its oldest window.
         w = self.window
@@ -145,7 +139,13 @@ class NaiveStaticLoop(StaticWindowLoop):
             t.past_name: np.ascontiguousarray(outputs[t.present_name][:, :, w:])
             for t in self.info.kv
         }
-        return outputs["logits"][0], perf() - t0
+        return Step(
+            outputs["logits"][0],
+            perf() - t0,
+            0.0,
+            crossing(self.device, list(feeds.values())),
+            crossing(self.device, fetched),
+        )
 
 
 def shift_model(info: ModelInfo, slots: int, window: int) -> bytes:
@@ -182,25 +182,19 @@ class IOBindingStaticLoop(StaticWindowLoop):
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
     ) -> None:
         super().__init__(session, info, device, max_context)
-        dev = device.ortvalue_device
         self._binding = session.io_binding()
         # One thread: a memcpy needs no pool, and an idle pool's spinning threads would
-        # compete with the model's own.
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        self._shift = ort.InferenceSession(
-            shift_model(info, self.slots, self.window), options, providers=session.get_providers()
-        )
+        # compete with the model's own. Same device as the model, so the KV stays there.
+        options = session_options(threads=1)
+        self._shift = create_session(shift_model(info, self.slots, self.window), device, options)
         self._shift_binding = self._shift.io_binding()
         past_shape = [1, info.kv_heads, self.slots - self.window, info.head_dim]
         present_shape = [1, info.kv_heads, self.slots, info.head_dim]
         self.past: dict[str, ort.OrtValue] = {}
         self.present: dict[str, ort.OrtValue] = {}
         for t in info.kv:
-            past = ort.OrtValue.ortvalue_from_shape_and_type(past_shape, info.kv_dtype, dev, 0)
-            present = ort.OrtValue.ortvalue_from_shape_and_type(
-                present_shape, info.kv_dtype, dev, 0
-            )
+            past = device.allocate(past_shape, info.kv_dtype)
+            present = device.allocate(present_shape, info.kv_dtype)
             self.past[t.past_name], self.present[t.present_name] = past, present
             # Bound once, for good: model reads past, writes present; shift reads present,
             # writes past.
@@ -211,20 +205,11 @@ class IOBindingStaticLoop(StaticWindowLoop):
         self._ids = np.zeros((1, self.window), dtype=np.int64)
         self._mask = np.zeros((1, self.slots), dtype=np.int64)
         self._logits = np.zeros((1, self.window, info.vocab_size), dtype=np.float32)
-        on_cpu = dev == "cpu"
-        self._binding.bind_input(
-            "input_ids", "cpu", 0, np.int64, [1, self.window], self._ids.ctypes.data
+        # The logits land in host memory: the run returns once the device has finished.
+        self._binding.bind_output(
+            "logits", "cpu", 0, np.float32, list(self._logits.shape), self._logits.ctypes.data
         )
-        self._binding.bind_input(
-            "attention_mask", "cpu", 0, np.int64, [1, self.slots], self._mask.ctypes.data
-        )
-        if on_cpu:
-            self._binding.bind_output(
-                "logits", "cpu", 0, np.float32, list(self._logits.shape), self._logits.ctypes.data
-            )
-        else:
-            self._binding.bind_output("logits", dev, 0)
-        self._on_cpu = on_cpu
+        self._bind_inputs()
         self._clear_kv()
 
     def _clear_kv(self) -> None:
@@ -234,14 +219,28 @@ class IOBindingStaticLoop(StaticWindowLoop):
         zeros = np.zeros((1, info.kv_heads, self.slots - self.window, info.head_dim), info.kv_dtype)
         for value in self.past.values():
             value.update_inplace(zeros)
+            self._pending_h2d += crossing(self.device, [zeros])
 
-    def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, float]:
-        # Only the ids and the mask change, in place in their bound buffers.
+    def _bind_inputs(self) -> None:
+        for name, array in (("input_ids", self._ids), ("attention_mask", self._mask)):
+            self._binding.bind_input(name, "cpu", 0, np.int64, list(array.shape), array.ctypes.data)
+
+    def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> Step:
+        # Rewritten in place in their bound buffers; a device copies a host input when it is
+        # bound, so there they are bound again (see IOBindingLoop._bind_row).
         self._ids[...] = ids
         self._mask[...] = mask
+        if self.device.own_memory:
+            self._bind_inputs()
         self.session.run_with_iobinding(self._binding)
         t0 = perf()
         self._shift.run_with_iobinding(self._shift_binding)
+        self._shift_binding.synchronize_outputs()
         shift_s = perf() - t0
-        logits = self._logits[0] if self._on_cpu else self._binding.get_outputs()[-1].numpy()[0]
-        return logits, shift_s
+        return Step(
+            self._logits[0],
+            shift_s,
+            0.0,
+            crossing(self.device, [self._ids, self._mask]),
+            crossing(self.device, [self._logits]),
+        )

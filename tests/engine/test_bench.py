@@ -13,11 +13,11 @@ from chatapp.engine.bench import (
     bench_prompt_ids,
     interleaved,
     loop_pair,
-    markdown_report,
     run_bench_suite,
     run_interleaved,
     summarize,
 )
+from chatapp.engine.bench_report import markdown_report
 from chatapp.engine.engine import Engine
 
 

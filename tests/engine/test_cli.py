@@ -24,12 +24,10 @@ def test_devices_lists_the_cpu() -> None:
     out = chatapp("devices", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert {
-        "name": "cpu",
-        "provider": "CPUExecutionProvider",
-        "ortvalue_device": "cpu",
-        "label": "CPU",
-    } in data["devices"]
+    cpu = data["devices"][-1]
+    assert cpu["name"] == "cpu" and cpu["provider"] == "CPUExecutionProvider"
+    assert cpu["own_memory"] is False  # nothing crosses a bus: the transfer meter reads 0
+    assert "cuda" in data["unavailable"] or any(d["name"] == "cuda" for d in data["devices"])
 
 
 @pytest.mark.parametrize("mode", ["naive", "iobinding"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -44,14 +45,14 @@ def test_loop_logits_match_a_full_forward_pass(engine: Engine) -> None:
     ids = [7, 90, 33, 180, 41, 12, 250, 99]
     reference = engine.loop("naive")
     reference.reset()
-    full, _, _ = reference.forward(ids, all_logits=True)
+    full = reference.forward(ids, all_logits=True).logits
     for mode in ("naive", "iobinding"):
         loop = engine.loop(mode)
         loop.reset()
-        first, _, _ = loop.forward(ids[:3], all_logits=True)
+        first = loop.forward(ids[:3], all_logits=True).logits
         rows = [first.copy()]
         for t in ids[3:]:
-            last, _, _ = loop.forward([t])
+            last = loop.forward([t]).logits
             rows.append(last[None, :].copy())  # IO-Binding reuses its logits buffer
         np.testing.assert_allclose(np.concatenate(rows), full, atol=2e-3, rtol=1e-3)
 
@@ -135,10 +136,10 @@ def test_eos_ends_the_answer(engine: Engine) -> None:
     original = loop.forward
 
     def forward_with_eos(ids, all_logits=False):  # type: ignore[no-untyped-def]
-        logits, h, r = original(ids, all_logits)
-        logits = logits.copy()
+        step = original(ids, all_logits)
+        logits = step.logits.copy()
         logits[..., eos] = 1e6
-        return logits, h, r
+        return dataclasses.replace(step, logits=logits)
 
     loop.forward = forward_with_eos  # type: ignore[method-assign]
     try:

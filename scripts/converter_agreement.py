@@ -45,8 +45,10 @@ def decode_step_ms(session: ort.InferenceSession, steps: int = 64) -> float:
     out = dict(zip(names, session.run(None, empty_feeds(session, [1] * 32)), strict=True))
     times = []
     for i in range(steps):
-        feeds = {"input_ids": np.array([[int(out["logits"][0, -1].argmax())]]),
-                 "attention_mask": np.ones((1, 33 + i), np.int64)}
+        feeds = {
+            "input_ids": np.array([[int(out["logits"][0, -1].argmax())]]),
+            "attention_mask": np.ones((1, 33 + i), np.int64),
+        }
         for name in names[1:]:
             feeds[name.replace("present", "past_key_values")] = out[name]
         t0 = time.perf_counter()
@@ -76,8 +78,10 @@ def main() -> None:
         ppl = float(np.exp(-token_logprobs(logits[:-1], ids[1:]).mean()))
         ref_ppl = float(np.exp(-token_logprobs(ref_logits[:-1], ids[1:]).mean()))
         diff = float(np.abs(logits - ref_logits).max())
-        rows.append(f"| {label} | {top1:.1%} | {diff:.4f} | {ppl:.3f} (ref {ref_ppl:.3f}) | "
-                    f"{decode_step_ms(session):.1f} ms |")
+        rows.append(
+            f"| {label} | {top1:.1%} | {diff:.4f} | {ppl:.3f} (ref {ref_ppl:.3f}) | "
+            f"{decode_step_ms(session):.1f} ms |"
+        )
     print("| layers / head | top-1 = reference | max |logit diff| | perplexity | decode step |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))

@@ -69,9 +69,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--peer",
-        choices=("genai",),
-        default=None,
-        help="also measure onnxruntime-genai on the same folder",
+        default="",
+        help="also measure other systems beside each repeat: genai (onnxruntime-genai on the "
+        "same folder), llamacpp (llama.cpp on the same GGUF, its own process); comma-separated",
+    )
+    bench.add_argument(
+        "--peer-gguf", type=Path, default=None, help="the GGUF llama.cpp runs (default: bundled)"
+    )
+    bench.add_argument(
+        "--peer-python", default=None, help="a Python that has llama-cpp-python (default: this)"
+    )
+    bench.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip measuring read bandwidth for the physical floor (tokens/s ceiling)",
     )
     bench.add_argument(
         "--sweep", default=None, help="comma-separated context lengths, e.g. 128,512,1024,2048"
@@ -196,8 +207,11 @@ def run_bench(args: argparse.Namespace) -> int:
         threads=args.threads,
         max_context=args.context,
         context_tokens=args.context_tokens,
-        peer=args.peer,
+        peers=tuple(p.strip() for p in args.peer.split(",") if p.strip()),
+        peer_gguf=args.peer_gguf,
+        peer_python=args.peer_python,
         sweep=[int(x) for x in args.sweep.split(",")] if args.sweep else [],
+        floor=not args.no_floor,
     )
     result = run_bench_suite(config, progress=lambda msg: print(msg, file=sys.stderr))
     if args.report is not None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import platform
-import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -14,9 +14,10 @@ from typing import Any
 import onnxruntime as ort
 
 from chatapp import __version__
+from chatapp.engine.bench_peers import Peer, open_peers, peer_point, physical_floor
+from chatapp.engine.bench_stats import compare_runs
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import MODES, Engine
-from chatapp.engine.genai_peer import GenaiPeer
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import GREEDY
@@ -34,8 +35,11 @@ class BenchConfig:
     threads: int | None = None
     max_context: int | None = None
     context_tokens: int | None = None  # pad the prompt with real text to about this length
-    peer: str | None = None  # "genai": onnxruntime-genai on the same folder, same run
+    peers: tuple[str, ...] = ()  # "genai", "llamacpp": other systems, a run beside each repeat
+    peer_gguf: Path | None = None  # llama.cpp's GGUF (default: the bundled one, for its model)
+    peer_python: str | None = None  # a Python with llama-cpp-python (default: this one)
     sweep: list[int] = field(default_factory=list)
+    floor: bool = True  # measure read bandwidth and print each system's share of the ceiling
 
 
 def filler_text() -> str:
@@ -67,48 +71,6 @@ def fixed_length(
     loop.reset()
     settings = replace(GREEDY, max_new_tokens=n)
     return engine.generate_ids(ids, settings, mode, should_stop, ignore_eos=True)
-
-
-def _median(values: list[float]) -> float:
-    return float(statistics.median(values)) if values else 0.0
-
-
-def summarize(runs: list[RunStats]) -> dict[str, Any]:
-    """Medians over repeats of each figure, their spread, and the first run's series."""
-    speeds = [r.tokens_per_s for r in runs]
-    ttfts = [r.ttft_s for r in runs]
-    return {
-        "tokens_per_s": _median(speeds),
-        "ttft_s": _median(ttfts),
-        "spread": {"tokens_per_s": [min(speeds), max(speeds)], "ttft_s": [min(ttfts), max(ttfts)]},
-        "latency_p50_s": _median([r.latency_percentile(50) for r in runs]),
-        "latency_p95_s": _median([r.latency_percentile(95) for r in runs]),
-        "host_prep_share": _median([r.host_prep_share for r in runs]),
-        "run_s_per_token": _median([_mean([s.run_s for s in r.steps]) for r in runs]),
-        "host_s_per_token": _median([_mean([s.host_s for s in r.steps]) for r in runs]),
-        "sample_s_per_token": _median([_mean([s.sample_s for s in r.steps]) for r in runs]),
-        "transfer": {key: _median([r.transfer()[key] for r in runs]) for key in runs[0].transfer()},
-        "perplexity": runs[0].perplexity,
-        "prompt_perplexity": runs[0].prompt_perplexity,
-        "repeats": len(runs),
-        "tokens_per_s_all": [r.tokens_per_s for r in runs],
-        "first_run": runs[0].to_dict(),
-    }
-
-
-def summarize_peer(runs: list[RunStats]) -> dict[str, Any]:
-    """A peer's speed figures, computed like the loops'; it reports no host / run split."""
-    full = summarize(runs)
-    keys = ("tokens_per_s", "ttft_s", "latency_p50_s", "latency_p95_s", "repeats")
-    return {k: full[k] for k in keys} | {
-        "host_prep_share": None,
-        "tokens_per_s_all": full["tokens_per_s_all"],
-        "token_ids": runs[0].token_ids,
-    }
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
 
 
 def loop_pair(
@@ -162,98 +124,80 @@ def bench_point(
     n: int,
     repeats: int,
     progress: Progress,
-    peer: GenaiPeer | None = None,
+    peers: Sequence[Peer] = (),
 ) -> dict[str, Any]:
     """Both loops on `ids`: a warm-up, then `repeats` interleaved runs (who leads alternates).
 
-    A peer (onnxruntime-genai) runs once per repeat right beside the pair, before it and after it
-    in turn, so that each repeat gives a ratio measured under the same load.
+    Each peer (onnxruntime-genai, llama.cpp) runs once per repeat right beside the pair, before
+    it and after it in turn, so that each repeat gives a ratio measured under the same load.
     """
     run_interleaved(engine, ids, min(8, n))
-    if peer is not None:
+    for peer in peers:
         peer.run(ids, min(8, n))
     runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
-    peer_runs: list[RunStats] = []
+    peer_runs: dict[str, list[RunStats]] = {p.name: [] for p in peers}
     for r in range(repeats):
-        if peer is not None and r % 2 == 0:
-            peer_runs.append(peer.run(ids, n))
+        before = r % 2 == 0
+        for peer in peers if before else ():
+            peer_runs[peer.name].append(peer.run(ids, n))
         for mode, stats in run_interleaved(engine, ids, n, MODES[r % len(MODES)]).items():
             runs[mode].append(stats)
-        if peer is not None and r % 2 == 1:
-            peer_runs.append(peer.run(ids, n))
+        for peer in () if before else peers:
+            peer_runs[peer.name].append(peer.run(ids, n))
+        latest = {m: runs[m][-1] for m in MODES} | {k: v[-1] for k, v in peer_runs.items()}
         progress(
             f"  repeat {r + 1}/{repeats}: "
             + ", ".join(
-                f"{m} {runs[m][-1].tokens_per_s:6.1f} tok/s "
-                f"(TTFT {runs[m][-1].ttft_s * 1000:5.0f} ms)"
-                for m in MODES
-            )
-            + (
-                f", genai {peer_runs[-1].tokens_per_s:6.1f} tok/s "
-                f"(TTFT {peer_runs[-1].ttft_s * 1000:5.0f} ms)"
-                if peer_runs
-                else ""
+                f"{name} {s.tokens_per_s:6.1f} tok/s (TTFT {s.ttft_s * 1000:5.0f} ms)"
+                for name, s in latest.items()
             )
         )
     point = compare_runs(runs, len(ids))
-    if peer_runs:
-        point["genai"] = summarize_peer(peer_runs)
-        point["iobinding_vs_genai"] = statistics.median(
-            _ratio(ours.tokens_per_s, theirs.tokens_per_s)
-            for ours, theirs in zip(runs["iobinding"], peer_runs, strict=True)
-        )
-        ours = runs["iobinding"][0].token_ids
-        # genai suppresses end-of-text to reach the length; compare up to where ours had it.
-        eos = set(engine.info.eos_token_ids)
-        cut = next((i for i, t in enumerate(ours) if t in eos), len(ours))
-        point["genai_same_tokens"] = peer_runs[0].token_ids[:cut] == ours[:cut]
+    eos = set(engine.info.eos_token_ids)
+    for name, their_runs in peer_runs.items():
+        point |= peer_point(name, runs["iobinding"], their_runs, eos)
     return point
-
-
-def compare_runs(runs: dict[str, list[RunStats]], prompt_tokens: int) -> dict[str, Any]:
-    """Both loops' runs on one prompt as a result point (also the comparison view's)."""
-    naive, iob = summarize(runs["naive"]), summarize(runs["iobinding"])
-    return {
-        "prompt_tokens": prompt_tokens,
-        "naive": naive,
-        "iobinding": iob,
-        "same_tokens": runs["naive"][0].token_ids == runs["iobinding"][0].token_ids,
-        "speedup_tokens_per_s": _ratio(iob["tokens_per_s"], naive["tokens_per_s"]),
-        "speedup_latency": _ratio(naive["latency_p50_s"], iob["latency_p50_s"]),
-    }
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b > 0 else 0.0
 
 
 def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> dict[str, Any]:
     report = progress or (lambda _m: None)
+    load_before = _load_average()
     engine = Engine(
         config.model_dir, config.device, "iobinding", config.threads, config.max_context
     )
     ids = bench_prompt_ids(engine, config.prompt, config.context_tokens)
     n = min(config.max_new_tokens, engine.max_context - len(ids) - 1)
     report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
-    peer = GenaiPeer(engine.info.folder, config.threads) if config.peer == "genai" else None
-    if peer is not None:
-        report("with onnxruntime-genai on the same folder, a run beside each repeat")
-    result: dict[str, Any] = {
-        **result_header(engine, n, config.repeats),
-        **bench_point(engine, ids, n, config.repeats, report, peer),
-    }
-    if config.sweep:
-        result["sweep"] = []
-        for target in config.sweep:
-            sweep_ids = bench_prompt_ids(engine, config.prompt, target)
-            if len(sweep_ids) + n >= engine.max_context:
-                report(f"context {target}: skipped, longer than the allocated context")
-                continue
-            report(f"context {target} ({len(sweep_ids)} tokens)")
-            point = bench_point(engine, sweep_ids, n, config.repeats, report)
-            point["context_tokens"] = target
-            result["sweep"].append(point)
+    longest = max([len(ids), *[t + 64 for t in config.sweep]]) + n + 8
+    with open_peers(config, engine, longest, report) as peers:
+        result: dict[str, Any] = {
+            **result_header(engine, n, config.repeats),
+            "peers": {p.name: p.describe() for p in peers},
+            **bench_point(engine, ids, n, config.repeats, report, peers),
+        }
+        if config.sweep:
+            result["sweep"] = []
+            for target in config.sweep:
+                sweep_ids = bench_prompt_ids(engine, config.prompt, target)
+                if len(sweep_ids) + n >= engine.max_context:
+                    report(f"context {target}: skipped, longer than the allocated context")
+                    continue
+                report(f"context {target} ({len(sweep_ids)} tokens)")
+                point = bench_point(engine, sweep_ids, n, config.repeats, report, peers)
+                point["context_tokens"] = target
+                result["sweep"].append(point)
+        if config.floor:
+            report("measuring this machine's read bandwidth for the physical floor")
+            result["floor"] = physical_floor(engine, peers, result)
+    result["load_average"] = {"before": load_before, "after": _load_average()}
     return result
+
+
+def _load_average() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # not on every platform
+        return []
 
 
 def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str, Any]:

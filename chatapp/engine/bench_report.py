@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-LOOP_LABELS = {"naive": "naive", "iobinding": "IO-Binding", "genai": "onnxruntime-genai"}
+LOOP_LABELS = {
+    "naive": "naive",
+    "iobinding": "IO-Binding",
+    "genai": "onnxruntime-genai",
+    "llamacpp": "llama.cpp",
+}
+PEERS = ("genai", "llamacpp")
 
 
 def fmt_bytes(n: float) -> str:
@@ -69,7 +75,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         "| host→device / token | device→host / token |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    rows = [(LOOP_LABELS[m], result[m]) for m in ("naive", "iobinding", "genai") if m in result]
+    rows = [(LOOP_LABELS[m], result[m]) for m in LOOP_LABELS if m in result]
     for label, r in rows:
         share = r.get("host_prep_share")
         transfer = r.get("transfer")
@@ -92,13 +98,16 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"{result['speedup_latency']:.2f}x lower p50 latency; same tokens: "
         f"{'yes' if result['same_tokens'] else 'NO'}",
     ]
-    if "genai" in result:
+    for peer in (p for p in PEERS if p in result):
         lines.append(
-            f"IO-Binding / onnxruntime-genai: **{result['iobinding_vs_genai']:.2f}x** tokens/s "
-            "(median of the repeats' ratios, each run beside the other)"
+            f"IO-Binding / {LOOP_LABELS[peer]}: **{result[f'iobinding_vs_{peer}']:.2f}x** "
+            "tokens/s (median of the repeats' ratios, each run beside the other); same tokens: "
+            f"{'yes' if result.get(f'{peer}_same_tokens') else 'NO'}"
         )
     if "run_s_per_token" in result["naive"]:
         lines += ["", where_time_goes(result)]
+    lines += _conditions(result)
+    lines += _floor_table(result.get("floor"))
     sweep = result.get("sweep", [])
     if sweep:
         lines += [
@@ -115,3 +124,43 @@ def markdown_report(result: dict[str, Any]) -> str:
             f"{fmt_bytes(moved[0])} | {fmt_bytes(moved[1])} |"
         )
     return "\n".join(lines)
+
+
+def _conditions(result: dict[str, Any]) -> list[str]:
+    """The machine's load and the peers' settings: what a reader needs to trust the ratios."""
+    lines = []
+    load = result.get("load_average") or {}
+    if load.get("before"):
+        lines.append(
+            f"Load average (1, 5, 15 min): {', '.join(map(str, load['before']))} before, "
+            f"{', '.join(map(str, load.get('after') or []))} after."
+        )
+    llama = (result.get("peers") or {}).get("llamacpp")
+    if llama:
+        lines.append(
+            f"llama.cpp {llama['version']}: flash attention, f16 KV cache, "
+            f"OMP_WAIT_POLICY={llama['omp_wait_policy']}."
+        )
+    return ["", *lines] if lines else []
+
+
+def _floor_table(floor: dict[str, Any] | None) -> list[str]:
+    if not floor:
+        return []
+    lines = [
+        "",
+        f"Physical floor: this machine reads {floor['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s "
+        f"on {floor['threads']} threads; a decode step at {floor['context_tokens']} tokens must "
+        "read every weight once and the whole KV cache.",
+        "",
+        "| system | bytes read per token | ceiling (tok/s) | measured (tok/s) | share |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in floor["systems"].items():
+        total = row["weight_bytes_per_step"] + row["kv_bytes_per_step"]
+        lines.append(
+            f"| {LOOP_LABELS.get(name, name)} | {fmt_bytes(total)} | "
+            f"{row['ceiling_tokens_per_s']:.0f} | {row['tokens_per_s']:.1f} | "
+            f"{row['share_of_ceiling'] * 100:.0f}% |"
+        )
+    return lines

@@ -17,13 +17,12 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from chatapp.engine.bench import (
     bench_prompt_ids,
-    compare_runs,
     interleaved,
     loop_pair,
     result_header,
     run_interleaved,
-    summarize,
 )
+from chatapp.engine.bench_stats import compare_runs, summarize
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import MODES, Engine
 from chatapp.engine.errors import EngineError

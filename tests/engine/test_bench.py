@@ -15,9 +15,9 @@ from chatapp.engine.bench import (
     loop_pair,
     run_bench_suite,
     run_interleaved,
-    summarize,
 )
 from chatapp.engine.bench_report import markdown_report
+from chatapp.engine.bench_stats import summarize
 from chatapp.engine.engine import Engine
 
 
@@ -80,7 +80,9 @@ def test_summary_and_table(engine: Engine) -> None:
 def test_genai_runs_beside_each_repeat(tiny_model_dir: Path) -> None:
     pytest.importorskip("onnxruntime_genai")
     config = BenchConfig(tiny_model_dir, prompt="Why?", max_new_tokens=10, repeats=3)
-    result = run_bench_suite(replace(config, peer="genai", threads=1, max_context=512))
+    result = run_bench_suite(
+        replace(config, peers=("genai",), threads=1, max_context=512, floor=False)
+    )
     genai = result["genai"]
     assert genai["repeats"] == 3 and len(genai["tokens_per_s_all"]) == 3
     assert genai["tokens_per_s"] > 0 and genai["ttft_s"] > 0

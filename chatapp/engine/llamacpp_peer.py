@@ -1,0 +1,106 @@
+"""llama.cpp on the same GGUF, in its own process, measured the same way as the loops.
+
+llama-cpp-python is an optional extra (`[llamacpp]`; it compiles llama.cpp for ~10 minutes), so
+`make test` does not install it. Its OpenMP threads spin after every step by default and a
+busy machine then collapses it to ~1 tok/s: the child runs with OMP_WAIT_POLICY=PASSIVE unless
+the caller's environment says otherwise, and the result reports the policy used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from chatapp.engine import llamacpp_child
+from chatapp.engine.errors import EngineError
+from chatapp.engine.metrics import RunStats
+
+INSTALL_HINT = (
+    "pip install 'chatapp[llamacpp]' (compiles llama.cpp, ~10 minutes), or name a Python that "
+    "has llama-cpp-python with --peer-python"
+)
+DEFAULT_WAIT_POLICY = "PASSIVE"
+
+
+class LlamaCppPeer:
+    """A llama.cpp child process holding one GGUF; one greedy fixed-length run at a time."""
+
+    def __init__(
+        self,
+        gguf: Path,
+        threads: int | None,
+        n_ctx: int,
+        python: str | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        if not gguf.is_file():
+            raise EngineError(f"llama.cpp needs the GGUF file; {gguf} does not exist.")
+        env = dict(os.environ)
+        env.setdefault("OMP_WAIT_POLICY", DEFAULT_WAIT_POLICY)
+        self.wait_policy = env["OMP_WAIT_POLICY"]
+        self.timeout_s = timeout_s
+        self.process = subprocess.Popen(
+            [python or sys.executable, llamacpp_child.__file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        config = {"gguf": str(gguf), "n_ctx": n_ctx, "threads": threads or os.cpu_count() or 1}
+        ready = self._ask(config)
+        if not ready.get("ready"):
+            self.close()
+            raise EngineError(f"llama.cpp did not start: {ready.get('error')}; {INSTALL_HINT}.")
+        self.version = str(ready.get("version", "?"))
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        try:
+            stdin.write(json.dumps(message) + "\n")
+            stdin.flush()
+            line = stdout.readline()
+        except (BrokenPipeError, OSError) as exc:
+            raise EngineError(f"the llama.cpp process ended ({exc}).") from exc
+        if not line:
+            code = self.process.poll()
+            raise EngineError(f"the llama.cpp process ended (exit code {code}); {INSTALL_HINT}.")
+        try:
+            answer = json.loads(line)
+        except ValueError as exc:
+            raise EngineError(f"llama.cpp answered something unexpected: {line[:200]!r}") from exc
+        if not isinstance(answer, dict):
+            raise EngineError(f"llama.cpp answered something unexpected: {line[:200]!r}")
+        return answer
+
+    def run(self, ids: list[int], n: int) -> RunStats:
+        answer = self._ask({"ids": ids, "n": n})
+        if "error" in answer:
+            raise EngineError(f"llama.cpp failed: {answer['error']}")
+        stats = RunStats(mode="llamacpp", device="cpu", prompt_tokens=len(ids))
+        stats.ttft_s = float(answer["ttft_s"])
+        stats.latencies_s = [float(x) for x in answer["latencies_s"]]
+        stats.token_ids = [int(t) for t in answer["token_ids"]]
+        stats.finish_reason = "length"
+        return stats
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> LlamaCppPeer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -1,0 +1,38 @@
+"""A stand-in for llama-cpp-python in the bench-peer tests: the same calls the child makes.
+
+Its "model" predicts (last token * 7 + 3) % vocab, so the expected greedy tokens are known.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+__version__ = "fake-0.0"
+VOCAB = 50
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.logits = (ctypes.c_float * VOCAB)()
+
+    def get_logits(self) -> ctypes._Pointer[ctypes.c_float]:
+        return ctypes.cast(self.logits, ctypes.POINTER(ctypes.c_float))
+
+
+class Llama:
+    def __init__(self, model_path: str, **_settings: object) -> None:
+        if not model_path.endswith(".gguf"):
+            raise ValueError("not a GGUF")
+        self._ctx = _Context()
+
+    def n_vocab(self) -> int:
+        return VOCAB
+
+    def reset(self) -> None:
+        pass
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        for i in range(VOCAB):
+            self._ctx.logits[i] = 0.0
+        self._ctx.logits[(tokens[-1] * 7 + 3) % VOCAB] = 1.0

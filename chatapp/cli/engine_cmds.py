@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chatapp.cli.errors import UserError
 from chatapp.engine.sampling import SamplingSettings
 
 MODES = ("naive", "iobinding")
@@ -103,8 +104,6 @@ def resolve_model(path: Path | None) -> Path:
 
     folder = default_model_dir()
     if not folder.is_dir():
-        from chatapp.cli import UserError
-
         raise UserError("The default model is not prepared yet: run `chatapp prepare` first.")
     return folder
 
@@ -162,8 +161,6 @@ def run_generate(args: argparse.Namespace) -> int:
     try:
         settings.validate()
     except ValueError as exc:
-        from chatapp.cli import UserError
-
         raise UserError(str(exc)) from exc
     engine = Engine(resolve_model(args.model), args.device, args.mode, args.threads, args.context)
     if engine.fallback_reason:
@@ -215,9 +212,9 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     result = run_bench_suite(config, progress=lambda msg: print(msg, file=sys.stderr))
     if args.report is not None:
-        # Charts are drawn with QtCharts, so the report writer lives with the GUI code.
-        from chatapp.gui.report import write_report
+        # Charts are drawn with QtCharts: the GUI draws them (offscreen without a display).
+        from chatapp.gui import write_bench_report
 
-        write_report(result, args.report)
+        write_bench_report(result, args.report)
     print(json.dumps(result, indent=2) if args.json else markdown_report(result))
     return 0

@@ -21,11 +21,11 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal, SignalInstance, Slot
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QProgressDialog
 
-from chatapp.gui.history_controller import open_history
-from chatapp.gui.history_ui import install_history
+from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
+from chatapp.gui.history.controller import open_history
+from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.qtcompat import emit
-from chatapp.gui.settings import APPLICATION, ORGANIZATION, open_settings
 
 MODES = ("naive", "iobinding")
 _app: QApplication | None = None  # keep a reference: Qt must not outlive its Python wrapper

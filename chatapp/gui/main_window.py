@@ -31,16 +31,16 @@ from PySide6.QtWidgets import (
 
 from chatapp import __version__
 from chatapp.datadir import models_dir
-from chatapp.gui import formatting as fmt
-from chatapp.gui.banner import MessageBanner
-from chatapp.gui.chat_view import ChatView
-from chatapp.gui.compare_view import CompareView
-from chatapp.gui.compare_worker import CompareWorker
-from chatapp.gui.controller import ChatController, State
-from chatapp.gui.conversation import ChatMessage, Conversation
-from chatapp.gui.settings import remember_recent, string_list
-from chatapp.gui.side_panel import SidePanel
-from chatapp.gui.worker import GenerationWorker, ModelSummary, StatsSnapshot, TokenBatch
+from chatapp.gui.chat.controller import ChatController, State
+from chatapp.gui.chat.side_panel import SidePanel
+from chatapp.gui.chat.view import ChatView
+from chatapp.gui.chat.worker import GenerationWorker, ModelSummary, StatsSnapshot, TokenBatch
+from chatapp.gui.common.banner import MessageBanner
+from chatapp.gui.common.settings import remember_recent, string_list
+from chatapp.gui.compare.view import CompareView
+from chatapp.gui.compare.worker import CompareWorker
+from chatapp.session import formatting as fmt
+from chatapp.session.conversation import ChatMessage, Conversation
 
 RECENT_KEY = "models/recent"
 

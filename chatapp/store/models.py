@@ -20,7 +20,7 @@ FIGURE_TEXTS = ("model", "device", "mode", "finish_reason")
 class Figures:
     """What an answer cost and how sure the model was; each field may be unknown (None).
 
-    Field names match `chatapp.gui.conversation.AnswerFigures` (plus `model`), so
+    Field names match `chatapp.session.conversation.AnswerFigures` (plus `model`), so
     `Figures.from_mapping({"model": name, **answer_figures.to_dict()})` just works.
     NaN and infinities become None: SQLite and JSON have no NaN.
     """

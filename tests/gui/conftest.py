@@ -15,9 +15,9 @@ from PySide6.QtWidgets import QApplication
 
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.app import build_window
-from chatapp.gui.controller import State
+from chatapp.gui.chat.controller import State
+from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.settings import SETTINGS_ENV
 from chatapp.store import history as store_history
 
 LOAD_TIMEOUT_MS = 60_000

@@ -13,7 +13,7 @@ from chatapp import cli
 from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.gui import app as gui_app
-from chatapp.gui.controller import State
+from chatapp.gui.chat.controller import State
 from tests.gui.event_loop_gaps import GapRecorder
 
 

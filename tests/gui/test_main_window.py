@@ -13,9 +13,9 @@ from PySide6.QtWidgets import QLabel, QProgressDialog, QPushButton
 from chatapp.engine import loops
 from chatapp.engine.devices import available_devices
 from chatapp.engine.engine import Engine
-from chatapp.gui.controller import State
+from chatapp.gui.chat.controller import State
+from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.qtcompat import emit
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
 
 

@@ -244,6 +244,6 @@ def test_default_store_lives_in_the_data_dir(
 def test_every_gui_figure_has_a_column() -> None:
     # The GUI's AnswerFigures (no Qt) must map onto Figures without losing anything: a new
     # figure there needs a column here (a migration).
-    gui = pytest.importorskip("chatapp.gui.conversation")
+    gui = pytest.importorskip("chatapp.session.conversation")
     missing = {f.name for f in dataclasses.fields(gui.AnswerFigures)} - set(Figures.names())
     assert missing == set()

@@ -1,0 +1,62 @@
+"""`chatapp [COMMAND]`: parse the command line, run a subcommand or start the desktop app."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from chatapp import __version__
+from chatapp.cli import convert_cmds, engine_cmds
+from chatapp.cli.errors import UserError
+from chatapp.convert.errors import ConversionError
+from chatapp.engine.devices import DeviceError
+from chatapp.engine.errors import EngineError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chatapp",
+        description="Chat with small local language models on ONNX Runtime.",
+    )
+    parser.add_argument("--version", action="version", version=f"chatapp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    convert_cmds.add_parsers(sub)
+    engine_cmds.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # transformers warns on import that torch is missing; chatapp only uses its tokenizers,
+    # and the warning would break the one-line error output.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    args_list = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if _starts_gui(parser, args_list):
+        from chatapp.gui import run_app  # Qt is imported only for the GUI
+
+        return run_app(args_list)
+    args = parser.parse_args(args_list)
+    try:
+        return int(args.func(args) or 0)
+    except (ConversionError, EngineError, DeviceError, UserError) as exc:
+        print(f"chatapp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("chatapp: interrupted", file=sys.stderr)
+        return 130
+
+
+def _starts_gui(parser: argparse.ArgumentParser, args_list: list[str]) -> bool:
+    """No subcommand named: the desktop app, with `[--model DIR] [--device NAME] [--mode M]`.
+
+    Decided before argparse sees the GUI's options: `parse_known_args` would take the value
+    of `--model DIR` for a (misspelt) subcommand. `-h` and `--version` stay with this parser.
+    """
+    commands: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands.update(action.choices)
+    if any(a in ("-h", "--help", "--version") for a in args_list):
+        return False
+    return not any(a in commands for a in args_list)

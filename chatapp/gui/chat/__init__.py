@@ -1,0 +1,1 @@
+"""The chat: transcript and prompt box, side panel, the controller and the generation worker."""

@@ -1,0 +1,489 @@
+"""The side panel: live figures, the latency chart, the loop toggle, device and sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCharts import QChart, QChartView, QLineSeries, QValueAxis
+from PySide6.QtCore import QMargins, QPointF, QSettings, Qt, Signal, Slot
+from PySide6.QtGui import QFont, QPainter
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QButtonGroup,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from chatapp.engine.devices import Device, available_devices
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.gui.chat.controller import GenerationOptions
+from chatapp.gui.common.qtcompat import emit
+from chatapp.session import formatting as fmt
+from chatapp.session.conversation import AnswerFigures
+
+MODES = ("naive", "iobinding")
+LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
+SEGMENT_STYLE = """
+QPushButton { border: 1px solid #9aa1ab; padding: 5px 10px; background: #f8f9fa; }
+QPushButton:checked { background: #2563eb; color: white; border-color: #2563eb; }
+QPushButton:disabled { color: #9aa1ab; }
+QPushButton:checked:disabled { background: #93b4f5; color: white; }
+QPushButton#modeNaiveButton {
+    border-top-left-radius: 5px; border-bottom-left-radius: 5px; border-right: none; }
+QPushButton#modeIOBindingButton {
+    border-top-right-radius: 5px; border-bottom-right-radius: 5px; }
+"""
+
+
+class LoopToggle(QWidget):
+    """A two-button segmented control: Naive | IO-Binding."""
+
+    sig_mode_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.naive_button = QPushButton("Naive", self)
+        self.naive_button.setObjectName("modeNaiveButton")
+        self.naive_button.setToolTip("session.run with numpy arrays; KV copied through the host")
+        self.iobinding_button = QPushButton("IO-Binding", self)
+        self.iobinding_button.setObjectName("modeIOBindingButton")
+        self.iobinding_button.setToolTip("KV buffers bound once on the device and kept there")
+        self.group = QButtonGroup(self)
+        self.group.setExclusive(True)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        for button in (self.naive_button, self.iobinding_button):
+            button.setCheckable(True)
+            button.setCursor(Qt.CursorShape.PointingHandCursor)
+            self.group.addButton(button)
+            layout.addWidget(button, 1)
+        self.setStyleSheet(SEGMENT_STYLE)
+        self.iobinding_button.setChecked(True)
+        self.group.buttonToggled.connect(self._on_toggled)
+
+    def mode(self) -> str:
+        return "naive" if self.naive_button.isChecked() else "iobinding"
+
+    def set_mode(self, mode: str) -> None:
+        (self.naive_button if mode == "naive" else self.iobinding_button).setChecked(True)
+
+    def set_locked(self, locked: bool) -> None:
+        for button, tip in (
+            (self.naive_button, "session.run with numpy arrays; KV copied through the host"),
+            (self.iobinding_button, "KV buffers bound once on the device and kept there"),
+        ):
+            button.setEnabled(not locked)
+            button.setToolTip(LOCKED_TIP if locked else tip)
+
+    @Slot(QAbstractButton, bool)
+    def _on_toggled(self, _button: QAbstractButton, checked: bool) -> None:
+        if checked:
+            emit(self.sig_mode_changed, self.mode())
+
+
+class LatencyChart(QChartView):
+    """Per-token latency of the answer being written (ms), one point per decode step."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        chart = QChart()
+        super().__init__(chart, parent)
+        self.setObjectName("latencyChart")
+        self.series = QLineSeries()
+        self.series.setName("latency")
+        chart.addSeries(self.series)
+        chart.legend().hide()
+        chart.setMargins(QMargins(0, 0, 0, 0))
+        chart.setBackgroundRoundness(0)
+        small = QFont(self.font())
+        small.setPointSizeF(max(6.5, self.font().pointSizeF() - 2))
+        self.x_axis = QValueAxis()
+        self.x_axis.setLabelFormat("%d")
+        self.x_axis.setTitleText("token")
+        self.y_axis = QValueAxis()
+        self.y_axis.setLabelFormat("%.0f")
+        self.y_axis.setTitleText("ms")
+        for axis, side in (
+            (self.x_axis, Qt.AlignmentFlag.AlignBottom),
+            (self.y_axis, Qt.AlignmentFlag.AlignLeft),
+        ):
+            axis.setLabelsFont(small)
+            axis.setTitleFont(small)
+            axis.setTickCount(3)
+            chart.addAxis(axis, side)
+            self.series.attachAxis(axis)
+        self.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.setMinimumHeight(124)
+        self.clear()
+
+    def clear(self) -> None:
+        self.series.clear()
+        self._max_ms = 0.0
+        self.x_axis.setRange(0, 16)
+        self.y_axis.setRange(0, 50)
+
+    def add(self, first_index: int, latencies_s: Sequence[float]) -> None:
+        points = [
+            QPointF(first_index + i, s * 1000.0)
+            for i, s in enumerate(latencies_s)
+            if first_index + i > 0  # token 0's latency is the TTFT, shown on its own
+        ]
+        if not points:
+            return
+        self.series.append(points)
+        self._max_ms = max(self._max_ms, *(p.y() for p in points))
+        last = points[-1].x()
+        self.x_axis.setRange(0, max(16.0, last))
+        self.y_axis.setRange(0, max(10.0, self._max_ms * 1.1))
+        # Round tick labels (0, 20, 40 rather than 0, 23, 46).
+        self.x_axis.applyNiceNumbers()
+        self.y_axis.applyNiceNumbers()
+
+    @property
+    def point_count(self) -> int:
+        return self.series.count()
+
+
+class SidePanel(QWidget):
+    sig_mode_changed = Signal(str)
+    sig_device_changed = Signal(str)
+    sig_threads_changed = Signal(object)  # int | None
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sidePanel")
+        self._settings: QSettings | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setSpacing(4)
+        layout.addWidget(self._build_figures())
+        layout.addWidget(self._build_loop())
+        layout.addWidget(self._build_sampling())
+        layout.addWidget(self._build_system_prompt(), 1)
+
+    # ---- building -------------------------------------------------------------------------
+    def _value_label(self, name: str) -> QLabel:
+        label = QLabel(fmt.MISSING, self)
+        label.setObjectName(name)
+        font = label.font()
+        font.setPointSizeF(font.pointSizeF() + 3)
+        font.setWeight(QFont.Weight.DemiBold)
+        label.setFont(font)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        return label
+
+    def _build_figures(self) -> QGroupBox:
+        box = QGroupBox("Live figures", self)
+        grid = QGridLayout(box)
+        grid.setHorizontalSpacing(12)
+        self.tokens_per_second_value = self._value_label("tokensPerSecondValue")
+        self.ttft_value = self._value_label("ttftValue")
+        self.perplexity_value = self._value_label("perplexityValue")
+        self.prompt_perplexity_value = self._value_label("promptPerplexityValue")
+        cells = (
+            ("Tokens/s", self.tokens_per_second_value, "Decode speed (prefill excluded)"),
+            ("TTFT (ms)", self.ttft_value, "Time to first token: prefill and the first sample"),
+            ("Perplexity", self.perplexity_value, "exp(mean NLL) of the generated tokens"),
+            ("Prompt perplexity", self.prompt_perplexity_value, "The same for the new prompt"),
+        )
+        for i, (caption, value, tip) in enumerate(cells):
+            value.setAccessibleName(caption)
+            label = QLabel(caption, box)
+            label.setStyleSheet("color: #6b7280;")
+            label.setToolTip(tip)
+            value.setToolTip(tip)
+            grid.addWidget(label, (i // 2) * 2, i % 2)
+            grid.addWidget(value, (i // 2) * 2 + 1, i % 2)
+        context_caption = QLabel("Context used (tokens)", box)
+        context_caption.setStyleSheet("color: #6b7280;")
+        self.context_value = QLabel(fmt.MISSING, box)
+        self.context_value.setObjectName("contextValue")
+        self.context_bar = QProgressBar(box)
+        self.context_bar.setObjectName("contextBar")
+        self.context_bar.setTextVisible(False)
+        self.context_bar.setMaximumHeight(6)
+        self.context_bar.setRange(0, 1)
+        self.context_bar.setValue(0)
+        grid.addWidget(context_caption, 4, 0)
+        grid.addWidget(self.context_value, 4, 1, Qt.AlignmentFlag.AlignRight)
+        grid.addWidget(self.context_bar, 5, 0, 1, 2)
+        chart_caption = QLabel("Per-token latency", box)
+        chart_caption.setStyleSheet("color: #6b7280;")
+        grid.addWidget(chart_caption, 6, 0, 1, 2)
+        self.latency_chart = LatencyChart(box)
+        grid.addWidget(self.latency_chart, 7, 0, 1, 2)
+        return box
+
+    def _build_loop(self) -> QGroupBox:
+        box = QGroupBox("Generation loop and device", self)
+        form = QVBoxLayout(box)
+        self.loop_toggle = LoopToggle(box)
+        self.loop_toggle.sig_mode_changed.connect(self._on_mode_changed)
+        form.addWidget(self.loop_toggle)
+        row = QFormLayout()
+        self.device_selector = QComboBox(box)
+        self.device_selector.setObjectName("deviceSelector")
+        self._devices: list[Device] = available_devices()
+        for device in self._devices:
+            self.device_selector.addItem(device.label, device.name)
+        self.device_selector.currentIndexChanged.connect(self._on_device_index_changed)
+        row.addRow("Device", self.device_selector)
+        self.threads_spin = QSpinBox(box)
+        self.threads_spin.setObjectName("threadsSpin")
+        self.threads_spin.setRange(0, 256)
+        self.threads_spin.setSpecialValueText("Auto")
+        self.threads_spin.setToolTip("ONNX Runtime intra-op threads (Auto: one per core)")
+        self.threads_spin.editingFinished.connect(self._on_threads_edited)
+        row.addRow("Threads", self.threads_spin)
+        form.addLayout(row)
+        self.fallback_label = QLabel("", box)
+        self.fallback_label.setObjectName("deviceFallbackLabel")
+        self.fallback_label.setWordWrap(True)
+        self.fallback_label.setStyleSheet("color: #b45309;")
+        self.fallback_label.hide()
+        form.addWidget(self.fallback_label)
+        self._threads_applied = 0
+        return box
+
+    def _build_sampling(self) -> QGroupBox:
+        box = QGroupBox("Sampling (next answer)", self)
+        form = QFormLayout(box)
+        self.temperature_spin = QDoubleSpinBox(box)
+        self.temperature_spin.setObjectName("temperatureSpin")
+        self.temperature_spin.setRange(0.0, 2.0)
+        self.temperature_spin.setSingleStep(0.05)
+        self.temperature_spin.setDecimals(2)
+        self.temperature_spin.setSpecialValueText("0 (greedy)")
+        self.top_p_spin = QDoubleSpinBox(box)
+        self.top_p_spin.setObjectName("topPSpin")
+        self.top_p_spin.setRange(0.01, 1.0)
+        self.top_p_spin.setSingleStep(0.05)
+        self.top_p_spin.setDecimals(2)
+        self.top_k_spin = QSpinBox(box)
+        self.top_k_spin.setObjectName("topKSpin")
+        self.top_k_spin.setRange(0, 1000)
+        self.top_k_spin.setSpecialValueText("off")
+        self.repetition_spin = QDoubleSpinBox(box)
+        self.repetition_spin.setObjectName("repetitionPenaltySpin")
+        self.repetition_spin.setRange(1.0, 2.0)
+        self.repetition_spin.setSingleStep(0.05)
+        self.repetition_spin.setDecimals(2)
+        self.repetition_spin.setSpecialValueText("off")
+        self.max_tokens_spin = QSpinBox(box)
+        self.max_tokens_spin.setObjectName("maxNewTokensSpin")
+        self.max_tokens_spin.setRange(1, 8192)
+        self.seed_spin = QSpinBox(box)
+        self.seed_spin.setObjectName("seedSpin")
+        self.seed_spin.setRange(-1, 2**31 - 1)
+        self.seed_spin.setSpecialValueText("random")
+        form.addRow("Temperature", self.temperature_spin)
+        form.addRow("Top-p", self.top_p_spin)
+        form.addRow("Top-k", self.top_k_spin)
+        form.addRow("Repetition penalty", self.repetition_spin)
+        form.addRow("Max new tokens", self.max_tokens_spin)
+        form.addRow("Seed", self.seed_spin)
+        self._apply_sampling(SamplingSettings(), -1)
+        for spin in (
+            self.temperature_spin,
+            self.top_p_spin,
+            self.top_k_spin,
+            self.repetition_spin,
+            self.max_tokens_spin,
+            self.seed_spin,
+        ):
+            spin.valueChanged.connect(self._save)
+        return box
+
+    def _build_system_prompt(self) -> QGroupBox:
+        box = QGroupBox("System prompt", self)
+        layout = QVBoxLayout(box)
+        self.system_prompt_edit = QPlainTextEdit(box)
+        self.system_prompt_edit.setObjectName("systemPromptEdit")
+        self.system_prompt_edit.setPlaceholderText("Empty: the model's own default")
+        self.system_prompt_edit.setMinimumHeight(44)
+        self.system_prompt_edit.textChanged.connect(self._save)
+        layout.addWidget(self.system_prompt_edit)
+        return box
+
+    def _apply_sampling(self, s: SamplingSettings, seed: int) -> None:
+        self.temperature_spin.setValue(s.temperature)
+        self.top_p_spin.setValue(s.top_p)
+        self.top_k_spin.setValue(s.top_k)
+        self.repetition_spin.setValue(s.repetition_penalty)
+        self.max_tokens_spin.setValue(s.max_new_tokens)
+        self.seed_spin.setValue(seed)
+
+    # ---- what the next answer uses ------------------------------------------------------------
+    def sampling_settings(self) -> SamplingSettings:
+        seed = self.seed_spin.value()
+        return SamplingSettings(
+            temperature=round(self.temperature_spin.value(), 4),
+            top_k=self.top_k_spin.value(),
+            top_p=round(self.top_p_spin.value(), 4),
+            repetition_penalty=round(self.repetition_spin.value(), 4),
+            seed=None if seed < 0 else seed,
+            max_new_tokens=self.max_tokens_spin.value(),
+        )
+
+    def options(self) -> GenerationOptions:
+        return GenerationOptions(
+            self.sampling_settings(), self.mode(), self.system_prompt_edit.toPlainText()
+        )
+
+    def mode(self) -> str:
+        return self.loop_toggle.mode()
+
+    def set_mode(self, mode: str) -> None:
+        self.loop_toggle.set_mode(mode)
+
+    def preselect(self, mode: str | None = None, device: str | None = None) -> None:
+        """Command-line choices: shown for this run, not saved over the user's own."""
+        settings, self._settings = self._settings, None
+        try:
+            if mode:
+                self.set_mode(mode)
+            if device:
+                self.set_device(device)
+        finally:
+            self._settings = settings
+
+    def device(self) -> str:
+        return str(self.device_selector.currentData() or "cpu")
+
+    def set_device(self, name: str) -> None:
+        """Select `name` without asking for a reload (the caller loads the model itself)."""
+        index = self.device_selector.findData(name.lower())
+        self.device_selector.blockSignals(True)
+        self.device_selector.setCurrentIndex(
+            index if index >= 0 else self.device_selector.count() - 1
+        )
+        self.device_selector.blockSignals(False)
+
+    def threads(self) -> int | None:
+        return self.threads_spin.value() or None
+
+    def set_fallback_reason(self, reason: str | None) -> None:
+        self.fallback_label.setText(reason or "")
+        self.fallback_label.setVisible(bool(reason))
+
+    def set_generating(self, generating: bool) -> None:
+        """Loop, device and threads change whole answers only: lock them while one streams."""
+        self.loop_toggle.set_locked(generating)
+        for widget, tip in (
+            (self.device_selector, "Where ONNX Runtime runs the model (reloads it)"),
+            (self.threads_spin, "ONNX Runtime intra-op threads (Auto: one per core)"),
+        ):
+            widget.setEnabled(not generating)
+            widget.setToolTip(LOCKED_TIP if generating else tip)
+
+    def set_loading(self, loading: bool) -> None:
+        self.device_selector.setEnabled(not loading)
+        self.threads_spin.setEnabled(not loading)
+
+    # ---- figures --------------------------------------------------------------------------
+    def set_context(self, used: int, total: int) -> None:
+        self.context_value.setText(fmt.context_usage(used, total))
+        self.context_bar.setRange(0, max(1, total))
+        self.context_bar.setValue(min(used, max(1, total)))
+
+    def start_answer(self) -> None:
+        self.latency_chart.clear()
+        for label in (
+            self.tokens_per_second_value,
+            self.ttft_value,
+            self.perplexity_value,
+            self.prompt_perplexity_value,
+        ):
+            label.setText(fmt.MISSING)
+
+    def show_stats(self, s: AnswerFigures) -> None:
+        self.tokens_per_second_value.setText(fmt.rate(s.tokens_per_s))
+        self.ttft_value.setText(fmt.millis(s.ttft_s))
+        self.perplexity_value.setText(fmt.perplexity(s.perplexity))
+        self.prompt_perplexity_value.setText(fmt.perplexity(s.prompt_perplexity))
+        self.set_context(s.tokens_in_context, s.context_length)
+
+    def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
+        self.latency_chart.add(first_index, latencies_s)
+
+    # ---- persistence ----------------------------------------------------------------------
+    def restore(self, settings: QSettings) -> None:
+        """Load the last session's choices, then save every later change to `settings`."""
+        self._settings = None  # no saving while we fill the widgets
+        defaults = SamplingSettings()
+        s = SamplingSettings(
+            temperature=_float(settings, "sampling/temperature", defaults.temperature),
+            top_k=_int(settings, "sampling/top_k", defaults.top_k),
+            top_p=_float(settings, "sampling/top_p", defaults.top_p),
+            repetition_penalty=_float(
+                settings, "sampling/repetition_penalty", defaults.repetition_penalty
+            ),
+            max_new_tokens=_int(settings, "sampling/max_new_tokens", defaults.max_new_tokens),
+        )
+        self._apply_sampling(s, _int(settings, "sampling/seed", -1))
+        self.set_mode(str(settings.value("engine/mode", "iobinding")))
+        self.set_device(str(settings.value("engine/device", "cpu")))
+        self.threads_spin.setValue(_int(settings, "engine/threads", 0))
+        self._threads_applied = self.threads_spin.value()
+        self.system_prompt_edit.setPlainText(str(settings.value("chat/system_prompt", "") or ""))
+        self._settings = settings
+
+    @Slot()
+    def _save(self) -> None:
+        settings = self._settings
+        if settings is None:
+            return
+        s = self.sampling_settings()
+        settings.setValue("sampling/temperature", s.temperature)
+        settings.setValue("sampling/top_k", s.top_k)
+        settings.setValue("sampling/top_p", s.top_p)
+        settings.setValue("sampling/repetition_penalty", s.repetition_penalty)
+        settings.setValue("sampling/max_new_tokens", s.max_new_tokens)
+        settings.setValue("sampling/seed", self.seed_spin.value())
+        settings.setValue("engine/mode", self.mode())
+        settings.setValue("engine/device", self.device())
+        settings.setValue("engine/threads", self.threads_spin.value())
+        settings.setValue("chat/system_prompt", self.system_prompt_edit.toPlainText())
+
+    @Slot(str)
+    def _on_mode_changed(self, mode: str) -> None:
+        self._save()
+        emit(self.sig_mode_changed, mode)
+
+    @Slot(int)
+    def _on_device_index_changed(self, _index: int) -> None:
+        self._save()
+        emit(self.sig_device_changed, self.device())
+
+    @Slot()
+    def _on_threads_edited(self) -> None:
+        # editingFinished, not valueChanged: a reload per arrow click would be wasteful.
+        if self.threads_spin.value() != self._threads_applied:
+            self._threads_applied = self.threads_spin.value()
+            self._save()
+            emit(self.sig_threads_changed, self.threads())
+
+
+def _int(settings: QSettings, key: str, default: int) -> int:
+    try:
+        return int(settings.value(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(settings: QSettings, key: str, default: float) -> float:
+    try:
+        return float(settings.value(key, default))
+    except (TypeError, ValueError):
+        return default

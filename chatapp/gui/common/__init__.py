@@ -1,0 +1,1 @@
+"""Pieces every GUI feature uses: the Qt work-arounds, the message banner, settings."""

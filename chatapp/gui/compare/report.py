@@ -1,0 +1,180 @@
+"""A benchmark report on disk: chart PNGs (QtCharts, offscreen if there is no display), JSON and
+CSV of every number, and a Markdown page that embeds the pictures.
+
+Used by the comparison view's Export and by `chatapp bench --report DIR`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chatapp.engine.bench_report import markdown_report
+
+CHART_SIZE = (900, 420)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    folder: Path
+    markdown: Path
+    json: Path
+    csv: list[Path]
+    images: list[Path]
+
+
+def ensure_app() -> Any:
+    """A QApplication for drawing; offscreen when the machine has no display."""
+    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if headless and sys.platform.startswith("linux"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    return QApplication.instance() or QApplication(["chatapp-report"])
+
+
+def build_charts(result: dict[str, Any]) -> dict[str, Any]:
+    """The report's charts (name -> QChart) filled from a bench-format result."""
+    from chatapp.gui.compare.charts import (
+        LOOPS,
+        LatencyLinesChart,
+        PairBarChart,
+        StepSplitChart,
+        SweepChart,
+    )
+
+    charts: dict[str, Any] = {}
+    latency = LatencyLinesChart()
+    splits = {loop: StepSplitChart(loop) for loop in LOOPS}
+    speed = PairBarChart("Decode speed (median)", "tokens/s")
+    ttft = PairBarChart("Time to first token (median)", "ms")
+    tallest = 0.0
+    for loop in LOOPS:
+        summary = result[loop]
+        run = summary["first_run"]
+        latency.set_series(loop, [x * 1000 for x in run["latencies_s"]])
+        for step in run["steps"]:
+            parts = (step["run_s"] * 1000, step["host_s"] * 1000, step["sample_s"] * 1000)
+            splits[loop].append(*parts)
+            tallest = max(tallest, sum(parts))
+        speed.set_value(loop, summary["tokens_per_s"])
+        ttft.set_value(loop, summary["ttft_s"] * 1000)
+    for chart in splits.values():
+        chart.set_y_max(tallest)
+    charts["latency"] = latency
+    charts["split_naive"], charts["split_iobinding"] = splits["naive"], splits["iobinding"]
+    charts["tokens_per_s"], charts["ttft"] = speed, ttft
+    if result.get("sweep"):
+        sweep = SweepChart()
+        for point in result["sweep"]:
+            for loop in LOOPS:
+                sweep.add_point(loop, point["prompt_tokens"], point[loop]["tokens_per_s"])
+        charts["sweep"] = sweep
+    return charts
+
+
+def render_chart(chart: Any, path: Path, size: tuple[int, int] = CHART_SIZE) -> Path:
+    from PySide6.QtCharts import QChartView
+    from PySide6.QtGui import QPainter
+
+    view = QChartView(chart)
+    view.setRenderHint(QPainter.RenderHint.Antialiasing)
+    view.resize(*size)
+    if not view.grab().save(str(path), "PNG"):
+        raise OSError(f"could not write {path}")
+    return path
+
+
+def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
+    tokens = folder / "tokens.csv"
+    with tokens.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["loop", "token", "latency_ms", "run_ms", "host_ms", "sample_ms"])
+        for loop in ("naive", "iobinding"):
+            run = result[loop]["first_run"]
+            for i, (lat, step) in enumerate(zip(run["latencies_s"], run["steps"], strict=True), 1):
+                writer.writerow(
+                    [
+                        loop,
+                        i,
+                        f"{lat * 1000:.3f}",
+                        f"{step['run_s'] * 1000:.3f}",
+                        f"{step['host_s'] * 1000:.3f}",
+                        f"{step['sample_s'] * 1000:.3f}",
+                    ]
+                )
+    summary = folder / "summary.csv"
+    with summary.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            [
+                "context_tokens",
+                "loop",
+                "tokens_per_s",
+                "ttft_ms",
+                "latency_p50_ms",
+                "latency_p95_ms",
+                "host_prep_share",
+            ]
+        )
+        points = [result, *result.get("sweep", [])]
+        for point in points:
+            for loop in ("naive", "iobinding"):
+                r = point[loop]
+                writer.writerow(
+                    [
+                        point["prompt_tokens"],
+                        loop,
+                        f"{r['tokens_per_s']:.2f}",
+                        f"{r['ttft_s'] * 1000:.1f}",
+                        f"{r['latency_p50_s'] * 1000:.2f}",
+                        f"{r['latency_p95_s'] * 1000:.2f}",
+                        f"{r['host_prep_share']:.4f}",
+                    ]
+                )
+    return [tokens, summary]
+
+
+IMAGE_CAPTIONS = {
+    "latency": "Time between tokens, one line per loop",
+    "split_naive": "Naive loop: run / host preparation / sampling per token",
+    "split_iobinding": "IO-Binding loop: run / host preparation / sampling per token",
+    "tokens_per_s": "Decode tokens/s",
+    "ttft": "Time to first token",
+    "sweep": "Decode tokens/s against the context length",
+}
+
+
+def write_report(result: dict[str, Any], folder: Path | str) -> ReportFiles:
+    """Write report.md, result.json, tokens.csv, summary.csv and the chart PNGs into `folder`."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    ensure_app()
+    images = [
+        render_chart(chart, out / f"{name}.png") for name, chart in build_charts(result).items()
+    ]
+    data = out / "result.json"
+    data.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    tables = write_csv(result, out)
+    lines = ["# chatapp benchmark report", "", markdown_report(result), ""]
+    env = result.get("environment", {})
+    if env:
+        lines += [
+            f"onnxruntime {env.get('onnxruntime')}, Python {env.get('python')}, "
+            f"{env.get('processor')}, {env.get('time')}",
+            "",
+        ]
+    for image in images:
+        caption = IMAGE_CAPTIONS.get(image.stem, image.stem)
+        lines += [f"## {caption}", "", f"![{caption}]({image.name})", ""]
+    lines += [
+        "Numbers: [result.json](result.json), [tokens.csv](tokens.csv), [summary.csv](summary.csv)."
+    ]
+    markdown = out / "report.md"
+    markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return ReportFiles(out, markdown, data, tables, images)

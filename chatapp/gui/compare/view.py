@@ -1,0 +1,381 @@
+"""The comparison view: both loops on one prompt, drawn live, plus a context sweep and export.
+
+Runs go to a CompareWorker in the generation worker's thread; this widget only draws what
+comes back. The result has the shape of `chatapp bench --json`, so Export writes the same
+report as `chatapp bench --report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCharts import QChartView
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.compare.charts import (
+    LOOP_LABELS,
+    LOOPS,
+    LatencyLinesChart,
+    PairBarChart,
+    StepSplitChart,
+    SweepChart,
+)
+from chatapp.gui.compare.worker import (
+    CompareFinished,
+    CompareRequest,
+    CompareWorker,
+    LoopFinished,
+    StepBatch,
+    SweepFinished,
+    SweepPoint,
+    SweepRequest,
+)
+
+DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
+DEFAULT_SWEEP = "128,512,1024,2048"
+TABLE_ROWS = (
+    ("tokens/s", "tokens_per_s", 1.0, "{:.1f}"),
+    ("time to first token (ms)", "ttft_s", 1000.0, "{:.0f}"),
+    ("p50 latency (ms)", "latency_p50_s", 1000.0, "{:.1f}"),
+    ("p95 latency (ms)", "latency_p95_s", 1000.0, "{:.1f}"),
+    ("host preparation share", "host_prep_share", 100.0, "{:.1f}%"),
+)
+
+
+def parse_contexts(text: str) -> tuple[int, ...]:
+    """'128, 512,1024' -> (128, 512, 1024); ValueError with a readable message otherwise."""
+    values = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 16:
+            raise ValueError(f"'{part}' is not a context length (a whole number of at least 16)")
+        values.append(int(part))
+    if not values:
+        raise ValueError("give at least one context length, e.g. 128,512,1024")
+    return tuple(sorted(set(values)))
+
+
+class CompareView(QWidget):
+    sig_compare_requested = Signal(object)  # CompareRequest, queued to the worker
+    sig_sweep_requested = Signal(object)  # SweepRequest
+    sig_running = Signal(bool)  # the main window keeps the chat from sending meanwhile
+
+    def __init__(self, worker: CompareWorker, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("compareView")
+        self.worker = worker
+        self.result: dict[str, Any] | None = None
+        self.sweep_points: list[dict[str, Any]] = []
+        self._request_id = 0
+        self._running = False
+        self._can_run = False
+        self.system_prompt: Callable[[], str] = lambda: ""
+        # Tests (and scripts) may replace this to skip the folder dialog.
+        self.choose_export_folder: Callable[[], str] = self._ask_folder
+        self._build()
+        self.sig_compare_requested.connect(worker.compare)
+        self.sig_sweep_requested.connect(worker.sweep)
+        worker.sig_progress.connect(self._on_progress)
+        worker.sig_steps.connect(self._on_steps)
+        worker.sig_loop_finished.connect(self._on_loop_finished)
+        worker.sig_finished.connect(self._on_finished)
+        worker.sig_sweep_point.connect(self._on_sweep_point)
+        worker.sig_sweep_finished.connect(self._on_sweep_finished)
+        worker.sig_failed.connect(self._on_failed)
+        self._update_buttons()
+
+    # ---- layout -------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.prompt_edit = QLineEdit(DEFAULT_PROMPT, self)
+        self.prompt_edit.setObjectName("comparePrompt")
+        self.tokens_spin = QSpinBox(self)
+        self.tokens_spin.setObjectName("compareTokens")
+        self.tokens_spin.setRange(4, 2048)
+        self.tokens_spin.setValue(64)
+        self.tokens_spin.setToolTip(
+            "Tokens each loop generates (greedy; end-of-text ignored so "
+            "both loops do the same work)"
+        )
+        self.run_button = QPushButton("Run both loops", self)
+        self.run_button.setObjectName("compareRunButton")
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setObjectName("compareStopButton")
+        self.sweep_edit = QLineEdit(DEFAULT_SWEEP, self)
+        self.sweep_edit.setObjectName("sweepContexts")
+        self.sweep_edit.setToolTip("Context lengths (tokens of real text before the prompt)")
+        self.sweep_button = QPushButton("Context sweep", self)
+        self.sweep_button.setObjectName("sweepRunButton")
+        self.export_button = QPushButton("Export…", self)
+        self.export_button.setObjectName("compareExportButton")
+        self.export_button.setToolTip("PNG charts, CSV and JSON of every number, Markdown report")
+        self.status = QLabel("Compare the naive and IO-Binding loops on one prompt.", self)
+        self.status.setObjectName("compareStatus")
+        self.status.setWordWrap(True)
+
+        self.latency_chart = LatencyLinesChart()
+        self.split_charts = {loop: StepSplitChart(loop) for loop in LOOPS}
+        self.speed_chart = PairBarChart("Decode speed", "tokens/s")
+        self.ttft_chart = PairBarChart("Time to first token", "ms")
+        self.sweep_chart = SweepChart()
+        self.table = QTableWidget(len(TABLE_ROWS) + 1, 3, self)
+        self.table.setObjectName("compareTable")
+        self.table.setHorizontalHeaderLabels(
+            [LOOP_LABELS["naive"], LOOP_LABELS["iobinding"], "ratio"]
+        )
+        self.table.setVerticalHeaderLabels([r[0] for r in TABLE_ROWS] + ["same tokens"])
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Prompt", self))
+        controls.addWidget(self.prompt_edit, 1)
+        controls.addWidget(QLabel("Tokens", self))
+        controls.addWidget(self.tokens_spin)
+        controls.addWidget(self.run_button)
+        controls.addWidget(self.stop_button)
+        sweep_row = QHBoxLayout()
+        sweep_row.addWidget(QLabel("Contexts", self))
+        sweep_row.addWidget(self.sweep_edit, 1)
+        sweep_row.addWidget(self.sweep_button)
+        sweep_row.addWidget(self.export_button)
+
+        grid = QGridLayout()
+        grid.addWidget(self._view(self.latency_chart), 0, 0, 1, 2)
+        grid.addWidget(self._view(self.split_charts["naive"]), 1, 0)
+        grid.addWidget(self._view(self.split_charts["iobinding"]), 1, 1)
+        grid.addWidget(self._view(self.speed_chart), 2, 0)
+        grid.addWidget(self._view(self.ttft_chart), 2, 1)
+        grid.addWidget(self._view(self.sweep_chart), 3, 0)
+        grid.addWidget(self.table, 3, 1)
+        for row in range(4):
+            grid.setRowStretch(row, 1)
+
+        # The charts scroll: the view must not force a window taller than a laptop screen.
+        charts = QWidget(self)
+        charts.setLayout(grid)
+        scroll = QScrollArea(self)
+        scroll.setObjectName("compareScroll")
+        scroll.setWidget(charts)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addLayout(sweep_row)
+        layout.addWidget(self.status)
+        layout.addWidget(scroll, 1)
+
+        self.run_button.clicked.connect(self.run_comparison)
+        self.stop_button.clicked.connect(self.stop)
+        self.sweep_button.clicked.connect(self.run_sweep)
+        self.export_button.clicked.connect(self._on_export_clicked)
+
+    def _view(self, chart: Any) -> QChartView:
+        view = QChartView(chart, self)
+        view.setRenderHint(QPainter.RenderHint.Antialiasing)
+        view.setMinimumSize(260, 250)  # below this the axis labels no longer fit
+        return view
+
+    # ---- state ----------------------------------------------------------------------------
+    def set_available(self, available: bool) -> None:
+        """Whether a model is loaded and idle (the chat is not answering)."""
+        self._can_run = available
+        self._update_buttons()
+
+    def _set_running(self, running: bool) -> None:
+        self._running = running
+        self._update_buttons()
+        emit(self.sig_running, running)
+
+    def _update_buttons(self) -> None:
+        idle = self._can_run and not self._running
+        self.run_button.setEnabled(idle)
+        self.sweep_button.setEnabled(idle)
+        self.stop_button.setEnabled(self._running)
+        self.export_button.setEnabled(not self._running and self.result is not None)
+        tip = "" if idle else "Needs a loaded model and no answer or comparison in progress."
+        self.run_button.setToolTip(tip)
+        self.sweep_button.setToolTip(tip)
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # ---- actions --------------------------------------------------------------------------
+    @Slot()
+    def run_comparison(self) -> bool:
+        if self._running or not self._can_run:
+            return False
+        prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
+        self._request_id += 1
+        self.result = None
+        self.latency_chart.clear()
+        for chart in self.split_charts.values():
+            chart.clear()
+        for loop in LOOPS:
+            self.speed_chart.set_value(loop, 0.0)
+            self.ttft_chart.set_value(loop, 0.0)
+        self.table.clearContents()
+        self._set_running(True)
+        self.status.setText("Starting…")
+        request = CompareRequest(
+            self._request_id, prompt, self.system_prompt(), self.tokens_spin.value()
+        )
+        emit(self.sig_compare_requested, request)
+        return True
+
+    @Slot()
+    def run_sweep(self) -> bool:
+        if self._running or not self._can_run:
+            return False
+        try:
+            contexts = parse_contexts(self.sweep_edit.text())
+        except ValueError as exc:
+            self.status.setText(f"Context sweep: {exc}.")
+            return False
+        self._request_id += 1
+        self.sweep_points = []
+        self.sweep_chart.clear()
+        self._set_running(True)
+        prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
+        emit(
+            self.sig_sweep_requested,
+            SweepRequest(self._request_id, prompt, contexts, min(self.tokens_spin.value(), 64)),
+        )
+        return True
+
+    @Slot()
+    def stop(self) -> None:
+        self.worker.request_stop(self._request_id)
+        self.status.setText("Stopping after the current step…")
+
+    # ---- results --------------------------------------------------------------------------
+    def _current(self, request_id: int) -> bool:
+        return request_id == self._request_id
+
+    @Slot(str)
+    def _on_progress(self, text: str) -> None:
+        if self._running:
+            self.status.setText(text)
+
+    @Slot(object)
+    def _on_steps(self, batch: StepBatch) -> None:
+        if not self._current(batch.request_id):
+            return
+        for step in batch.steps:
+            self.latency_chart.append(step.loop, step.index, step.latency_ms)
+            self.split_charts[step.loop].append(step.run_ms, step.host_ms, step.sample_ms)
+        tallest = max(c.y_max for c in self.split_charts.values())
+        for chart in self.split_charts.values():
+            chart.set_y_max(tallest)  # one scale for both loops
+
+    @Slot(object)
+    def _on_loop_finished(self, done: LoopFinished) -> None:
+        if not self._current(done.request_id):
+            return
+        self.speed_chart.set_value(done.loop, done.summary["tokens_per_s"])
+        self.ttft_chart.set_value(done.loop, done.summary["ttft_s"] * 1000)
+        column = LOOPS.index(done.loop)
+        for row, (_label, key, scale, fmt) in enumerate(TABLE_ROWS):
+            self._cell(row, column, fmt.format(done.summary[key] * scale))
+
+    @Slot(object)
+    def _on_finished(self, done: CompareFinished) -> None:
+        if not self._current(done.request_id):
+            return
+        self.result = dict(done.result)
+        if self.sweep_points:
+            self.result["sweep"] = list(self.sweep_points)
+        r = done.result
+        self._cell(0, 2, f"{r['speedup_tokens_per_s']:.2f}x")
+        self._cell(2, 2, f"{r['speedup_latency']:.2f}x lower")
+        self._cell(len(TABLE_ROWS), 2, "yes" if r["same_tokens"] else "NO")
+        self._set_running(False)
+        self.status.setText(
+            f"IO-Binding vs naive: {r['speedup_tokens_per_s']:.2f}x tokens/s, "
+            f"{r['speedup_latency']:.2f}x lower median latency; same tokens: "
+            f"{'yes' if r['same_tokens'] else 'no'} ({r['prompt_tokens']} prompt tokens, "
+            f"{r['max_new_tokens']} generated, {r['device']})."
+        )
+
+    @Slot(object)
+    def _on_sweep_point(self, point: SweepPoint) -> None:
+        if not self._current(point.request_id):
+            return
+        self.sweep_points.append(point.point)
+        for loop in LOOPS:
+            self.sweep_chart.add_point(
+                loop, point.point["prompt_tokens"], point.point[loop]["tokens_per_s"]
+            )
+        if self.result is not None:
+            self.result["sweep"] = list(self.sweep_points)
+
+    @Slot(object)
+    def _on_sweep_finished(self, done: SweepFinished) -> None:
+        if not self._current(done.request_id):
+            return
+        if self.result is None and self.sweep_points:
+            # A sweep alone still exports: its shortest context stands as the main point.
+            self.result = {**done.header, **self.sweep_points[0]}
+        if self.result is not None:
+            self.result["sweep"] = list(self.sweep_points)
+        self._set_running(False)
+        self.status.setText(f"Context sweep done: {len(self.sweep_points)} points.")
+
+    @Slot(int, str)
+    def _on_failed(self, request_id: int, message: str) -> None:
+        if self._current(request_id):
+            self._set_running(False)
+            self.status.setText(message)
+
+    def _cell(self, row: int, column: int, text: str) -> None:
+        item = QTableWidgetItem(text)
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.table.setItem(row, column, item)
+
+    # ---- export ---------------------------------------------------------------------------
+    def _ask_folder(self) -> str:
+        return QFileDialog.getExistingDirectory(self, "Export the comparison into a folder")
+
+    @Slot()
+    def _on_export_clicked(self) -> None:
+        folder = self.choose_export_folder()
+        if folder:
+            self.export(Path(folder))
+
+    def export(self, folder: Path) -> Path | None:
+        """Write the report (PNG charts, CSV, JSON, Markdown) into `folder`."""
+        from chatapp.gui.compare.report import write_report
+
+        if self.result is None:
+            self.status.setText("Run a comparison first.")
+            return None
+        try:
+            files = write_report(self.result, folder)
+        except OSError as exc:
+            self.status.setText(f"Could not export to {folder}: {exc}")
+            return None
+        self.status.setText(
+            f"Exported {len(files.images)} charts, CSV, JSON and {files.markdown.name} to {folder}."
+        )
+        return files.markdown

@@ -1,0 +1,1 @@
+"""The chat history in the window: conversation list, its controller, and the menu hooks."""

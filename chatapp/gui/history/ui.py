@@ -1,0 +1,411 @@
+"""Puts the history into the main window: the conversation list on the left, a Conversation
+menu, editing a sent message, export/import dialogs, the context figures, and polling for a
+second chatapp instance's writes.
+
+Dialogs are attributes (`confirm`, `ask_save_path`, `ask_open_path`) so tests can answer them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QEvent, QObject, QTimer, Slot
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from chatapp.gui.chat.controller import State
+from chatapp.gui.history.controller import HistoryController, OpenedHistory
+from chatapp.gui.history.panel import HistoryPanel, Row
+from chatapp.session.context import ContextReport
+from chatapp.session.conversation import Conversation
+from chatapp.store import ConversationInfo, SearchHit
+
+if TYPE_CHECKING:
+    from chatapp.gui.main_window import MainWindow
+
+POLL_INTERVAL_MS = 2000  # how often to look for another instance's writes (a cheap PRAGMA)
+MEASURE_DEBOUNCE_MS = 400
+EXPORT_DIR_KEY = "history/export_dir"
+EXPORT_KINDS = {
+    "markdown": ("Markdown", ".md", "Markdown (*.md);;All files (*)"),
+    "json": ("JSON", ".json", "chatapp JSON export (*.json);;All files (*)"),
+}
+
+
+class HistoryUi(QObject):
+    def __init__(self, window: MainWindow, opened: OpenedHistory) -> None:
+        super().__init__(window)
+        self.window = window
+        self.chat = window.controller
+        self.controller = HistoryController(
+            self.chat,
+            opened.store,
+            system_prompt=lambda: window.side_panel.system_prompt_edit.toPlainText(),
+            parent=self,
+        )
+        self.panel = HistoryPanel(window)
+        window.set_conversation_list(self.panel)
+        self._query = ""
+        self._shown: Conversation | None = None
+        # Dialogs, replaceable in tests.
+        self.confirm = self._confirm
+        self.ask_save_path = self._ask_save_path
+        self.ask_open_path = self._ask_open_path
+
+        self._measure_timer = QTimer(self)
+        self._measure_timer.setSingleShot(True)
+        self._measure_timer.setInterval(MEASURE_DEBOUNCE_MS)
+        self._measure_timer.timeout.connect(self.measure)
+        self.poll_timer = QTimer(self)
+        self.poll_timer.setInterval(POLL_INTERVAL_MS)
+        self.poll_timer.timeout.connect(self.poll)
+
+        self._build_menu()
+        self._connect()
+        window.installEventFilter(self)
+        self.refresh()
+        self._update_actions()
+        if self.controller.enabled:
+            self.poll_timer.start()
+        if opened.notice:
+            window.show_message(opened.notice, opened.level)
+
+    # ---- building -----------------------------------------------------------------------------
+    def _build_menu(self) -> None:
+        w = self.window
+        menu = w.menuBar().addMenu("&Conversation")
+        help_action = next(
+            (a for a in w.menuBar().actions() if a.text().replace("&", "") == "Help"), None
+        )
+        if help_action is not None:  # before Help, where people look for it
+            w.menuBar().insertMenu(help_action, menu)
+        self.menu = menu
+
+        def action(text: str, slot, shortcut: QKeySequence | str | None = None) -> QAction:
+            act = QAction(text, w)
+            if shortcut is not None:
+                act.setShortcut(QKeySequence(shortcut))
+            act.triggered.connect(slot)
+            menu.addAction(act)
+            return act
+
+        self.search_action = action(
+            "&Search conversations", self._focus_search, QKeySequence.StandardKey.Find
+        )
+        self.rename_action = action("&Rename…", self.rename_current, "F2")
+        self.delete_action = action("&Delete…", self.delete_current)
+        menu.addSeparator()
+        self.edit_last_action = action("&Edit last message", self.edit_last, "Ctrl+Up")
+        self.copy_action = action("&Copy conversation as Markdown", self.copy_current)
+        menu.addSeparator()
+        self.export_markdown_action = action(
+            "Export as &Markdown…", lambda: self.export_current("markdown")
+        )
+        self.export_json_action = action("Export as &JSON…", lambda: self.export_current("json"))
+        self.import_action = action("&Import conversation…", self.import_conversation)
+
+    def _connect(self) -> None:
+        c, h, p, w = self.chat, self.controller, self.panel, self.window
+        p.sig_open.connect(self.open)
+        p.sig_new.connect(w.new_chat_action.trigger)
+        p.sig_rename.connect(h.rename)
+        p.sig_delete.connect(self.delete)
+        p.sig_export.connect(self.export)
+        p.sig_import.connect(self.import_conversation)
+        p.sig_search.connect(self._on_search)
+        h.sig_list_changed.connect(self.refresh)
+        h.sig_current_changed.connect(self._on_current_changed)
+        h.sig_message.connect(w.show_message)
+        w.chat_view.sig_edit_submitted.connect(self._on_edit_submitted)
+        c.sig_context.connect(self._on_context)
+        c.sig_conversation_changed.connect(self._on_conversation_changed)
+        c.sig_model_loaded.connect(lambda _summary: self.measure())
+        c.sig_state_changed.connect(lambda _state: self._update_actions())
+        panel = w.side_panel
+        panel.max_tokens_spin.valueChanged.connect(lambda _v: self._measure_timer.start())
+        panel.system_prompt_edit.textChanged.connect(self._measure_timer.start)
+
+    # ---- the list -----------------------------------------------------------------------------
+    @Slot()
+    def refresh(self) -> None:
+        h = self.controller
+        if not h.enabled:
+            self.panel.set_rows([], None, "Chats are not being saved (see the message above).")
+            return
+        if self._query:
+            rows = _search_rows(h.search(self._query))
+            empty = f"Nothing found for “{self._query}”."
+        else:
+            rows = [_info_row(info) for info in h.conversations()]
+            empty = "No saved chats yet. A chat is saved here once you send its first message."
+        self.panel.set_rows(rows, h.current_id, empty)
+
+    @Slot(str)
+    def _on_search(self, query: str) -> None:
+        self._query = query.strip()
+        self.refresh()
+
+    @Slot(object)
+    def _on_current_changed(self, conversation_id: int | None) -> None:
+        self.panel.set_current(conversation_id)
+        self._update_actions()
+
+    @Slot(int)
+    def open(self, conversation_id: int) -> bool:
+        if self.chat.state is State.GENERATING:
+            self.window.statusBar().showMessage(
+                "Wait for the answer (or stop it) before opening another conversation.", 5000
+            )
+            self.panel.set_current(self.controller.current_id)
+            return False
+        self.window.chat_view.cancel_edit()
+        opened = self.controller.open(conversation_id)
+        if opened:
+            # The figures panel shows this chat's last answer, as after it was written.
+            panel = self.window.side_panel
+            panel.start_answer()
+            last = next(
+                (m for m in reversed(self.chat.conversation.messages) if m.figures is not None),
+                None,
+            )
+            if last is not None and last.figures is not None:
+                panel.show_stats(last.figures)
+        else:
+            self.panel.set_current(self.controller.current_id)
+        return opened
+
+    @Slot(int)
+    def delete(self, conversation_id: int) -> bool:
+        info = next((i for i in self.controller.conversations() if i.id == conversation_id), None)
+        title = info.title if info is not None else "this conversation"
+        current = conversation_id == self.controller.current_id
+        if current and self.chat.state is State.GENERATING:
+            self.window.show_message("Stop the answer before deleting this conversation.", "info")
+            return False
+        if not self.confirm(
+            "Delete conversation",
+            f"Delete “{title}” and all its messages? This cannot be undone.",
+        ):
+            return False
+        if current:
+            self.window.new_chat_action.trigger()
+        return self.controller.delete(conversation_id)
+
+    @Slot()
+    def delete_current(self) -> None:
+        if self.controller.current_id is not None:
+            self.delete(self.controller.current_id)
+
+    @Slot()
+    def rename_current(self) -> None:
+        if self.controller.current_id is not None:
+            self.panel.start_rename(self.controller.current_id)
+
+    @Slot()
+    def _focus_search(self) -> None:
+        self.panel.search_edit.setFocus()
+        self.panel.search_edit.selectAll()
+
+    # ---- export / import ----------------------------------------------------------------------
+    @Slot(int, str)
+    def export(self, conversation_id: int, kind: str) -> Path | None:
+        label, suffix, filters = EXPORT_KINDS[kind]
+        info = next((i for i in self.controller.conversations() if i.id == conversation_id), None)
+        name = _file_name(info.title if info is not None else "conversation") + suffix
+        folder = Path(str(self.window.settings.value(EXPORT_DIR_KEY, "") or Path.home()))
+        path = self.ask_save_path(f"Export conversation as {label}", str(folder / name), filters)
+        if not path:
+            return None
+        text = self.controller.export_text(conversation_id, kind)
+        if text is None:
+            return None
+        target = Path(path)
+        if not target.suffix:
+            target = target.with_suffix(suffix)
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
+            return None
+        self.window.settings.setValue(EXPORT_DIR_KEY, str(target.parent))
+        self.window.statusBar().showMessage(f"Exported to {target}", 8000)
+        return target
+
+    def export_current(self, kind: str) -> Path | None:
+        if self.controller.current_id is None:
+            return None
+        return self.export(self.controller.current_id, kind)
+
+    @Slot()
+    def import_conversation(self) -> int | None:
+        folder = str(self.window.settings.value(EXPORT_DIR_KEY, "") or Path.home())
+        path = self.ask_open_path(
+            "Import a conversation", folder, "chatapp JSON export (*.json);;All files (*)"
+        )
+        if not path:
+            return None
+        if self.chat.state is State.GENERATING:
+            self.window.show_message("Wait for the answer before importing.", "info")
+            return None
+        conversation_id = self.controller.import_file(path)
+        if conversation_id is not None:
+            self.window.statusBar().showMessage(f"Imported {Path(path).name}", 8000)
+        return conversation_id
+
+    @Slot()
+    def copy_current(self) -> None:
+        if self.controller.current_id is None:
+            return
+        text = self.controller.export_text(self.controller.current_id, "markdown")
+        if text is not None:
+            QGuiApplication.clipboard().setText(text)
+            self.window.statusBar().showMessage("Copied the conversation as Markdown.", 3000)
+
+    # ---- editing a sent message -----------------------------------------------------------------
+    @Slot()
+    def edit_last(self) -> None:
+        messages = self.chat.conversation.messages
+        last = next(
+            (i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None
+        )
+        if last is not None:
+            self.window.chat_view.begin_edit(last)
+
+    @Slot(int, str)
+    def _on_edit_submitted(self, index: int, text: str) -> None:
+        if self.chat.edit(index, text, self.window.side_panel.options()):
+            self.window.chat_view.finish_edit()
+
+    # ---- context figures ------------------------------------------------------------------------
+    @Slot()
+    def measure(self) -> None:
+        """Ask the worker what of this conversation the next answer would send."""
+        if self.chat.state is State.READY:
+            self.chat.measure_context(self.window.side_panel.options())
+
+    @Slot(object)
+    def _on_context(self, report: ContextReport | None) -> None:
+        view, panel = self.window.chat_view, self.window.side_panel
+        view.set_context(report, render=report is not None)
+        if report is None:
+            total = self.chat.model.max_context if self.chat.model is not None else 0
+            panel.set_context(0, total)
+            panel.context_value.setToolTip("")
+        else:
+            panel.set_context(report.prompt_tokens, report.limit)
+            panel.context_value.setToolTip(report.describe())
+            panel.context_bar.setToolTip(report.describe())
+
+    @Slot(object)
+    def _on_conversation_changed(self, conversation: Conversation) -> None:
+        if conversation is not self._shown:
+            self._shown = conversation
+            self.window.chat_view.cancel_edit()
+        self.panel.set_current(conversation.id)
+        self._update_actions()
+        if self.chat.state is State.READY and conversation.messages:
+            self.measure()
+
+    def _update_actions(self) -> None:
+        stored = self.controller.enabled and self.controller.current_id is not None
+        generating = self.chat.state is State.GENERATING
+        for act in (self.export_markdown_action, self.export_json_action, self.copy_action):
+            act.setEnabled(stored)
+        self.rename_action.setEnabled(stored)
+        self.delete_action.setEnabled(stored and not generating)
+        self.import_action.setEnabled(self.controller.enabled and not generating)
+        self.search_action.setEnabled(self.controller.enabled)
+        self.edit_last_action.setEnabled(self.chat.state is State.READY)
+        self.panel.setEnabled(self.controller.enabled)
+
+    # ---- another instance, and closing ----------------------------------------------------------
+    @Slot()
+    def poll(self) -> bool:
+        return self.controller.poll_external_changes()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.window:
+            if event.type() == QEvent.Type.WindowActivate:
+                self.poll()
+            elif event.type() == QEvent.Type.Close:
+                self.shutdown()
+        return False
+
+    def shutdown(self) -> None:
+        self.poll_timer.stop()
+        self._measure_timer.stop()
+        self.controller.close()
+
+    # ---- dialogs (replaceable) ------------------------------------------------------------------
+    def _confirm(self, title: str, text: str) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Question, title, text, parent=self.window)
+        box.setObjectName("confirmDeleteBox")
+        box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        yes = box.button(QMessageBox.StandardButton.Yes)
+        yes.setText("Delete")
+        result = box.exec()
+        box.deleteLater()
+        return result == QMessageBox.StandardButton.Yes
+
+    def _ask_save_path(self, caption: str, suggested: str, filters: str) -> str | None:
+        path, _ = QFileDialog.getSaveFileName(self.window, caption, suggested, filters)
+        return path or None
+
+    def _ask_open_path(self, caption: str, folder: str, filters: str) -> str | None:
+        path, _ = QFileDialog.getOpenFileName(self.window, caption, folder, filters)
+        return path or None
+
+
+def install_history(window: MainWindow, opened: OpenedHistory) -> HistoryUi:
+    ui = HistoryUi(window, opened)
+    window.history = ui  # type: ignore[attr-defined]
+    return ui
+
+
+# ---- rows ---------------------------------------------------------------------------------------
+def when(moment: datetime, now: datetime | None = None) -> str:
+    local = moment.astimezone()
+    today = (now or datetime.now().astimezone()).date()
+    if local.date() == today:
+        return f"Today {local:%H:%M}"
+    if local.date() == today - timedelta(days=1):
+        return f"Yesterday {local:%H:%M}"
+    if today - local.date() < timedelta(days=7):
+        return f"{local:%a %H:%M}"
+    return f"{local.day} {local:%b %Y}"
+
+
+def _info_row(info: ConversationInfo) -> Row:
+    count = info.message_count
+    subtitle = f"{when(info.updated)} · {count} message{'s' if count != 1 else ''}"
+    tip = f"{info.title}\n{subtitle}" + (f"\nModel: {info.model}" if info.model else "")
+    return Row(info.id, info.title, subtitle, tip)
+
+
+def _search_rows(hits: Sequence[SearchHit]) -> list[Row]:
+    """One row per conversation, in the order found; the first matching message's text under
+    the title (or "title matches" when only the title does)."""
+    found: dict[int, SearchHit] = {}
+    for hit in hits:
+        first = found.get(hit.conversation_id)
+        if first is None or (first.message_id is None and hit.message_id is not None):
+            found[hit.conversation_id] = hit
+    rows = []
+    for hit in found.values():
+        if hit.message_id is None:
+            subtitle = "title matches"
+        else:
+            subtitle = f"{'You' if hit.role == 'user' else 'Assistant'}: {hit.snippet}"
+        tip = f"{hit.conversation_title}\n{hit.snippet}"
+        rows.append(Row(hit.conversation_id, hit.conversation_title, subtitle, tip))
+    return rows
+
+
+def _file_name(title: str) -> str:
+    name = re.sub(r"[^\w\- ]+", "", title, flags=re.UNICODE).strip().replace(" ", "-")
+    return name[:60] or "conversation"

@@ -1,0 +1,52 @@
+"""How figures read on screen. Value labels hold bare numbers (units sit in the caption) so
+that UI automation can parse them."""
+
+from __future__ import annotations
+
+import math
+
+from chatapp.session.conversation import AnswerFigures
+
+MISSING = "–"
+MODE_LABELS = {"naive": "Naive", "iobinding": "IO-Binding"}
+
+
+def mode_label(mode: str) -> str:
+    return MODE_LABELS.get(mode, mode)
+
+
+def rate(tokens_per_s: float) -> str:
+    return f"{tokens_per_s:.1f}" if tokens_per_s > 0 else MISSING
+
+
+def millis(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}" if seconds > 0 else MISSING
+
+
+def perplexity(value: float) -> str:
+    if not math.isfinite(value):
+        return MISSING
+    return f"{value:.2f}" if value < 1000 else f"{value:.3g}"
+
+
+def context_usage(used: int, total: int) -> str:
+    return f"{used} / {total}" if total else MISSING
+
+
+def figures_line(fig: AnswerFigures) -> str:
+    """The one line under a finished answer."""
+    parts = [
+        mode_label(fig.mode) if fig.mode else "",
+        fig.device.upper() if len(fig.device) <= 4 else fig.device,
+        f"{rate(fig.tokens_per_s)} tok/s",
+        f"TTFT {millis(fig.ttft_s)} ms",
+        f"perplexity {perplexity(fig.perplexity)}",
+        f"{fig.generated_tokens} tokens",
+    ]
+    if fig.finish_reason and fig.finish_reason != "eos":
+        parts.append(
+            {"length": "hit the token limit", "stop": "stopped", "error": "failed"}.get(
+                fig.finish_reason, fig.finish_reason
+            )
+        )
+    return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device

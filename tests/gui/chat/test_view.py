@@ -1,0 +1,110 @@
+"""Chat view on its own: keys, Markdown rendering, streaming repaint throttle, copying."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QGuiApplication, QTextFormat
+
+from chatapp.gui.chat import view as chat_view_module
+from chatapp.gui.chat.view import ChatView
+from chatapp.gui.common.qtcompat import emit
+from chatapp.session.conversation import AnswerFigures, ChatMessage
+
+FIGURES = AnswerFigures("iobinding", "cpu", 42.0, 0.2, 1.5, 3.0, 10, 0, 20, 512, "eos")
+
+
+@pytest.fixture
+def view(qtbot) -> ChatView:
+    widget = ChatView()
+    qtbot.addWidget(widget)
+    widget.resize(700, 500)
+    widget.show()
+    widget.set_actions(can_send=True, can_stop=True, can_regenerate=True, can_new_chat=True)
+    return widget
+
+
+def test_enter_sends_and_shift_enter_adds_a_line(qtbot, view: ChatView) -> None:
+    edit = view.prompt_edit
+    qtbot.keyClicks(edit, "first line")
+    with qtbot.assertNotEmitted(view.sig_send):
+        qtbot.keyClick(edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(edit, "second line")
+    assert view.prompt_text() == "first line\nsecond line"
+    with qtbot.waitSignal(view.sig_send, timeout=1000) as blocker:
+        qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert blocker.args == ["first line\nsecond line"]
+    with qtbot.waitSignal(view.sig_send, timeout=1000):
+        qtbot.keyClick(edit, Qt.Key.Key_Enter, Qt.KeyboardModifier.KeypadModifier)
+
+
+def test_enter_does_nothing_while_sending_is_disabled(qtbot, view: ChatView) -> None:
+    view.set_actions(can_send=False, can_stop=True, can_regenerate=False, can_new_chat=False)
+    qtbot.keyClicks(view.prompt_edit, "hello")
+    with qtbot.assertNotEmitted(view.sig_send):
+        qtbot.keyClick(view.prompt_edit, Qt.Key.Key_Return)
+    assert view.prompt_text() == "hello"  # kept for when sending is possible again
+
+
+def test_escape_stops(qtbot, view: ChatView) -> None:
+    with qtbot.waitSignal(view.sig_stop, timeout=1000):
+        qtbot.keyClick(view.prompt_edit, Qt.Key.Key_Escape)
+
+
+def test_markdown_with_code_block_is_rendered(view: ChatView) -> None:
+    answer = "Use **this**:\n\n```python\nprint('hi')\n```\n\nRaw <b>html</b> stays text."
+    view.show_messages(
+        [ChatMessage("user", "show code"), ChatMessage("assistant", answer, FIGURES)]
+    )
+    doc = view.transcript.document()
+    text = doc.toPlainText()
+    assert "print('hi')" in text
+    assert "```" not in text and "**" not in text  # Markdown was interpreted, not shown
+    assert "<b>html</b>" in text  # HTML in a message is not markup
+    blocks = []
+    block = doc.begin()
+    while block.isValid():
+        blocks.append(block)
+        block = block.next()
+    code = next(b for b in blocks if b.text() == "print('hi')")
+    assert code.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence) or (
+        code.blockFormat().nonBreakableLines()
+    )
+    assert code.blockFormat().background().color().name() == "#f1f3f5"
+    # The figures of the answer sit under it.
+    assert text.rstrip().endswith(
+        "IO-Binding · CPU · 42.0 tok/s · TTFT 200 ms · perplexity 1.50 · 20 tokens"
+    )
+    view.show_messages([ChatMessage("user", "line *one*\nline two")])
+    assert view.transcript.toPlainText().endswith("line *one*\nline two")  # typed as is
+
+
+def test_streaming_repaints_are_throttled(qtbot, view: ChatView, monkeypatch) -> None:
+    repaints: list[str] = []
+    original = chat_view_module.TranscriptView.update_answer
+
+    def counting(self, text: str) -> None:
+        repaints.append(text)
+        original(self, text)
+
+    monkeypatch.setattr(chat_view_module.TranscriptView, "update_answer", counting)
+    view.show_messages([ChatMessage("user", "count")])
+    view.begin_answer()
+    for i in range(500):
+        view.append_answer(f"{i} ")
+    assert repaints == []  # nothing painted synchronously
+    qtbot.waitUntil(lambda: len(repaints) == 1, timeout=1000)
+    assert repaints[0].endswith("499 ")
+    assert "499" in view.transcript.document().toPlainText()
+
+
+def test_copy_a_message(qtbot, view: ChatView) -> None:
+    view.show_messages([ChatMessage("user", "question *one*"), ChatMessage("assistant", "answer")])
+    with qtbot.waitSignal(view.sig_copied, timeout=1000) as blocker:
+        emit(view.transcript.anchorClicked, QUrl("copy:0"))
+    assert blocker.args == [0]
+    assert QGuiApplication.clipboard().text() == "question *one*"
+    # The context menu finds the message under the mouse.
+    doc_text = view.transcript.document().toPlainText()
+    position = doc_text.index("answer")
+    assert view.transcript.message_at(position) == 1

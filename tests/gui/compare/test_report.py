@@ -1,0 +1,90 @@
+"""The benchmark report: charts drawn offscreen, numbers as JSON/CSV, a Markdown page."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage
+
+from chatapp.engine.bench import BenchConfig, run_bench_suite
+from chatapp.gui.compare.report import CHART_SIZE, write_report
+
+
+@pytest.fixture(scope="module")
+def result(tiny_model_dir: Path) -> dict:
+    config = BenchConfig(
+        model_dir=tiny_model_dir, max_new_tokens=12, repeats=1, threads=1, sweep=[32, 96]
+    )
+    return run_bench_suite(config)
+
+
+def test_report_files_exist_and_parse(result: dict, tmp_path: Path, qapp: object) -> None:
+    files = write_report(result, tmp_path / "report")
+    names = sorted(p.name for p in files.images)
+    assert names == [
+        "latency.png",
+        "split_iobinding.png",
+        "split_naive.png",
+        "sweep.png",
+        "tokens_per_s.png",
+        "ttft.png",
+    ]
+    for image in files.images:
+        loaded = QImage(str(image))
+        assert not loaded.isNull(), image
+        assert (loaded.width(), loaded.height()) == CHART_SIZE
+        # A drawn chart has many colors; a blank grab has one or two.
+        colors = {
+            loaded.pixel(x, y)
+            for x in range(0, loaded.width(), 7)
+            for y in range(0, loaded.height(), 7)
+        }
+        assert len(colors) > 8, image
+    data = json.loads(files.json.read_text())
+    assert data["same_tokens"] is True
+    assert len(data["sweep"]) == 2
+    with (files.folder / "tokens.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 11  # 12 tokens per loop, the first is TTFT, not a latency
+    assert {r["loop"] for r in rows} == {"naive", "iobinding"}
+    assert all(float(r["latency_ms"]) > 0 for r in rows)
+    with (files.folder / "summary.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == 2 * 3  # main point + two sweep points
+    markdown = files.markdown.read_text()
+    for image in files.images:
+        assert f"]({image.name})" in markdown
+    assert "| IO-Binding |" in markdown
+
+
+def test_headless_cli_report(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chatapp",
+            "bench",
+            "--model",
+            str(tiny_model_dir),
+            "--max-new-tokens",
+            "6",
+            "--repeats",
+            "1",
+            "--sweep",
+            "24,48",
+            "--report",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "QT_QPA_PLATFORM": "offscreen"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "r" / "report.md").is_file()
+    assert (tmp_path / "r" / "sweep.png").stat().st_size > 5000

@@ -1,0 +1,136 @@
+"""The comparison view: both loops drawn live, table filled, sweep, export, stop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QWidget
+
+from chatapp.gui.chat.controller import State
+from chatapp.gui.compare.view import CompareView, parse_contexts
+from tests.gui.conftest import WindowFactory
+
+RUN_TIMEOUT_MS = 120_000
+
+
+def open_compare(make_window: WindowFactory, model: Path) -> tuple[object, CompareView]:
+    window = make_window(["--model", str(model)])
+    assert window.controller.state is State.READY
+    window.show_compare_view()
+    view = window.findChild(QWidget, "compareView")
+    assert isinstance(view, CompareView)
+    assert window.tabs.currentWidget() is view
+    return window, view
+
+
+def test_comparison_fills_charts_and_table(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    window, view = open_compare(make_window, tiny_model_dir)
+    view.tokens_spin.setValue(16)
+    seen_steps: list[int] = []
+    view.worker.sig_steps.connect(lambda batch: seen_steps.append(len(batch.steps)))
+    with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS):
+        assert view.run_comparison()
+        # While it runs the chat cannot send (one engine, one thread).
+        assert not window.chat_view.send_button.isEnabled()
+    qtbot.waitUntil(lambda: not view.running, timeout=5000)
+    assert sum(seen_steps) == 2 * 15  # every decode step of both loops arrived, in batches
+    for loop in ("naive", "iobinding"):
+        assert view.latency_chart.series[loop].count() == 15
+        assert view.split_charts[loop].edges[1].count() == 15
+        assert view.speed_chart.value(loop) > 0
+        assert view.ttft_chart.value(loop) > 0
+    assert view.result is not None and view.result["same_tokens"] is True
+    table = view.table
+    assert float(table.item(0, 0).text()) > 0  # naive tokens/s
+    assert float(table.item(0, 1).text()) > 0  # IO-Binding tokens/s
+    assert table.item(0, 2).text().endswith("x")
+    assert table.item(table.rowCount() - 1, 2).text() == "yes"
+    assert "IO-Binding vs naive" in view.status.text()
+    assert window.chat_view.send_button.isEnabled()
+    # The charts take the whole width; the chat's panels return with the chat tab.
+    assert not window.side_scroll.isVisible()
+    window.tabs.setCurrentIndex(0)
+    assert window.side_scroll.isVisible()
+
+
+def test_sweep_and_export(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    _window, view = open_compare(make_window, tiny_model_dir)
+    view.tokens_spin.setValue(8)
+    view.sweep_edit.setText("32, 64")
+    with qtbot.waitSignal(view.worker.sig_sweep_finished, timeout=RUN_TIMEOUT_MS):
+        assert view.run_sweep()
+    qtbot.waitUntil(lambda: not view.running, timeout=5000)
+    assert len(view.sweep_points) == 2
+    assert view.sweep_chart.series["naive"].count() == 2
+    assert view.export_button.isEnabled()  # a sweep alone can be exported
+    view.choose_export_folder = lambda: str(tmp_path / "export")
+    view.export_button.click()
+    report = tmp_path / "export" / "report.md"
+    assert report.is_file()
+    data = json.loads((tmp_path / "export" / "result.json").read_text())
+    assert [p["context_tokens"] for p in data["sweep"]] == [32, 64]
+    assert (tmp_path / "export" / "sweep.png").stat().st_size > 5000
+    assert "Exported" in view.status.text()
+
+
+def test_stop_ends_the_comparison(qtbot, make_window: WindowFactory, tiny_model_dir: Path) -> None:
+    _window, view = open_compare(make_window, tiny_model_dir)
+    view.tokens_spin.setValue(400)
+    with qtbot.waitSignal(view.worker.sig_failed, timeout=RUN_TIMEOUT_MS) as blocker:
+        view.run_comparison()
+        # The flag is read between steps: the first loop ends after its first token.
+        view.stop_button.click()
+    assert blocker.args[1] == "Comparison stopped."
+    qtbot.waitUntil(lambda: not view.running, timeout=5000)
+    assert view.status.text() == "Comparison stopped."
+    assert view.run_button.isEnabled()
+
+
+def test_bad_sweep_contexts_are_explained(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    _window, view = open_compare(make_window, tiny_model_dir)
+    view.sweep_edit.setText("128, lots")
+    assert not view.run_sweep()
+    assert "'lots' is not a context length" in view.status.text()
+    assert not view.running
+
+
+def test_parse_contexts() -> None:
+    assert parse_contexts(" 512,128 ,128") == (128, 512)
+    with pytest.raises(ValueError, match="at least one"):
+        parse_contexts(" , ")
+    with pytest.raises(ValueError, match="'8'"):
+        parse_contexts("8")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"attention": "standard"},
+        {"kv_layout": "static", "attention": "standard", "context_length": 128},
+    ],
+    ids=["concat", "static-window"],
+)
+def test_comparison_runs_on_every_layout(
+    qtbot, make_window: WindowFactory, tiny_gguf: Path, tmp_path: Path, options: dict
+) -> None:
+    from chatapp.convert.converter import ConvertOptions, convert_gguf
+
+    folder = convert_gguf(tiny_gguf, tmp_path / "model", ConvertOptions(**options))
+    _window, view = open_compare(make_window, folder)
+    view.tokens_spin.setValue(12)
+    with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert view.run_comparison()
+    result = blocker.args[0].result
+    assert result["layout"] == (
+        "concat" if "attention" in options and len(options) == 1 else "static-window"
+    )
+    assert result["same_tokens"] is True
+    assert result["naive"]["tokens_per_s"] > 0 and result["iobinding"]["tokens_per_s"] > 0

@@ -13,10 +13,10 @@ import dataclasses
 from pathlib import Path
 
 from chatapp.convert.default_model import default_model_dir
-from chatapp.engine.bench_report import fmt_bytes
 from chatapp.engine.devices import CPU, create_session, session_options
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.model import open_model_folder
+from chatapp.units import fmt_bytes
 
 EMULATED = dataclasses.replace(CPU, name="own-memory", own_memory=True)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from chatapp.units import fmt_bytes
+
 LOOP_LABELS = {
     "naive": "naive",
     "iobinding": "IO-Binding",
@@ -11,14 +13,6 @@ LOOP_LABELS = {
     "llamacpp": "llama.cpp",
 }
 PEERS = ("genai", "llamacpp")
-
-
-def fmt_bytes(n: float) -> str:
-    """Bytes for people: 0 B, 840 B, 12.3 KB, 45.6 MB, 1.20 GB (powers of 1000)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.{2 if unit == 'GB' else 1}f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _per_token(summary: dict[str, Any]) -> tuple[float, float, float, float]:

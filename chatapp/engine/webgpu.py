@@ -83,15 +83,30 @@ def _discover(mode: str) -> Discovery:
         ort.unregister_execution_provider_library(_LIBRARY_NAME)
         _registered = None
     if _registered is None:
+        # onnxruntime logs a warning when the software adapter is allowed; a user who asked
+        # for it needs no such line (and the command line promises one line per error).
+        ort.set_default_logger_severity(3)
+        previous = os.environ.get(SOFTWARE_ENV)
         if mode == "software":
             os.environ[SOFTWARE_ENV] = "1"
         try:
             ort.register_execution_provider_library(_LIBRARY_NAME, path)
         except Exception as exc:  # an incompatible onnxruntime, a missing Vulkan loader...
             return Discovery(None, False, f"the WebGPU plugin did not load ({first_line(exc)})")
+        finally:
+            # Read when the plugin is registered; restored so that child processes (a
+            # benchmark peer, a second window) do not inherit the choice.
+            _restore(SOFTWARE_ENV, previous)
         _registered = mode
     devices = [d for d in ort.get_ep_devices() if d.ep_name == PROVIDER]
     if not devices:
         return Discovery(None, False, NO_ADAPTER_HINT)
     device = devices[0]
     return Discovery(device, device.device.type == ort.OrtHardwareDeviceType.CPU, None)
+
+
+def _restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value

@@ -266,6 +266,10 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{summary.name} — chatapp")
         self.statusBar().showMessage(f"Loaded {summary.description}", 8000)
         self.side_panel.set_fallback_reason(summary.fallback_reason)
+        self.side_panel.set_device_memory(summary.device_own_memory, summary.device_label)
+        if summary.device != summary.requested_device:
+            # Show what runs (the CPU after a fallback); the saved choice stays the user's.
+            self.side_panel.preselect(device=summary.device)
         self.side_panel.set_context(0, summary.max_context)
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
         if summary.fallback_reason:

@@ -30,6 +30,8 @@ class AnswerFigures:
     context_length: int
     finish_reason: str
     model: str = ""  # the model's name; filled in by the history when it stores the answer
+    h2d_bytes_per_token: float = 0.0  # host -> device per decode token (0: nothing crosses)
+    d2h_bytes_per_token: float = 0.0
 
     @classmethod
     def from_stats(cls, stats: RunStats, finish_reason: str | None = None) -> AnswerFigures:
@@ -45,7 +47,13 @@ class AnswerFigures:
             generated_tokens=stats.generated_tokens,
             context_length=stats.context_length,
             finish_reason=finish_reason or stats.finish_reason,
+            h2d_bytes_per_token=stats.h2d_bytes_per_token,
+            d2h_bytes_per_token=stats.d2h_bytes_per_token,
         )
+
+    @property
+    def transfer_bytes_per_token(self) -> float:
+        return self.h2d_bytes_per_token + self.d2h_bytes_per_token
 
     @property
     def tokens_in_context(self) -> int:

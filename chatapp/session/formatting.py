@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from chatapp.session.conversation import AnswerFigures
+from chatapp.units import fmt_bytes
 
 MISSING = "–"
 MODE_LABELS = {"naive": "Naive", "iobinding": "IO-Binding"}
@@ -43,6 +44,8 @@ def figures_line(fig: AnswerFigures) -> str:
         f"perplexity {perplexity(fig.perplexity)}",
         f"{fig.generated_tokens} tokens",
     ]
+    if fig.transfer_bytes_per_token > 0:
+        parts.append(f"host↔device {fmt_bytes(fig.transfer_bytes_per_token)}/token")
     if fig.finish_reason and fig.finish_reason != "eos":
         parts.append(
             {"length": "hit the token limit", "stop": "stopped", "error": "failed"}.get(

@@ -55,6 +55,7 @@ from chatapp.store.models import (
     from_iso,
     to_iso,
 )
+from chatapp.units import fmt_bytes
 
 FORMAT = "chatapp-conversation"
 FORMAT_VERSION = 1
@@ -288,6 +289,9 @@ def figures_line(fig: Figures) -> str:
         parts.append(f"{fig.prompt_tokens} prompt tokens")
     if fig.generated_tokens is not None:
         parts.append(f"{fig.generated_tokens} generated tokens")
+    moved = (fig.h2d_bytes_per_token or 0) + (fig.d2h_bytes_per_token or 0)
+    if moved:
+        parts.append(f"host↔device {fmt_bytes(moved)} per token")
     if fig.finish_reason:
         parts.append(_FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
     return " · ".join(parts)

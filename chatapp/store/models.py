@@ -11,7 +11,14 @@ from typing import Any, Literal
 Role = Literal["user", "assistant"]
 ROLES: tuple[str, ...] = ("user", "assistant")  # the system prompt lives on the conversation
 
-FIGURE_FLOATS = ("tokens_per_s", "ttft_s", "perplexity", "prompt_perplexity")
+FIGURE_FLOATS = (
+    "tokens_per_s",
+    "ttft_s",
+    "perplexity",
+    "prompt_perplexity",
+    "h2d_bytes_per_token",
+    "d2h_bytes_per_token",
+)
 FIGURE_INTS = ("prompt_tokens", "reused_tokens", "generated_tokens", "context_length")
 FIGURE_TEXTS = ("model", "device", "mode", "finish_reason")
 
@@ -37,6 +44,8 @@ class Figures:
     generated_tokens: int | None = None
     context_length: int | None = None
     finish_reason: str | None = None  # eos | length | stop | error
+    h2d_bytes_per_token: float | None = None  # host -> device per decode step (median)
+    d2h_bytes_per_token: float | None = None  # device -> host
 
     def __post_init__(self) -> None:
         # Plain Python numbers: the engine's figures may be numpy scalars, which sqlite3 and

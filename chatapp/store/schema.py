@@ -87,7 +87,13 @@ _V1_STATEMENTS = (
 )
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1}
+def _v2(conn: sqlite3.Connection) -> None:
+    # The transfer meter: bytes per decode token crossing host -> device and back.
+    conn.execute("ALTER TABLE messages ADD COLUMN h2d_bytes_per_token REAL")
+    conn.execute("ALTER TABLE messages ADD COLUMN d2h_bytes_per_token REAL")
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2}
 CURRENT_VERSION = max(MIGRATIONS)
 
 

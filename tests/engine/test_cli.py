@@ -110,15 +110,33 @@ def test_bench_reports_both_loops(tiny_model_dir: Path) -> None:
         assert data[mode]["tokens_per_s"] > 0
     assert data["speedup_tokens_per_s"] > 0 and data["speedup_latency"] > 0
     assert 90 <= data["prompt_tokens"] <= 110
+    for mode in ("naive", "iobinding"):  # the CPU: nothing crosses a bus
+        assert data[mode]["transfer"]["h2d_bytes_per_token"] == 0
+        assert data[mode]["transfer"]["d2h_bytes_per_token"] == 0
+    assert len(data["load_average"]["before"]) == 3
+    floor = data["floor"]
+    assert floor["read_bandwidth_bytes_per_s"] > 1e8
+    for mode in ("naive", "iobinding"):
+        row = floor["systems"][mode]
+        assert row["weight_bytes_per_step"] > 0 and 0 < row["share_of_ceiling"]
 
 
 def test_bench_prints_a_markdown_table(tiny_model_dir: Path) -> None:
     out = chatapp(
-        "bench", "--model", str(tiny_model_dir), "--max-new-tokens", "4", "--repeats", "1"
+        "bench",
+        "--model",
+        str(tiny_model_dir),
+        "--max-new-tokens",
+        "4",
+        "--repeats",
+        "2",
+        "--no-floor",
     )
     assert out.returncode == 0, out.stderr
     assert "| naive |" in out.stdout and "| IO-Binding |" in out.stdout
     assert "IO-Binding / naive:" in out.stdout
+    assert "On the CPU" in out.stdout  # where each loop's time goes, in words
+    assert "Physical floor" not in out.stdout
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ closed (and their worker threads stopped) at the end of a test."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication
 
+from chatapp.engine import engine as engine_module
+from chatapp.engine.devices import CPU, Device, StartedSession, create_session, session_options
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.app import build_window
 from chatapp.gui.chat.controller import State
@@ -47,6 +50,20 @@ def settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 WindowFactory = Callable[..., MainWindow]
+EMULATED = dataclasses.replace(CPU, name="emulated", label="Emulated GPU", own_memory=True)
+
+
+@pytest.fixture
+def emulated_device(monkeypatch: pytest.MonkeyPatch) -> Device:
+    """Every load starts on a device with its own memory (the CPU provider underneath): the
+    loops re-bind inputs and count bytes as on a GPU, without needing one."""
+
+    def start(path: Path, _device: Device, threads: int | None = None) -> StartedSession:
+        return StartedSession(create_session(path, CPU, session_options(threads)), EMULATED, None)
+
+    monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
+    monkeypatch.setattr(engine_module, "start_session", start)
+    return EMULATED
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 def test_fresh_database_gets_current_version_and_tables(db_path: Path) -> None:
     HistoryStore(db_path).close()
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 2
     assert {"conversations", "messages"} <= {
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
@@ -56,18 +56,44 @@ def _add_seed(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE messages SET seed = 7")
 
 
-def test_v1_database_migrates_forward_keeping_data(db_path: Path) -> None:
+def test_v1_database_migrates_to_v2_keeping_figures(db_path: Path) -> None:
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    migrate(conn, db_path, {1: MIGRATIONS[1]})  # a file written by the app before v2
+    now = "2026-11-01T10:00:00+00:00"
+    conn.execute("INSERT INTO conversations VALUES (1, 'before', ?, ?, NULL, '')", (now, now))
+    conn.execute(
+        "INSERT INTO messages (conversation_id, position, role, content, created) "
+        "VALUES (1, 0, 'user', 'hello', ?)",
+        (now,),
+    )
+    conn.execute(
+        "INSERT INTO messages (conversation_id, position, role, content, created, mode, "
+        "tokens_per_s) VALUES (1, 1, 'assistant', 'hi', ?, 'naive', 12.5)",
+        (now,),
+    )
+    conn.close()
     with HistoryStore(db_path) as s:
-        conv = s.create_conversation("before v2")
+        assert s.diagnostics()["schema_version"] == 2
+        conv = s.load_conversation(1)
+        figures = conv.messages[1].figures
+        assert figures is not None and figures.tokens_per_s == 12.5
+        assert figures.h2d_bytes_per_token is None  # unknown for answers made before v2
+        s.append_message(conv.id, "assistant", "again", Figures(h2d_bytes_per_token=8.0))
+        assert s.load_conversation(conv.id).messages[2].figures.h2d_bytes_per_token == 8.0
+
+
+def test_current_database_migrates_forward_keeping_data(db_path: Path) -> None:
+    with HistoryStore(db_path) as s:
+        conv = s.create_conversation("before v3")
         s.append_message(conv.id, "user", "hello")
 
-    with HistoryStore(db_path, migrations={**MIGRATIONS, 2: _add_seed}) as s:
-        assert s.diagnostics()["schema_version"] == 2
+    with HistoryStore(db_path, migrations={**MIGRATIONS, 3: _add_seed}) as s:
+        assert s.diagnostics()["schema_version"] == 3
         loaded = s.load_conversation(conv.id)
         assert [m.content for m in loaded.messages] == ["hello"]
 
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert conn.execute("SELECT seed FROM messages").fetchall() == [(7,)]
     conn.close()
 
@@ -98,9 +124,9 @@ def test_failing_migration_changes_nothing(db_path: Path) -> None:
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        HistoryStore(db_path, migrations={**MIGRATIONS, 2: broken})
+        HistoryStore(db_path, migrations={**MIGRATIONS, 3: broken})
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert "half_done" not in names
     conn.close()
@@ -115,9 +141,9 @@ def test_migration_that_commits_on_its_own_is_caught(db_path: Path) -> None:
         conn.executescript("CREATE TABLE y (a);")  # commits the open transaction (3.11)
 
     with pytest.raises(StoreError, match="ended the transaction"):
-        HistoryStore(db_path, migrations={**MIGRATIONS, 2: sneaky})
+        HistoryStore(db_path, migrations={**MIGRATIONS, 3: sneaky})
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     conn.close()
 
 

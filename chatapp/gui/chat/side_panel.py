@@ -31,6 +31,7 @@ from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session import formatting as fmt
 from chatapp.session.conversation import AnswerFigures
+from chatapp.units import fmt_bytes
 
 MODES = ("naive", "iobinding")
 LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
@@ -155,6 +156,9 @@ class LatencyChart(QChartView):
         return self.series.count()
 
 
+TRANSFER_TIP = "Bytes crossing between host and device memory per generated token"
+
+
 class SidePanel(QWidget):
     sig_mode_changed = Signal(str)
     sig_device_changed = Signal(str)
@@ -205,6 +209,20 @@ class SidePanel(QWidget):
             value.setToolTip(tip)
             grid.addWidget(label, (i // 2) * 2, i % 2)
             grid.addWidget(value, (i // 2) * 2 + 1, i % 2)
+        transfer_caption = QLabel("Host↔device per token", box)
+        transfer_caption.setStyleSheet("color: #6b7280;")
+        transfer_caption.setToolTip(TRANSFER_TIP)
+        self.transfer_value = self._value_label("transferValue")
+        self.transfer_value.setAccessibleName("Host↔device per token")
+        self.transfer_value.setToolTip(TRANSFER_TIP)
+        self.transfer_note = QLabel("", box)
+        self.transfer_note.setObjectName("transferNote")
+        self.transfer_note.setWordWrap(True)
+        self.transfer_note.setStyleSheet("color: #6b7280;")
+        grid.addWidget(transfer_caption, 4, 0, 1, 2)
+        grid.addWidget(self.transfer_value, 5, 0, 1, 2)
+        grid.addWidget(self.transfer_note, 6, 0, 1, 2)
+        self._own_memory = False
         context_caption = QLabel("Context used (tokens)", box)
         context_caption.setStyleSheet("color: #6b7280;")
         self.context_value = QLabel(fmt.MISSING, box)
@@ -215,14 +233,14 @@ class SidePanel(QWidget):
         self.context_bar.setMaximumHeight(6)
         self.context_bar.setRange(0, 1)
         self.context_bar.setValue(0)
-        grid.addWidget(context_caption, 4, 0)
-        grid.addWidget(self.context_value, 4, 1, Qt.AlignmentFlag.AlignRight)
-        grid.addWidget(self.context_bar, 5, 0, 1, 2)
+        grid.addWidget(context_caption, 7, 0)
+        grid.addWidget(self.context_value, 7, 1, Qt.AlignmentFlag.AlignRight)
+        grid.addWidget(self.context_bar, 8, 0, 1, 2)
         chart_caption = QLabel("Per-token latency", box)
         chart_caption.setStyleSheet("color: #6b7280;")
-        grid.addWidget(chart_caption, 6, 0, 1, 2)
+        grid.addWidget(chart_caption, 9, 0, 1, 2)
         self.latency_chart = LatencyChart(box)
-        grid.addWidget(self.latency_chart, 7, 0, 1, 2)
+        grid.addWidget(self.latency_chart, 10, 0, 1, 2)
         return box
 
     def _build_loop(self) -> QGroupBox:
@@ -234,7 +252,7 @@ class SidePanel(QWidget):
         row = QFormLayout()
         self.device_selector = QComboBox(box)
         self.device_selector.setObjectName("deviceSelector")
-        self._devices: list[Device] = available_devices()
+        self._devices: list[Device] = available_devices(offers=True)
         for device in self._devices:
             self.device_selector.addItem(device.label, device.name)
         self.device_selector.currentIndexChanged.connect(self._on_device_index_changed)
@@ -397,6 +415,18 @@ class SidePanel(QWidget):
         self.context_bar.setRange(0, max(1, total))
         self.context_bar.setValue(min(used, max(1, total)))
 
+    def set_device_memory(self, own_memory: bool, device_label: str) -> None:
+        """Whether the loaded device has memory of its own: what the transfer figure means."""
+        self._own_memory = own_memory
+        self.transfer_value.setText(fmt.MISSING if own_memory else fmt_bytes(0))
+        self.transfer_note.setText(
+            f"On {device_label} the naive loop moves every layer's KV cache to the host and "
+            "back for each token; IO-Binding moves only the token, the mask and the logits."
+            if own_memory
+            else "The CPU works in the host's own memory, so nothing crosses a bus. Pick a GPU "
+            "or WebGPU device to see what the naive loop moves."
+        )
+
     def start_answer(self) -> None:
         self.latency_chart.clear()
         for label in (
@@ -406,6 +436,8 @@ class SidePanel(QWidget):
             self.prompt_perplexity_value,
         ):
             label.setText(fmt.MISSING)
+        if self._own_memory:
+            self.transfer_value.setText(fmt.MISSING)
 
     def show_stats(self, s: AnswerFigures) -> None:
         self.tokens_per_second_value.setText(fmt.rate(s.tokens_per_s))
@@ -413,6 +445,12 @@ class SidePanel(QWidget):
         self.perplexity_value.setText(fmt.perplexity(s.perplexity))
         self.prompt_perplexity_value.setText(fmt.perplexity(s.prompt_perplexity))
         self.set_context(s.tokens_in_context, s.context_length)
+        if s.generated_tokens > 1 or not self._own_memory:  # decode steps, not the prompt
+            self.transfer_value.setText(fmt_bytes(s.transfer_bytes_per_token))
+            self.transfer_value.setToolTip(
+                f"{TRANSFER_TIP}\nHost → device {fmt_bytes(s.h2d_bytes_per_token)}, "
+                f"device → host {fmt_bytes(s.d2h_bytes_per_token)} (medians of the decode steps)"
+            )
 
     def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
         self.latency_chart.add(first_index, latencies_s)

@@ -27,7 +27,7 @@ from chatapp.convert.errors import ConversionError
 from chatapp.engine.chat import Message
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
-from chatapp.engine.errors import EngineError
+from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.common.qtcompat import emit
@@ -56,6 +56,7 @@ class ModelSummary:
     layout: str
     device: str
     device_label: str
+    device_own_memory: bool  # whether bytes cross a host <-> device boundary
     requested_device: str
     fallback_reason: str | None
     context_length: int  # the model's
@@ -168,22 +169,19 @@ class GenerationWorker(QObject):
             return
         # Only replace the old engine once the new one works: a failed load keeps the chat going.
         self.engine = engine
-        emit(
-            self.sig_model_loaded,
-            ModelSummary(
-                folder=engine.info.folder,
-                name=engine.info.name,
-                description=engine.info.describe(),
-                layout=engine.info.layout.value,
-                device=engine.device.name,
-                device_label=engine.device.label,
-                requested_device=request.device,
-                fallback_reason=reason,
-                context_length=engine.info.context_length,
-                max_context=engine.max_context,
-                threads=request.threads,
-            ),
-        )
+        emit(self.sig_model_loaded, _summary(engine, request.device, reason))
+
+    def _fall_back_to_cpu(self, failure: DeviceFailure) -> None:
+        """After the device failed mid-answer: the same model on the CPU for the next one."""
+        assert self.engine is not None
+        requested = self.engine.device.name
+        reason = f"{failure} Running on the CPU."
+        try:
+            self.engine.fall_back_to_cpu(reason)
+        except Exception as exc:  # even the CPU session did not start: say so, keep the chat
+            emit(self.sig_load_failed, f"The model could not be restarted on the CPU: {exc}")
+            return
+        emit(self.sig_model_loaded, _summary(self.engine, requested, reason))
 
     def _open_engine(self, request: LoadRequest) -> tuple[Engine, str | None]:
         try:
@@ -237,6 +235,9 @@ class GenerationWorker(QObject):
                 batch.text.append(gen.text[len(streamed) :])
             self._flush(batch, stats, force=True)
             emit(self.sig_finished, AnswerResult(rid, gen.text, copy.deepcopy(stats)))
+        except DeviceFailure as exc:
+            self._fail(batch, stats, rid, f"{exc} The next answer runs on the CPU.")
+            self._fall_back_to_cpu(exc)
         except EngineError as exc:
             self._fail(batch, stats, rid, str(exc))
         except ValueError as exc:  # SamplingSettings.validate
@@ -322,6 +323,23 @@ class GenerationWorker(QObject):
 
     def _report_conversion(self, fraction: float, message: str) -> None:
         emit(self.sig_convert_progress, fraction, message)
+
+
+def _summary(engine: Engine, requested_device: str, reason: str | None) -> ModelSummary:
+    return ModelSummary(
+        folder=engine.info.folder,
+        name=engine.info.name,
+        description=engine.info.describe(),
+        layout=engine.info.layout.value,
+        device=engine.device.name,
+        device_label=engine.device.label,
+        device_own_memory=engine.device.own_memory,
+        requested_device=requested_device,
+        fallback_reason=reason,
+        context_length=engine.info.context_length,
+        max_context=engine.max_context,
+        threads=engine.threads,
+    )
 
 
 class _Batch:

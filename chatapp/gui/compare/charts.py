@@ -15,7 +15,7 @@ from PySide6.QtCharts import (
     QLineSeries,
     QValueAxis,
 )
-from PySide6.QtCore import QMargins, Qt
+from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 
 LOOPS = ("naive", "iobinding")
@@ -198,9 +198,41 @@ class PairBarChart(QChart):
         self.series.attachAxis(self.categories)
         self.series.attachAxis(self.y_axis)
 
+        # Min-max over the repeats: an "I" per bar on a hidden axis where bar i sits at x = i.
+        self.spread_axis = QValueAxis()
+        self.spread_axis.setRange(-0.5, len(LOOPS) - 0.5)
+        self.spread_axis.setVisible(False)
+        self.addAxis(self.spread_axis, Qt.AlignmentFlag.AlignTop)
+        self.spreads: dict[str, QLineSeries] = {}
+        for loop in LOOPS:
+            line = QLineSeries()
+            line.setPen(QPen(QColor("#1f2937"), 1.6))
+            self.addSeries(line)
+            line.attachAxis(self.spread_axis)
+            line.attachAxis(self.y_axis)
+            self.spreads[loop] = line
+        self._high = dict.fromkeys(LOOPS, 0.0)
+
     def set_value(self, loop: str, value: float) -> None:
         self.bar.replace(LOOPS.index(loop), round(value, 1))
-        top = max(self.bar.at(i) for i in range(self.bar.count()))
+        self._rescale()
+
+    def set_spread(self, loop: str, low: float, high: float) -> None:
+        """Draw the range the repeats spanned (nothing for a single run)."""
+        x, cap = float(LOOPS.index(loop)), 0.08
+        points = [(x - cap, low), (x + cap, low), (x, low), (x, high), (x - cap, high)]
+        points.append((x + cap, high))
+        self.spreads[loop].replace([QPointF(px, py) for px, py in points])
+        self._high[loop] = high
+        self._rescale()
+
+    def clear_spread(self) -> None:
+        for line in self.spreads.values():
+            line.clear()
+        self._high = dict.fromkeys(LOOPS, 0.0)
+
+    def _rescale(self) -> None:
+        top = max([self.bar.at(i) for i in range(self.bar.count())] + list(self._high.values()))
         _nice_range(self.y_axis, max(1.0, top * 1.2))
 
     def value(self, loop: str) -> float:
@@ -222,3 +254,23 @@ class SweepChart(LoopLinesChart):
 
     def add_point(self, loop: str, context_tokens: int, tokens_per_s: float) -> None:
         self.append(loop, context_tokens, tokens_per_s)
+
+
+class TransferChart(LoopLinesChart):
+    """Bytes crossing host <-> device per decode token, against the context length."""
+
+    TITLE = "Host↔device per token as the context grows"
+
+    def __init__(self) -> None:
+        super().__init__(
+            self.TITLE, "tokens in the context", "MB per token", width=2.0, min_x=128.0, points=True
+        )
+
+    def add_point(self, loop: str, context_tokens: int, bytes_per_token: float) -> None:
+        self.append(loop, context_tokens, bytes_per_token / 1e6)
+
+    def set_shared_memory(self, shared: bool) -> None:
+        """On the CPU both lines are zero: the title says why instead of leaving a puzzle."""
+        self.setTitle(
+            f"{self.TITLE}: 0 on the CPU (host memory, nothing crosses)" if shared else self.TITLE
+        )

@@ -46,6 +46,7 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
         PairBarChart,
         StepSplitChart,
         SweepChart,
+        TransferChart,
     )
 
     charts: dict[str, Any] = {}
@@ -64,17 +65,25 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
             tallest = max(tallest, sum(parts))
         speed.set_value(loop, summary["tokens_per_s"])
         ttft.set_value(loop, summary["ttft_s"] * 1000)
+        spread = summary.get("spread")
+        if spread and summary.get("repeats", 1) > 1:
+            speed.set_spread(loop, *spread["tokens_per_s"])
+            ttft.set_spread(loop, *(x * 1000 for x in spread["ttft_s"]))
     for chart in splits.values():
         chart.set_y_max(tallest)
     charts["latency"] = latency
     charts["split_naive"], charts["split_iobinding"] = splits["naive"], splits["iobinding"]
     charts["tokens_per_s"], charts["ttft"] = speed, ttft
     if result.get("sweep"):
-        sweep = SweepChart()
+        sweep, transfer = SweepChart(), TransferChart()
+        transfer.set_shared_memory(not result.get("device_own_memory"))
         for point in result["sweep"]:
             for loop in LOOPS:
                 sweep.add_point(loop, point["prompt_tokens"], point[loop]["tokens_per_s"])
-        charts["sweep"] = sweep
+                moved = point[loop]["transfer"]
+                total = moved["h2d_bytes_per_token"] + moved["d2h_bytes_per_token"]
+                transfer.add_point(loop, point["prompt_tokens"], total)
+        charts["sweep"], charts["transfer"] = sweep, transfer
     return charts
 
 
@@ -94,7 +103,18 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
     tokens = folder / "tokens.csv"
     with tokens.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["loop", "token", "latency_ms", "run_ms", "host_ms", "sample_ms"])
+        writer.writerow(
+            [
+                "loop",
+                "token",
+                "latency_ms",
+                "run_ms",
+                "host_ms",
+                "sample_ms",
+                "h2d_bytes",
+                "d2h_bytes",
+            ]
+        )
         for loop in ("naive", "iobinding"):
             run = result[loop]["first_run"]
             for i, (lat, step) in enumerate(zip(run["latencies_s"], run["steps"], strict=True), 1):
@@ -106,6 +126,8 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
                         f"{step['run_s'] * 1000:.3f}",
                         f"{step['host_s'] * 1000:.3f}",
                         f"{step['sample_s'] * 1000:.3f}",
+                        step.get("h2d_bytes", 0),
+                        step.get("d2h_bytes", 0),
                     ]
                 )
     summary = folder / "summary.csv"
@@ -120,6 +142,11 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
                 "latency_p50_ms",
                 "latency_p95_ms",
                 "host_prep_share",
+                "tokens_per_s_min",
+                "tokens_per_s_max",
+                "h2d_bytes_per_token",
+                "d2h_bytes_per_token",
+                "repeats",
             ]
         )
         points = [result, *result.get("sweep", [])]
@@ -135,6 +162,11 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
                         f"{r['latency_p50_s'] * 1000:.2f}",
                         f"{r['latency_p95_s'] * 1000:.2f}",
                         f"{r['host_prep_share']:.4f}",
+                        f"{r['spread']['tokens_per_s'][0]:.2f}",
+                        f"{r['spread']['tokens_per_s'][1]:.2f}",
+                        f"{r['transfer']['h2d_bytes_per_token']:.0f}",
+                        f"{r['transfer']['d2h_bytes_per_token']:.0f}",
+                        r["repeats"],
                     ]
                 )
     return [tokens, summary]
@@ -147,6 +179,7 @@ IMAGE_CAPTIONS = {
     "tokens_per_s": "Decode tokens/s",
     "ttft": "Time to first token",
     "sweep": "Decode tokens/s against the context length",
+    "transfer": "Bytes crossing host↔device per token against the context length",
 }
 
 

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.engine.bench_report import where_time_goes
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.compare.charts import (
     LOOP_LABELS,
@@ -38,6 +39,7 @@ from chatapp.gui.compare.charts import (
     PairBarChart,
     StepSplitChart,
     SweepChart,
+    TransferChart,
 )
 from chatapp.gui.compare.worker import (
     CompareFinished,
@@ -49,6 +51,7 @@ from chatapp.gui.compare.worker import (
     SweepPoint,
     SweepRequest,
 )
+from chatapp.units import fmt_bytes
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 DEFAULT_SWEEP = "128,512,1024,2048"
@@ -58,7 +61,20 @@ TABLE_ROWS = (
     ("p50 latency (ms)", "latency_p50_s", 1000.0, "{:.1f}"),
     ("p95 latency (ms)", "latency_p95_s", 1000.0, "{:.1f}"),
     ("host preparation share", "host_prep_share", 100.0, "{:.1f}%"),
+    ("host→device per token", "h2d_bytes_per_token", 0.0, "bytes"),
+    ("device→host per token", "d2h_bytes_per_token", 0.0, "bytes"),
 )
+
+
+def table_text(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
+    """A summary figure as the table shows it: the median, and the repeats' range if several."""
+    if fmt == "bytes":
+        return fmt_bytes(summary["transfer"][key])
+    text = fmt.format(summary[key] * scale)
+    low, high = (summary.get("spread") or {}).get(key, (None, None))
+    if low is not None and summary.get("repeats", 1) > 1:
+        text += f" ({fmt.format(low * scale)}–{fmt.format(high * scale)})"
+    return text
 
 
 def parse_contexts(text: str) -> tuple[int, ...]:
@@ -116,6 +132,13 @@ class CompareView(QWidget):
             "Tokens each loop generates (greedy; end-of-text ignored so "
             "both loops do the same work)"
         )
+        self.repeats_spin = QSpinBox(self)
+        self.repeats_spin.setObjectName("compareRepeats")
+        self.repeats_spin.setRange(1, 9)
+        self.repeats_spin.setValue(3)
+        self.repeats_spin.setToolTip(
+            "Runs of both loops: the figures are medians, the bars and the table show the range"
+        )
         self.run_button = QPushButton("Run both loops", self)
         self.run_button.setObjectName("compareRunButton")
         self.stop_button = QPushButton("Stop", self)
@@ -131,12 +154,16 @@ class CompareView(QWidget):
         self.status = QLabel("Compare the naive and IO-Binding loops on one prompt.", self)
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
+        self.explanation = QLabel("", self)
+        self.explanation.setObjectName("compareExplanation")
+        self.explanation.setWordWrap(True)
 
         self.latency_chart = LatencyLinesChart()
         self.split_charts = {loop: StepSplitChart(loop) for loop in LOOPS}
         self.speed_chart = PairBarChart("Decode speed", "tokens/s")
         self.ttft_chart = PairBarChart("Time to first token", "ms")
         self.sweep_chart = SweepChart()
+        self.transfer_chart = TransferChart()
         self.table = QTableWidget(len(TABLE_ROWS) + 1, 3, self)
         self.table.setObjectName("compareTable")
         self.table.setHorizontalHeaderLabels(
@@ -152,6 +179,8 @@ class CompareView(QWidget):
         controls.addWidget(self.prompt_edit, 1)
         controls.addWidget(QLabel("Tokens", self))
         controls.addWidget(self.tokens_spin)
+        controls.addWidget(QLabel("Runs", self))
+        controls.addWidget(self.repeats_spin)
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
         sweep_row = QHBoxLayout()
@@ -167,8 +196,9 @@ class CompareView(QWidget):
         grid.addWidget(self._view(self.speed_chart), 2, 0)
         grid.addWidget(self._view(self.ttft_chart), 2, 1)
         grid.addWidget(self._view(self.sweep_chart), 3, 0)
-        grid.addWidget(self.table, 3, 1)
-        for row in range(4):
+        grid.addWidget(self._view(self.transfer_chart), 3, 1)
+        grid.addWidget(self.table, 4, 0, 1, 2)
+        for row in range(5):
             grid.setRowStretch(row, 1)
 
         # The charts scroll: the view must not force a window taller than a laptop screen.
@@ -183,6 +213,7 @@ class CompareView(QWidget):
         layout.addLayout(controls)
         layout.addLayout(sweep_row)
         layout.addWidget(self.status)
+        layout.addWidget(self.explanation)
         layout.addWidget(scroll, 1)
 
         self.run_button.clicked.connect(self.run_comparison)
@@ -232,14 +263,20 @@ class CompareView(QWidget):
         self.latency_chart.clear()
         for chart in self.split_charts.values():
             chart.clear()
-        for loop in LOOPS:
-            self.speed_chart.set_value(loop, 0.0)
-            self.ttft_chart.set_value(loop, 0.0)
+        for chart in (self.speed_chart, self.ttft_chart):
+            chart.clear_spread()
+            for loop in LOOPS:
+                chart.set_value(loop, 0.0)
         self.table.clearContents()
+        self.explanation.setText("")
         self._set_running(True)
         self.status.setText("Starting…")
         request = CompareRequest(
-            self._request_id, prompt, self.system_prompt(), self.tokens_spin.value()
+            self._request_id,
+            prompt,
+            self.system_prompt(),
+            self.tokens_spin.value(),
+            self.repeats_spin.value(),
         )
         emit(self.sig_compare_requested, request)
         return True
@@ -256,12 +293,14 @@ class CompareView(QWidget):
         self._request_id += 1
         self.sweep_points = []
         self.sweep_chart.clear()
+        self.transfer_chart.clear()
         self._set_running(True)
         prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
-        emit(
-            self.sig_sweep_requested,
-            SweepRequest(self._request_id, prompt, contexts, min(self.tokens_spin.value(), 64)),
+        tokens = min(self.tokens_spin.value(), 64)
+        request = SweepRequest(
+            self._request_id, prompt, contexts, tokens, self.repeats_spin.value()
         )
+        emit(self.sig_sweep_requested, request)
         return True
 
     @Slot()
@@ -293,11 +332,19 @@ class CompareView(QWidget):
     def _on_loop_finished(self, done: LoopFinished) -> None:
         if not self._current(done.request_id):
             return
-        self.speed_chart.set_value(done.loop, done.summary["tokens_per_s"])
-        self.ttft_chart.set_value(done.loop, done.summary["ttft_s"] * 1000)
+        summary = done.summary
+        spread = summary.get("spread") or {}
+        for chart, key, scale in (
+            (self.speed_chart, "tokens_per_s", 1.0),
+            (self.ttft_chart, "ttft_s", 1000.0),
+        ):
+            chart.set_value(done.loop, summary[key] * scale)
+            if summary.get("repeats", 1) > 1 and key in spread:
+                low, high = spread[key]
+                chart.set_spread(done.loop, low * scale, high * scale)
         column = LOOPS.index(done.loop)
         for row, (_label, key, scale, fmt) in enumerate(TABLE_ROWS):
-            self._cell(row, column, fmt.format(done.summary[key] * scale))
+            self._cell(row, column, table_text(summary, key, scale, fmt))
 
     @Slot(object)
     def _on_finished(self, done: CompareFinished) -> None:
@@ -315,18 +362,22 @@ class CompareView(QWidget):
             f"IO-Binding vs naive: {r['speedup_tokens_per_s']:.2f}x tokens/s, "
             f"{r['speedup_latency']:.2f}x lower median latency; same tokens: "
             f"{'yes' if r['same_tokens'] else 'no'} ({r['prompt_tokens']} prompt tokens, "
-            f"{r['max_new_tokens']} generated, {r['device']})."
+            f"{r['max_new_tokens']} generated, {r['device']}, median of {r['repeats']} runs)."
         )
+        self.explanation.setText(where_time_goes(r))
 
     @Slot(object)
     def _on_sweep_point(self, point: SweepPoint) -> None:
         if not self._current(point.request_id):
             return
         self.sweep_points.append(point.point)
+        context = point.point["prompt_tokens"]
         for loop in LOOPS:
-            self.sweep_chart.add_point(
-                loop, point.point["prompt_tokens"], point.point[loop]["tokens_per_s"]
-            )
+            summary = point.point[loop]
+            self.sweep_chart.add_point(loop, context, summary["tokens_per_s"])
+            transfer = summary["transfer"]
+            moved = transfer["h2d_bytes_per_token"] + transfer["d2h_bytes_per_token"]
+            self.transfer_chart.add_point(loop, context, moved)
         if self.result is not None:
             self.result["sweep"] = list(self.sweep_points)
 
@@ -339,6 +390,7 @@ class CompareView(QWidget):
             self.result = {**done.header, **self.sweep_points[0]}
         if self.result is not None:
             self.result["sweep"] = list(self.sweep_points)
+        self.transfer_chart.set_shared_memory(not done.header.get("device_own_memory"))
         self._set_running(False)
         self.status.setText(f"Context sweep done: {len(self.sweep_points)} points.")
 

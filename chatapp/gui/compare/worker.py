@@ -41,6 +41,7 @@ class CompareRequest:
     prompt: str
     system_prompt: str = ""
     max_new_tokens: int = 64
+    repeats: int = 3  # the first streams live; medians and min-max come from all of them
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class SweepRequest:
     prompt: str
     contexts: tuple[int, ...]
     max_new_tokens: int = 32
+    repeats: int = 1
 
 
 @dataclass(frozen=True)
@@ -150,15 +152,32 @@ class CompareWorker(QObject):
         ids = engine.tokenizer.chat_ids([*messages, Message("user", request.prompt)])
         emit(self.sig_progress, "Warming up both loops…")
         run_interleaved(engine, ids, WARMUP_TOKENS)
-        emit(self.sig_progress, "Running both loops, one token each in turn…")
-        runs = self._run_streaming(engine, ids, request.max_new_tokens, rid)
-        if runs is None:
+        repeats = max(1, request.repeats)
+        emit(self.sig_progress, f"Run 1/{repeats}: both loops, one token each in turn…")
+        first = self._run_streaming(engine, ids, request.max_new_tokens, rid)
+        if first is None:
             emit(self.sig_failed, rid, "Comparison stopped.")
             return
+        runs = {m: [first[m]] for m in MODES}
+        for r in range(2, repeats + 1):
+            emit(self.sig_progress, f"Run {r}/{repeats} (the one above was run 1)…")
+            # Who leads alternates, as in `chatapp bench`.
+            more = run_interleaved(
+                engine,
+                ids,
+                request.max_new_tokens,
+                MODES[(r - 1) % len(MODES)],
+                should_stop=lambda: self._stopped(rid),
+            )
+            if any(s.finish_reason == "stop" for s in more.values()):
+                emit(self.sig_failed, rid, "Comparison stopped.")
+                return
+            for mode in MODES:
+                runs[mode].append(more[mode])
         for mode in MODES:
-            emit(self.sig_loop_finished, LoopFinished(rid, mode, summarize([runs[mode]])))
-        header = result_header(engine, request.max_new_tokens, repeats=1)
-        result = {**header, **compare_runs({m: [r] for m, r in runs.items()}, len(ids))}
+            emit(self.sig_loop_finished, LoopFinished(rid, mode, summarize(runs[mode])))
+        header = result_header(engine, request.max_new_tokens, repeats=repeats)
+        result = {**header, **compare_runs(runs, len(ids))}
         emit(self.sig_finished, CompareFinished(rid, result))
         emit(self.sig_progress, "Done.")
 
@@ -210,15 +229,22 @@ class CompareWorker(QObject):
                 emit(self.sig_failed, rid, "Sweep stopped.")
                 return
             emit(self.sig_progress, f"Context {target} ({number}/{len(request.contexts)})…")
-            stats = run_interleaved(
-                engine, ids, request.max_new_tokens, should_stop=lambda: self._stopped(rid)
-            )
-            if any(s.finish_reason == "stop" for s in stats.values()):
-                emit(self.sig_failed, rid, "Sweep stopped.")
-                return
-            runs = {m: [r] for m, r in stats.items()}
+            runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
+            for r in range(max(1, request.repeats)):
+                stats = run_interleaved(
+                    engine,
+                    ids,
+                    request.max_new_tokens,
+                    MODES[r % len(MODES)],
+                    should_stop=lambda: self._stopped(rid),
+                )
+                if any(s.finish_reason == "stop" for s in stats.values()):
+                    emit(self.sig_failed, rid, "Sweep stopped.")
+                    return
+                for mode in MODES:
+                    runs[mode].append(stats[mode])
             point = {**compare_runs(runs, len(ids)), "context_tokens": target}
             emit(self.sig_sweep_point, SweepPoint(rid, target, point))
-        header = result_header(engine, request.max_new_tokens, repeats=1)
+        header = result_header(engine, request.max_new_tokens, repeats=request.repeats)
         emit(self.sig_sweep_finished, SweepFinished(rid, header))
         emit(self.sig_progress, "Sweep done.")

@@ -94,6 +94,8 @@ def figures_from_store(figures: Figures | None) -> AnswerFigures | None:
         context_length=figures.context_length or 0,
         finish_reason=figures.finish_reason or "",
         model=figures.model or "",
+        h2d_bytes_per_token=figures.h2d_bytes_per_token or 0.0,
+        d2h_bytes_per_token=figures.d2h_bytes_per_token or 0.0,
     )
 
 

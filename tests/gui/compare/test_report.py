@@ -18,7 +18,12 @@ from chatapp.gui.compare.report import CHART_SIZE, write_report
 @pytest.fixture(scope="module")
 def result(tiny_model_dir: Path) -> dict:
     config = BenchConfig(
-        model_dir=tiny_model_dir, max_new_tokens=12, repeats=1, threads=1, sweep=[32, 96]
+        model_dir=tiny_model_dir,
+        max_new_tokens=12,
+        repeats=1,
+        threads=1,
+        sweep=[32, 96],
+        floor=False,
     )
     return run_bench_suite(config)
 
@@ -32,6 +37,7 @@ def test_report_files_exist_and_parse(result: dict, tmp_path: Path, qapp: object
         "split_naive.png",
         "sweep.png",
         "tokens_per_s.png",
+        "transfer.png",
         "ttft.png",
     ]
     for image in files.images:

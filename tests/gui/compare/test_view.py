@@ -30,6 +30,7 @@ def test_comparison_fills_charts_and_table(
 ) -> None:
     window, view = open_compare(make_window, tiny_model_dir)
     view.tokens_spin.setValue(16)
+    view.repeats_spin.setValue(1)
     seen_steps: list[int] = []
     view.worker.sig_steps.connect(lambda batch: seen_steps.append(len(batch.steps)))
     with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS):
@@ -76,7 +77,48 @@ def test_sweep_and_export(
     data = json.loads((tmp_path / "export" / "result.json").read_text())
     assert [p["context_tokens"] for p in data["sweep"]] == [32, 64]
     assert (tmp_path / "export" / "sweep.png").stat().st_size > 5000
+    assert (tmp_path / "export" / "transfer.png").stat().st_size > 5000
+    assert "0 on the CPU" in view.transfer_chart.title()  # both lines at zero, and why
+    summary_csv = (tmp_path / "export" / "summary.csv").read_text()
+    assert "h2d_bytes_per_token" in summary_csv.splitlines()[0]
     assert "Exported" in view.status.text()
+
+
+def test_repeats_give_medians_ranges_and_where_the_time_goes(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    _window, view = open_compare(make_window, tiny_model_dir)
+    view.tokens_spin.setValue(8)
+    view.repeats_spin.setValue(3)
+    with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert view.run_comparison()
+    qtbot.waitUntil(lambda: not view.running, timeout=5000)
+    result = blocker.args[0].result
+    assert result["repeats"] == 3 and result["naive"]["repeats"] == 3
+    low, high = result["naive"]["spread"]["tokens_per_s"]
+    assert low <= result["naive"]["tokens_per_s"] <= high
+    assert "–" in view.table.item(0, 0).text()  # the median and the range of the runs
+    assert view.table.item(5, 0).text() == "0 B"  # host->device on the CPU
+    assert view.speed_chart.spreads["naive"].count() == 6  # an "I" drawn over the bar
+    explanation = view.explanation.text()
+    assert "CPU" in explanation and "0 bytes per token" in explanation
+
+
+def test_sweep_on_a_device_with_its_own_memory_draws_the_bytes(
+    qtbot, make_window: WindowFactory, varied_model_dir: Path, emulated_device: object
+) -> None:
+    _window, view = open_compare(make_window, varied_model_dir)
+    view.tokens_spin.setValue(6)
+    view.repeats_spin.setValue(1)
+    view.sweep_edit.setText("32, 64")
+    with qtbot.waitSignal(view.worker.sig_sweep_finished, timeout=RUN_TIMEOUT_MS):
+        assert view.run_sweep()
+    qtbot.waitUntil(lambda: not view.running, timeout=5000)  # the queued points are drawn
+    naive = view.transfer_chart.series["naive"]
+    iob = view.transfer_chart.series["iobinding"]
+    assert naive.count() == iob.count() == 2
+    assert naive.at(1).y() > naive.at(0).y() > 10 * iob.at(0).y() > 0  # grows with the context
+    assert "0 on the CPU" not in view.transfer_chart.title()
 
 
 def test_stop_ends_the_comparison(qtbot, make_window: WindowFactory, tiny_model_dir: Path) -> None:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -218,6 +219,9 @@ class SidePanel(QWidget):
         self.transfer_note = QLabel("", box)
         self.transfer_note.setObjectName("transferNote")
         self.transfer_note.setWordWrap(True)
+        # Its long text must wrap to the panel, not widen it (the panel's width comes from the
+        # figures and the controls).
+        self.transfer_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.transfer_note.setStyleSheet("color: #6b7280;")
         grid.addWidget(transfer_caption, 4, 0, 1, 2)
         grid.addWidget(self.transfer_value, 5, 0, 1, 2)
@@ -253,8 +257,16 @@ class SidePanel(QWidget):
         self.device_selector = QComboBox(box)
         self.device_selector.setObjectName("deviceSelector")
         self._devices: list[Device] = available_devices(offers=True)
+        # Adapter names can be long ("llvmpipe (LLVM 15.0.6, 256 bits)"): the box keeps the
+        # panel's width and the open list and each item's tooltip show the whole name.
+        self.device_selector.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.device_selector.setMinimumContentsLength(18)
         for device in self._devices:
             self.device_selector.addItem(device.label, device.name)
+            index = self.device_selector.count() - 1
+            self.device_selector.setItemData(index, device.label, Qt.ItemDataRole.ToolTipRole)
         self.device_selector.currentIndexChanged.connect(self._on_device_index_changed)
         row.addRow("Device", self.device_selector)
         self.threads_spin = QSpinBox(box)

@@ -189,6 +189,10 @@ REFUSED = {
         {"family": "llama3", "extra_tensors": ("blk.1.ffn_gate_inp.weight",)},
         r"'blk\.1\.ffn_gate_inp\.weight'.*mixture-of-experts",
     ),
+    "vision-tower": (
+        {"family": "gemma3", "extra_tensors": ("v.blk.0.attn_q.weight",)},
+        r"'v\.blk\.0\.attn_q\.weight' \(vision encoders are not supported\)",
+    ),
     "layer-past-the-end": (
         {"family": "qwen2", "extra_tensors": ("blk.2.attn_norm.weight",)},
         r"'blk\.2\.attn_norm\.weight'",

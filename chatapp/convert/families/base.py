@@ -22,11 +22,11 @@ LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)$")
 SPLIT_QKV = ("attn_q.weight", "attn_k.weight", "attn_v.weight")
 QKV_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_qkv.bias")
 FFN_BIASES = ("ffn_gate.bias", "ffn_up.bias", "ffn_down.bias")
-# Tensors some llama.cpp architectures carry that point at a model kind we do not build.
+# Tensors that point at a kind of model this converter does not build, and what to call it.
 UNSUPPORTED_PARTS = {
-    "ffn_gate_inp": "mixture-of-experts layers",
-    "_exps": "mixture-of-experts layers",
-    "attn_rot_embd": "a stored RoPE table (old conversions)",
+    re.compile(r"ffn_gate_inp|_exps\."): "mixture-of-experts layers",
+    re.compile(r"^(v|mm|vision)\."): "vision encoders",
+    re.compile(r"attn_rot_embd"): "stored RoPE tables (old conversions)",
 }
 
 
@@ -124,7 +124,7 @@ def unpermute_index(rows: int, heads: int) -> np.ndarray:
 
 
 def _unknown_message(model: GGUFModel, arch: str, names: list[str]) -> str:
-    reasons = {why for part, why in UNSUPPORTED_PARTS.items() for n in names if part in n}
+    reasons = {why for part, why in UNSUPPORTED_PARTS.items() for n in names if part.search(n)}
     shown = ", ".join(f"'{n}'" for n in names[:3])
     more = f" and {len(names) - 3} more" if len(names) > 3 else ""
     why = f" ({', '.join(sorted(reasons))} are not supported)" if reasons else ""

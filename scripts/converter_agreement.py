@@ -22,7 +22,7 @@ from chatapp.convert.gguf_file import GGUFModel
 from chatapp.engine.bench import filler_text
 from chatapp.engine.chat import ChatTokenizer
 from chatapp.engine.sampling import token_logprobs
-from tests.convert.reference import ReferenceLlama
+from tests.convert.reference import ReferenceModel
 
 VARIANTS = {
     "float / float head (default)": ConvertOptions(),
@@ -60,7 +60,7 @@ def decode_step_ms(session: ort.InferenceSession, steps: int = 64) -> float:
 def main() -> None:
     gguf = bundled_gguf()
     work = Path(tempfile.mkdtemp())
-    reference = ReferenceLlama(GGUFModel(gguf))
+    reference = ReferenceModel(GGUFModel(gguf))
     rows = []
     ids: list[int] = []
     ref_logits = None

@@ -10,7 +10,9 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    conv = sub.add_parser("convert", help="convert a Llama-family GGUF file into a model folder")
+    conv = sub.add_parser(
+        "convert", help="convert a Llama, Qwen, Gemma or Phi GGUF file to a model folder"
+    )
     conv.add_argument("gguf", type=Path, help="the .gguf file")
     conv.add_argument("out_dir", type=Path, help="the model folder to create")
     conv.add_argument(

@@ -1,5 +1,8 @@
 """The attention blocks the graph builder can emit, each with the graph inputs it needs.
 
+Every kind takes the family's per-layer attention (ArchFeatures): RoPE tables (partial rotary,
+scaled frequencies, LongRoPE's switch), sliding windows, soft-capping and the query scale.
+
 GroupQueryAttention  com.microsoft op; RoPE inside; past and present may share one buffer.
 Standard             MatMul / Softmax / Concat with RoPE in plain ops, Optimum's names and
                      dynamic shapes (present = past + new).
@@ -15,8 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto
 
-from chatapp.convert.gguf_file import LlamaSpec, rope_cache
+from chatapp.convert.errors import ConversionError
+from chatapp.convert.features import ArchFeatures, LayerAttention, plain_features
+from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.rope import Rope
 
 # Large negative instead of -inf: a fully masked row (left padding) stays finite after Softmax.
 MASKED = np.float32(-1e9)
@@ -50,8 +56,22 @@ class GQAAttention:
     kind = "group_query_attention"
     layout = "shared-buffer"
 
-    def __init__(self, g: OnnxGraph, spec: LlamaSpec, context_length: int) -> None:
+    def __init__(
+        self,
+        g: OnnxGraph,
+        spec: LlamaSpec,
+        context_length: int,
+        features: ArchFeatures | None = None,
+    ) -> None:
         self.g, self.spec, self.context_length = g, spec, context_length
+        self.features = features or plain_features(spec)
+        for rope in self.features.ropes:
+            if rope.dims % 16:
+                # The kernel wants cos/sin tables of a multiple of 8 frequencies.
+                raise ConversionError(
+                    f"GroupQueryAttention cannot rotate {rope.dims} of {spec.head_dim} head "
+                    "dimensions (it needs a multiple of 16); convert with --attention standard."
+                )
 
     def io(self) -> AttentionIO:
         return dynamic_io(self.spec, position_ids=False)
@@ -69,12 +89,21 @@ class GQAAttention:
         )
         width = g.op1("Gather", [g.op1("Shape", [mask]), g.const("index_1", np.array(1, np.int64))])
         self.total = g.op1("Cast", [width], to=TensorProto.INT32)
-        cos, sin = rope_cache(self.spec, self.context_length)
-        self.cos, self.sin = g.const("cos_cache", cos), g.const("sin_cache", sin)
+        self.tables = [
+            rope_tables(g, rope, self.context_length, width) for rope in self.features.ropes
+        ]
 
     def __call__(self, qkv: list[str], layer: int) -> str:
         """qkv: [packed] or [q, k, v] projections [B, S, ...]; returns [B, S, heads*D]."""
         g, s = self.g, self.spec
+        plan = self.features.layers[layer]
+        cos, sin = self.tables[plan.rope]
+        extra: dict[str, float | int] = {}
+        if plan.softcap:
+            extra["softcap"] = float(plan.softcap)
+        if plan.window:
+            # Measured: the kernel lets a query see keys with query_pos - key_pos < this.
+            extra["local_window_size"] = int(plan.window)
         inputs = qkv if len(qkv) == 3 else [qkv[0], "", ""]
         out, _, _ = g.op(
             "GroupQueryAttention",
@@ -84,8 +113,8 @@ class GQAAttention:
                 f"past_key_values.{layer}.value",
                 self.seqlens_k,
                 self.total,
-                self.cos,
-                self.sin,
+                cos,
+                sin,
             ],
             [
                 g.unique(f"layers.{layer}.attn/output"),
@@ -97,17 +126,40 @@ class GQAAttention:
             kv_num_heads=s.n_kv_heads,
             do_rotary=1,
             rotary_interleaved=0,
-            scale=float(1.0 / np.sqrt(s.head_dim)),
+            scale=float(plan.scale),
+            **extra,
         )
         return out
+
+
+def rope_tables(g: OnnxGraph, rope: Rope, positions: int, tokens: str) -> tuple[str, str]:
+    """cos/sin caches [positions, dims/2]; LongRoPE picks its long tables once `tokens`
+    (a scalar int64: the sequence length so far) passes the original context."""
+    cos, sin = rope.tables(positions)
+    cos_name, sin_name = g.const("cos_cache", cos), g.const("sin_cache", sin)
+    if rope.long_inv_freq is None:
+        return cos_name, sin_name
+    cos_long, sin_long = rope.tables(positions, long=True)
+    longer = g.op1("Greater", [tokens, g.const("rope_switch", np.array(rope.switch_after))])
+    return (
+        g.op1("Where", [longer, g.const("cos_cache_long", cos_long), cos_name]),
+        g.op1("Where", [longer, g.const("sin_cache_long", sin_long), sin_name]),
+    )
 
 
 class StandardAttention:
     kind = "standard"
     layout = "concat"
 
-    def __init__(self, g: OnnxGraph, spec: LlamaSpec, context_length: int) -> None:
+    def __init__(
+        self,
+        g: OnnxGraph,
+        spec: LlamaSpec,
+        context_length: int,
+        features: ArchFeatures | None = None,
+    ) -> None:
         self.g, self.spec, self.context_length = g, spec, context_length
+        self.features = features or plain_features(spec)
 
     def io(self) -> AttentionIO:
         return dynamic_io(self.spec, position_ids=True)
@@ -116,22 +168,31 @@ class StandardAttention:
         assert positions is not None
         return positions
 
+    def _tokens(self, mask: str) -> str:
+        """The sequence length so far (scalar int64), for LongRoPE's switch."""
+        g = self.g
+        return g.op1("Gather", [g.op1("Shape", [mask]), g.const("index_1", np.array(1, np.int64))])
+
     def prelude(self, mask: str, positions: str | None) -> None:
         g = self.g
-        half_cos, half_sin = rope_cache(self.spec, self.context_length)
         pos = self._positions(mask, positions)  # [B, S]
         axis1 = g.const("axes_1", np.array([1], np.int64))
+        tokens = self._tokens(mask)
 
-        def table(name: str, values: np.ndarray) -> str:
-            half = g.op1("Gather", [g.const(name, values), pos])  # [B, S, D/2]
-            full = g.op1("Concat", [half, half], axis=-1)  # rotate-half pairs i and i + D/2
-            return g.op1("Unsqueeze", [full, axis1])  # [B, 1, S, D]
+        def table(cache: str) -> str:
+            half = g.op1("Gather", [cache, pos])  # [B, S, dims/2]
+            full = g.op1("Concat", [half, half], axis=-1)  # rotate-half pairs i and i + dims/2
+            return g.op1("Unsqueeze", [full, axis1])  # [B, 1, S, dims]
 
-        self.cos, self.sin = table("cos_cache", half_cos), table("sin_cache", half_sin)
-        self.bias = self._bias(mask)
+        self.tables = []
+        for rope in self.features.ropes:
+            cos, sin = rope_tables(g, rope, self.context_length, tokens)
+            self.tables.append((table(cos), table(sin)))
+        self.bias = self._biases(mask, pos)
 
-    def _bias(self, mask: str) -> str:
-        """[B, 1, S, T]: 0 where query i may see key j (causal and not padding), else MASKED."""
+    def _biases(self, mask: str, pos: str) -> dict[int, str]:
+        """Per sliding window (0: none), [B, 1, S, T]: 0 where query i may see key j (causal,
+        not padding, inside the window), else MASKED."""
         g = self.g
         zero = g.const("zero_i64", np.array(0, np.int64))
         one = g.const("one_i64", np.array(1, np.int64))
@@ -156,6 +217,28 @@ class StandardAttention:
             ],
         )  # [B,1,1,T]
         allowed = g.op1("And", [causal, visible])  # [B, 1, S, T]
+        biases = {0: self._where(allowed)}
+        windows = [w for w in self.features.windows if w]
+        if windows:
+            # Distances in positions, not slots: a static window's cache has padded slots.
+            key_pos = g.op1(
+                "Sub",
+                [g.op1("CumSum", [mask, g.const("axis_1_scalar", np.array(1, np.int64))]), one],
+            )  # [B, T]
+            distance = g.op1(
+                "Sub",
+                [
+                    g.op1("Unsqueeze", [pos, g.const("axes_1_3", np.array([1, 3], np.int64))]),
+                    g.op1("Unsqueeze", [key_pos, g.const("axes_1_2", np.array([1, 2], np.int64))]),
+                ],
+            )  # [B, 1, S, T]
+            for w in windows:
+                inside = g.op1("Less", [distance, g.const("window", np.array(w, np.int64))])
+                biases[w] = self._where(g.op1("And", [allowed, inside]))
+        return biases
+
+    def _where(self, allowed: str) -> str:
+        g = self.g
         return g.op1(
             "Where",
             [
@@ -176,35 +259,36 @@ class StandardAttention:
         )
         return g.op1("Transpose", [shaped], perm=[0, 2, 1, 3])
 
-    def _rope(self, x: str) -> str:
-        g, half = self.g, self.spec.head_dim // 2
-        axis = g.const("axes_last", np.array([-1], np.int64))
-        first = g.op1(
-            "Slice",
-            [
-                x,
-                g.const("zero_1", np.array([0], np.int64)),
-                g.const("half_1", np.array([half], np.int64)),
-                axis,
-            ],
+    def _rope(self, x: str, index: int) -> str:
+        """Rotate-half RoPE on the first `dims` dimensions of [B, H, S, D]; the rest pass."""
+        g, head = self.g, self.spec.head_dim
+        dims = self.features.ropes[index].dims
+        cos, sin = self.tables[index]
+
+        def part(start: int, end: int) -> str:
+            return g.op1(
+                "Slice",
+                [
+                    x,
+                    g.const("slice_start", np.array([start], np.int64)),
+                    g.const("slice_end", np.array([end], np.int64)),
+                    g.const("axes_last", np.array([-1], np.int64)),
+                ],
+            )
+
+        rotated = g.op1(
+            "Concat", [g.op1("Neg", [part(dims // 2, dims)]), part(0, dims // 2)], axis=-1
         )
-        second = g.op1(
-            "Slice",
-            [
-                x,
-                g.const("half_1", np.array([half], np.int64)),
-                g.const("end_1", np.array([self.spec.head_dim], np.int64)),
-                axis,
-            ],
-        )
-        rotated = g.op1("Concat", [g.op1("Neg", [second]), first], axis=-1)
-        return g.op1("Add", [g.op1("Mul", [x, self.cos]), g.op1("Mul", [rotated, self.sin])])
+        turned = x if dims == head else part(0, dims)
+        out = g.op1("Add", [g.op1("Mul", [turned, cos]), g.op1("Mul", [rotated, sin])])
+        return out if dims == head else g.op1("Concat", [out, part(dims, head)], axis=-1)
 
     def __call__(self, qkv: list[str], layer: int) -> str:
         g, s = self.g, self.spec
+        plan = self.features.layers[layer]
         q_proj, k_proj, v_proj = qkv if len(qkv) == 3 else self._split(qkv[0])
-        q = self._rope(self._heads(q_proj, s.n_heads))
-        k = self._rope(self._heads(k_proj, s.n_kv_heads))
+        q = self._rope(self._heads(q_proj, s.n_heads), plan.rope)
+        k = self._rope(self._heads(k_proj, s.n_kv_heads), plan.rope)
         v = self._heads(v_proj, s.n_kv_heads)
         key = g.op("Concat", [f"past_key_values.{layer}.key", k], [f"present.{layer}.key"], axis=2)[
             0
@@ -221,9 +305,8 @@ class StandardAttention:
         scores = g.op1(
             "Reshape", [scores, g.const("shape_scores", np.array([0, s.n_heads, -1, 0], np.int64))]
         )
-        scale = g.const("attn_scale", np.array(1.0 / np.sqrt(s.head_dim), np.float32))
         probs = g.op1(
-            "Softmax", [g.op1("Add", [g.op1("Mul", [scores, scale]), self.bias])], axis=-1
+            "Softmax", [g.op1("Add", [self._scaled(scores, plan), self.bias[plan.window]])], axis=-1
         )
         probs = g.op1(
             "Reshape",
@@ -243,6 +326,17 @@ class StandardAttention:
             [context, g.const("shape_merge", np.array([0, 0, s.n_heads * s.head_dim], np.int64))],
         )
 
+    def _scaled(self, scores: str, plan: LayerAttention) -> str:
+        g = self.g
+        scores = g.op1("Mul", [scores, g.const("attn_scale", np.array(plan.scale, np.float32))])
+        if not plan.softcap:
+            return scores
+        cap = np.float32(plan.softcap)
+        capped = g.op1(
+            "Tanh", [g.op1("Mul", [scores, g.const("inv_cap", np.array(1 / cap, np.float32))])]
+        )
+        return g.op1("Mul", [capped, g.const("softcap", np.array(cap))])
+
     def _split(self, packed: str) -> list[str]:
         s = self.spec
         sizes = np.array(
@@ -255,8 +349,15 @@ class StaticWindowAttention(StandardAttention):
     kind = "standard"
     layout = "static-window"
 
-    def __init__(self, g: OnnxGraph, spec: LlamaSpec, context_length: int, window: int) -> None:
-        super().__init__(g, spec, context_length)
+    def __init__(
+        self,
+        g: OnnxGraph,
+        spec: LlamaSpec,
+        context_length: int,
+        window: int,
+        features: ArchFeatures | None = None,
+    ) -> None:
+        super().__init__(g, spec, context_length, features)
         if not 0 < window < context_length:
             raise ValueError("the window must be at least 1 and shorter than the context")
         self.window = window
@@ -271,6 +372,12 @@ class StaticWindowAttention(StandardAttention):
             logits_shape=[1, w, s.vocab_size],
             position_ids=False,
         )
+
+    def _tokens(self, mask: str) -> str:
+        """Real tokens so far: the mask's width is the fixed context here."""
+        g = self.g
+        counted = g.op1("ReduceSum", [mask, g.const("axis_1", np.array([1], np.int64))], keepdims=0)
+        return g.op1("ReduceMax", [counted], keepdims=0)
 
     def _positions(self, mask: str, positions: str | None) -> str:
         """Each slot's position is the number of real tokens before it (right-aligned mask)."""

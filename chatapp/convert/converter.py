@@ -17,14 +17,9 @@ import onnx
 
 from chatapp import __version__
 from chatapp.convert.errors import ConversionError
+from chatapp.convert.families import ModelWeights, family_of
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.llama_graph import GraphOptions, LlamaGraphBuilder, WeightSource
-from chatapp.convert.llama_weights import (
-    embedding_weight,
-    layer_weights,
-    lm_head_weight,
-    norm_vector,
-)
 from chatapp.convert.model_configs import (
     EXTERNAL_DATA_FILE,
     MODEL_FILE,
@@ -129,6 +124,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     source_sha = sha256_file(src)
     report(0.05, "reading GGUF")
     model = GGUFModel(src)
+    family = family_of(model)  # refuses unknown tensors before any long work
     spec = model.spec
     context = opts.context_length or min(spec.context_length, MAX_DEFAULT_CONTEXT)
     # Tokenizer first: a vocabulary we cannot convert should fail before the long part.
@@ -141,23 +137,34 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         attention=opts.attention,
         static_window=opts.window if opts.kv_layout == "static" else None,
     )
+    reader = ModelWeights(model, family)
+    features = family.features(reader)
     weights = WeightSource(
-        embedding=lambda: embedding_weight(model),
-        lm_head=lambda: lm_head_weight(model),
-        final_norm=lambda: norm_vector(model, "output_norm.weight"),
-        layer=lambda i: layer_weights(model, i),
+        embedding=reader.embedding,
+        lm_head=reader.lm_head,
+        final_norm=reader.final_norm,
+        layer=reader.layer,
     )
-    onnx_model = LlamaGraphBuilder(spec, graph_opts).build(
+    onnx_model = LlamaGraphBuilder(spec, graph_opts, features).build(
         weights, lambda f, m: report(0.15 + 0.7 * f, m)
     )
+    if unused := reader.unused():  # check() refuses these first; this guards the graph code
+        raise ConversionError(f"{src.name}: tensor '{unused[0]}' was left out of the model.")
     report(0.85, "saving model.onnx")
     _save_onnx(onnx_model, tmp / MODEL_FILE)
     del onnx_model
     report(0.95, "configuration files")
-    _write_json(tmp / "config.json", hf_config(spec, model.metadata, context))
+    config = hf_config(spec, model.metadata, context)
+    config.update(
+        architectures=[family.hf_architecture],
+        model_type=family.hf_model_type,
+        **family.hf_extra(model, features),
+    )
+    _write_json(tmp / "config.json", config)
     _write_json(tmp / "generation_config.json", generation_config(model.metadata, context))
     if opts.kv_layout == "dynamic":  # onnxruntime-genai cannot drive fixed-shape graphs
         genai = genai_config(spec, model.metadata, context, opts.attention == "gqa")
+        genai["model"]["type"] = family.genai_type
         _write_json(tmp / "genai_config.json", genai)
     manifest = {
         "converter": "chatapp",

@@ -1,4 +1,4 @@
-"""Open a GGUF file, check it is whole and a Llama-family decoder, and describe it."""
+"""Open a GGUF file, check it is whole and of a supported architecture, and describe it."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from chatapp.convert.architectures import SUPPORTED_ARCHITECTURES, unsupported_message
 from chatapp.convert.errors import ConversionError
 
 GGUF_MAGIC = b"GGUF"
-# Architectures whose GGUF tensors follow the Llama layout this converter builds.
-SUPPORTED_ARCHITECTURES = ("llama", "mistral")
 
 
 @dataclass(frozen=True)
@@ -110,10 +109,7 @@ def _spec_from_metadata(
 ) -> LlamaSpec:
     arch = str(meta.get("general.architecture", "unknown"))
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise ConversionError(
-            f"{path.name} is a '{arch}' model; this converter supports Llama-family decoders "
-            f"({', '.join(SUPPORTED_ARCHITECTURES)})."
-        )
+        raise ConversionError(unsupported_message(path.name, arch))
 
     def need(key: str) -> Any:
         full = f"{arch}.{key}"
@@ -125,12 +121,6 @@ def _spec_from_metadata(
     n_heads = int(need("attention.head_count"))
     n_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_heads))
     head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // n_heads))
-    rope_dims = int(meta.get(f"{arch}.rope.dimension_count", head_dim))
-    if rope_dims != head_dim:
-        raise ConversionError(
-            f"{path.name} rotates {rope_dims} of {head_dim} head dimensions; "
-            "partial rotary embeddings are not supported."
-        )
     if head_dim % 16:
         # ONNX Runtime's GroupQueryAttention kernel refuses other head sizes at run time.
         raise ConversionError(
@@ -144,20 +134,9 @@ def _spec_from_metadata(
         raise ConversionError(
             f"{path.name} uses '{scaling}' RoPE scaling, which this converter does not support."
         )
-    if "rope_freqs.weight" in tensors:
-        raise ConversionError(
-            f"{path.name} carries per-frequency RoPE factors (Llama 3.1 style), "
-            "which this converter does not support yet."
-        )
     tokens = meta.get("tokenizer.ggml.tokens")
     vocab = int(meta.get(f"{arch}.vocab_size", len(tokens) if tokens else 0))
     n_layers = int(need("block_count"))
-    for i in range(n_layers):
-        if f"blk.{i}.attn_q.weight" not in tensors:
-            raise ConversionError(
-                f"{path.name} has no 'blk.{i}.attn_q.weight': it is not a plain Llama "
-                "decoder (fused or missing attention weights)."
-            )
     return LlamaSpec(
         architecture=arch,
         name=str(meta.get("general.name", path.stem)),
@@ -175,17 +154,6 @@ def _spec_from_metadata(
         rope_scaling_factor=float(meta.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0),
         tied_embeddings="output.weight" not in tensors,
     )
-
-
-def rope_cache(spec: LlamaSpec, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin tables [max_positions, head_dim/2] for the non-interleaved (rotate-half) RoPE."""
-    half = spec.head_dim // 2
-    inv_freq = 1.0 / (spec.rope_theta ** (np.arange(0, half, dtype=np.float64) * 2 / spec.head_dim))
-    positions = np.arange(max_positions, dtype=np.float64)
-    if spec.rope_scaling_type == "linear":
-        positions = positions / spec.rope_scaling_factor
-    angles = np.outer(positions, inv_freq)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
 def is_power_of_two(n: int) -> bool:

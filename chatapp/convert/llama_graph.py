@@ -1,4 +1,7 @@
-"""Build the ONNX graph of a Llama decoder with the onnxruntime-genai signature.
+"""Build the ONNX graph of a Llama-style decoder with the onnxruntime-genai signature.
+
+The families (chatapp/convert/families/) describe what they add (ArchFeatures); weights that
+are present (biases, Q/K norms, post-norms) are applied where they are.
 
 Inputs:  input_ids [B,S] int64, attention_mask [B,T] int64, (position_ids [B,S] for standard
          attention), past_key_values.{i}.key|value [B, kv_heads, P, head_dim] float32
@@ -17,6 +20,7 @@ import onnx
 from onnx import TensorProto
 
 from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWindowAttention
+from chatapp.convert.features import ArchFeatures, plain_features
 from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
@@ -52,21 +56,37 @@ class WeightSource:
 
 
 class LlamaGraphBuilder:
-    def __init__(self, spec: LlamaSpec, options: GraphOptions) -> None:
+    def __init__(
+        self, spec: LlamaSpec, options: GraphOptions, features: ArchFeatures | None = None
+    ) -> None:
         self.spec = spec
         self.options = options
+        self.features = features or plain_features(spec)
         self.g = OnnxGraph()
-        ctx = options.context_length
+        ctx, f = options.context_length, self.features
         self.attn: GQAAttention | StandardAttention
         if options.static_window:
-            self.attn = StaticWindowAttention(self.g, spec, ctx, options.static_window)
+            self.attn = StaticWindowAttention(self.g, spec, ctx, options.static_window, f)
         elif options.attention == "standard":
-            self.attn = StandardAttention(self.g, spec, ctx)
+            self.attn = StandardAttention(self.g, spec, ctx, f)
         else:
-            self.attn = GQAAttention(self.g, spec, ctx)
+            self.attn = GQAAttention(self.g, spec, ctx, f)
 
     # -- building blocks -------------------------------------------------------------------
-    def linear(self, x: str, w: Weight, name: str, accuracy_level: int | None = None) -> str:
+    def linear(
+        self,
+        x: str,
+        w: Weight,
+        name: str,
+        accuracy_level: int | None = None,
+        bias: np.ndarray | None = None,
+    ) -> str:
+        y = self._matmul(x, w, name, accuracy_level)
+        if bias is None:
+            return y
+        return self.g.op1("Add", [y, self.g.const(f"{name}.bias", bias.astype(np.float32))])
+
+    def _matmul(self, x: str, w: Weight, name: str, accuracy_level: int | None) -> str:
         g = self.g
         level = self.options.accuracy_level if accuracy_level is None else accuracy_level
         if isinstance(w, FloatWeight):
@@ -153,26 +173,47 @@ class LlamaGraphBuilder:
         return out, new_residual
 
     def attention(self, x: str, lw: LayerWeights, i: int) -> str:
+        name = f"layers.{i}.attn"
         fused = concat_rows([lw.q, lw.k, lw.v])
-        if fused is not None:
-            qkv = [self.linear(x, fused, f"layers.{i}.attn.qkv")]
+        if fused is not None and lw.q_norm is None:
+            qkv = [self.linear(x, fused, f"{name}.qkv", bias=_fused_bias(lw))]
         else:
-            parts = {"q": lw.q, "k": lw.k, "v": lw.v}
-            qkv = [self.linear(x, w, f"layers.{i}.attn.{p}") for p, w in parts.items()]
-        return self.linear(self.attn(qkv, i), lw.o, f"layers.{i}.attn.o_proj")
+            parts = {"q": (lw.q, lw.q_bias), "k": (lw.k, lw.k_bias), "v": (lw.v, lw.v_bias)}
+            qkv = [self.linear(x, w, f"{name}.{p}", bias=b) for p, (w, b) in parts.items()]
+            if lw.q_norm is not None and lw.k_norm is not None:
+                qkv[0] = self.head_rms(qkv[0], lw.q_norm, self.spec.n_heads, f"{name}.q_norm")
+                qkv[1] = self.head_rms(qkv[1], lw.k_norm, self.spec.n_kv_heads, f"{name}.k_norm")
+        return self.linear(self.attn(qkv, i), lw.o, f"{name}.o_proj", bias=lw.o_bias)
+
+    def head_rms(self, x: str, gamma: np.ndarray, heads: int, name: str) -> str:
+        """RMSNorm of each head of [B, S, heads*D] (Qwen 3 / Gemma 3 Q and K, before RoPE)."""
+        g, d = self.g, self.spec.head_dim
+        split = g.op1(
+            "Reshape", [x, g.const(f"shape_heads_{heads}", np.array([0, 0, heads, d], np.int64))]
+        )
+        normed = self.rms(split, gamma, name)
+        return g.op1(
+            "Reshape", [normed, g.const("shape_merge_heads", np.array([0, 0, -1], np.int64))]
+        )
 
     def mlp(self, x: str, lw: LayerWeights, i: int) -> str:
         g = self.g
         fused = concat_rows([lw.gate, lw.up])
         if fused is not None:
-            gu = self.linear(x, fused, f"layers.{i}.mlp.gate_up")
+            bias = _concat_biases([(lw.gate, lw.gate_bias), (lw.up, lw.up_bias)])
+            gu = self.linear(x, fused, f"layers.{i}.mlp.gate_up", bias=bias)
             size = g.const("split_sizes", np.array([lw.gate.n, lw.up.n], dtype=np.int64))
             gate, up = g.op("Split", [gu, size], 2, axis=-1)
         else:
-            gate = self.linear(x, lw.gate, f"layers.{i}.mlp.gate")
-            up = self.linear(x, lw.up, f"layers.{i}.mlp.up")
-        silu = g.op1("Mul", [gate, g.op1("Sigmoid", [gate])])
-        return self.linear(g.op1("Mul", [silu, up]), lw.down, f"layers.{i}.mlp.down")
+            gate = self.linear(x, lw.gate, f"layers.{i}.mlp.gate", bias=lw.gate_bias)
+            up = self.linear(x, lw.up, f"layers.{i}.mlp.up", bias=lw.up_bias)
+        if self.features.activation == "gelu_tanh":
+            act = g.op1("Gelu", [gate], approximate="tanh")
+        else:
+            act = g.op1("Mul", [gate, g.op1("Sigmoid", [gate])])
+        return self.linear(
+            g.op1("Mul", [act, up]), lw.down, f"layers.{i}.mlp.down", bias=lw.down_bias
+        )
 
     # -- the whole model -------------------------------------------------------------------
     def build(self, source: WeightSource, progress: Progress | None = None) -> onnx.ModelProto:
@@ -197,6 +238,9 @@ class LlamaGraphBuilder:
 
         report(0.0, "embedding")
         x = self.embed(ids, source.embedding())
+        if self.features.embed_scale != 1.0:
+            scale = np.array(self.features.embed_scale, np.float32)
+            x = g.op1("Mul", [x, g.const("embed_scale", scale)])
         residual = x
         hidden = ""
         for i in range(spec.n_layers):
@@ -208,10 +252,14 @@ class LlamaGraphBuilder:
                     hidden, residual, lw.attn_norm, f"layers.{i}.input_layernorm"
                 )
             attn = self.attention(normed, lw, i)
+            if lw.post_attn_norm is not None:
+                attn = self.rms(attn, lw.post_attn_norm, f"layers.{i}.post_attention_norm")
             normed, residual = self.skip_rms(
                 attn, residual, lw.ffn_norm, f"layers.{i}.post_attention_layernorm"
             )
             hidden = self.mlp(normed, lw, i)
+            if lw.post_ffn_norm is not None:
+                hidden = self.rms(hidden, lw.post_ffn_norm, f"layers.{i}.post_feedforward_norm")
             report((i + 1) / (spec.n_layers + 1), f"layer {i + 1}/{spec.n_layers}")
         final, _ = self.skip_rms(hidden, residual, source.final_norm(), "final_norm")
         head = source.lm_head()
@@ -220,8 +268,23 @@ class LlamaGraphBuilder:
         else:
             # 8-bit MatMulNBits has no fast float path on CPU: a float MatMul is exact and faster.
             logits = self.linear(final, FloatWeight(head.dequantize()), "lm_head")
+        if self.features.final_softcap:
+            cap = np.float32(self.features.final_softcap)
+            scaled = g.op1("Mul", [logits, g.const("inv_final_cap", np.array(1 / cap, np.float32))])
+            logits = g.op1("Mul", [g.op1("Tanh", [scaled]), g.const("final_cap", np.array(cap))])
         g.op("Identity", [logits], ["logits"])
         report(1.0, "graph built")
         return g.model(
             spec.name, {"chatapp.attention": self.attn.kind, "chatapp.kv_layout": self.attn.layout}
         )
+
+
+def _concat_biases(parts: list[tuple[Weight, np.ndarray | None]]) -> np.ndarray | None:
+    """One bias for fused rows (zeros where a part has none); None when no part has one."""
+    if all(b is None for _, b in parts):
+        return None
+    return np.concatenate([np.zeros(w.n, np.float32) if b is None else b for w, b in parts])
+
+
+def _fused_bias(lw: LayerWeights) -> np.ndarray | None:
+    return _concat_biases([(lw.q, lw.q_bias), (lw.k, lw.k_bias), (lw.v, lw.v_bias)])

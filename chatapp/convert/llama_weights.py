@@ -1,4 +1,8 @@
-"""The weights of a Llama decoder, read layer by layer from a GGUF file."""
+"""The weights of one decoder layer, as the graph builder consumes them.
+
+The families (chatapp/convert/families/) read them from the GGUF file; optional parts are
+None when a family or file has none.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chatapp.convert.gguf_file import GGUFModel
-from chatapp.convert.weights import Weight, to_weight, unpermute_rope_rows
+from chatapp.convert.weights import Weight
 
 
 @dataclass(frozen=True)
 class LayerWeights:
     attn_norm: np.ndarray
-    q: Weight  # rows in rotate-half order (un-permuted)
+    q: Weight  # rows in rotate-half order (un-permuted for llama files)
     k: Weight
     v: Weight
     o: Weight
@@ -21,35 +24,14 @@ class LayerWeights:
     gate: Weight
     up: Weight
     down: Weight
-
-
-def norm_vector(model: GGUFModel, name: str) -> np.ndarray:
-    return np.asarray(model.tensor(name).data, dtype=np.float32).reshape(-1)
-
-
-def layer_weights(model: GGUFModel, i: int) -> LayerWeights:
-    spec = model.spec
-
-    def w(part: str) -> Weight:
-        return to_weight(model.tensor(f"blk.{i}.{part}.weight"))
-
-    return LayerWeights(
-        attn_norm=norm_vector(model, f"blk.{i}.attn_norm.weight"),
-        q=unpermute_rope_rows(w("attn_q"), spec.n_heads),
-        k=unpermute_rope_rows(w("attn_k"), spec.n_kv_heads),
-        v=w("attn_v"),
-        o=w("attn_output"),
-        ffn_norm=norm_vector(model, f"blk.{i}.ffn_norm.weight"),
-        gate=w("ffn_gate"),
-        up=w("ffn_up"),
-        down=w("ffn_down"),
-    )
-
-
-def embedding_weight(model: GGUFModel) -> Weight:
-    return to_weight(model.tensor("token_embd.weight"))
-
-
-def lm_head_weight(model: GGUFModel) -> Weight:
-    name = "token_embd.weight" if model.spec.tied_embeddings else "output.weight"
-    return to_weight(model.tensor(name))
+    q_bias: np.ndarray | None = None
+    k_bias: np.ndarray | None = None
+    v_bias: np.ndarray | None = None
+    o_bias: np.ndarray | None = None
+    gate_bias: np.ndarray | None = None
+    up_bias: np.ndarray | None = None
+    down_bias: np.ndarray | None = None
+    q_norm: np.ndarray | None = None  # per-head RMSNorm before RoPE (Qwen 3, Gemma 3) [D]
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # RMSNorm of each sub-layer's output (Gemma)
+    post_ffn_norm: np.ndarray | None = None

@@ -251,9 +251,9 @@ BAD_INPUTS = {
     ),
     "empty-file": (lambda tmp, tiny: _write(tmp / "empty.gguf", b""), r"not a GGUF file"),
     "missing-file": (lambda tmp, tiny: tmp / "absent.gguf", r"absent\.gguf does not exist"),
-    "qwen2": (
-        lambda tmp, tiny: write_tiny_gguf(tmp / "qwen.gguf", architecture="qwen2"),
-        r"qwen\.gguf is a 'qwen2' model.*llama",
+    "stablelm": (
+        lambda tmp, tiny: write_tiny_gguf(tmp / "slm.gguf", architecture="stablelm"),
+        r"slm\.gguf is a 'stablelm' model.*Supported architectures: llama",
     ),
     "q5_0-tensor": (
         lambda tmp, tiny: write_tiny_gguf(tmp / "q5.gguf", qtype="Q5_0"),

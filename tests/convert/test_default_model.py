@@ -22,7 +22,7 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.default_model import bundled_gguf
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
-from tests.convert.reference import ReferenceLlama
+from tests.convert.reference import ReferenceModel
 
 pytestmark = pytest.mark.default_model
 
@@ -142,7 +142,7 @@ def test_logits_match_reference(converted: Path, model: GGUFModel) -> None:
         **empty_pasts(model.spec),
     }
     got = new_session(converted).run(["logits"], feeds)[0][0]
-    want = ReferenceLlama(model).logits(ids)
+    want = ReferenceModel(model).logits(ids)
     diff = float(np.abs(got - want).max())
     agree = got.argmax(-1) == want.argmax(-1)
     print(

@@ -12,7 +12,7 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
-from tests.convert.reference import ReferenceLlama
+from tests.convert.reference import ReferenceModel
 from tests.tiny_model import write_tiny_gguf
 
 # Float activations everywhere (the default): exact up to float32 rounding.
@@ -32,8 +32,8 @@ class Converted:
         self.spec: LlamaSpec = self.model.spec
         self.session = new_session(self.folder)
 
-    def reference(self) -> ReferenceLlama:
-        return ReferenceLlama(self.model)
+    def reference(self) -> ReferenceModel:
+        return ReferenceModel(self.model)
 
     def prompt(self, length: int = SEQ, seed: int = 7) -> list[int]:
         rng = np.random.default_rng(seed)

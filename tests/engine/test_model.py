@@ -25,7 +25,7 @@ def test_converter_folder_is_described(tiny_model_dir: Path) -> None:
     assert info.layout is KVLayout.SHARED_BUFFER
     assert info.n_layers == 2
     assert (info.kv_heads, info.head_dim) == (2, 16)
-    assert info.kv_dtype is np.float32
+    assert info.kv_dtype == np.float32
     assert len(info.kv) == 4
     assert info.kv[0].past_name == "past_key_values.0.key"
     assert info.kv[0].present_name == "present.0.key"
@@ -173,8 +173,13 @@ def test_unknown_fixed_layout_names_what_was_found(tiny_model_dir: Path, tmp_pat
             vi("input_ids", [1, 1], TensorProto.INT64),
             vi("attention_mask", [1, 128], TensorProto.INT64),
             vi("past_key_values.0.key", [1, 2, 100, 16]),
+            vi("past_key_values.0.value", [1, 2, 100, 16]),
         ],
-        [vi("logits", [1, 1, 269]), vi("present.0.key", [1, 2, 128, 16])],
+        [
+            vi("logits", [1, 1, 269]),
+            vi("present.0.key", [1, 2, 128, 16]),
+            vi("present.0.value", [1, 2, 128, 16]),
+        ],
     )
     with pytest.raises(ModelError, match="past length 100 and present length 128"):
         open_model_folder(folder)

@@ -114,7 +114,7 @@ def kv_tensors(
             found.append(KVTensor(layer, kind, name, present_name))
     if not found:
         raise ModelError(
-            f"{file_name} has no {names.past_key % 0}-style inputs (past_key_values.*): "
+            f"{file_name} has no past key/value inputs (such as {names.past_key % 0}): "
             "a model without a KV cache cannot be run by this app."
         )
     found.sort(key=lambda t: (t.layer, t.kind != "key"))

@@ -4,12 +4,13 @@ Tiny random-weight Llama and Qwen2 models are made with transformers (from a con
 hub), then written out the ways other tools write model folders:
 
 - Optimum's exporter (`optimum.exporters.onnx.main_export`, task text-generation-with-past): a
-  plain `model.onnx`, the same with external data, fp16 and bf16 exports, and the legacy layout
+  plain `model.onnx`, the same with external data, an fp16 export (a bf16 one is tried and
+  skipped when the exporter fails, as it does with torch 2.13), and the legacy layout
   (`decoder_model.onnx` + `decoder_with_past_model.onnx` merged by Optimum into
   `decoder_model_merged.onnx` with its `use_cache_branch` input);
 - onnx-community style variants in `onnx/` made from Optimum's fp32 graph with the quantizers
-  transformers.js uses: fp16 (onnxconverter-common, float16 inputs and outputs), q4 (MatMulNBits),
-  q8 / int8 (dynamic quantization) and q4f16;
+  transformers.js uses: fp16 (onnxruntime's float16 converter, float16 inputs and outputs),
+  q4 (MatMulNBits), q8 / int8 (dynamic quantization) and q4f16;
 - onnxruntime-genai's model builder (`python -m onnxruntime_genai.models.builder`, CPU, int4 and
   fp32).
 
@@ -23,14 +24,16 @@ two virtual environments, made once (outside the repository):
 
     python3 -m venv /work/venvs/optimum-export
     /work/venvs/optimum-export/bin/pip install torch optimum-onnx 'transformers<4.58' \\
-        onnxruntime onnx onnxconverter-common tokenizers
+        onnxruntime onnx onnx_ir accelerate tokenizers
     python3 -m venv /work/venvs/genai-builder
     /work/venvs/genai-builder/bin/pip install torch 'transformers>=5' onnxruntime-genai \\
         onnxruntime onnx onnx_ir tokenizers
     python scripts/make_onnx_fixtures.py --optimum-venv /work/venvs/optimum-export \\
         --genai-venv /work/venvs/genai-builder
 
-(torch's CPU-only wheel is enough: `--index-url https://download.pytorch.org/whl/cpu`.)
+(torch's CPU-only wheel is enough: `--index-url https://download.pytorch.org/whl/cpu`;
+accelerate in the Optimum venv lets the exporter keep tied embeddings as one tensor.) The builder's
+bf16 precision is not used: it targets CUDA, and onnxruntime's CPU provider cannot load its graph.
 """
 
 from __future__ import annotations

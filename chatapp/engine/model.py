@@ -23,7 +23,14 @@ from chatapp.engine.decoder_io import (
 )
 from chatapp.engine.errors import ModelError
 from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
-from chatapp.engine.variants import Variant, list_variants, ordered_candidates
+from chatapp.engine.variants import (
+    Variant,
+    candidate_files,
+    describe_variant,
+    load_graph,
+    ordered_candidates,
+    variant_order,
+)
 
 __all__ = ["KVLayout", "KVTensor", "ModelIO", "ModelInfo", "open_model_folder"]
 
@@ -114,24 +121,27 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
 
 
 def folder_variants(folder: Path | str) -> list[VariantStatus]:
-    """Every graph in the folder with its size and precision, for a picker (reads no weights)."""
+    """Every graph in the folder with its size and precision, whether it can be opened and
+    which one opens by default: for a picker. Each graph is read once, never its weights."""
     folder = Path(folder).expanduser()
     genai = _read_json(folder / "genai_config.json") or {}
     config = _read_json(folder / "config.json") or {}
-    try:
-        default: Path | None = open_model_folder(folder).onnx_path
-    except ModelError:
-        default = None
-    out = []
-    for variant in list_variants(folder):
-        path = folder / variant.path
-        try:
-            _open_graph(folder, path, config, genai)
-            problem = None
-        except ModelError as exc:
-            problem = str(exc)
-        out.append(VariantStatus(variant, problem, path == default))
-    return out
+    found: list[tuple[Variant, str | None]] = []
+    for path in candidate_files(folder):
+        proto = load_graph(path)
+        problem = None if proto else f"{path.name} is not a readable ONNX model."
+        if proto is not None:
+            try:
+                _describe(folder, path, proto.graph, config, genai)
+            except ModelError as exc:
+                problem = str(exc)
+        found.append((describe_variant(folder, path, proto), problem))
+    runnable = [v.path for v, problem in found if problem is None]
+    named = decoder_section(genai).get("filename")
+    preferred = [p.relative_to(folder).as_posix() for p in ordered_candidates(folder)]
+    default = named if named in runnable else next((p for p in preferred if p in runnable), None)
+    found.sort(key=lambda item: variant_order(item[0]))
+    return [VariantStatus(v, problem, v.path == default) for v, problem in found]
 
 
 def _candidates(
@@ -157,7 +167,7 @@ def _open_graph(
 ) -> ModelInfo:
     try:
         proto = onnx.load(str(onnx_path), load_external_data=False)
-    except Exception as exc:
+    except Exception as exc:  # protobuf and onnx raise many kinds for a damaged file
         raise ModelError(f"{onnx_path.name} is not a readable ONNX model ({exc}).") from exc
     return _describe(folder, onnx_path, proto.graph, config, genai)
 

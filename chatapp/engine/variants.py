@@ -146,28 +146,35 @@ def external_data_files(model: onnx.ModelProto, onnx_path: Path) -> list[Path]:
     return files
 
 
-def describe_variant(folder: Path, path: Path) -> Variant:
-    """Size and precision of one graph (reads the graph, not its external weights)."""
+def load_graph(path: Path) -> onnx.ModelProto | None:
+    """The graph without its external weights; None when it cannot be read."""
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception:  # protobuf and onnx raise many kinds for a damaged file
+        return None
+
+
+def describe_variant(folder: Path, path: Path, model: onnx.ModelProto | None) -> Variant:
+    """Size and precision of one graph, from its proto (`load_graph`)."""
     size = path.stat().st_size
     _, from_name = split_name(path.name)
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception:
-        return Variant(path.relative_to(folder).as_posix(), size, from_name or "?", from_name)
+    relative = path.relative_to(folder).as_posix()
+    if model is None:
+        return Variant(relative, size, from_name or "?", from_name)
     size += sum(p.stat().st_size for p in external_data_files(model, path))
-    precision = graph_precision(model) or from_name or "?"
-    return Variant(path.relative_to(folder).as_posix(), size, precision, from_name)
+    return Variant(relative, size, graph_precision(model) or from_name or "?", from_name)
+
+
+def variant_order(variant: Variant) -> tuple[int, int, str]:
+    """Most precise first, then plain layouts before legacy ones (`chatapp variants` order)."""
+    stem, _ = split_name(Path(variant.path).name)
+    kind = STEMS.index(stem) if stem in STEMS else len(STEMS)
+    rank = PRECISION_ORDER.index(variant.precision) if variant.precision in PRECISION_ORDER else 99
+    return rank, kind, variant.path
 
 
 def list_variants(folder: Path | str) -> list[Variant]:
-    """The folder's graphs, most precise first (the order `chatapp variants` prints)."""
+    """The folder's graphs, most precise first (reads each graph, not its weights)."""
     folder = Path(folder).expanduser()
-    variants = [describe_variant(folder, p) for p in candidate_files(folder)]
-    order = {p: i for i, p in enumerate(PRECISION_ORDER)}
-
-    def key(v: Variant) -> tuple[int, int, str]:
-        stem, _ = split_name(Path(v.path).name)
-        kind = STEMS.index(stem) if stem in STEMS else len(STEMS)
-        return order.get(v.precision, len(order)), kind, v.path
-
-    return sorted(variants, key=key)
+    found = [describe_variant(folder, p, load_graph(p)) for p in candidate_files(folder)]
+    return sorted(found, key=variant_order)

@@ -104,7 +104,7 @@ def test_model_without_kv_cache_is_named(tiny_model_dir: Path, tmp_path: Path) -
         ],
         [vi("logits", ["b", "s", 269])],
     )
-    with pytest.raises(ModelError, match="no past_key_values"):
+    with pytest.raises(ModelError, match="no past key/value inputs"):
         open_model_folder(folder)
 
 
@@ -204,3 +204,24 @@ def test_eos_ids_are_merged_from_every_config(tiny_model_dir: Path, tmp_path: Pa
     gen["eos_token_id"] = [2, 1]
     (folder / "generation_config.json").write_text(json.dumps(gen))
     assert open_model_folder(folder).eos_token_ids[:2] == (2, 1)
+
+
+def test_an_input_the_app_cannot_feed_is_named(tiny_model_dir: Path, tmp_path: Path) -> None:
+    folder = _folder_with(
+        tmp_path,
+        tiny_model_dir,
+        [
+            vi("input_ids", ["b", "s"], TensorProto.INT64),
+            vi("attention_mask", ["b", "t"], TensorProto.INT64),
+            vi("num_logits_to_keep", [], TensorProto.INT64),
+            vi("past_key_values.0.key", ["b", 2, "p", 16]),
+            vi("past_key_values.0.value", ["b", 2, "p", 16]),
+        ],
+        [
+            vi("logits", ["b", "s", 269]),
+            vi("present.0.key", ["b", 2, "t", 16]),
+            vi("present.0.value", ["b", 2, "t", 16]),
+        ],
+    )
+    with pytest.raises(ModelError, match="needs the input num_logits_to_keep"):
+        open_model_folder(folder)

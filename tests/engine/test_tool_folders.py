@@ -176,3 +176,36 @@ def test_a_named_input_the_graph_lacks_is_named(tmp_path: Path) -> None:
     (folder / "genai_config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="no 'token_ids' input"):
         open_model_folder(folder)
+
+
+class RecordingSession:
+    """A loop's session that notes the use_cache_branch flag each run is given."""
+
+    def __init__(self, loop: Any) -> None:
+        self.session, self.loop = loop.session, loop
+        self.flags: list[bool] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
+        self.flags.append(bool(feeds["use_cache_branch"][0]))
+        return self.session.run(names, feeds)
+
+    def run_with_iobinding(self, binding: Any) -> None:
+        self.flags.append(bool(self.loop._branch[0]))  # the bound buffer, read at run time
+        self.session.run_with_iobinding(binding)
+
+
+def test_use_cache_branch_is_false_only_while_the_cache_is_empty() -> None:
+    folder = FIXTURES / "optimum-llama-legacy"
+    settings = SamplingSettings(temperature=0.0, max_new_tokens=3)
+    for mode in ("naive", "iobinding"):
+        engine = Engine(folder, mode=mode, threads=1)
+        loop = engine.loop()
+        recording = RecordingSession(loop)
+        loop.session = recording  # type: ignore[assignment]
+        engine.generate_ids([5, 6, 7], settings, ignore_eos=True).run()
+        engine.reset()  # a new chat starts from an empty cache again
+        engine.generate_ids([5, 6, 7], settings, ignore_eos=True).run()
+        assert recording.flags == [False, True, True, False, True, True], mode

@@ -1,4 +1,4 @@
-"""`chatapp devices | generate | bench`."""
+"""`chatapp devices | generate | bench | variants`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="model folder (default: the prepared default model)",
     )
+    add_onnx_file_arg(p)
     p.add_argument(
         "--device",
         default="cpu",
@@ -34,6 +35,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="KV cache length to allocate (default: model's, at most 8192)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def add_onnx_file_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--onnx-file",
+        default=None,
+        metavar="NAME",
+        help="which graph of the folder, e.g. onnx/model_q4.onnx (default: the most precise one "
+        "that runs; see `chatapp variants`)",
+    )
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +67,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--repetition-penalty", type=float, default=1.1)
     gen.add_argument("--seed", type=int, default=None)
     gen.set_defaults(func=run_generate)
+
+    var = sub.add_parser("variants", help="the ONNX graphs of a model folder: precision, size")
+    var.add_argument("--model", type=Path, default=None, help="model folder")
+    var.add_argument("--json", action="store_true", help="print JSON instead of text")
+    var.set_defaults(func=run_variants)
 
     bench = sub.add_parser("bench", help="both loops on one prompt: medians and a table")
     add_model_args(bench)
@@ -162,7 +178,14 @@ def run_generate(args: argparse.Namespace) -> int:
         settings.validate()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    engine = Engine(resolve_model(args.model), args.device, args.mode, args.threads, args.context)
+    engine = Engine(
+        resolve_model(args.model),
+        args.device,
+        args.mode,
+        args.threads,
+        args.context,
+        onnx_file=args.onnx_file,
+    )
     if engine.fallback_reason:
         print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
     if args.raw:
@@ -178,6 +201,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.json:
         out: dict[str, Any] = {"text": gen.text, **stats.to_dict()}
         out["device"] = engine.device.name
+        out["onnx_file"] = engine.info.onnx_path.relative_to(engine.info.folder).as_posix()
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
@@ -197,6 +221,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     config = BenchConfig(
         model_dir=resolve_model(args.model),
+        onnx_file=args.onnx_file,
         device=args.device,
         prompt=args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -217,4 +242,37 @@ def run_bench(args: argparse.Namespace) -> int:
 
         write_bench_report(result, args.report)
     print(json.dumps(result, indent=2) if args.json else markdown_report(result))
+    return 0
+
+
+def run_variants(args: argparse.Namespace) -> int:
+    from chatapp.engine.model import folder_variants
+
+    folder = resolve_model(args.model)
+    if not folder.is_dir():
+        from chatapp.cli import UserError
+
+        raise UserError(f"The model folder {folder} does not exist.")
+    statuses = folder_variants(folder)
+    if args.json:
+        rows = [
+            {
+                "onnx_file": s.variant.path,
+                "precision": s.variant.precision,
+                "name_precision": s.variant.name_precision,
+                "size_bytes": s.variant.size_bytes,
+                "default": s.default,
+                "problem": s.problem,
+            }
+            for s in statuses
+        ]
+        print(json.dumps({"model_dir": str(folder), "variants": rows}, indent=2))
+        return 0
+    if not statuses:
+        print(f"{folder.name} holds no ONNX graph.")
+    for s in statuses:
+        mark = "*" if s.default else " "
+        size = f"{s.variant.size_bytes / 2**20:8.1f} MiB"
+        line = f"{mark} {s.variant.path:40} {s.variant.precision:6} {size}"
+        print(line + (f"  cannot run: {s.problem}" if s.problem else ""))
     return 0

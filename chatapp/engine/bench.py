@@ -28,6 +28,7 @@ Progress = Callable[[str], None]
 @dataclass(frozen=True)
 class BenchConfig:
     model_dir: Path
+    onnx_file: str | None = None  # which graph of the folder (default: the folder's default)
     device: str = "cpu"
     prompt: str = "Explain what a KV cache is in a few sentences."
     max_new_tokens: int = 128
@@ -163,7 +164,12 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
     report = progress or (lambda _m: None)
     load_before = _load_average()
     engine = Engine(
-        config.model_dir, config.device, "iobinding", config.threads, config.max_context
+        config.model_dir,
+        config.device,
+        "iobinding",
+        config.threads,
+        config.max_context,
+        onnx_file=config.onnx_file,
     )
     ids = bench_prompt_ids(engine, config.prompt, config.context_tokens)
     n = min(config.max_new_tokens, engine.max_context - len(ids) - 1)
@@ -205,6 +211,7 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
     return {
         "model": engine.info.name,
         "model_dir": str(engine.info.folder),
+        "onnx_file": engine.info.onnx_path.relative_to(engine.info.folder).as_posix(),
         "layout": engine.info.layout.value,
         "device": engine.device.name,
         "device_label": engine.device.label,

@@ -14,7 +14,7 @@ from chatapp.engine.devices import (
     find_device,
     start_session,
 )
-from chatapp.engine.errors import DeviceFailure, EngineError
+from chatapp.engine.errors import DeviceFailure, EngineError, ModelError, first_line
 from chatapp.engine.generation import Generation
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import MODES, KVLoop
@@ -42,12 +42,20 @@ class Engine:
         self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
         self.mode = mode
         self._loops: dict[str, KVLoop] = {}
-        self._use(start_session(self.info.onnx_path, find_device(device), threads))
+        self._use(self._start(find_device(device), threads))
         try:
             self.loop(mode)  # fail early (e.g. out of device memory for the KV buffers)
         except DeviceFailure as exc:
             self.fall_back_to_cpu(f"{exc} Running on the CPU.")
             self.loop(mode)
+
+    def _start(self, device: Device, threads: int | None) -> StartedSession:
+        try:
+            return start_session(self.info.onnx_path, device, threads)
+        except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
+            raise ModelError(
+                f"onnxruntime cannot run {self.info.onnx_path.name} ({first_line(exc)})."
+            ) from exc
 
     def _use(self, started: StartedSession) -> None:
         self.session = started.session

@@ -13,6 +13,7 @@ from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.sampling import Sampler, SamplingSettings, log_softmax_at, token_logprobs
+from chatapp.engine.tensor_types import as_float32
 
 perf = time.perf_counter
 
@@ -69,7 +70,8 @@ class Generation:
         step = loop.forward(new, all_logits=True)
         if len(new) > 1:
             stats.prompt_logprobs = token_logprobs(step.logits[:-1], new[1:]).tolist()
-        last = np.ascontiguousarray(step.logits[-1])
+        # Logits come in the model's own type; the sampler gets the one row it needs as float32.
+        last = np.ascontiguousarray(as_float32(step.logits[-1]))
         scratch = np.empty_like(last, dtype=np.float32)
         history = list(self.prompt_ids)
         previous = started
@@ -106,7 +108,7 @@ class Generation:
                 stats.finish_reason = "stop"
                 break
             step = loop.forward([token])
-            last = step.logits
+            last = as_float32(step.logits)
         tail = self.detok.flush()
         if tail:
             self.text += tail

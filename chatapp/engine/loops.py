@@ -24,6 +24,15 @@ import onnxruntime as ort
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.model import KVLayout, ModelInfo
+from chatapp.engine.tensor_types import (
+    download,
+    host_value,
+    is_bfloat16,
+    needs_ortvalues,
+    ort_element_type,
+    run_with_host_arrays,
+    upload,
+)
 
 perf = time.perf_counter
 
@@ -52,6 +61,7 @@ class KVLoop(ABC):
         self.cached: list[int] = []
         self._mask = np.ones((1, max_context), dtype=np.int64)
         self._needs_positions = info.has_position_ids
+        self.io = info.io
         # Bytes moved outside a forward (resetting or cutting the cache), charged to the next.
         self._pending_h2d = 0
         self._pending_d2h = 0
@@ -137,6 +147,8 @@ class NaiveLoop(KVLoop):
         self._output_names = [o.name for o in session.get_outputs()]
         self._present_index = {name: i for i, name in enumerate(self._output_names)}
         self._past: dict[str, np.ndarray] = {}
+        # session.run takes and returns no bfloat16: such models run with OrtValues.
+        self._ortvalue_io = needs_ortvalues(info.kv_dtype, info.logits_dtype)
         self._truncate(0)
 
     def _truncate(self, keep: int) -> None:
@@ -149,22 +161,28 @@ class NaiveLoop(KVLoop):
 
     def _forward(self, new_ids: list[int], past_len: int, all_logits: bool) -> Step:
         t0 = perf()
+        io = self.io
         feeds: dict[str, np.ndarray] = {
-            "input_ids": np.asarray([new_ids], dtype=np.int64),
-            "attention_mask": np.ones((1, past_len + len(new_ids)), dtype=np.int64),
+            io.input_ids: np.asarray([new_ids], dtype=np.int64),
+            io.attention_mask: np.ones((1, past_len + len(new_ids)), dtype=np.int64),
         }
-        if self._needs_positions:
-            feeds["position_ids"] = self._positions(past_len, len(new_ids))
+        if io.position_ids:
+            feeds[io.position_ids] = self._positions(past_len, len(new_ids))
+        if io.use_cache_branch:  # legacy merged decoders: the first run has no past
+            feeds[io.use_cache_branch] = np.array([past_len > 0])
         feeds.update(self._past)
         t1 = perf()
         # onnxruntime copies every feed to the device and every output back to the host.
-        outputs = self.session.run(self._output_names, feeds)
+        if self._ortvalue_io:
+            outputs = run_with_host_arrays(self.session, self._output_names, feeds)
+        else:
+            outputs = self.session.run(self._output_names, feeds)
         t2 = perf()
         # The host rebuilds every layer's past from the presents that came back.
         self._past = {
             t.past_name: outputs[self._present_index[t.present_name]] for t in self.info.kv
         }
-        logits = outputs[self._present_index["logits"]][0]
+        logits = outputs[self._present_index[io.logits]][0]
         t3 = perf()
         return Step(
             logits if all_logits else logits[-1],
@@ -185,8 +203,9 @@ class IOBindingLoop(KVLoop):
         self._binding = session.io_binding()
         self._ids = np.zeros((1, max_context), dtype=np.int64)
         self._pos = np.zeros((1, max_context), dtype=np.int64)
-        self._step_logits = np.zeros((1, 1, info.vocab_size), dtype=np.float32)
-        self._prefill_logits = np.empty((1, 0, info.vocab_size), dtype=np.float32)
+        self._step_logits = np.zeros((1, 1, info.vocab_size), dtype=info.logits_dtype)
+        self._prefill_logits = np.empty((1, 0, info.vocab_size), dtype=info.logits_dtype)
+        self._branch = np.zeros(1, dtype=np.bool_)  # use_cache_branch of merged decoders
         self._bound_step = False  # are the per-token (length 1) logits bound?
         self._bound_len: dict[str, int] = {}  # per-step inputs: the length bound now
         self._kv: dict[str, ort.OrtValue] = {}
@@ -205,7 +224,7 @@ class IOBindingLoop(KVLoop):
         info = self.info
         shape = [1, info.kv_heads, self.max_context, info.head_dim]
         for t in info.kv:
-            value = self.device.allocate(shape, info.kv_dtype)
+            value = self.device.allocate(shape, ort_element_type(info.kv_dtype))
             self._kv[t.past_name] = value
             self._binding.bind_ortvalue_input(t.past_name, value)
             self._binding.bind_ortvalue_output(t.present_name, value)
@@ -215,7 +234,7 @@ class IOBindingLoop(KVLoop):
         info = self.info
         empty = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
         for t in info.kv:
-            value = self.device.upload(empty)
+            value = upload(self.device, empty)
             self._kv[t.past_name] = value
             self._binding.bind_ortvalue_input(t.past_name, value)
             self._bind_device_output(t.present_name)
@@ -238,11 +257,11 @@ class IOBindingLoop(KVLoop):
         # Concat models: shortening a device tensor needs one round trip, once per turn.
         for t in self.info.kv:
             old = self._kv[t.past_name]
-            host = np.ascontiguousarray(self.device.download(old)[:, :, :keep])
+            host = np.ascontiguousarray(download(self.device, old)[:, :, :keep])
             if self.device.own_memory:
                 self._pending_d2h += old.tensor_size_in_bytes()
                 self._pending_h2d += host.nbytes
-            value = self.device.upload(host)
+            value = upload(self.device, host)
             self._kv[t.past_name] = value
             self._binding.bind_ortvalue_input(t.past_name, value)
             self._bind_device_output(t.present_name)
@@ -267,20 +286,25 @@ class IOBindingLoop(KVLoop):
         the bound value at bind time and later updates are never seen.)
         """
         if self.device.own_memory or self._bound_len.get(name) != n:
-            self._binding.bind_input(name, "cpu", 0, row.dtype, [1, n], row.ctypes.data)
+            shape = [1, n] if row.ndim == 2 else [n]
+            self._binding.bind_input(name, "cpu", 0, row.dtype, shape, row.ctypes.data)
             self._bound_len[name] = n
-        return crossing(self.device, [row[:, :n]])
+        return crossing(self.device, [row[..., :n]])
 
     def _forward(self, new_ids: list[int], past_len: int, all_logits: bool) -> Step:
         t0 = perf()
         n = len(new_ids)
         total = past_len + n
+        io = self.io
         self._ids[0, :n] = new_ids
-        h2d = self._bind_row("input_ids", self._ids, n)
-        h2d += self._bind_row("attention_mask", self._mask, total)
-        if self._needs_positions:
+        h2d = self._bind_row(io.input_ids, self._ids, n)
+        h2d += self._bind_row(io.attention_mask, self._mask, total)
+        if io.position_ids:
             self._pos[0, :n] = np.arange(past_len, total)
-            h2d += self._bind_row("position_ids", self._pos, n)
+            h2d += self._bind_row(io.position_ids, self._pos, n)
+        if io.use_cache_branch:  # legacy merged decoders: the first run has no past
+            self._branch[0] = past_len > 0
+            h2d += self._bind_row(io.use_cache_branch, self._branch, 1)
         logits_buf = self._bind_logits(n)
         t1 = perf()
         # The logits are bound in host memory, so the run returns only once the device has
@@ -305,11 +329,15 @@ class IOBindingLoop(KVLoop):
         else:
             # Grow-only: a fresh multi-hundred-MB buffer per prompt would page-fault every time.
             if self._prefill_logits.shape[1] < n:
-                self._prefill_logits = np.empty((1, n, vocab), dtype=np.float32)
+                self._prefill_logits = np.empty((1, n, vocab), dtype=self.info.logits_dtype)
             buf = self._prefill_logits[:, :n]
             self._bound_step = False
-        self._binding.bind_output("logits", "cpu", 0, np.float32, [1, n, vocab], buf.ctypes.data)
-        self._note_output("logits")
+        name = self.io.logits
+        if is_bfloat16(buf.dtype):  # no numpy type to bind by: an OrtValue over the buffer
+            self._binding.bind_ortvalue_output(name, host_value(buf))
+        else:
+            self._binding.bind_output(name, "cpu", 0, buf.dtype, [1, n, vocab], buf.ctypes.data)
+        self._note_output(name)
         return buf
 
 

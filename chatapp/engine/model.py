@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -12,29 +11,34 @@ from typing import Any
 import numpy as np
 import onnx
 
+from chatapp.engine.decoder_io import (
+    KVTensor,
+    ModelIO,
+    decoder_names,
+    decoder_section,
+    kv_head_shape,
+    kv_tensors,
+    model_io,
+    value_dims,
+)
 from chatapp.engine.errors import ModelError
+from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
+from chatapp.engine.variants import (
+    Variant,
+    candidate_files,
+    describe_variant,
+    load_graph,
+    ordered_candidates,
+    variant_order,
+)
 
-ONNX_TYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64,
-    "tensor(int32)": np.int32,
-}
-_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
+__all__ = ["KVLayout", "KVTensor", "ModelIO", "ModelInfo", "open_model_folder"]
 
 
 class KVLayout(Enum):
     SHARED_BUFFER = "shared-buffer"  # GroupQueryAttention: past and present may be one buffer
     CONCAT = "concat"  # present = past + new, dynamic length (Optimum / onnx-community)
     STATIC_WINDOW = "static-window"  # fixed shapes: past [.., C-1, ..], present [.., C, ..]
-
-
-@dataclass(frozen=True)
-class KVTensor:
-    layer: int
-    kind: str  # "key" | "value"
-    past_name: str
-    present_name: str
 
 
 @dataclass(frozen=True)
@@ -47,16 +51,18 @@ class ModelInfo:
     n_layers: int
     kv_heads: int
     head_dim: int
-    kv_dtype: type
+    kv_dtype: np.dtype  # float32, float16 or bfloat16 (ml_dtypes): the KV is kept in it
     vocab_size: int
     context_length: int
     eos_token_ids: tuple[int, ...]
     input_names: tuple[str, ...]
+    io: ModelIO  # the input / output names the loops use
+    logits_dtype: np.dtype  # what the graph returns; sampled as float32
     window: int | None = None  # static-window models: tokens per run
 
     @property
     def has_position_ids(self) -> bool:
-        return "position_ids" in self.input_names
+        return self.io.position_ids is not None
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.n_layers * self.kv_heads * self.head_dim * np.dtype(self.kv_dtype).itemsize
@@ -65,53 +71,105 @@ class ModelInfo:
         return (
             f"{self.name}: {self.n_layers} layers, {self.kv_heads} KV heads x {self.head_dim}, "
             f"context {self.context_length}, KV layout {self.layout.value}"
+            + ("" if self.kv_dtype == np.float32 else f", {NAMES[self.kv_dtype]} KV")
         )
 
 
+@dataclass(frozen=True)
+class VariantStatus:
+    """A graph of the folder, whether this app can open it and whether it is the default."""
+
+    variant: Variant
+    problem: str | None  # why it cannot be opened; None when it can
+    default: bool
+
+
 def onnx_candidates(folder: Path) -> list[Path]:
-    """The decoder graphs a folder offers: model.onnx, or onnx/model*.onnx (Optimum)."""
-    found = [folder / "model.onnx"] if (folder / "model.onnx").is_file() else []
-    sub = folder / "onnx"
-    if sub.is_dir():
-        found += sorted(p for p in sub.glob("*.onnx") if p.name.startswith("model"))
-    return found
+    """The decoder graphs a folder offers, in the order they are tried when none is named."""
+    return ordered_candidates(folder)
 
 
 def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -> ModelInfo:
-    """Describe the model in `folder`; ModelError says what is missing or unsupported."""
+    """Describe the model in `folder`; ModelError says what is missing or unsupported.
+
+    Without `onnx_file`: the graph genai_config.json names, else the most precise graph that
+    this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first.
+    """
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise ModelError(f"The model folder {folder} does not exist.")
     genai = _read_json(folder / "genai_config.json")
     config = _read_json(folder / "config.json")
-    onnx_path = _pick_onnx(folder, onnx_file, genai)
+    candidates = _candidates(folder, onnx_file, genai)
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.model").is_file():
         raise ModelError(f"{folder.name} has no tokenizer (tokenizer.json is missing).")
     if config is None and genai is None:
         raise ModelError(f"{folder.name} has neither config.json nor genai_config.json.")
-    try:
-        proto = onnx.load(str(onnx_path), load_external_data=False)
-    except Exception as exc:
-        raise ModelError(f"{onnx_path.name} is not a readable ONNX model ({exc}).") from exc
-    return _describe(folder, onnx_path, proto.graph, config or {}, genai or {})
+    first_error: ModelError | None = None
+    for onnx_path in candidates:
+        try:
+            return _open_graph(folder, onnx_path, config or {}, genai or {})
+        except ModelError as exc:
+            first_error = first_error or exc
+    assert first_error is not None
+    if len(candidates) > 1:
+        raise ModelError(
+            f"None of the {len(candidates)} ONNX graphs in {folder.name} can be run here; "
+            f"the first: {first_error}"
+        ) from first_error
+    raise first_error
 
 
-def _pick_onnx(folder: Path, onnx_file: str | Path | None, genai: dict[str, Any] | None) -> Path:
+def folder_variants(folder: Path | str) -> list[VariantStatus]:
+    """Every graph in the folder with its size and precision, whether it can be opened and
+    which one opens by default: for a picker. Each graph is read once, never its weights."""
+    folder = Path(folder).expanduser()
+    genai = _read_json(folder / "genai_config.json") or {}
+    config = _read_json(folder / "config.json") or {}
+    found: list[tuple[Variant, str | None]] = []
+    for path in candidate_files(folder):
+        proto = load_graph(path)
+        problem = None if proto else f"{path.name} is not a readable ONNX model."
+        if proto is not None:
+            try:
+                _describe(folder, path, proto.graph, config, genai)
+            except ModelError as exc:
+                problem = str(exc)
+        found.append((describe_variant(folder, path, proto), problem))
+    runnable = [v.path for v, problem in found if problem is None]
+    named = decoder_section(genai).get("filename")
+    preferred = [p.relative_to(folder).as_posix() for p in ordered_candidates(folder)]
+    default = named if named in runnable else next((p for p in preferred if p in runnable), None)
+    found.sort(key=lambda item: variant_order(item[0]))
+    return [VariantStatus(v, problem, v.path == default) for v, problem in found]
+
+
+def _candidates(
+    folder: Path, onnx_file: str | Path | None, genai: dict[str, Any] | None
+) -> list[Path]:
     if onnx_file is not None:
         path = folder / onnx_file
         if not path.is_file():
             raise ModelError(f"{folder.name} has no {onnx_file}.")
-        return path
+        return [path]
     if genai:
-        name = genai.get("model", {}).get("decoder", {}).get("filename")
-        if name and (folder / name).is_file():
-            return folder / name
-    candidates = onnx_candidates(folder)
+        name = decoder_section(genai).get("filename")
+        if isinstance(name, str) and name and (folder / name).is_file():
+            return [folder / name]
+    candidates = ordered_candidates(folder)
     if not candidates:
         raise ModelError(f"{folder.name} holds no ONNX model (model.onnx or onnx/model*.onnx).")
-    # Optimum folders often carry several precisions; plain model.onnx is the full-precision one.
-    preferred = [p for p in candidates if p.name == "model.onnx"]
-    return (preferred or candidates)[0]
+    return candidates
+
+
+def _open_graph(
+    folder: Path, onnx_path: Path, config: dict[str, Any], genai: dict[str, Any]
+) -> ModelInfo:
+    try:
+        proto = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as exc:  # protobuf and onnx raise many kinds for a damaged file
+        raise ModelError(f"{onnx_path.name} is not a readable ONNX model ({exc}).") from exc
+    return _describe(folder, onnx_path, proto.graph, config, genai)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -124,11 +182,16 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _dims(value_info: onnx.ValueInfoProto) -> list[int | str]:
-    dims: list[int | str] = []
-    for d in value_info.type.tensor_type.shape.dim:
-        dims.append(d.dim_value if d.HasField("dim_value") else d.dim_param or "?")
-    return dims
+def _float_type(value: onnx.ValueInfoProto, what: str) -> np.dtype:
+    elem = value.type.tensor_type.elem_type
+    dtype = FLOAT_TYPES.get(elem)
+    if dtype is None:
+        name = onnx.TensorProto.DataType.Name(elem) if elem else "unknown"
+        raise ModelError(
+            f"{value.name} has element type {name}; float32, float16 or bfloat16 {what} "
+            "was expected."
+        )
+    return dtype
 
 
 def _describe(
@@ -138,52 +201,34 @@ def _describe(
     config: dict[str, Any],
     genai: dict[str, Any],
 ) -> ModelInfo:
-    inputs = {i.name: i for i in graph.input}
+    initializers = {i.name for i in graph.initializer}  # old IR versions list them as inputs
+    inputs = {i.name: i for i in graph.input if i.name not in initializers}
     outputs = {o.name: o for o in graph.output}
-    for needed in ("input_ids", "attention_mask"):
-        if needed not in inputs:
+    names = decoder_names(genai)
+    file_name = onnx_path.name
+    try:
+        kv = kv_tensors(file_name, names, set(inputs), set(outputs))
+    except ModelError as exc:
+        if file_name.startswith("decoder_model."):  # Optimum's legacy decoder without past
             raise ModelError(
-                f"{onnx_path.name} has no '{needed}' input; it is not a decoder with a KV cache."
-            )
-    if "logits" not in outputs:
-        raise ModelError(f"{onnx_path.name} has no 'logits' output.")
-    kv: list[KVTensor] = []
-    for name in inputs:
-        match = _PAST.match(name)
-        if match:
-            layer, kind = int(match.group(1)), match.group(2)
-            present = f"present.{layer}.{kind}"
-            if present not in outputs:
-                raise ModelError(f"{onnx_path.name} has the input {name} but no output {present}.")
-            kv.append(KVTensor(layer, kind, name, present))
-    if not kv:
-        raise ModelError(
-            f"{onnx_path.name} has no past_key_values.* inputs: a model without a KV cache "
-            "cannot be run by this app."
-        )
-    kv.sort(key=lambda t: (t.layer, t.kind != "key"))
+                f"{exc} Open decoder_model_merged.onnx or decoder_with_past_model.onnx instead."
+            ) from exc
+        raise
+    io = model_io(file_name, names, set(inputs), set(outputs), kv)
     n_layers = max(t.layer for t in kv) + 1
     first = inputs[kv[0].past_name]
-    past_dims, present_dims = _dims(first), _dims(outputs[kv[0].present_name])
+    past_dims, present_dims = value_dims(first), value_dims(outputs[kv[0].present_name])
     if len(past_dims) != 4:
         raise ModelError(
             f"{kv[0].past_name} has rank {len(past_dims)}; "
             "[batch, heads, length, head_dim] was expected."
         )
-    kv_heads, head_dim = past_dims[1], past_dims[3]
-    if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
-        raise ModelError(f"{kv[0].past_name} does not state its head count and size.")
-    elem = first.type.tensor_type.elem_type
-    kv_dtype = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16}.get(elem)
-    if kv_dtype is None:
-        raise ModelError(
-            f"{kv[0].past_name} has element type {elem}; float32 or float16 KV was expected."
-        )
-    layout, window = _layout(graph, past_dims, present_dims, _dims(inputs["input_ids"]))
-    logits_dims = _dims(outputs["logits"])
-    vocab = (
-        logits_dims[-1] if isinstance(logits_dims[-1], int) else int(config.get("vocab_size", 0))
-    )
+    kv_heads, head_dim = kv_head_shape(file_name, kv[0].past_name, past_dims, config, genai)
+    kv_dtype = _float_type(first, "KV")
+    logits_dtype = _float_type(outputs[io.logits], "logits")
+    layout, window = _layout(graph, past_dims, present_dims, value_dims(inputs[io.input_ids]))
+    logits_dims = value_dims(outputs[io.logits])
+    vocab = logits_dims[-1] if isinstance(logits_dims[-1], int) else _vocab(config, genai)
     context = _context_length(config, genai, present_dims, layout)
     return ModelInfo(
         folder=folder,
@@ -200,7 +245,17 @@ def _describe(
         eos_token_ids=_eos_ids(folder, config, genai),
         input_names=tuple(inputs),
         window=window,
+        io=io,
+        logits_dtype=logits_dtype,
     )
+
+
+def _vocab(config: dict[str, Any], genai: dict[str, Any]) -> int:
+    model = genai.get("model") if isinstance(genai.get("model"), dict) else {}
+    for value in (config.get("vocab_size"), model.get("vocab_size")):
+        if isinstance(value, int) and value > 0:
+            return value
+    raise ModelError("The logits' vocabulary size is neither in the graph nor in the configs.")
 
 
 def _layout(

@@ -102,7 +102,8 @@ def token_logprobs(logits: np.ndarray, tokens: Sequence[int], rows: int = 64) ->
     out = np.empty(len(tokens), dtype=np.float64)
     targets = np.asarray(tokens)
     for start in range(0, len(tokens), rows):
-        block = logits[start : start + rows]
+        # float16 / bfloat16 logits are widened one block at a time: never all rows at once.
+        block = logits[start : start + rows].astype(np.float32, copy=False)
         top = block.max(axis=-1, keepdims=True)
         total = np.exp(block - top, dtype=np.float32).sum(axis=-1, dtype=np.float64)
         picked = block[np.arange(block.shape[0]), targets[start : start + rows]]

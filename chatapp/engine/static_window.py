@@ -23,6 +23,7 @@ from onnx import helper
 from chatapp.engine.devices import Device, create_session, session_options
 from chatapp.engine.loops import KVLoop, Step, crossing
 from chatapp.engine.model import ModelInfo
+from chatapp.engine.tensor_types import ort_element_type
 
 perf = time.perf_counter
 PAD_ID = 0  # any id works: padded slots are masked out
@@ -129,7 +130,8 @@ class NaiveStaticLoop(StaticWindowLoop):
         self._past = {t.past_name: np.zeros(shape, dtype=info.kv_dtype) for t in info.kv}
 
     def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> Step:
-        feeds = {"input_ids": ids, "attention_mask": mask, **self._past}
+        io = self.info.io
+        feeds = {io.input_ids: ids, io.attention_mask: mask, **self._past}
         fetched = self.session.run(None, feeds)
         outputs = dict(zip(self._names, fetched, strict=True))
         t0 = perf()
@@ -140,7 +142,7 @@ class NaiveStaticLoop(StaticWindowLoop):
             for t in self.info.kv
         }
         return Step(
-            outputs["logits"][0],
+            outputs[io.logits][0],
             perf() - t0,
             0.0,
             crossing(self.device, list(feeds.values())),
@@ -193,8 +195,8 @@ class IOBindingStaticLoop(StaticWindowLoop):
         self.past: dict[str, ort.OrtValue] = {}
         self.present: dict[str, ort.OrtValue] = {}
         for t in info.kv:
-            past = device.allocate(past_shape, info.kv_dtype)
-            present = device.allocate(present_shape, info.kv_dtype)
+            past = device.allocate(past_shape, ort_element_type(info.kv_dtype))
+            present = device.allocate(present_shape, ort_element_type(info.kv_dtype))
             self.past[t.past_name], self.present[t.present_name] = past, present
             # Bound once, for good: model reads past, writes present; shift reads present,
             # writes past.
@@ -204,10 +206,15 @@ class IOBindingStaticLoop(StaticWindowLoop):
             self._shift_binding.bind_ortvalue_output(t.past_name, past)
         self._ids = np.zeros((1, self.window), dtype=np.int64)
         self._mask = np.zeros((1, self.slots), dtype=np.int64)
-        self._logits = np.zeros((1, self.window, info.vocab_size), dtype=np.float32)
+        self._logits = np.zeros((1, self.window, info.vocab_size), dtype=info.logits_dtype)
         # The logits land in host memory: the run returns once the device has finished.
         self._binding.bind_output(
-            "logits", "cpu", 0, np.float32, list(self._logits.shape), self._logits.ctypes.data
+            info.io.logits,
+            "cpu",
+            0,
+            self._logits.dtype,
+            list(self._logits.shape),
+            self._logits.ctypes.data,
         )
         self._bind_inputs()
         self._clear_kv()
@@ -222,7 +229,8 @@ class IOBindingStaticLoop(StaticWindowLoop):
             self._pending_h2d += crossing(self.device, [zeros])
 
     def _bind_inputs(self) -> None:
-        for name, array in (("input_ids", self._ids), ("attention_mask", self._mask)):
+        io = self.info.io
+        for name, array in ((io.input_ids, self._ids), (io.attention_mask, self._mask)):
             self._binding.bind_input(name, "cpu", 0, np.int64, list(array.shape), array.ctypes.data)
 
     def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> Step:

@@ -37,6 +37,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         prog="chatapp", description="Chat with small local language models on ONNX Runtime."
     )
     parser.add_argument("--model", type=Path, default=None, help="model folder to open")
+    parser.add_argument(
+        "--onnx-file",
+        default=None,
+        metavar="NAME",
+        help="which graph of the model folder, e.g. onnx/model_q4.onnx (see `chatapp variants`)",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, dml, coreml, openvino")
     parser.add_argument("--mode", choices=MODES, default=None, help="generation loop")
     parser.add_argument(
@@ -94,7 +100,7 @@ def build_window(argv: list[str]) -> MainWindow:
     window.show()
     folder = args.model or prepared_default_model()
     if folder is not None:
-        window.open_model(folder, args.device)
+        window.open_model(folder, args.device, args.onnx_file if args.model else None)
     else:
         window.show_message(
             "The default model is not prepared yet: run `chatapp` (or `chatapp prepare`) "
@@ -226,7 +232,9 @@ async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
             return False
     c = window.controller
     return await wait_for_signals(
-        lambda: window.open_model(folder, args.device), c.sig_model_loaded, c.sig_load_failed
+        lambda: window.open_model(folder, args.device, args.onnx_file if args.model else None),
+        c.sig_model_loaded,
+        c.sig_load_failed,
     )
 
 

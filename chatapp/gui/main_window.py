@@ -57,6 +57,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("chatapp")
         self.settings = settings
         self.model_dir: Path | None = None  # the folder last asked for
+        self.onnx_file: str | None = None  # and the graph in it, if one was named
         self._shut_down = False
         self._convert_dialog: QProgressDialog | None = None
 
@@ -196,18 +197,23 @@ class MainWindow(QMainWindow):
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
 
     # ---- models ---------------------------------------------------------------------------
-    def open_model(self, folder: Path | str, device: str | None = None) -> bool:
+    def open_model(
+        self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
+    ) -> bool:
         """Load `folder` in the worker (returns at once). `device` overrides the selector once
-        (the command line's --device, which may name a device this machine lacks)."""
+        (the command line's --device, which may name a device this machine lacks); `onnx_file`
+        picks one of the folder's graphs (--onnx-file; None: the folder's default)."""
         folder = Path(folder).expanduser()
         started = self.controller.open_model(
             folder,
             device or self.side_panel.device(),
             self.side_panel.threads(),
             self.side_panel.mode(),
+            onnx_file,
         )
         if started:
             self.model_dir = folder
+            self.onnx_file = onnx_file
             self.statusBar().showMessage(f"Loading {folder.name}…")
         return started
 
@@ -288,7 +294,7 @@ class MainWindow(QMainWindow):
         # Device and threads live in the session: reload the same model (the chat stays).
         # The side panel locks both while an answer streams, so this never lands mid-answer.
         if self.model_dir is not None and self.controller.state in (State.READY, State.NO_MODEL):
-            self.open_model(self.model_dir)
+            self.open_model(self.model_dir, onnx_file=self.onnx_file)
 
     @Slot(str)
     def _on_mode_changed(self, mode: str) -> None:

@@ -171,3 +171,58 @@ def test_prompt_over_the_context_is_a_clear_error(tiny_model_dir: Path) -> None:
     assert out.returncode == 2
     assert "context holds 32" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+FOLDERS = Path(__file__).resolve().parent.parent / "fixtures" / "onnx_folders"
+
+
+def test_variants_lists_precision_size_and_default() -> None:
+    out = chatapp("variants", "--model", str(FOLDERS / "optimum-llama-legacy"), "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["onnx_file"]: r for r in json.loads(out.stdout)["variants"]}
+    assert rows["decoder_model_merged.onnx"]["default"] is True
+    assert rows["decoder_model_merged.onnx"]["precision"] == "fp32"
+    assert rows["decoder_model.onnx"]["problem"]  # no past inputs: cannot run
+    text = chatapp("variants", "--model", str(FOLDERS / "onnx-community-llama"))
+    assert text.returncode == 0, text.stderr
+    first, *rest = text.stdout.splitlines()
+    assert first.startswith("* onnx/model.onnx") and "fp32" in first
+    assert any("onnx/model_q4f16.onnx" in line and "q4f16" in line for line in rest)
+
+
+@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+def test_generate_runs_the_named_graph(mode: str) -> None:
+    out = chatapp(
+        "generate",
+        "--model",
+        str(FOLDERS / "onnx-community-llama"),
+        "--onnx-file",
+        "onnx/model_fp16.onnx",
+        "--mode",
+        mode,
+        "--raw",
+        "--prompt",
+        "the story",
+        "--greedy",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["onnx_file"] == "onnx/model_fp16.onnx"
+    assert 0 < len(data["token_ids"]) <= 4
+
+
+def test_a_missing_onnx_file_is_one_line() -> None:
+    out = chatapp(
+        "generate",
+        "--model",
+        str(FOLDERS / "onnx-community-llama"),
+        "--onnx-file",
+        "onnx/model_q2.onnx",
+        "--prompt",
+        "hi",
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip() == "chatapp: error: onnx-community-llama has no onnx/model_q2.onnx."

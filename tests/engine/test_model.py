@@ -25,7 +25,7 @@ def test_converter_folder_is_described(tiny_model_dir: Path) -> None:
     assert info.layout is KVLayout.SHARED_BUFFER
     assert info.n_layers == 2
     assert (info.kv_heads, info.head_dim) == (2, 16)
-    assert info.kv_dtype is np.float32
+    assert info.kv_dtype == np.float32
     assert len(info.kv) == 4
     assert info.kv[0].past_name == "past_key_values.0.key"
     assert info.kv[0].present_name == "present.0.key"
@@ -104,7 +104,7 @@ def test_model_without_kv_cache_is_named(tiny_model_dir: Path, tmp_path: Path) -
         ],
         [vi("logits", ["b", "s", 269])],
     )
-    with pytest.raises(ModelError, match="no past_key_values"):
+    with pytest.raises(ModelError, match="no past key/value inputs"):
         open_model_folder(folder)
 
 
@@ -173,8 +173,13 @@ def test_unknown_fixed_layout_names_what_was_found(tiny_model_dir: Path, tmp_pat
             vi("input_ids", [1, 1], TensorProto.INT64),
             vi("attention_mask", [1, 128], TensorProto.INT64),
             vi("past_key_values.0.key", [1, 2, 100, 16]),
+            vi("past_key_values.0.value", [1, 2, 100, 16]),
         ],
-        [vi("logits", [1, 1, 269]), vi("present.0.key", [1, 2, 128, 16])],
+        [
+            vi("logits", [1, 1, 269]),
+            vi("present.0.key", [1, 2, 128, 16]),
+            vi("present.0.value", [1, 2, 128, 16]),
+        ],
     )
     with pytest.raises(ModelError, match="past length 100 and present length 128"):
         open_model_folder(folder)
@@ -199,3 +204,24 @@ def test_eos_ids_are_merged_from_every_config(tiny_model_dir: Path, tmp_path: Pa
     gen["eos_token_id"] = [2, 1]
     (folder / "generation_config.json").write_text(json.dumps(gen))
     assert open_model_folder(folder).eos_token_ids[:2] == (2, 1)
+
+
+def test_an_input_the_app_cannot_feed_is_named(tiny_model_dir: Path, tmp_path: Path) -> None:
+    folder = _folder_with(
+        tmp_path,
+        tiny_model_dir,
+        [
+            vi("input_ids", ["b", "s"], TensorProto.INT64),
+            vi("attention_mask", ["b", "t"], TensorProto.INT64),
+            vi("num_logits_to_keep", [], TensorProto.INT64),
+            vi("past_key_values.0.key", ["b", 2, "p", 16]),
+            vi("past_key_values.0.value", ["b", 2, "p", 16]),
+        ],
+        [
+            vi("logits", ["b", "s", 269]),
+            vi("present.0.key", ["b", 2, "t", 16]),
+            vi("present.0.value", ["b", 2, "t", 16]),
+        ],
+    )
+    with pytest.raises(ModelError, match="needs the input num_logits_to_keep"):
+        open_model_folder(folder)

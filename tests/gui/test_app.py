@@ -32,6 +32,15 @@ def test_parse_args_keeps_qt_options_for_qt() -> None:
         gui_app.parse_args(["--mode", "fast"])
 
 
+def test_onnx_file_picks_the_graph(make_window) -> None:
+    folder = Path(__file__).resolve().parent.parent / "fixtures" / "onnx_folders"
+    argv = ["--model", str(folder / "onnx-community-llama"), "--onnx-file", "onnx/model_q4.onnx"]
+    window = make_window(argv)
+    assert window.controller.state is State.READY
+    assert window.controller.model.onnx_file == "onnx/model_q4.onnx"
+    assert window.onnx_file == "onnx/model_q4.onnx"  # kept when a device change reloads
+
+
 def test_build_window_preselects_mode_and_loads(make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir), "--mode", "naive"], wait=False)
     assert window.isVisible()

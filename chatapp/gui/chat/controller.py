@@ -119,12 +119,19 @@ class ChatController(QObject):
 
     # ---- model ----------------------------------------------------------------------------
     def open_model(
-        self, folder: Path | str, device: str = "cpu", threads: int | None = None, mode: str = ""
+        self,
+        folder: Path | str,
+        device: str = "cpu",
+        threads: int | None = None,
+        mode: str = "",
+        onnx_file: str | None = None,
     ) -> bool:
         """Ask the worker to load a model; answers with sig_model_loaded or sig_load_failed."""
         if self.state in (State.GENERATING, State.CONVERTING, State.LOADING):
             return False
-        self._pending_load = LoadRequest(Path(folder), device, threads, mode or "iobinding")
+        self._pending_load = LoadRequest(
+            Path(folder), device, threads, mode or "iobinding", onnx_file
+        )
         self._set_state(State.LOADING)
         emit(self.sig_load_requested, self._pending_load)
         return True

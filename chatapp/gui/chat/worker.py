@@ -44,6 +44,7 @@ class LoadRequest:
     device: str = "cpu"
     threads: int | None = None
     mode: str = "iobinding"
+    onnx_file: str | None = None  # which graph of the folder (None: the folder's default)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class ModelSummary:
     context_length: int  # the model's
     max_context: int  # what this engine allocated
     threads: int | None
+    onnx_file: str = ""  # the graph opened, relative to the folder
 
 
 @dataclass(frozen=True)
@@ -186,13 +188,23 @@ class GenerationWorker(QObject):
     def _open_engine(self, request: LoadRequest) -> tuple[Engine, str | None]:
         try:
             engine = Engine(
-                request.model_dir, request.device, request.mode, threads=request.threads
+                request.model_dir,
+                request.device,
+                request.mode,
+                threads=request.threads,
+                onnx_file=request.onnx_file,
             )
             return engine, engine.fallback_reason
         except DeviceError as exc:
             # A device this machine does not offer (a setting from another machine, or a
             # typo on the command line): say so and run on the CPU rather than not at all.
-            engine = Engine(request.model_dir, "cpu", request.mode, threads=request.threads)
+            engine = Engine(
+                request.model_dir,
+                "cpu",
+                request.mode,
+                threads=request.threads,
+                onnx_file=request.onnx_file,
+            )
             return engine, f"{exc} Running on the CPU."
 
     @Slot(object)
@@ -339,6 +351,7 @@ def _summary(engine: Engine, requested_device: str, reason: str | None) -> Model
         context_length=engine.info.context_length,
         max_context=engine.max_context,
         threads=engine.threads,
+        onnx_file=engine.info.onnx_path.relative_to(engine.info.folder).as_posix(),
     )
 
 

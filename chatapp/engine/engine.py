@@ -100,8 +100,10 @@ class Engine:
         mode: str | None = None,
         should_stop: Callable[[], bool] | None = None,
         ignore_eos: bool = False,
+        top_logprobs: int = 0,
     ) -> Generation:
-        """`ignore_eos` runs exactly max_new_tokens (benchmarks compare equal lengths)."""
+        """`ignore_eos` runs exactly max_new_tokens (benchmarks compare equal lengths);
+        `top_logprobs` > 0 adds that many most likely tokens to each event."""
         return Generation(
             self.loop(mode),
             prompt_ids,
@@ -109,6 +111,7 @@ class Engine:
             () if ignore_eos else self.info.eos_token_ids,
             IncrementalDetokenizer(self.tokenizer),
             should_stop,
+            top_logprobs,
         )
 
     def chat(
@@ -117,8 +120,15 @@ class Engine:
         settings: SamplingSettings,
         mode: str | None = None,
         should_stop: Callable[[], bool] | None = None,
+        top_logprobs: int = 0,
     ) -> Generation:
-        return self.generate_ids(self.tokenizer.chat_ids(messages), settings, mode, should_stop)
+        return self.generate_ids(
+            self.tokenizer.chat_ids(messages),
+            settings,
+            mode,
+            should_stop,
+            top_logprobs=top_logprobs,
+        )
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(self.tokenizer.chat_ids(messages))

@@ -12,7 +12,13 @@ from chatapp.engine.chat import IncrementalDetokenizer
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats, StepTiming
-from chatapp.engine.sampling import Sampler, SamplingSettings, log_softmax_at, token_logprobs
+from chatapp.engine.sampling import (
+    Sampler,
+    SamplingSettings,
+    log_softmax_at,
+    token_logprobs,
+    top_logprobs,
+)
 from chatapp.engine.tensor_types import as_float32
 
 perf = time.perf_counter
@@ -29,6 +35,9 @@ class StepEvent:
     # request, for the first) to this one. Time the consumer spends between tokens (drawing,
     # or the other loop when two run in lockstep) is not the loop's and is not counted.
     latency_s: float
+    # The most likely tokens as (id, log-prob) under the raw logits, most likely first; only
+    # when the generation was asked for them (an API's `top_logprobs`), else empty.
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 class Generation:
@@ -42,6 +51,7 @@ class Generation:
         eos_ids: Sequence[int],
         detokenizer: IncrementalDetokenizer,
         should_stop: Callable[[], bool] | None = None,
+        top_logprobs: int = 0,
     ) -> None:
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty")
@@ -54,6 +64,7 @@ class Generation:
         self.eos_ids = frozenset(eos_ids)
         self.detok = detokenizer
         self.should_stop = should_stop or (lambda: False)
+        self.top_logprobs = top_logprobs
         self.stats = RunStats(
             mode=loop.mode,
             device=loop.device.name,
@@ -83,6 +94,8 @@ class Generation:
             if token in self.eos_ids:
                 stats.finish_reason = "eos"
                 break
+            # Counted in the sampling time: it is work done per token for the caller.
+            top = top_logprobs(last, self.top_logprobs) if self.top_logprobs else ()
             delta = self.detok.push(token)
             now = perf()
             timing = StepTiming(
@@ -99,7 +112,7 @@ class Generation:
                 stats.steps.append(timing)
                 stats.latencies_s.append(latency)
             self.text += delta
-            yield StepEvent(stats.generated_tokens - 1, token, delta, logprob, timing, latency)
+            yield StepEvent(stats.generated_tokens - 1, token, delta, logprob, timing, latency, top)
             previous = perf()
             if stats.generated_tokens >= limit:
                 stats.finish_reason = "length"

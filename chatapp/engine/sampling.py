@@ -92,6 +92,16 @@ def log_softmax_at(logits: np.ndarray, token: int, scratch: np.ndarray | None = 
     return float(logits[token] - top - np.log(shifted.sum()))
 
 
+def top_logprobs(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
+    """The k most likely tokens as (id, log p) under softmax(logits), most likely first."""
+    k = min(k, logits.size)
+    top = logits.max()
+    norm = float(top) + float(np.log(np.exp(logits - top, dtype=np.float32).sum()))
+    ids = np.argpartition(-logits, k - 1)[:k]
+    ids = ids[np.argsort(-logits[ids], kind="stable")]
+    return tuple((int(i), float(logits[i]) - norm) for i in ids)
+
+
 def token_logprobs(logits: np.ndarray, tokens: Sequence[int], rows: int = 64) -> np.ndarray:
     """log p(tokens[i]) under softmax(logits[i]) for each row.
 

@@ -177,3 +177,20 @@ def test_figures_of_a_run(engine: Engine) -> None:
 def test_loop_classes_name_their_modes() -> None:
     assert NaiveLoop.mode == "naive"
     assert IOBindingLoop.mode == "iobinding"
+
+
+@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+def test_top_logprobs_come_with_each_token_when_asked(engine: Engine, mode: str) -> None:
+    engine.reset()
+    events = list(engine.generate_ids([5, 77, 130], greedy(5), mode, top_logprobs=3))
+    assert len(events) == 5
+    for event in events:
+        ids = [i for i, _ in event.top_logprobs]
+        logprobs = [lp for _, lp in event.top_logprobs]
+        assert len(ids) == 3 and logprobs == sorted(logprobs, reverse=True)
+        assert ids[0] == event.token_id  # greedy: the chosen token is the most likely
+        assert logprobs[0] == pytest.approx(event.logprob, abs=1e-5)
+    engine.reset()
+    plain = list(engine.generate_ids([5, 77, 130], greedy(5), mode))
+    assert [e.token_id for e in plain] == [e.token_id for e in events]
+    assert all(e.top_logprobs == () for e in plain)  # nothing computed unless asked

@@ -12,6 +12,7 @@ from chatapp.engine.sampling import (
     SamplingSettings,
     log_softmax_at,
     token_logprobs,
+    top_logprobs,
 )
 
 LOGITS = np.array([1.0, 3.0, 2.5, -1.0, 0.0, 2.9], dtype=np.float32)
@@ -88,3 +89,12 @@ def test_log_probs_are_log_softmax() -> None:
     got = token_logprobs(rows, [0, 0])
     assert got[0] == pytest.approx(math.log(probs[0]))
     assert got[1] == pytest.approx(math.log(probs[-1]))
+
+
+def test_top_logprobs_are_the_most_likely_tokens_in_order() -> None:
+    probs = np.exp(LOGITS.astype(np.float64))
+    probs /= probs.sum()
+    top = top_logprobs(LOGITS, 3)
+    assert [i for i, _ in top] == [1, 5, 2]
+    assert [lp for _, lp in top] == pytest.approx([math.log(probs[i]) for i in (1, 5, 2)])
+    assert len(top_logprobs(LOGITS, 50)) == LOGITS.size  # never more than the vocabulary

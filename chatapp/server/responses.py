@@ -1,0 +1,137 @@
+"""Response bodies and stream chunks in OpenAI's shapes (chat and legacy completions)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chatapp.server.request_body import GenerationRequest
+from chatapp.server.worker import Done, TokenOut
+
+
+@dataclass
+class Answer:
+    """One response being built: an id, a creation time, and what came so far."""
+
+    request: GenerationRequest
+    model: str
+    chat: bool
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+    text: str = ""
+    tokens: list[TokenOut] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        prefix = "chatcmpl" if self.chat else "cmpl"
+        self.id = self.id or f"{prefix}-{secrets.token_hex(12)}"
+
+    # ---- streaming ----------------------------------------------------------------
+    def first_chunk(self) -> dict[str, Any] | None:
+        """Chat streams open with the role (as OpenAI's do); completions have none."""
+        if not self.chat:
+            return None
+        return self._chunk({"role": "assistant", "content": ""}, None, None)
+
+    def delta_chunk(self, text: str, tokens: Sequence[TokenOut]) -> dict[str, Any]:
+        offset = len(self.text)
+        self.text += text
+        self.tokens.extend(tokens)
+        logprobs = self._logprobs(tokens, offset) if self.request.logprobs else None
+        delta = {"content": text} if self.chat else text
+        return self._chunk(delta, logprobs, None)
+
+    def last_chunk(self, done: Done) -> dict[str, Any]:
+        chunk = self._chunk({} if self.chat else "", None, done.finish_reason)
+        chunk["chatapp"] = done.figures
+        if self.request.include_usage:
+            chunk["usage"] = None  # OpenAI: usage comes in its own chunk, after this one
+        return chunk
+
+    def usage_chunk(self, done: Done) -> dict[str, Any]:
+        return {**self._head("chunk"), "choices": [], "usage": usage(done)}
+
+    # ---- whole answers --------------------------------------------------------------
+    def whole(self, done: Done) -> dict[str, Any]:
+        logprobs = self._logprobs(self.tokens, 0) if self.request.logprobs else None
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": self.text},
+                "logprobs": logprobs,
+                "finish_reason": done.finish_reason,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": self.text,
+                "logprobs": logprobs,
+                "finish_reason": done.finish_reason,
+            }
+        return {
+            **self._head("whole"),
+            "choices": [choice],
+            "usage": usage(done),
+            "chatapp": done.figures,
+        }
+
+    # ---- parts ----------------------------------------------------------------------
+    def _head(self, kind: str) -> dict[str, Any]:
+        if self.chat:
+            obj = "chat.completion.chunk" if kind == "chunk" else "chat.completion"
+        else:
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def _chunk(self, delta: Any, logprobs: Any, finish: str | None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0}
+        choice["delta" if self.chat else "text"] = delta
+        choice["logprobs"] = logprobs
+        choice["finish_reason"] = finish
+        return {**self._head("chunk"), "choices": [choice]}
+
+    def _logprobs(self, tokens: Sequence[TokenOut], offset: int) -> dict[str, Any]:
+        if self.chat:
+            return {"content": [_chat_entry(t) for t in tokens], "refusal": None}
+        offsets, at = [], offset
+        for t in tokens:
+            offsets.append(at)
+            at += len(t.token)
+        return {
+            "tokens": [t.token for t in tokens],
+            "token_logprobs": [t.logprob for t in tokens],
+            "top_logprobs": (
+                [{tok: lp for tok, _, lp in t.top} for t in tokens]
+                if self.request.top_logprobs
+                else None
+            ),
+            "text_offset": offsets,
+        }
+
+
+def _chat_entry(t: TokenOut) -> dict[str, Any]:
+    return {
+        "token": t.token,
+        "logprob": t.logprob,
+        "bytes": list(t.bytes),
+        "top_logprobs": [
+            {"token": tok, "logprob": lp, "bytes": list(raw)} for tok, raw, lp in t.top
+        ],
+    }
+
+
+def usage(done: Done) -> dict[str, int]:
+    return {
+        "prompt_tokens": done.prompt_tokens,
+        "completion_tokens": done.completion_tokens,
+        "total_tokens": done.prompt_tokens + done.completion_tokens,
+    }
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    """One server-sent event; JSON without NaN (a stray NaN is a bug, not a value)."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, allow_nan=False)
+    return f"data: {text}\n\n".encode()

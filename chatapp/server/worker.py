@@ -1,0 +1,328 @@
+"""The one thread that owns the Engine: requests wait in a queue and run one at a time.
+
+The engine is single-stream (one KV cache per loop), so two generations must never overlap.
+The HTTP side hands in a `Job` with a `deliver` callback (thread-safe, e.g. onto an asyncio
+queue) and gets back `Started`, then `Delta`s, then `Done` or `Failed`. A job whose
+`cancelled` flag is set (the client went away) stops within one step of the loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from chatapp.engine.engine import Engine
+from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
+from chatapp.engine.generation import Generation, StepEvent
+from chatapp.engine.metrics import RunStats
+from chatapp.server.errors import ApiError
+from chatapp.server.request_body import GenerationRequest
+from chatapp.server.stops import StopBuffer
+from chatapp.server.token_text import TokenText
+
+perf = time.perf_counter
+LOGPROB_FLOOR = -9999.0  # OpenAI's stand-in for "practically impossible" (JSON has no -inf)
+
+
+@dataclass(frozen=True)
+class TokenOut:
+    token: str
+    bytes: bytes
+    logprob: float
+    top: tuple[tuple[str, bytes, float], ...]  # most likely first
+
+
+@dataclass(frozen=True)
+class Started:
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+    tokens: tuple[TokenOut, ...]
+
+
+@dataclass(frozen=True)
+class Done:
+    finish_reason: str  # OpenAI's: stop | length
+    prompt_tokens: int
+    completion_tokens: int
+    figures: dict[str, Any]  # the `chatapp` extension field
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ApiError
+
+
+JobEvent = Started | Delta | Done | Failed
+
+
+@dataclass
+class Job:
+    request: GenerationRequest
+    deliver: Callable[[JobEvent], None]
+    id: int = field(default_factory=itertools.count(1).__next__)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    queued_at: float = field(default_factory=perf)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What became of a job (kept for the log and the tests)."""
+
+    id: int
+    queued_at: float
+    started_at: float
+    finished_at: float
+    engine_finish_reason: str  # eos | length | stop | error | cancelled (before it started)
+    generated_tokens: int
+    cancelled: bool
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What /v1/models tells about the loaded model (copied, safe to read from any thread)."""
+
+    id: str
+    max_context: int
+    device: str
+    device_label: str
+    layout: str
+    default_mode: str
+
+
+class EngineWorker:
+    def __init__(
+        self,
+        engine: Engine,
+        default_mode: str,
+        served_name: str | None = None,
+        max_queue: int = 16,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.default_mode = default_mode
+        self.served_name = served_name or engine.info.name
+        self.max_queue = max_queue
+        self.log = log or (lambda line: None)
+        self.records: deque[JobRecord] = deque(maxlen=256)
+        self.card = self._card()
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._waiting = 0  # jobs submitted and not yet finished
+        self._lock = threading.Lock()
+        self._current: Job | None = None
+        self._token_text = TokenText(engine.tokenizer.tok)
+        self._thread = threading.Thread(target=self._run, name="chatapp-engine", daemon=True)
+        self._thread.start()
+
+    # ---- any thread ------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Requests submitted and not finished: the one generating and those waiting."""
+        with self._lock:
+            return self._waiting
+
+    def waiting_jobs(self) -> list[Job]:
+        """The jobs in the queue, not the one generating (a snapshot)."""
+        with self._queue.mutex:
+            return [job for job in self._queue.queue if job is not None]
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            if self._waiting >= self.max_queue:
+                raise ApiError(
+                    503,
+                    f"The server is busy: {self._waiting} requests are waiting; try again later.",
+                    code="queue_full",
+                )
+            self._waiting += 1
+        self._queue.put(job)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel what runs and what waits, then end the thread."""
+        current = self._current
+        if current is not None:
+            current.cancel()
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    # ---- the engine's thread ---------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                self._drain()
+                return
+            self._current = job
+            try:
+                self._serve(job)
+            finally:
+                self._current = None
+                with self._lock:
+                    self._waiting -= 1
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                _send(job, Failed(ApiError(503, "The server is shutting down.")))
+
+    def _serve(self, job: Job) -> None:
+        started = perf()
+        if job.cancelled.is_set():  # the client left while waiting
+            _send(job, Failed(ApiError(499, "The client closed the request.")))
+            self._record(job, started, "cancelled", 0)
+            return
+        stops: StopBuffer[TokenOut | None] = StopBuffer(job.request.stop)
+        stats: RunStats | None = None
+        try:
+            gen = self._open(job, lambda: stops.stopped or job.cancelled.is_set())
+            stats = gen.stats
+            if not _send(job, Started(len(gen.prompt_ids))):
+                job.cancel()
+            streamed = ""
+            for event in gen:
+                streamed += event.text
+                self._push(job, stops, event.text, self._token_out(event))
+            if gen.text.startswith(streamed) and len(gen.text) > len(streamed):
+                # The detokenizer's last partial character comes out at the end.
+                self._push(job, stops, gen.text[len(streamed) :], None)
+            text, items = stops.flush()
+            tokens = tuple(t for t in items if t is not None)
+            if text or tokens:
+                _send(job, Delta(text, tokens))
+        except ApiError as exc:
+            self._fail(job, started, stats, exc)
+            return
+        except DeviceFailure as exc:
+            self._fail(
+                job, started, stats, ApiError(500, f"{exc} The next request runs on the CPU.")
+            )
+            self._fall_back_to_cpu(exc)
+            return
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            self._fail(job, started, stats, ApiError(500, f"Generation failed: {_first_line(exc)}"))
+            return
+        assert stats is not None
+        finish = "stop" if stops.stopped or stats.finish_reason != "length" else "length"
+        figures = self._figures(stats, started - job.queued_at)
+        self._record(job, started, stats.finish_reason, stats.generated_tokens)
+        gone = job.cancelled.is_set()  # before Done: the receiver cancels when it closes
+        _send(job, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures))
+        self.log(
+            f"request {job.id}: {stats.prompt_tokens} prompt + {stats.generated_tokens} tokens, "
+            f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, {stats.mode}, "
+            f"{'client gone' if gone else finish}"
+        )
+
+    def _open(self, job: Job, should_stop: Callable[[], bool]) -> Generation:
+        req = job.request
+        try:
+            if req.messages is not None:
+                return self.engine.chat(
+                    req.messages, req.settings, req.mode, should_stop, req.top_logprobs
+                )
+            ids = self.engine.tokenizer.encode(req.text or "")
+            return self.engine.generate_ids(
+                ids, req.settings, req.mode, should_stop, top_logprobs=req.top_logprobs
+            )
+        except ContextOverflowError as exc:
+            raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
+        except ModelError as exc:  # e.g. a chat template that refuses a system message
+            raise ApiError(400, str(exc)) from exc
+        except DeviceFailure:
+            raise
+        except EngineError as exc:
+            raise ApiError(500, str(exc)) from exc
+        except ValueError as exc:  # an empty prompt after tokenizing, settings
+            raise ApiError(400, f"{exc}.") from exc
+
+    def _push(
+        self, job: Job, stops: StopBuffer[TokenOut | None], text: str, token: TokenOut | None
+    ) -> None:
+        released, items = stops.push(text, token)
+        tokens = tuple(t for t in items if t is not None)
+        if (released or tokens) and not _send(job, Delta(released, tokens)):
+            job.cancel()
+
+    def _token_out(self, event: StepEvent) -> TokenOut:
+        token, raw = self._token_text(event.token_id)
+        top = tuple((*self._token_text(i), _floor(lp)) for i, lp in event.top_logprobs)
+        return TokenOut(token, raw, _floor(event.logprob), top)
+
+    def _fail(self, job: Job, started: float, stats: RunStats | None, error: ApiError) -> None:
+        _send(job, Failed(error))
+        self._record(job, started, "error", stats.generated_tokens if stats else 0)
+        self.log(f"request {job.id}: failed: {error.message}")
+
+    def _fall_back_to_cpu(self, failure: DeviceFailure) -> None:
+        try:
+            self.engine.fall_back_to_cpu(f"{failure} Running on the CPU.")
+        except Exception as exc:
+            self.log(f"the model could not be restarted on the CPU: {_first_line(exc)}")
+        self.card = self._card()
+
+    def _record(self, job: Job, started: float, reason: str, tokens: int) -> None:
+        record = JobRecord(
+            job.id, job.queued_at, started, perf(), reason, tokens, job.cancelled.is_set()
+        )
+        self.records.append(record)
+
+    def _figures(self, stats: RunStats, queue_wait_s: float) -> dict[str, Any]:
+        data = stats.to_dict()
+        for bulky in ("latencies_s", "steps", "token_ids", "transfer", "mode", "finish_reason"):
+            data.pop(bulky)
+        return {
+            "loop": stats.mode,
+            **data,
+            "device_label": self.engine.device.label,
+            **stats.transfer(),
+            "queue_wait_s": queue_wait_s,
+            "engine_finish_reason": stats.finish_reason,
+        }
+
+    def _card(self) -> ModelCard:
+        engine = self.engine
+        return ModelCard(
+            id=self.served_name,
+            max_context=engine.max_context,
+            device=engine.device.name,
+            device_label=engine.device.label,
+            layout=engine.info.layout.value,
+            default_mode=self.default_mode,
+        )
+
+
+def _send(job: Job, event: JobEvent) -> bool:
+    """Deliver; False when the receiving side is gone (its event loop closed)."""
+    try:
+        job.deliver(event)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _floor(logprob: float) -> float:
+    return logprob if logprob > LOGPROB_FLOOR else LOGPROB_FLOOR
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__

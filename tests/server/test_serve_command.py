@@ -1,0 +1,98 @@
+"""`chatapp serve` as a user runs it: refusals in one line, a real process that answers and
+stops on Ctrl+C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx2
+import pytest
+
+
+def chatapp(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chatapp", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def one_error_line(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("chatapp: error: "), out.stderr
+    return lines[0]
+
+
+def test_another_address_without_the_flag_is_refused() -> None:
+    line = one_error_line(chatapp("serve", "--host", "0.0.0.0"))
+    assert "Refusing to listen on 0.0.0.0" in line and "--allow-remote" in line
+
+
+def test_the_flag_without_a_key_is_refused() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CHATAPP_API_KEY"}
+    line = one_error_line(chatapp("serve", "--host", "0.0.0.0", "--allow-remote", env=env))
+    assert "needs an API key" in line
+
+
+def test_a_busy_port_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_error_line(chatapp("serve", "--port", str(port)))
+    assert f"Cannot listen on 127.0.0.1:{port}" in line and "--port" in line
+
+
+def test_serve_answers_then_stops_on_ctrl_c(tiny_model_dir: Path) -> None:
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "chatapp", "serve", "--model", str(tiny_model_dir)),
+            *("--threads", "1", "--port", "0", "--json", "--mode", "naive"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        started = _first_line(process, timeout=120)
+        info = json.loads(started)
+        assert info["url"].startswith("http://127.0.0.1:") and info["model"] == "tiny-llama"
+        answer = httpx2.post(
+            f"{info['url']}/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+            trust_env=False,
+        ).json()
+        assert answer["chatapp"]["loop"] == "naive"  # the server's default loop
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "request 1: " in err and "Traceback" not in err
+    assert err.strip().endswith("chatapp serve: stopped")
+
+
+def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The first stdout line, or fail after `timeout` seconds (readline alone could hang)."""
+    found: list[str] = []
+    reader = threading.Thread(target=lambda: found.append(process.stdout.readline()))  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout)
+    if not found or not found[0]:
+        process.kill()
+        pytest.fail(f"chatapp serve did not start: {process.communicate()[1][-2000:]}")
+    return found[0]

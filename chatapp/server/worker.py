@@ -135,6 +135,11 @@ class EngineWorker:
         with self._lock:
             return self._waiting
 
+    @property
+    def running(self) -> Job | None:
+        """The job generating now, if any."""
+        return self._current
+
     def waiting_jobs(self) -> list[Job]:
         """The jobs in the queue, not the one generating (a snapshot)."""
         with self._queue.mutex:

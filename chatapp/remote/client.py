@@ -1,0 +1,289 @@
+"""HTTP to an OpenAI-compatible server: the model list and streamed chat completions.
+
+httpx2 (the maintained successor of httpx, by the same author, kept by Pydantic) is already
+here: transformers' huggingface_hub depends on it, and so does the `openai` package. It has
+timeouts per phase, a server-sent event parser (`EventSource`) and one exception tree for
+every network failure, which this module turns into one-line `RemoteError`s.
+
+Only the address the user gave is contacted: no redirects are followed, and proxy settings
+from the environment (HTTP_PROXY, .netrc) are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx2
+
+from chatapp.remote.errors import (
+    RemoteAddressError,
+    RemoteConnectionError,
+    RemoteDisconnected,
+    RemoteError,
+    RemoteHTTPError,
+    RemoteStreamError,
+    RemoteTimeout,
+)
+
+MAX_EVENT_BYTES = 4 * 1024 * 1024  # one server-sent event; a token's chunk is well under 1 KB
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 10.0
+    # Longest silence while waiting for the answer's headers or its next chunk. A long prompt's
+    # prefill on a busy server, or a request queued behind others, can take a while.
+    read_s: float = 120.0
+    write_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    id: str
+    owned_by: str
+    context_length: int  # 0 when the server does not say
+
+
+def api_base(url: str) -> str:
+    """`host:port`, `http://host:port` or `.../v1` -> the API's base URL, ending in /v1."""
+    text = url.strip()
+    if not text:
+        raise RemoteAddressError("Enter the server's address, e.g. http://127.0.0.1:8000/v1.")
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https"):
+        raise RemoteAddressError(
+            f"The server address must start with http:// or https:// (got '{parts.scheme}://')."
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise RemoteAddressError(f"The port in '{url.strip()}' is not a number.") from None
+    if not parts.hostname:
+        raise RemoteAddressError(f"'{url.strip()}' names no host.")
+    if parts.username or parts.password:
+        raise RemoteAddressError(
+            "Put the API key in the API key field, not in the address (it would be logged)."
+        )
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        path += "/v1"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+class RemoteClient:
+    def __init__(
+        self, url: str, api_key: str | None = None, timeouts: Timeouts | None = None
+    ) -> None:
+        self.base = api_base(url)
+        parts = urlsplit(self.base)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.timeouts = timeouts or Timeouts()
+        t = self.timeouts
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx2.Client(
+            base_url=self.base + "/",
+            headers=headers,
+            timeout=httpx2.Timeout(
+                connect=t.connect_s, read=t.read_s, write=t.write_s, pool=t.connect_s
+            ),
+            trust_env=False,
+            follow_redirects=False,
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def models(self) -> list[RemoteModel]:
+        with self._errors("listing the models"):
+            response = self.http.get("models")
+            if response.status_code >= 300:
+                raise http_error(response, self.origin)
+            try:
+                data = response.json()
+            except ValueError:
+                raise RemoteStreamError(
+                    f"{self.origin} answered /v1/models with something that is not JSON; "
+                    "is this an OpenAI-compatible server?"
+                ) from None
+        entries = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            raise RemoteStreamError(f"{self.origin}'s /v1/models has no list of models.")
+        return [_model(e) for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+
+    def stream_chat(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """POST /chat/completions with stream=true; yields each chunk as parsed JSON.
+
+        Ends normally at `data: [DONE]` (or at the end of a stream that reported a
+        finish_reason); raises a RemoteError for anything else. Closing the iterator closes
+        the connection, which a server takes as the client leaving (chatapp serve and vLLM
+        stop generating).
+        """
+        with (
+            self._errors("answering"),
+            self.http.stream("POST", "chat/completions", json=body) as response,
+        ):
+            if response.status_code >= 300:
+                response.read()
+                raise http_error(response, self.origin)
+            kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind == "application/json":  # a server that ignores stream=true
+                response.read()
+                yield whole_as_chunk(_json(response.text, self.origin))
+                return
+            finished = False
+            for event in httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES):
+                data = event.data.strip()
+                if data == "[DONE]":
+                    return
+                if not data:
+                    continue
+                chunk = _json(data, self.origin)
+                if "error" in chunk:
+                    raise stream_error(chunk["error"], self.origin)
+                finished = finished or _has_finish(chunk)
+                yield chunk
+            if not finished:
+                raise RemoteDisconnected(
+                    f"{self.origin} ended the stream before the answer was complete."
+                )
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        t = self.timeouts
+        try:
+            yield
+        except RemoteError:
+            raise
+        except httpx2.ConnectTimeout:
+            raise RemoteTimeout(
+                f"{self.origin} did not accept a connection within {t.connect_s:g} s."
+            ) from None
+        except httpx2.ReadTimeout:
+            raise RemoteTimeout(
+                f"{self.origin} sent nothing for {t.read_s:g} s while {doing}."
+            ) from None
+        except httpx2.TimeoutException:
+            raise RemoteTimeout(f"{self.origin} timed out while {doing}.") from None
+        except httpx2.ConnectError as exc:
+            raise RemoteConnectionError(
+                f"Could not connect to {self.origin} ({_reason(exc)}): is the server running "
+                "and the address right?"
+            ) from None
+        except (httpx2.RemoteProtocolError, httpx2.ReadError) as exc:
+            raise RemoteDisconnected(
+                f"{self.origin} closed the connection while {doing} ({_reason(exc)})."
+            ) from None
+        except httpx2.SSEError as exc:
+            raise RemoteStreamError(f"{self.origin} sent a malformed stream: {exc}") from None
+        except httpx2.HTTPError as exc:  # write errors, unsupported protocol, decoding...
+            raise RemoteConnectionError(f"{self.origin}: {_reason(exc)}.") from None
+
+
+def http_error(response: httpx2.Response, origin: str) -> RemoteHTTPError:
+    """An error answer in one line: OpenAI's {"error": {"message"}} when the server sends it."""
+    status = response.status_code
+    if 300 <= status < 400:
+        where = response.headers.get("location", "elsewhere")
+        return RemoteHTTPError(
+            f"{origin} redirects to {_one_line(where)[:200]}; give that address instead "
+            "(chatapp contacts only the address you give).",
+            status,
+        )
+    message, code = "", None
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail"))
+        if isinstance(error, dict):
+            message = str(error.get("message") or "")
+            code = error.get("code") if isinstance(error.get("code"), str) else None
+        elif isinstance(error, str):
+            message = error
+    if not message:
+        message = response.text.strip() or response.reason_phrase
+    what = {401: "refused the API key", 403: "refused access", 404: "has no such endpoint"}
+    lead = what.get(status, f"answered {status}")
+    return RemoteHTTPError(f"{origin} {lead}: {_one_line(message)}", status, code)
+
+
+def stream_error(error: Any, origin: str) -> RemoteHTTPError:
+    message = error.get("message") if isinstance(error, dict) else error
+    code = error.get("code") if isinstance(error, dict) else None
+    return RemoteHTTPError(
+        f"{origin} reported an error mid-answer: {_one_line(str(message))}",
+        code=code if isinstance(code, str) else None,
+    )
+
+
+def whole_as_chunk(data: dict[str, Any]) -> dict[str, Any]:
+    """A non-streamed chat completion as one stream chunk."""
+    choices = data.get("choices")
+    chunk: dict[str, Any] = {k: v for k, v in data.items() if k != "choices"}
+    chunk["choices"] = []
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, dict):
+                message = choice.get("message") or {}
+                delta = {"content": message.get("content") if isinstance(message, dict) else None}
+                chunk["choices"].append({**choice, "delta": delta})
+    return chunk
+
+
+def _model(entry: dict[str, Any]) -> RemoteModel:
+    context = entry.get("max_model_len")  # vLLM and chatapp
+    meta = entry.get("meta")  # llama.cpp's server: the model's trained context
+    if not isinstance(context, int) and isinstance(meta, dict):
+        context = meta.get("n_ctx") or meta.get("n_ctx_train")
+    owned = entry.get("owned_by")
+    return RemoteModel(
+        id=entry["id"],
+        owned_by=owned if isinstance(owned, str) else "",
+        context_length=context if isinstance(context, int) and context > 0 else 0,
+    )
+
+
+def _json(text: str, origin: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except ValueError:
+        raise RemoteStreamError(
+            f"{origin} sent a malformed stream: {_one_line(text)[:80]!r} is not JSON."
+        ) from None
+    if not isinstance(data, dict):
+        raise RemoteStreamError(f"{origin} sent a malformed stream: a chunk is not an object.")
+    return data
+
+
+def _no_constant(name: str) -> float:
+    if name in ("NaN", "Infinity", "-Infinity"):  # not JSON, but Python's json writes them
+        return {"NaN": math.nan, "Infinity": math.inf}.get(name, -math.inf)
+    raise ValueError(name)
+
+
+def _has_finish(chunk: dict[str, Any]) -> bool:
+    choices = chunk.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("finish_reason") for c in choices
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    text = _one_line(str(exc))
+    return text or type(exc).__name__
+
+
+def _one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else ""

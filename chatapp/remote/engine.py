@@ -1,0 +1,346 @@
+"""`RemoteEngine`: a remote server driven like `Engine`, with figures measured on this side.
+
+`chat(messages, settings, mode, should_stop)` returns a `RemoteGeneration`; iterating it
+yields one `RemoteEvent` per token (as `Generation` yields `StepEvent`s) and fills `stats`, a
+`RemoteStats` (a RunStats with mode "remote" and device "remote"). What a client can measure:
+time to first token (network included), tokens/s and per-token latency as received, and
+perplexity when the server returns log-probs. What it cannot: the loop, the device, the
+host <-> device bytes; a chatapp server reports its own in `server_figures`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from chatapp.engine.chat import Message
+from chatapp.engine.metrics import RunStats
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.remote.client import RemoteClient, RemoteModel, Timeouts
+from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError
+
+perf = time.perf_counter
+REMOTE = "remote"
+# The server's finish_reason in the engine's words: "stop" means the model ended its answer
+# (end of text or a stop string), as "eos" does locally; "stop" here is the user's Stop.
+FINISH = {"stop": "eos", "length": "length", "content_filter": "eos", "tool_calls": "eos"}
+
+
+@dataclass
+class RemoteStats(RunStats):
+    """RunStats as seen from the client. `token_ids` stays empty: servers send text."""
+
+    server: str = ""
+    model: str = ""
+    received_tokens: int = 0  # counted from the stream (log-prob entries, else chunks)
+    usage_tokens: int | None = None  # the server's own count, when it sends usage
+    remote_finish_reason: str = ""  # as the server said it
+    server_figures: dict[str, Any] = field(default_factory=dict)  # a chatapp server's own
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens is not None else self.received_tokens
+
+    @property
+    def has_logprobs(self) -> bool:
+        return bool(self.logprobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data.update(
+            server=self.server,
+            model=self.model,
+            remote_finish_reason=self.remote_finish_reason,
+            server_figures=self.server_figures,
+            unavailable=["loop", "device", "transfer", "prompt_perplexity", "run/host split"],
+        )
+        return data
+
+
+@dataclass(frozen=True)
+class RemoteEvent:
+    """One token as received (the fields the GUI reads from a StepEvent)."""
+
+    index: int
+    text: str  # the chunk's text comes with its first token; the rest carry ""
+    logprob: float  # nan when the server sent none
+    latency_s: float  # arrival gap; a chunk's tokens share theirs
+    token: str = ""  # the server's token text, when it sent log-probs
+    token_id: int = -1  # servers send text, not ids
+
+
+class RemoteEngine:
+    mode = REMOTE
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        """Connects once to list the models; raises a RemoteError saying why it cannot."""
+        self.client = RemoteClient(url, api_key, timeouts)
+        try:
+            self.models: list[RemoteModel] = self.client.models()
+        except BaseException:
+            self.client.close()
+            raise
+        if not self.models:
+            self.client.close()
+            raise RemoteStreamError(f"{self.client.origin} serves no model.")
+        chosen = next((m for m in self.models if m.id == model), None)
+        if model and chosen is None:
+            self.client.close()
+            names = ", ".join(m.id for m in self.models[:5])
+            raise RemoteError(f"{self.client.origin} does not serve '{model}' (it has {names}).")
+        self.model = chosen or self.models[0]
+        self.notice = _key_notice(self.client.base, api_key)
+        self._send_logprobs = True
+
+    @property
+    def server(self) -> str:
+        return self.client.origin
+
+    @property
+    def max_context(self) -> int:
+        return self.model.context_length
+
+    @property
+    def is_chatapp(self) -> bool:
+        return self.model.owned_by == "chatapp"
+
+    def close(self) -> None:
+        self.client.close()
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        settings: SamplingSettings,
+        mode: str | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> RemoteGeneration:
+        """`mode` (naive / iobinding) is sent only to a chatapp server; others have no loop."""
+        settings.validate()
+        return RemoteGeneration(self, list(messages), settings, mode, should_stop)
+
+    def request_body(
+        self, messages: Sequence[Message], settings: SamplingSettings, mode: str | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model.id,
+            "messages": [m.as_dict() for m in messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": settings.max_new_tokens,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+        }
+        if self._send_logprobs:
+            body["logprobs"] = True
+        if settings.seed is not None:
+            body["seed"] = settings.seed
+        if settings.top_k and not settings.greedy:
+            body["top_k"] = settings.top_k  # vLLM, llama.cpp and chatapp read it
+        if settings.repetition_penalty != 1.0:
+            body["repetition_penalty"] = settings.repetition_penalty  # vLLM, chatapp
+            body["repeat_penalty"] = settings.repetition_penalty  # llama.cpp
+        if mode and self.is_chatapp:
+            body["chatapp"] = {"loop": mode}
+        return body
+
+
+class RemoteGeneration:
+    """Iterate to stream the answer; `text` and `stats` keep whatever arrived, errors too."""
+
+    def __init__(
+        self,
+        engine: RemoteEngine,
+        messages: list[Message],
+        settings: SamplingSettings,
+        mode: str | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        self.engine = engine
+        self.messages = messages
+        self.settings = settings
+        self.mode = mode
+        self.should_stop = should_stop or (lambda: False)
+        self.stats = RemoteStats(
+            mode=REMOTE,
+            device=REMOTE,
+            context_length=engine.max_context,
+            server=engine.server,
+            model=engine.model.id,
+        )
+        self.text = ""
+        self.error: RemoteError | None = None
+
+    def __iter__(self) -> Iterator[RemoteEvent]:
+        try:
+            yield from self._stream()
+        except RemoteHTTPError as exc:
+            if not (self._retry_without_logprobs(exc)):
+                self._fail(exc)
+                raise
+            yield from self._guarded_stream()
+        except RemoteError as exc:
+            self._fail(exc)
+            raise
+
+    def run(self) -> RemoteStats:
+        for _ in self:
+            pass
+        return self.stats
+
+    def _guarded_stream(self) -> Iterator[RemoteEvent]:
+        try:
+            yield from self._stream()
+        except RemoteError as exc:
+            self._fail(exc)
+            raise
+
+    def _retry_without_logprobs(self, exc: RemoteHTTPError) -> bool:
+        """A server that refuses log-probs is asked again without (once; then remembered)."""
+        engine = self.engine
+        if (
+            exc.status == 400
+            and "logprob" in str(exc).lower()
+            and engine._send_logprobs
+            and self.stats.received_tokens == 0
+        ):
+            engine._send_logprobs = False
+            return True
+        return False
+
+    def _fail(self, exc: RemoteError) -> None:
+        self.error = exc
+        self.stats.finish_reason = "error"
+        if self.stats.received_tokens:
+            exc.args = (f"{exc} The {self.stats.received_tokens} tokens received are kept.",)
+
+    def _stream(self) -> Iterator[RemoteEvent]:
+        stats = self.stats
+        body = self.engine.request_body(self.messages, self.settings, self.mode)
+        started = perf()
+        previous = started
+        chunks = self.engine.client.stream_chat(body)
+        try:
+            for chunk in chunks:
+                self._read_extras(chunk)
+                choice = _first_choice(chunk)
+                if choice is None:
+                    continue
+                text, entries = _delta(choice, self.engine.server)
+                if text and not entries and stats.logprobs:
+                    # Text with no token from a server that sends log-probs: the end of a
+                    # character held back (as Generation adds it to `text` at the end).
+                    self.text += text
+                elif text or entries:
+                    now = perf()
+                    yield from self._tokens(text, entries, now - previous)
+                    previous = now
+                reason = choice.get("finish_reason")
+                if isinstance(reason, str) and reason:
+                    stats.remote_finish_reason = reason
+                    stats.finish_reason = FINISH.get(reason, "eos")
+                if self.should_stop():
+                    stats.finish_reason = "stop"
+                    return  # closing the stream tells the server to stop
+        finally:
+            chunks.close()
+        if not stats.finish_reason:
+            stats.finish_reason = "eos"
+
+    def _tokens(
+        self, text: str, entries: list[dict[str, Any]], gap_s: float
+    ) -> Iterator[RemoteEvent]:
+        stats = self.stats
+        count = max(len(entries), 1)
+        first_chunk = stats.received_tokens == 0
+        self.text += text
+        for i in range(count):
+            entry = entries[i] if entries else {}
+            logprob = entry.get("logprob")
+            logprob = float(logprob) if isinstance(logprob, int | float) else math.nan
+            if first_chunk and i == 0:
+                latency = stats.ttft_s = gap_s
+            else:
+                # Tokens that arrive together share the gap (only the first chunk's extra
+                # tokens arrive with no gap of their own).
+                latency = 0.0 if first_chunk else gap_s / count
+                stats.latencies_s.append(latency)
+            if math.isfinite(logprob):
+                stats.logprobs.append(logprob)
+            token = entry.get("token")
+            yield RemoteEvent(
+                stats.received_tokens,
+                text if i == 0 else "",
+                logprob,
+                latency,
+                token if isinstance(token, str) else "",
+            )
+            stats.received_tokens += 1
+
+    def _read_extras(self, chunk: dict[str, Any]) -> None:
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(prompt, int):
+                self.stats.prompt_tokens = prompt
+            if isinstance(completion, int):
+                self.stats.usage_tokens = completion
+        figures = chunk.get("chatapp")
+        if isinstance(figures, dict):
+            self.stats.server_figures = figures
+
+
+def _first_choice(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return None
+    for choice in choices:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            return choice
+    return None
+
+
+def _delta(choice: dict[str, Any], origin: str) -> tuple[str, list[dict[str, Any]]]:
+    delta = choice.get("delta")
+    if delta is None:
+        delta = {}
+    if not isinstance(delta, dict):
+        raise RemoteStreamError(f"{origin} sent a malformed stream: a delta is not an object.")
+    text = delta.get("content")
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise RemoteStreamError(f"{origin} sent a malformed stream: content is not text.")
+    logprobs = choice.get("logprobs")
+    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(entries, list):
+        entries = []
+    return text, [e for e in entries if isinstance(e, dict)]
+
+
+def _key_notice(base: str, api_key: str | None) -> str | None:
+    """A key sent in the clear beyond this machine deserves a word."""
+    parts = urlsplit(base)
+    if not api_key or parts.scheme == "https":
+        return None
+    host = parts.hostname or ""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if local:
+        return None
+    return (
+        f"The API key travels unencrypted to {host} (http://); "
+        "use https:// across a network you do not trust."
+    )

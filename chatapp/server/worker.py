@@ -174,6 +174,9 @@ class EngineWorker:
             self._current = job
             try:
                 self._serve(job)
+            except Exception as exc:  # a bug must not end the thread every request waits on
+                traceback.print_exc(file=sys.stderr)
+                _send(job, Failed(ApiError(500, f"Internal error: {_first_line(exc)}")))
             finally:
                 self._current = None
                 with self._lock:

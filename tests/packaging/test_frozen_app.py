@@ -196,6 +196,44 @@ def test_generate_both_loops_same_tokens(exe: Path, clean_env: dict[str, str]) -
     assert not list(home.rglob("model.onnx"))
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="Ctrl+C is a console event on Windows")
+def test_serve_answers_over_http_and_stops_on_ctrl_c(exe: Path, clean_env: dict[str, str]) -> None:
+    import signal
+    import threading
+
+    import httpx2
+
+    process = subprocess.Popen(
+        [str(exe), "serve", "--port", "0", "--json", "--threads", "2"],
+        env=clean_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(process.stdout.readline()))
+        reader.start()
+        reader.join(120)
+        assert line and line[0].strip(), "chatapp serve printed no address"
+        url = json.loads(line[0])["url"]
+        answer = httpx2.post(
+            f"{url}/chat/completions",
+            json={"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8},
+            timeout=120,
+            trust_env=False,
+        ).json()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert answer["choices"][0]["message"]["content"].strip()
+    assert answer["chatapp"]["device"] == "cpu" and answer["usage"]["completion_tokens"] > 0
+    assert process.returncode == 0 and "Traceback" not in err, err
+
+
 def test_frozen_tokens_match_the_source_tree(
     exe: Path, bundle_dir: Path, clean_env: dict[str, str]
 ) -> None:

@@ -74,3 +74,8 @@ def test_the_right_key_is_served(keyed: Served) -> None:
         trust_env=False,
     )
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] <= 3
+
+
+def test_health_needs_no_key_and_tells_nothing(keyed: Served) -> None:
+    health = httpx2.get(f"{keyed.url}/health", trust_env=False)
+    assert health.status_code == 200 and health.json() == {"status": "ok"}

@@ -6,7 +6,9 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,11 +29,21 @@ from chatapp.convert.model_configs import (
     generation_config,
     hf_config,
 )
+from chatapp.convert.output_folder import (
+    MANIFEST_FILE,
+    PARTIAL_MARKER,
+    check_destination,
+    check_source,
+    clean_leftovers,
+    write_partial_marker,
+)
+from chatapp.convert.weight_scan import check_finite
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
 CONVERTER_VERSION = "2"
-MANIFEST_FILE = "chatapp-manifest.json"
 MAX_DEFAULT_CONTEXT = 32768
+# RoPE tables and static KV graphs grow with the context; beyond this they are absurd.
+MAX_CONTEXT = 1 << 20
 # One protobuf file holds at most 2 GiB; keep weights beside it well before that.
 EXTERNAL_DATA_THRESHOLD = 1 << 30
 
@@ -49,6 +61,8 @@ class ConvertOptions:
     overwrite: bool = False
 
     def validate(self) -> None:
+        if self.context_length is not None and not 0 < self.context_length <= MAX_CONTEXT:
+            raise ConversionError(f"--context must be from 1 to {MAX_CONTEXT}.")
         if self.attention not in ("gqa", "standard"):
             raise ConversionError(f"Unknown attention '{self.attention}': gqa or standard.")
         if self.kv_layout not in ("dynamic", "static"):
@@ -79,33 +93,43 @@ def convert_gguf(
     opts.validate()
     report = progress or (lambda _f, _m: None)
     src, out = Path(gguf_path), Path(out_dir)
-    if out.exists() and not opts.overwrite:
-        raise ConversionError(f"{out} already exists: choose a new folder or pass --force.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _check_free_space(src, out.parent)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    check_source(src)
+    check_destination(src, out, opts.overwrite)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConversionError(f"Could not create {out.parent}: {exc.strerror or exc}.") from exc
+    clean_leftovers(out.parent)
+    _check_free_space(src, out.parent)
+    tmp: Path | None = None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
+        write_partial_marker(tmp)
         _write_folder(src, tmp, opts, report)
         _replace(tmp, out)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         if exc.errno == errno.ENOSPC:
             raise ConversionError(
                 f"The disk holding {out.parent} is full; nothing was written. "
                 "Free some space and try again."
             ) from exc
         raise ConversionError(f"Could not write {out}: {exc.strerror or exc}.") from exc
+    except MemoryError as exc:
+        _remove(tmp)
+        raise ConversionError(f"Not enough memory to convert {src.name}.") from exc
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
     return out
 
 
+def _remove(tmp: Path | None) -> None:
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _check_free_space(src: Path, parent: Path) -> None:
-    if not src.is_file():
-        raise ConversionError(f"{src} does not exist or is not a file.")
     # Float parts (norms, RoPE tables, dequantized embeddings) add to the quantized weights.
     needed = int(src.stat().st_size * 1.6) + (64 << 20)
     free = shutil.disk_usage(parent).free
@@ -117,18 +141,23 @@ def _check_free_space(src: Path, parent: Path) -> None:
 
 
 def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) -> None:
-    from chatapp.convert.tokenizer import write_tokenizer_files
-
     started = time.perf_counter()
-    report(0.0, "checking the source file")
-    source_sha = sha256_file(src)
-    report(0.05, "reading GGUF")
+    # Header, hyper-parameters and shapes first (cheap), then the weights' values, and only
+    # then the hash of the whole file: a crafted file is refused before it is read through.
+    report(0.0, "reading GGUF")
     model = GGUFModel(src)
     family = family_of(model)  # refuses unknown tensors before any long work
     spec = model.spec
+    report(0.02, "checking the weights")
+    check_finite(
+        src, model.header.tensors, lambda f: report(0.02 + 0.03 * f, "checking the weights")
+    )
+    source_sha = sha256_file(src)
     context = opts.context_length or min(spec.context_length, MAX_DEFAULT_CONTEXT)
     # Tokenizer first: a vocabulary we cannot convert should fail before the long part.
     report(0.1, "tokenizer")
+    from chatapp.convert.tokenizer import write_tokenizer_files  # imports transformers (~1 s)
+
     write_tokenizer_files(model.metadata, tmp)
     graph_opts = GraphOptions(
         context_length=context,
@@ -174,9 +203,14 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         "model": {"name": spec.name, "architecture": spec.architecture},
         "options": {**asdict(opts), "context_length": context},
         "seconds": round(time.perf_counter() - started, 2),
-        "files": {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()},
+        "files": {
+            p.name: sha256_file(p)
+            for p in sorted(tmp.iterdir())
+            if p.is_file() and p.name != PARTIAL_MARKER
+        },
     }
     _write_json(tmp / MANIFEST_FILE, manifest)
+    (tmp / PARTIAL_MARKER).unlink()
     report(1.0, "done")
 
 
@@ -204,7 +238,7 @@ def _replace(tmp: Path, out: Path) -> None:
     if not out.exists():
         tmp.rename(out)
         return
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    old = out.parent / f".{out.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
     out.rename(old)
     tmp.rename(out)
     shutil.rmtree(old, ignore_errors=True)

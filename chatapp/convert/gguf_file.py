@@ -11,8 +11,8 @@ import numpy as np
 
 from chatapp.convert.architectures import SUPPORTED_ARCHITECTURES, unsupported_message
 from chatapp.convert.errors import ConversionError
-
-GGUF_MAGIC = b"GGUF"
+from chatapp.convert.gguf_reader import read_header, tensor_view
+from chatapp.convert.validate import check_metadata, check_spec
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,18 @@ class GGUFModel:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.metadata, self.tensors = _read(self.path)
-        self.spec = _spec_from_metadata(self.metadata, self.tensors, self.path)
+        self.header, mm = read_header(self.path)
+        self.metadata = self.header.metadata
+        self.tensors = {
+            t.name: GGUFTensor(t.name, t.qtype, t.shape, tensor_view(mm, t))
+            for t in self.header.tensors
+        }
+        check_metadata(self.metadata, self.path)
+        try:
+            self.spec = _spec_from_metadata(self.metadata, self.tensors, self.path)
+        except (TypeError, ValueError, ArithmeticError) as exc:  # a family's reading of odd values
+            raise ConversionError(f"{self.path.name} has inconsistent metadata ({exc}).") from exc
+        check_spec(self.spec, self.tensors, self.path)
 
     def tensor(self, name: str) -> GGUFTensor:
         try:
@@ -66,42 +76,6 @@ class GGUFModel:
 
     def has(self, name: str) -> bool:
         return name in self.tensors
-
-
-def _read(path: Path) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
-    # Imported here so that `chatapp --help` does not pay for gguf's import.
-    from gguf import GGUFReader
-
-    if not path.is_file():
-        raise ConversionError(f"{path} does not exist or is not a file.")
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        head = fh.read(4)
-    if head != GGUF_MAGIC:
-        raise ConversionError(f"{path.name} is not a GGUF file (it does not start with 'GGUF').")
-    try:
-        reader = GGUFReader(path)
-    except Exception as exc:  # gguf raises ValueError/IndexError/... on damaged headers
-        raise ConversionError(
-            f"{path.name} is damaged or truncated: its GGUF header could not be read ({exc})."
-        ) from exc
-    metadata: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if not field.types:
-            continue
-        try:
-            metadata[key] = field.contents()
-        except Exception as exc:
-            raise ConversionError(f"{path.name}: metadata '{key}' is unreadable ({exc}).") from exc
-    tensors: dict[str, GGUFTensor] = {}
-    for t in reader.tensors:
-        if t.data_offset + t.n_bytes > size:
-            raise ConversionError(
-                f"{path.name} is truncated: tensor '{t.name}' ends past the end of the file."
-            )
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        tensors[t.name] = GGUFTensor(t.name, t.tensor_type.name, shape, t.data)
-    return metadata, tensors
 
 
 def _spec_from_metadata(

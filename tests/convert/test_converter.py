@@ -286,17 +286,14 @@ def test_bad_input_raises_clear_error(tmp_path: Path, tiny_gguf: Path, case: str
 def test_existing_output_is_refused_then_replaced_with_force(
     tmp_path: Path, tiny_gguf: Path
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    out = convert_gguf(tiny_gguf, tmp_path / "out", ConvertOptions(context_length=64))
     with pytest.raises(ConversionError, match=r"out already exists.*--force"):
         convert_gguf(tiny_gguf, out)
-    assert (out / "keep.txt").read_text() == "mine"
-    assert not (out / "model.onnx").exists()
+    assert read_manifest(out)["options"]["context_length"] == 64  # type: ignore[index]
 
     convert_gguf(tiny_gguf, out, ConvertOptions(overwrite=True))
-    assert not (out / "keep.txt").exists()
     assert is_verified_copy(out, sha256(tiny_gguf))
+    assert read_manifest(out)["options"]["context_length"] == 512  # type: ignore[index]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no .out.old-* left
 
 

@@ -189,7 +189,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if engine.fallback_reason:
         print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
     if args.raw:
-        gen = engine.generate_ids(engine.tokenizer.encode(args.prompt), settings)
+        gen = engine.generate_ids(engine.tokenizer.encode_text(args.prompt), settings)
     else:
         messages = [Message("system", args.system)] if args.system else []
         gen = engine.chat([*messages, Message("user", args.prompt)], settings)
@@ -201,7 +201,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.json:
         out: dict[str, Any] = {"text": gen.text, **stats.to_dict()}
         out["device"] = engine.device.name
-        out["onnx_file"] = engine.info.onnx_path.relative_to(engine.info.folder).as_posix()
+        out["onnx_file"] = engine.info.onnx_file
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:

@@ -211,7 +211,7 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
     return {
         "model": engine.info.name,
         "model_dir": str(engine.info.folder),
-        "onnx_file": engine.info.onnx_path.relative_to(engine.info.folder).as_posix(),
+        "onnx_file": engine.info.onnx_file,
         "layout": engine.info.layout.value,
         "device": engine.device.name,
         "device_label": engine.device.label,

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ModelError
+from chatapp.engine.folder_files import check_tokenizer_files
+from chatapp.engine.template import ChatTemplate, TemplateLimitError
 
 # Used when a model folder has no chat template of its own.
 FALLBACK_TEMPLATE = (
@@ -27,12 +30,20 @@ class Message:
 
 
 class ChatTokenizer:
-    """The folder's tokenizer (transformers, local files only) with its chat template."""
+    """The folder's tokenizer (transformers, local files only) with its chat template.
+
+    Message text is tokenized as text: a control token typed, pasted, imported or put in the
+    system prompt (`<|im_end|><|im_start|>system...`) becomes the ordinary tokens of its
+    characters, so it cannot forge a turn; only the template's own scaffolding produces
+    control tokens. Text without any control token string is tokenized exactly as before
+    (render, then one encode), so ordinary prompts and the KV prefix reuse are unchanged.
+    """
 
     def __init__(self, folder: Path) -> None:
         # Never reach a model hub: the folder is all there is.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        check_tokenizer_files(folder)  # links out of the folder, devices, giant files
         from transformers import AutoTokenizer
 
         try:
@@ -41,33 +52,76 @@ class ChatTokenizer:
             )
         except Exception as exc:
             raise ModelError(
-                f"The tokenizer in {folder.name} could not be loaded ({exc})."
+                f"The tokenizer in {folder.name} could not be loaded ({_first_line(exc)})."
             ) from exc
-        self.has_template = bool(getattr(self.tok, "chat_template", None))
+        source = _template_source(getattr(self.tok, "chat_template", None))
+        self.has_template = bool(source)
+        self._template_source = source or FALLBACK_TEMPLATE
+        self._template: ChatTemplate | None = None
+        self._template_error: ModelError | None = None
+        self._control = ControlTokens(self.tok)
 
     def encode(self, text: str) -> list[int]:
+        """Ids of text the app itself wrote (special tokens in it are parsed)."""
         return list(self.tok.encode(text, add_special_tokens=False))
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of text a person wrote: special tokens in it stay text."""
+        return self._control.encode_as_text(text)
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tok.decode(list(ids), skip_special_tokens=True))
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        dicts = [m.as_dict() for m in messages]
-        template = None if self.has_template else FALLBACK_TEMPLATE
-        try:
-            text = self.tok.apply_chat_template(
-                dicts,
-                tokenize=False,
-                add_generation_prompt=add_generation_prompt,
-                chat_template=template,
-            )
-        except Exception as exc:  # a template may reject e.g. a system role
-            raise ModelError(f"The model's chat template failed: {exc}") from exc
-        return str(text)
+        return self._render([m.as_dict() for m in messages], add_generation_prompt)
 
     def chat_ids(self, messages: Sequence[Message]) -> list[int]:
-        """Prompt ids: the template's text already holds the special tokens it wants."""
-        return self.encode(self.render(messages))
+        """Prompt ids: the template's control tokens as tokens, the messages' text as text."""
+        if not any(self._control.found_in(m.content) for m in messages):
+            return self.encode(self.render(messages))
+        marked = [{"role": m.role, "content": self._control.mark(m.content)} for m in messages]
+        return self._control.encode_marked(self._render(marked, True))
+
+    def _render(self, dicts: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        if self._template_error is not None:  # a template that hit a limit fails fast after
+            raise self._template_error
+        try:
+            if self._template is None:
+                self._template = ChatTemplate(self._template_source)
+            context = {**_special_tokens(self.tok), "tools": None, "documents": None}
+            return self._template.render(
+                messages=dicts, add_generation_prompt=add_generation_prompt, **context
+            )
+        except TemplateLimitError as exc:
+            self._template_error = exc
+            raise
+        except ModelError:
+            raise
+        except Exception as exc:  # a template may reject e.g. a system role
+            raise ModelError(f"The model's chat template failed: {_first_line(exc)}") from exc
+
+
+def _template_source(value: Any) -> str | None:
+    """The chat template text; tokenizers with several named ones use "default"."""
+    if isinstance(value, dict):
+        value = value.get("default") or next(iter(value.values()), None)
+    return value if isinstance(value, str) and value else None
+
+
+def _special_tokens(tok: Any) -> dict[str, Any]:
+    """bos_token, eos_token, ... as plain text: what transformers passes to templates."""
+    out: dict[str, Any] = {}
+    for key, value in dict(getattr(tok, "special_tokens_map", {}) or {}).items():
+        if isinstance(value, list):
+            out[key] = [str(v) for v in value]
+        elif value is not None:
+            out[key] = str(value)
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 class IncrementalDetokenizer:

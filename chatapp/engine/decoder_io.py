@@ -14,6 +14,7 @@ from typing import Any
 
 import onnx
 
+from chatapp.engine.config_values import section
 from chatapp.engine.errors import ModelError
 
 USE_CACHE_BRANCH = "use_cache_branch"  # legacy Optimum merged decoders
@@ -53,16 +54,16 @@ class KVTensor:
 
 
 def decoder_section(genai: dict[str, Any]) -> dict[str, Any]:
-    model = genai.get("model")
-    decoder = model.get("decoder") if isinstance(model, dict) else None
-    return decoder if isinstance(decoder, dict) else {}
+    """genai_config.json's model.decoder; {} when absent, an error when not an object."""
+    model = section(genai, "model", "genai_config.json")
+    return section(model, "decoder", "genai_config.json's model")
 
 
 def decoder_names(genai: dict[str, Any]) -> DecoderNames:
     """Hugging Face's names, overridden by genai_config.json's model.decoder.inputs / outputs."""
-    section = decoder_section(genai)
-    inputs = section.get("inputs") if isinstance(section.get("inputs"), dict) else {}
-    outputs = section.get("outputs") if isinstance(section.get("outputs"), dict) else {}
+    decoder = decoder_section(genai)
+    inputs = section(decoder, "inputs", "genai_config.json's model.decoder")
+    outputs = section(decoder, "outputs", "genai_config.json's model.decoder")
     default = DecoderNames()
     chosen: dict[str, str] = {}
     for field, source, key in (

@@ -16,6 +16,7 @@ from chatapp.engine.devices import (
 )
 from chatapp.engine.errors import DeviceFailure, EngineError, ModelError, first_line
 from chatapp.engine.generation import Generation
+from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import MODES, KVLoop
 from chatapp.engine.model import ModelInfo, open_model_folder
@@ -36,10 +37,13 @@ class Engine:
         max_context: int | None = None,
         onnx_file: str | None = None,
     ) -> None:
+        check_threads(threads)
+        check_context(max_context)
         self.info: ModelInfo = open_model_folder(model_dir, onnx_file)
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
         self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+        check_kv_memory(self.info, self.max_context)
         self.mode = mode
         self._loops: dict[str, KVLoop] = {}
         self._use(self._start(find_device(device), threads))

@@ -9,6 +9,11 @@ class ModelError(EngineError):
     """A model folder that cannot be run: what is missing or unsupported."""
 
 
+class FolderFileError(ModelError):
+    """A file the folder names that is missing, leads outside it or is not a regular file: the
+    folder is refused, rather than another of its graphs tried instead."""
+
+
 class ContextOverflowError(EngineError):
     """A prompt that does not fit in the model's context."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -11,6 +10,15 @@ from typing import Any
 import numpy as np
 import onnx
 
+from chatapp.engine.config_values import (
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    section,
+    token_ids,
+    whole_number,
+)
 from chatapp.engine.decoder_io import (
     KVTensor,
     ModelIO,
@@ -21,14 +29,20 @@ from chatapp.engine.decoder_io import (
     model_io,
     value_dims,
 )
-from chatapp.engine.errors import ModelError
+from chatapp.engine.errors import FolderFileError, ModelError
+from chatapp.engine.folder_files import (
+    check_tokenizer_files,
+    load_onnx_graph,
+    read_json_file,
+    resolve_inside,
+)
 from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
 from chatapp.engine.variants import (
     Variant,
     candidate_files,
     describe_variant,
-    load_graph,
     ordered_candidates,
+    read_candidate,
     variant_order,
 )
 
@@ -44,7 +58,7 @@ class KVLayout(Enum):
 @dataclass(frozen=True)
 class ModelInfo:
     folder: Path
-    onnx_path: Path
+    onnx_path: Path  # links resolved: the regular file inside the folder that is run
     name: str
     layout: KVLayout
     kv: tuple[KVTensor, ...]
@@ -63,6 +77,11 @@ class ModelInfo:
     @property
     def has_position_ids(self) -> bool:
         return self.io.position_ids is not None
+
+    @property
+    def onnx_file(self) -> str:
+        """The graph's path inside the folder, with "/" (what --onnx-file takes)."""
+        return self.onnx_path.relative_to(self.folder.resolve()).as_posix()
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.n_layers * self.kv_heads * self.head_dim * np.dtype(self.kv_dtype).itemsize
@@ -94,13 +113,22 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
 
     Without `onnx_file`: the graph genai_config.json names, else the most precise graph that
     this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first.
+    Every file it names is opened only inside the folder (see folder_files): a graph or an
+    external data file that is missing, a link out or not a regular file refuses the folder
+    rather than being skipped for the next graph.
     """
     folder = Path(folder).expanduser()
     if not folder.is_dir():
+        if folder.exists():
+            raise ModelError(
+                f"{folder} is a file, not a model folder (a .gguf file is converted first: "
+                "File > Open GGUF, or `chatapp convert`)."
+            )
         raise ModelError(f"The model folder {folder} does not exist.")
-    genai = _read_json(folder / "genai_config.json")
-    config = _read_json(folder / "config.json")
+    genai = read_json_file(folder, "genai_config.json")
+    config = read_json_file(folder, "config.json")
     candidates = _candidates(folder, onnx_file, genai)
+    check_tokenizer_files(folder)
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.model").is_file():
         raise ModelError(f"{folder.name} has no tokenizer (tokenizer.json is missing).")
     if config is None and genai is None:
@@ -108,7 +136,10 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
     first_error: ModelError | None = None
     for onnx_path in candidates:
         try:
-            return _open_graph(folder, onnx_path, config or {}, genai or {})
+            proto = load_onnx_graph(onnx_path)
+            return _describe(folder, onnx_path, proto.graph, config or {}, genai or {})
+        except FolderFileError:
+            raise
         except ModelError as exc:
             first_error = first_error or exc
     assert first_error is not None
@@ -122,71 +153,77 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
 
 def folder_variants(folder: Path | str) -> list[VariantStatus]:
     """Every graph in the folder with its size and precision, whether it can be opened and
-    which one opens by default: for a picker. Each graph is read once, never its weights."""
+    which one opens by default: for a picker. Each graph is read once, never its weights, and
+    only after the same checks `open_model_folder` makes."""
     folder = Path(folder).expanduser()
-    genai = _read_json(folder / "genai_config.json") or {}
-    config = _read_json(folder / "config.json") or {}
-    found: list[tuple[Variant, str | None]] = []
+    genai = read_json_file(folder, "genai_config.json") or {}
+    config = read_json_file(folder, "config.json") or {}
+    found: list[tuple[Variant, Path | None, ModelError | None]] = []
     for path in candidate_files(folder):
-        proto = load_graph(path)
-        problem = None if proto else f"{path.name} is not a readable ONNX model."
-        if proto is not None:
+        real, proto, error = read_candidate(folder, path)
+        if proto is not None and real is not None:
             try:
-                _describe(folder, path, proto.graph, config, genai)
+                _describe(folder, real, proto.graph, config, genai)
             except ModelError as exc:
-                problem = str(exc)
-        found.append((describe_variant(folder, path, proto), problem))
-    runnable = [v.path for v, problem in found if problem is None]
-    named = decoder_section(genai).get("filename")
-    preferred = [p.relative_to(folder).as_posix() for p in ordered_candidates(folder)]
-    default = named if named in runnable else next((p for p in preferred if p in runnable), None)
+                error = exc
+        found.append((describe_variant(folder, path, real, proto), real, error))
+    default = _default_graph(folder, genai, {real: error for _, real, error in found if real})
     found.sort(key=lambda item: variant_order(item[0]))
-    return [VariantStatus(v, problem, v.path == default) for v, problem in found]
+    statuses = []
+    for variant, real, error in found:
+        problem = None if error is None else str(error)
+        statuses.append(VariantStatus(variant, problem, real is not None and real == default))
+    return statuses
+
+
+def _default_graph(
+    folder: Path, genai: dict[str, Any], errors: dict[Path, ModelError | None]
+) -> Path | None:
+    """The graph `open_model_folder` opens without a name; None when it would refuse."""
+    try:
+        candidates = _candidates(folder, None, genai)
+    except ModelError:
+        return None
+    for path in candidates:
+        if path not in errors or isinstance(errors[path], FolderFileError):
+            return None  # not listed (genai names another folder), or the open stops there
+        if errors[path] is None:
+            return path
+    return None
 
 
 def _candidates(
     folder: Path, onnx_file: str | Path | None, genai: dict[str, Any] | None
 ) -> list[Path]:
+    """The graphs to try, in order: each a regular file inside the folder, links resolved.
+    All are checked before any is read, so a link out among them refuses the folder."""
     if onnx_file is not None:
-        path = folder / onnx_file
-        if not path.is_file():
-            raise ModelError(f"{folder.name} has no {onnx_file}.")
-        return [path]
-    if genai:
-        name = decoder_section(genai).get("filename")
-        if isinstance(name, str) and name and (folder / name).is_file():
-            return [folder / name]
-    candidates = ordered_candidates(folder)
-    if not candidates:
+        return [resolve_inside(folder, onnx_file, "The requested ONNX file")]
+    name = decoder_section(genai or {}).get("filename")
+    if name is not None:
+        # Named means meant: a missing or misplaced file is an error, not another graph instead.
+        if not isinstance(name, str):
+            raise ModelError(f"genai_config.json's decoder filename is {name!r}, not a name.")
+        return [resolve_inside(folder, name, "genai_config.json's decoder filename")]
+    found = ordered_candidates(folder)
+    if not found:
         raise ModelError(f"{folder.name} holds no ONNX model (model.onnx or onnx/model*.onnx).")
-    return candidates
-
-
-def _open_graph(
-    folder: Path, onnx_path: Path, config: dict[str, Any], genai: dict[str, Any]
-) -> ModelInfo:
-    try:
-        proto = onnx.load(str(onnx_path), load_external_data=False)
-    except Exception as exc:  # protobuf and onnx raise many kinds for a damaged file
-        raise ModelError(f"{onnx_path.name} is not a readable ONNX model ({exc}).") from exc
-    return _describe(folder, onnx_path, proto.graph, config, genai)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"{path.name} in {path.parent.name} is not valid JSON ({exc}).") from exc
-    return data if isinstance(data, dict) else None
+    resolved: list[Path] = []
+    for path in found:
+        real = resolve_inside(folder, path.relative_to(folder), folder.name)
+        if real not in resolved:  # a link to another graph of the folder is tried once
+            resolved.append(real)
+    return resolved
 
 
 def _float_type(value: onnx.ValueInfoProto, what: str) -> np.dtype:
     elem = value.type.tensor_type.elem_type
     dtype = FLOAT_TYPES.get(elem)
     if dtype is None:
-        name = onnx.TensorProto.DataType.Name(elem) if elem else "unknown"
+        try:
+            name = onnx.TensorProto.DataType.Name(elem) if elem else "unknown"
+        except ValueError:  # a number no ONNX type has
+            name = str(elem)
         raise ModelError(
             f"{value.name} has element type {name}; float32, float16 or bfloat16 {what} "
             "was expected."
@@ -216,19 +253,22 @@ def _describe(
         raise
     io = model_io(file_name, names, set(inputs), set(outputs), kv)
     n_layers = max(t.layer for t in kv) + 1
+    if n_layers > MAX_LAYERS:
+        raise ModelError(f"{file_name} has {n_layers} layers; at most {MAX_LAYERS} are supported.")
     first = inputs[kv[0].past_name]
     past_dims, present_dims = value_dims(first), value_dims(outputs[kv[0].present_name])
-    if len(past_dims) != 4:
-        raise ModelError(
-            f"{kv[0].past_name} has rank {len(past_dims)}; "
-            "[batch, heads, length, head_dim] was expected."
-        )
+    for value_name, dims in ((kv[0].past_name, past_dims), (kv[0].present_name, present_dims)):
+        if len(dims) != 4:
+            raise ModelError(
+                f"{value_name} has rank {len(dims)}; [batch, heads, length, head_dim] was expected."
+            )
     kv_heads, head_dim = kv_head_shape(file_name, kv[0].past_name, past_dims, config, genai)
+    whole_number(kv_heads, f"{file_name}: the KV head count", 1, MAX_HEADS)
+    whole_number(head_dim, f"{file_name}: the head size", 1, MAX_HEAD_DIM)
     kv_dtype = _float_type(first, "KV")
     logits_dtype = _float_type(outputs[io.logits], "logits")
     layout, window = _layout(graph, past_dims, present_dims, value_dims(inputs[io.input_ids]))
-    logits_dims = value_dims(outputs[io.logits])
-    vocab = logits_dims[-1] if isinstance(logits_dims[-1], int) else _vocab(config, genai)
+    vocab = _vocab(file_name, value_dims(outputs[io.logits]), config, genai)
     context = _context_length(config, genai, present_dims, layout)
     return ModelInfo(
         folder=folder,
@@ -242,7 +282,7 @@ def _describe(
         kv_dtype=kv_dtype,
         vocab_size=vocab,
         context_length=context,
-        eos_token_ids=_eos_ids(folder, config, genai),
+        eos_token_ids=_eos_ids(folder, config, genai, vocab),
         input_names=tuple(inputs),
         window=window,
         io=io,
@@ -250,11 +290,19 @@ def _describe(
     )
 
 
-def _vocab(config: dict[str, Any], genai: dict[str, Any]) -> int:
-    model = genai.get("model") if isinstance(genai.get("model"), dict) else {}
-    for value in (config.get("vocab_size"), model.get("vocab_size")):
-        if isinstance(value, int) and value > 0:
-            return value
+def _vocab(
+    file_name: str, logits: list[int | str], config: dict[str, Any], genai: dict[str, Any]
+) -> int:
+    if not logits:
+        raise ModelError(f"{file_name}: the logits have no shape.")
+    if isinstance(logits[-1], int):
+        return whole_number(logits[-1], f"{file_name}: the vocabulary size", 1, MAX_VOCAB)
+    for where, value in (
+        ("config.json's vocab_size", config.get("vocab_size")),
+        ("genai_config.json's model.vocab_size", _genai_model(genai).get("vocab_size")),
+    ):
+        if value is not None:
+            return whole_number(value, f"{file_name}: the vocabulary size ({where})", 1, MAX_VOCAB)
     raise ModelError("The logits' vocabulary size is neither in the graph nor in the configs.")
 
 
@@ -267,11 +315,12 @@ def _layout(
     if any(n.op_type == "GroupQueryAttention" for n in graph.node):
         return KVLayout.SHARED_BUFFER, None
     if isinstance(past[2], int) and isinstance(present[2], int):
-        window = ids[1] if isinstance(ids[1], int) else None
-        if window is None or present[2] - past[2] != window:
+        window = ids[1] if len(ids) > 1 and isinstance(ids[1], int) else None
+        if window is None or present[2] - past[2] != window or not 0 < window <= present[2]:
             raise ModelError(
                 f"Fixed-shape KV cache with past length {past[2]} and present length {present[2]} "
-                f"for {ids[1]} input tokens is not a layout this app knows."
+                f"for {ids[1] if len(ids) > 1 else '?'} input tokens is not a layout this app "
+                "knows."
             )
         return KVLayout.STATIC_WINDOW, window
     if isinstance(past[2], str) and isinstance(present[2], str):
@@ -285,15 +334,19 @@ def _context_length(
     config: dict[str, Any], genai: dict[str, Any], present: list[int | str], layout: KVLayout
 ) -> int:
     if layout is KVLayout.STATIC_WINDOW:
-        return int(present[2])  # the fixed number of slots
-    for value in (
-        genai.get("model", {}).get("context_length"),
-        config.get("max_position_embeddings"),
-        config.get("n_positions"),
+        return whole_number(present[2], "the KV cache length of the graph")  # the fixed slots
+    for where, value in (
+        ("genai_config.json's model.context_length", _genai_model(genai).get("context_length")),
+        ("config.json's max_position_embeddings", config.get("max_position_embeddings")),
+        ("config.json's n_positions", config.get("n_positions")),
     ):
-        if value:
-            return int(value)
+        if value is not None:
+            return whole_number(value, where)
     return 2048
+
+
+def _genai_model(genai: dict[str, Any]) -> dict[str, Any]:
+    return section(genai, "model", "genai_config.json")
 
 
 def _model_name(folder: Path, config: dict[str, Any]) -> str:
@@ -301,23 +354,17 @@ def _model_name(folder: Path, config: dict[str, Any]) -> str:
     return str(name).rstrip("/").split("/")[-1] or folder.name
 
 
-def _as_ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, list):
-        return [int(v) for v in value]
-    return [int(value)]
-
-
-def _eos_ids(folder: Path, config: dict[str, Any], genai: dict[str, Any]) -> tuple[int, ...]:
-    gen = _read_json(folder / "generation_config.json") or {}
+def _eos_ids(
+    folder: Path, config: dict[str, Any], genai: dict[str, Any], vocab: int
+) -> tuple[int, ...]:
+    gen = read_json_file(folder, "generation_config.json") or {}
     ids: list[int] = []
-    for value in (
-        gen.get("eos_token_id"),
-        config.get("eos_token_id"),
-        genai.get("model", {}).get("eos_token_id"),
+    for where, value in (
+        ("generation_config.json's eos_token_id", gen.get("eos_token_id")),
+        ("config.json's eos_token_id", config.get("eos_token_id")),
+        ("genai_config.json's model.eos_token_id", _genai_model(genai).get("eos_token_id")),
     ):
-        for i in _as_ids(value):
+        for i in token_ids(value, where, vocab):
             if i not in ids:
                 ids.append(i)
     return tuple(ids)

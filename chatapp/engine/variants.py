@@ -16,6 +16,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from chatapp.engine.errors import ModelError
+from chatapp.engine.folder_files import load_onnx_graph, resolve_inside
+
 # Most precise first. int4 with float32 activations (q4) is more precise than with float16 (q4f16).
 PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4")
 # transformers.js's file-name suffixes (model_<suffix>.onnx) and what they mean.
@@ -65,11 +68,13 @@ class Variant:
 
 
 def candidate_files(folder: Path) -> list[Path]:
-    """Every .onnx file at the top of the folder and in onnx/."""
+    """Every .onnx entry at the top of the folder and in onnx/ but sub-folders. Links and
+    special files count too: they are refused by name when checked (folder_files), rather
+    than skipped in silence."""
     found: list[Path] = []
     for sub in (folder, folder / "onnx"):
         if sub.is_dir():
-            found += sorted(p for p in sub.glob("*.onnx") if p.is_file())
+            found += sorted(p for p in sub.glob("*.onnx") if p.is_symlink() or not p.is_dir())
     return found
 
 
@@ -146,22 +151,32 @@ def external_data_files(model: onnx.ModelProto, onnx_path: Path) -> list[Path]:
     return files
 
 
-def load_graph(path: Path) -> onnx.ModelProto | None:
-    """The graph without its external weights; None when it cannot be read."""
+def read_candidate(
+    folder: Path, path: Path
+) -> tuple[Path | None, onnx.ModelProto | None, ModelError | None]:
+    """(the regular file inside the folder, its graph without external weights, why not):
+    the path and file checks of folder_files come first, so nothing outside is read."""
     try:
-        return onnx.load(str(path), load_external_data=False)
-    except Exception:  # protobuf and onnx raise many kinds for a damaged file
-        return None
+        real = resolve_inside(folder, path.relative_to(folder), folder.name)
+    except ModelError as exc:
+        return None, None, exc
+    try:
+        return real, load_onnx_graph(real), None
+    except ModelError as exc:
+        return real, None, exc
 
 
-def describe_variant(folder: Path, path: Path, model: onnx.ModelProto | None) -> Variant:
-    """Size and precision of one graph, from its proto (`load_graph`)."""
-    size = path.stat().st_size
+def describe_variant(
+    folder: Path, path: Path, real: Path | None, model: onnx.ModelProto | None
+) -> Variant:
+    """Size and precision of one graph, from `read_candidate`'s file and proto (a refused
+    file has no size: it is not looked at)."""
+    size = real.stat().st_size if real is not None else 0
     _, from_name = split_name(path.name)
     relative = path.relative_to(folder).as_posix()
-    if model is None:
+    if model is None or real is None:
         return Variant(relative, size, from_name or "?", from_name)
-    size += sum(p.stat().st_size for p in external_data_files(model, path))
+    size += sum(p.stat().st_size for p in external_data_files(model, real))
     return Variant(relative, size, graph_precision(model) or from_name or "?", from_name)
 
 
@@ -176,5 +191,7 @@ def variant_order(variant: Variant) -> tuple[int, int, str]:
 def list_variants(folder: Path | str) -> list[Variant]:
     """The folder's graphs, most precise first (reads each graph, not its weights)."""
     folder = Path(folder).expanduser()
-    found = [describe_variant(folder, p, load_graph(p)) for p in candidate_files(folder)]
+    found = [
+        describe_variant(folder, p, *read_candidate(folder, p)[:2]) for p in candidate_files(folder)
+    ]
     return sorted(found, key=variant_order)

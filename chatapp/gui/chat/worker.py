@@ -351,7 +351,7 @@ def _summary(engine: Engine, requested_device: str, reason: str | None) -> Model
         context_length=engine.info.context_length,
         max_context=engine.max_context,
         threads=engine.threads,
-        onnx_file=engine.info.onnx_path.relative_to(engine.info.folder).as_posix(),
+        onnx_file=engine.info.onnx_file,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chatapp.cli import checks
 from chatapp.cli.progress import ProgressBar
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 
@@ -17,7 +18,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("out_dir", type=Path, help="the model folder to create")
     conv.add_argument(
         "--context",
-        type=int,
+        type=checks.whole(1, checks.MAX_CONTEXT, "a context length"),
         default=None,
         help="context length of the model folder (default: the file's, at most 32768)",
     )
@@ -48,7 +49,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="static: fixed shapes (past C-W, present C), needs --context",
     )
     conv.add_argument(
-        "--window", type=int, default=1, help="static layout: tokens per run (default 1)"
+        "--window",
+        type=checks.whole(1, checks.MAX_CONTEXT, "a token count"),
+        default=1,
+        help="static layout: tokens per run (default 1)",
     )
     conv.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     conv.set_defaults(func=run_convert)

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chatapp.cli import checks
 from chatapp.cli.errors import UserError
 from chatapp.engine.sampling import SamplingSettings
 
 MODES = ("naive", "iobinding")
+NEW_TOKENS = checks.whole(1, checks.MAX_NEW_TOKENS, "a token count")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -27,10 +29,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default="cpu",
         help="cpu, cuda, webgpu, webgpu-software, dml, coreml, openvino (see `chatapp devices`)",
     )
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: cores)")
+    p.add_argument(
+        "--threads",
+        type=checks.threads,
+        default=None,
+        help=f"intra-op threads (default: cores; at most {checks.THREADS_PER_CPU} per CPU)",
+    )
     p.add_argument(
         "--context",
-        type=int,
+        type=checks.whole(1, checks.MAX_CONTEXT, "a context length"),
         default=None,
         help="KV cache length to allocate (default: model's, at most 8192)",
     )
@@ -40,6 +47,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_onnx_file_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--onnx-file",
+        type=checks.onnx_file,
         default=None,
         metavar="NAME",
         help="which graph of the folder, e.g. onnx/model_q4.onnx (default: the most precise one "
@@ -55,17 +63,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("generate", help="answer one prompt and print the figures")
     add_model_args(gen)
     gen.add_argument("--mode", choices=MODES, default="iobinding")
-    gen.add_argument("--prompt", required=True)
-    gen.add_argument("--system", default=None, help="system prompt")
+    gen.add_argument("--prompt", type=checks.text, required=True)
+    gen.add_argument("--system", type=checks.text, default=None, help="system prompt")
     gen.add_argument("--raw", action="store_true", help="no chat template: continue the text")
-    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128)
     greedy = gen.add_mutually_exclusive_group()
     greedy.add_argument("--greedy", action="store_true", help="always the most likely token")
-    greedy.add_argument("--temperature", type=float, default=None)
-    gen.add_argument("--top-k", type=int, default=40)
-    gen.add_argument("--top-p", type=float, default=0.95)
-    gen.add_argument("--repetition-penalty", type=float, default=1.1)
-    gen.add_argument("--seed", type=int, default=None)
+    greedy.add_argument(
+        "--temperature", type=checks.number(0, checks.MAX_TEMPERATURE), default=None
+    )
+    gen.add_argument("--top-k", type=checks.whole(0, 1 << 24, "a token count"), default=40)
+    gen.add_argument("--top-p", type=checks.number(0, 1, low_open=True), default=0.95)
+    gen.add_argument(
+        "--repetition-penalty",
+        type=checks.number(0, checks.MAX_PENALTY, low_open=True),
+        default=1.1,
+    )
+    gen.add_argument("--seed", type=checks.whole(0, checks.MAX_SEED, "a seed"), default=None)
     gen.set_defaults(func=run_generate)
 
     var = sub.add_parser("variants", help="the ONNX graphs of a model folder: precision, size")
@@ -75,12 +89,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     bench = sub.add_parser("bench", help="both loops on one prompt: medians and a table")
     add_model_args(bench)
-    bench.add_argument("--prompt", default="Explain what a KV cache is in a few sentences.")
-    bench.add_argument("--max-new-tokens", type=int, default=128)
-    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument(
+        "--prompt", type=checks.text, default="Explain what a KV cache is in a few sentences."
+    )
+    bench.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128)
+    bench.add_argument(
+        "--repeats", type=checks.whole(1, checks.MAX_REPEATS, "a repeat count"), default=3
+    )
     bench.add_argument(
         "--context-tokens",
-        type=int,
+        type=checks.whole(1, checks.MAX_CONTEXT, "a token count"),
         default=None,
         help="pad the prompt with real text to about this many tokens",
     )
@@ -102,7 +120,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="skip measuring read bandwidth for the physical floor (tokens/s ceiling)",
     )
     bench.add_argument(
-        "--sweep", default=None, help="comma-separated context lengths, e.g. 128,512,1024,2048"
+        "--sweep",
+        type=checks.sweep,
+        default=None,
+        help="comma-separated context lengths, e.g. 128,512,1024,2048",
     )
     bench.add_argument(
         "--report",
@@ -115,7 +136,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def resolve_model(path: Path | None) -> Path:
     if path is not None:
-        return path
+        return path  # the engine says what is wrong with it (missing, a file, ...)
     from chatapp.convert.default_model import default_model_dir
 
     folder = default_model_dir()
@@ -178,6 +199,8 @@ def run_generate(args: argparse.Namespace) -> int:
         settings.validate()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    if args.raw and not args.prompt:
+        raise UserError("--raw needs a prompt to continue; --prompt is empty.")
     engine = Engine(
         resolve_model(args.model),
         args.device,
@@ -232,9 +255,11 @@ def run_bench(args: argparse.Namespace) -> int:
         peers=tuple(p.strip() for p in args.peer.split(",") if p.strip()),
         peer_gguf=args.peer_gguf,
         peer_python=args.peer_python,
-        sweep=[int(x) for x in args.sweep.split(",")] if args.sweep else [],
+        sweep=args.sweep or [],
         floor=not args.no_floor,
     )
+    if args.report is not None and args.report.exists() and not args.report.is_dir():
+        raise UserError(f"--report {args.report} is a file; give a folder for the report.")
     result = run_bench_suite(config, progress=lambda msg: print(msg, file=sys.stderr))
     if args.report is not None:
         # Charts are drawn with QtCharts: the GUI draws them (offscreen without a display).
@@ -250,8 +275,8 @@ def run_variants(args: argparse.Namespace) -> int:
 
     folder = resolve_model(args.model)
     if not folder.is_dir():
-        from chatapp.cli import UserError
-
+        if folder.exists():
+            raise UserError(f"{folder} is a file, not a model folder.")
         raise UserError(f"The model folder {folder} does not exist.")
     statuses = folder_variants(folder)
     if args.json:

@@ -8,6 +8,7 @@ import sys
 
 from chatapp import __version__
 from chatapp.cli import convert_cmds, engine_cmds, server_cmds
+from chatapp.cli.checks import OneLineParser, printable, safe_output_streams
 from chatapp.cli.errors import UserError
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
@@ -15,7 +16,7 @@ from chatapp.engine.errors import EngineError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="chatapp",
         description="Chat with small local language models on ONNX Runtime.",
     )
@@ -37,15 +38,35 @@ def main(argv: list[str] | None = None) -> int:
         from chatapp.gui import run_app  # Qt is imported only for the GUI
 
         return run_app(args_list)
+    safe_output_streams()
     args = parser.parse_args(args_list)
     try:
         return int(args.func(args) or 0)
     except (ConversionError, EngineError, DeviceError, UserError) as exc:
-        print(f"chatapp: error: {exc}", file=sys.stderr)
+        print(f"chatapp: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("chatapp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `chatapp ... | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except MemoryError:
+        print("chatapp: error: not enough memory for this.", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: still one line, with a way to see the details
+        if os.environ.get("CHATAPP_DEBUG"):
+            raise
+        print(
+            f"chatapp: error: unexpected {type(exc).__name__}: {_one_line(exc)} "
+            "(a bug; CHATAPP_DEBUG=1 shows where)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return printable(str(exc)) or type(exc).__name__
 
 
 def _starts_gui(parser: argparse.ArgumentParser, args_list: list[str]) -> bool:

@@ -18,6 +18,7 @@ from chatapp.engine.bench_peers import Peer, open_peers, peer_point, physical_fl
 from chatapp.engine.bench_stats import compare_runs
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import MODES, Engine
+from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import GREEDY
@@ -171,10 +172,22 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         config.max_context,
         onnx_file=config.onnx_file,
     )
+    if config.context_tokens is not None and config.context_tokens >= engine.max_context:
+        raise EngineError(
+            f"--context-tokens {config.context_tokens} does not fit the context of "
+            f"{engine.max_context} tokens (--context sets it, up to the model's)."
+        )
     ids = bench_prompt_ids(engine, config.prompt, config.context_tokens)
     n = min(config.max_new_tokens, engine.max_context - len(ids) - 1)
+    if n < 1:
+        raise EngineError(
+            f"The prompt ({len(ids)} tokens) leaves no room to generate in a context of "
+            f"{engine.max_context} tokens."
+        )
     report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
-    longest = max([len(ids), *[t + 64 for t in config.sweep]]) + n + 8
+    # Sweep points past the allocated context are skipped, before any prompt is built for them.
+    sweep = [t for t in config.sweep if t < engine.max_context]
+    longest = max([len(ids), *[t + 64 for t in sweep]]) + n + 8
     with open_peers(config, engine, longest, report) as peers:
         result: dict[str, Any] = {
             **result_header(engine, n, config.repeats),
@@ -184,8 +197,10 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         if config.sweep:
             result["sweep"] = []
             for target in config.sweep:
-                sweep_ids = bench_prompt_ids(engine, config.prompt, target)
-                if len(sweep_ids) + n >= engine.max_context:
+                sweep_ids = (
+                    bench_prompt_ids(engine, config.prompt, target) if target in sweep else []
+                )
+                if not sweep_ids or len(sweep_ids) + n >= engine.max_context:
                     report(f"context {target}: skipped, longer than the allocated context")
                     continue
                 report(f"context {target} ({len(sweep_ids)} tokens)")

@@ -198,7 +198,7 @@ def _candidates(
     """The graphs to try, in order: each a regular file inside the folder, links resolved.
     All are checked before any is read, so a link out among them refuses the folder."""
     if onnx_file is not None:
-        return [resolve_inside(folder, onnx_file, "The requested ONNX file")]
+        return [resolve_inside(folder, onnx_file, "--onnx-file")]
     name = decoder_section(genai or {}).get("filename")
     if name is not None:
         # Named means meant: a missing or misplaced file is an error, not another graph instead.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -25,16 +26,19 @@ class SamplingSettings:
         return replace(self, temperature=0.0, repetition_penalty=1.0)
 
     def validate(self) -> None:
-        if self.temperature < 0:
+        # `not x >= 0` rather than `x < 0`: NaN fails every comparison and must be refused.
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError("temperature must be 0 (greedy) or more")
-        if self.top_k < 0:
+        if not self.top_k >= 0:
             raise ValueError("top-k must be 0 (off) or more")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top-p must be in (0, 1]")
-        if self.repetition_penalty <= 0:
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
             raise ValueError("repetition penalty must be positive")
-        if self.max_new_tokens < 1:
+        if not self.max_new_tokens >= 1:
             raise ValueError("max new tokens must be at least 1")
+        if self.seed is not None and not self.seed >= 0:
+            raise ValueError("the seed must be 0 or more")
 
 
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)

@@ -225,4 +225,7 @@ def test_a_missing_onnx_file_is_one_line() -> None:
         "hi",
     )
     assert out.returncode == 2
-    assert out.stderr.strip() == "chatapp: error: onnx-community-llama has no onnx/model_q2.onnx."
+    assert out.stderr.strip() == (
+        "chatapp: error: --onnx-file names 'onnx/model_q2.onnx', which is missing from "
+        "onnx-community-llama."
+    )

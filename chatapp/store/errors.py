@@ -9,9 +9,12 @@ import sqlite3
 from pathlib import Path
 
 # Primary SQLite result codes (the low byte of an extended code).
+SQLITE_PERM = 3
 SQLITE_BUSY = 5
 SQLITE_LOCKED = 6
+SQLITE_READONLY = 8
 SQLITE_CORRUPT = 11
+SQLITE_CANTOPEN = 14
 SQLITE_NOTADB = 26
 
 
@@ -62,6 +65,10 @@ class StoreBusyError(StoreError):
     """Another process held the write lock for longer than the busy timeout."""
 
 
+class ReadOnlyStoreError(StoreError):
+    """A write to a history that was opened read-only; nothing was changed."""
+
+
 class StoreCorruptError(StoreError):
     """Damage found while running; the next start moves the file aside."""
 
@@ -76,6 +83,10 @@ class ImportFormatError(StoreError):
         super().__init__(f"This is not a chatapp conversation export{at}: {problem}")
 
 
+class ImportTooLargeError(StoreError):
+    """A JSON export beyond the import limits (file size, message count); nothing was written."""
+
+
 def primary_code(exc: sqlite3.Error) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     return None if code is None else int(code) & 0xFF
@@ -84,6 +95,13 @@ def primary_code(exc: sqlite3.Error) -> int | None:
 def is_corruption(exc: sqlite3.Error) -> bool:
     """Damage to the file itself, as opposed to locks, permissions or our own SQL."""
     return primary_code(exc) in (SQLITE_CORRUPT, SQLITE_NOTADB)
+
+
+def is_read_only(exc: BaseException | None) -> bool:
+    """A file or folder this process may read but not write (permissions, read-only disk)."""
+    if isinstance(exc, sqlite3.Error):
+        return primary_code(exc) in (SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN)
+    return isinstance(exc, PermissionError) or getattr(exc, "errno", None) == 30  # EROFS
 
 
 def wrap(exc: sqlite3.Error, path: Path) -> StoreError:

@@ -31,17 +31,27 @@ UTF-8 JSON object::
 Any value shown may be null where the store has "unknown". Times carry a UTC offset. Unknown
 keys are ignored: adding optional keys keeps version 1; anything an old reader would get wrong
 bumps the version. `parse_json` checks everything before the store writes anything.
+
+Imports are bounded (`ImportLimits`): a file of at most 32 MB, at most 20 000 messages of at
+most 4 Mi characters each, titles and model names of at most 1 000 characters, a system prompt
+of at most 1 Mi characters, whole numbers that SQLite can hold, text without lone surrogates
+(which JSON can spell as escapes but UTF-8 cannot store). Anything beyond is refused with a
+message naming the place; nothing is written.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
+from pathlib import Path
 from typing import Any, TypeGuard, cast
 
 from chatapp import __version__
-from chatapp.store.errors import ImportFormatError
+from chatapp.store.errors import ImportFormatError, ImportTooLargeError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,
     FIGURE_INTS,
@@ -59,6 +69,19 @@ from chatapp.units import fmt_bytes
 
 FORMAT = "chatapp-conversation"
 FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    file_bytes: int = 32 << 20
+    messages: int = 20_000
+    message_chars: int = 4 << 20
+    title_chars: int = 1000
+    system_prompt_chars: int = 1 << 20
+
+
+LIMITS = ImportLimits()
+MAX_SQLITE_INT = (1 << 63) - 1
 
 _MODE_LABELS = {"naive": "naive loop", "iobinding": "IO-Binding loop"}
 _FINISH_LABELS = {
@@ -108,6 +131,7 @@ def to_json(conv: StoredConversation, exported: datetime | None = None) -> str:
 
 def parse_json(data: str | bytes, now: datetime | None = None) -> ConversationDraft:
     """Validate a JSON export completely; raises ImportFormatError naming the bad spot."""
+    check_import_size(len(data))
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8-sig")
@@ -120,7 +144,31 @@ def parse_json(data: str | bytes, now: datetime | None = None) -> ConversationDr
         raise ImportFormatError(
             f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
         ) from exc
+    except RecursionError:
+        raise ImportFormatError("its JSON is nested too deeply") from None
     return _conversation_from(doc, now or datetime.now(UTC))
+
+
+def check_import_size(size: int) -> None:
+    if size > LIMITS.file_bytes:
+        raise ImportTooLargeError(
+            f"This chat export is {size / 2**20:.0f} MB; chatapp imports exports of up to "
+            f"{LIMITS.file_bytes >> 20} MB. Nothing was imported."
+        )
+
+
+def read_export_file(path: Path | str) -> bytes:
+    """The bytes of a file to import; a pipe, a device or a file over the size limit is
+    refused before anything is read from it."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(f"{path} is not a regular file; choose a chat export (.json).")
+        check_import_size(info.st_size)
+        with open(path, "rb") as fh:
+            return fh.read(LIMITS.file_bytes + 1)  # a file that grew meanwhile is refused
+    except OSError as exc:
+        raise StoreError(f"Could not read {path}: {exc.strerror or exc}") from exc
 
 
 def _reject_constant(name: str) -> Any:
@@ -144,15 +192,22 @@ def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
         raise ImportFormatError(f"unknown format version {version}")
 
     conv = _object(top.get("conversation"), "conversation")
-    title = _string(conv.get("title"), "conversation.title")
+    title = _string(conv.get("title"), "conversation.title", LIMITS.title_chars)
     created = _time(conv.get("created"), "conversation.created", now)
     updated = _time(conv.get("updated"), "conversation.updated", now)
-    model = _optional_string(conv.get("model"), "conversation.model")
-    system_prompt = _optional_string(conv.get("system_prompt"), "conversation.system_prompt")
+    model = _optional_string(conv.get("model"), "conversation.model", LIMITS.title_chars)
+    system_prompt = _optional_string(
+        conv.get("system_prompt"), "conversation.system_prompt", LIMITS.system_prompt_chars
+    )
     raw_messages = conv.get("messages")
     if not isinstance(raw_messages, list):
         raise ImportFormatError(
             f"must be a list, found {_show(raw_messages)}", "conversation.messages"
+        )
+    if len(raw_messages) > LIMITS.messages:
+        raise ImportTooLargeError(
+            f"This chat export has {len(raw_messages)} messages; chatapp imports chats of up "
+            f"to {LIMITS.messages}. Nothing was imported."
         )
     messages = tuple(
         _message_from(raw, f"conversation.messages[{i}]", now) for i, raw in enumerate(raw_messages)
@@ -172,7 +227,7 @@ def _message_from(raw: Any, where: str, now: datetime) -> MessageDraft:
     role = obj.get("role")
     if role not in ROLES:
         raise ImportFormatError(f'"role" must be "user" or "assistant", found {_show(role)}', where)
-    content = _string(obj.get("content"), f"{where}.content")
+    content = _string(obj.get("content"), f"{where}.content", LIMITS.message_chars)
     created = _time(obj.get("created"), f"{where}.created", now)
     figures = None
     if obj.get("figures") is not None:
@@ -186,10 +241,10 @@ def _figures_from(raw: Any, where: str) -> Figures | None:
     obj = _object(raw, where)
     values: dict[str, Any] = {}
     for name in FIGURE_TEXTS:
-        values[name] = _optional_string(obj.get(name), f"{where}.{name}")
+        values[name] = _optional_string(obj.get(name), f"{where}.{name}", LIMITS.title_chars)
     for name in FIGURE_INTS:
         value = obj.get(name)
-        if value is not None and not (_is_int(value) and value >= 0):
+        if value is not None and not (_is_int(value) and 0 <= value <= MAX_SQLITE_INT):
             raise ImportFormatError(
                 f"must be a whole number >= 0 or null, found {_show(value)}", f"{where}.{name}"
             )
@@ -213,14 +268,22 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _string(value: Any, where: str) -> str:
+def _string(value: Any, where: str, max_chars: int = 1000) -> str:
     if not isinstance(value, str):
         raise ImportFormatError(f"must be a string, found {_show(value)}", where)
+    if len(value) > max_chars:
+        raise ImportFormatError(
+            f"is {len(value)} characters long; at most {max_chars} are imported", where
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ImportFormatError("holds a lone surrogate, which is not text", where) from None
     return value
 
 
-def _optional_string(value: Any, where: str) -> str | None:
-    return None if value is None else _string(value, where)
+def _optional_string(value: Any, where: str, max_chars: int = 1000) -> str | None:
+    return None if value is None else _string(value, where, max_chars)
 
 
 def _time(value: Any, where: str, default: datetime) -> datetime:

@@ -47,9 +47,11 @@ from chatapp.store import export, schema
 from chatapp.store.errors import (
     ConversationNotFoundError,
     MessageNotFoundError,
+    ReadOnlyStoreError,
     SchemaTooNewError,
     StoreError,
     is_corruption,
+    is_read_only,
     wrap,
 )
 from chatapp.store.models import (
@@ -63,6 +65,7 @@ from chatapp.store.models import (
     StoredMessage,
     to_iso,
 )
+from chatapp.store.read_only import connect_read_only, unwritable_reason
 from chatapp.store.recovery import Recovery, move_aside
 from chatapp.store.rows import (
     CONVERSATION_COLUMNS,
@@ -105,7 +108,9 @@ class HistoryStore:
     """Open (creating, upgrading or, if damaged, replacing) the history at `path`.
 
     Raises `SchemaTooNewError` for a file from a newer chatapp (left untouched) and
-    `StoreError` when the file cannot be opened at all (permissions, busy, ...).
+    `StoreError` when the file cannot be opened at all (permissions, busy, ...). An existing
+    file that cannot be written is opened read-only (`read_only`, `read_only_message()`; see
+    `read_only`); `read_only=True` asks for that.
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class HistoryStore:
         clock: Callable[[], datetime] | None = None,
         migrations: Mapping[int, schema.Migration] = schema.MIGRATIONS,
         timeout_s: float = schema.BUSY_TIMEOUT_MS / 1000,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self._timeout_s = timeout_s
@@ -122,12 +128,23 @@ class HistoryStore:
         self._last_time: datetime | None = None
         self._migrations = migrations
         self.recovery: Recovery | None = None  # set when a damaged file was moved aside
+        self.read_only_reason = "asked to open it read-only" if read_only else None
+        self.read_only_reason = self.read_only_reason or unwritable_reason(self.path)
+        if self.read_only_reason is not None:
+            self._open_read_only()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"Could not create the folder for {self.path}: {exc}") from exc
         try:
             self._conn, self.journal_mode = self._connect()
+        except StoreError as exc:
+            if not (self.path.is_file() and is_read_only(exc.__cause__)):
+                raise
+            self.read_only_reason = "it cannot be written"  # e.g. a read-only disk
+            self._open_read_only()
+            return
         except _Corrupt as exc:
             try:
                 self.recovery = move_aside(self.path, exc.reason, close=exc.conn.close)
@@ -145,6 +162,22 @@ class HistoryStore:
         self._data_version = self._read_data_version()
 
     # --- opening ---------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_reason is not None
+
+    def read_only_message(self) -> str:
+        return (
+            f"The chat history {self.path} is read-only ({self.read_only_reason}): its chats "
+            "are shown, but new chats and changes are not saved. Make it writable, or set "
+            "CHATAPP_DATA_DIR to another folder."
+        )
+
+    def _open_read_only(self) -> None:
+        self._conn = connect_read_only(self.path, self._timeout_s, max(self._migrations))
+        self.journal_mode = str(self._conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        self._data_version = self._read_data_version()
 
     def _connect(self) -> tuple[sqlite3.Connection, str]:
         try:
@@ -190,6 +223,8 @@ class HistoryStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One IMMEDIATE transaction: the write lock up front, committed on success."""
+        if self.read_only:
+            raise ReadOnlyStoreError(self.read_only_message())
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -483,11 +518,7 @@ class HistoryStore:
         return self.add_conversation(draft)
 
     def import_file(self, path: Path | str) -> StoredConversation:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise StoreError(f"Could not read {path}: {exc.strerror or exc}") from exc
-        return self.import_json(data)
+        return self.import_json(export.read_export_file(path))
 
     def add_conversation(self, draft: ConversationDraft) -> StoredConversation:
         """Store a whole conversation in one transaction (all or nothing).

@@ -64,6 +64,8 @@ def open_history(opener: Callable[[], HistoryStore] = open_default_store) -> Ope
     except StoreError as exc:
         return OpenedHistory(None, f"{exc} Chats are not saved in this session.")
     notice = store.recovery.message() if store.recovery is not None else None
+    if store.read_only:  # shown read-only rather than hidden (issue 12)
+        notice = store.read_only_message()
     return OpenedHistory(store, notice, "warning")
 
 

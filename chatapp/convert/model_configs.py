@@ -18,7 +18,8 @@ def eos_token_ids(meta: dict[str, Any]) -> list[int]:
         "tokenizer.ggml.eot_token_id",
         "tokenizer.ggml.eom_token_id",
     ):
-        if key in meta and int(meta[key]) not in ids:
+        # llama.cpp writes -1 for "none".
+        if key in meta and int(meta[key]) >= 0 and int(meta[key]) not in ids:
             ids.append(int(meta[key]))
     tokens = meta.get("tokenizer.ggml.tokens") or []
     # ChatML templates end a turn with <|im_end|> even when the file's eos is another token.

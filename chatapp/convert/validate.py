@@ -50,6 +50,7 @@ TOKEN_ID_KEYS = (
 # Ids that end an answer: a value outside the vocabulary would never stop one.
 END_TOKEN_KEYS = TOKEN_ID_KEYS[1:4]
 MAX_LAYERS = 4096
+MAX_NAME = 1000
 MAX_WIDTH = 1 << 20  # hidden size, FFN size, heads x head size
 MAX_CONTEXT = 1 << 24
 NORM_TYPES = ("F32", "F16")  # what the converter reads 1-D norm weights from
@@ -85,6 +86,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -97,6 +102,11 @@ def check_metadata(meta: Mapping[str, Any], path: Path) -> None:
     if not isinstance(arch, str) or not arch.strip():
         raise ConversionError(
             f"{name} does not say which architecture it is (general.architecture)."
+        )
+    title = meta.get("general.name")
+    if title is not None and (not isinstance(title, str) or len(title) > MAX_NAME):
+        raise ConversionError(
+            f"{name}: metadata 'general.name' is not a name of at most {MAX_NAME} characters."
         )
     for suffix in POSITIVE_INT_KEYS:
         key = f"{arch}.{suffix}"
@@ -132,14 +142,14 @@ def _check_vocabulary(meta: Mapping[str, Any], arch: str, name: str) -> None:
         raise ConversionError(f"{name}: metadata 'tokenizer.ggml.tokens' is not a list of text.")
     n_tokens = len(tokens) if tokens is not None else None
     for key, kind in (
-        ("tokenizer.ggml.scores", _is_number),
+        ("tokenizer.ggml.scores", _is_finite),
         ("tokenizer.ggml.token_type", _is_int),
     ):
         value = meta.get(key)
         if value is None:
             continue
         if not isinstance(value, list) or not all(kind(v) for v in value):
-            raise ConversionError(f"{name}: metadata '{key}' is not a list of numbers.")
+            raise ConversionError(f"{name}: metadata '{key}' is not a list of finite numbers.")
         if n_tokens is not None and len(value) != n_tokens:
             raise ConversionError(
                 f"{name}: metadata '{key}' has {len(value)} entries for {n_tokens} tokens."

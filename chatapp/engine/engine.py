@@ -14,7 +14,13 @@ from chatapp.engine.devices import (
     find_device,
     start_session,
 )
-from chatapp.engine.errors import DeviceFailure, EngineError, ModelError, first_line
+from chatapp.engine.errors import (
+    ContextOverflowError,
+    DeviceFailure,
+    EngineError,
+    ModelError,
+    first_line,
+)
 from chatapp.engine.generation import Generation
 from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
@@ -126,13 +132,12 @@ class Engine:
         should_stop: Callable[[], bool] | None = None,
         top_logprobs: int = 0,
     ) -> Generation:
-        return self.generate_ids(
-            self.tokenizer.chat_ids(messages),
-            settings,
-            mode,
-            should_stop,
-            top_logprobs=top_logprobs,
-        )
+        ids = self.tokenizer.chat_ids(messages, self.max_context)
+        return self.generate_ids(ids, settings, mode, should_stop, top_logprobs=top_logprobs)
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
-        return len(self.tokenizer.chat_ids(messages))
+        """Exact, or for a chat far too long for the context a lower bound above it."""
+        try:
+            return len(self.tokenizer.chat_ids(messages, self.max_context))
+        except ContextOverflowError as exc:
+            return exc.prompt_tokens

@@ -17,12 +17,12 @@ class FolderFileError(ModelError):
 class ContextOverflowError(EngineError):
     """A prompt that does not fit in the model's context."""
 
-    def __init__(self, prompt_tokens: int, context_length: int) -> None:
-        self.prompt_tokens = prompt_tokens
+    def __init__(self, prompt_tokens: int, context_length: int, at_least: bool = False) -> None:
+        self.prompt_tokens = prompt_tokens  # a lower bound when `at_least` (not tokenized)
         self.context_length = context_length
         super().__init__(
-            f"The prompt has {prompt_tokens} tokens but the model's context holds "
-            f"{context_length}; shorten it or start a new chat."
+            f"The prompt has {'at least ' if at_least else ''}{prompt_tokens} tokens but the "
+            f"model's context holds {context_length}; shorten it or start a new chat."
         )
 
 

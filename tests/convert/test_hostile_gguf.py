@@ -262,6 +262,11 @@ CASES: dict[str, tuple[Callable[[GGUFParts], bytes], str]] = {
         set_kv("tokenizer.ggml.scores", ARRAY, [0.0] * 3, FLOAT32),
         r"3 entries for 269",
     ),
+    "scores-nan": (
+        set_kv("tokenizer.ggml.scores", ARRAY, [float("nan")] * 269, FLOAT32),
+        r"'tokenizer.ggml.scores' is not a list of finite numbers",
+    ),
+    "name-1M-characters": (set_kv("general.name", STRING, "n" * 10**6), r"'general.name'"),
     "tokens-not-text": (
         set_kv("tokenizer.ggml.tokens", ARRAY, [1, 2], UINT32),
         r"not a list of text",
@@ -391,3 +396,12 @@ def test_refusals_peak_memory_in_a_separate_process(tmp_path: Path, tiny_gguf: P
     for row in rows:
         assert row["refused"], row
         assert row["peak_rss_mb"] < 200, row
+
+
+def test_an_end_token_of_minus_one_means_none(tmp_path: Path, tiny_gguf: Path) -> None:
+    """llama.cpp writes -1 for "no such token": converted, and the folder opens."""
+    from chatapp.engine.model import open_model_folder
+
+    parts = GGUFParts.from_file(tiny_gguf).set("tokenizer.ggml.eot_token_id", INT32, -1)
+    out = convert_gguf(parts.write(tmp_path / "eot.gguf"), tmp_path / "out")
+    assert open_model_folder(out).eos_token_ids == (2,)

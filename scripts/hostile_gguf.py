@@ -1,5 +1,5 @@
 """Convert each given GGUF file in a fresh process and print how it ended, how long it took and
-the process's peak memory (ru_maxrss: the whole interpreter, imports included).
+the process's peak memory (VmHWM, else ru_maxrss: the whole interpreter, imports included).
 
     .venv/bin/python scripts/hostile_gguf.py FILE.gguf [FILE.gguf ...] [--json]
 
@@ -16,10 +16,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+def peak_mb() -> float:
+    """This process's peak resident memory in MB."""
+    # VmHWM: this program's own peak. ru_maxrss would also count the parent's memory, which
+    # Linux carries over into the child across fork and exec.
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource  # not on Windows
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 1024)
+
+
 # Runs in the child: one conversion, then its own figures as one JSON line.
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
+from scripts.hostile_gguf import peak_mb
 from chatapp.convert.converter import convert_gguf
 from chatapp.convert.errors import ConversionError
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -30,10 +49,8 @@ try:
 except ConversionError as exc:
     refused, message = True, str(exc)
 seconds = time.perf_counter() - started
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kilobytes on Linux
 print(json.dumps({"refused": refused, "message": message, "seconds": round(seconds, 3),
-                  "peak_rss_mb": round(peak * scale / 2**20, 1)}))
+                  "peak_rss_mb": round(peak_mb(), 1)}))
 """
 
 

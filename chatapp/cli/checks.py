@@ -83,6 +83,19 @@ def sweep(text: str) -> list[int]:
     return [whole(1, MAX_CONTEXT, "a context length")(p) for p in parts]
 
 
+def peers(value: str) -> str:
+    """Comma-separated peer names, checked before a model is loaded."""
+    from chatapp.engine.bench_peers import PEER_NAMES
+
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PEER_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown peer {_quote(unknown[0])}; choose from {', '.join(PEER_NAMES)}"
+        )
+    return ",".join(names)
+
+
 def text(value: str) -> str:
     """Text as the user typed it; bytes that are not UTF-8 arrive as lone surrogates."""
     try:

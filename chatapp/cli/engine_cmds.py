@@ -104,6 +104,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--peer",
+        type=checks.peers,
         default="",
         help="also measure other systems beside each repeat: genai (onnxruntime-genai on the "
         "same folder), llamacpp (llama.cpp on the same GGUF, its own process); comma-separated",

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from chatapp.engine.errors import EngineError
-from chatapp.engine.model import ModelInfo
+
+if TYPE_CHECKING:  # the command line imports this module; it must stay light
+    from chatapp.engine.model import ModelInfo
 
 THREADS_PER_CPU = 4
 

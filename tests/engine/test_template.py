@@ -197,14 +197,14 @@ def test_chat_tokenizer_reports_and_then_fails_fast(
 def test_hostile_templates_stay_small_in_memory() -> None:
     """All hostile templates in one fresh process: peak RSS stays far below 1 GB."""
     code = (
-        "import json, resource, sys\n"
+        "from scripts.hostile_gguf import peak_mb\n"
         "from tests.engine.test_template import HOSTILE, rendered\n"
         "for case, source in HOSTILE.items():\n"
         "    try:\n"
         "        rendered(source)\n"
         "    except BaseException:\n"
         "        pass\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+        "print(int(peak_mb()))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300

@@ -189,6 +189,9 @@ def check_spec(spec: SpecLike, tensors: Mapping[str, TensorLike], path: Path) ->
     expected = expected_shapes(spec)
     for tensor in tensors.values():
         want = expected.get(_generic_name(tensor.name))
+        fused_up = tensor.name.replace("ffn_up", "ffn_gate") not in tensors
+        if want is not None and tensor.name.endswith(".ffn_up.weight") and fused_up:
+            want = (2 * want[0], want[1])  # Phi-3: gate and up in one `ffn_up`, no `ffn_gate`
         if want is not None and tuple(tensor.shape) != want:
             raise ConversionError(
                 f"{name}: tensor '{tensor.name}' has the shape {list(tensor.shape)}; the "
@@ -245,6 +248,7 @@ def expected_shapes(spec: SpecLike) -> dict[str, tuple[int, ...]]:
         "blk.*.attn_q.weight": (q_rows, hidden),
         "blk.*.attn_k.weight": (kv_rows, hidden),
         "blk.*.attn_v.weight": (kv_rows, hidden),
+        "blk.*.attn_qkv.weight": (q_rows + 2 * kv_rows, hidden),
         "blk.*.attn_output.weight": (hidden, q_rows),
         "blk.*.ffn_gate.weight": (ffn, hidden),
         "blk.*.ffn_up.weight": (ffn, hidden),

@@ -238,8 +238,11 @@ CASES: dict[str, tuple[Callable[[GGUFParts], bytes], str]] = {
         r"context_length is 1099511627776",
     ),
     "block-count-zero": (set_kv("llama.block_count", UINT32, 0), r"block_count' is 0"),
-    "block-count-huge": (set_kv("llama.block_count", UINT32, 10**9), r"no 'blk.2.attn_q.weight'"),
-    "block-count-3-of-2": (set_kv("llama.block_count", UINT32, 3), r"no 'blk.2.attn_q.weight'"),
+    "block-count-huge": (set_kv("llama.block_count", UINT32, 10**9), r"block_count is 1000000000"),
+    "block-count-3-of-2": (
+        set_kv("llama.block_count", UINT32, 3),
+        r"no tensor 'blk.2.attn_norm.weight'",
+    ),
     "embedding-mismatch": (
         edit(
             lambda p: p.set("llama.embedding_length", UINT32, 128).set(

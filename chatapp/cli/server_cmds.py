@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from chatapp.cli import checks
 from chatapp.cli.engine_cmds import MODES, add_model_args, resolve_model
 from chatapp.cli.errors import UserError
 
@@ -24,7 +25,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--mode", choices=MODES, default="iobinding", help="the loop when a request names none"
     )
-    serve.add_argument("--host", default="127.0.0.1", help="IP address to listen on")
+    serve.add_argument(
+        "--host", type=checks.text, default="127.0.0.1", help="IP address to listen on"
+    )
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     serve.add_argument(
         "--allow-remote",
@@ -33,11 +36,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--api-key",
+        type=checks.text,
         default=None,
         help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, which stays "
         "out of the process list)",
     )
-    serve.add_argument("--served-model-name", default=None, help="the model id clients use")
+    serve.add_argument(
+        "--served-model-name", type=checks.text, default=None, help="the model id clients use"
+    )
     serve.add_argument(
         "--max-queue", type=int, default=16, help="requests waiting at once before 503"
     )
@@ -70,7 +76,12 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     try:
         engine = Engine(
-            resolve_model(args.model), args.device, args.mode, args.threads, args.context
+            resolve_model(args.model),
+            args.device,
+            args.mode,
+            args.threads,
+            args.context,
+            onnx_file=args.onnx_file,
         )
     except BaseException:
         sock.close()

@@ -68,6 +68,12 @@ BAD = {
     "onnx-file-outside": "generate --model {model_copy} --prompt hi --onnx-file ../outside.onnx",
     "onnx-file-a-folder": "generate --model {model_copy} --prompt hi --onnx-file onnx",
     "bench-onnx-file-absolute": "bench --model {model} --onnx-file /dev/zero",
+    # serve (refused before anything listens)
+    "serve-port-text": "serve --model {model} --port x",
+    "serve-port-70000": "serve --model {model} --port 70000",
+    "serve-api-key-surrogate": ["serve", "--model", "{model}", "--api-key", SURROGATE],
+    "serve-onnx-file-absolute": "serve --model {model} --onnx-file /etc/passwd",
+    "serve-onnx-file-missing": "serve --model {model} --port 0 --onnx-file nothing.onnx",
     # variants
     "variants-model-missing": "variants --model {empty}/nowhere",
     "variants-model-is-a-file": "variants --model {file}",
@@ -175,6 +181,7 @@ def test_messages_say_what_was_wrong(paths: dict, capsys: pytest.CaptureFixture[
         "onnx-file-outside": "'../outside.onnx', which leads outside the model folder",
         "onnx-file-a-folder": "--onnx-file names 'onnx', which is not a regular file",
         "variants-model-is-a-file": "is a file, not a model folder",
+        "serve-onnx-file-missing": "--onnx-file names 'nothing.onnx', which is missing",
     }
     for case, text in expected.items():
         spec = BAD[case]

@@ -1,0 +1,305 @@
+"""The house rules that hold the layers apart, checked on the source (no imports, no Qt).
+
+Every module under chatapp/ is parsed; every `import` in it counts, at module level or inside a
+function (a function-level import is still a dependency, only a later one), except those under
+`if TYPE_CHECKING:`, which never run. docs/architecture.md explains the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "chatapp"
+
+QT_PACKAGES = ("PySide6", "shiboken6", "qasync", "PyQt5", "PyQt6")
+
+# Top to bottom: a module may import its own package and anything in a lower layer. Packages
+# in one layer are siblings and do not import each other. The store keeps what the engine
+# measures; the engine's benchmark finds the default GGUF through convert.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("chatapp.gui", "chatapp.cli"),
+    ("chatapp.session",),
+    ("chatapp.store",),
+    ("chatapp.engine",),
+    ("chatapp.convert",),
+    ("chatapp",),  # the package's own top-level modules: __init__, datadir
+)
+# The command line starts the window and draws bench charts through the names that
+# chatapp.gui exports, imported inside the function that needs them (Qt loads only then).
+GUI_ENTRY_POINTS = frozenset({"run_app", "write_bench_report"})
+EMIT_HELPER = PACKAGE / "gui" / "common" / "qtcompat.py"
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # what it imports: a module or package name
+    names: tuple[str, ...]  # for `from target import a, b`
+    line: int
+    in_function: bool
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.line} imports {self.target}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _walk(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.AST, bool]]:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child):
+            for sub in child.orelse:
+                yield from _walk(sub, in_function)
+            continue
+        inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+        yield child, inner
+        yield from _walk(child, inner)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+@cache
+def imports_of(module: str) -> tuple[Import, ...]:
+    path = modules()[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: list[Import] = []
+    for node, in_function in _walk(tree, False):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append(Import(module, alias.name, (), node.lineno, in_function))
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, path.name == "__init__.py", node)
+            names = tuple(a.name for a in node.names)
+            # `from package import submodule` depends on the submodule itself.
+            subs = [n for n in names if f"{target}.{n}" in modules()]
+            for name in subs:
+                found.append(Import(module, f"{target}.{name}", (), node.lineno, in_function))
+            if len(subs) < len(names):
+                rest = tuple(n for n in names if n not in subs)
+                found.append(Import(module, target, rest, node.lineno, in_function))
+    return tuple(found)
+
+
+def internal(target: str) -> str | None:
+    """The chatapp module an import names (a package counts as its __init__), else None."""
+    while target:
+        if target in modules():
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    if module == "chatapp.__main__":  # `python -m chatapp`: the command line
+        module = "chatapp.cli"
+    for depth, packages in enumerate(LAYERS):
+        for package in packages:
+            if package == "chatapp" or module == package or module.startswith(package + "."):
+                return depth, package
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_only_the_gui_imports_qt() -> None:
+    wrong = [
+        str(imp)
+        for module in modules()
+        if not _in(module, "chatapp.gui")
+        for imp in imports_of(module)
+        if imp.target.split(".")[0] in QT_PACKAGES
+    ]
+    assert wrong == [], "Qt outside chatapp/gui:\n" + "\n".join(wrong)
+
+
+def test_imports_point_down_the_layers() -> None:
+    wrong = []
+    for module in modules():
+        depth, package = layer_of(module)
+        for imp in imports_of(module):
+            target = internal(imp.target)
+            if target is None:
+                continue
+            target_depth, target_package = layer_of(target)
+            if target_package == package or target_depth > depth:
+                continue
+            if _is_gui_entry_point(imp):
+                continue
+            wrong.append(f"{imp} ({package} may not import {target_package})")
+    assert wrong == [], "\n".join(wrong)
+
+
+def _is_gui_entry_point(imp: Import) -> bool:
+    return (
+        _in(imp.module, "chatapp.cli")
+        and imp.target == "chatapp.gui"
+        and imp.in_function
+        and bool(imp.names)
+        and set(imp.names) <= GUI_ENTRY_POINTS
+    )
+
+
+def test_the_cli_reaches_the_gui_only_through_its_entry_points() -> None:
+    uses = [
+        imp
+        for module in modules()
+        if _in(module, "chatapp.cli")
+        for imp in imports_of(module)
+        if internal(imp.target) is not None and _in(internal(imp.target) or "", "chatapp.gui")
+    ]
+    assert uses, "the CLI starts the window somewhere"
+    assert all(_is_gui_entry_point(imp) for imp in uses), [str(i) for i in uses]
+    gui_init = ast.parse((PACKAGE / "gui" / "__init__.py").read_text(encoding="utf-8"))
+    exported = next(
+        node.value
+        for node in gui_init.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
+    )
+    assert {ast.literal_eval(e) for e in exported.elts} == GUI_ENTRY_POINTS  # type: ignore[attr-defined]
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in modules()}
+    for module in modules():
+        for imp in imports_of(module):
+            target = internal(imp.target)
+            if target is not None and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    assert find_cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+
+
+def emit_calls(path: Path) -> list[str]:
+    """`<something>.emit(...)` calls, except `super().emit(...)` (a logging handler's)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "emit"
+        ):
+            owner = node.func.value
+            if isinstance(owner, ast.Call) and getattr(owner.func, "id", "") == "super":
+                continue
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_signals_are_emitted_only_through_the_qtcompat_helper() -> None:
+    # PySide6 6.12.0's SignalInstance.emit() drops a reference to True on Python 3.11, and a
+    # streamed answer then aborts the interpreter: qtcompat.emit() gives it back.
+    sources = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
+    direct = [hit for path in sources if path != EMIT_HELPER for hit in emit_calls(path)]
+    assert direct == [], "use chatapp.gui.common.qtcompat.emit(signal, ...):\n" + "\n".join(direct)
+    assert emit_calls(EMIT_HELPER), "the helper itself calls SignalInstance.emit"
+
+
+def test_gui_and_session_tests_mirror_their_modules() -> None:
+    """tests/<path>/test_<module>[_<topic>].py tests chatapp/<path>/<module>.py."""
+    orphans = []
+    for area in ("gui", "session"):
+        for test in sorted((ROOT / "tests" / area).rglob("test_*.py")):
+            folder = PACKAGE / test.parent.relative_to(ROOT / "tests")
+            words = test.stem.removeprefix("test_").split("_")
+            candidates = ("_".join(words[:n]) for n in range(len(words), 0, -1))
+            if not any((folder / f"{name}.py").is_file() for name in candidates):
+                orphans.append(str(test.relative_to(ROOT)))
+    assert orphans == [], "no module of that name beside the mirrored path"
+
+
+def test_the_command_line_and_the_gui_package_load_no_qt() -> None:
+    code = (
+        "import sys, chatapp.cli, chatapp.gui, chatapp.session.context, "
+        "chatapp.session.formatting, chatapp.store\n"
+        f"qt = sorted(m for m in sys.modules if m.split('.')[0] in {QT_PACKAGES!r})\n"
+        "print(qt)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[]", out.stderr

@@ -25,3 +25,7 @@ def data_dir() -> Path:
 
 def models_dir() -> Path:
     return data_dir() / "models"
+
+
+def logs_dir() -> Path:
+    return data_dir() / "logs"

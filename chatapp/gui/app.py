@@ -1,9 +1,8 @@
 """Start the desktop app: QApplication on a qasync (asyncio) event loop, then the startup
 coroutine: prepare the default model on first run (with a progress dialog), then load it.
 
-Long work never runs on the GUI thread: preparation runs in the loop's executor thread and
-reports progress through a queued signal; loading runs in the generation worker's thread and
-the coroutine awaits its signals.
+Long work never runs on the GUI thread: preparing and loading the model are jobs on the
+window's JobRunner (chatapp/gui/common/workers.py), and the coroutine awaits their signals.
 """
 
 from __future__ import annotations
@@ -12,20 +11,21 @@ import argparse
 import asyncio
 import os
 import sys
-import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal, SignalInstance, Slot
+from PySide6.QtCore import Qt, QTimer, SignalInstance
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QProgressDialog
 
-from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
+from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
+from chatapp.logs import setup_logging
+from chatapp.session.model_jobs import Progress, prepare_default_model_job
 
 MODES = ("naive", "iobinding")
 _app: QApplication | None = None  # keep a reference: Qt must not outlive its Python wrapper
@@ -111,9 +111,9 @@ def build_window(argv: list[str]) -> MainWindow:
 
 
 async def wait_for_signals(
-    start: Callable[[], bool], ok: SignalInstance, failed: SignalInstance
+    start: Callable[[], bool], ok: SignalInstance, *failed: SignalInstance
 ) -> bool:
-    """Call `start`, then wait for `ok` (True) or `failed` (False) without blocking Qt."""
+    """Call `start`, then wait for `ok` (True) or any of `failed` (False) without blocking Qt."""
     future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
     def on_ok(*_args: object) -> None:
@@ -125,102 +125,89 @@ async def wait_for_signals(
             future.set_result(False)
 
     ok.connect(on_ok)
-    failed.connect(on_failed)
+    for signal in failed:
+        signal.connect(on_failed)
     try:
         if not start():
             return False
         return await future
     finally:
         ok.disconnect(on_ok)
-        failed.disconnect(on_failed)
+        for signal in failed:
+            signal.disconnect(on_failed)
 
 
-class PreparationCancelled(Exception):
-    pass
+class _PreparationDialog:
+    """The progress dialog of a first-run conversion. It opens with the first progress
+    report, so checking an already prepared copy shows nothing."""
 
+    def __init__(self, window: MainWindow, cancel: Callable[[], None]) -> None:
+        self.window = window
+        self.cancel = cancel
+        self.dialog: QProgressDialog | None = None
 
-class _ProgressRelay(QObject):
-    """Carries progress from the executor thread to the GUI thread (a queued connection,
-    because this object lives in the GUI thread)."""
+    def show(self, batch: YieldedBatch) -> None:
+        progress = [item for item in batch.items if isinstance(item, Progress)]
+        if not progress:
+            return
+        if self.dialog is None:
+            self.dialog = QProgressDialog("", "Cancel", 0, 100, self.window)
+            self.dialog.setObjectName("prepareProgressDialog")
+            self.dialog.setWindowTitle("Preparing the default model")
+            # Not modal: a modal dialog's setValue() runs a nested event loop (re-entrancy).
+            self.dialog.setWindowModality(Qt.WindowModality.NonModal)
+            self.dialog.setMinimumDuration(0)
+            self.dialog.setAutoClose(False)
+            self.dialog.setAutoReset(False)
+            self.dialog.setMinimumWidth(420)
+            self.dialog.canceled.connect(self.cancel)
+            self.dialog.show()
+        self.dialog.setLabelText(
+            "Converting the bundled SmolLM2-135M model for ONNX Runtime (first run only):\n"
+            f"{progress[-1].message}…"
+        )
+        self.dialog.setValue(int(progress[-1].fraction * 100))
 
-    sig_progress = Signal(float, str)
-
-    def __init__(self, show: Callable[[float, str], None]) -> None:
-        super().__init__()
-        self._show = show
-        self.sig_progress.connect(self._on_progress)
-
-    @Slot(float, str)
-    def _on_progress(self, fraction: float, message: str) -> None:
-        self._show(fraction, message)
+    def close(self) -> None:
+        if self.dialog is not None:
+            self.dialog.close()
+            self.dialog.deleteLater()
 
 
 async def prepare_default_model_async(window: MainWindow) -> Path | None:
     """Make sure the default model is there; converts it (about 8 s) on first run, with a
-    progress dialog. Returns the folder, or None after telling the user what went wrong."""
-    from chatapp.convert.default_model import prepare_default_model
-    from chatapp.convert.errors import ConversionError
+    progress dialog. Returns the folder, or None after telling the user what went wrong.
 
-    loop = asyncio.get_running_loop()
-    cancelled = threading.Event()
-    dialog: QProgressDialog | None = None
-
-    def show(fraction: float, message: str) -> None:  # GUI thread
-        nonlocal dialog
-        if cancelled.is_set():
-            return
-        if dialog is None:
-            # Only a real conversion opens the dialog; checking a prepared copy is quick.
-            dialog = QProgressDialog("", "Cancel", 0, 100, window)
-            dialog.setObjectName("prepareProgressDialog")
-            dialog.setWindowTitle("Preparing the default model")
-            # Not modal: a modal dialog's setValue() runs a nested event loop (re-entrancy).
-            dialog.setWindowModality(Qt.WindowModality.NonModal)
-            dialog.setMinimumDuration(0)
-            dialog.setAutoClose(False)
-            dialog.setAutoReset(False)
-            dialog.setMinimumWidth(420)
-            dialog.canceled.connect(cancelled.set)
-            dialog.show()
-        dialog.setLabelText(
-            "Converting the bundled SmolLM2-135M model for ONNX Runtime (first run only):\n"
-            f"{message}…"
-        )
-        dialog.setValue(int(fraction * 100))
-
-    relay = _ProgressRelay(show)
-
-    def progress(fraction: float, message: str) -> None:  # executor thread
-        if cancelled.is_set():
-            raise PreparationCancelled
-        emit(relay.sig_progress, fraction, message)
-
+    The conversion is a job on the window's runner (its worker thread), like all long work."""
     window.statusBar().showMessage("Checking the default model…")
     window.chat_view.set_hint("Preparing the default model…")
     window.busy_bar.show()
+    handle = window.runner.submit(prepare_default_model_job())
+    folders: list[Path] = []
+    problems: list[tuple[str, str]] = []  # (message, banner level)
+    dialog = _PreparationDialog(window, handle.stop)
+    handle.sig_yielded.connect(dialog.show)
+    handle.sig_finished.connect(folders.append)
+    handle.sig_errored.connect(lambda error: problems.append((error.message, "error")))
+    handle.sig_aborted.connect(lambda message: problems.append((message, "info")))
     # Quitting abandons the conversion (the converter removes its partial folder).
     app = QApplication.instance()
     if app is not None:
-        app.aboutToQuit.connect(cancelled.set)
+        app.aboutToQuit.connect(handle.stop)
     try:
-        folder, _converted = await loop.run_in_executor(None, prepare_default_model, progress)
-    except PreparationCancelled:
-        window.show_message(
-            "Preparing the default model was cancelled. Open a model folder from the File "
-            "menu, or restart chatapp to prepare it.",
-            "info",
+        await wait_for_signals(
+            lambda: True, handle.sig_finished, handle.sig_errored, handle.sig_aborted
         )
-        return None
-    except ConversionError as exc:
-        window.show_message(str(exc), "error")
-        return None
     finally:
-        if dialog is not None:
-            dialog.close()
-            dialog.deleteLater()
+        if app is not None:
+            app.aboutToQuit.disconnect(handle.stop)
+        dialog.close()
         window.busy_bar.hide()
         window.statusBar().clearMessage()
-    return folder
+    if problems:
+        window.show_message(*problems[0])
+        return None
+    return folders[0] if folders else None
 
 
 async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
@@ -257,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     args, qt_args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        setup_logging()
+    except OSError as exc:  # a read-only data folder: the app still runs, without a log file
+        print(f"chatapp: no log file ({exc})", file=sys.stderr)
     app = application(qt_args)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)

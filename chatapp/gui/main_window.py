@@ -1,20 +1,31 @@
 """The main window: composes the chat view, the side panel and the menus around one controller.
 
-Layout: a horizontal splitter [conversation list (later) | tabs (Chat; "Compare loops" later) |
-side panel]. The tab bar hides itself while the chat is the only tab.
+Layout: a horizontal splitter [conversation list | tabs (Chat, Compare loops) | side panel].
+The history adds the conversation list (chatapp/gui/history/ui.py); the comparison's tab takes
+the whole width while it is shown.
 """
 
 from __future__ import annotations
 
 import platform
 import re
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
 import onnxruntime as ort
 import PySide6
-from PySide6.QtCore import QByteArray, QDataStream, QSettings, Qt, QTimer, Slot, qVersion
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import (
+    QByteArray,
+    QDataStream,
+    QSettings,
+    Qt,
+    QTimer,
+    QUrl,
+    Slot,
+    qVersion,
+)
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
@@ -30,17 +41,19 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp import __version__
-from chatapp.datadir import models_dir
+from chatapp.datadir import logs_dir, models_dir
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
-from chatapp.gui.chat.worker import GenerationWorker, ModelSummary, StatsSnapshot, TokenBatch
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.settings import remember_recent, string_list
+from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
-from chatapp.gui.compare.worker import CompareWorker
+from chatapp.logs import LOG_FILE
 from chatapp.session import formatting as fmt
+from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation
+from chatapp.session.model_jobs import EngineHost, ModelSummary
 
 RECENT_KEY = "models/recent"
 
@@ -49,7 +62,6 @@ class MainWindow(QMainWindow):
     def __init__(
         self,
         settings: QSettings,
-        worker: GenerationWorker | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -60,8 +72,14 @@ class MainWindow(QMainWindow):
         self.onnx_file: str | None = None  # and the graph in it, if one was named
         self._shut_down = False
         self._convert_dialog: QProgressDialog | None = None
+        # Shows a folder in the file manager; tests replace it.
+        self.open_folder: Callable[[Path], bool] = _open_in_file_manager
 
-        self.controller = ChatController(worker, self)
+        # One worker thread and one owner of the engine for the chat and the comparison view:
+        # their jobs queue on the same runner, so they never use the engine at once.
+        self.runner = JobRunner("EngineWorkerThread", parent=self)
+        self.host = EngineHost()
+        self.controller = ChatController(self.runner, self.host, self)
         self.chat_view = ChatView(self)
         self.side_panel = SidePanel(self)
         self.banner = MessageBanner(self)
@@ -76,11 +94,7 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         self.tabs.setTabBarAutoHide(True)
         self.tabs.addTab(chat_page, "Chat")
-        self.compare_worker = CompareWorker(self.controller.worker)
-        # Same thread as the generation worker: it borrows that worker's Engine, and the two
-        # never run at once.
-        self.compare_worker.moveToThread(self.controller.worker.thread())
-        self.compare_view = CompareView(self.compare_worker, self)
+        self.compare_view = CompareView(self.runner, self.host, self)
         self.compare_view.system_prompt = lambda: self.side_panel.system_prompt_edit.toPlainText()
         self.compare_tab = self.add_view(self.compare_view, "Compare loops")
 
@@ -110,7 +124,7 @@ class MainWindow(QMainWindow):
         self._on_state_changed(self.controller.state)
         self.chat_view.prompt_edit.setFocus()
 
-    # ---- composition hooks for later issues --------------------------------------------------
+    # ---- composition hooks (the history's list, the comparison's tab) -----------------------
     def set_conversation_list(self, widget: QWidget) -> None:
         """Put a conversation list on the left (history issue)."""
         self.splitter.insertWidget(0, widget)
@@ -155,6 +169,10 @@ class MainWindow(QMainWindow):
         view_menu.addAction(self.show_chat_action)
         view_menu.addAction(self.compare_action)
         help_menu = self.menuBar().addMenu("&Help")
+        self.open_log_action = QAction("Open &log folder", self)
+        self.open_log_action.setStatusTip("The folder of chatapp.log: what went wrong, in detail")
+        self.open_log_action.triggered.connect(self._on_open_log_folder)
+        help_menu.addAction(self.open_log_action)
         about_action = QAction("&About chatapp", self)
         about_action.triggered.connect(self._on_about)
         help_menu.addAction(about_action)
@@ -371,7 +389,7 @@ class MainWindow(QMainWindow):
         chat = index != self.compare_tab
         for i in range(self.splitter.count()):
             widget = self.splitter.widget(i)
-            if widget is not self.tabs:
+            if widget is not None and widget is not self.tabs:
                 widget.setVisible(chat)
 
     @Slot(bool)
@@ -468,6 +486,17 @@ class MainWindow(QMainWindow):
         )
 
     @Slot()
+    def _on_open_log_folder(self) -> None:
+        folder = logs_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.show_message(f"Could not create the log folder {folder}: {exc}", "error")
+            return
+        if not self.open_folder(folder):
+            self.show_message(f"Could not open {folder}; the log is {folder / LOG_FILE}.", "info")
+
+    @Slot()
     def _on_about(self) -> None:
         QMessageBox.about(self, "About chatapp", self.about_text())
 
@@ -494,7 +523,8 @@ class MainWindow(QMainWindow):
             return
         side = max(340, self.side_panel.sizeHint().width() + 24)
         if self.splitter.count() == 3:  # conversation list | chat | side panel
-            left = max(230, self.splitter.widget(0).sizeHint().width())
+            pane = self.splitter.widget(0)
+            left = max(230, pane.sizeHint().width() if pane is not None else 0)
             self.splitter.setSizes([left, max(400, self.width() - side - left), side])
         else:
             self.splitter.setSizes([max(400, self.width() - side), side])
@@ -508,7 +538,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/splitter", self.splitter.saveState())
         self.settings.sync()
         self._close_convert_dialog()
-        self.compare_worker.request_stop(1 << 62)  # a running comparison ends after its step
+        self.compare_view.stop()  # a running comparison ends after its step
         self.controller.shutdown()
 
     def closeEvent(self, event: QCloseEvent) -> None:
@@ -524,6 +554,10 @@ def _splitter_panes(state: QByteArray) -> int:
         return 0
     count = stream.readInt32()
     return count if stream.status() == QDataStream.Status.Ok else 0
+
+
+def _open_in_file_manager(folder: Path) -> bool:
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
 
 def _folder_name(gguf: Path) -> str:

@@ -1,9 +1,10 @@
 """What of a conversation the model sees: the context policy as the GUI reports it. No Qt.
 
-The worker thread owns the tokenizer, so it is the worker that counts: before every answer it
-fits the messages to the context (`fit_messages`), sends only what fits and reports the cut in a
-`ContextReport`; it also measures on request (a conversation was opened, an answer finished) so
-the transcript can show each turn's tokens and where the cut is before anything is sent.
+The tokenizer belongs to the engine, which only jobs on the worker thread use, so the jobs
+count (chat_jobs.py): before every answer the generation job fits the messages to the context
+(`fit_messages`), sends only what fits and reports the cut in a `ContextReport`; a measurement
+job does the same on request (a conversation was opened, an answer finished) so the transcript
+can show each turn's tokens and where the cut is before anything is sent.
 
 Indices in a report are conversation indices (`Conversation.messages`), not indices of the
 engine message list, which may start with a system prompt.
@@ -27,7 +28,6 @@ MAX_RESERVE_SHARE = 0.5
 
 @dataclass(frozen=True)
 class ContextRequest:
-    request_id: int
     messages: tuple[Message, ...]  # as sent: the system prompt (if any), then the conversation
     max_new_tokens: int
 

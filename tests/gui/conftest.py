@@ -21,6 +21,9 @@ from chatapp.gui.app import build_window
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.main_window import MainWindow
+from chatapp.session.chat_jobs import GenerateRequest
+from chatapp.session.jobs import Job
+from chatapp.session.model_jobs import EngineHost
 from chatapp.store import history as store_history
 
 LOAD_TIMEOUT_MS = 60_000
@@ -83,8 +86,24 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
     yield make
     for window in windows:
         window.close()
-        assert window.controller._worker_thread.thread.isFinished()
+        assert window.runner.worker_thread.isFinished()
         window.deleteLater()
+
+
+@pytest.fixture
+def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[GenerateRequest]:
+    """Every GenerateRequest a window's controller submits from now on (what the model sees)."""
+    from chatapp.gui.chat import controller
+
+    requests: list[GenerateRequest] = []
+    real = controller.generate_job
+
+    def recording(host: EngineHost, request: GenerateRequest) -> Job:
+        requests.append(request)
+        return real(host, request)
+
+    monkeypatch.setattr(controller, "generate_job", recording)
+    return requests
 
 
 def set_sampling(window: MainWindow, settings: SamplingSettings) -> None:

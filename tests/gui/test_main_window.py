@@ -312,6 +312,20 @@ def test_about_names_versions_and_model(make_window, tiny_model_dir) -> None:
         assert needle in text
 
 
+def test_help_opens_the_log_folder(make_window, tmp_path, monkeypatch) -> None:
+    from chatapp.datadir import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "data"))
+    window = make_window(["--model", str(tmp_path / "no-model")], wait=False)
+    opened: list[Path] = []
+    window.open_folder = lambda folder: opened.append(folder) or True
+    window.open_log_action.trigger()
+    assert opened == [tmp_path / "data" / "logs"] and opened[0].is_dir()
+    window.open_folder = lambda folder: False  # no file manager: say where the log is
+    window.open_log_action.trigger()
+    assert str(tmp_path / "data" / "logs" / "chatapp.log") in window.banner.text()
+
+
 def test_device_that_fails_to_start_shows_the_fallback_reason(
     make_window, tiny_model_dir, monkeypatch
 ) -> None:
@@ -359,10 +373,10 @@ def test_a_replaced_model_is_freed(qtbot, make_window, tiny_model_dir) -> None:
     held_ref = weakref.ref(held)
     window = make_window(["--model", str(tiny_model_dir)])
     assert gc.get_freeze_count() > 0
-    engine_ref = weakref.ref(window.controller.worker.engine)
+    engine_ref = weakref.ref(window.host.engine)
     del held  # exempted by the load above, garbage from now on
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=30_000):
         window.open_model(tiny_model_dir)
-    assert window.controller.worker.engine is not None
+    assert window.host.engine is not None
     assert engine_ref() is None
     assert held_ref() is None

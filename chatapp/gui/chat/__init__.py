@@ -1,1 +1,1 @@
-"""The chat: transcript and prompt box, side panel, the controller and the generation worker."""
+"""The chat: transcript and prompt box, side panel, and the controller that submits its jobs."""

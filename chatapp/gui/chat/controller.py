@@ -1,8 +1,11 @@
-"""The chat controller: owns the Conversation and the worker thread, and keeps one state.
+"""The chat controller: owns the Conversation, submits the chat's jobs, keeps one state.
 
 Views never talk to the worker. They call the controller (send, stop, regenerate, open a
-model) and listen to its signals. A history store can be plugged in later by listening to
-`sig_conversation_changed` and calling `set_conversation`.
+model) and listen to its signals. The history (chatapp/gui/history) listens to
+`sig_conversation_changed` and shows stored conversations with `set_conversation`.
+
+The jobs (chatapp/session/chat_jobs.py, model_jobs.py) run on the window's JobRunner and use
+the window's one EngineHost; the comparison view submits its jobs to the same runner.
 """
 
 from __future__ import annotations
@@ -14,22 +17,32 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.gui.chat.worker import (
+from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
+from chatapp.session.chat_jobs import (
     AnswerResult,
-    ConvertRequest,
     GenerateRequest,
-    GenerationFailure,
-    GenerationWorker,
-    LoadRequest,
-    ModelSummary,
     StatsSnapshot,
     TokenBatch,
-    WorkerThread,
+    TokenItem,
+    failure_stats,
+    generate_job,
+    measure_context_job,
 )
-from chatapp.gui.common.qtcompat import emit
 from chatapp.session.context import ContextReport, ContextRequest
 from chatapp.session.conversation import AnswerFigures, ChatMessage, Conversation
+from chatapp.session.model_jobs import (
+    ConvertRequest,
+    EngineHost,
+    LoadRequest,
+    ModelSummary,
+    Progress,
+    convert_job,
+    cpu_fallback_job,
+    load_job,
+)
 
 
 class State(Enum):
@@ -58,7 +71,7 @@ class ChatController(QObject):
     sig_stats = Signal(object)  # StatsSnapshot
     sig_answer_finished = Signal(object)  # ChatMessage (the stored answer)
     sig_answer_failed = Signal(str, str)  # message, prompt text given back to the input box
-    sig_conversation_changed = Signal(object)  # Conversation: the hook for a history store
+    sig_conversation_changed = Signal(object)  # Conversation: the hook for the history
     # What the model sees of the conversation (ContextReport), or None when it is not known
     # (another conversation was opened): after every answer request, and on measure_context().
     sig_context = Signal(object)
@@ -66,47 +79,27 @@ class ChatController(QObject):
     sig_converted = Signal(object)  # Path
     sig_convert_failed = Signal(str)
 
-    # Requests to the worker: queued, because the worker lives in its own thread.
-    sig_load_requested = Signal(object)
-    sig_generate_requested = Signal(object)
-    sig_convert_requested = Signal(object)
-    sig_context_requested = Signal(object)
-
-    def __init__(self, worker: GenerationWorker | None = None, parent: QObject | None = None):
+    def __init__(
+        self,
+        runner: JobRunner | None = None,
+        host: EngineHost | None = None,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(parent)
+        self.runner = runner or JobRunner("ChatWorkerThread", parent=self)
+        self.host = host or EngineHost()
         self.conversation = Conversation()
         self.model: ModelSummary | None = None
         self.state = State.NO_MODEL
         self.streaming_text = ""
-        self._request_id = 0
-        self._active_id = 0
-        self._pending_load: LoadRequest | None = None
+        self._answer: JobHandle | None = None
+        self._conversion: JobHandle | None = None
         self._state_before_conversion = State.NO_MODEL
         self.context: ContextReport | None = None
-        self._context_id = 0  # the request whose report describes the conversation shown
+        self._context_id = 0  # the job whose report describes the conversation shown
         # Messages an answer request replaced (regenerate, or resend of an unchanged question):
         # put back if the new answer fails before writing anything.
         self._replaced: list[ChatMessage] | None = None
-        self._worker_thread = WorkerThread(worker)
-        w = self._worker_thread.worker
-        self.sig_load_requested.connect(w.load)
-        self.sig_generate_requested.connect(w.generate)
-        self.sig_convert_requested.connect(w.convert)
-        self.sig_context_requested.connect(w.measure_context)
-        w.sig_context.connect(self._on_context)
-        w.sig_model_loaded.connect(self._on_model_loaded)
-        w.sig_load_failed.connect(self._on_load_failed)
-        w.sig_token.connect(self._on_token)
-        w.sig_stats.connect(self._on_stats)
-        w.sig_finished.connect(self._on_finished)
-        w.sig_error.connect(self._on_error)
-        w.sig_convert_progress.connect(self.sig_convert_progress)
-        w.sig_converted.connect(self._on_converted)
-        w.sig_convert_failed.connect(self._on_convert_failed)
-
-    @property
-    def worker(self) -> GenerationWorker:
-        return self._worker_thread.worker
 
     @property
     def busy(self) -> bool:
@@ -129,11 +122,11 @@ class ChatController(QObject):
         """Ask the worker to load a model; answers with sig_model_loaded or sig_load_failed."""
         if self.state in (State.GENERATING, State.CONVERTING, State.LOADING):
             return False
-        self._pending_load = LoadRequest(
-            Path(folder), device, threads, mode or "iobinding", onnx_file
-        )
+        request = LoadRequest(Path(folder), device, threads, mode or "iobinding", onnx_file)
         self._set_state(State.LOADING)
-        emit(self.sig_load_requested, self._pending_load)
+        handle = self.runner.submit(load_job(self.host, request))
+        handle.sig_finished.connect(self._on_model_loaded)
+        handle.sig_errored.connect(self._on_load_failed)
         return True
 
     @Slot(object)
@@ -143,11 +136,11 @@ class ChatController(QObject):
         self._set_state(State.READY)
         emit(self.sig_model_loaded, summary)
 
-    @Slot(str)
-    def _on_load_failed(self, message: str) -> None:
-        # The worker keeps the previous engine when a new one fails to open.
+    @Slot(object)
+    def _on_load_failed(self, error: JobError) -> None:
+        # A failed load keeps the previous engine.
         self._set_state(State.READY if self.model is not None else State.NO_MODEL)
-        emit(self.sig_load_failed, message)
+        emit(self.sig_load_failed, error.message)
 
     # ---- chat -----------------------------------------------------------------------------
     def send(self, text: str, options: GenerationOptions) -> bool:
@@ -192,21 +185,18 @@ class ChatController(QObject):
         """Ask the worker what of this conversation the next answer would send (sig_context)."""
         if self.state is not State.READY or not self.conversation.messages:
             return False
-        self._request_id += 1
-        self._context_id = self._request_id
-        emit(
-            self.sig_context_requested,
-            ContextRequest(
-                self._context_id,
-                tuple(self.conversation.engine_messages(options.system_prompt)),
-                options.settings.max_new_tokens,
-            ),
+        request = ContextRequest(
+            tuple(self.conversation.engine_messages(options.system_prompt)),
+            options.settings.max_new_tokens,
         )
+        handle = self.runner.submit(measure_context_job(self.host, request))
+        self._context_id = handle.request_id
+        handle.sig_finished.connect(self._on_context)  # errors: the log has them
         return True
 
     @Slot(object)
-    def _on_context(self, report: ContextReport) -> None:
-        if report.request_id == self._context_id:
+    def _on_context(self, report: ContextReport | None) -> None:
+        if report is not None and report.request_id == self._context_id:
             self.context = report
             emit(self.sig_context, report)
 
@@ -217,8 +207,8 @@ class ChatController(QObject):
             emit(self.sig_context, None)
 
     def stop(self) -> None:
-        if self.state is State.GENERATING:
-            self.worker.request_stop(self._active_id)
+        if self.state is State.GENERATING and self._answer is not None:
+            self._answer.stop()
 
     def new_chat(self) -> bool:
         if self.state is State.GENERATING:
@@ -229,7 +219,7 @@ class ChatController(QObject):
         return True
 
     def set_conversation(self, conversation: Conversation) -> bool:
-        """Show another conversation (for the history list of a later issue)."""
+        """Show another conversation (one the history list opened)."""
         if self.state is State.GENERATING:
             return False
         self.conversation = conversation
@@ -238,40 +228,40 @@ class ChatController(QObject):
         return True
 
     def _request(self, options: GenerationOptions) -> None:
-        self._request_id += 1
-        self._active_id = self._request_id
-        self._context_id = self._active_id
         self.streaming_text = ""
         self._set_state(State.GENERATING)
         # The request first: the worker starts on the prompt while this thread redraws the
         # transcript and saves the question (sig_answer_started); its tokens queue up meanwhile.
-        emit(
-            self.sig_generate_requested,
-            GenerateRequest(
-                self._active_id,
-                tuple(self.conversation.engine_messages(options.system_prompt)),
-                options.settings,
-                options.mode,
-            ),
+        request = GenerateRequest(
+            tuple(self.conversation.engine_messages(options.system_prompt)),
+            options.settings,
+            options.mode,
         )
+        handle = self._answer = self.runner.submit(generate_job(self.host, request))
+        self._context_id = handle.request_id
+        handle.sig_yielded.connect(self._on_yielded)
+        handle.sig_finished.connect(self._on_finished)
+        handle.sig_errored.connect(self._on_error)
         emit(self.sig_answer_started, options)
 
     @Slot(object)
-    def _on_token(self, batch: TokenBatch) -> None:
-        if batch.request_id != self._active_id:
+    def _on_yielded(self, batch: YieldedBatch) -> None:
+        if self._answer is None or batch.request_id != self._answer.request_id:
             return
-        self.streaming_text += batch.text
-        emit(self.sig_answer_delta, batch)
-
-    @Slot(object)
-    def _on_stats(self, snapshot: StatsSnapshot) -> None:
-        if snapshot.request_id == self._active_id:
-            emit(self.sig_stats, snapshot)
+        tokens = [item for item in batch.items if isinstance(item, TokenItem)]
+        for item in batch.items:
+            if isinstance(item, ContextReport):
+                self._on_context(item)
+        if tokens:
+            delta = TokenBatch.join(batch.request_id, tokens)
+            self.streaming_text += delta.text
+            emit(self.sig_answer_delta, delta)
+        if isinstance(batch.snapshot, StatsSnapshot):
+            emit(self.sig_stats, batch.snapshot)
 
     @Slot(object)
     def _on_finished(self, result: AnswerResult) -> None:
-        if result.request_id != self._active_id:
-            return
+        self._answer = None
         self._replaced = None
         message = self.conversation.add_answer(result.text, AnswerFigures.from_stats(result.stats))
         self.streaming_text = ""
@@ -280,15 +270,15 @@ class ChatController(QObject):
         emit(self.sig_conversation_changed, self.conversation)
 
     @Slot(object)
-    def _on_error(self, failure: GenerationFailure) -> None:
-        if failure.request_id != self._active_id:
-            return
+    def _on_error(self, error: JobError) -> None:
+        self._answer = None
         restored = ""
         replaced, self._replaced = self._replaced, None
-        if failure.stats is not None and failure.stats.generated_tokens > 0:
+        stats = failure_stats(error.partial)
+        if stats is not None and stats.generated_tokens > 0:
             # Keep what was written before the fault, marked as failed.
             self.conversation.add_answer(
-                self.streaming_text, AnswerFigures.from_stats(failure.stats, "error")
+                self.streaming_text, AnswerFigures.from_stats(stats, "error")
             )
         elif replaced is not None:
             # A regenerate that wrote nothing: the answer it was to replace comes back.
@@ -298,8 +288,14 @@ class ChatController(QObject):
             restored = self.conversation.pop_pending_user() or ""
         self.streaming_text = ""
         self._set_state(State.READY if self.model is not None else State.NO_MODEL)
-        emit(self.sig_answer_failed, failure.message, restored)
+        emit(self.sig_answer_failed, error.message, restored)
         emit(self.sig_conversation_changed, self.conversation)
+        if issubclass(error.kind, DeviceFailure):
+            # The same model on the CPU, queued before any next answer.
+            fallback = cpu_fallback_job(self.host, f"{error.detail} Running on the CPU.")
+            handle = self.runner.submit(fallback)
+            handle.sig_finished.connect(self._on_model_loaded)
+            handle.sig_errored.connect(self._on_load_failed)
 
     # ---- conversion -----------------------------------------------------------------------
     def convert_gguf(self, gguf: Path, out_dir: Path) -> bool:
@@ -307,27 +303,42 @@ class ChatController(QObject):
             return False
         self._state_before_conversion = self.state
         self._set_state(State.CONVERTING)
-        emit(self.sig_convert_requested, ConvertRequest(Path(gguf), Path(out_dir)))
+        handle = self._conversion = self.runner.submit(
+            convert_job(ConvertRequest(Path(gguf), Path(out_dir)))
+        )
+        handle.sig_yielded.connect(self._on_convert_progress)
+        handle.sig_finished.connect(self._on_converted)
+        handle.sig_errored.connect(lambda error: self._on_convert_failed(error.message))
+        handle.sig_aborted.connect(self._on_convert_failed)
         return True
 
     def cancel_conversion(self) -> None:
-        self.worker.cancel_conversion()
+        if self._conversion is not None:
+            self._conversion.stop()
+
+    @Slot(object)
+    def _on_convert_progress(self, batch: YieldedBatch) -> None:
+        progress = [item for item in batch.items if isinstance(item, Progress)]
+        if progress:
+            emit(self.sig_convert_progress, progress[-1].fraction, progress[-1].message)
 
     @Slot(object)
     def _on_converted(self, folder: Path) -> None:
+        self._conversion = None
         self._set_state(self._state_before_conversion)
         emit(self.sig_converted, folder)
 
     @Slot(str)
     def _on_convert_failed(self, message: str) -> None:
+        self._conversion = None
         self._set_state(self._state_before_conversion)
         emit(self.sig_convert_failed, message)
 
     # ---- shutdown -------------------------------------------------------------------------
     def shutdown(self) -> bool:
-        """Stop the answer and the thread; safe to call twice. True once the thread ended."""
-        ended = self._worker_thread.stop()
-        self.worker.engine = None  # the thread is over: free the session from here
+        """Stop every job and the thread; safe to call twice. True once the thread ended."""
+        ended = self.runner.shutdown()
+        self.host.engine = None  # the thread is over: free the session from here
         return ended
 
 

@@ -1,8 +1,9 @@
 """The comparison view: both loops on one prompt, drawn live, plus a context sweep and export.
 
-Runs go to a CompareWorker in the generation worker's thread; this widget only draws what
-comes back. The result has the shape of `chatapp bench --json`, so Export writes the same
-report as `chatapp bench --report`.
+Runs are jobs (chatapp/session/compare_jobs.py) on the window's JobRunner, the thread that
+runs the chat's answers, with the window's one engine; this widget only draws what comes back.
+The result has the shape of `chatapp bench --json`, so Export writes the same report as
+`chatapp bench --report`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from chatapp.engine.bench_report import where_time_goes
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.gui.compare.charts import (
     LOOP_LABELS,
     LOOPS,
@@ -41,16 +43,20 @@ from chatapp.gui.compare.charts import (
     SweepChart,
     TransferChart,
 )
-from chatapp.gui.compare.worker import (
+from chatapp.session.compare_jobs import (
     CompareFinished,
     CompareRequest,
-    CompareWorker,
     LoopFinished,
-    StepBatch,
+    ProgressLine,
+    StepFigures,
     SweepFinished,
     SweepPoint,
     SweepRequest,
+    compare_job,
+    sweep_job,
 )
+from chatapp.session.jobs import Job
+from chatapp.session.model_jobs import EngineHost
 from chatapp.units import fmt_bytes
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
@@ -92,32 +98,22 @@ def parse_contexts(text: str) -> tuple[int, ...]:
 
 
 class CompareView(QWidget):
-    sig_compare_requested = Signal(object)  # CompareRequest, queued to the worker
-    sig_sweep_requested = Signal(object)  # SweepRequest
     sig_running = Signal(bool)  # the main window keeps the chat from sending meanwhile
 
-    def __init__(self, worker: CompareWorker, parent: QWidget | None = None) -> None:
+    def __init__(self, runner: JobRunner, host: EngineHost, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("compareView")
-        self.worker = worker
+        self.runner = runner
+        self.host = host
+        self.job: JobHandle | None = None  # the comparison or sweep running (or last run)
         self.result: dict[str, Any] | None = None
         self.sweep_points: list[dict[str, Any]] = []
-        self._request_id = 0
         self._running = False
         self._can_run = False
         self.system_prompt: Callable[[], str] = lambda: ""
         # Tests (and scripts) may replace this to skip the folder dialog.
         self.choose_export_folder: Callable[[], str] = self._ask_folder
         self._build()
-        self.sig_compare_requested.connect(worker.compare)
-        self.sig_sweep_requested.connect(worker.sweep)
-        worker.sig_progress.connect(self._on_progress)
-        worker.sig_steps.connect(self._on_steps)
-        worker.sig_loop_finished.connect(self._on_loop_finished)
-        worker.sig_finished.connect(self._on_finished)
-        worker.sig_sweep_point.connect(self._on_sweep_point)
-        worker.sig_sweep_finished.connect(self._on_sweep_finished)
-        worker.sig_failed.connect(self._on_failed)
         self._update_buttons()
 
     # ---- layout -------------------------------------------------------------------------
@@ -258,7 +254,6 @@ class CompareView(QWidget):
         if self._running or not self._can_run:
             return False
         prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
-        self._request_id += 1
         self.result = None
         self.latency_chart.clear()
         for chart in self.split_charts.values():
@@ -269,16 +264,11 @@ class CompareView(QWidget):
                 chart.set_value(loop, 0.0)
         self.table.clearContents()
         self.explanation.setText("")
-        self._set_running(True)
-        self.status.setText("Starting…")
         request = CompareRequest(
-            self._request_id,
-            prompt,
-            self.system_prompt(),
-            self.tokens_spin.value(),
-            self.repeats_spin.value(),
+            prompt, self.system_prompt(), self.tokens_spin.value(), self.repeats_spin.value()
         )
-        emit(self.sig_compare_requested, request)
+        self._start(compare_job(self.host, request), self._on_finished)
+        self.status.setText("Starting…")
         return True
 
     @Slot()
@@ -290,48 +280,50 @@ class CompareView(QWidget):
         except ValueError as exc:
             self.status.setText(f"Context sweep: {exc}.")
             return False
-        self._request_id += 1
         self.sweep_points = []
         self.sweep_chart.clear()
         self.transfer_chart.clear()
-        self._set_running(True)
         prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
         tokens = min(self.tokens_spin.value(), 64)
-        request = SweepRequest(
-            self._request_id, prompt, contexts, tokens, self.repeats_spin.value()
-        )
-        emit(self.sig_sweep_requested, request)
+        request = SweepRequest(prompt, contexts, tokens, self.repeats_spin.value())
+        self._start(sweep_job(self.host, request), self._on_sweep_finished)
         return True
+
+    def _start(self, job: Job, on_finished: Callable[[Any], None]) -> None:
+        self._set_running(True)
+        handle = self.job = self.runner.submit(job)
+        handle.sig_finished.connect(on_finished)
+        handle.sig_yielded.connect(self._on_yielded)
+        handle.sig_errored.connect(self._on_errored)
+        handle.sig_aborted.connect(self._on_stopped)
 
     @Slot()
     def stop(self) -> None:
-        self.worker.request_stop(self._request_id)
-        self.status.setText("Stopping after the current step…")
+        if self.job is not None and not self.job.done:
+            self.job.stop()
+            self.status.setText("Stopping after the current step…")
 
     # ---- results --------------------------------------------------------------------------
-    def _current(self, request_id: int) -> bool:
-        return request_id == self._request_id
-
-    @Slot(str)
-    def _on_progress(self, text: str) -> None:
-        if self._running:
-            self.status.setText(text)
-
     @Slot(object)
-    def _on_steps(self, batch: StepBatch) -> None:
-        if not self._current(batch.request_id):
-            return
-        for step in batch.steps:
-            self.latency_chart.append(step.loop, step.index, step.latency_ms)
-            self.split_charts[step.loop].append(step.run_ms, step.host_ms, step.sample_ms)
-        tallest = max(c.y_max for c in self.split_charts.values())
-        for chart in self.split_charts.values():
-            chart.set_y_max(tallest)  # one scale for both loops
+    def _on_yielded(self, batch: YieldedBatch) -> None:
+        steps = False
+        for item in batch.items:
+            if isinstance(item, StepFigures):
+                self.latency_chart.append(item.loop, item.index, item.latency_ms)
+                self.split_charts[item.loop].append(item.run_ms, item.host_ms, item.sample_ms)
+                steps = True
+            elif isinstance(item, ProgressLine):
+                self.status.setText(item.text)
+            elif isinstance(item, LoopFinished):
+                self._on_loop_finished(item)
+            elif isinstance(item, SweepPoint):
+                self._on_sweep_point(item)
+        if steps:
+            tallest = max(c.y_max for c in self.split_charts.values())
+            for chart in self.split_charts.values():
+                chart.set_y_max(tallest)  # one scale for both loops
 
-    @Slot(object)
     def _on_loop_finished(self, done: LoopFinished) -> None:
-        if not self._current(done.request_id):
-            return
         summary = done.summary
         spread = summary.get("spread") or {}
         for chart, key, scale in (
@@ -348,8 +340,6 @@ class CompareView(QWidget):
 
     @Slot(object)
     def _on_finished(self, done: CompareFinished) -> None:
-        if not self._current(done.request_id):
-            return
         self.result = dict(done.result)
         if self.sweep_points:
             self.result["sweep"] = list(self.sweep_points)
@@ -366,10 +356,7 @@ class CompareView(QWidget):
         )
         self.explanation.setText(where_time_goes(r))
 
-    @Slot(object)
     def _on_sweep_point(self, point: SweepPoint) -> None:
-        if not self._current(point.request_id):
-            return
         self.sweep_points.append(point.point)
         context = point.point["prompt_tokens"]
         for loop in LOOPS:
@@ -383,8 +370,6 @@ class CompareView(QWidget):
 
     @Slot(object)
     def _on_sweep_finished(self, done: SweepFinished) -> None:
-        if not self._current(done.request_id):
-            return
         if self.result is None and self.sweep_points:
             # A sweep alone still exports: its shortest context stands as the main point.
             self.result = {**done.header, **self.sweep_points[0]}
@@ -394,11 +379,14 @@ class CompareView(QWidget):
         self._set_running(False)
         self.status.setText(f"Context sweep done: {len(self.sweep_points)} points.")
 
-    @Slot(int, str)
-    def _on_failed(self, request_id: int, message: str) -> None:
-        if self._current(request_id):
-            self._set_running(False)
-            self.status.setText(message)
+    @Slot(object)
+    def _on_errored(self, error: JobError) -> None:
+        self._on_stopped(error.message)
+
+    @Slot(str)
+    def _on_stopped(self, message: str) -> None:
+        self._set_running(False)
+        self.status.setText(message)
 
     def _cell(self, row: int, column: int, text: str) -> None:
         item = QTableWidgetItem(text)

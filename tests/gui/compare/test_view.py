@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QWidget
 
 from chatapp.gui.chat.controller import State
 from chatapp.gui.compare.view import CompareView, parse_contexts
+from chatapp.session.compare_jobs import StepFigures
 from tests.gui.conftest import WindowFactory
 
 RUN_TIMEOUT_MS = 120_000
@@ -32,11 +33,15 @@ def test_comparison_fills_charts_and_table(
     view.tokens_spin.setValue(16)
     view.repeats_spin.setValue(1)
     seen_steps: list[int] = []
-    view.worker.sig_steps.connect(lambda batch: seen_steps.append(len(batch.steps)))
-    with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS):
-        assert view.run_comparison()
-        # While it runs the chat cannot send (one engine, one thread).
-        assert not window.chat_view.send_button.isEnabled()
+    assert view.run_comparison()
+    # While it runs the chat cannot send (one engine, one thread).
+    assert not window.chat_view.send_button.isEnabled()
+    assert view.job is not None
+    view.job.sig_yielded.connect(
+        lambda batch: seen_steps.append(sum(isinstance(i, StepFigures) for i in batch.items))
+    )
+    with qtbot.waitSignal(view.job.sig_finished, timeout=RUN_TIMEOUT_MS):
+        pass
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
     assert sum(seen_steps) == 2 * 15  # every decode step of both loops arrived, in batches
     for loop in ("naive", "iobinding"):
@@ -64,8 +69,10 @@ def test_sweep_and_export(
     _window, view = open_compare(make_window, tiny_model_dir)
     view.tokens_spin.setValue(8)
     view.sweep_edit.setText("32, 64")
-    with qtbot.waitSignal(view.worker.sig_sweep_finished, timeout=RUN_TIMEOUT_MS):
-        assert view.run_sweep()
+    assert view.run_sweep()
+    assert view.job is not None
+    with qtbot.waitSignal(view.job.sig_finished, timeout=RUN_TIMEOUT_MS):
+        pass
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
     assert len(view.sweep_points) == 2
     assert view.sweep_chart.series["naive"].count() == 2
@@ -90,8 +97,10 @@ def test_repeats_give_medians_ranges_and_where_the_time_goes(
     _window, view = open_compare(make_window, tiny_model_dir)
     view.tokens_spin.setValue(8)
     view.repeats_spin.setValue(3)
-    with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert view.run_comparison()
+    assert view.run_comparison()
+    assert view.job is not None
+    with qtbot.waitSignal(view.job.sig_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        pass
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
     result = blocker.args[0].result
     assert result["repeats"] == 3 and result["naive"]["repeats"] == 3
@@ -111,9 +120,11 @@ def test_sweep_on_a_device_with_its_own_memory_draws_the_bytes(
     view.tokens_spin.setValue(6)
     view.repeats_spin.setValue(1)
     view.sweep_edit.setText("32, 64")
-    with qtbot.waitSignal(view.worker.sig_sweep_finished, timeout=RUN_TIMEOUT_MS):
-        assert view.run_sweep()
-    qtbot.waitUntil(lambda: not view.running, timeout=5000)  # the queued points are drawn
+    assert view.run_sweep()
+    assert view.job is not None
+    with qtbot.waitSignal(view.job.sig_finished, timeout=RUN_TIMEOUT_MS):
+        pass
+    qtbot.waitUntil(lambda: not view.running, timeout=5000)
     naive = view.transfer_chart.series["naive"]
     iob = view.transfer_chart.series["iobinding"]
     assert naive.count() == iob.count() == 2
@@ -124,11 +135,12 @@ def test_sweep_on_a_device_with_its_own_memory_draws_the_bytes(
 def test_stop_ends_the_comparison(qtbot, make_window: WindowFactory, tiny_model_dir: Path) -> None:
     _window, view = open_compare(make_window, tiny_model_dir)
     view.tokens_spin.setValue(400)
-    with qtbot.waitSignal(view.worker.sig_failed, timeout=RUN_TIMEOUT_MS) as blocker:
-        view.run_comparison()
+    assert view.run_comparison()
+    assert view.job is not None
+    with qtbot.waitSignal(view.job.sig_aborted, timeout=RUN_TIMEOUT_MS) as blocker:
         # The flag is read between steps: the first loop ends after its first token.
         view.stop_button.click()
-    assert blocker.args[1] == "Comparison stopped."
+    assert blocker.args[0] == "Comparison stopped."
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
     assert view.status.text() == "Comparison stopped."
     assert view.run_button.isEnabled()
@@ -168,8 +180,10 @@ def test_comparison_runs_on_every_layout(
     folder = convert_gguf(tiny_gguf, tmp_path / "model", ConvertOptions(**options))
     _window, view = open_compare(make_window, folder)
     view.tokens_spin.setValue(12)
-    with qtbot.waitSignal(view.worker.sig_finished, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert view.run_comparison()
+    assert view.run_comparison()
+    assert view.job is not None
+    with qtbot.waitSignal(view.job.sig_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        pass
     result = blocker.args[0].result
     assert result["layout"] == (
         "concat" if "attention" in options and len(options) == 1 else "static-window"

@@ -33,6 +33,7 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow, _splitter_panes
+from chatapp.session.chat_jobs import GenerateRequest
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
 
@@ -86,7 +87,10 @@ def window(make_window, tiny_model_dir: Path) -> MainWindow:
 
 # ---- saving, the list, opening and continuing ----------------------------------------------------
 def test_answers_are_saved_with_figures_then_reopened_and_continued(
-    qtbot, window: MainWindow, history_file: Path
+    qtbot,
+    window: MainWindow,
+    history_file: Path,
+    generate_requests: list[GenerateRequest],
 ) -> None:
     panel = history(window).panel
     assert window.findChild(QListWidget, "conversationList") is panel.list
@@ -116,8 +120,6 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
     assert window.conversation.messages == [] and window.conversation.id is None
     assert panel.list.currentItem() is None and panel.list.count() == 1  # nothing stored yet
 
-    requests = []
-    window.controller.sig_generate_requested.connect(requests.append)
     click_row(qtbot, window, conversation_id)
     assert window.conversation.id == conversation_id
     assert [m.content for m in window.conversation.messages] == [
@@ -137,7 +139,7 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
     assert _without_tokens(text) == _without_tokens(transcript_before)
 
     send_and_wait(qtbot, window, "third question")
-    sent = [m.content for m in requests[-1].messages]
+    sent = [m.content for m in generate_requests[-1].messages]
     assert sent[:4] == [m[1] for m in messages]  # the restored history is what the model sees
     [(_, after)] = stored(history_file)
     assert len(after) == 6 and after[4][1] == "third question"
@@ -151,7 +153,9 @@ def _without_tokens(text: str) -> str:
 
 
 def test_new_chat_list_rename_and_delete_with_confirmation(
-    qtbot, window: MainWindow, history_file: Path
+    qtbot,
+    window: MainWindow,
+    history_file: Path,
 ) -> None:
     ui = history(window)
     send_and_wait(qtbot, window, "ducks")
@@ -246,7 +250,9 @@ def test_opening_is_refused_while_an_answer_streams(qtbot, window: MainWindow, s
 
 # ---- edit, regenerate, copy ------------------------------------------------------------------
 def test_edit_a_user_message_replaces_everything_after_it(
-    qtbot, window: MainWindow, history_file: Path
+    qtbot,
+    window: MainWindow,
+    history_file: Path,
 ) -> None:
     send_and_wait(qtbot, window, "alpha")
     send_and_wait(qtbot, window, "beta")
@@ -330,7 +336,9 @@ def test_a_regenerate_that_fails_at_once_keeps_the_old_answer(
 
 
 def test_a_first_question_that_fails_leaves_no_empty_conversation(
-    qtbot, window: MainWindow, history_file: Path
+    qtbot,
+    window: MainWindow,
+    history_file: Path,
 ) -> None:
     with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
         window.chat_view.set_prompt_text("word " * 700)  # over the tiny model's context
@@ -475,7 +483,7 @@ def test_per_turn_tokens_match_the_tokenizer(qtbot, window: MainWindow) -> None:
     ) as blocker:
         history(window).measure()
     report = blocker.args[0]
-    engine = window.controller.worker.engine
+    engine = window.host.engine
     messages = window.conversation.engine_messages("")
     assert report.cut_index is None and report.dropped == 0
     assert report.prompt_tokens == engine.count_tokens(messages)

@@ -11,6 +11,7 @@ import pytest
 from chatapp.gui.chat.view import CUT_TEXT
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.main_window import MainWindow
+from chatapp.session.chat_jobs import GenerateRequest
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
 from chatapp.store import history as store_history
 from tests.gui.conftest import greedy, open_loaded_window, send_and_wait, set_sampling
@@ -44,7 +45,11 @@ def _keep_module_history(history_path: Path, monkeypatch) -> None:
 
 
 def test_a_saved_chat_reopens_in_another_window_and_continues(
-    qtbot, window: MainWindow, default_model_dir: Path, history_path: Path
+    qtbot,
+    window: MainWindow,
+    default_model_dir: Path,
+    history_path: Path,
+    generate_requests: list[GenerateRequest],
 ) -> None:
     window.new_chat_action.trigger()
     set_sampling(window, greedy(16))
@@ -58,15 +63,13 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
     try:
         set_sampling(other, greedy(16))
         assert first.id in history(other).panel.ids()
-        requests = []
-        other.controller.sig_generate_requested.connect(requests.append)
         click_row(qtbot, other, first.id)
         assert other.chat_view.transcript.toPlainText().splitlines()[-1] == line
         assert [m.content for m in other.conversation.messages] == [
             m.content for m in first.messages
         ]
         send_and_wait(qtbot, other, "And what is its most famous tower?")
-        sent = [m.content for m in requests[-1].messages]
+        sent = [m.content for m in generate_requests[-1].messages]
         assert "What is the capital of France?" in sent and first.messages[1].content in sent
         assert other.conversation.messages[-1].figures.prompt_tokens > 40  # history included
     finally:
@@ -109,7 +112,7 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
     ) as blocker:
         click_row(qtbot, window, conversation_id)
     report = blocker.args[0]
-    engine = window.controller.worker.engine
+    engine = window.host.engine
     whole = engine.count_tokens(window.conversation.engine_messages(""))
     print(
         f"\ncontext policy, {len(drafts)} messages / {whole} tokens: counted in "

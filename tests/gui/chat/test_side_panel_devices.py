@@ -39,7 +39,7 @@ def test_a_device_with_its_own_memory_shows_bytes_per_token(
     # The naive loop moves every layer's KV both ways; IO-Binding the token, mask and logits.
     assert naive.mode == "naive" and iob.mode == "iobinding"
     assert naive.h2d_bytes_per_token > 10 * iob.h2d_bytes_per_token > 0
-    assert iob.d2h_bytes_per_token == 4 * window.controller.worker.engine.info.vocab_size
+    assert iob.d2h_bytes_per_token == 4 * window.host.engine.info.vocab_size
     assert window.side_panel.transfer_value.text() != "0 B"
     assert "host↔device" in fmt.figures_line(iob)
 

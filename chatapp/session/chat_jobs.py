@@ -1,0 +1,152 @@
+"""Answering a chat: the generation job and the context measurement. No Qt.
+
+The generation job yields the ContextReport (what of the conversation the model sees), then one
+TokenItem per token, and returns an AnswerResult. The GUI receives them in batches and folds
+each batch's tokens into one TokenBatch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+
+from chatapp.engine.chat import Message
+from chatapp.engine.errors import DeviceFailure, EngineError
+from chatapp.engine.metrics import RunStats
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
+from chatapp.session.conversation import AnswerFigures
+from chatapp.session.jobs import Job, JobControl, failed
+from chatapp.session.model_jobs import EngineHost
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    messages: tuple[Message, ...]
+    settings: SamplingSettings
+    mode: str
+
+
+@dataclass(frozen=True)
+class TokenItem:
+    """One token as it streams; a last item without a token carries text the detokenizer
+    held back until the end (a partial character)."""
+
+    index: int
+    text: str
+    token_id: int | None = None
+    latency_s: float | None = None  # the first token's is its time to first token
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """The tokens of one flush, joined."""
+
+    request_id: int
+    first_index: int  # index of the first token in this batch
+    text: str
+    token_ids: tuple[int, ...]
+    latencies_s: tuple[float, ...]
+
+    @classmethod
+    def join(cls, request_id: int, items: Sequence[TokenItem]) -> TokenBatch:
+        return cls(
+            request_id,
+            items[0].index,
+            "".join(i.text for i in items),
+            tuple(i.token_id for i in items if i.token_id is not None),
+            tuple(i.latency_s for i in items if i.latency_s is not None),
+        )
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """The running figures of an answer, copied on the worker thread at a flush."""
+
+    request_id: int
+    figures: AnswerFigures
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    text: str
+    stats: RunStats  # a private copy, safe to read in the GUI thread
+
+
+def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
+    def run(control: JobControl) -> Generator[ContextReport | TokenItem, None, AnswerResult]:
+        engine = host.require()
+        # Context policy: the oldest turns that no longer fit are not sent (see context.py).
+        messages, report = fit_messages(
+            control.request_id,
+            request.messages,
+            counter_for(engine),
+            engine.max_context,
+            request.settings.max_new_tokens,
+        )
+        yield report
+        control.flush()
+        gen = engine.chat(
+            messages, request.settings, request.mode, should_stop=lambda: control.stopped
+        )
+        stats = gen.stats
+        control.snapshot = lambda: StatsSnapshot(
+            control.request_id, AnswerFigures.from_stats(stats)
+        )
+        control.partial = stats
+        streamed: list[str] = []
+        index = 0
+        for event in gen:
+            streamed.append(event.text)
+            index = event.index + 1
+            yield TokenItem(event.index, event.text, event.token_id, event.latency_s)
+            if event.index == 0:
+                control.flush()  # the first token goes out at once: it is the TTFT
+        # The detokenizer may hold back a last partial character until the end.
+        sent = "".join(streamed)
+        if gen.text.startswith(sent) and len(gen.text) > len(sent):
+            yield TokenItem(index, gen.text[len(sent) :])
+        control.partial = None
+        return AnswerResult(gen.text, copy.deepcopy(stats))
+
+    return Job("generation", run, _explain_generation, (EngineError, ValueError))
+
+
+def _explain_generation(exc: BaseException) -> str:
+    if isinstance(exc, DeviceFailure):  # the controller then restarts the model on the CPU
+        return f"{exc} The next answer runs on the CPU."
+    if isinstance(exc, EngineError):
+        return str(exc)
+    if isinstance(exc, ValueError):  # SamplingSettings.validate
+        return f"Invalid sampling settings: {exc}."
+    return failed("Generation", exc)
+
+
+def failure_stats(partial: object) -> RunStats | None:
+    """The figures of an answer that failed midway (from JobError.partial), marked "error"."""
+    if not isinstance(partial, RunStats):
+        return None
+    stats = copy.deepcopy(partial)
+    stats.finish_reason = "error"
+    return stats
+
+
+def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
+    """What the context policy would send now (no answer is generated); returns a
+    ContextReport, or None before a model is loaded."""
+
+    def run(control: JobControl) -> ContextReport | None:
+        if host.engine is None:
+            return None
+        _, report = fit_messages(
+            control.request_id,
+            request.messages,
+            counter_for(host.engine),
+            host.engine.max_context,
+            request.max_new_tokens,
+        )
+        return report
+
+    # A template that rejects the messages: the answer will say so; the log keeps it.
+    return Job("context measurement", run, lambda exc: failed("Counting tokens", exc))

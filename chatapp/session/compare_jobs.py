@@ -1,0 +1,180 @@
+"""Both loops on one prompt, and the context sweep, for the comparison view. No Qt.
+
+The comparison job yields Progress lines, one StepFigures per decode step of each loop (the
+loops run in lockstep, one token each in turn, so a busy machine slows both alike) and a
+LoopFinished per loop; it returns CompareFinished. The sweep yields SweepPoints and returns
+SweepFinished. Results have the shape of `chatapp bench --json`, so the view's Export writes
+the same report as `chatapp bench --report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from chatapp.engine.bench import (
+    bench_prompt_ids,
+    interleaved,
+    loop_pair,
+    result_header,
+    run_interleaved,
+)
+from chatapp.engine.bench_stats import compare_runs, summarize
+from chatapp.engine.chat import Message
+from chatapp.engine.engine import Engine
+from chatapp.engine.errors import EngineError
+from chatapp.engine.loops import MODES
+from chatapp.engine.metrics import RunStats
+from chatapp.session.jobs import Job, JobAborted, JobControl, failed
+from chatapp.session.model_jobs import EngineHost
+
+WARMUP_TOKENS = 4
+COMPARISON_STOPPED = "Comparison stopped."
+SWEEP_STOPPED = "Sweep stopped."
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    prompt: str
+    system_prompt: str = ""
+    max_new_tokens: int = 64
+    repeats: int = 3  # the first streams live; medians and min-max come from all of them
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    prompt: str
+    contexts: tuple[int, ...]
+    max_new_tokens: int = 32
+    repeats: int = 1
+
+
+@dataclass(frozen=True)
+class ProgressLine:
+    text: str
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One decode step of one loop, in milliseconds (index 1 = the second token)."""
+
+    loop: str
+    index: int
+    latency_ms: float
+    run_ms: float
+    host_ms: float
+    sample_ms: float
+
+
+@dataclass(frozen=True)
+class LoopFinished:
+    loop: str
+    summary: dict[str, Any]  # bench_stats.summarize() of this loop's run
+
+
+@dataclass(frozen=True)
+class CompareFinished:
+    result: dict[str, Any]  # the same shape as `chatapp bench --json`
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    context_tokens: int
+    point: dict[str, Any]  # bench_stats.compare_runs() at this context
+
+
+@dataclass(frozen=True)
+class SweepFinished:
+    header: dict[str, Any]  # bench.result_header(): model, device, environment...
+
+
+def compare_job(host: EngineHost, request: CompareRequest) -> Job:
+    def run(control: JobControl) -> Generator[object, None, CompareFinished]:
+        engine = host.require()
+        messages = [Message("system", request.system_prompt)] if request.system_prompt else []
+        ids = engine.tokenizer.chat_ids([*messages, Message("user", request.prompt)])
+        yield ProgressLine("Warming up both loops…")
+        control.flush()
+        run_interleaved(engine, ids, WARMUP_TOKENS)
+        repeats = max(1, request.repeats)
+        yield ProgressLine(f"Run 1/{repeats}: both loops, one token each in turn…")
+        first = yield from _run_streaming(engine, ids, request.max_new_tokens, control)
+        runs = {m: [first[m]] for m in MODES}
+        for r in range(2, repeats + 1):
+            yield ProgressLine(f"Run {r}/{repeats} (the one above was run 1)…")
+            control.flush()
+            # Who leads alternates, as in `chatapp bench`.
+            more = run_interleaved(
+                engine,
+                ids,
+                request.max_new_tokens,
+                MODES[(r - 1) % len(MODES)],
+                should_stop=lambda: control.stopped,
+            )
+            if any(s.finish_reason == "stop" for s in more.values()):
+                raise JobAborted(COMPARISON_STOPPED)
+            for mode in MODES:
+                runs[mode].append(more[mode])
+        for mode in MODES:
+            yield LoopFinished(mode, summarize(runs[mode]))
+        header = result_header(engine, request.max_new_tokens, repeats=repeats)
+        return CompareFinished({**header, **compare_runs(runs, len(ids))})
+
+    return Job("comparison", run, lambda exc: _explain("comparison", exc), (EngineError,))
+
+
+def _run_streaming(
+    engine: Engine, ids: list[int], n: int, control: JobControl
+) -> Generator[StepFigures, None, dict[str, RunStats]]:
+    """Both loops in lockstep (fair on a busy machine), yielding each decode step's figures."""
+    gens = loop_pair(engine, ids, n, should_stop=lambda: control.stopped)
+    for mode, event in interleaved(gens):
+        if event.index > 0:
+            t = event.timing
+            yield StepFigures(
+                mode,
+                event.index,
+                event.latency_s * 1000,
+                t.run_s * 1000,
+                t.host_s * 1000,
+                t.sample_s * 1000,
+            )
+    if any(g.stats.finish_reason == "stop" for g in gens.values()):
+        raise JobAborted(COMPARISON_STOPPED)
+    return {m: g.stats for m, g in gens.items()}
+
+
+def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
+    def run(control: JobControl) -> Generator[object, None, SweepFinished]:
+        engine = host.require()
+        for number, target in enumerate(request.contexts, start=1):
+            ids = bench_prompt_ids(engine, request.prompt, target)
+            if len(ids) + request.max_new_tokens >= engine.max_context:
+                yield ProgressLine(f"Context {target}: longer than the model's context.")
+                continue
+            if control.stopped:
+                raise JobAborted(SWEEP_STOPPED)
+            yield ProgressLine(f"Context {target} ({number}/{len(request.contexts)})…")
+            runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
+            for r in range(max(1, request.repeats)):
+                stats = run_interleaved(
+                    engine,
+                    ids,
+                    request.max_new_tokens,
+                    MODES[r % len(MODES)],
+                    should_stop=lambda: control.stopped,
+                )
+                if any(s.finish_reason == "stop" for s in stats.values()):
+                    raise JobAborted(SWEEP_STOPPED)
+                for mode in MODES:
+                    runs[mode].append(stats[mode])
+            yield SweepPoint(target, {**compare_runs(runs, len(ids)), "context_tokens": target})
+            control.flush()
+        return SweepFinished(result_header(engine, request.max_new_tokens, request.repeats))
+
+    return Job("sweep", run, lambda exc: _explain("sweep", exc), (EngineError,))
+
+
+def _explain(what: str, exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, EngineError) else failed(f"The {what}", exc)

@@ -1,0 +1,211 @@
+"""The engine's one owner, and the jobs that open, convert and prepare models. No Qt.
+
+`EngineHost` holds the Engine of the window. Only jobs touch it, and the GUI's JobRunner runs
+jobs one at a time on its worker thread, so the engine is only ever used from that thread:
+the chat, the comparison view and a model load never run at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from chatapp.convert.errors import ConversionError
+from chatapp.engine.devices import DeviceError
+from chatapp.engine.engine import Engine
+from chatapp.engine.errors import EngineError
+from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
+
+PREPARATION_CANCELLED = (
+    "Preparing the default model was cancelled. Open a model folder from the File menu, or "
+    "restart chatapp to prepare it."
+)
+
+
+class EngineHost:
+    """Owns the loaded Engine (None before the first load)."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+
+    def require(self) -> Engine:
+        if self.engine is None:
+            raise EngineError("No model is loaded yet.")
+        return self.engine
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    model_dir: Path
+    device: str = "cpu"
+    threads: int | None = None
+    mode: str = "iobinding"
+    onnx_file: str | None = None  # which graph of the folder (None: the folder's default)
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """What the GUI may know about the loaded engine (the engine itself stays in the thread)."""
+
+    folder: Path
+    name: str
+    description: str
+    layout: str
+    device: str
+    device_label: str
+    device_own_memory: bool  # whether bytes cross a host <-> device boundary
+    requested_device: str
+    fallback_reason: str | None
+    context_length: int  # the model's
+    max_context: int  # what this engine allocated
+    threads: int | None
+    onnx_file: str = ""  # the graph opened, relative to the folder
+
+
+def load_job(host: EngineHost, request: LoadRequest) -> Job:
+    """Open a model; returns a ModelSummary. A failed load keeps the previous engine."""
+
+    def run(_control: JobControl) -> ModelSummary:
+        engine, reason = _open_engine(request)
+        host.engine = engine  # only replaced once the new one works: the chat goes on
+        return summarize(engine, request.device, reason)
+
+    def explain(exc: BaseException) -> str:
+        # onnxruntime raises its own types for broken graphs: name the type for those.
+        expected = isinstance(exc, EngineError | DeviceError | OSError)
+        detail = _sentence(exc) if expected else f"{type(exc).__name__}: {first_line(exc)}"
+        return f"Could not open the model in {request.model_dir}: {detail}"
+
+    return Job("model load", run, explain, (EngineError, DeviceError, OSError))
+
+
+def cpu_fallback_job(host: EngineHost, reason: str) -> Job:
+    """After the device failed mid-answer: the same model on the CPU for the next answer;
+    returns a ModelSummary (the failed device as the one asked for)."""
+
+    def run(_control: JobControl) -> ModelSummary:
+        engine = host.require()
+        requested = engine.device.name
+        engine.fall_back_to_cpu(reason)
+        return summarize(engine, requested, reason)
+
+    # Even the CPU session did not start: say so; the chat stays.
+    return Job(
+        "CPU fallback",
+        run,
+        lambda exc: f"The model could not be restarted on the CPU: {first_line(exc)}",
+    )
+
+
+def summarize(engine: Engine, requested_device: str, reason: str | None) -> ModelSummary:
+    return ModelSummary(
+        folder=engine.info.folder,
+        name=engine.info.name,
+        description=engine.info.describe(),
+        layout=engine.info.layout.value,
+        device=engine.device.name,
+        device_label=engine.device.label,
+        device_own_memory=engine.device.own_memory,
+        requested_device=requested_device,
+        fallback_reason=reason,
+        context_length=engine.info.context_length,
+        max_context=engine.max_context,
+        threads=engine.threads,
+        onnx_file=engine.info.onnx_file,
+    )
+
+
+def _open_engine(request: LoadRequest) -> tuple[Engine, str | None]:
+    try:
+        engine = Engine(
+            request.model_dir,
+            request.device,
+            request.mode,
+            threads=request.threads,
+            onnx_file=request.onnx_file,
+        )
+        return engine, engine.fallback_reason
+    except DeviceError as exc:
+        # A device this machine does not offer (a setting from another machine, or a typo on
+        # the command line): say so and run on the CPU rather than not at all.
+        engine = Engine(
+            request.model_dir,
+            "cpu",
+            request.mode,
+            threads=request.threads,
+            onnx_file=request.onnx_file,
+        )
+        return engine, f"{exc} Running on the CPU."
+
+
+def _sentence(exc: BaseException) -> str:
+    text = str(exc) if isinstance(exc, EngineError | DeviceError) else first_line(exc)
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+@dataclass(frozen=True)
+class ConvertRequest:
+    gguf: Path
+    out_dir: Path
+
+
+@dataclass(frozen=True)
+class Progress:
+    fraction: float  # 0..1
+    message: str  # the step, e.g. "writing weights"
+
+
+def convert_job(request: ConvertRequest) -> Job:
+    """Convert a GGUF file into a model folder (reusing a verified earlier copy); yields
+    Progress, returns the folder. Stopping abandons it (the converter cleans up)."""
+    from chatapp.convert.converter import (
+        ConvertOptions,
+        convert_gguf,
+        is_verified_copy,
+        sha256_file,
+    )
+
+    def run(control: JobControl) -> Path:
+        control.put(Progress(0.0, "checking the source file"))
+        if request.out_dir.is_dir() and is_verified_copy(
+            request.out_dir, sha256_file(request.gguf)
+        ):
+            return request.out_dir  # converted before: reuse it
+        report = _progress_reporter(control, "The conversion was cancelled.")
+        convert_gguf(request.gguf, request.out_dir, ConvertOptions(overwrite=True), report)
+        return request.out_dir
+
+    def explain(exc: BaseException) -> str:
+        if isinstance(exc, ConversionError):
+            return str(exc)
+        return failed(f"Converting {request.gguf.name}", exc)
+
+    return Job("conversion", run, explain, (ConversionError,))
+
+
+def prepare_default_model_job() -> Job:
+    """Make sure the default model is there (about 8 s to convert on first run); yields
+    Progress only while converting, returns the folder."""
+    from chatapp.convert.default_model import prepare_default_model
+
+    def run(control: JobControl) -> Path:
+        report = _progress_reporter(control, PREPARATION_CANCELLED)
+        folder, _converted = prepare_default_model(report)
+        return folder
+
+    def explain(exc: BaseException) -> str:
+        if isinstance(exc, ConversionError):
+            return str(exc)
+        return failed("Preparing the default model", exc)
+
+    return Job("default model preparation", run, explain, (ConversionError,))
+
+
+def _progress_reporter(control: JobControl, cancelled: str) -> Callable[[float, str], None]:
+    def report(fraction: float, message: str) -> None:
+        if control.stopped:
+            raise JobAborted(cancelled)  # from the converter's callback: it cleans up
+        control.put(Progress(fraction, message))
+
+    return report

@@ -1,0 +1,159 @@
+"""The generation and context jobs, run without Qt (tests/session/drive.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatapp.engine.chat import Message
+from chatapp.engine.engine import Engine
+from chatapp.engine.generation import StepEvent
+from chatapp.engine.metrics import RunStats, StepTiming
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.session.chat_jobs import (
+    AnswerResult,
+    GenerateRequest,
+    StatsSnapshot,
+    TokenBatch,
+    TokenItem,
+    failure_stats,
+    generate_job,
+    measure_context_job,
+)
+from chatapp.session.context import ContextReport, ContextRequest
+from chatapp.session.model_jobs import EngineHost
+from tests.session.drive import drive
+
+GREEDY_LONG = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=300)
+
+
+@pytest.fixture(scope="module")
+def host(tiny_model_dir: Path) -> EngineHost:
+    host = EngineHost()
+    host.engine = Engine(tiny_model_dir, threads=1)
+    return host
+
+
+def ask(text: str = "hello", settings: SamplingSettings = GREEDY_LONG) -> GenerateRequest:
+    return GenerateRequest((Message("user", text),), settings, "iobinding")
+
+
+def test_an_answer_streams_every_token_once_after_the_context_report(host: EngineHost) -> None:
+    out = drive(generate_job(host, ask()), request_id=5)
+    report, tokens = out.items[0], out.items[1:]
+    assert isinstance(report, ContextReport) and report.request_id == 5
+    assert all(isinstance(t, TokenItem) for t in tokens)
+    result: AnswerResult = out.result
+    assert result.stats.finish_reason == "length" and result.stats.generated_tokens == 300
+    streamed = [t for t in tokens if t.token_id is not None]
+    assert [t.token_id for t in streamed] == result.stats.token_ids
+    assert [t.index for t in streamed] == list(range(300))
+    assert tokens[300:] in ([], [TokenItem(300, tokens[-1].text)])  # a held-back tail
+    assert "".join(t.text for t in tokens) == result.text
+    # The report and the first token go out at once: the first token is the TTFT.
+    assert out.flushed_at[:2] == [1, 2]
+    assert out.partial is None  # nothing failed
+
+
+def test_the_stop_flag_ends_the_answer_after_its_first_token(host: EngineHost) -> None:
+    out = drive(generate_job(host, ask()), stopped=True)
+    assert out.result.stats.finish_reason == "stop"
+    assert out.result.stats.generated_tokens == 1
+
+
+def test_no_model_and_bad_settings_are_one_sentence(host: EngineHost) -> None:
+    out = drive(generate_job(EngineHost(), ask()))
+    assert out.message == "No model is loaded yet."
+    bad = drive(generate_job(host, ask(settings=SamplingSettings(temperature=-1.0))))
+    assert bad.message is not None and bad.message.startswith("Invalid sampling settings: ")
+
+
+def test_a_fault_midway_keeps_the_figures_so_far(
+    host: EngineHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine import loops
+
+    calls = {"n": 0}
+    forward = loops.KVLoop.forward
+
+    def failing_forward(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise RuntimeError("simulated fault\nwith a second line")
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(loops.KVLoop, "forward", failing_forward)
+    out = drive(generate_job(host, ask()))
+    assert out.message == "Generation failed: RuntimeError: simulated fault"
+    stats = failure_stats(out.partial)
+    assert stats is not None and stats.finish_reason == "error"
+    assert stats.generated_tokens == sum(isinstance(i, TokenItem) for i in out.items) > 0
+    assert failure_stats(None) is None
+
+
+class _FakeGeneration:
+    """Yields fixed deltas and, like the real detokenizer, adds a held-back tail at the end."""
+
+    def __init__(self, deltas: list[str], tail: str) -> None:
+        self.deltas, self.tail = deltas, tail
+        self.stats = RunStats(mode="iobinding", device="cpu", prompt_tokens=3)
+        self.text = ""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for i, delta in enumerate(self.deltas):
+            self.stats.token_ids.append(i)
+            self.stats.logprobs.append(-0.5)
+            self.text += delta
+            yield StepEvent(i, i, delta, -0.5, StepTiming(0, 0, 0), 0.01)
+        self.stats.finish_reason = "eos"
+        self.text += self.tail
+
+
+class _FakeEngine:
+    max_context = 512
+
+    def __init__(self, generation: _FakeGeneration) -> None:
+        self.generation = generation
+
+    def count_tokens(self, messages: list[Message]) -> int:  # the context policy counts
+        return 4 * len(messages)
+
+    def chat(self, *_args: object, **_kwargs: object) -> _FakeGeneration:
+        return self.generation
+
+
+def test_the_held_back_tail_is_the_last_item_and_the_text_adds_up() -> None:
+    host = EngineHost()
+    host.engine = _FakeEngine(_FakeGeneration(["The", " capital", " is", " Par"], "is."))  # type: ignore[assignment]
+    out = drive(generate_job(host, ask()), request_id=3)
+    tokens = [i for i in out.items if isinstance(i, TokenItem)]
+    assert tokens[-1] == TokenItem(4, "is.")  # text only: no token, no latency
+    joined = TokenBatch.join(3, tokens)
+    assert joined.text == out.result.text == "The capital is Paris."
+    assert joined.token_ids == (0, 1, 2, 3) and joined.first_index == 0
+    assert len(joined.latencies_s) == 4
+
+
+def test_a_snapshot_copies_the_running_figures() -> None:
+    host = EngineHost()
+    host.engine = _FakeEngine(_FakeGeneration(["a", "b"], ""))  # type: ignore[assignment]
+    snapshots: list[StatsSnapshot] = []
+    job = generate_job(host, ask())
+    # Snapshot at every token, as a flush would.
+    from chatapp.session.jobs import JobControl
+
+    control = JobControl(9, lambda: False, lambda _item: None, lambda: None)
+    gen = job.run(control)
+    for item in gen:
+        if isinstance(item, TokenItem) and control.snapshot is not None:
+            snapshots.append(control.snapshot())
+    assert [s.figures.generated_tokens for s in snapshots] == [1, 2]
+    assert all(s.request_id == 9 for s in snapshots)
+
+
+def test_measuring_the_context_needs_a_model(host: EngineHost) -> None:
+    request = ContextRequest((Message("user", "hi"), Message("assistant", "hello")), 64)
+    assert drive(measure_context_job(EngineHost(), request)).result is None
+    report = drive(measure_context_job(host, request), request_id=4).result
+    assert report.request_id == 4 and report.message_count == 2 and report.fits

@@ -1,0 +1,81 @@
+"""Opening, converting and preparing models as jobs, run without Qt (tests/session/drive.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatapp.convert import default_model
+from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
+from chatapp.session.model_jobs import (
+    PREPARATION_CANCELLED,
+    ConvertRequest,
+    EngineHost,
+    LoadRequest,
+    ModelSummary,
+    Progress,
+    convert_job,
+    load_job,
+    prepare_default_model_job,
+)
+from tests.session.drive import drive
+
+
+def test_a_load_sets_the_engine_and_a_failed_one_keeps_it(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    host = EngineHost()
+    summary: ModelSummary = drive(load_job(host, LoadRequest(tiny_model_dir, threads=1))).result
+    assert summary.device == "cpu" and summary.fallback_reason is None
+    assert summary.max_context == 512 and summary.folder == tiny_model_dir
+    engine = host.engine
+    missing = tmp_path / "no-such-model"
+    out = drive(load_job(host, LoadRequest(missing)))
+    assert out.message is not None and out.message.startswith(
+        f"Could not open the model in {missing}"
+    )
+    assert out.message.endswith(".")
+    assert host.engine is engine
+
+
+def test_a_device_this_machine_lacks_falls_back_to_the_cpu(tiny_model_dir: Path) -> None:
+    host = EngineHost()
+    summary = drive(load_job(host, LoadRequest(tiny_model_dir, "no-such-device", 1))).result
+    assert summary.device == "cpu" and summary.requested_device == "no-such-device"
+    assert summary.fallback_reason is not None and "Running on the CPU" in summary.fallback_reason
+
+
+def test_a_conversion_reports_progress_then_reuses_its_result(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    out_dir = tmp_path / "converted"
+    first = drive(convert_job(ConvertRequest(tiny_gguf, out_dir)))
+    assert first.result == out_dir and (out_dir / "model.onnx").is_file()
+    assert all(isinstance(p, Progress) for p in first.items) and len(first.items) > 2
+    again = drive(convert_job(ConvertRequest(tiny_gguf, out_dir)))
+    assert again.result == out_dir
+    assert [p.message for p in again.items] == ["checking the source file"]  # not converted
+
+
+def test_a_stopped_conversion_is_abandoned(tiny_gguf: Path, tmp_path: Path) -> None:
+    out = drive(convert_job(ConvertRequest(tiny_gguf, tmp_path / "abandoned")), stopped=True)
+    assert out.aborted == "The conversion was cancelled."
+    assert not (tmp_path / "abandoned").exists()  # the converter cleaned up
+
+
+def test_a_bad_file_is_one_sentence(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file")
+    out = drive(convert_job(ConvertRequest(bad, tmp_path / "out")))
+    assert out.message is not None and "\n" not in out.message and out.result is None
+
+
+def test_preparing_the_default_model_can_be_cancelled(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setattr(default_model, "bundled_gguf", lambda: tiny_gguf)
+    assert drive(prepare_default_model_job(), stopped=True).aborted == PREPARATION_CANCELLED
+    prepared = drive(prepare_default_model_job())
+    assert prepared.result == tmp_path / "data" / "models" / default_model.FOLDER_NAME

@@ -22,11 +22,13 @@ run: prepare
 
 test: prepare
 	$(BIN)/ruff check chatapp tests scripts
+	$(BIN)/mypy
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -rs
 
 lint: $(STAMP)
 	$(BIN)/ruff check chatapp tests scripts
 	$(BIN)/ruff format --check chatapp tests
+	$(BIN)/mypy
 
 # Self-contained packages in dist/: the PyInstaller folder, a .deb and a .tar.gz with the
 # prepared default model inside (packaging/README.md). Needs the [package] extra (PyInstaller).

@@ -139,7 +139,8 @@ def safe_output_streams() -> None:
     text a non-UTF-8 terminal cannot show is escaped. (stderr escapes by default.) Only the
     process's own stream is changed, not one a caller put in its place."""
     stream = sys.stdout
-    if stream is not sys.__stdout__ or not hasattr(stream, "reconfigure"):
+    reconfigure = getattr(stream, "reconfigure", None)
+    if stream is not sys.__stdout__ or reconfigure is None:
         return
     encoding = (getattr(stream, "encoding", "") or "").lower().replace("-", "")
-    stream.reconfigure(errors="surrogateescape" if encoding == "utf8" else "backslashreplace")
+    reconfigure(errors="surrogateescape" if encoding == "utf8" else "backslashreplace")

@@ -14,6 +14,7 @@ Static window        the standard block with fixed shapes: input_ids [1, W], att
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto
@@ -98,7 +99,7 @@ class GQAAttention:
         g, s = self.g, self.spec
         plan = self.features.layers[layer]
         cos, sin = self.tables[plan.rope]
-        extra: dict[str, float | int] = {}
+        extra: dict[str, Any] = {}  # more attributes of the node
         if plan.softcap:
             extra["softcap"] = float(plan.softcap)
         if plan.window:

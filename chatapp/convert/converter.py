@@ -246,7 +246,8 @@ def _replace(tmp: Path, out: Path) -> None:
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest: dict[str, Any] = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        return manifest
     except (OSError, ValueError):
         return None
 

@@ -112,6 +112,7 @@ class LlamaGraphBuilder:
     def _block_offsets(self, x: str, w: NBitsWeight, name: str) -> str:
         """sum over blocks of min[n, b] * sum(x in block b): the part MatMulNBits cannot hold."""
         g = self.g
+        assert w.mins is not None  # only weights with block minimums come here
         blocks = w.k // w.block_size
         shape = g.const("block_shape", np.array([0, 0, blocks, w.block_size], dtype=np.int64))
         xb = g.op1("Reshape", [x, shape])

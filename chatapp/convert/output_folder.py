@@ -145,7 +145,7 @@ def _alive_windows(pid: int) -> bool:
         kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
         handle = kernel32.OpenProcess(0x00100000, False, pid)  # SYNCHRONIZE
         if not handle:
-            return kernel32.GetLastError() == 5  # access denied: it exists
+            return bool(kernel32.GetLastError() == 5)  # access denied: it exists
         try:
             return bool(kernel32.WaitForSingleObject(handle, 0) == 0x102)  # WAIT_TIMEOUT
         finally:

@@ -58,24 +58,38 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 class SpecLike(Protocol):
-    """The hyper-parameters every decoder spec has (LlamaSpec and the families beside it)."""
+    """The hyper-parameters every decoder spec has (LlamaSpec and the families beside it).
+    Read-only properties, so that frozen dataclasses match."""
 
-    n_layers: int
-    hidden_size: int
-    intermediate_size: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    context_length: int
-    vocab_size: int
-    rope_theta: float
-    rms_eps: float
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def context_length(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def rms_eps(self) -> float: ...
 
 
 class TensorLike(Protocol):
-    name: str
-    qtype: str
-    shape: tuple[int, ...]
+    @property
+    def name(self) -> str: ...
+    @property
+    def qtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
 
 
 def _is_int(value: Any) -> bool:
@@ -229,9 +243,9 @@ def _check_ranges(spec: SpecLike, name: str) -> None:
         raise ConversionError(
             f"{name}: the head size {spec.head_dim} is odd; rotary embeddings need it even."
         )
-    for what, value in (("rope.freq_base", spec.rope_theta), ("rms epsilon", spec.rms_eps)):
-        if not math.isfinite(value) or value <= 0:
-            raise ConversionError(f"{name}: {what} is {value}; a number above zero was expected.")
+    for what, number in (("rope.freq_base", spec.rope_theta), ("rms epsilon", spec.rms_eps)):
+        if not math.isfinite(number) or number <= 0:
+            raise ConversionError(f"{name}: {what} is {number}; a number above zero was expected.")
 
 
 def expected_shapes(spec: SpecLike) -> dict[str, tuple[int, ...]]:

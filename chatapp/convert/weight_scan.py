@@ -77,7 +77,7 @@ def _tensor_is_finite(fh: BinaryIO, info: TensorInfo, buffer: bytearray) -> bool
     while left:
         size = min(step, left)
         view = memoryview(buffer)[:size]
-        if fh.readinto(view) != size:
+        if fh.readinto(view) != size:  # type: ignore[attr-defined]  # typeshed's BinaryIO lacks it
             raise ConversionError(f"{info.name}: the file ended while its data was read.")
         if not _chunk_is_finite(np.frombuffer(view, dtype=np.uint8), info):
             return False

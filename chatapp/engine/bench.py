@@ -17,9 +17,10 @@ from chatapp import __version__
 from chatapp.engine.bench_peers import Peer, open_peers, peer_point, physical_floor
 from chatapp.engine.bench_stats import compare_runs
 from chatapp.engine.chat import Message
-from chatapp.engine.engine import MODES, Engine
+from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
+from chatapp.engine.loops import MODES
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import GREEDY
 

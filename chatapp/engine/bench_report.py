@@ -111,11 +111,11 @@ def markdown_report(result: dict[str, Any]) -> str:
             "|---:|---:|---:|---:|---:|---:|",
         ]
     for point in sweep:
-        moved = [_per_token(point[m])[3] for m in ("naive", "iobinding")]
+        per_token = [_per_token(point[m])[3] for m in ("naive", "iobinding")]
         lines.append(
             f"| {point['prompt_tokens']} | {point['naive']['tokens_per_s']:.1f} | "
             f"{point['iobinding']['tokens_per_s']:.1f} | {point['speedup_tokens_per_s']:.2f}x | "
-            f"{fmt_bytes(moved[0])} | {fmt_bytes(moved[1])} |"
+            f"{fmt_bytes(per_token[0])} | {fmt_bytes(per_token[1])} |"
         )
     return "\n".join(lines)
 

@@ -53,13 +53,15 @@ class Device:
     def download(self, value: ort.OrtValue) -> np.ndarray:
         """A host copy of a tensor that may live on this device."""
         if value.device_name() == "cpu":
-            return value.numpy()
+            array: np.ndarray = value.numpy()
+            return array
         host = ort.OrtValue.ortvalue_from_shape_and_type(
             value.shape(), value.element_type(), "cpu", 0
         )
         if np.prod(value.shape()):
             ort.copy_tensors([value], [host])
-        return host.numpy()
+        copied: np.ndarray = host.numpy()
+        return copied
 
 
 # Built-in providers, in the order a user would prefer them. CoreML and OpenVINO take inputs in

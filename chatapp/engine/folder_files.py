@@ -165,7 +165,8 @@ def check_external_data(proto: onnx.ModelProto, onnx_path: Path) -> None:
             raise ModelError(f"{what} is stored outside the file but names no location.")
         real = resolve_inside(base, location, what)
         size = sizes.setdefault(real, real.stat().st_size)
-        offset, length = _count(entries, "offset", what, 0), _count(entries, "length", what, None)
+        offset = _count(entries, "offset", what, 0) or 0
+        length = _count(entries, "length", what, None)
         end = offset + (length if length is not None else 0)
         if offset > size or end > size:
             raise ModelError(

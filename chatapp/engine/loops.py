@@ -154,7 +154,7 @@ class NaiveLoop(KVLoop):
     def _truncate(self, keep: int) -> None:
         info = self.info
         if keep == 0 or not self._past:
-            empty = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
+            empty: np.ndarray = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
             self._past = {t.past_name: empty for t in info.kv}
         else:
             self._past = {k: np.ascontiguousarray(v[:, :, :keep]) for k, v in self._past.items()}
@@ -232,7 +232,7 @@ class IOBindingLoop(KVLoop):
 
     def _bind_empty_concat(self) -> None:
         info = self.info
-        empty = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
+        empty: np.ndarray = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
         for t in info.kv:
             value = upload(self.device, empty)
             self._kv[t.past_name] = value

@@ -127,7 +127,9 @@ class NaiveStaticLoop(StaticWindowLoop):
     def _clear_kv(self) -> None:
         info = self.info
         shape = (1, info.kv_heads, self.slots - self.window, info.head_dim)
-        self._past = {t.past_name: np.zeros(shape, dtype=info.kv_dtype) for t in info.kv}
+        self._past: dict[str, np.ndarray] = {
+            t.past_name: np.zeros(shape, dtype=info.kv_dtype) for t in info.kv
+        }
 
     def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> Step:
         io = self.info.io
@@ -174,7 +176,7 @@ def shift_model(info: ModelInfo, slots: int, window: int) -> bytes:
     graph = helper.make_graph(nodes, "shift", inputs, outputs, [starts, ends, axes])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    return model.SerializeToString()
+    return bytes(model.SerializeToString())
 
 
 class IOBindingStaticLoop(StaticWindowLoop):
@@ -223,7 +225,8 @@ class IOBindingStaticLoop(StaticWindowLoop):
         # Fresh device memory may hold NaN, and 0 * NaN in the attention sum is still NaN, so
         # a new conversation zeroes the past buffers (one upload per reset, not per token).
         info = self.info
-        zeros = np.zeros((1, info.kv_heads, self.slots - self.window, info.head_dim), info.kv_dtype)
+        shape = (1, info.kv_heads, self.slots - self.window, info.head_dim)
+        zeros: np.ndarray = np.zeros(shape, info.kv_dtype)
         for value in self.past.values():
             value.update_inplace(zeros)
             self._pending_h2d += crossing(self.device, [zeros])

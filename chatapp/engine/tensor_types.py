@@ -28,7 +28,7 @@ NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16", BFLOA
 
 
 def is_bfloat16(dtype: Any) -> bool:
-    return np.dtype(dtype) == BFLOAT16
+    return bool(np.dtype(dtype) == BFLOAT16)
 
 
 def ort_element_type(dtype: Any) -> Any:
@@ -54,14 +54,15 @@ def host_copy(value: ort.OrtValue) -> np.ndarray:
             value.shape(), value.element_type(), "cpu", 0
         )
         ort.copy_tensors([value], [out])
-        return out.numpy()
+        copied: np.ndarray = out.numpy()
+        return copied
     shape = value.shape()
     out_array = np.empty(shape, dtype=BFLOAT16)
     if out_array.size == 0:
         return out_array
     if value.device_name() == "cpu":
         raw = (ctypes.c_uint16 * out_array.size).from_address(value.data_ptr())
-        out_array.view(np.uint16).reshape(-1)[:] = np.frombuffer(raw, dtype=np.uint16)
+        out_array.view(np.uint16).reshape(-1)[:] = np.frombuffer(memoryview(raw), dtype=np.uint16)
     else:
         ort.copy_tensors([value], [host_value(out_array)])
     return out_array

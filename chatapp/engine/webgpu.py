@@ -42,7 +42,7 @@ _found: dict[str, Discovery] = {}
 
 def library_path() -> str | None:
     try:
-        import onnxruntime_ep_webgpu  # type: ignore[import-not-found]
+        import onnxruntime_ep_webgpu
     except ImportError:
         return None
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -120,7 +120,7 @@ class RemoteClient:
             raise RemoteStreamError(f"{self.origin}'s /v1/models has no list of models.")
         return [_model(e) for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
 
-    def stream_chat(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def stream_chat(self, body: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """POST /chat/completions with stream=true; yields each chunk as parsed JSON.
 
         Ends normally at `data: [DONE]` (or at the end of a stream that reported a

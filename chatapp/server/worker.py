@@ -8,6 +8,7 @@ queue) and gets back `Started`, then `Delta`s, then `Done` or `Failed`. A job wh
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import queue
 import sys
@@ -37,7 +38,7 @@ class TokenOut:
     token: str
     bytes: bytes
     logprob: float
-    top: tuple[tuple[str, bytes, float], ...]  # most likely first
+    top: tuple[tuple[str, builtins.bytes, float], ...]  # most likely first
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ JobEvent = Started | Delta | Done | Failed
 @dataclass
 class Job:
     request: GenerationRequest
-    deliver: Callable[[JobEvent], None]
+    deliver: Callable[[JobEvent], object]  # its return value is ignored
     id: int = field(default_factory=itertools.count(1).__next__)
     cancelled: threading.Event = field(default_factory=threading.Event)
     queued_at: float = field(default_factory=perf)

@@ -6,6 +6,8 @@ un-permute. RoPE base, head size (`attention.key_length`) and the rest come from
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from chatapp.convert.families.base import (
     QKV_BIASES,
     Family,
@@ -21,7 +23,7 @@ class Qwen2(Family):
     hf_architecture = "Qwen2ForCausalLM"
     hf_model_type = "qwen2"
     genai_type = "qwen2"
-    layer_optional = QKV_BIASES
+    layer_optional: ClassVar[tuple[str, ...]] = QKV_BIASES
 
     def features(self, weights: ModelWeights) -> ArchFeatures:
         model = weights.model

@@ -527,13 +527,13 @@ class SidePanel(QWidget):
 
 def _int(settings: QSettings, key: str, default: int) -> int:
     try:
-        return int(settings.value(key, default))
+        return int(settings.value(key, default))  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return default
 
 
 def _float(settings: QSettings, key: str, default: float) -> float:
     try:
-        return float(settings.value(key, default))
+        return float(settings.value(key, default))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return default

@@ -221,13 +221,13 @@ class TranscriptView(QTextBrowser):
         name.setFontWeight(QFont.Weight.Bold)
         name.setForeground(QColor(ROLE_COLORS.get(role, "#000000")))
         cursor.insertText(ROLE_NAMES.get(role, role.title()), name)
-        turn = self.context.turn_starting_at(index) if self.context is not None else None
-        if turn is not None and index < self.context.message_count:
+        context = self.context
+        turn = context.turn_starting_at(index) if context is not None else None
+        if context is not None and turn is not None and index < context.message_count:
             tokens = self._figures_format()
             tokens.setToolTip(
                 f"This turn (question and answer) takes {turn.tokens} tokens of the model's "
-                f"{self.context.limit}-token context"
-                + ("." if turn.sent else "; it is no longer sent.")
+                f"{context.limit}-token context" + ("." if turn.sent else "; it is no longer sent.")
             )
             cursor.insertText("   ", QTextCharFormat())
             cursor.insertText(f"turn: {turn.tokens} tokens", tokens)

@@ -40,6 +40,7 @@ EMIT_DROPS_A_REFERENCE = _emit_drops_a_reference()
 
 def emit(signal: SignalInstance, *args: Any) -> None:
     """`signal.emit(*args)`, safe on every PySide6 version."""
-    result = signal.emit(*args)
+    # The stubs say emit() returns None; 6.12.0 returns True (without a reference to it).
+    result: object = signal.emit(*args)  # type: ignore[func-returns-value]
     if EMIT_DROPS_A_REFERENCE and result is not None:
         _incref(result)

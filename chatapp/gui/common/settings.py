@@ -29,7 +29,9 @@ def string_list(settings: QSettings, key: str) -> list[str]:
         return []
     if isinstance(value, str):
         return [value] if value else []
-    return [str(v) for v in value]
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return []
 
 
 def remember_recent(settings: QSettings, key: str, item: str) -> list[str]:

@@ -77,7 +77,8 @@ class LoopLinesChart(QChart):
         super().__init__()
         _setup(self, title)
         self.x_axis, self.y_axis = _value_axes(self, x_title, y_title)
-        self.series: dict[str, QLineSeries] = {}
+        # Not `self.series`: that would hide QChart.series(), which Qt's own code may call.
+        self.lines: dict[str, QLineSeries] = {}
         for loop in LOOPS:
             series = QLineSeries()
             series.setName(LOOP_LABELS[loop])
@@ -86,18 +87,18 @@ class LoopLinesChart(QChart):
             self.addSeries(series)
             series.attachAxis(self.x_axis)
             series.attachAxis(self.y_axis)
-            self.series[loop] = series
+            self.lines[loop] = series
         self._min_x = min_x
         self._max_x, self._max_y = min_x, 1.0
 
     def clear(self) -> None:
-        for series in self.series.values():
+        for series in self.lines.values():
             series.clear()
         self._max_x, self._max_y = self._min_x, 1.0
         self._rescale()
 
     def append(self, loop: str, x: float, y: float) -> None:
-        self.series[loop].append(x, y)
+        self.lines[loop].append(x, y)
         self._max_x, self._max_y = max(self._max_x, x), max(self._max_y, y)
         self._rescale()
 
@@ -176,9 +177,9 @@ class PairBarChart(QChart):
     def __init__(self, title: str, unit: str) -> None:
         super().__init__()
         _setup(self, title, legend=False)
-        self.series = QBarSeries()
-        self.series.setLabelsVisible(True)
-        self.series.setLabelsFormat("@value")
+        self.bars = QBarSeries()
+        self.bars.setLabelsVisible(True)
+        self.bars.setLabelsFormat("@value")
         self.bar = QBarSet(unit)
         self.bar.append([0.0, 0.0])
         # One set, two bars: the second is "selected" only to give it the other loop's color.
@@ -186,8 +187,8 @@ class PairBarChart(QChart):
         self.bar.setBorderColor(LOOP_COLORS["naive"])
         self.bar.setSelectedColor(LOOP_COLORS["iobinding"])
         self.bar.selectBar(1)
-        self.series.append(self.bar)
-        self.addSeries(self.series)
+        self.bars.append(self.bar)
+        self.addSeries(self.bars)
         self.categories = QBarCategoryAxis()
         self.categories.append([LOOP_LABELS[loop] for loop in LOOPS])
         self.y_axis = QValueAxis()
@@ -195,8 +196,8 @@ class PairBarChart(QChart):
         self.y_axis.setLabelFormat("%g")
         self.addAxis(self.categories, Qt.AlignmentFlag.AlignBottom)
         self.addAxis(self.y_axis, Qt.AlignmentFlag.AlignLeft)
-        self.series.attachAxis(self.categories)
-        self.series.attachAxis(self.y_axis)
+        self.bars.attachAxis(self.categories)
+        self.bars.attachAxis(self.y_axis)
 
         # Min-max over the repeats: an "I" per bar on a hidden axis where bar i sits at x = i.
         self.spread_axis = QValueAxis()

@@ -258,10 +258,10 @@ class CompareView(QWidget):
         self.latency_chart.clear()
         for chart in self.split_charts.values():
             chart.clear()
-        for chart in (self.speed_chart, self.ttft_chart):
-            chart.clear_spread()
+        for bars in (self.speed_chart, self.ttft_chart):
+            bars.clear_spread()
             for loop in LOOPS:
-                chart.set_value(loop, 0.0)
+                bars.set_value(loop, 0.0)
         self.table.clearContents()
         self.explanation.setText("")
         request = CompareRequest(

@@ -202,9 +202,9 @@ class HistoryController(QObject):
         if self.store is None or not title:
             return False
         store = self.store
-        done = self._guarded(lambda: store.rename_conversation(conversation_id, title) is None)
+        done = self._succeeded(lambda: store.rename_conversation(conversation_id, title))
         emit(self.sig_list_changed)
-        return bool(done)
+        return done
 
     def delete(self, conversation_id: int) -> bool:
         """Delete it (no questions: the caller confirms); the chat empties if it was shown."""
@@ -355,13 +355,13 @@ class HistoryController(QObject):
             self._assign(mem[same:], added)
         elif not mem:
             # Its only messages were taken back (the first question failed): it is gone again.
-            store.delete_conversation(conv.id)
+            store.delete_conversation(stored_conversation.id)
             conv.id = None
             self._known = set()
             emit(self.sig_current_changed, None)
         elif not stored:
             added = [
-                store.append_message(conv.id, d.role, d.content, d.figures)
+                store.append_message(stored_conversation.id, d.role, d.content, d.figures)
                 for d in self._drafts(mem)
             ]
             self._assign(mem, added)
@@ -406,6 +406,15 @@ class HistoryController(QObject):
 
     def _model_name(self) -> str | None:
         return self.chat.model.name if self.chat.model is not None else None
+
+    def _succeeded(self, call: Callable[[], object]) -> bool:
+        """Run `call`; False (and a message) when the store failed."""
+        try:
+            call()
+        except StoreError as exc:
+            emit(self.sig_message, str(exc), "error")
+            return False
+        return True
 
     def _guarded(self, call: Callable[[], T]) -> T | None:
         try:

@@ -238,7 +238,7 @@ class HistoryPanel(QWidget):
             item = self.item_for(conversation_id) if conversation_id is not None else None
             if item is None:
                 self.list.clearSelection()
-                self.list.setCurrentItem(None)
+                self.list.setCurrentRow(-1)
             else:
                 self.list.setCurrentItem(item)
                 self.list.scrollToItem(item)

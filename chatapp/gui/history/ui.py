@@ -8,7 +8,7 @@ Dialogs are attributes (`confirm`, `ask_save_path`, `ask_open_path`) so tests ca
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,7 +85,11 @@ class HistoryUi(QObject):
             w.menuBar().insertMenu(help_action, menu)
         self.menu = menu
 
-        def action(text: str, slot, shortcut: QKeySequence | str | None = None) -> QAction:
+        def action(
+            text: str,
+            slot: Callable[[], object],
+            shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None,
+        ) -> QAction:
             act = QAction(text, w)
             if shortcut is not None:
                 act.setShortcut(QKeySequence(shortcut))

@@ -45,7 +45,7 @@ def test_comparison_fills_charts_and_table(
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
     assert sum(seen_steps) == 2 * 15  # every decode step of both loops arrived, in batches
     for loop in ("naive", "iobinding"):
-        assert view.latency_chart.series[loop].count() == 15
+        assert view.latency_chart.lines[loop].count() == 15
         assert view.split_charts[loop].edges[1].count() == 15
         assert view.speed_chart.value(loop) > 0
         assert view.ttft_chart.value(loop) > 0
@@ -75,7 +75,7 @@ def test_sweep_and_export(
         pass
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
     assert len(view.sweep_points) == 2
-    assert view.sweep_chart.series["naive"].count() == 2
+    assert view.sweep_chart.lines["naive"].count() == 2
     assert view.export_button.isEnabled()  # a sweep alone can be exported
     view.choose_export_folder = lambda: str(tmp_path / "export")
     view.export_button.click()
@@ -125,8 +125,8 @@ def test_sweep_on_a_device_with_its_own_memory_draws_the_bytes(
     with qtbot.waitSignal(view.job.sig_finished, timeout=RUN_TIMEOUT_MS):
         pass
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
-    naive = view.transfer_chart.series["naive"]
-    iob = view.transfer_chart.series["iobinding"]
+    naive = view.transfer_chart.lines["naive"]
+    iob = view.transfer_chart.lines["iobinding"]
     assert naive.count() == iob.count() == 2
     assert naive.at(1).y() > naive.at(0).y() > 10 * iob.at(0).y() > 0  # grows with the context
     assert "0 on the CPU" not in view.transfer_chart.title()

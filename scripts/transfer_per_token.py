@@ -16,6 +16,7 @@ from chatapp.convert.default_model import default_model_dir
 from chatapp.engine.devices import CPU, create_session, session_options
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.model import open_model_folder
+from chatapp.engine.modes import MODES
 from chatapp.units import fmt_bytes
 
 EMULATED = dataclasses.replace(CPU, name="own-memory", own_memory=True)
@@ -37,7 +38,7 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|")
     for context in contexts:
         row = []
-        for mode in ("naive", "iobinding"):
+        for mode in MODES:
             loop = make_loop(mode, session, info, EMULATED, context + 8)
             loop.forward(list(range(10, 10 + context)))
             step = loop.forward([42])

@@ -10,9 +10,9 @@ from typing import Any
 
 from chatapp.cli import checks
 from chatapp.cli.errors import UserError
+from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 
-MODES = ("naive", "iobinding")
 NEW_TOKENS = checks.whole(1, checks.MAX_NEW_TOKENS, "a token count")
 
 
@@ -62,7 +62,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     gen = sub.add_parser("generate", help="answer one prompt and print the figures")
     add_model_args(gen)
-    gen.add_argument("--mode", choices=MODES, default="iobinding")
+    gen.add_argument("--mode", choices=MODES, default=Mode.IOBINDING)
     gen.add_argument("--prompt", type=checks.text, required=True)
     gen.add_argument("--system", type=checks.text, default=None, help="system prompt")
     gen.add_argument("--raw", action="store_true", help="no chat template: continue the text")

@@ -8,8 +8,9 @@ import os
 import sys
 
 from chatapp.cli import checks
-from chatapp.cli.engine_cmds import MODES, add_model_args, resolve_model
+from chatapp.cli.engine_cmds import add_model_args, resolve_model
 from chatapp.cli.errors import UserError
+from chatapp.engine.modes import MODES, Mode
 
 API_KEY_ENV = "CHATAPP_API_KEY"
 
@@ -23,7 +24,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     add_model_args(serve)  # --json: print the address as JSON once listening
     serve.add_argument(
-        "--mode", choices=MODES, default="iobinding", help="the loop when a request names none"
+        "--mode", choices=MODES, default=Mode.IOBINDING, help="the loop when a request names none"
     )
     serve.add_argument(
         "--host", type=checks.text, default="127.0.0.1", help="IP address to listen on"

@@ -20,8 +20,8 @@ from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
-from chatapp.engine.loops import MODES
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import GREEDY
 
 Progress = Callable[[str], None]
@@ -158,7 +158,7 @@ def bench_point(
     point = compare_runs(runs, len(ids))
     eos = set(engine.info.eos_token_ids)
     for name, their_runs in peer_runs.items():
-        point |= peer_point(name, runs["iobinding"], their_runs, eos)
+        point |= peer_point(name, runs[Mode.IOBINDING], their_runs, eos)
     return point
 
 
@@ -168,7 +168,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
     engine = Engine(
         config.model_dir,
         config.device,
-        "iobinding",
+        Mode.IOBINDING,
         config.threads,
         config.max_context,
         onnx_file=config.onnx_file,

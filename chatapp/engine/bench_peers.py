@@ -16,6 +16,7 @@ from chatapp.engine import floor
 from chatapp.engine.bench_stats import ratio, summarize_peer
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import MODES
 
 if TYPE_CHECKING:
     from chatapp.engine.bench import BenchConfig
@@ -137,7 +138,7 @@ def physical_floor(engine: Engine, peers: list[Peer], result: dict[str, Any]) ->
     ours = floor.onnx_weight_bytes_per_step(engine.info.onnx_path)
     systems: dict[str, dict[str, Any]] = {}
     ceiling = floor.ceiling_tokens_per_s(ours, kv, bandwidth)
-    for mode in ("naive", "iobinding"):
+    for mode in MODES:
         systems[mode] = _share(ours, kv, ceiling, result[mode]["tokens_per_s"])
     if "genai" in result:
         systems["genai"] = _share(ours, kv, ceiling, result["genai"]["tokens_per_s"])

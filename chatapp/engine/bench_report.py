@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from chatapp.engine.modes import MODES, Mode
 from chatapp.units import fmt_bytes
 
 LOOP_LABELS = {
-    "naive": "naive",
-    "iobinding": "IO-Binding",
+    Mode.NAIVE: "naive",
+    Mode.IOBINDING: "IO-Binding",
     "genai": "onnxruntime-genai",
     "llamacpp": "llama.cpp",
 }
@@ -29,8 +30,8 @@ def _per_token(summary: dict[str, Any]) -> tuple[float, float, float, float]:
 
 def where_time_goes(result: dict[str, Any]) -> str:
     """One or two sentences on where each loop's time goes on this device (run/host/transfer)."""
-    n_run, n_host, _n_sample, n_bytes = _per_token(result["naive"])
-    i_run, i_host, _i_sample, i_bytes = _per_token(result["iobinding"])
+    n_run, n_host, _n_sample, n_bytes = _per_token(result[Mode.NAIVE])
+    i_run, i_host, _i_sample, i_bytes = _per_token(result[Mode.IOBINDING])
     speedup = result.get("speedup_tokens_per_s", 0.0)
     device = result.get("device_label") or result.get("device", "this device")
     context = result.get("prompt_tokens", 0)
@@ -98,7 +99,7 @@ def markdown_report(result: dict[str, Any]) -> str:
             "tokens/s (median of the repeats' ratios, each run beside the other); same tokens: "
             f"{'yes' if result.get(f'{peer}_same_tokens') else 'NO'}"
         )
-    if "run_s_per_token" in result["naive"]:
+    if "run_s_per_token" in result[Mode.NAIVE]:
         lines += ["", where_time_goes(result)]
     lines += _conditions(result)
     lines += _floor_table(result.get("floor"))
@@ -111,10 +112,10 @@ def markdown_report(result: dict[str, Any]) -> str:
             "|---:|---:|---:|---:|---:|---:|",
         ]
     for point in sweep:
-        per_token = [_per_token(point[m])[3] for m in ("naive", "iobinding")]
+        per_token = [_per_token(point[m])[3] for m in MODES]
         lines.append(
-            f"| {point['prompt_tokens']} | {point['naive']['tokens_per_s']:.1f} | "
-            f"{point['iobinding']['tokens_per_s']:.1f} | {point['speedup_tokens_per_s']:.2f}x | "
+            f"| {point['prompt_tokens']} | {point[Mode.NAIVE]['tokens_per_s']:.1f} | "
+            f"{point[Mode.IOBINDING]['tokens_per_s']:.1f} | {point['speedup_tokens_per_s']:.2f}x | "
             f"{fmt_bytes(per_token[0])} | {fmt_bytes(per_token[1])} |"
         )
     return "\n".join(lines)

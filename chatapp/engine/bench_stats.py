@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import Mode
 
 
 def median(values: list[float]) -> float:
@@ -52,12 +53,12 @@ def _mean(values: list[float]) -> float:
 
 def compare_runs(runs: dict[str, list[RunStats]], prompt_tokens: int) -> dict[str, Any]:
     """Both loops' runs on one prompt as a result point (also the comparison view's)."""
-    naive, iob = summarize(runs["naive"]), summarize(runs["iobinding"])
+    naive, iob = summarize(runs[Mode.NAIVE]), summarize(runs[Mode.IOBINDING])
     return {
         "prompt_tokens": prompt_tokens,
-        "naive": naive,
-        "iobinding": iob,
-        "same_tokens": runs["naive"][0].token_ids == runs["iobinding"][0].token_ids,
+        Mode.NAIVE: naive,
+        Mode.IOBINDING: iob,
+        "same_tokens": runs[Mode.NAIVE][0].token_ids == runs[Mode.IOBINDING][0].token_ids,
         "speedup_tokens_per_s": ratio(iob["tokens_per_s"], naive["tokens_per_s"]),
         "speedup_latency": ratio(naive["latency_p50_s"], iob["latency_p50_s"]),
     }

@@ -24,8 +24,9 @@ from chatapp.engine.errors import (
 from chatapp.engine.generation import Generation
 from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
-from chatapp.engine.loops import MODES, KVLoop
+from chatapp.engine.loops import KVLoop
 from chatapp.engine.model import ModelInfo, open_model_folder
+from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
@@ -33,12 +34,19 @@ from chatapp.engine.sampling import SamplingSettings
 DEFAULT_MAX_CONTEXT = 8192
 
 
+def _mode(mode: Mode | str) -> Mode:
+    """A loop name as given (the command line, settings, the history) as a Mode."""
+    if mode not in MODES:
+        raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
+    return Mode(mode)
+
+
 class Engine:
     def __init__(
         self,
         model_dir: Path | str,
         device: str = "cpu",
-        mode: str = "iobinding",
+        mode: Mode | str = Mode.IOBINDING,
         threads: int | None = None,
         max_context: int | None = None,
         onnx_file: str | None = None,
@@ -50,14 +58,14 @@ class Engine:
         self.threads = threads
         self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
         check_kv_memory(self.info, self.max_context)
-        self.mode = mode
-        self._loops: dict[str, KVLoop] = {}
+        self.mode = _mode(mode)
+        self._loops: dict[Mode, KVLoop] = {}
         self._use(self._start(find_device(device), threads))
         try:
-            self.loop(mode)  # fail early (e.g. out of device memory for the KV buffers)
+            self.loop()  # fail early (e.g. out of device memory for the KV buffers)
         except DeviceFailure as exc:
             self.fall_back_to_cpu(f"{exc} Running on the CPU.")
-            self.loop(mode)
+            self.loop()
 
     def _start(self, device: Device, threads: int | None) -> StartedSession:
         try:
@@ -77,10 +85,8 @@ class Engine:
         """After the device failed: the same model on the CPU; cached prefixes are dropped."""
         self._use(cpu_session(self.info.onnx_path, self.threads, reason))
 
-    def loop(self, mode: str | None = None) -> KVLoop:
-        mode = mode or self.mode
-        if mode not in MODES:
-            raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
+    def loop(self, mode: Mode | str | None = None) -> KVLoop:
+        mode = _mode(mode) if mode else self.mode
         if mode not in self._loops:
             try:
                 self._loops[mode] = make_loop(
@@ -94,9 +100,9 @@ class Engine:
                 ) from exc
         return self._loops[mode]
 
-    def set_mode(self, mode: str) -> None:
+    def set_mode(self, mode: Mode | str) -> None:
         self.loop(mode)
-        self.mode = mode
+        self.mode = _mode(mode)
 
     def reset(self) -> None:
         """Forget every cached conversation prefix."""
@@ -107,7 +113,7 @@ class Engine:
         self,
         prompt_ids: Sequence[int],
         settings: SamplingSettings,
-        mode: str | None = None,
+        mode: Mode | str | None = None,
         should_stop: Callable[[], bool] | None = None,
         ignore_eos: bool = False,
         top_logprobs: int = 0,
@@ -128,7 +134,7 @@ class Engine:
         self,
         messages: Sequence[Message],
         settings: SamplingSettings,
-        mode: str | None = None,
+        mode: Mode | str | None = None,
         should_stop: Callable[[], bool] | None = None,
         top_logprobs: int = 0,
     ) -> Generation:

@@ -7,18 +7,19 @@ import onnxruntime as ort
 from chatapp.engine.devices import Device
 from chatapp.engine.loops import IOBindingLoop, KVLoop, NaiveLoop
 from chatapp.engine.model import KVLayout, ModelInfo
+from chatapp.engine.modes import Mode
 from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
 
-LOOPS: dict[tuple[bool, str], type[KVLoop]] = {
-    (False, "naive"): NaiveLoop,
-    (False, "iobinding"): IOBindingLoop,
-    (True, "naive"): NaiveStaticLoop,
-    (True, "iobinding"): IOBindingStaticLoop,
+LOOPS: dict[tuple[bool, Mode], type[KVLoop]] = {
+    (False, Mode.NAIVE): NaiveLoop,
+    (False, Mode.IOBINDING): IOBindingLoop,
+    (True, Mode.NAIVE): NaiveStaticLoop,
+    (True, Mode.IOBINDING): IOBindingStaticLoop,
 }
 
 
 def make_loop(
-    mode: str, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
+    mode: Mode, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
 ) -> KVLoop:
     """The loop for `mode` that fits the model's KV layout."""
     static = info.layout is KVLayout.STATIC_WINDOW

@@ -24,6 +24,7 @@ import onnxruntime as ort
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.model import KVLayout, ModelInfo
+from chatapp.engine.modes import Mode
 from chatapp.engine.tensor_types import (
     download,
     host_value,
@@ -49,7 +50,7 @@ class Step:
 
 
 class KVLoop(ABC):
-    mode: str = ""
+    mode: Mode
 
     def __init__(
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
@@ -138,7 +139,7 @@ def crossing(device: Device, arrays: Sequence[np.ndarray]) -> int:
 
 
 class NaiveLoop(KVLoop):
-    mode = "naive"
+    mode = Mode.NAIVE
 
     def __init__(
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
@@ -194,7 +195,7 @@ class NaiveLoop(KVLoop):
 
 
 class IOBindingLoop(KVLoop):
-    mode = "iobinding"
+    mode = Mode.IOBINDING
 
     def __init__(
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
@@ -339,6 +340,3 @@ class IOBindingLoop(KVLoop):
             self._binding.bind_output(name, "cpu", 0, buf.dtype, [1, n, vocab], buf.ctypes.data)
         self._note_output(name)
         return buf
-
-
-MODES = (NaiveLoop.mode, IOBindingLoop.mode)

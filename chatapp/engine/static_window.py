@@ -23,6 +23,7 @@ from onnx import helper
 from chatapp.engine.devices import Device, create_session, session_options
 from chatapp.engine.loops import KVLoop, Step, crossing
 from chatapp.engine.model import ModelInfo
+from chatapp.engine.modes import Mode
 from chatapp.engine.tensor_types import ort_element_type
 
 perf = time.perf_counter
@@ -115,7 +116,7 @@ class StaticWindowLoop(KVLoop):
 
 
 class NaiveStaticLoop(StaticWindowLoop):
-    mode = "naive"
+    mode = Mode.NAIVE
 
     def __init__(
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
@@ -180,7 +181,7 @@ def shift_model(info: ModelInfo, slots: int, window: int) -> bytes:
 
 
 class IOBindingStaticLoop(StaticWindowLoop):
-    mode = "iobinding"
+    mode = Mode.IOBINDING
 
     def __init__(
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int

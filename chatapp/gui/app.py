@@ -19,6 +19,7 @@ from PySide6.QtCore import Qt, QTimer, SignalInstance
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QProgressDialog
 
+from chatapp.engine.modes import MODES
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
@@ -27,7 +28,6 @@ from chatapp.gui.main_window import MainWindow
 from chatapp.logs import setup_logging
 from chatapp.session.model_jobs import Progress, prepare_default_model_job
 
-MODES = ("naive", "iobinding")
 _app: QApplication | None = None  # keep a reference: Qt must not outlive its Python wrapper
 
 

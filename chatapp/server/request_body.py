@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatapp.engine.chat import Message
-from chatapp.engine.loops import MODES
+from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.server.errors import ApiError, invalid
 

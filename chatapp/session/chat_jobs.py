@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from chatapp.engine.chat import Message
 from chatapp.engine.errors import DeviceFailure, EngineError
+from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
-from chatapp.session.conversation import AnswerFigures
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 
@@ -25,7 +26,7 @@ from chatapp.session.model_jobs import EngineHost
 class GenerateRequest:
     messages: tuple[Message, ...]
     settings: SamplingSettings
-    mode: str
+    mode: Mode
 
 
 @dataclass(frozen=True)

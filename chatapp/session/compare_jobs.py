@@ -24,8 +24,8 @@ from chatapp.engine.bench_stats import compare_runs, summarize
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
-from chatapp.engine.loops import MODES
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import MODES
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 
@@ -100,7 +100,7 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
         repeats = max(1, request.repeats)
         yield ProgressLine(f"Run 1/{repeats}: both loops, one token each in turn…")
         first = yield from _run_streaming(engine, ids, request.max_new_tokens, control)
-        runs = {m: [first[m]] for m in MODES}
+        runs: dict[str, list[RunStats]] = {m: [first[m]] for m in MODES}
         for r in range(2, repeats + 1):
             yield ProgressLine(f"Run {r}/{repeats} (the one above was run 1)…")
             control.flush()

@@ -1,71 +1,15 @@
 """One chat as plain data: messages and the figures of each answer.
 
-No Qt here on purpose: a history store (a later issue) can save and load a `Conversation`
-without knowing about widgets, and the controller only talks to this object.
+No Qt here on purpose: the history (chatapp/gui/history) saves and loads a `Conversation`
+without knowing about widgets, and the chat controller only talks to this object.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from chatapp.engine.chat import Message
-from chatapp.engine.metrics import RunStats
-
-
-@dataclass(frozen=True)
-class AnswerFigures:
-    """What stays visible under a finished answer."""
-
-    mode: str
-    device: str
-    tokens_per_s: float
-    ttft_s: float
-    perplexity: float
-    prompt_perplexity: float
-    prompt_tokens: int
-    reused_tokens: int
-    generated_tokens: int
-    context_length: int
-    finish_reason: str
-    model: str = ""  # the model's name; filled in by the history when it stores the answer
-    h2d_bytes_per_token: float = 0.0  # host -> device per decode token (0: nothing crosses)
-    d2h_bytes_per_token: float = 0.0
-
-    @classmethod
-    def from_stats(cls, stats: RunStats, finish_reason: str | None = None) -> AnswerFigures:
-        return cls(
-            mode=stats.mode,
-            device=stats.device,
-            tokens_per_s=stats.tokens_per_s,
-            ttft_s=stats.ttft_s,
-            perplexity=stats.perplexity,
-            prompt_perplexity=stats.prompt_perplexity,
-            prompt_tokens=stats.prompt_tokens,
-            reused_tokens=stats.reused_tokens,
-            generated_tokens=stats.generated_tokens,
-            context_length=stats.context_length,
-            finish_reason=finish_reason or stats.finish_reason,
-            h2d_bytes_per_token=stats.h2d_bytes_per_token,
-            d2h_bytes_per_token=stats.d2h_bytes_per_token,
-        )
-
-    @property
-    def transfer_bytes_per_token(self) -> float:
-        return self.h2d_bytes_per_token + self.d2h_bytes_per_token
-
-    @property
-    def tokens_in_context(self) -> int:
-        return self.prompt_tokens + self.generated_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dict(self.__dict__)
-        # JSON has no NaN: a store would choke on it.
-        for key in ("perplexity", "prompt_perplexity"):
-            if not math.isfinite(data[key]):
-                data[key] = None
-        return data
+from chatapp.engine.figures import AnswerFigures
 
 
 @dataclass

@@ -1,31 +1,32 @@
 """How figures read on screen. Value labels hold bare numbers (units sit in the caption) so
-that UI automation can parse them."""
+that UI automation can parse them; an unknown figure (None) reads as "–"."""
 
 from __future__ import annotations
 
 import math
 
-from chatapp.session.conversation import AnswerFigures
+from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.modes import Mode
 from chatapp.units import fmt_bytes
 
 MISSING = "–"
-MODE_LABELS = {"naive": "Naive", "iobinding": "IO-Binding"}
+MODE_LABELS: dict[str, str] = {Mode.NAIVE: "Naive", Mode.IOBINDING: "IO-Binding"}
 
 
 def mode_label(mode: str) -> str:
     return MODE_LABELS.get(mode, mode)
 
 
-def rate(tokens_per_s: float) -> str:
-    return f"{tokens_per_s:.1f}" if tokens_per_s > 0 else MISSING
+def rate(tokens_per_s: float | None) -> str:
+    return f"{tokens_per_s:.1f}" if tokens_per_s is not None and tokens_per_s > 0 else MISSING
 
 
-def millis(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}" if seconds > 0 else MISSING
+def millis(seconds: float | None) -> str:
+    return f"{seconds * 1000:.0f}" if seconds is not None and seconds > 0 else MISSING
 
 
-def perplexity(value: float) -> str:
-    if not math.isfinite(value):
+def perplexity(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
         return MISSING
     return f"{value:.2f}" if value < 1000 else f"{value:.3g}"
 
@@ -38,11 +39,11 @@ def figures_line(fig: AnswerFigures) -> str:
     """The one line under a finished answer."""
     parts = [
         mode_label(fig.mode) if fig.mode else "",
-        fig.device.upper() if len(fig.device) <= 4 else fig.device,
+        fig.device.upper() if fig.device and len(fig.device) <= 4 else fig.device or "",
         f"{rate(fig.tokens_per_s)} tok/s",
         f"TTFT {millis(fig.ttft_s)} ms",
         f"perplexity {perplexity(fig.perplexity)}",
-        f"{fig.generated_tokens} tokens",
+        f"{fig.generated_tokens or 0} tokens",
     ]
     if fig.transfer_bytes_per_token > 0:
         parts.append(f"host↔device {fmt_bytes(fig.transfer_bytes_per_token)}/token")

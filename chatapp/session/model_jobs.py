@@ -15,6 +15,7 @@ from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
+from chatapp.engine.modes import Mode
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
 
 PREPARATION_CANCELLED = (
@@ -40,7 +41,7 @@ class LoadRequest:
     model_dir: Path
     device: str = "cpu"
     threads: int | None = None
-    mode: str = "iobinding"
+    mode: Mode = Mode.IOBINDING
     onnx_file: str | None = None  # which graph of the folder (None: the folder's default)
 
 

@@ -19,15 +19,18 @@ UTF-8 JSON object::
           {"role": "user", "content": "Hi", "created": "<ISO 8601>"},
           {"role": "assistant", "content": "Hello!", "created": "<ISO 8601>",
            "figures": {                        # optional, assistant only; each key optional
-             "model": str, "device": str, "mode": "naive" | "iobinding",
-             "tokens_per_s": float, "ttft_s": float,
-             "perplexity": float, "prompt_perplexity": float,
+             "mode": "naive" | "iobinding", "device": str, "tokens_per_s": float,
+             "ttft_s": float, "perplexity": float, "prompt_perplexity": float,
              "prompt_tokens": int, "reused_tokens": int, "generated_tokens": int,
-             "context_length": int, "finish_reason": "eos" | "length" | "stop" | "error"}}
+             "context_length": int, "finish_reason": "eos" | "length" | "stop" | "error",
+             "model": str, "h2d_bytes_per_token": float, "d2h_bytes_per_token": float}}
         ]
       }
     }
 
+"figures" has one key per field of chatapp.engine.figures.AnswerFigures (a string, a whole
+number >= 0 or a number, as the field's type says): a figure added there is exported and
+imported without a change here, and keeps version 1 (an older reader ignores the key).
 Any value shown may be null where the store has "unknown". Times carry a UTC offset. Unknown
 keys are ignored: adding optional keys keeps version 1; anything an old reader would get wrong
 bumps the version. `parse_json` checks everything before the store writes anything.
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Any, TypeGuard, cast
 
 from chatapp import __version__
+from chatapp.engine.modes import Mode
 from chatapp.store.errors import ImportFormatError, ImportTooLargeError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,
@@ -83,7 +87,7 @@ class ImportLimits:
 LIMITS = ImportLimits()
 MAX_SQLITE_INT = (1 << 63) - 1
 
-_MODE_LABELS = {"naive": "naive loop", "iobinding": "IO-Binding loop"}
+_MODE_LABELS: dict[str, str] = {Mode.NAIVE: "naive loop", Mode.IOBINDING: "IO-Binding loop"}
 _FINISH_LABELS = {
     "eos": "finished",
     "length": "hit the token limit",

@@ -2,78 +2,20 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
+
+from chatapp.engine.figures import FIGURES, AnswerFigures
 
 Role = Literal["user", "assistant"]
 ROLES: tuple[str, ...] = ("user", "assistant")  # the system prompt lives on the conversation
 
-FIGURE_FLOATS = (
-    "tokens_per_s",
-    "ttft_s",
-    "perplexity",
-    "prompt_perplexity",
-    "h2d_bytes_per_token",
-    "d2h_bytes_per_token",
-)
-FIGURE_INTS = ("prompt_tokens", "reused_tokens", "generated_tokens", "context_length")
-FIGURE_TEXTS = ("model", "device", "mode", "finish_reason")
-
-
-@dataclass(frozen=True)
-class Figures:
-    """What an answer cost and how sure the model was; each field may be unknown (None).
-
-    Field names match `chatapp.session.conversation.AnswerFigures` (plus `model`), so
-    `Figures.from_mapping({"model": name, **answer_figures.to_dict()})` just works.
-    NaN and infinities become None: SQLite and JSON have no NaN.
-    """
-
-    model: str | None = None
-    device: str | None = None
-    mode: str | None = None  # the generation loop: "naive" | "iobinding"
-    tokens_per_s: float | None = None
-    ttft_s: float | None = None
-    perplexity: float | None = None
-    prompt_perplexity: float | None = None
-    prompt_tokens: int | None = None
-    reused_tokens: int | None = None
-    generated_tokens: int | None = None
-    context_length: int | None = None
-    finish_reason: str | None = None  # eos | length | stop | error
-    h2d_bytes_per_token: float | None = None  # host -> device per decode step (median)
-    d2h_bytes_per_token: float | None = None  # device -> host
-
-    def __post_init__(self) -> None:
-        # Plain Python numbers: the engine's figures may be numpy scalars, which sqlite3 and
-        # json cannot take.
-        for name in FIGURE_FLOATS:
-            value = getattr(self, name)
-            if value is not None:
-                value = float(value)
-                object.__setattr__(self, name, value if math.isfinite(value) else None)
-        for name in FIGURE_INTS:
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, int(value))
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Figures:
-        """Known keys only: a GUI dict may carry more than the store keeps."""
-        return cls(**{name: data[name] for name in cls.names() if name in data})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.names()}
-
-    def is_empty(self) -> bool:
-        return all(v is None for v in self.to_dict().values())
+# The store keeps the engine's figures record as it is, one column per field.
+Figures = AnswerFigures
+FIGURE_TEXTS = tuple(f.name for f in FIGURES if f.kind is str)
+FIGURE_FLOATS = tuple(f.name for f in FIGURES if f.kind is float)
+FIGURE_INTS = tuple(f.name for f in FIGURES if f.kind is int)
 
 
 @dataclass(frozen=True)

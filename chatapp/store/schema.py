@@ -1,12 +1,15 @@
 """The history schema and its forward migrations, keyed by `PRAGMA user_version`.
 
 `MIGRATIONS[n]` turns a version n-1 database into version n; version 0 is an empty file.
-Adding version 2 is one function plus one dict entry:
 
-    def _v2(conn: sqlite3.Connection) -> None:
-        conn.execute("ALTER TABLE messages ADD COLUMN seed INTEGER")
+A figure's column comes from the figures record (chatapp/engine/figures.py): a field with
+`since=N` is added by version N's migration, nothing to write here. Any other change to the
+schema is one function in STRUCTURE:
 
-    MIGRATIONS = {1: _v1, 2: _v2}
+    def _v3(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE INDEX messages_by_created ON messages (created)")
+
+    STRUCTURE = {1: _v1, 3: _v3}
 
 All pending steps run in one IMMEDIATE transaction together with the `user_version` bump, so a
 crash or error mid-way leaves the file at its old version, and two instances starting at once
@@ -25,6 +28,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from chatapp.engine.figures import FIGURES
 from chatapp.store.errors import SchemaTooNewError, StoreError
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -87,14 +91,27 @@ _V1_STATEMENTS = (
 )
 
 
-def _v2(conn: sqlite3.Connection) -> None:
-    # The transfer meter: bytes per decode token crossing host -> device and back.
-    conn.execute("ALTER TABLE messages ADD COLUMN h2d_bytes_per_token REAL")
-    conn.execute("ALTER TABLE messages ADD COLUMN d2h_bytes_per_token REAL")
+# Version 1 lists its figure columns itself: it is history, whatever the record becomes.
+# (tests/store/test_schema.py checks it against the record's `since=1` fields.)
+STRUCTURE: dict[int, Migration] = {1: _v1}
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2}
-CURRENT_VERSION = max(MIGRATIONS)
+def _version(number: int) -> Migration:
+    """Version `number`: its structural step, then the columns of the figures added in it."""
+
+    def step(conn: sqlite3.Connection) -> None:
+        if number in STRUCTURE:
+            STRUCTURE[number](conn)
+        if number > 1:
+            for figure in FIGURES:
+                if figure.since == number:
+                    conn.execute(f"ALTER TABLE messages ADD COLUMN {figure.name} {figure.sql_type}")
+
+    return step
+
+
+CURRENT_VERSION = max(*STRUCTURE, *(f.since for f in FIGURES))
+MIGRATIONS: dict[int, Migration] = {v: _version(v) for v in range(1, CURRENT_VERSION + 1)}
 
 
 def user_version(conn: sqlite3.Connection) -> int:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.session import formatting as fmt
-from chatapp.session.conversation import AnswerFigures, Conversation
+from chatapp.session.conversation import Conversation
 
 
 def _stats() -> RunStats:

@@ -18,6 +18,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from chatapp.engine.errors import DeviceFailure
+from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
@@ -32,7 +34,7 @@ from chatapp.session.chat_jobs import (
     measure_context_job,
 )
 from chatapp.session.context import ContextReport, ContextRequest
-from chatapp.session.conversation import AnswerFigures, ChatMessage, Conversation
+from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import (
     ConvertRequest,
     EngineHost,
@@ -58,7 +60,7 @@ class GenerationOptions:
     """Everything the side panel decides for one answer, captured when it is requested."""
 
     settings: SamplingSettings
-    mode: str
+    mode: Mode
     system_prompt: str = ""
 
 
@@ -122,7 +124,9 @@ class ChatController(QObject):
         """Ask the worker to load a model; answers with sig_model_loaded or sig_load_failed."""
         if self.state in (State.GENERATING, State.CONVERTING, State.LOADING):
             return False
-        request = LoadRequest(Path(folder), device, threads, mode or "iobinding", onnx_file)
+        request = LoadRequest(
+            Path(folder), device, threads, Mode(mode or Mode.IOBINDING), onnx_file
+        )
         self._set_state(State.LOADING)
         handle = self.runner.submit(load_job(self.host, request))
         handle.sig_finished.connect(self._on_model_loaded)

@@ -27,14 +27,14 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.engine.devices import Device, available_devices
+from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session import formatting as fmt
-from chatapp.session.conversation import AnswerFigures
 from chatapp.units import fmt_bytes
 
-MODES = ("naive", "iobinding")
 LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
 SEGMENT_STYLE = """
 QPushButton { border: 1px solid #9aa1ab; padding: 5px 10px; background: #f8f9fa; }
@@ -75,11 +75,11 @@ class LoopToggle(QWidget):
         self.iobinding_button.setChecked(True)
         self.group.buttonToggled.connect(self._on_toggled)
 
-    def mode(self) -> str:
-        return "naive" if self.naive_button.isChecked() else "iobinding"
+    def mode(self) -> Mode:
+        return Mode.NAIVE if self.naive_button.isChecked() else Mode.IOBINDING
 
     def set_mode(self, mode: str) -> None:
-        (self.naive_button if mode == "naive" else self.iobinding_button).setChecked(True)
+        (self.naive_button if mode == Mode.NAIVE else self.iobinding_button).setChecked(True)
 
     def set_locked(self, locked: bool) -> None:
         for button, tip in (
@@ -371,7 +371,7 @@ class SidePanel(QWidget):
             self.sampling_settings(), self.mode(), self.system_prompt_edit.toPlainText()
         )
 
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         return self.loop_toggle.mode()
 
     def set_mode(self, mode: str) -> None:
@@ -456,12 +456,13 @@ class SidePanel(QWidget):
         self.ttft_value.setText(fmt.millis(s.ttft_s))
         self.perplexity_value.setText(fmt.perplexity(s.perplexity))
         self.prompt_perplexity_value.setText(fmt.perplexity(s.prompt_perplexity))
-        self.set_context(s.tokens_in_context, s.context_length)
-        if s.generated_tokens > 1 or not self._own_memory:  # decode steps, not the prompt
+        self.set_context(s.tokens_in_context, s.context_length or 0)
+        if (s.generated_tokens or 0) > 1 or not self._own_memory:  # decode steps, not the prompt
             self.transfer_value.setText(fmt_bytes(s.transfer_bytes_per_token))
             self.transfer_value.setToolTip(
-                f"{TRANSFER_TIP}\nHost → device {fmt_bytes(s.h2d_bytes_per_token)}, "
-                f"device → host {fmt_bytes(s.d2h_bytes_per_token)} (medians of the decode steps)"
+                f"{TRANSFER_TIP}\nHost → device {fmt_bytes(s.h2d_bytes_per_token or 0)}, "
+                f"device → host {fmt_bytes(s.d2h_bytes_per_token or 0)} (medians of the decode "
+                "steps)"
             )
 
     def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
@@ -482,7 +483,7 @@ class SidePanel(QWidget):
             max_new_tokens=_int(settings, "sampling/max_new_tokens", defaults.max_new_tokens),
         )
         self._apply_sampling(s, _int(settings, "sampling/seed", -1))
-        self.set_mode(str(settings.value("engine/mode", "iobinding")))
+        self.set_mode(str(settings.value("engine/mode", Mode.IOBINDING)))
         self.set_device(str(settings.value("engine/device", "cpu")))
         self.threads_spin.setValue(_int(settings, "engine/threads", 0))
         self._threads_applied = self.threads_spin.value()
@@ -501,7 +502,7 @@ class SidePanel(QWidget):
         settings.setValue("sampling/repetition_penalty", s.repetition_penalty)
         settings.setValue("sampling/max_new_tokens", s.max_new_tokens)
         settings.setValue("sampling/seed", self.seed_spin.value())
-        settings.setValue("engine/mode", self.mode())
+        settings.setValue("engine/mode", self.mode().value)
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
         settings.setValue("chat/system_prompt", self.system_prompt_edit.toPlainText())

@@ -18,9 +18,11 @@ from PySide6.QtCharts import (
 from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 
-LOOPS = ("naive", "iobinding")
-LOOP_LABELS = {"naive": "naive", "iobinding": "IO-Binding"}
-LOOP_COLORS = {"naive": QColor("#d1495b"), "iobinding": QColor("#00798c")}
+from chatapp.engine.modes import MODES, Mode
+
+LOOPS = MODES
+LOOP_LABELS: dict[str, str] = {Mode.NAIVE: "naive", Mode.IOBINDING: "IO-Binding"}
+LOOP_COLORS = {Mode.NAIVE: QColor("#d1495b"), Mode.IOBINDING: QColor("#00798c")}
 PART_COLORS = {"run": QColor("#30638e"), "host": QColor("#edae49"), "sample": QColor("#8e8e8e")}
 PART_LABELS = {"run": "run (onnxruntime)", "host": "host preparation", "sample": "sampling"}
 RENDER_HINT = QPainter.RenderHint.Antialiasing
@@ -183,9 +185,9 @@ class PairBarChart(QChart):
         self.bar = QBarSet(unit)
         self.bar.append([0.0, 0.0])
         # One set, two bars: the second is "selected" only to give it the other loop's color.
-        self.bar.setColor(LOOP_COLORS["naive"])
-        self.bar.setBorderColor(LOOP_COLORS["naive"])
-        self.bar.setSelectedColor(LOOP_COLORS["iobinding"])
+        self.bar.setColor(LOOP_COLORS[Mode.NAIVE])
+        self.bar.setBorderColor(LOOP_COLORS[Mode.NAIVE])
+        self.bar.setSelectedColor(LOOP_COLORS[Mode.IOBINDING])
         self.bar.selectBar(1)
         self.bars.append(self.bar)
         self.addSeries(self.bars)
@@ -212,7 +214,7 @@ class PairBarChart(QChart):
             line.attachAxis(self.spread_axis)
             line.attachAxis(self.y_axis)
             self.spreads[loop] = line
-        self._high = dict.fromkeys(LOOPS, 0.0)
+        self._high: dict[str, float] = dict.fromkeys(LOOPS, 0.0)
 
     def set_value(self, loop: str, value: float) -> None:
         self.bar.replace(LOOPS.index(loop), round(value, 1))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.engine.bench_report import markdown_report
+from chatapp.engine.modes import MODES, Mode
 
 CHART_SIZE = (900, 420)
 
@@ -72,7 +73,7 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
     for chart in splits.values():
         chart.set_y_max(tallest)
     charts["latency"] = latency
-    charts["split_naive"], charts["split_iobinding"] = splits["naive"], splits["iobinding"]
+    charts["split_naive"], charts["split_iobinding"] = splits[Mode.NAIVE], splits[Mode.IOBINDING]
     charts["tokens_per_s"], charts["ttft"] = speed, ttft
     if result.get("sweep"):
         sweep, transfer = SweepChart(), TransferChart()
@@ -115,7 +116,7 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
                 "d2h_bytes",
             ]
         )
-        for loop in ("naive", "iobinding"):
+        for loop in MODES:
             run = result[loop]["first_run"]
             for i, (lat, step) in enumerate(zip(run["latencies_s"], run["steps"], strict=True), 1):
                 writer.writerow(
@@ -151,7 +152,7 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
         )
         points = [result, *result.get("sweep", [])]
         for point in points:
-            for loop in ("naive", "iobinding"):
+            for loop in MODES:
                 r = point[loop]
                 writer.writerow(
                     [

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.engine.bench_report import where_time_goes
+from chatapp.engine.modes import Mode
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.gui.compare.charts import (
@@ -155,7 +156,9 @@ class CompareView(QWidget):
         self.explanation.setWordWrap(True)
 
         self.latency_chart = LatencyLinesChart()
-        self.split_charts = {loop: StepSplitChart(loop) for loop in LOOPS}
+        self.split_charts: dict[str, StepSplitChart] = {
+            loop: StepSplitChart(loop) for loop in LOOPS
+        }
         self.speed_chart = PairBarChart("Decode speed", "tokens/s")
         self.ttft_chart = PairBarChart("Time to first token", "ms")
         self.sweep_chart = SweepChart()
@@ -163,7 +166,7 @@ class CompareView(QWidget):
         self.table = QTableWidget(len(TABLE_ROWS) + 1, 3, self)
         self.table.setObjectName("compareTable")
         self.table.setHorizontalHeaderLabels(
-            [LOOP_LABELS["naive"], LOOP_LABELS["iobinding"], "ratio"]
+            [LOOP_LABELS[Mode.NAIVE], LOOP_LABELS[Mode.IOBINDING], "ratio"]
         )
         self.table.setVerticalHeaderLabels([r[0] for r in TABLE_ROWS] + ["same tokens"])
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -187,8 +190,8 @@ class CompareView(QWidget):
 
         grid = QGridLayout()
         grid.addWidget(self._view(self.latency_chart), 0, 0, 1, 2)
-        grid.addWidget(self._view(self.split_charts["naive"]), 1, 0)
-        grid.addWidget(self._view(self.split_charts["iobinding"]), 1, 1)
+        grid.addWidget(self._view(self.split_charts[Mode.NAIVE]), 1, 0)
+        grid.addWidget(self._view(self.split_charts[Mode.IOBINDING]), 1, 1)
         grid.addWidget(self._view(self.speed_chart), 2, 0)
         grid.addWidget(self._view(self.ttft_chart), 2, 1)
         grid.addWidget(self._view(self.sweep_chart), 3, 0)

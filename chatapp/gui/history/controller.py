@@ -22,20 +22,20 @@ deleted the conversation, ours are saved again as a new one. Nothing is lost eit
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.common.qtcompat import emit
-from chatapp.session.conversation import AnswerFigures, ChatMessage, Conversation
+from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.store import (
     ConversationDraft,
     ConversationInfo,
     ConversationNotFoundError,
-    Figures,
     HistoryStore,
     MessageDraft,
     SchemaTooNewError,
@@ -69,44 +69,17 @@ def open_history(opener: Callable[[], HistoryStore] = open_default_store) -> Ope
     return OpenedHistory(store, notice, "warning")
 
 
-# ---- figures and conversations between the store and the GUI --------------------------------
-def figures_for_store(figures: AnswerFigures | None, model: str | None) -> Figures | None:
+# ---- conversations between the store and the GUI --------------------------------------------
+def figures_for_store(figures: AnswerFigures | None, model: str | None) -> AnswerFigures | None:
+    """The answer's figures with the model's name, as the history keeps them."""
     if figures is None:
         return None
-    data = figures.to_dict()
-    data["model"] = figures.model or model
-    return Figures.from_mapping(data)
-
-
-def figures_from_store(figures: Figures | None) -> AnswerFigures | None:
-    """The line under a restored answer; unknown figures show as "–"."""
-    if figures is None:
-        return None
-    nan = float("nan")
-    return AnswerFigures(
-        mode=figures.mode or "",
-        device=figures.device or "",
-        tokens_per_s=figures.tokens_per_s or 0.0,
-        ttft_s=figures.ttft_s or 0.0,
-        perplexity=nan if figures.perplexity is None else figures.perplexity,
-        prompt_perplexity=nan if figures.prompt_perplexity is None else figures.prompt_perplexity,
-        prompt_tokens=figures.prompt_tokens or 0,
-        reused_tokens=figures.reused_tokens or 0,
-        generated_tokens=figures.generated_tokens or 0,
-        context_length=figures.context_length or 0,
-        finish_reason=figures.finish_reason or "",
-        model=figures.model or "",
-        h2d_bytes_per_token=figures.h2d_bytes_per_token or 0.0,
-        d2h_bytes_per_token=figures.d2h_bytes_per_token or 0.0,
-    )
+    return replace(figures, model=figures.model or model)
 
 
 def conversation_from_store(stored: StoredConversation) -> Conversation:
     return Conversation(
-        [
-            ChatMessage(m.role, m.content, figures_from_store(m.figures), m.id)
-            for m in stored.messages
-        ],
+        [ChatMessage(m.role, m.content, m.figures, m.id) for m in stored.messages],
         stored.id,
     )
 

@@ -6,10 +6,11 @@ import pytest
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QGuiApplication, QTextFormat
 
+from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat import view as chat_view_module
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common.qtcompat import emit
-from chatapp.session.conversation import AnswerFigures, ChatMessage
+from chatapp.session.conversation import ChatMessage
 
 FIGURES = AnswerFigures("iobinding", "cpu", 42.0, 0.2, 1.5, 3.0, 10, 0, 20, 512, "eos")
 

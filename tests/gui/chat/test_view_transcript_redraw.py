@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
+from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat.view import TranscriptView
 from chatapp.session.context import ContextReport, TurnTokens
-from chatapp.session.conversation import AnswerFigures, ChatMessage
+from chatapp.session.conversation import ChatMessage
 
 FIGURES = AnswerFigures("iobinding", "cpu", 42.0, 0.2, 1.5, 3.0, 10, 0, 20, 512, "eos")
 

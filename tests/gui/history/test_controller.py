@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.history.controller import HistoryController
-from chatapp.session.conversation import AnswerFigures, Conversation
+from chatapp.session.conversation import Conversation
 from chatapp.store import HistoryStore
 
 

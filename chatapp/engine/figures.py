@@ -1,0 +1,127 @@
+"""The figures of one answer: one record from the engine to the window, the history and exports.
+
+`AnswerFigures.from_stats(run_stats)` makes it; the window shows it (session/formatting.py),
+the history stores it one column per field (chatapp/store) and its JSON export carries it field
+by field. Any field may be unknown (None): an answer restored from an older history, or a
+figure the answer never got to (no perplexity without a token).
+
+Adding a figure is one field below, named like the RunStats attribute that measures it, with
+`since=` the history schema version that adds its column. The store's columns and migration,
+the JSON export and import, and restoring answers from the history all follow this list.
+Showing it is a separate choice: session/formatting.figures_line (the window) and
+store/export.figures_line (Markdown).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin, get_type_hints
+
+if TYPE_CHECKING:
+    from chatapp.engine.metrics import RunStats
+
+SQL_TYPES = {str: "TEXT", float: "REAL", int: "INTEGER"}
+
+
+def _figure(since: int = 1, measured: bool = True) -> Any:
+    """A field of the record. `since`: the history schema version that has its column;
+    `measured`: RunStats has an attribute of the same name (from_stats copies it)."""
+    return field(default=None, metadata={"since": since, "measured": measured})
+
+
+@dataclass(frozen=True)
+class AnswerFigures:
+    """What an answer cost and how sure the model was."""
+
+    mode: str | None = _figure()  # the loop (a Mode), or a benchmark peer's name
+    device: str | None = _figure()
+    tokens_per_s: float | None = _figure()  # decode speed, the first token excluded
+    ttft_s: float | None = _figure()  # request -> first token
+    perplexity: float | None = _figure()  # of the answer, under the raw logits
+    prompt_perplexity: float | None = _figure()
+    prompt_tokens: int | None = _figure()
+    reused_tokens: int | None = _figure()  # prompt tokens whose KV the last turn left
+    generated_tokens: int | None = _figure()
+    context_length: int | None = _figure()  # what the engine allocated
+    finish_reason: str | None = _figure()  # eos | length | stop | error
+    model: str | None = _figure(measured=False)  # the model's name; the history fills it in
+    h2d_bytes_per_token: float | None = _figure(since=2)  # host -> device per decode step
+    d2h_bytes_per_token: float | None = _figure(since=2)  # device -> host (medians)
+
+    def __post_init__(self) -> None:
+        # Plain Python values: the engine's may be numpy scalars or StrEnums, which sqlite3 and
+        # json take badly; NaN and infinities mean "unknown" (SQLite and JSON have no NaN).
+        for column in FIGURES:
+            value = getattr(self, column.name)
+            if value is None:
+                continue
+            value = column.kind(value)
+            if column.kind is float and not math.isfinite(value):
+                value = None
+            object.__setattr__(self, column.name, value)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(c.name for c in FIGURES)
+
+    @classmethod
+    def from_stats(cls, stats: RunStats, finish_reason: str | None = None) -> AnswerFigures:
+        figures = cls(**{c.name: getattr(stats, c.name) for c in FIGURES if c.measured})
+        return replace(figures, finish_reason=finish_reason) if finish_reason else figures
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> AnswerFigures:
+        """Known keys only: a dict may carry more than the record keeps."""
+        return cls(**{name: data[name] for name in cls.names() if name in data})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.names()}
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in self.to_dict().values())
+
+    @property
+    def transfer_bytes_per_token(self) -> float:
+        return (self.h2d_bytes_per_token or 0.0) + (self.d2h_bytes_per_token or 0.0)
+
+    @property
+    def tokens_in_context(self) -> int:
+        return (self.prompt_tokens or 0) + (self.generated_tokens or 0)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One field of AnswerFigures, as the store and the exports see it."""
+
+    name: str
+    kind: type  # str, float or int
+    since: int  # the history schema version that has its column
+    measured: bool
+
+    @property
+    def sql_type(self) -> str:
+        return SQL_TYPES[self.kind]
+
+
+def _kind(hint: Any) -> type:
+    """`float | None` -> float."""
+    if get_origin(hint) in (Union, types.UnionType):
+        (kind,) = [a for a in get_args(hint) if a is not type(None)]
+        hint = kind
+    if hint not in SQL_TYPES:
+        raise TypeError(f"a figure is a str, float or int, not {hint!r}")
+    return hint  # type: ignore[no-any-return]
+
+
+def _figures() -> tuple[Figure, ...]:
+    hints = get_type_hints(AnswerFigures)
+    return tuple(
+        Figure(f.name, _kind(hints[f.name]), f.metadata["since"], f.metadata["measured"])
+        for f in fields(AnswerFigures)
+    )
+
+
+FIGURES: tuple[Figure, ...] = _figures()

@@ -6,6 +6,7 @@ seconds without the default model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import gguf
@@ -44,19 +45,29 @@ def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, list(MERGES)
 
 
-# Byte offsets of the float16 scale fields in one block of each K-quant (the rest is codes),
-# and a range for them that keeps weights of order one.
-K_QUANT_SCALE_FIELDS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-K_QUANT_SCALE_RANGE = {"Q4_K": (5e-4, 1e-3), "Q5_K": (2e-4, 5e-4), "Q6_K": (1e-4, 3e-4)}
+# Per type: the float16 scale fields of one block (byte offset, and a range that keeps weights of
+# order one); every other byte is codes. gguf-py cannot quantize to most of these types.
+K_QUANT_SCALE_FIELDS: dict[str, tuple[tuple[int, float, float], ...]] = {
+    "Q4_K": ((0, 5e-4, 1e-3), (2, 5e-4, 1e-3)),
+    "Q5_K": ((0, 2e-4, 5e-4), (2, 2e-4, 5e-4)),
+    "Q6_K": ((208, 1e-4, 3e-4),),
+    "Q5_0": ((0, 5e-3, 1e-2),),
+    "Q5_1": ((0, 5e-3, 1e-2), (2, -0.16, -0.08)),  # d, then the block minimum m
+    "Q2_K": ((80, 5e-3, 1e-2), (82, 5e-3, 1e-2)),
+    "Q3_K": ((108, 1e-3, 2e-3),),
+    "IQ4_NL": ((0, 1e-3, 2e-3),),
+    "IQ4_XS": ((0, 5e-5, 1e-4),),
+    "IQ2_XXS": ((0, 1e-4, 2e-4),),  # not supported: for the refusal tests
+}
 
 
 def random_kquant(rows: int, cols: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
-    """Random but well-formed K-quant blocks (gguf-py cannot quantize to K-quants)."""
+    """Random but well-formed blocks of `qtype` (any type in K_QUANT_SCALE_FIELDS)."""
     block_elems, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
     n_blocks = rows * cols // block_elems
     raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
-    for offset in K_QUANT_SCALE_FIELDS[qtype]:
-        scale = rng.uniform(*K_QUANT_SCALE_RANGE[qtype], size=n_blocks).astype(np.float16)
+    for offset, low, high in K_QUANT_SCALE_FIELDS[qtype]:
+        scale = rng.uniform(low, high, size=n_blocks).astype(np.float16)
         raw[:, offset : offset + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
     return raw.reshape(rows, -1)
 
@@ -83,8 +94,13 @@ def write_tiny_gguf(
     architecture: str = "llama",
     tied: bool = True,
     seed: int = 0,
+    tensor_types: Mapping[str, str] | None = None,
 ) -> Path:
-    """Write a small, valid Llama GGUF; every linear weight is stored as `qtype`."""
+    """Write a small, valid Llama GGUF; every linear weight is stored as `qtype`.
+
+    `tensor_types` gives some tensors another type, by kind ("attn_v", "ffn_down", "token_embd",
+    "output", ...), the way llama.cpp's presets mix types.
+    """
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab()
     vocab = len(tokens)
@@ -113,10 +129,12 @@ def write_tiny_gguf(
     writer.add_chat_template(CHATML_TEMPLATE)
 
     q = gguf.GGMLQuantizationType[qtype]
+    overrides = dict(tensor_types or {})
 
     def matrix(
         name: str, rows: int, cols: int, scale: float, kind: gguf.GGMLQuantizationType
     ) -> None:
+        kind = gguf.GGMLQuantizationType[overrides.get(name.split(".")[-2], kind.name)]
         if kind.name in K_QUANT_SCALE_FIELDS:
             data = random_kquant(rows, cols, kind.name, rng)
         else:

@@ -18,6 +18,7 @@ from typing import Any
 import onnx
 
 from chatapp import __version__
+from chatapp.convert.architectures import SUPPORTED_ARCHITECTURES
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.families import ModelWeights, family_of
 from chatapp.convert.gguf_file import GGUFModel
@@ -37,7 +38,9 @@ from chatapp.convert.output_folder import (
     clean_leftovers,
     write_partial_marker,
 )
+from chatapp.convert.preflight import check_convertible
 from chatapp.convert.weight_scan import check_finite
+from chatapp.convert.weights import SUPPORTED_TYPES
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
 CONVERTER_VERSION = "2"
@@ -95,6 +98,8 @@ def convert_gguf(
     src, out = Path(gguf_path), Path(out_dir)
     check_source(src)
     check_destination(src, out, opts.overwrite)
+    # Architecture and tensor types from the header first: a refusal must not wait for a hash.
+    check_convertible(src, SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

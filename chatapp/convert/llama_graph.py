@@ -24,12 +24,10 @@ from chatapp.convert.features import ArchFeatures, plain_features
 from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.quant_embedding import embed_tokens
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
 
 Progress = Callable[[float, str], None]
-
-# Embedding tables above this many elements are kept as float16 when they cannot stay quantized.
-LARGE_TABLE = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -120,35 +118,7 @@ class LlamaGraphBuilder:
         return g.op1("MatMul", [sums, g.const(f"{name}.block_mins_t", w.mins.T.copy())])
 
     def embed(self, ids: str, w: Weight) -> str:
-        g = self.g
-        if isinstance(w, NBitsWeight) and w.mins is None:
-            inputs = [
-                g.const("embed.qweight", w.packed.reshape(w.n, -1)),
-                ids,
-                g.const("embed.scales", w.scales),
-            ]
-            if w.zero_points is not None:
-                if w.bits != 8:
-                    return self._float_embed(ids, w)
-                inputs.append(g.const("embed.zero_points", w.zero_points))
-            return g.op1(
-                "GatherBlockQuantized",
-                inputs,
-                domain=MS_DOMAIN,
-                bits=w.bits,
-                block_size=w.block_size,
-                gather_axis=0,
-                quantize_axis=1,
-            )
-        return self._float_embed(ids, w)
-
-    def _float_embed(self, ids: str, w: Weight) -> str:
-        g = self.g
-        table = w.dequantize()
-        if table.size > LARGE_TABLE:
-            gathered = g.op1("Gather", [g.const("embed.table", table.astype(np.float16)), ids])
-            return g.op1("Cast", [gathered], to=TensorProto.FLOAT)
-        return g.op1("Gather", [g.const("embed.table", table), ids])
+        return embed_tokens(self.g, ids, w)
 
     def rms(self, x: str, gamma: np.ndarray, name: str) -> str:
         return self.g.op1(

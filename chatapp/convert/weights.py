@@ -8,15 +8,17 @@ the graph adds it back as blocksum(x) @ min^T (see graph.py); this keeps the fas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from chatapp.convert import quant_formats
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.gguf_file import GGUFTensor
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
-QUANT_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+QUANT_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", *quant_formats.DECODERS)
 SUPPORTED_TYPES = FLOAT_TYPES + QUANT_TYPES
 
 
@@ -148,7 +150,7 @@ def to_weight(t: GGUFTensor) -> Weight:
     n, k = t.shape
     if t.qtype in FLOAT_TYPES:
         return FloatWeight(_float_matrix(t))
-    decode = _DECODERS.get(t.qtype)
+    decode = _DECODERS.get(t.qtype) or _from_blocks(quant_formats.DECODERS.get(t.qtype))
     if decode is None:
         raise ConversionError(
             f"Tensor '{t.name}' is stored as {t.qtype}, which this converter does not support "
@@ -252,6 +254,21 @@ def _q6_k(raw: np.ndarray, n: int, k: int) -> NBitsWeight:
     scales = (d[..., None] * sc).reshape(n, -1)
     zeros = np.full(scales.shape, 32, dtype=np.uint8)
     return NBitsWeight(8, 16, q, scales, zeros, None)
+
+
+def _from_blocks(
+    decode: Callable[[np.ndarray, int, int], quant_formats.Blocks] | None,
+) -> Callable[[np.ndarray, int, int], NBitsWeight] | None:
+    if decode is None:
+        return None
+
+    def to_nbits(raw: np.ndarray, n: int, k: int) -> NBitsWeight:
+        b = decode(raw, n, k)
+        packed = _pack4(b.codes, n, b.block_size) if b.bits == 4 else b.codes
+        packed = packed.reshape(n, k // b.block_size, -1)
+        return NBitsWeight(b.bits, b.block_size, packed, b.scales, b.zero_points, b.mins)
+
+    return to_nbits
 
 
 _DECODERS = {

@@ -255,9 +255,9 @@ BAD_INPUTS = {
         lambda tmp, tiny: write_tiny_gguf(tmp / "slm.gguf", architecture="stablelm"),
         r"slm\.gguf is a 'stablelm' model.*Supported architectures: llama",
     ),
-    "q5_0-tensor": (
-        lambda tmp, tiny: write_tiny_gguf(tmp / "q5.gguf", qtype="Q5_0"),
-        r"Q5_0.*not support",
+    "iq2-tensor": (
+        lambda tmp, tiny: write_tiny_gguf(tmp / "iq2.gguf", qtype="IQ2_XXS", hidden=256, ffn=512),
+        r"'blk\.0\.attn_q\.weight' is stored as IQ2_XXS.*not support",
     ),
     "head-size-8": (
         lambda tmp, tiny: write_tiny_gguf(tmp / "h8.gguf", hidden=64, n_heads=8),
@@ -443,7 +443,7 @@ def test_cli_convert_with_progress(tmp_path: Path, tiny_gguf: Path) -> None:
     assert manifest["options"]["lm_head_int8"] is False
 
 
-@pytest.mark.parametrize("case", ["not-gguf", "q5_0-tensor", "truncated-tensors", "exists"])
+@pytest.mark.parametrize("case", ["not-gguf", "iq2-tensor", "truncated-tensors", "exists"])
 def test_cli_error_is_one_line(tmp_path: Path, tiny_gguf: Path, case: str) -> None:
     out = tmp_path / "out"
     if case == "exists":
@@ -476,7 +476,8 @@ def test_cli_error_starts_on_its_own_line_in_a_terminal(
     """In a terminal the bar redraws one line with '\\r'; an error must not be glued to it."""
     terminal = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    src = write_tiny_gguf(tmp_path / "q5.gguf", qtype="Q5_0")
+    # An error found after the bar started (unsupported types are refused before it starts).
+    src = write_tiny_gguf(tmp_path / "h8.gguf", hidden=64, n_heads=8)
     assert cli_main(["convert", str(src), str(tmp_path / "out")]) == 2
     text = terminal.getvalue()
     assert "\rconvert [" in text

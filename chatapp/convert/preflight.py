@@ -1,0 +1,198 @@
+"""Refuse a GGUF file we cannot convert from its header alone, before hashing or reading it.
+
+Hashing a multi-gigabyte file takes minutes, and gguf's reader spends seconds on a large
+vocabulary; a file whose architecture or tensor types are unsupported should be refused in well
+under a second whatever its size. This walks the header (metadata and tensor descriptions, a few
+megabytes at most) through a memory map, checking every length against the file size before
+using it, and looks only at the architecture, the tensor types and where the tensors end.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from chatapp.convert.architectures import unsupported_message
+from chatapp.convert.errors import ConversionError
+
+GGUF_MAGIC = b"GGUF"
+_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type -> bytes
+_STRING, _ARRAY = 8, 9
+_MAX_DIMS = 4
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    type_id: int
+    shape: tuple[int, ...]  # GGUF order (innermost first)
+    offset: int  # relative to the start of the data section
+
+
+@dataclass(frozen=True)
+class Header:
+    architecture: str | None
+    alignment: int
+    tensors: list[TensorInfo]
+    data_start: int
+
+
+class _Damaged(Exception):
+    pass
+
+
+class _Cursor:
+    def __init__(self, buf: mmap.mmap | bytes, size: int) -> None:
+        self.buf, self.size, self.pos = buf, size, 0
+
+    def take(self, n: int) -> int:
+        if n < 0 or self.pos + n > self.size:
+            raise _Damaged
+        start = self.pos
+        self.pos += n
+        return start
+
+    def u32(self) -> int:
+        return int(struct.unpack_from("<I", self.buf, self.take(4))[0])
+
+    def u64(self) -> int:
+        return int(struct.unpack_from("<Q", self.buf, self.take(8))[0])
+
+    def string(self) -> bytes:
+        n = self.u64()
+        start = self.take(n)
+        return bytes(self.buf[start : start + n])
+
+    def skip_value(self, vtype: int) -> None:
+        if vtype in _SCALARS:
+            self.take(_SCALARS[vtype])
+        elif vtype == _STRING:
+            self.take(self.u64())
+        elif vtype == _ARRAY:
+            item, count = self.u32(), self.u64()
+            if item in _SCALARS:
+                self.take(_SCALARS[item] * count)
+            elif count > self.size:  # every element takes at least one byte
+                raise _Damaged
+            elif item == _STRING:  # vocabularies: hundreds of thousands of strings
+                for _ in range(count):
+                    self.take(self.u64())
+            else:
+                for _ in range(count):
+                    self.skip_value(item)
+        else:
+            raise _Damaged
+
+
+def read_header(path: Path) -> Header:
+    """The parts of a GGUF header the checks need; ConversionError if it is not whole."""
+    if not path.is_file():
+        raise ConversionError(f"{path} does not exist or is not a file.")
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        if fh.read(4) != GGUF_MAGIC:
+            raise ConversionError(
+                f"{path.name} is not a GGUF file (it does not start with 'GGUF')."
+            )
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            try:
+                return _parse(_Cursor(buf, size))
+            except (_Damaged, UnicodeDecodeError):
+                raise ConversionError(
+                    f"{path.name} is damaged or truncated: its GGUF header could not be read."
+                ) from None
+
+
+def _parse(cur: _Cursor) -> Header:
+    cur.take(4)  # magic
+    if cur.u32() not in (2, 3):
+        raise _Damaged
+    n_tensors, n_kv = cur.u64(), cur.u64()
+    if n_tensors > cur.size or n_kv > cur.size:
+        raise _Damaged
+    arch: str | None = None
+    alignment = 32
+    for _ in range(n_kv):
+        key = cur.string()
+        vtype = cur.u32()
+        if key == b"general.architecture" and vtype == _STRING:
+            arch = cur.string().decode("utf-8")
+        elif key == b"general.alignment" and vtype == 4:
+            alignment = cur.u32()
+        else:
+            cur.skip_value(vtype)
+    tensors = []
+    for _ in range(n_tensors):
+        name = cur.string().decode("utf-8")
+        n_dims = cur.u32()
+        if n_dims > _MAX_DIMS:
+            raise _Damaged
+        shape = tuple(cur.u64() for _ in range(n_dims))
+        tensors.append(TensorInfo(name, cur.u32(), shape, cur.u64()))
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise _Damaged
+    data_start = -(-cur.pos // alignment) * alignment
+    return Header(arch, alignment, tensors, data_start)
+
+
+def type_name(type_id: int) -> str:
+    from gguf import GGMLQuantizationType
+
+    try:
+        return GGMLQuantizationType(type_id).name
+    except ValueError:
+        return f"an unknown type (id {type_id})"
+
+
+def tensor_bytes(t: TensorInfo) -> int | None:
+    """Bytes of the tensor's data, or None when its type or shape is not a known one."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block_elems, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(t.type_id)]
+    except (ValueError, KeyError):
+        return None
+    elements = 1
+    for d in t.shape:
+        elements *= d
+    if not t.shape or t.shape[0] % block_elems:
+        return None
+    return elements // block_elems * block_bytes
+
+
+def check_convertible(
+    path: Path, architectures: tuple[str, ...], tensor_types: tuple[str, ...]
+) -> Header:
+    """Refuse, naming the reason, a file whose architecture or tensor types are unsupported."""
+    header = read_header(path)
+    arch = header.architecture
+    if arch is None:
+        raise ConversionError(
+            f"{path.name} is a model without a 'general.architecture' entry; this converter "
+            f"supports {', '.join(architectures)}."
+        )
+    if arch not in architectures:
+        raise ConversionError(unsupported_message(path.name, arch))
+    for t in header.tensors:
+        name = type_name(t.type_id)
+        if name not in tensor_types:
+            raise ConversionError(
+                f"Tensor '{t.name}' is stored as {name}, which this converter does not support "
+                f"(supported: {', '.join(tensor_types)})."
+            )
+    size = path.stat().st_size
+    for t in header.tensors:
+        n_bytes = tensor_bytes(t)
+        if n_bytes is None:
+            raise ConversionError(
+                f"{path.name} is damaged: tensor '{t.name}' has a shape {list(t.shape)} that its "
+                f"type {type_name(t.type_id)} cannot hold."
+            )
+        if header.data_start + t.offset + n_bytes > size:
+            raise ConversionError(
+                f"{path.name} is damaged or truncated: tensor '{t.name}' ends past the end of "
+                "the file."
+            )
+    return header

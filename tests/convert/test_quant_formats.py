@@ -1,0 +1,199 @@
+"""Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS and the type mixes of llama.cpp's presets.
+
+Each type must dequantize exactly like gguf-py, keep its codes in a MatMulNBits layout, and a tiny
+model stored in it must give the numpy reference's logits (max |diff| and the argmax at every
+position), as linear weights, as the embedding and as an untied output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import onnx
+import pytest
+
+from chatapp.convert.gguf_file import GGUFTensor
+from chatapp.convert.quant_formats import IQ4_GRID
+from chatapp.convert.weights import NBitsWeight, concat_rows, to_weight, unpermute_rope_rows
+from tests.convert.test_graph import EXACT, Converted, assert_matches_reference, reference_logits
+from tests.tiny_model import random_kquant
+
+QType = gguf.GGMLQuantizationType
+NEW_TYPES = ("Q5_0", "Q5_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS")
+SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "IQ4_XS", "Q4_K", "Q5_K", "Q6_K")  # 256 wide along K
+K_DIMS: dict[str, Any] = {"hidden": 256, "ffn": 512}
+
+
+def dims(qtype: str) -> dict[str, Any]:
+    return K_DIMS if qtype in SUPER_BLOCK_TYPES else {}
+
+
+def weight(qtype: str, raw: np.ndarray, rows: int, cols: int) -> NBitsWeight:
+    w = to_weight(GGUFTensor("w", qtype, (rows, cols), raw))
+    assert isinstance(w, NBitsWeight)
+    return w
+
+
+def random_blocks(qtype: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    return random_kquant(rows, cols, qtype, np.random.default_rng(seed))
+
+
+# --- exact dequantization ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("qtype", NEW_TYPES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dequantizes_exactly_like_gguf(qtype: str, seed: int) -> None:
+    rows, cols = 24, 768  # three super-blocks (odd on purpose) or 24 blocks of 32
+    raw = random_blocks(qtype, rows, cols, seed)
+    expected = gguf.quants.dequantize(raw, QType[qtype]).astype(np.float32)
+    got = weight(qtype, raw, rows, cols).dequantize()
+    assert got.shape == expected.shape == (rows, cols)
+    np.testing.assert_array_equal(got, expected)  # max |difference| = 0
+
+
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q5_1"])
+def test_gguf_quantized_blocks_are_exact(qtype: str) -> None:
+    # Blocks from gguf-py's own quantizer (real-looking data, not random bytes).
+    w = np.random.default_rng(5).normal(0.0, 0.3, size=(16, 320)).astype(np.float32)
+    raw = gguf.quants.quantize(w, QType[qtype])
+    expected = gguf.quants.dequantize(raw, QType[qtype])
+    np.testing.assert_array_equal(weight(qtype, raw, 16, 320).dequantize(), expected)
+
+
+@pytest.mark.parametrize(
+    ("qtype", "bits", "block_size", "zero_points", "mins", "code_range"),
+    [
+        ("Q5_0", 8, 32, False, False, (112, 143)),  # q + 112 against the default zero point 128
+        ("Q5_1", 8, 32, True, True, (0, 31)),
+        ("Q2_K", 4, 16, True, True, (0, 3)),
+        ("Q3_K", 4, 16, False, False, (4, 11)),  # q + 8 against the default zero point 8
+        ("IQ4_NL", 8, 32, False, False, (1, 241)),  # the grid value + 128
+        ("IQ4_XS", 8, 32, False, False, (1, 241)),
+    ],
+)
+def test_layout(
+    qtype: str,
+    bits: int,
+    block_size: int,
+    zero_points: bool,
+    mins: bool,
+    code_range: tuple[int, int],
+) -> None:
+    rows, cols = 8, 512
+    w = weight(qtype, random_blocks(qtype, rows, cols), rows, cols)
+    assert (w.bits, w.block_size) == (bits, block_size)
+    assert (w.zero_points is not None, w.mins is not None) == (zero_points, mins)
+    assert w.packed.shape == (rows, cols // block_size, block_size * bits // 8)
+    assert w.scales.shape == (rows, cols // block_size)
+    codes = w.unpacked()
+    assert code_range[0] <= int(codes.min()) and int(codes.max()) <= code_range[1]
+    if qtype.startswith("IQ4"):
+        assert set(np.unique(codes)) <= set((IQ4_GRID + 128).tolist())
+
+
+@pytest.mark.parametrize("qtype", NEW_TYPES)
+def test_rows_reorder_and_fuse(qtype: str) -> None:
+    """Q/K un-permutation and QKV fusing work on every type (both move whole rows)."""
+    a = weight(qtype, random_blocks(qtype, 32, 256, 1), 32, 256)
+    b = weight(qtype, random_blocks(qtype, 16, 256, 2), 16, 256)
+    fused = concat_rows([a, b])
+    assert fused is not None
+    np.testing.assert_array_equal(
+        fused.dequantize(), np.concatenate([a.dequantize(), b.dequantize()])
+    )
+    index = np.arange(32).reshape(2, 8, 2).swapaxes(1, 2).reshape(-1)
+    np.testing.assert_array_equal(unpermute_rope_rows(a, 2).dequantize(), a.dequantize()[index])
+
+
+def test_nan_scales_stay_nan() -> None:
+    # A damaged scale is not silently turned into a number (another module refuses NaN weights).
+    raw = random_blocks("Q5_0", 2, 64)
+    raw[0, 0:2] = np.array([np.nan], np.float16).view(np.uint8)
+    assert np.isnan(weight("Q5_0", raw, 2, 64).dequantize()[0, :32]).all()
+
+
+# --- tiny models against the numpy reference ---------------------------------------------------
+
+
+@pytest.mark.parametrize("qtype", NEW_TYPES)
+def test_linear_weights_match_reference(tmp_path: Path, qtype: str) -> None:
+    c = Converted(tmp_path, EXACT, qtype=qtype, **dims(qtype))
+    ids = c.prompt()
+    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+
+
+@pytest.mark.parametrize("embed_qtype", [*NEW_TYPES, "Q4_K", "Q5_K", "Q4_1"])
+def test_embedding_and_tied_output_match_reference(tmp_path: Path, embed_qtype: str) -> None:
+    c = Converted(tmp_path, EXACT, qtype="Q8_0", embed_qtype=embed_qtype, **dims(embed_qtype))
+    ids = c.prompt()
+    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+    # The table stays quantized: GatherBlockQuantized, no float copy of it in the graph.
+    graph = onnx.load(str(c.folder / "model.onnx"), load_external_data=False).graph
+    assert "GatherBlockQuantized" in {n.op_type for n in graph.node}
+    assert "embed.table" not in {t.name for t in graph.initializer}
+
+
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q2_K", "IQ4_NL"])
+def test_untied_output_matches_reference(tmp_path: Path, qtype: str) -> None:
+    c = Converted(tmp_path, EXACT, qtype="Q4_0", embed_qtype=qtype, tied=False, **dims(qtype))
+    assert not c.spec.tied_embeddings
+    ids = c.prompt()
+    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+
+
+# What llama.cpp's presets write for a small model. Rows of 320 are not a multiple of 256, so
+# (as for SmolLM2's 576 or Gemma 3 270M's 640) K-quants there fall back to Q5_0 / Q5_1 / Q8_0 /
+# IQ4_NL; rows of 512 (ffn_down's input) keep the K-quant. Norms are F32.
+SMALL = {"hidden": 320, "n_heads": 4, "n_kv_heads": 2, "ffn": 512}
+PRESETS: dict[str, dict[str, Any]] = {
+    "Q4_K_M": {
+        "qtype": "Q5_0",
+        "embed_qtype": "Q8_0",
+        "tensor_types": {"attn_v": "Q8_0", "ffn_down": "Q6_K"},
+        **SMALL,
+    },
+    "Q5_K_M": {
+        "qtype": "Q5_1",
+        "embed_qtype": "Q8_0",
+        "tensor_types": {"attn_v": "Q8_0", "ffn_down": "Q6_K"},
+        **SMALL,
+    },
+    "Q6_K": {"qtype": "Q8_0", "embed_qtype": "Q8_0", "tensor_types": {"ffn_down": "Q6_K"}, **SMALL},
+    "IQ4_XS": {
+        "qtype": "IQ4_NL",
+        "embed_qtype": "Q8_0",
+        "tensor_types": {"attn_v": "Q5_1", "ffn_down": "IQ4_XS"},
+        "tied": False,
+        **SMALL,
+    },
+    "Q3_K_M": {
+        "qtype": "Q3_K",
+        "embed_qtype": "Q3_K",
+        "tensor_types": {
+            "attn_v": "Q5_K",
+            "attn_output": "Q4_K",
+            "ffn_down": "Q4_K",
+            "output": "Q6_K",
+        },
+        "tied": False,
+        **K_DIMS,
+    },
+    "Q2_K": {
+        "qtype": "Q2_K",
+        "embed_qtype": "Q2_K",
+        "tensor_types": {"attn_v": "Q3_K", "ffn_down": "Q3_K", "output": "Q6_K"},
+        "tied": False,
+        **K_DIMS,
+    },
+}
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_preset_type_mixes_match_reference(tmp_path: Path, preset: str) -> None:
+    c = Converted(tmp_path, EXACT, **PRESETS[preset])
+    ids = c.prompt()
+    assert_matches_reference(c.logits(ids), reference_logits(c, ids))

@@ -76,18 +76,41 @@ class _Cursor:
                 self.take(_SCALARS[item] * count)
             elif count > self.size:  # every element takes at least one byte
                 raise _Damaged
-            elif item == _STRING:  # vocabularies: hundreds of thousands of strings
-                for _ in range(count):
-                    self.take(self.u64())
+            elif item == _STRING:
+                self._skip_strings(count)
             else:
                 for _ in range(count):
                     self.skip_value(item)
         else:
             raise _Damaged
 
+    def _skip_strings(self, count: int) -> None:
+        # Vocabularies hold hundreds of thousands of strings: a tight loop, checked at the end
+        # of each string so a lying length cannot run past the file.
+        unpack, buf, size, pos = _U64.unpack_from, self.buf, self.size, self.pos
+        for _ in range(count):
+            if pos + 8 > size:
+                raise _Damaged
+            pos += 8 + unpack(buf, pos)[0]
+            if pos > size:
+                raise _Damaged
+        self.pos = pos
 
-def read_header(path: Path) -> Header:
-    """The parts of a GGUF header the checks need; ConversionError if it is not whole."""
+
+_U64 = struct.Struct("<Q")
+
+
+class _Refused(Exception):
+    def __init__(self, architecture: str) -> None:
+        self.architecture = architecture
+
+
+def read_header(path: Path, architectures: tuple[str, ...] | None = None) -> Header:
+    """The parts of a GGUF header the checks need; ConversionError if it is not whole.
+
+    With `architectures`, a file of another architecture is refused as soon as its
+    general.architecture entry is read (it comes first), before the vocabulary is walked.
+    """
     if not path.is_file():
         raise ConversionError(f"{path} does not exist or is not a file.")
     size = path.stat().st_size
@@ -98,14 +121,18 @@ def read_header(path: Path) -> Header:
             )
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
-                return _parse(_Cursor(buf, size))
+                return _parse(_Cursor(buf, size), architectures)
+            except _Refused as refused:
+                raise ConversionError(
+                    unsupported_message(path.name, refused.architecture)
+                ) from None
             except (_Damaged, UnicodeDecodeError):
                 raise ConversionError(
                     f"{path.name} is damaged or truncated: its GGUF header could not be read."
                 ) from None
 
 
-def _parse(cur: _Cursor) -> Header:
+def _parse(cur: _Cursor, architectures: tuple[str, ...] | None) -> Header:
     cur.take(4)  # magic
     if cur.u32() not in (2, 3):
         raise _Damaged
@@ -119,6 +146,8 @@ def _parse(cur: _Cursor) -> Header:
         vtype = cur.u32()
         if key == b"general.architecture" and vtype == _STRING:
             arch = cur.string().decode("utf-8")
+            if architectures is not None and arch not in architectures:
+                raise _Refused(arch)
         elif key == b"general.alignment" and vtype == 4:
             alignment = cur.u32()
         else:
@@ -166,15 +195,12 @@ def check_convertible(
     path: Path, architectures: tuple[str, ...], tensor_types: tuple[str, ...]
 ) -> Header:
     """Refuse, naming the reason, a file whose architecture or tensor types are unsupported."""
-    header = read_header(path)
-    arch = header.architecture
-    if arch is None:
+    header = read_header(path, architectures)
+    if header.architecture is None:
         raise ConversionError(
             f"{path.name} is a model without a 'general.architecture' entry; this converter "
             f"supports {', '.join(architectures)}."
         )
-    if arch not in architectures:
-        raise ConversionError(unsupported_message(path.name, arch))
     for t in header.tensors:
         name = type_name(t.type_id)
         if name not in tensor_types:

@@ -212,8 +212,11 @@ def run_generate(args: argparse.Namespace) -> int:
     )
     if engine.fallback_reason:
         print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
+    if engine.tokenizer.notice and not args.raw:
+        print(f"chatapp: {engine.tokenizer.notice}", file=sys.stderr)
     if args.raw:
-        gen = engine.generate_ids(engine.tokenizer.encode_text(args.prompt), settings)
+        ids = engine.tokenizer.with_bos(engine.tokenizer.encode_text(args.prompt))
+        gen = engine.generate_ids(ids, settings)
     else:
         messages = [Message("system", args.system)] if args.system else []
         gen = engine.chat([*messages, Message("user", args.prompt)], settings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from chatapp.convert.gguf_file import LlamaSpec
+from chatapp.convert.tokenizer_families import END_OF_TURN_TEXTS
 
 MODEL_FILE = "model.onnx"
 EXTERNAL_DATA_FILE = "model.onnx.data"
@@ -22,11 +23,12 @@ def eos_token_ids(meta: dict[str, Any]) -> list[int]:
         if key in meta and int(meta[key]) >= 0 and int(meta[key]) not in ids:
             ids.append(int(meta[key]))
     tokens = meta.get("tokenizer.ggml.tokens") or []
-    # ChatML templates end a turn with <|im_end|> even when the file's eos is another token.
-    if "<|im_end|>" in str(meta.get("tokenizer.chat_template", "")) and "<|im_end|>" in tokens:
-        im_end = tokens.index("<|im_end|>")
-        if im_end not in ids:
-            ids.append(im_end)
+    # A template ends each turn with its own token (<|im_end|>, <end_of_turn>, <|end|>,
+    # <|eot_id|>) even when the file's eos is another one; llama.cpp stops on them too.
+    template = str(meta.get("tokenizer.chat_template", ""))
+    for text in END_OF_TURN_TEXTS:
+        if text in template and text in tokens and tokens.index(text) not in ids:
+            ids.append(tokens.index(text))
     return ids
 
 

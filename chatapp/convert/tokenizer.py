@@ -33,6 +33,11 @@ from tokenizers import pre_tokenizers as pre
 from transformers import PreTrainedTokenizerFast
 
 from chatapp.convert.errors import ConversionError
+from chatapp.convert.tokenizer_families import (
+    END_OF_TURN_TEXTS,
+    rstrip,
+    strips_after_special_tokens,
+)
 
 __all__ = ["TokenizerConversionError", "tokenizer_from_gguf_metadata", "write_tokenizer_files"]
 
@@ -113,6 +118,7 @@ class _GgufVocab:
     add_space_prefix: bool
     chat_template: str | None
     context_length: int | None
+    rstrip_specials: bool  # llama.cpp's Phi-3 rule (tokenizer_families.py)
 
     def token(self, token_id: int | None) -> str | None:
         return None if token_id is None else self.tokens[token_id]
@@ -222,6 +228,7 @@ def _read_vocab(meta: Mapping[str, Any]) -> _GgufVocab:
         add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", spm)),
         chat_template=str(template) if template else None,
         context_length=int(context) if context is not None else None,
+        rstrip_specials=strips_after_special_tokens(meta),
     )
 
 
@@ -271,17 +278,19 @@ def _special_added_tokens(vocab: _GgufVocab) -> list[AddedToken]:
 
     Control and unknown tokens (``<|im_start|>``, ``<s>``, ``<unk>``) become special tokens, so
     ``skip_special_tokens`` drops them; user-defined ones (``<think>``) are matched whole too but
-    stay ordinary text when decoding.
+    stay ordinary text when decoding. End-of-turn texts are control tokens whatever their type
+    says, as in llama.cpp.
     """
     named = {vocab.bos_id, vocab.eos_id, vocab.unk_id, vocab.pad_id} - {None}
     added: list[AddedToken] = []
     seen: set[str] = set()
     for token_id, (token, kind) in enumerate(zip(vocab.tokens, vocab.token_types, strict=True)):
-        special = kind in (_CONTROL, _UNKNOWN) or token_id in named
+        special = kind in (_CONTROL, _UNKNOWN) or token_id in named or token in END_OF_TURN_TEXTS
         if not (special or kind == _USER_DEFINED) or not token or token in seen:
             continue
         seen.add(token)
-        added.append(AddedToken(token, special=special, normalized=False))
+        strip = vocab.rstrip_specials and rstrip(token, kind in (_CONTROL, _USER_DEFINED, _UNKNOWN))
+        added.append(AddedToken(token, special=special, normalized=False, rstrip=strip))
     return added
 
 

@@ -10,14 +10,31 @@ from typing import Any
 
 from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
-from chatapp.engine.folder_files import check_tokenizer_files
+from chatapp.engine.folder_files import check_tokenizer_files, optional_inside, read_json_file
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
 
-# Used when a model folder has no chat template of its own.
+# Used when a model folder has no chat template of its own (base models).
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
+NO_TEMPLATE_NOTICE = (
+    "This model has no chat template (it may be a base model, not a chat model): the "
+    "conversation is sent as plain 'User:' / 'Assistant:' text, so answers may not follow it."
+)
+
+
+def prompt_notice(folder: Path) -> str | None:
+    """The notice to show for a model folder, read from its files without loading anything
+    (only regular files inside the folder, size-capped; an unreadable config counts as none)."""
+    try:
+        config = read_json_file(folder, "tokenizer_config.json") or {}
+        jinja = optional_inside(folder, "chat_template.jinja")
+    except (ModelError, OSError):
+        config, jinja = {}, None
+    if config.get("chat_template") or jinja is not None:
+        return None
+    return NO_TEMPLATE_NOTICE
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,25 @@ class ChatTokenizer:
         self._template_error: ModelError | None = None
         self._control = ControlTokens(self.tok)
         self._max_chars: int | None = None
+        # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
+        self.notice: str | None = None if self.has_template else NO_TEMPLATE_NOTICE
+        self._bos = self._bos_to_add()
+
+    def _bos_to_add(self) -> int | None:
+        """BOS when the tokenizer puts one in front of plain text (its post-processor decides;
+        transformers 5 does not always reflect add_bos_token as an attribute)."""
+        bos = self.tok.bos_token_id
+        if bos is None:
+            return None
+        with_specials = list(self.tok.encode("a", add_special_tokens=True))
+        return int(bos) if with_specials[:1] == [bos] and self.encode("a")[:1] != [bos] else None
+
+    def with_bos(self, ids: list[int]) -> list[int]:
+        """`ids` with BOS first when the model wants one and they do not start with it (as
+        llama.cpp adds it: templates that write it get it once)."""
+        if self._bos is not None and ids[:1] != [self._bos]:
+            return [self._bos, *ids]
+        return ids
 
     def encode(self, text: str) -> list[int]:
         """Ids of text the app itself wrote (special tokens in it are parsed)."""
@@ -87,9 +123,9 @@ class ChatTokenizer:
         text = self.render(messages)
         self._check_length(text, limit)
         if not any(self._control.found_in(m.content) for m in messages):
-            return self.encode(text)
+            return self.with_bos(self.encode(text))
         marked = [{"role": m.role, "content": self._control.mark(m.content)} for m in messages]
-        return self._control.encode_marked(self._render(marked, True))
+        return self.with_bos(self._control.encode_marked(self._render(marked, True)))
 
     def _check_length(self, text: str, limit: int | None) -> None:
         if limit is None:
@@ -110,6 +146,19 @@ class ChatTokenizer:
         return self._max_chars
 
     def _render(self, dicts: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        """A template that refuses a system role (Gemma's) gets the system text at the top of
+        the first user message instead."""
+        try:
+            return self._render_as_is(dicts, add_generation_prompt)
+        except TemplateLimitError:
+            raise
+        except ModelError:
+            folded = _fold_system_message(dicts)
+            if folded is None:
+                raise
+            return self._render_as_is(folded, add_generation_prompt)
+
+    def _render_as_is(self, dicts: list[dict[str, str]], add_generation_prompt: bool) -> str:
         if self._template_error is not None:  # a template that hit a limit fails fast after
             raise self._template_error
         try:
@@ -126,6 +175,13 @@ class ChatTokenizer:
             raise
         except Exception as exc:  # a template may reject e.g. a system role
             raise ModelError(f"The model's chat template failed: {_first_line(exc)}") from exc
+
+
+def _fold_system_message(dicts: list[dict[str, str]]) -> list[dict[str, str]] | None:
+    if len(dicts) < 2 or dicts[0]["role"] != "system" or dicts[1]["role"] != "user":
+        return None
+    first = {"role": "user", "content": f"{dicts[0]['content']}\n\n{dicts[1]['content']}"}
+    return [first, *dicts[2:]]
 
 
 def valid_text(text: str) -> str:

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
+from chatapp.engine.chat import (
+    NO_TEMPLATE_NOTICE,
+    ChatTokenizer,
+    IncrementalDetokenizer,
+    Message,
+    prompt_notice,
+)
+from chatapp.engine.errors import ModelError
 
 TEXTS = [
     "Hello there, the answer is in an hour.",
@@ -64,3 +71,55 @@ def test_folder_without_template_uses_a_plain_one(tiny_model_dir: Path, tmp_path
     tok = ChatTokenizer(folder)
     assert not tok.has_template
     assert tok.render([Message("user", "Hi")]) == "User: Hi\nAssistant:"
+
+
+def _with_template(tiny_model_dir: Path, folder: Path, template: str | None) -> Path:
+    import json
+    import shutil
+
+    shutil.copytree(tiny_model_dir, folder)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("chat_template", None)
+    if template is not None:
+        config["chat_template"] = template
+    config_path.write_text(json.dumps(config))
+    return folder
+
+
+def test_no_template_gives_a_notice(tiny_model_dir: Path, tmp_path: Path) -> None:
+    folder = _with_template(tiny_model_dir, tmp_path / "base", None)
+    tok = ChatTokenizer(folder)
+    assert tok.notice == NO_TEMPLATE_NOTICE == prompt_notice(folder)
+    assert "no chat template" in tok.notice
+    assert ChatTokenizer(tiny_model_dir).notice is None
+    assert prompt_notice(tiny_model_dir) is None
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",  # escape through Python attributes
+        "{% include '/etc/passwd' %}",  # read a file
+        "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+    ],
+    ids=["attributes", "include", "globals"],
+)
+def test_templates_run_sandboxed(tiny_model_dir: Path, tmp_path: Path, template: str) -> None:
+    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "evil", template))
+    with pytest.raises(ModelError, match="chat template failed"):
+        tok.render([Message("user", "Hi")])
+
+
+def test_system_role_refused_by_the_template_is_folded(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system') }}{% endif %}"
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    )
+    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "nosys", template))
+    text = tok.render([Message("system", "Be brief."), Message("user", "Hi")])
+    assert text == "[user] Be brief.\n\nHi\n"
+    with pytest.raises(ModelError, match="no system"):  # nothing to fold: the error stays
+        tok.render([Message("system", "Be brief.")])

@@ -229,3 +229,20 @@ def test_a_missing_onnx_file_is_one_line() -> None:
         "chatapp: error: --onnx-file names 'onnx/model_q2.onnx', which is missing from "
         "onnx-community-llama."
     )
+
+
+def test_generate_prints_the_no_template_notice(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, folder)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    del config["chat_template"]
+    config_path.write_text(json.dumps(config))
+    args = ["generate", "--prompt", "the", "--max-new-tokens", "2", "--greedy", "--json"]
+    out = chatapp(*args, "--model", str(folder))
+    assert out.returncode == 0, out.stderr
+    assert "chatapp: This model has no chat template" in out.stderr
+    templated = chatapp(*args, "--model", str(tiny_model_dir))
+    assert "no chat template" not in templated.stderr

@@ -23,6 +23,7 @@ from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWin
 from chatapp.convert.features import ArchFeatures, plain_features
 from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.llama_weights import LayerWeights
+from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.quant_embedding import embed_tokens
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
@@ -89,18 +90,23 @@ class LlamaGraphBuilder:
         level = self.options.accuracy_level if accuracy_level is None else accuracy_level
         if isinstance(w, FloatWeight):
             return g.op1("MatMul", [x, g.const(f"{name}.weight_t", w.w.T.copy())])
-        inputs = [x, g.const(f"{name}.qweight", w.packed), g.const(f"{name}.scales", w.scales)]
-        zp = w.packed_zero_points()
+        cells, x_in = w, x
+        split = two_nibbles(w) if level == 0 else None  # 8-bit: ~5x faster as 4-bit halves
+        if split is not None:
+            cells, x_in = split, g.op1("Concat", [x, x], axis=-1)
+        inputs = [x_in, g.const(f"{name}.qweight", cells.packed)]
+        inputs.append(g.const(f"{name}.scales", cells.scales))
+        zp = cells.packed_zero_points()
         if zp is not None:
             inputs.append(g.const(f"{name}.zero_points", zp))
         y = g.op1(
             "MatMulNBits",
             inputs,
             domain=MS_DOMAIN,
-            K=w.k,
-            N=w.n,
-            bits=w.bits,
-            block_size=w.block_size,
+            K=cells.k,
+            N=cells.n,
+            bits=cells.bits,
+            block_size=cells.block_size,
             accuracy_level=level,
         )
         if w.mins is None:

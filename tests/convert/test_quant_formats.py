@@ -7,6 +7,7 @@ position), as linear weights, as the embedding and as an untied output.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ import numpy as np
 import onnx
 import pytest
 
+from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFTensor
+from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.quant_formats import IQ4_GRID
 from chatapp.convert.weights import NBitsWeight, concat_rows, to_weight, unpermute_rope_rows
 from tests.convert.test_graph import EXACT, Converted, assert_matches_reference, reference_logits
@@ -197,3 +200,49 @@ def test_preset_type_mixes_match_reference(tmp_path: Path, preset: str) -> None:
     c = Converted(tmp_path, EXACT, **PRESETS[preset])
     ids = c.prompt()
     assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+
+
+# --- 8-bit weights as two 4-bit halves (the fast float path) ----------------------------------
+
+EIGHT_BIT = ("Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
+
+
+def any_blocks(qtype: str, rows: int, cols: int) -> np.ndarray:
+    if qtype == "Q8_0":
+        w = np.random.default_rng(3).normal(0.0, 0.3, size=(rows, cols)).astype(np.float32)
+        return gguf.quants.quantize(w, QType.Q8_0)
+    return random_blocks(qtype, rows, cols, 3)
+
+
+@pytest.mark.parametrize("qtype", EIGHT_BIT)
+def test_two_nibbles_hold_the_same_weights(qtype: str) -> None:
+    rows, cols = 16, 512
+    w = weight(qtype, any_blocks(qtype, rows, cols), rows, cols)
+    assert w.bits == 8
+    split = two_nibbles(w)
+    assert split is not None
+    assert (split.bits, split.n, split.k, split.mins) == (4, rows, 2 * cols, None)
+    halves = split.dequantize()
+    # Bit for bit: x @ W = [x, x] @ [low half | high half] (block minimums stay apart).
+    without_mins = replace(w, mins=None).dequantize()
+    np.testing.assert_array_equal(halves[:, :cols] + halves[:, cols:], without_mins)
+
+
+def test_two_nibbles_leave_4_bit_weights_alone() -> None:
+    assert two_nibbles(weight("Q3_K", random_blocks("Q3_K", 4, 256), 4, 256)) is None
+
+
+def matmul_bits(folder: Path) -> list[int]:
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    return [
+        next(a.i for a in n.attribute if a.name == "bits")
+        for n in graph.node
+        if n.op_type == "MatMulNBits"
+    ]
+
+
+def test_eight_bit_layers_run_as_4_bit_with_float_activations(tmp_path: Path) -> None:
+    exact = Converted(tmp_path, EXACT, **PRESETS["Q4_K_M"])
+    assert set(matmul_bits(exact.folder)) == {4}
+    int8 = convert_gguf(exact.gguf, tmp_path / "int8", ConvertOptions(accuracy_level=4))
+    assert 8 in matmul_bits(int8)  # int8 activations have a fast 8-bit kernel: kept

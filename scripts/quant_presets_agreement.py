@@ -85,13 +85,17 @@ def main() -> None:
             row["llama_cpp_top1"] = float((theirs.argmax(-1) == ref.argmax(-1)).mean())
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
-    print("| file | tensor types | top-1 = reference | max \\|logit diff\\| | decode step | "
-          "llama.cpp top-1 |")
+    print(
+        "| file | tensor types | top-1 = reference | max \\|logit diff\\| | decode step | "
+        "llama.cpp top-1 |"
+    )
     print("|---|---|---|---|---|---|")
     for r in rows:
         theirs = f"{r['llama_cpp_top1']:.1%}" if "llama_cpp_top1" in r else "-"
-        print(f"| {r['file']} | {r['types']} | {r['top1']:.1%} | {r['max_diff']:.4f} | "
-              f"{r['decode_ms']:.1f} ms | {theirs} |")
+        print(
+            f"| {r['file']} | {r['types']} | {r['top1']:.1%} | {r['max_diff']:.4f} | "
+            f"{r['decode_ms']:.1f} ms | {theirs} |"
+        )
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def spellings(meta: dict[str, Any], texts: list[str]) -> list[str]:
         for variant in (t, " " + t, t.strip(), " " + t.strip()):
             out.append(variant.replace(" ", "\u2581"))
     # After a special token, a fragment starts anew (with "▁", maybe without its whitespace).
-    specials = [tok for tok, kind in zip(meta["tokenizer.ggml.tokens"], types(meta)) if kind != 1]
+    tokens = meta["tokenizer.ggml.tokens"]
+    specials = [tok for tok, kind in zip(tokens, types(meta), strict=True) if kind != 1]
     for t in texts:
         pieces = [t]
         for s in specials:
@@ -159,7 +160,8 @@ def reduce(meta: dict[str, Any], texts: list[str]) -> tuple[dict[str, Any], list
         merges = []
         for m in meta["tokenizer.ggml.merges"]:
             cut = m.find(" ", 1)
-            if cut > 0 and m[:cut] in kept and m[cut + 1 :] in kept and m.replace(" ", "", 1) in kept:
+            left, right = m[:cut], m[cut + 1 :]
+            if cut > 0 and left in kept and right in kept and left + right in kept:
                 merges.append(m)
         small["tokenizer.ggml.merges"] = merges
     for key, value in meta.items():

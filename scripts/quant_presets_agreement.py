@@ -32,7 +32,7 @@ from chatapp.convert.preflight import read_header, type_name
 from chatapp.engine.bench import filler_text
 from chatapp.engine.chat import ChatTokenizer
 from scripts.converter_agreement import decode_step_ms, empty_feeds
-from tests.convert.reference import ReferenceLlama
+from tests.convert.reference import ReferenceModel
 
 TOKENS = 256
 LLAMA_CPP_LOGITS = """
@@ -66,9 +66,9 @@ def main() -> None:
     rows = []
     for n, gguf in enumerate(args.gguf):
         folder = convert_gguf(gguf, work / f"model{n}")
-        ids = ChatTokenizer(folder).encode(filler_text())[:TOKENS]
+        ids = ChatTokenizer(folder).prompt_ids(filler_text())[:TOKENS]
         with np.errstate(over="ignore"):
-            ref = ReferenceLlama(GGUFModel(gguf)).logits(ids)
+            ref = ReferenceModel(GGUFModel(gguf)).logits(ids)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 2
         session = ort.InferenceSession(str(folder / "model.onnx"), opts)

@@ -60,7 +60,7 @@ def header_only(path: Path, arch: str, tensors: list[tuple[str, int, tuple[int, 
 
 def test_unknown_architecture_in_a_huge_file(tmp_path: Path, no_full_read: None) -> None:
     src = sparse(write_tiny_gguf(tmp_path / "falcon.gguf", architecture="falcon"))
-    with pytest.raises(ConversionError, match=r"falcon\.gguf is a 'falcon' model; .*llama"):
+    with pytest.raises(ConversionError, match=r"falcon\.gguf is a 'falcon' model: .*llama"):
         convert_gguf(src, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -21,7 +21,11 @@ from chatapp.convert.gguf_file import GGUFTensor
 from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.quant_formats import IQ4_GRID
 from chatapp.convert.weights import NBitsWeight, concat_rows, to_weight, unpermute_rope_rows
+from tests.convert.reference import ReferenceModel
+from tests.convert.test_families import assert_matches, full_pass, prompt
 from tests.convert.test_graph import EXACT, Converted, assert_matches_reference, reference_logits
+from tests.tiny_families import FAMILIES as TINY_FAMILIES
+from tests.tiny_families import write_family_gguf
 from tests.tiny_model import random_kquant
 
 QType = gguf.GGMLQuantizationType
@@ -246,3 +250,17 @@ def test_eight_bit_layers_run_as_4_bit_with_float_activations(tmp_path: Path) ->
     assert set(matmul_bits(exact.folder)) == {4}
     int8 = convert_gguf(exact.gguf, tmp_path / "int8", ConvertOptions(accuracy_level=4))
     assert 8 in matmul_bits(int8)  # int8 activations have a fast 8-bit kernel: kept
+
+
+# --- every family in the block formats small models get ---------------------------------------
+
+
+@pytest.mark.parametrize(("qtype", "embed_qtype"), [("Q5_0", "Q8_0"), ("IQ4_NL", "Q5_1")])
+@pytest.mark.parametrize("family", list(TINY_FAMILIES))
+def test_families_in_new_types_match_reference(
+    tmp_path: Path, family: str, qtype: str, embed_qtype: str
+) -> None:
+    gguf_path = write_family_gguf(tmp_path / "m.gguf", family, qtype=qtype, embed_qtype=embed_qtype)
+    folder = convert_gguf(gguf_path, tmp_path / "model", EXACT)
+    ids = prompt(24)
+    assert_matches(full_pass(folder, ids), ReferenceModel(gguf_path).logits(ids), family)

@@ -127,9 +127,7 @@ def read_header(path: Path, architectures: tuple[str, ...] | None = None) -> Hea
                     unsupported_message(path.name, refused.architecture)
                 ) from None
             except (_Damaged, UnicodeDecodeError):
-                raise ConversionError(
-                    f"{path.name} is damaged or truncated: its GGUF header could not be read."
-                ) from None
+                raise _precise_error(path) from None
 
 
 def _parse(cur: _Cursor, architectures: tuple[str, ...] | None) -> Header:
@@ -142,13 +140,13 @@ def _parse(cur: _Cursor, architectures: tuple[str, ...] | None) -> Header:
     arch: str | None = None
     alignment = 32
     for _ in range(n_kv):
-        key = cur.string()
+        key = cur.string().decode("utf-8")
         vtype = cur.u32()
-        if key == b"general.architecture" and vtype == _STRING:
+        if key == "general.architecture" and vtype == _STRING:
             arch = cur.string().decode("utf-8")
             if architectures is not None and arch not in architectures:
                 raise _Refused(arch)
-        elif key == b"general.alignment" and vtype == 4:
+        elif key == "general.alignment" and vtype == 4:
             alignment = cur.u32()
         else:
             cur.skip_value(vtype)
@@ -164,6 +162,20 @@ def _parse(cur: _Cursor, architectures: tuple[str, ...] | None) -> Header:
         raise _Damaged
     data_start = -(-cur.pos // alignment) * alignment
     return Header(arch, alignment, tensors, data_start)
+
+
+def _precise_error(path: Path, fallback: str | None = None) -> ConversionError:
+    """What is wrong, in the words of the bounded reader (gguf_reader.py), which parses the
+    whole header (about a second for a 262k-token vocabulary): only paid for damaged files."""
+    from chatapp.convert.gguf_reader import read_header as read_bounded
+
+    try:
+        read_bounded(path)
+    except ConversionError as exc:
+        return exc
+    return ConversionError(
+        fallback or f"{path.name} is damaged or truncated: its GGUF header could not be read."
+    )
 
 
 def type_name(type_id: int) -> str:
@@ -198,11 +210,14 @@ def check_convertible(
     header = read_header(path, architectures)
     if header.architecture is None:
         raise ConversionError(
-            f"{path.name} is a model without a 'general.architecture' entry; this converter "
-            f"supports {', '.join(architectures)}."
+            f"{path.name} does not say which architecture it is (general.architecture)."
         )
     for t in header.tensors:
         name = type_name(t.type_id)
+        if name.startswith("an unknown type"):  # worded as gguf_reader.py words it
+            raise ConversionError(
+                f"{path.name}: tensor '{t.name}' has the unknown type id {t.type_id}."
+            )
         if name not in tensor_types:
             raise ConversionError(
                 f"Tensor '{t.name}' is stored as {name}, which this converter does not support "
@@ -212,13 +227,15 @@ def check_convertible(
     for t in header.tensors:
         n_bytes = tensor_bytes(t)
         if n_bytes is None:
-            raise ConversionError(
-                f"{path.name} is damaged: tensor '{t.name}' has a shape {list(t.shape)} that its "
-                f"type {type_name(t.type_id)} cannot hold."
+            raise _precise_error(
+                path,
+                f"{path.name} is damaged: tensor '{t.name}' has a shape {list(t.shape)} that "
+                f"its type {type_name(t.type_id)} cannot hold.",
             )
         if header.data_start + t.offset + n_bytes > size:
-            raise ConversionError(
+            raise _precise_error(
+                path,
                 f"{path.name} is damaged or truncated: tensor '{t.name}' ends past the end of "
-                "the file."
+                "the file.",
             )
     return header

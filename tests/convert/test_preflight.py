@@ -73,7 +73,7 @@ def test_unsupported_tensor_type_in_a_huge_file(tmp_path: Path, no_full_read: No
 
 def test_unknown_type_id_is_named(tmp_path: Path, no_full_read: None) -> None:
     src = header_only(tmp_path / "odd.gguf", "llama", [("blk.0.attn_q.weight", 99, (64, 64))])
-    with pytest.raises(ConversionError, match=r"attn_q\.weight' is stored as an unknown type"):
+    with pytest.raises(ConversionError, match=r"attn_q\.weight' has the unknown type id 99"):
         convert_gguf(sparse(src), tmp_path / "out")
 
 
@@ -81,7 +81,7 @@ def test_missing_architecture_is_named(tmp_path: Path, no_full_read: None) -> No
     src = header_only(tmp_path / "anon.gguf", "llama", [])
     data = src.read_bytes().replace(b"general.architecture", b"general.architecturX")
     src.write_bytes(data)
-    with pytest.raises(ConversionError, match=r"without a 'general\.architecture'"):
+    with pytest.raises(ConversionError, match=r"anon\.gguf does not say which architecture"):
         convert_gguf(src, tmp_path / "out")
 
 
@@ -93,7 +93,7 @@ def test_tensor_past_the_end_is_refused_before_hashing(tmp_path: Path, no_full_r
 
 def test_shape_the_type_cannot_hold(tmp_path: Path, no_full_read: None) -> None:
     src = header_only(tmp_path / "odd.gguf", "llama", [("blk.0.ffn_up.weight", 12, (100, 4))])
-    with pytest.raises(ConversionError, match=r"ffn_up\.weight' has a shape \[100, 4\].*Q4_K"):
+    with pytest.raises(ConversionError, match=r"ffn_up\.weight' has rows of 100 values.*Q4_K"):
         convert_gguf(sparse(src), tmp_path / "out")
 
 

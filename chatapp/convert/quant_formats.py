@@ -43,8 +43,9 @@ def _five_bit(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
     """Q5_0/Q5_1 codes [..., 32]: element i is nibble i of qs (low nibbles first) | bit i of qh."""
     low = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
     bits = np.ascontiguousarray(qh).view(np.uint32)  # [..., 1], little-endian like ggml
-    high = (bits >> np.arange(32, dtype=np.uint32)) & 1
-    return (low | (high.astype(np.uint8) << 4)).astype(np.uint8)
+    high = ((bits >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    codes: np.ndarray = (low | (high << 4)).astype(np.uint8)
+    return codes
 
 
 def q5_0(raw: np.ndarray, n: int, k: int) -> Blocks:
@@ -104,7 +105,8 @@ def q3_k(raw: np.ndarray, n: int, k: int) -> Blocks:
 
 
 def _grid_codes(nibbles: np.ndarray) -> np.ndarray:
-    return (IQ4_GRID[nibbles] + 128).astype(np.uint8)
+    codes: np.ndarray = (IQ4_GRID[nibbles] + 128).astype(np.uint8)
+    return codes
 
 
 def iq4_nl(raw: np.ndarray, n: int, k: int) -> Blocks:

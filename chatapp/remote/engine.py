@@ -29,6 +29,8 @@ REMOTE = "remote"
 # The server's finish_reason in the engine's words: "stop" means the model ended its answer
 # (end of text or a stop string), as "eos" does locally; "stop" here is the user's Stop.
 FINISH = {"stop": "eos", "length": "length", "content_filter": "eos", "tool_calls": "eos"}
+# What only the server can measure (RemoteStats.to_dict()["unavailable"]).
+UNAVAILABLE = ("loop", "device", "transfer", "prompt_perplexity", "run/host split")
 
 
 @dataclass
@@ -57,7 +59,7 @@ class RemoteStats(RunStats):
             model=self.model,
             remote_finish_reason=self.remote_finish_reason,
             server_figures=self.server_figures,
-            unavailable=["loop", "device", "transfer", "prompt_perplexity", "run/host split"],
+            unavailable=list(UNAVAILABLE),
         )
         return data
 
@@ -100,7 +102,7 @@ class RemoteEngine:
             names = ", ".join(m.id for m in self.models[:5])
             raise RemoteError(f"{self.client.origin} does not serve '{model}' (it has {names}).")
         self.model = chosen or self.models[0]
-        self.notice = _key_notice(self.client.base, api_key)
+        self.notice = key_notice(self.client.base, api_key)
         self._send_logprobs = True
 
     @property
@@ -328,8 +330,8 @@ def _delta(choice: dict[str, Any], origin: str) -> tuple[str, list[dict[str, Any
     return text, [e for e in entries if isinstance(e, dict)]
 
 
-def _key_notice(base: str, api_key: str | None) -> str | None:
-    """A key sent in the clear beyond this machine deserves a word."""
+def key_notice(base: str, api_key: str | None) -> str | None:
+    """A key sent in the clear beyond this machine deserves a word (`base`: from api_base)."""
     parts = urlsplit(base)
     if not api_key or parts.scheme == "https":
         return None

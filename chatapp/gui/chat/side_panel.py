@@ -164,6 +164,8 @@ class SidePanel(QWidget):
     sig_mode_changed = Signal(str)
     sig_device_changed = Signal(str)
     sig_threads_changed = Signal(object)  # int | None
+    # The figures were (re)written: a remote backend greys what it cannot measure (gui/remote).
+    sig_figures_shown = Signal(object)  # AnswerFigures, or None when cleared for an answer
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -172,8 +174,10 @@ class SidePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(4)
-        layout.addWidget(self._build_figures())
-        layout.addWidget(self._build_loop())
+        self.figures_box = self._build_figures()
+        self.loop_box = self._build_loop()
+        layout.addWidget(self.figures_box)
+        layout.addWidget(self.loop_box)
         layout.addWidget(self._build_sampling())
         layout.addWidget(self._build_system_prompt(), 1)
 
@@ -450,6 +454,7 @@ class SidePanel(QWidget):
             label.setText(fmt.MISSING)
         if self._own_memory:
             self.transfer_value.setText(fmt.MISSING)
+        emit(self.sig_figures_shown, None)
 
     def show_stats(self, s: AnswerFigures) -> None:
         self.tokens_per_second_value.setText(fmt.rate(s.tokens_per_s))
@@ -464,6 +469,7 @@ class SidePanel(QWidget):
                 f"device → host {fmt_bytes(s.d2h_bytes_per_token or 0)} (medians of the decode "
                 "steps)"
             )
+        emit(self.sig_figures_shown, s)
 
     def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
         self.latency_chart.add(first_index, latencies_s)

@@ -71,11 +71,11 @@ class RemoteSummary:
         return f"{self.name} on {self.server}{context}"
 
 
-def list_models_job(request: ConnectRequest) -> Job:
+def list_models_job(request: ConnectRequest, timeouts: Timeouts = LISTING_TIMEOUTS) -> Job:
     """GET /v1/models; returns a ServerListing."""
 
     def run(_control: JobControl) -> ServerListing:
-        remote = RemoteEngine(request.url, request.api_key, timeouts=LISTING_TIMEOUTS)
+        remote = RemoteEngine(request.url, request.api_key, timeouts=timeouts)
         try:
             return ServerListing(remote.server, tuple(remote.models), remote.notice)
         finally:

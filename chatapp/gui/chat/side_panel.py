@@ -171,6 +171,8 @@ class SidePanel(QWidget):
         super().__init__(parent)
         self.setObjectName("sidePanel")
         self._settings: QSettings | None = None
+        self._loop_unavailable: str | None = None
+        self._local_tips: dict[QWidget, str] = {}  # while the loop is unavailable
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(4)
@@ -420,6 +422,20 @@ class SidePanel(QWidget):
         ):
             widget.setEnabled(not generating)
             widget.setToolTip(LOCKED_TIP if generating else tip)
+        self.set_loop_unavailable(self._loop_unavailable)
+
+    def set_loop_unavailable(self, reason: str | None) -> None:
+        """Grey the loop, device and threads with `reason` as every control's tooltip (a remote
+        server runs its own); None: usable again."""
+        self._loop_unavailable = reason
+        self.loop_box.setEnabled(reason is None)  # a disabled box greys every control in it
+        controls = (self.loop_toggle.naive_button, self.loop_toggle.iobinding_button)
+        for widget in (*controls, self.device_selector, self.threads_spin):
+            if reason is not None:
+                self._local_tips.setdefault(widget, widget.toolTip())
+                widget.setToolTip(reason)
+            elif widget in self._local_tips:
+                widget.setToolTip(self._local_tips.pop(widget))
 
     def set_loading(self, loading: bool) -> None:
         self.device_selector.setEnabled(not loading)

@@ -4,17 +4,19 @@ The model list is fetched by a job on the window's JobRunner (never on the GUI t
 dialog stays responsive while a slow or unreachable server is asked. Connect is enabled once
 the server has answered with its models, so a typo is found here and not at the first answer.
 
-The API key is never written to disk: QSettings is a plain-text file. The window keeps it in
-memory until it closes (the dialog offers it again for the same server); the addresses of
-recent servers are saved, without keys.
+The API key stays in memory until the window closes (the dialog offers it again for the same
+server) unless the user ticks "Remember the key": then it is written to chatapp's settings file,
+which is plain text, and the box says so. The addresses of recent servers are saved, without keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Collection
 
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import QSettings, Qt, Slot
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -34,6 +36,11 @@ from chatapp.remote.errors import RemoteAddressError
 from chatapp.session.remote_jobs import ConnectRequest, ServerListing
 
 KEY_NOT_SAVED = "Not saved to disk; kept in memory until chatapp closes."
+KEY_SAVED = (
+    "Saved unencrypted in chatapp's settings file: anyone who can read your files can read it. "
+    "Untick to forget it."
+)
+SAVED_KEYS_SETTING = "remote/saved_keys"  # JSON {api base: key}, only keys the user chose to keep
 ERROR_STYLE = "color: #b91c1c;"
 NOTICE_STYLE = "color: #b45309;"
 NOTE_STYLE = "color: #6b7280;"
@@ -48,13 +55,16 @@ class ConnectDialog(QDialog):
         recent: list[str],
         keys: dict[str, str],
         parent: QWidget | None = None,
+        saved: Collection[str] = (),
     ) -> None:
-        """`fetch` submits a model-listing job; `keys`: this session's keys by address."""
+        """`fetch` submits a model-listing job; `keys`: this session's keys by address;
+        `saved`: the addresses whose key is in the settings file."""
         super().__init__(parent)
         self.setObjectName("connectDialog")
         self.setWindowTitle("Connect to server")
         self.fetch = fetch
         self.keys = keys
+        self.saved = saved
         self.listing: ServerListing | None = None
         self._fetching: JobHandle | None = None
         self._build(recent)
@@ -84,7 +94,11 @@ class ConnectDialog(QDialog):
         self.key_edit.setPlaceholderText("optional")
         self.key_edit.textChanged.connect(self._update_notice)
         self.key_edit.returnPressed.connect(self.fetch_models)
-        key_note = _label(KEY_NOT_SAVED, NOTE_STYLE, self)
+        self.remember_box = QCheckBox("Remember the key on this computer", self)
+        self.remember_box.setObjectName("rememberKey")
+        self.remember_box.toggled.connect(self._update_key_note)
+        self.key_note = _label(KEY_NOT_SAVED, NOTE_STYLE, self)
+        self.key_note.setObjectName("keyNote")
         self.fetch_button = QPushButton("Fetch models", self)
         self.fetch_button.setObjectName("fetchModelsButton")
         self.fetch_button.clicked.connect(self.fetch_models)
@@ -106,7 +120,8 @@ class ConnectDialog(QDialog):
         form = QFormLayout()
         form.addRow("Server address", self.address)
         form.addRow("API key", self.key_edit)
-        form.addRow("", key_note)
+        form.addRow("", self.remember_box)
+        form.addRow("", self.key_note)
         form.addRow("Model", model_row)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
@@ -131,6 +146,10 @@ class ConnectDialog(QDialog):
 
     def api_key(self) -> str | None:
         return self.key_edit.text().strip() or None
+
+    def remember(self) -> bool:
+        """Whether the user asked to keep the key in the settings file."""
+        return self.remember_box.isChecked()
 
     def request(self) -> ConnectRequest:
         model = self.model_box.currentData()
@@ -186,7 +205,13 @@ class ConnectDialog(QDialog):
         known = self.keys.get(key_of(self.url()))
         if known and not self.key_edit.text():
             self.key_edit.setText(known)
+        self.remember_box.setChecked(key_of(self.url()) in self.saved)
         self._update_notice()
+
+    @Slot()
+    def _update_key_note(self) -> None:
+        self.key_note.setText(KEY_SAVED if self.remember() else KEY_NOT_SAVED)
+        self.key_note.setStyleSheet(NOTICE_STYLE if self.remember() else NOTE_STYLE)
 
     @Slot()
     def _update_notice(self) -> None:
@@ -214,6 +239,31 @@ def key_of(url: str) -> str:
         return api_base(url)
     except RemoteAddressError:
         return url
+
+
+def saved_keys(settings: QSettings) -> dict[str, str]:
+    """The keys the user asked to remember, by API base ({} when none or unreadable)."""
+    raw = settings.value(SAVED_KEYS_SETTING, "")
+    try:
+        data = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and v}
+
+
+def save_key(settings: QSettings, url: str, key: str | None) -> None:
+    """Keep `key` for `url`'s server in the settings file; None forgets it."""
+    keys = saved_keys(settings)
+    if key:
+        keys[key_of(url)] = key
+    elif keys.pop(key_of(url), None) is None:
+        return
+    if keys:
+        settings.setValue(SAVED_KEYS_SETTING, json.dumps(keys, sort_keys=True))
+    else:
+        settings.remove(SAVED_KEYS_SETTING)
 
 
 def _label(text: str, style: str, parent: QWidget) -> QLabel:

@@ -138,7 +138,7 @@ class RemoteFigures(QObject):
         remote = summary is not None
         if remote and not was_remote:
             self._transfer_note = panel.transfer_note.text()
-        panel.loop_box.setEnabled(not remote)  # a disabled box greys every control in it
+        panel.set_loop_unavailable(LOOP_TIP if remote else None)
         title = f"{self._loop_title} (the server's)" if remote else self._loop_title
         panel.loop_box.setTitle(title)
         self.loop_note.setVisible(remote)

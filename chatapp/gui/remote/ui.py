@@ -17,14 +17,19 @@ from PySide6.QtWidgets import QLabel, QToolButton
 
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.settings import remember_recent, string_list
-from chatapp.gui.remote.dialog import ConnectDialog, key_of
+from chatapp.gui.remote.dialog import ConnectDialog, key_of, save_key, saved_keys
 from chatapp.gui.remote.figures import RemoteFigures
 from chatapp.gui.remote.serving import Serving, WindowServer
 from chatapp.remote.client import Timeouts, api_base
 from chatapp.remote.errors import RemoteAddressError
 from chatapp.session.chat_jobs import StatsSnapshot
 from chatapp.session.model_jobs import ModelSummary
-from chatapp.session.remote_jobs import ConnectRequest, RemoteSummary, list_models_job
+from chatapp.session.remote_jobs import (
+    LISTING_TIMEOUTS,
+    ConnectRequest,
+    RemoteSummary,
+    list_models_job,
+)
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
@@ -45,7 +50,9 @@ class RemoteUi(QObject):
         self.figures = RemoteFigures(window.side_panel)
         self.server = WindowServer(window.runner, window.host, self)
         self.timeouts = Timeouts()  # tests shorten them
-        self.keys: dict[str, str] = {}  # API keys by address, this session only (never saved)
+        self.listing_timeouts = LISTING_TIMEOUTS
+        # API keys by address: this session's, and those the user asked to remember.
+        self.keys: dict[str, str] = saved_keys(window.settings)
         self.dialog: ConnectDialog | None = None
         self._compare_status = window.compare_view.status.text()
         self._build_menu()
@@ -107,14 +114,15 @@ class RemoteUi(QObject):
         if self.dialog is not None:
             self.dialog.raise_()
             return self.dialog
-        runner = self.window.runner
+        runner, settings = self.window.runner, self.window.settings
         dialog = ConnectDialog(
-            lambda request: runner.submit(list_models_job(request)),
-            string_list(self.window.settings, RECENT_SERVERS_KEY),
+            lambda request: runner.submit(list_models_job(request, self.listing_timeouts)),
+            string_list(settings, RECENT_SERVERS_KEY),
             self.keys,
             self.window,
+            saved=set(saved_keys(settings)),
         )
-        dialog.accepted.connect(lambda: self.connect_server(dialog.request()))
+        dialog.accepted.connect(lambda: self.connect_server(dialog.request(), dialog.remember()))
         dialog.finished.connect(self._on_dialog_closed)
         self.dialog = dialog
         dialog.open()
@@ -126,8 +134,9 @@ class RemoteUi(QObject):
             self.dialog.deleteLater()
             self.dialog = None
 
-    def connect_server(self, request: ConnectRequest) -> bool:
-        """Chat with the server of `request` from the next answer on."""
+    def connect_server(self, request: ConnectRequest, remember: bool | None = None) -> bool:
+        """Chat with the server of `request` from the next answer on. `remember`: keep its key
+        in the settings file (True), forget a kept one (False), leave them as they are (None)."""
         if self._is_own_server(request.url):
             self.window.show_message(
                 "That is this window's own server (Serve this model): the chat would wait for "
@@ -141,6 +150,8 @@ class RemoteUi(QObject):
             return False
         if request.api_key:
             self.keys[key_of(request.url)] = request.api_key
+        if remember is not None:  # the key was checked: Connect needs the server's model list
+            save_key(self.window.settings, request.url, request.api_key if remember else None)
         remember_recent(self.window.settings, RECENT_SERVERS_KEY, request.url)
         self.window.statusBar().showMessage(f"Connecting to {request.url}…")
         return True

@@ -1,6 +1,7 @@
 """The connect dialog: models fetched by a job on the window's worker thread, Connect only once
-the server answered, a word before a key travels unencrypted, and keys never written to disk.
-Servers on 127.0.0.1 only (the notice's "other machine" is an address nobody contacts)."""
+the server answered, a word before a key travels unencrypted, keys written to disk only when the
+user asks, and a server answering garbage or nothing is one line in the dialog. Servers on
+127.0.0.1 only (the notice's "other machine" is an address nobody contacts)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine.engine import Engine
+from chatapp.gui.chat.controller import State
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.remote.dialog import KEY_NOT_SAVED
+from chatapp.gui.remote.dialog import KEY_NOT_SAVED, KEY_SAVED
 from chatapp.gui.remote.ui import RECENT_SERVERS_KEY
+from chatapp.remote.client import Timeouts
 from chatapp.session import remote_jobs
+from tests.gui.conftest import WindowFactory
 from tests.gui.remote.conftest import connect, fetch, remote_ui
+from tests.remote.fake_server import Action, FakeServer, Request, response
 from tests.serving import Served, serving
 
 KEY = "a-key-of-at-least-16-characters"
@@ -100,3 +105,83 @@ def test_a_key_over_plain_http_to_another_machine_gets_a_word_first(
     dialog.key_edit.setText("secret")
     assert dialog.notice.isHidden()  # this machine: the key does not cross a network
     dialog.reject()
+
+
+def test_a_key_is_written_to_disk_only_when_the_user_asks(
+    qtbot,
+    window: MainWindow,
+    keyed: Served,
+    settings_file: Path,
+    make_window: WindowFactory,
+    tiny_model_dir: Path,
+) -> None:
+    dialog = remote_ui(window).open_connect_dialog()
+    dialog.address.setCurrentText(keyed.url)
+    assert not dialog.remember_box.isChecked() and dialog.key_note.text() == KEY_NOT_SAVED
+    dialog.remember_box.setChecked(True)
+    assert dialog.key_note.text() == KEY_SAVED and "unencrypted" in KEY_SAVED
+    fetch(qtbot, dialog, keyed.url, KEY)
+    with qtbot.waitSignal(window.controller.sig_backend_changed, timeout=30_000):
+        dialog.connect_button.click()
+    window.settings.sync()
+    assert KEY in settings_file.read_text(encoding="utf-8")
+    # The next start offers it, ticked; unticking and connecting forgets it.
+    qtbot.waitUntil(lambda: window.controller.state is State.READY, timeout=30_000)
+    window.close()
+    later = make_window(["--model", str(tiny_model_dir)])
+    dialog = remote_ui(later).open_connect_dialog()
+    dialog.address.setCurrentText(keyed.url)
+    assert dialog.api_key() == KEY and dialog.remember_box.isChecked()
+    dialog.remember_box.setChecked(False)
+    fetch(qtbot, dialog, keyed.url, KEY)
+    with qtbot.waitSignal(later.controller.sig_backend_changed, timeout=30_000):
+        dialog.connect_button.click()
+    later.settings.sync()
+    assert KEY not in settings_file.read_text(encoding="utf-8")
+    assert later.controller.remote is not None  # this session still has the key
+
+
+def hostile(fakes: list[FakeServer], actions: list[Action]) -> FakeServer:
+    def script(_request: Request) -> list[Action]:
+        return actions
+
+    server = FakeServer(script)
+    fakes.append(server)
+    return server
+
+
+@pytest.fixture
+def fakes() -> Iterator[list[FakeServer]]:
+    started: list[FakeServer] = []
+    yield started
+    for server in started:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("actions", "words"),
+    [
+        ([response(200, b"<html>not an API</html>", "text/html")], "not JSON"),
+        ([response(200, b'{"data": 42}')], "list of models"),
+        ([response(502, b"Bad Gateway", "text/plain")], "502"),
+        ([b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"da', None], "closed"),
+        ([20.0], "nothing for 0.5 s"),
+    ],
+    ids=["html", "wrong-shape", "bad-gateway", "cut", "silence"],
+)
+def test_a_hostile_server_is_one_line_in_the_dialog_and_the_window_goes_on(
+    qtbot, window: MainWindow, fakes: list[FakeServer], actions: list[Action], words: str
+) -> None:
+    ui = remote_ui(window)
+    ui.listing_timeouts = Timeouts(connect_s=2.0, read_s=0.5, write_s=2.0)
+    server = hostile(fakes, actions)
+    dialog = ui.open_connect_dialog()
+    fetch(qtbot, dialog, server.url)
+    status = dialog.status.text()
+    assert words in status, status
+    assert "\n" not in status and "Traceback" not in status
+    assert not dialog.connect_button.isEnabled()
+    dialog.reject()
+    # The local model still answers.
+    assert window.controller.remote is None and window.controller.state is State.READY
+    assert window.banner.isHidden()

@@ -11,7 +11,7 @@ from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.remote.figures import NOT_AVAILABLE
+from chatapp.gui.remote.figures import LOOP_TIP, NOT_AVAILABLE
 from chatapp.gui.remote.ui import COMPARE_UNAVAILABLE
 from chatapp.session import formatting as fmt
 from chatapp.store import HistoryStore
@@ -81,6 +81,14 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     assert not panel.loop_box.isEnabled() and "server" in panel.loop_box.title()
     assert not panel.loop_toggle.naive_button.isEnabled()
     assert not panel.device_selector.isEnabled() and not panel.threads_spin.isEnabled()
+    loop_controls = (
+        panel.loop_toggle.naive_button,
+        panel.loop_toggle.iobinding_button,
+        panel.device_selector,
+        panel.threads_spin,
+    )
+    for control in loop_controls:  # greyed with why, also after an answer re-set the tips
+        assert control.toolTip() == LOOP_TIP, control.objectName()
     figures = remote_ui(window).figures
     assert figures.box.isVisible()
     note = figures.measured_note.text()
@@ -121,8 +129,11 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     with qtbot.waitSignal(window.controller.sig_backend_changed) as changed:
         ui.disconnect_action.trigger()
     assert changed.args == [None] and window.controller.remote is None
-    assert window.side_panel.loop_box.isEnabled()
+    panel = window.side_panel
+    assert panel.loop_box.isEnabled() and panel.device_selector.isEnabled()
     assert not ui.figures.box.isVisible()
+    assert "KV" in panel.loop_toggle.naive_button.toolTip()  # the local tips are back
+    assert panel.device_selector.toolTip() != LOOP_TIP and panel.threads_spin.toolTip()
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "hello")
     local = window.conversation.messages[-1].figures

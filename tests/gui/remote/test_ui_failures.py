@@ -100,6 +100,24 @@ def test_a_malformed_stream_keeps_what_arrived_and_the_next_answer_retries(
     assert_retry_works(qtbot, window)
 
 
+def test_a_stream_cut_mid_answer_keeps_the_history_and_the_window_goes_on(
+    qtbot, window: MainWindow, fakes: list[FakeServer]
+) -> None:
+    fake = scripted(fakes, [stream_head(), event(delta("Half", logprob=-1.0)), None])
+    connect(qtbot, window, fake.url)
+    set_sampling(window, greedy(8))
+    message = failed_answer(qtbot, window, "first")
+    assert "closed the connection while answering" in message
+    assert [(m.role, m.content) for m in window.conversation.messages] == [
+        ("user", "first"),
+        ("assistant", "Half"),
+    ]
+    assert "Half" in window.chat_view.transcript.toPlainText()
+    assert window.controller.remote is not None  # still connected: the next answer retries
+    assert_retry_works(qtbot, window)
+    assert [m.content for m in window.conversation.messages][:2] == ["first", "Half"]
+
+
 def test_silence_times_out_and_gives_the_question_back(
     qtbot, window: MainWindow, fakes: list[FakeServer]
 ) -> None:

@@ -36,9 +36,10 @@ from chatapp.remote.errors import RemoteAddressError
 from chatapp.session.remote_jobs import ConnectRequest, ServerListing
 
 KEY_NOT_SAVED = "Not saved to disk; kept in memory until chatapp closes."
-KEY_SAVED = (
-    "Saved unencrypted in chatapp's settings file: anyone who can read your files can read it. "
-    "Untick to forget it."
+KEY_SAVED = "Saved unencrypted in chatapp's settings file; untick to forget it."
+REMEMBER_TIP = (
+    "Writes the key to chatapp's settings file, which is plain text: anyone who can read your "
+    "files can read it. Unticked, the key is forgotten when chatapp closes."
 )
 SAVED_KEYS_SETTING = "remote/saved_keys"  # JSON {api base: key}, only keys the user chose to keep
 ERROR_STYLE = "color: #b91c1c;"
@@ -96,8 +97,10 @@ class ConnectDialog(QDialog):
         self.key_edit.returnPressed.connect(self.fetch_models)
         self.remember_box = QCheckBox("Remember the key on this computer", self)
         self.remember_box.setObjectName("rememberKey")
+        self.remember_box.setToolTip(REMEMBER_TIP)
         self.remember_box.toggled.connect(self._update_key_note)
         self.key_note = _label(KEY_NOT_SAVED, NOTE_STYLE, self)
+        self.key_note.setWordWrap(False)  # one line: a wrapped one gets a wrong height in forms
         self.key_note.setObjectName("keyNote")
         self.fetch_button = QPushButton("Fetch models", self)
         self.fetch_button.setObjectName("fetchModelsButton")
@@ -138,7 +141,7 @@ class ConnectDialog(QDialog):
         layout.addWidget(self.notice)
         layout.addWidget(self.status)
         layout.addWidget(self.buttons)
-        self.setMinimumWidth(520)
+        self.setMinimumWidth(560)
 
     # ---- what the user entered ------------------------------------------------------------
     def url(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QObject, Slot
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
@@ -217,8 +218,19 @@ def _server_value(figures: Mapping[str, Any] | None, key: str, reader: Any) -> s
         return fmt.MISSING
 
 
+class _Note(QLabel):
+    """A wrapped grey note that keeps the height its lines need at its width: in the scrolled
+    side panel the layout otherwise gives it its one-width guess and clips the lines."""
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        needed = self.heightForWidth(self.width())
+        if needed > 0 and needed != self.minimumHeight():
+            self.setMinimumHeight(needed)
+
+
 def _note(text: str, parent: QWidget) -> QLabel:
-    label = QLabel(text, parent)
+    label = _Note(text, parent)
     label.setWordWrap(True)
     label.setStyleSheet("color: #6b7280;")
     # Long text wraps to the panel rather than widening it (as the panel's own notes do).

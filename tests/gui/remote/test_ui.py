@@ -91,7 +91,12 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
         assert control.toolTip() == LOOP_TIP, control.objectName()
     figures = remote_ui(window).figures
     assert figures.box.isVisible()
-    note = figures.measured_note.text()
+    window.resize(1300, 850)
+    window.show()
+    qtbot.waitExposed(window)
+    note_label = figures.measured_note  # all its wrapped lines fit (the panel clipped them)
+    qtbot.waitUntil(lambda: note_label.height() >= note_label.heightForWidth(note_label.width()))
+    note = note_label.text()
     for word in ("the loop", "device", "threads", "host↔device", "prompt perplexity", "run"):
         assert word in note, word
     # chatapp serve's own figures, labelled as the server's.

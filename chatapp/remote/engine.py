@@ -23,9 +23,11 @@ from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.remote.client import RemoteClient, RemoteModel, Timeouts
 from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError
+from chatapp.remote.reader import StreamReader
 
 perf = time.perf_counter
 REMOTE = "remote"
+READER = "chatapp-remote-reader"  # the thread that reads an answer's stream
 # The server's finish_reason in the engine's words: "stop" means the model ended its answer
 # (end of text or a stop string), as "eos" does locally; "stop" here is the user's Stop.
 FINISH = {"stop": "eos", "length": "length", "content_filter": "eos", "tool_calls": "eos"}
@@ -231,7 +233,8 @@ class RemoteGeneration:
         body = self.engine.request_body(self.messages, self.settings, self.mode)
         started = perf()
         previous = started
-        chunks = self.engine.client.stream_chat(body)
+        # Read on a thread of its own: Stop works while a silent server keeps a read waiting.
+        chunks = StreamReader(self.engine.client.stream_chat(body), self.should_stop, READER)
         try:
             for chunk in chunks:
                 self._read_extras(chunk)
@@ -256,6 +259,9 @@ class RemoteGeneration:
                     return  # closing the stream tells the server to stop
         finally:
             chunks.close()
+        if chunks.stopped:  # stopped while the server sent nothing
+            stats.finish_reason = "stop"
+            return
         if not stats.finish_reason:
             stats.finish_reason = "eos"
 

@@ -135,6 +135,12 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             yield TokenItem(event.index, event.text, token_id, event.latency_s)
             if event.index == 0:
                 control.flush()  # the first token goes out at once: it is the TTFT
+        if isinstance(engine, RemoteEngine) and index == 0 and stats.finish_reason == "stop":
+            # Stopped while the server was silent: nothing to keep, the question goes back.
+            raise RemoteError(
+                f"Stopped before {engine.server} sent anything; the question is back in the "
+                "prompt box."
+            )
         # The detokenizer may hold back a last partial character until the end.
         sent = "".join(streamed)
         if gen.text.startswith(sent) and len(gen.text) > len(sent):

@@ -133,6 +133,38 @@ def test_silence_times_out_and_gives_the_question_back(
     assert_retry_works(qtbot, window)
 
 
+def test_stop_works_while_a_server_is_silent(
+    qtbot, window: MainWindow, fakes: list[FakeServer]
+) -> None:
+    fake = scripted(fakes, [30.0])  # accepts the request, never answers (the read waits 120 s)
+    connect(qtbot, window, fake.url)
+    window.chat_view.set_prompt_text("anyone?")
+    window.chat_view.send_button.click()
+    asked = lambda: any(r.path.endswith("/chat/completions") for r in fake.requests)  # noqa: E731
+    qtbot.waitUntil(asked, timeout=ANSWER_TIMEOUT_MS)
+    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=10_000) as failed:
+        window.chat_view.stop_button.click()
+    assert failed.args[0].startswith("Stopped before http://127.0.0.1:")
+    assert window.conversation.messages == []  # nothing to keep: the question is back
+    assert window.chat_view.prompt_text() == "anyone?"
+    assert window.controller.state is State.READY
+    window.chat_view.set_prompt_text("")
+    assert_retry_works(qtbot, window)
+
+
+def test_closing_the_window_does_not_wait_for_a_silent_server(
+    qtbot, window: MainWindow, fakes: list[FakeServer]
+) -> None:
+    fake = scripted(fakes, [stream_head(), event(delta("Hel")), 30.0])
+    connect(qtbot, window, fake.url)
+    window.chat_view.set_prompt_text("hello")
+    window.chat_view.send_button.click()
+    qtbot.waitUntil(lambda: window.controller.streaming_text == "Hel", timeout=ANSWER_TIMEOUT_MS)
+    # The worker thread ends within the runner's wait (60 s), long before the read's 120 s.
+    assert window.controller.runner.shutdown(timeout_ms=10_000)
+    window.close()
+
+
 def test_a_refused_connection_mid_chat_keeps_the_conversation(
     qtbot, window: MainWindow, varied_model_dir: Path
 ) -> None:

@@ -87,11 +87,13 @@ class RemoteEngine:
         api_key: str | None = None,
         model: str | None = None,
         timeouts: Timeouts | None = None,
+        listing_timeouts: Timeouts | None = None,
     ) -> None:
-        """Connects once to list the models; raises a RemoteError saying why it cannot."""
+        """Connects once to list the models (with `listing_timeouts` if given: a connect
+        should not wait as long as an answer may); raises a RemoteError saying why it cannot."""
         self.client = RemoteClient(url, api_key, timeouts)
         try:
-            self.models: list[RemoteModel] = self.client.models()
+            self.models: list[RemoteModel] = self.client.models(listing_timeouts)
         except BaseException:
             self.client.close()
             raise

@@ -25,8 +25,8 @@ from chatapp.remote.errors import RemoteError, RemoteHTTPError
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 
-# Listing is what the connect dialog waits for: a host that does not answer should not keep
-# it busy for the chat's long timeouts.
+# Listing is what the connect dialog and a connection wait for: a host that does not answer
+# should not keep them busy for the chat's long timeouts (a connection cannot be stopped).
 LISTING_TIMEOUTS = Timeouts(connect_s=5.0, read_s=15.0, write_s=15.0)
 CONTEXT_CODES = ("context_length_exceeded", "exceed_context_size_error")
 
@@ -36,7 +36,8 @@ class ConnectRequest:
     url: str
     api_key: str | None = None
     model: str | None = None  # None: the server's first
-    timeouts: Timeouts = field(default_factory=Timeouts)
+    timeouts: Timeouts = field(default_factory=Timeouts)  # the answers'
+    listing_timeouts: Timeouts = LISTING_TIMEOUTS  # the models' list, when connecting
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ def connect_job(host: EngineHost, request: ConnectRequest) -> Job:
     RemoteSummary. A failed connection keeps whatever answered before."""
 
     def run(_control: JobControl) -> RemoteSummary:
-        remote = RemoteEngine(request.url, request.api_key, request.model, request.timeouts)
+        remote = RemoteEngine(
+            request.url, request.api_key, request.model, request.timeouts, request.listing_timeouts
+        )
         host.use_remote(remote)
         return summarize_remote(remote)
 

@@ -144,7 +144,9 @@ class RemoteUi(QObject):
                 "error",
             )
             return False
-        request = ConnectRequest(request.url, request.api_key, request.model, self.timeouts)
+        request = ConnectRequest(
+            request.url, request.api_key, request.model, self.timeouts, self.listing_timeouts
+        )
         if not self.chat.connect_remote(request):
             self.window.show_message("Wait for the answer to finish, then connect.", "info")
             return False

@@ -20,7 +20,7 @@ from chatapp.remote.client import Timeouts
 from chatapp.session import remote_jobs
 from tests.gui.conftest import WindowFactory
 from tests.gui.remote.conftest import connect, fetch, remote_ui
-from tests.remote.fake_server import Action, FakeServer, Request, response
+from tests.remote.fake_server import MODELS, Action, FakeServer, Request, response
 from tests.serving import Served, serving
 
 KEY = "a-key-of-at-least-16-characters"
@@ -185,3 +185,26 @@ def test_a_hostile_server_is_one_line_in_the_dialog_and_the_window_goes_on(
     # The local model still answers.
     assert window.controller.remote is None and window.controller.state is State.READY
     assert window.banner.isHidden()
+
+
+def test_a_server_that_goes_silent_on_connect_keeps_the_local_model(
+    qtbot, window: MainWindow, fakes: list[FakeServer]
+) -> None:
+    listed: list[Request] = []
+
+    def script(request: Request) -> list[Action]:
+        listed.append(request)
+        return [MODELS] if len(listed) == 1 else [20.0]  # lists once, then nothing
+
+    server = FakeServer(script)
+    fakes.append(server)
+    ui = remote_ui(window)
+    ui.listing_timeouts = Timeouts(connect_s=2.0, read_s=0.5, write_s=2.0)
+    dialog = ui.open_connect_dialog()
+    fetch(qtbot, dialog, server.url)
+    with qtbot.waitSignal(window.controller.sig_load_failed, timeout=10_000) as failed:
+        dialog.connect_button.click()
+    assert "sent nothing for 0.5 s while listing the models" in failed.args[0]
+    qtbot.waitUntil(lambda: window.controller.state is State.READY)
+    assert window.controller.remote is None and window.controller.model is not None
+    assert "Still using tiny-llama" in window.banner.text()

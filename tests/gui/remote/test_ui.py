@@ -151,3 +151,18 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     assert window.controller.remote is None and window.controller.state is State.READY
     assert window.side_panel.loop_box.isEnabled() and not ui.figures.box.isVisible()
     assert "tiny" in window.model_label.text()
+
+
+def test_regenerate_with_a_server_replaces_the_answer(
+    qtbot, window: MainWindow, served: Served
+) -> None:
+    connect(qtbot, window, served.url)
+    set_sampling(window, greedy(6))
+    send_and_wait(qtbot, window, "same prompt")
+    first = window.conversation.messages[-1]
+    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=LOAD_TIMEOUT_MS):
+        window.chat_view.regenerate_button.click()
+    assert [m.role for m in window.conversation.messages] == ["user", "assistant"]
+    again = window.conversation.messages[-1]
+    assert again.content == first.content and again is not first  # greedy: the same answer
+    assert again.figures is not None and again.figures.device == "remote"

@@ -34,7 +34,7 @@ CONTEXT_CODES = ("context_length_exceeded", "exceed_context_size_error")
 @dataclass(frozen=True)
 class ConnectRequest:
     url: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line
     model: str | None = None  # None: the server's first
     timeouts: Timeouts = field(default_factory=Timeouts)  # the answers'
     listing_timeouts: Timeouts = LISTING_TIMEOUTS  # the models' list, when connecting

@@ -62,6 +62,11 @@ def test_the_listing_names_the_models_and_has_no_notice_on_loopback(served: Serv
     assert listing.server == served.url and listing.notice is None
 
 
+def test_a_request_never_shows_its_key() -> None:
+    request = ConnectRequest("http://127.0.0.1:9/v1", api_key="a-key-that-stays-here")
+    assert "a-key-that-stays-here" not in repr(request)  # a log line may print the request
+
+
 def test_connecting_makes_the_server_the_chat_backend(served: Served) -> None:
     host = connected(served)
     summary = drive(connect_job(host, ConnectRequest(served.api))).result

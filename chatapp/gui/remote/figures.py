@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QLabel,
+    QPushButton,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
@@ -129,6 +130,10 @@ class RemoteFigures(QObject):
         for widget in (self.server_label, self.measured_note, self.server_caption):
             layout.addWidget(widget)
         layout.addWidget(self.server_rows)
+        # The way back, where the remote figures are (File > Disconnect does the same).
+        self.disconnect_button = QPushButton("Disconnect: use the local model", box)
+        self.disconnect_button.setObjectName("remoteDisconnectButton")
+        layout.addWidget(self.disconnect_button)
         return box
 
     # ---- switching ----------------------------------------------------------------------------

@@ -99,6 +99,7 @@ class RemoteUi(QObject):
     def _connect(self) -> None:
         c, s = self.chat, self.server
         c.sig_backend_changed.connect(self._on_backend_changed)
+        self.figures.disconnect_button.clicked.connect(self.disconnect_server)
         c.sig_state_changed.connect(lambda _state: self._update_actions())
         c.sig_stats.connect(self._on_stats)
         c.sig_model_loaded.connect(self._on_model_loaded)
@@ -209,6 +210,7 @@ class RemoteUi(QObject):
         idle = state in (State.READY, State.NO_MODEL)
         self.connect_action.setEnabled(idle)
         self.disconnect_action.setEnabled(idle and self.chat.remote is not None)
+        self.figures.disconnect_button.setEnabled(self.disconnect_action.isEnabled())
         self.serve_action.setEnabled(self.chat.model is not None or self.server.active)
 
     # ---- serving ------------------------------------------------------------------------------

@@ -122,6 +122,14 @@ def test_the_comparison_is_unavailable_while_a_server_answers(
     remote_ui(window).disconnect_action.trigger()
     assert window.controller.remote is None and compare.run_button.isEnabled()
     assert compare.status.text() != COMPARE_UNAVAILABLE
+    # The Remote server box has the way back too.
+    connect(qtbot, window, served.url)
+    button = remote_ui(window).figures.disconnect_button
+    assert button.isEnabled()
+    with qtbot.waitSignal(window.controller.sig_backend_changed) as changed:
+        button.click()
+    assert changed.args == [None] and window.controller.remote is None
+    assert compare.status.text() != COMPARE_UNAVAILABLE
 
 
 def test_disconnect_and_opening_a_model_return_to_the_local_model(

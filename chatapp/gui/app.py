@@ -25,6 +25,7 @@ from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
+from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
 from chatapp.session.model_jobs import Progress, prepare_default_model_job
 
@@ -79,6 +80,8 @@ def create_window(args: argparse.Namespace) -> MainWindow:
     # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside and
     # the window says where, a file from a newer chatapp turns history off for this run.
     install_history(window, open_history())
+    # File > Connect to server… and Serve this model (docs/server.md, "The window").
+    install_remote(window)
     return window
 
 

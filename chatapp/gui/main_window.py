@@ -71,6 +71,9 @@ class MainWindow(QMainWindow):
         self.model_dir: Path | None = None  # the folder last asked for
         self.onnx_file: str | None = None  # and the graph in it, if one was named
         self._shut_down = False
+        # Called first when the window shuts down, while the worker still runs (the server of
+        # "Serve this model" stops there: its requests are jobs on the worker).
+        self.before_shutdown: list[Callable[[], None]] = []
         self._convert_dialog: QProgressDialog | None = None
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
@@ -138,7 +141,7 @@ class MainWindow(QMainWindow):
 
     # ---- building -----------------------------------------------------------------------
     def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
+        file_menu = self.file_menu = self.menuBar().addMenu("&File")
         self.open_folder_action = QAction("Open model &folder…", self)
         self.open_folder_action.setShortcut(QKeySequence.StandardKey.Open)
         self.open_folder_action.triggered.connect(self._on_open_folder)
@@ -198,6 +201,7 @@ class MainWindow(QMainWindow):
         chat.sig_copied.connect(self._on_copied)
         c.sig_state_changed.connect(self._on_state_changed)
         c.sig_model_loaded.connect(self._on_model_loaded)
+        c.sig_backend_changed.connect(lambda _remote: self._on_state_changed(c.state))
         c.sig_load_failed.connect(self._on_load_failed)
         c.sig_answer_started.connect(self._on_answer_started)
         c.sig_answer_delta.connect(self._on_answer_delta)
@@ -304,8 +308,8 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
         self.statusBar().showMessage("The model could not be loaded.", 8000)
-        if self.controller.model is not None:
-            message += f" Still using {self.controller.model.name}."
+        if self.controller.backend is not None:
+            message += f" Still using {self.controller.backend.name}."
         self.show_message(message, "error")
 
     def _on_engine_setting_changed(self, _value: object) -> None:
@@ -339,7 +343,8 @@ class MainWindow(QMainWindow):
     def _on_new_chat(self) -> None:
         if self.controller.new_chat():
             self.side_panel.start_answer()
-            total = self.controller.model.max_context if self.controller.model else 0
+            backend = self.controller.backend
+            total = backend.max_context if backend is not None else 0
             self.side_panel.set_context(0, total)
 
     @Slot(int)
@@ -399,7 +404,8 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_state_changed(self, state: State) -> None:
         comparing = self.compare_view.running
-        self.compare_view.set_available(state is State.READY)
+        # The comparison runs both loops of a local model: not a remote server's.
+        self.compare_view.set_available(state is State.READY and self.controller.remote is None)
         if comparing:
             state = State.GENERATING  # the chat waits for the comparison, like for an answer
         ready, generating = state is State.READY, state is State.GENERATING
@@ -467,6 +473,8 @@ class MainWindow(QMainWindow):
             ("Qt", f"{qVersion()} (PySide6 {PySide6.__version__})"),
             ("Python", platform.python_version()),
         ]
+        if self.controller.remote is not None:
+            rows.append(("Server", self.controller.remote.description))
         if model is not None:
             rows += [
                 ("Model", model.description),
@@ -534,6 +542,8 @@ class MainWindow(QMainWindow):
         if self._shut_down:
             return
         self._shut_down = True
+        for hook in self.before_shutdown:
+            hook()
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/splitter", self.splitter.saveState())
         self.settings.sync()

@@ -88,14 +88,11 @@ class RemoteClient:
         parts = urlsplit(self.base)
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.timeouts = timeouts or Timeouts()
-        t = self.timeouts
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx2.Client(
             base_url=self.base + "/",
             headers=headers,
-            timeout=httpx2.Timeout(
-                connect=t.connect_s, read=t.read_s, write=t.write_s, pool=t.connect_s
-            ),
+            timeout=_httpx_timeout(self.timeouts),
             trust_env=False,
             follow_redirects=False,
         )
@@ -103,9 +100,10 @@ class RemoteClient:
     def close(self) -> None:
         self.http.close()
 
-    def models(self) -> list[RemoteModel]:
-        with self._errors("listing the models"):
-            response = self.http.get("models")
+    def models(self, timeouts: Timeouts | None = None) -> list[RemoteModel]:
+        """GET /v1/models; `timeouts` replace the client's for this request."""
+        with self._errors("listing the models", timeouts):
+            response = self.http.get("models", timeout=_httpx_timeout(timeouts or self.timeouts))
             if response.status_code >= 300:
                 raise http_error(response, self.origin)
             try:
@@ -158,8 +156,8 @@ class RemoteClient:
                 )
 
     @contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        t = self.timeouts
+    def _errors(self, doing: str, timeouts: Timeouts | None = None) -> Iterator[None]:
+        t = timeouts or self.timeouts
         try:
             yield
         except RemoteError:
@@ -187,6 +185,10 @@ class RemoteClient:
             raise RemoteStreamError(f"{self.origin} sent a malformed stream: {exc}") from None
         except httpx2.HTTPError as exc:  # write errors, unsupported protocol, decoding...
             raise RemoteConnectionError(f"{self.origin}: {_reason(exc)}.") from None
+
+
+def _httpx_timeout(t: Timeouts) -> httpx2.Timeout:
+    return httpx2.Timeout(connect=t.connect_s, read=t.read_s, write=t.write_s, pool=t.connect_s)
 
 
 def http_error(response: httpx2.Response, origin: str) -> RemoteHTTPError:

@@ -23,12 +23,16 @@ from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.remote.client import RemoteClient, RemoteModel, Timeouts
 from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError
+from chatapp.remote.reader import StreamReader
 
 perf = time.perf_counter
 REMOTE = "remote"
+READER = "chatapp-remote-reader"  # the thread that reads an answer's stream
 # The server's finish_reason in the engine's words: "stop" means the model ended its answer
 # (end of text or a stop string), as "eos" does locally; "stop" here is the user's Stop.
 FINISH = {"stop": "eos", "length": "length", "content_filter": "eos", "tool_calls": "eos"}
+# What only the server can measure (RemoteStats.to_dict()["unavailable"]).
+UNAVAILABLE = ("loop", "device", "transfer", "prompt_perplexity", "run/host split")
 
 
 @dataclass
@@ -57,7 +61,7 @@ class RemoteStats(RunStats):
             model=self.model,
             remote_finish_reason=self.remote_finish_reason,
             server_figures=self.server_figures,
-            unavailable=["loop", "device", "transfer", "prompt_perplexity", "run/host split"],
+            unavailable=list(UNAVAILABLE),
         )
         return data
 
@@ -83,11 +87,13 @@ class RemoteEngine:
         api_key: str | None = None,
         model: str | None = None,
         timeouts: Timeouts | None = None,
+        listing_timeouts: Timeouts | None = None,
     ) -> None:
-        """Connects once to list the models; raises a RemoteError saying why it cannot."""
+        """Connects once to list the models (with `listing_timeouts` if given: a connect
+        should not wait as long as an answer may); raises a RemoteError saying why it cannot."""
         self.client = RemoteClient(url, api_key, timeouts)
         try:
-            self.models: list[RemoteModel] = self.client.models()
+            self.models: list[RemoteModel] = self.client.models(listing_timeouts)
         except BaseException:
             self.client.close()
             raise
@@ -100,7 +106,7 @@ class RemoteEngine:
             names = ", ".join(m.id for m in self.models[:5])
             raise RemoteError(f"{self.client.origin} does not serve '{model}' (it has {names}).")
         self.model = chosen or self.models[0]
-        self.notice = _key_notice(self.client.base, api_key)
+        self.notice = key_notice(self.client.base, api_key)
         self._send_logprobs = True
 
     @property
@@ -229,7 +235,8 @@ class RemoteGeneration:
         body = self.engine.request_body(self.messages, self.settings, self.mode)
         started = perf()
         previous = started
-        chunks = self.engine.client.stream_chat(body)
+        # Read on a thread of its own: Stop works while a silent server keeps a read waiting.
+        chunks = StreamReader(self.engine.client.stream_chat(body), self.should_stop, READER)
         try:
             for chunk in chunks:
                 self._read_extras(chunk)
@@ -254,6 +261,9 @@ class RemoteGeneration:
                     return  # closing the stream tells the server to stop
         finally:
             chunks.close()
+        if chunks.stopped:  # stopped while the server sent nothing
+            stats.finish_reason = "stop"
+            return
         if not stats.finish_reason:
             stats.finish_reason = "eos"
 
@@ -328,8 +338,8 @@ def _delta(choice: dict[str, Any], origin: str) -> tuple[str, list[dict[str, Any
     return text, [e for e in entries if isinstance(e, dict)]
 
 
-def _key_notice(base: str, api_key: str | None) -> str | None:
-    """A key sent in the clear beyond this machine deserves a word."""
+def key_notice(base: str, api_key: str | None) -> str | None:
+    """A key sent in the clear beyond this machine deserves a word (`base`: from api_base)."""
     parts = urlsplit(base)
     if not api_key or parts.scheme == "https":
         return None

@@ -4,6 +4,11 @@ The engine is single-stream (one KV cache per loop), so two generations must nev
 The HTTP side hands in a `Job` with a `deliver` callback (thread-safe, e.g. onto an asyncio
 queue) and gets back `Started`, then `Delta`s, then `Done` or `Failed`. A job whose
 `cancelled` flag is set (the client went away) stops within one step of the loop.
+
+By default the worker runs its own thread. With `dispatch`, it starts none: `submit` hands
+each job to `dispatch` (from the HTTP thread), and whoever owns the engine calls
+`run_job(job)` on its own thread, or `discard(job, error)` for one that will never run (the
+window's "Serve this model" runs jobs on its JobRunner, between chat answers).
 """
 
 from __future__ import annotations
@@ -113,6 +118,7 @@ class EngineWorker:
         served_name: str | None = None,
         max_queue: int = 16,
         log: Callable[[str], None] | None = None,
+        dispatch: Callable[[Job], None] | None = None,
     ) -> None:
         self.engine = engine
         self.default_mode = default_mode
@@ -126,8 +132,11 @@ class EngineWorker:
         self._lock = threading.Lock()
         self._current: Job | None = None
         self._token_text = TokenText(engine.tokenizer.tok)
-        self._thread = threading.Thread(target=self._run, name="chatapp-engine", daemon=True)
-        self._thread.start()
+        self._dispatch = dispatch
+        self._thread: threading.Thread | None = None
+        if dispatch is None:
+            self._thread = threading.Thread(target=self._run, name="chatapp-engine", daemon=True)
+            self._thread.start()
 
     # ---- any thread ------------------------------------------------------------------
     @property
@@ -155,33 +164,52 @@ class EngineWorker:
                     code="queue_full",
                 )
             self._waiting += 1
-        self._queue.put(job)
+        if self._dispatch is None:
+            self._queue.put(job)
+            return
+        try:
+            self._dispatch(job)
+        except BaseException:
+            with self._lock:
+                self._waiting -= 1
+            raise
 
     def close(self, timeout: float = 10.0) -> None:
-        """Cancel what runs and what waits, then end the thread."""
+        """Cancel what runs and what waits, then end the thread (if the worker has one)."""
         current = self._current
         if current is not None:
             current.cancel()
-        self._queue.put(None)
-        self._thread.join(timeout)
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
 
-    # ---- the engine's thread ---------------------------------------------------------
+    # ---- the thread that owns the engine -----------------------------------------------
+    def run_job(self, job: Job) -> None:
+        """Answer one job on the calling thread, which must be the engine's owner."""
+        self._current = job
+        try:
+            self._serve(job)
+        except Exception as exc:  # a bug must not end the thread every request waits on
+            traceback.print_exc(file=sys.stderr)
+            _send(job, Failed(ApiError(500, f"Internal error: {_first_line(exc)}")))
+        finally:
+            self._current = None
+            with self._lock:
+                self._waiting -= 1
+
+    def discard(self, job: Job, error: ApiError) -> None:
+        """Answer a dispatched job that will never run (the owner stops serving)."""
+        _send(job, Failed(error))
+        with self._lock:
+            self._waiting -= 1
+
     def _run(self) -> None:
         while True:
             job = self._queue.get()
             if job is None:
                 self._drain()
                 return
-            self._current = job
-            try:
-                self._serve(job)
-            except Exception as exc:  # a bug must not end the thread every request waits on
-                traceback.print_exc(file=sys.stderr)
-                _send(job, Failed(ApiError(500, f"Internal error: {_first_line(exc)}")))
-            finally:
-                self._current = None
-                with self._lock:
-                    self._waiting -= 1
+            self.run_job(job)
 
     def _drain(self) -> None:
         while True:

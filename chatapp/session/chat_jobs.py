@@ -2,14 +2,16 @@
 
 The generation job yields the ContextReport (what of the conversation the model sees), then one
 TokenItem per token, and returns an AnswerResult. The GUI receives them in batches and folds
-each batch's tokens into one TokenBatch.
+each batch's tokens into one TokenBatch. The backend is the host's: the local Engine, or a
+connected RemoteEngine, driven the same way (remote_jobs.py has the remote context policy).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from chatapp.engine.chat import Message
 from chatapp.engine.errors import DeviceFailure, EngineError
@@ -17,9 +19,12 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.remote.engine import RemoteEngine, RemoteStats
+from chatapp.remote.errors import RemoteError
 from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
+from chatapp.session.remote_jobs import remote_message
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,31 @@ class StatsSnapshot:
 
     request_id: int
     figures: AnswerFigures
+    # A chatapp server's own figures of a remote answer (its loop, device, transfers).
+    server_figures: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, request_id: int, stats: RunStats) -> StatsSnapshot:
+        server = stats.server_figures if isinstance(stats, RemoteStats) else None
+        return cls(request_id, answer_figures(stats), dict(server) if server else None)
+
+
+def answer_figures(stats: RunStats, finish_reason: str | None = None) -> AnswerFigures:
+    """The record of an answer. A remote one leaves out what a client cannot measure (None,
+    not 0: the transfers, prompt perplexity, reused tokens, and the prompt's size when the
+    server sends no usage) and names the server's model."""
+    figures = AnswerFigures.from_stats(stats, finish_reason)
+    if not isinstance(stats, RemoteStats):
+        return figures
+    return replace(
+        figures,
+        model=stats.model or None,
+        h2d_bytes_per_token=None,
+        d2h_bytes_per_token=None,
+        prompt_perplexity=None,
+        reused_tokens=None,
+        prompt_tokens=stats.prompt_tokens or None,
+    )
 
 
 @dataclass(frozen=True)
@@ -77,33 +107,40 @@ class AnswerResult:
 
 def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
     def run(control: JobControl) -> Generator[ContextReport | TokenItem, None, AnswerResult]:
-        engine = host.require()
-        # Context policy: the oldest turns that no longer fit are not sent (see context.py).
-        messages, report = fit_messages(
-            control.request_id,
-            request.messages,
-            counter_for(engine),
-            engine.max_context,
-            request.settings.max_new_tokens,
-        )
-        yield report
-        control.flush()
-        gen = engine.chat(
-            messages, request.settings, request.mode, should_stop=lambda: control.stopped
-        )
+        engine = host.backend()
+        messages: Sequence[Message] = request.messages
+        if not isinstance(engine, RemoteEngine):  # a server has no tokenizer here: send all
+            # Context policy: the oldest turns that no longer fit are not sent (context.py).
+            messages, report = fit_messages(
+                control.request_id,
+                request.messages,
+                counter_for(engine),
+                engine.max_context,
+                request.settings.max_new_tokens,
+            )
+            yield report
+            control.flush()
+        # A server's loop is its own (the side panel greys the toggle): none is sent.
+        mode = None if isinstance(engine, RemoteEngine) else request.mode
+        gen = engine.chat(messages, request.settings, mode, should_stop=lambda: control.stopped)
         stats = gen.stats
-        control.snapshot = lambda: StatsSnapshot(
-            control.request_id, AnswerFigures.from_stats(stats)
-        )
+        control.snapshot = lambda: StatsSnapshot.of(control.request_id, stats)
         control.partial = stats
         streamed: list[str] = []
         index = 0
         for event in gen:
             streamed.append(event.text)
             index = event.index + 1
-            yield TokenItem(event.index, event.text, event.token_id, event.latency_s)
+            token_id = event.token_id if event.token_id >= 0 else None  # servers send text
+            yield TokenItem(event.index, event.text, token_id, event.latency_s)
             if event.index == 0:
                 control.flush()  # the first token goes out at once: it is the TTFT
+        if isinstance(engine, RemoteEngine) and index == 0 and stats.finish_reason == "stop":
+            # Stopped while the server was silent: nothing to keep, the question goes back.
+            raise RemoteError(
+                f"Stopped before {engine.server} sent anything; the question is back in the "
+                "prompt box."
+            )
         # The detokenizer may hold back a last partial character until the end.
         sent = "".join(streamed)
         if gen.text.startswith(sent) and len(gen.text) > len(sent):
@@ -117,6 +154,8 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
 def _explain_generation(exc: BaseException) -> str:
     if isinstance(exc, DeviceFailure):  # the controller then restarts the model on the CPU
         return f"{exc} The next answer runs on the CPU."
+    if isinstance(exc, RemoteError):
+        return remote_message(exc)
     if isinstance(exc, EngineError):
         return str(exc)
     if isinstance(exc, ValueError):  # SamplingSettings.validate
@@ -138,7 +177,7 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
     ContextReport, or None before a model is loaded."""
 
     def run(control: JobControl) -> ContextReport | None:
-        if host.engine is None:
+        if host.engine is None or host.remote is not None:  # a server's tokens are not known
             return None
         _, report = fit_messages(
             control.request_id,

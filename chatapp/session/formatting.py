@@ -10,7 +10,11 @@ from chatapp.engine.modes import Mode
 from chatapp.units import fmt_bytes
 
 MISSING = "–"
-MODE_LABELS: dict[str, str] = {Mode.NAIVE: "Naive", Mode.IOBINDING: "IO-Binding"}
+MODE_LABELS: dict[str, str] = {
+    Mode.NAIVE: "Naive",
+    Mode.IOBINDING: "IO-Binding",
+    "remote": "remote server",  # an answer from a server (chatapp.remote): its loop is unknown
+}
 
 
 def mode_label(mode: str) -> str:
@@ -39,7 +43,7 @@ def figures_line(fig: AnswerFigures) -> str:
     """The one line under a finished answer."""
     parts = [
         mode_label(fig.mode) if fig.mode else "",
-        fig.device.upper() if fig.device and len(fig.device) <= 4 else fig.device or "",
+        "" if fig.device == fig.mode else _device(fig.device),
         f"{rate(fig.tokens_per_s)} tok/s",
         f"TTFT {millis(fig.ttft_s)} ms",
         f"perplexity {perplexity(fig.perplexity)}",
@@ -54,3 +58,7 @@ def figures_line(fig: AnswerFigures) -> str:
             )
         )
     return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device
+
+
+def _device(device: str | None) -> str:
+    return device.upper() if device and len(device) <= 4 else device or ""

@@ -1,8 +1,9 @@
 """The engine's one owner, and the jobs that open, convert and prepare models. No Qt.
 
-`EngineHost` holds the Engine of the window. Only jobs touch it, and the GUI's JobRunner runs
-jobs one at a time on its worker thread, so the engine is only ever used from that thread:
-the chat, the comparison view and a model load never run at once.
+`EngineHost` holds the Engine of the window, and the remote server the chat talks to instead
+when one is connected (session/remote_jobs.py). Only jobs touch them, and the GUI's JobRunner
+runs jobs one at a time on its worker thread, so each is only ever used from that thread: the
+chat, the comparison view, a model load and a served request never run at once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.modes import Mode
+from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
 
 PREPARATION_CANCELLED = (
@@ -25,15 +27,28 @@ PREPARATION_CANCELLED = (
 
 
 class EngineHost:
-    """Owns the loaded Engine (None before the first load)."""
+    """Owns the loaded Engine (None before the first load) and the connected remote server
+    (None unless File > Connect to server); the chat uses the server while there is one."""
 
     def __init__(self) -> None:
         self.engine: Engine | None = None
+        self.remote: RemoteEngine | None = None
 
     def require(self) -> Engine:
+        """The local engine (the comparison and `Serve this model` need it)."""
         if self.engine is None:
             raise EngineError("No model is loaded yet.")
         return self.engine
+
+    def backend(self) -> Engine | RemoteEngine:
+        """What answers the chat: the remote server if connected, else the local engine."""
+        return self.remote if self.remote is not None else self.require()
+
+    def use_remote(self, remote: RemoteEngine | None) -> None:
+        """Chat with `remote` from now on (None: the local engine again)."""
+        old, self.remote = self.remote, remote
+        if old is not None and old is not remote:
+            old.close()
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,7 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
     def run(_control: JobControl) -> ModelSummary:
         engine, reason = _open_engine(request)
         host.engine = engine  # only replaced once the new one works: the chat goes on
+        host.use_remote(None)  # opening a local model ends a remote connection
         return summarize(engine, request.device, reason)
 
     def explain(exc: BaseException) -> str:

@@ -18,7 +18,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from chatapp.engine.errors import DeviceFailure
-from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.common.qtcompat import emit
@@ -29,6 +28,7 @@ from chatapp.session.chat_jobs import (
     StatsSnapshot,
     TokenBatch,
     TokenItem,
+    answer_figures,
     failure_stats,
     generate_job,
     measure_context_job,
@@ -44,6 +44,12 @@ from chatapp.session.model_jobs import (
     convert_job,
     cpu_fallback_job,
     load_job,
+)
+from chatapp.session.remote_jobs import (
+    ConnectRequest,
+    RemoteSummary,
+    connect_job,
+    disconnect_job,
 )
 
 
@@ -80,6 +86,9 @@ class ChatController(QObject):
     sig_convert_progress = Signal(float, str)
     sig_converted = Signal(object)  # Path
     sig_convert_failed = Signal(str)
+    # The chat's backend changed: a RemoteSummary (connected to a server), or None (back to
+    # the local model). A failed connection comes as sig_load_failed.
+    sig_backend_changed = Signal(object)
 
     def __init__(
         self,
@@ -91,7 +100,8 @@ class ChatController(QObject):
         self.runner = runner or JobRunner("ChatWorkerThread", parent=self)
         self.host = host or EngineHost()
         self.conversation = Conversation()
-        self.model: ModelSummary | None = None
+        self.model: ModelSummary | None = None  # the local model
+        self.remote: RemoteSummary | None = None  # the server answering instead, if any
         self.state = State.NO_MODEL
         self.streaming_text = ""
         self._answer: JobHandle | None = None
@@ -102,6 +112,11 @@ class ChatController(QObject):
         # Messages an answer request replaced (regenerate, or resend of an unchanged question):
         # put back if the new answer fails before writing anything.
         self._replaced: list[ChatMessage] | None = None
+
+    @property
+    def backend(self) -> ModelSummary | RemoteSummary | None:
+        """What answers the chat: the connected server, else the local model."""
+        return self.remote if self.remote is not None else self.model
 
     @property
     def busy(self) -> bool:
@@ -139,12 +154,45 @@ class ChatController(QObject):
         _exempt_long_lived_objects()
         self._set_state(State.READY)
         emit(self.sig_model_loaded, summary)
+        if self.remote is not None:
+            self._set_remote(None)  # opening a local model ended the connection (load_job)
 
     @Slot(object)
     def _on_load_failed(self, error: JobError) -> None:
-        # A failed load keeps the previous engine.
-        self._set_state(State.READY if self.model is not None else State.NO_MODEL)
+        # A failed load (or connection) keeps the previous backend.
+        self._set_state(State.READY if self.backend is not None else State.NO_MODEL)
         emit(self.sig_load_failed, error.message)
+
+    # ---- remote server (session/remote_jobs.py) --------------------------------------------
+    def connect_remote(self, request: ConnectRequest) -> bool:
+        """Chat with a server from the next answer on; answers with sig_backend_changed or
+        sig_load_failed."""
+        if self.busy:
+            return False
+        self._set_state(State.LOADING)
+        handle = self.runner.submit(connect_job(self.host, request))
+        handle.sig_finished.connect(self._on_connected)
+        handle.sig_errored.connect(self._on_load_failed)
+        return True
+
+    def disconnect_remote(self) -> bool:
+        """Back to the local model."""
+        if self.remote is None or self.busy:
+            return False
+        self._set_remote(None)
+        self.runner.submit(disconnect_job(self.host))  # before any next answer
+        self._set_state(State.READY if self.model is not None else State.NO_MODEL)
+        return True
+
+    @Slot(object)
+    def _on_connected(self, summary: RemoteSummary) -> None:
+        self._set_remote(summary)
+        self._set_state(State.READY)
+
+    def _set_remote(self, summary: RemoteSummary | None) -> None:
+        self.remote = summary
+        self._forget_context()  # the transcript's token counts were the local model's
+        emit(self.sig_backend_changed, summary)
 
     # ---- chat -----------------------------------------------------------------------------
     def send(self, text: str, options: GenerationOptions) -> bool:
@@ -265,9 +313,12 @@ class ChatController(QObject):
 
     @Slot(object)
     def _on_finished(self, result: AnswerResult) -> None:
+        request_id = self._answer.request_id if self._answer is not None else 0
         self._answer = None
         self._replaced = None
-        message = self.conversation.add_answer(result.text, AnswerFigures.from_stats(result.stats))
+        # The final figures (a chatapp server sends its own with the last chunk).
+        emit(self.sig_stats, StatsSnapshot.of(request_id, result.stats))
+        message = self.conversation.add_answer(result.text, answer_figures(result.stats))
         self.streaming_text = ""
         self._set_state(State.READY)
         emit(self.sig_answer_finished, message)
@@ -281,9 +332,7 @@ class ChatController(QObject):
         stats = failure_stats(error.partial)
         if stats is not None and stats.generated_tokens > 0:
             # Keep what was written before the fault, marked as failed.
-            self.conversation.add_answer(
-                self.streaming_text, AnswerFigures.from_stats(stats, "error")
-            )
+            self.conversation.add_answer(self.streaming_text, answer_figures(stats, "error"))
         elif replaced is not None:
             # A regenerate that wrote nothing: the answer it was to replace comes back.
             self.conversation.messages.extend(replaced)
@@ -291,7 +340,7 @@ class ChatController(QObject):
             # Nothing was answered: give the prompt back so the user can edit and resend it.
             restored = self.conversation.pop_pending_user() or ""
         self.streaming_text = ""
-        self._set_state(State.READY if self.model is not None else State.NO_MODEL)
+        self._set_state(State.READY if self.backend is not None else State.NO_MODEL)
         emit(self.sig_answer_failed, error.message, restored)
         emit(self.sig_conversation_changed, self.conversation)
         if issubclass(error.kind, DeviceFailure):

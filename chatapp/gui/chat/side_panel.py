@@ -164,16 +164,22 @@ class SidePanel(QWidget):
     sig_mode_changed = Signal(str)
     sig_device_changed = Signal(str)
     sig_threads_changed = Signal(object)  # int | None
+    # The figures were (re)written: a remote backend greys what it cannot measure (gui/remote).
+    sig_figures_shown = Signal(object)  # AnswerFigures, or None when cleared for an answer
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("sidePanel")
         self._settings: QSettings | None = None
+        self._loop_unavailable: str | None = None
+        self._local_tips: dict[QWidget, str] = {}  # while the loop is unavailable
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(4)
-        layout.addWidget(self._build_figures())
-        layout.addWidget(self._build_loop())
+        self.figures_box = self._build_figures()
+        self.loop_box = self._build_loop()
+        layout.addWidget(self.figures_box)
+        layout.addWidget(self.loop_box)
         layout.addWidget(self._build_sampling())
         layout.addWidget(self._build_system_prompt(), 1)
 
@@ -416,6 +422,20 @@ class SidePanel(QWidget):
         ):
             widget.setEnabled(not generating)
             widget.setToolTip(LOCKED_TIP if generating else tip)
+        self.set_loop_unavailable(self._loop_unavailable)
+
+    def set_loop_unavailable(self, reason: str | None) -> None:
+        """Grey the loop, device and threads with `reason` as every control's tooltip (a remote
+        server runs its own); None: usable again."""
+        self._loop_unavailable = reason
+        self.loop_box.setEnabled(reason is None)  # a disabled box greys every control in it
+        controls = (self.loop_toggle.naive_button, self.loop_toggle.iobinding_button)
+        for widget in (*controls, self.device_selector, self.threads_spin):
+            if reason is not None:
+                self._local_tips.setdefault(widget, widget.toolTip())
+                widget.setToolTip(reason)
+            elif widget in self._local_tips:
+                widget.setToolTip(self._local_tips.pop(widget))
 
     def set_loading(self, loading: bool) -> None:
         self.device_selector.setEnabled(not loading)
@@ -450,6 +470,7 @@ class SidePanel(QWidget):
             label.setText(fmt.MISSING)
         if self._own_memory:
             self.transfer_value.setText(fmt.MISSING)
+        emit(self.sig_figures_shown, None)
 
     def show_stats(self, s: AnswerFigures) -> None:
         self.tokens_per_second_value.setText(fmt.rate(s.tokens_per_s))
@@ -464,6 +485,7 @@ class SidePanel(QWidget):
                 f"device → host {fmt_bytes(s.d2h_bytes_per_token or 0)} (medians of the decode "
                 "steps)"
             )
+        emit(self.sig_figures_shown, s)
 
     def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
         self.latency_chart.add(first_index, latencies_s)

@@ -378,7 +378,7 @@ class HistoryController(QObject):
             self._known.add(row.id)
 
     def _model_name(self) -> str | None:
-        return self.chat.model.name if self.chat.model is not None else None
+        return self.chat.backend.name if self.chat.backend is not None else None
 
     def _succeeded(self, call: Callable[[], object]) -> bool:
         """Run `call`; False (and a message) when the store failed."""

@@ -296,7 +296,7 @@ class HistoryUi(QObject):
         view, panel = self.window.chat_view, self.window.side_panel
         view.set_context(report, render=report is not None)
         if report is None:
-            total = self.chat.model.max_context if self.chat.model is not None else 0
+            total = self.chat.backend.max_context if self.chat.backend is not None else 0
             panel.set_context(0, total)
             panel.context_value.setToolTip("")
         else:

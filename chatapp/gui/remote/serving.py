@@ -1,0 +1,192 @@
+"""File > Serve this model: `chatapp serve`'s HTTP side for the window's own local model.
+
+Why the window's engine and not a second one: a second Engine would hold the model twice
+(weights, KV buffers, the tokenizer) and need its own thread. Here the server's `EngineWorker`
+runs without a thread of its own (`dispatch`): every request becomes a job on the window's
+JobRunner, the one thread that owns the engine, so served requests and the chat's answers take
+turns in arrival order and never touch the engine at once. While a request is answered, an
+answer asked for in the window waits, and the other way round.
+
+Threads: uvicorn's thread calls `dispatch` (through the worker's `submit`); a queued signal
+carries the request to the GUI thread, which submits the job; the worker thread answers it.
+A request that was dispatched but never reached the worker when serving stops is answered
+503 at once rather than left waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.workers import JobError, JobRunner
+from chatapp.session.jobs import Job, JobControl, failed
+from chatapp.session.model_jobs import EngineHost
+
+if TYPE_CHECKING:
+    from chatapp.server.runner import ServerThread
+    from chatapp.server.worker import EngineWorker
+    from chatapp.server.worker import Job as ServedJob
+
+log = logging.getLogger(__name__)
+HOST = "127.0.0.1"  # only programs on this machine (docs/server.md: other addresses need a key)
+DEFAULT_PORT = 8000  # chatapp serve's; a free one if it is taken
+
+
+@dataclass(frozen=True)
+class Serving:
+    url: str  # http://127.0.0.1:PORT/v1
+    model: str  # the id clients use
+    port: int
+
+
+class WindowServer(QObject):
+    """Starts and stops the HTTP server; answers its requests on the window's JobRunner."""
+
+    sig_started = Signal(object)  # Serving
+    sig_failed = Signal(str)  # why it could not start
+    sig_stopped = Signal()
+    sig_answered = Signal(int)  # requests answered since it started
+    _sig_dispatch = Signal(object)  # a served Job, from uvicorn's thread to this one
+
+    def __init__(self, runner: JobRunner, host: EngineHost, parent: QObject | None = None):
+        super().__init__(parent)
+        self.runner = runner
+        self.host = host
+        self.port = DEFAULT_PORT  # tests use 0 (a free port)
+        self.serving: Serving | None = None
+        self.answered = 0
+        self._worker: EngineWorker | None = None
+        self._server: ServerThread | None = None
+        self._lock = threading.Lock()
+        self._waiting: dict[int, ServedJob] = {}  # dispatched, not yet run
+        self._closed = True
+        self._starting = False
+        self._sig_dispatch.connect(self._submit)
+
+    @property
+    def active(self) -> bool:
+        return self.serving is not None or self._starting
+
+    @property
+    def worker(self) -> EngineWorker | None:
+        """The server's request side while serving (its `records` say what became of each)."""
+        return self._worker
+
+    # ---- starting and stopping (GUI thread) -------------------------------------------------
+    def start(self, mode: str, port: int | None = None) -> bool:
+        """Serve the loaded local model, with `mode` as the loop when a request names none;
+        answers with sig_started or sig_failed."""
+        if self.active:
+            return False
+        try:
+            from chatapp.server.worker import EngineWorker
+        except ImportError as exc:
+            emit(
+                self.sig_failed,
+                f"Serving needs the server extra ({exc.name} is missing): "
+                "pip install 'chatapp[server]'.",
+            )
+            return False
+        self._starting = True
+        wanted = self.port if port is None else port
+
+        def make_worker(_control: JobControl) -> EngineWorker:
+            engine = self.host.require()  # on the engine's own thread
+            return EngineWorker(engine, mode, log=log.info, dispatch=self._dispatch)
+
+        handle = self.runner.submit(
+            Job("serving setup", make_worker, lambda exc: failed("Starting the server", exc))
+        )
+        handle.sig_finished.connect(lambda worker: self._listen(worker, wanted))
+        handle.sig_errored.connect(self._on_setup_failed)
+        return True
+
+    def _listen(self, worker: EngineWorker, port: int) -> None:
+        from chatapp.server.app import build_app
+        from chatapp.server.runner import PortUnavailable, ServerThread, bind
+
+        self._starting = False
+        try:
+            try:
+                sock = bind(HOST, port)
+            except PortUnavailable:
+                if port == 0:
+                    raise
+                sock = bind(HOST, 0)  # the usual port is taken (another server): any free one
+            self._closed = False
+            self._server = ServerThread.start(build_app(worker), sock)
+        except (PortUnavailable, RuntimeError, OSError) as exc:
+            self._closed = True
+            worker.close()
+            emit(self.sig_failed, f"Could not start serving: {exc}")
+            return
+        self._worker = worker
+        self.answered = 0
+        actual = int(self._server.url.rsplit(":", 1)[1])
+        self.serving = Serving(f"{self._server.url}/v1", worker.card.id, actual)
+        log.info("serving %s at %s", worker.card.id, self.serving.url)
+        emit(self.sig_started, self.serving)
+
+    @Slot(object)
+    def _on_setup_failed(self, error: JobError) -> None:
+        self._starting = False
+        emit(self.sig_failed, error.message)
+
+    def stop(self) -> None:
+        """Stop listening: waiting requests get a 503, the running one stops within a step."""
+        worker, server = self._worker, self._server
+        if worker is None or server is None:
+            return
+        with self._lock:
+            self._closed = True
+            waiting = list(self._waiting.values())
+            self._waiting.clear()
+        from chatapp.server.errors import ApiError
+
+        for job in waiting:
+            worker.discard(job, ApiError(503, "The window stopped serving this model."))
+        worker.close()  # cancels the request being answered, if any
+        server.stop()
+        self._worker = self._server = None
+        self.serving = None
+        log.info("stopped serving")
+        emit(self.sig_stopped)
+
+    # ---- requests ---------------------------------------------------------------------------
+    def _dispatch(self, job: ServedJob) -> None:
+        """uvicorn's thread: queue the request for the GUI thread to submit."""
+        from chatapp.server.errors import ApiError
+
+        with self._lock:
+            if self._closed:
+                raise ApiError(503, "The window stopped serving this model.")
+            self._waiting[job.id] = job
+        emit(self._sig_dispatch, job)
+
+    @Slot(object)
+    def _submit(self, job: ServedJob) -> None:
+        if self._worker is None:
+            return  # stopped meanwhile: stop() answered it
+        handle = self.runner.submit(Job("served request", self._runner_for(job, self._worker)))
+        handle.sig_finished.connect(self._on_answered)
+
+    def _runner_for(self, job: ServedJob, worker: EngineWorker) -> Callable[[JobControl], None]:
+        def run(_control: JobControl) -> None:  # the worker thread, which owns the engine
+            with self._lock:
+                if self._waiting.pop(job.id, None) is None:
+                    return  # answered by stop() already
+            worker.run_job(job)
+
+        return run
+
+    @Slot(object)
+    def _on_answered(self, _result: object) -> None:
+        if self.serving is not None:
+            self.answered += 1
+            emit(self.sig_answered, self.answered)

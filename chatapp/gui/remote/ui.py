@@ -1,0 +1,293 @@
+"""Puts the remote backend and the window's server into the main window: File > Connect to
+server… / Disconnect from server / Serve this model, the server's address in the status bar,
+the side panel's remote figures, and the comparison's "not with a remote server".
+
+The connection itself is a job (session/remote_jobs.py) run by the ChatController, which keeps
+one state for whichever backend answers; this module only adds the menus and the views.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QLabel, QToolButton
+
+from chatapp.gui.chat.controller import State
+from chatapp.gui.common.settings import remember_recent, string_list
+from chatapp.gui.remote.dialog import ConnectDialog, key_of, save_key, saved_keys
+from chatapp.gui.remote.figures import RemoteFigures
+from chatapp.gui.remote.serving import Serving, WindowServer
+from chatapp.remote.client import Timeouts, api_base
+from chatapp.remote.errors import RemoteAddressError
+from chatapp.session.chat_jobs import StatsSnapshot
+from chatapp.session.model_jobs import ModelSummary
+from chatapp.session.remote_jobs import (
+    LISTING_TIMEOUTS,
+    ConnectRequest,
+    RemoteSummary,
+    list_models_job,
+)
+
+if TYPE_CHECKING:
+    from chatapp.gui.main_window import MainWindow
+
+RECENT_SERVERS_KEY = "remote/recent"
+COMPARE_UNAVAILABLE = (
+    "The comparison is not available with a remote server: it runs both loops of a model on "
+    "this machine, and a server shows neither. Disconnect (File menu) to compare."
+)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+class RemoteUi(QObject):
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.chat = window.controller
+        self.figures = RemoteFigures(window.side_panel)
+        self.server = WindowServer(window.runner, window.host, self)
+        self.timeouts = Timeouts()  # tests shorten them
+        self.listing_timeouts = LISTING_TIMEOUTS
+        # API keys by address: this session's, and those the user asked to remember.
+        self.keys: dict[str, str] = saved_keys(window.settings)
+        self.dialog: ConnectDialog | None = None
+        self._compare_status = window.compare_view.status.text()
+        self._build_menu()
+        self._build_status()
+        self._connect()
+        self._update_actions()
+        window.before_shutdown.append(self.shutdown)
+
+    def _build_menu(self) -> None:
+        w = self.window
+        self.connect_action = QAction("Connect to &server…", w)
+        self.connect_action.setShortcut(QKeySequence("Ctrl+Shift+K"))
+        self.connect_action.setStatusTip("Chat with a model on an OpenAI-compatible server")
+        self.connect_action.triggered.connect(self.open_connect_dialog)
+        self.disconnect_action = QAction("&Disconnect from server", w)
+        self.disconnect_action.setStatusTip("Chat with the local model again")
+        self.disconnect_action.triggered.connect(self.disconnect_server)
+        self.serve_action = QAction("Ser&ve this model over HTTP", w)
+        self.serve_action.setCheckable(True)
+        self.serve_action.setStatusTip(
+            "An OpenAI-compatible API on 127.0.0.1 for other programs on this machine; "
+            "their requests take turns with the chat"
+        )
+        self.serve_action.toggled.connect(self._on_serve_toggled)
+        menu, before = w.file_menu, w.new_chat_action
+        for action in (self.connect_action, self.disconnect_action, self.serve_action):
+            menu.insertAction(before, action)
+        menu.insertSeparator(before)
+
+    def _build_status(self) -> None:
+        bar = self.window.statusBar()
+        self.serving_label = QLabel("", self.window)
+        self.serving_label.setObjectName("servingLabel")
+        self.copy_button = QToolButton(self.window)
+        self.copy_button.setObjectName("copyServerUrlButton")
+        self.copy_button.setText("Copy URL")
+        self.copy_button.setAutoRaise(True)
+        self.copy_button.clicked.connect(self.copy_url)
+        for widget in (self.serving_label, self.copy_button):
+            bar.insertPermanentWidget(0, widget)
+            widget.hide()
+        self.copy_button.setToolTip("Copy the server's base URL for an OpenAI-compatible client")
+
+    def _connect(self) -> None:
+        c, s = self.chat, self.server
+        c.sig_backend_changed.connect(self._on_backend_changed)
+        self.figures.disconnect_button.clicked.connect(self.disconnect_server)
+        c.sig_state_changed.connect(lambda _state: self._update_actions())
+        c.sig_stats.connect(self._on_stats)
+        c.sig_model_loaded.connect(self._on_model_loaded)
+        s.sig_started.connect(self._on_serving_started)
+        s.sig_failed.connect(self._on_serving_failed)
+        s.sig_stopped.connect(self._on_serving_stopped)
+        s.sig_answered.connect(lambda _n: self._show_serving())
+
+    # ---- connecting ---------------------------------------------------------------------------
+    @Slot()
+    def open_connect_dialog(self) -> ConnectDialog:
+        """Show the dialog (not blocking: tests and the event loop go on); returns it."""
+        if self.dialog is not None:
+            self.dialog.raise_()
+            return self.dialog
+        runner, settings = self.window.runner, self.window.settings
+        dialog = ConnectDialog(
+            lambda request: runner.submit(list_models_job(request, self.listing_timeouts)),
+            string_list(settings, RECENT_SERVERS_KEY),
+            self.keys,
+            self.window,
+            saved=set(saved_keys(settings)),
+        )
+        dialog.accepted.connect(lambda: self.connect_server(dialog.request(), dialog.remember()))
+        dialog.finished.connect(self._on_dialog_closed)
+        self.dialog = dialog
+        dialog.open()
+        return dialog
+
+    @Slot(int)
+    def _on_dialog_closed(self, _result: int) -> None:
+        if self.dialog is not None:
+            self.dialog.deleteLater()
+            self.dialog = None
+
+    def connect_server(self, request: ConnectRequest, remember: bool | None = None) -> bool:
+        """Chat with the server of `request` from the next answer on. `remember`: keep its key
+        in the settings file (True), forget a kept one (False), leave them as they are (None)."""
+        if self._is_own_server(request.url):
+            self.window.show_message(
+                "That is this window's own server (Serve this model): the chat would wait for "
+                "itself. Connect other programs to it, or chatapp on another machine.",
+                "error",
+            )
+            return False
+        request = ConnectRequest(
+            request.url, request.api_key, request.model, self.timeouts, self.listing_timeouts
+        )
+        if not self.chat.connect_remote(request):
+            self.window.show_message("Wait for the answer to finish, then connect.", "info")
+            return False
+        if request.api_key:
+            self.keys[key_of(request.url)] = request.api_key
+        if remember is not None:  # the key was checked: Connect needs the server's model list
+            save_key(self.window.settings, request.url, request.api_key if remember else None)
+        remember_recent(self.window.settings, RECENT_SERVERS_KEY, request.url)
+        self.window.statusBar().showMessage(f"Connecting to {request.url}…")
+        return True
+
+    @Slot()
+    def disconnect_server(self) -> bool:
+        return self.chat.disconnect_remote()
+
+    def _is_own_server(self, url: str) -> bool:
+        serving = self.server.serving
+        if serving is None:
+            return False
+        try:
+            parts = urlsplit(api_base(url))
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except (RemoteAddressError, ValueError):
+            return False
+        return parts.hostname in LOOPBACK_NAMES and port == serving.port
+
+    @Slot(object)
+    def _on_backend_changed(self, remote: RemoteSummary | None) -> None:
+        w = self.window
+        self.figures.set_remote(remote)
+        if remote is not None:
+            w.model_label.setText(f"{remote.name} · {remote.server}")
+            w.setWindowTitle(f"{remote.name} ({remote.server}) — chatapp")
+            w.compare_view.status.setText(COMPARE_UNAVAILABLE)
+            w.statusBar().showMessage(f"Connected: answers come from {remote.description}.", 8000)
+            if remote.notice:
+                w.show_message(remote.notice, "warning")
+            elif w.banner.level in ("error", "info"):
+                w.banner.dismiss()
+        else:
+            w.compare_view.status.setText(self._compare_status)
+            model = self.chat.model
+            if model is not None:
+                w.model_label.setText(f"{model.name} · {model.device_label}")
+                w.setWindowTitle(f"{model.name} — chatapp")
+                w.statusBar().showMessage(f"Answers come from {model.name} again.", 8000)
+                w.side_panel.set_context(0, model.max_context)
+            else:
+                w.model_label.setText("No model")
+                w.setWindowTitle("chatapp")
+        self._update_actions()
+
+    @Slot(object)
+    def _on_stats(self, snapshot: StatsSnapshot) -> None:
+        if self.chat.remote is not None and snapshot.server_figures is not None:
+            self.figures.show_server(snapshot.server_figures)
+
+    def _update_actions(self) -> None:
+        state = self.chat.state
+        idle = state in (State.READY, State.NO_MODEL)
+        self.connect_action.setEnabled(idle)
+        self.disconnect_action.setEnabled(idle and self.chat.remote is not None)
+        self.figures.disconnect_button.setEnabled(self.disconnect_action.isEnabled())
+        self.serve_action.setEnabled(self.chat.model is not None or self.server.active)
+
+    # ---- serving ------------------------------------------------------------------------------
+    @Slot(bool)
+    def _on_serve_toggled(self, checked: bool) -> None:
+        if checked and not self.server.active:
+            if not self.server.start(self.window.side_panel.mode()):
+                self._set_serve_checked(False)
+            else:
+                self.window.statusBar().showMessage("Starting the server…")
+        elif not checked:
+            self.server.stop()
+
+    @Slot(object)
+    def _on_serving_started(self, serving: Serving) -> None:
+        self._show_serving()
+        self.window.statusBar().showMessage(
+            f"Serving {serving.model} at {serving.url} for programs on this machine; their "
+            "requests take turns with the chat.",
+            10000,
+        )
+
+    def _show_serving(self) -> None:
+        serving = self.server.serving
+        if serving is None:
+            return
+        count = self.server.answered
+        self.serving_label.setText(
+            f"Serving at {serving.url} · {count} request{'s' if count != 1 else ''}"
+        )
+        self.serving_label.setToolTip(
+            f"{serving.model}: OpenAI-compatible API (chat/completions, completions, models)"
+        )
+        self.serving_label.show()
+        self.copy_button.show()
+
+    @Slot(str)
+    def _on_serving_failed(self, message: str) -> None:
+        self._set_serve_checked(False)
+        self.window.show_message(message, "error")
+
+    @Slot()
+    def _on_serving_stopped(self) -> None:
+        self._set_serve_checked(False)
+        self.serving_label.hide()
+        self.copy_button.hide()
+        self.window.statusBar().showMessage("Stopped serving.", 5000)
+
+    @Slot(object)
+    def _on_model_loaded(self, summary: ModelSummary) -> None:
+        """The engine was replaced: serve the new one at the same address."""
+        serving = self.server.serving
+        if serving is not None:
+            self.server.stop()
+            self._set_serve_checked(True)
+            self.server.start(self.window.side_panel.mode(), serving.port)
+        self._update_actions()
+
+    def _set_serve_checked(self, checked: bool) -> None:
+        self.serve_action.blockSignals(True)
+        self.serve_action.setChecked(checked)
+        self.serve_action.blockSignals(False)
+
+    @Slot()
+    def copy_url(self) -> None:
+        serving = self.server.serving
+        clipboard = QGuiApplication.clipboard()
+        if serving is not None and clipboard is not None:
+            clipboard.setText(serving.url)
+            self.window.statusBar().showMessage(f"Copied {serving.url}", 3000)
+
+    def shutdown(self) -> None:
+        """Stop serving before the worker thread ends (the window's before_shutdown)."""
+        self.server.stop()
+
+
+def install_remote(window: MainWindow) -> RemoteUi:
+    ui = RemoteUi(window)
+    window.remote_ui = ui  # type: ignore[attr-defined]
+    return ui

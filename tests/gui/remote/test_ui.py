@@ -1,0 +1,176 @@
+"""File > Connect to server… in the window: a chat streamed from `chatapp serve` (in this
+process, 127.0.0.1) lands in the transcript, the history and the export like a local one,
+with the server's model id and device "remote"; the side panel greys what a client cannot
+measure; Disconnect and opening a local model go back to the local model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chatapp.engine.chat import Message
+from chatapp.engine.engine import Engine
+from chatapp.gui.chat.controller import State
+from chatapp.gui.main_window import MainWindow
+from chatapp.gui.remote.figures import LOOP_TIP, NOT_AVAILABLE
+from chatapp.gui.remote.ui import COMPARE_UNAVAILABLE
+from chatapp.session import formatting as fmt
+from chatapp.store import HistoryStore
+from tests.gui.conftest import LOAD_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+from tests.gui.remote.conftest import connect, remote_ui
+from tests.serving import Served
+
+
+def stored_answers(path: Path) -> list[tuple[str, str | None, str | None, str | None]]:
+    """(content, model, device, mode) of every stored answer, read by another connection."""
+    with HistoryStore(path) as store:
+        out = []
+        for info in store.list_conversations():
+            for m in store.load_conversation(info.id).messages:
+                if m.role == "assistant" and m.figures is not None:
+                    f = m.figures
+                    out.append((m.content, f.model, f.device, f.mode))
+        return out
+
+
+def test_a_remote_chat_lands_in_the_transcript_history_and_export(
+    qtbot, window: MainWindow, served: Served, varied_model_dir: Path, history_file: Path
+) -> None:
+    summary = connect(qtbot, window, served.url)
+    assert summary.name == "varied-llama" and window.controller.remote == summary
+    assert "varied-llama" in window.model_label.text()
+    assert "varied-llama" in window.windowTitle()
+    set_sampling(window, greedy(10))
+    send_and_wait(qtbot, window, "hello")
+
+    expected = Engine(varied_model_dir, threads=1).chat([Message("user", "hello")], greedy(10))
+    expected.run()
+    answer = window.conversation.messages[-1]
+    assert answer.role == "assistant" and answer.content == expected.text
+    assert answer.figures is not None and answer.figures.device == "remote"
+    assert answer.figures.model == "varied-llama" and answer.figures.generated_tokens == 10
+    assert expected.text in window.chat_view.transcript.toPlainText()
+    assert window.banner.isHidden() or window.banner.level not in ("error",)
+    # The history keeps it with the server's model id and device "remote".
+    assert stored_answers(history_file) == [(expected.text, "varied-llama", "remote", "remote")]
+    conv_id = window.conversation.id
+    assert conv_id is not None
+    exported = window.history.controller.export_text(conv_id, "markdown")  # type: ignore[attr-defined]
+    assert exported is not None and expected.text in exported and "varied-llama" in exported
+    # The line under the answer names the server, not a loop and a device.
+    line = fmt.figures_line(answer.figures)
+    assert line.startswith("remote server") and "10 tokens" in line
+
+
+def test_the_side_panel_greys_what_a_client_cannot_measure(
+    qtbot, window: MainWindow, served: Served
+) -> None:
+    panel = window.side_panel
+    connect(qtbot, window, served.url)
+    set_sampling(window, greedy(12))
+    send_and_wait(qtbot, window, "hello")
+    # Measured here: shown.
+    assert panel.tokens_per_second_value.text() != fmt.MISSING
+    assert panel.ttft_value.text() != fmt.MISSING
+    assert panel.perplexity_value.text() != fmt.MISSING  # chatapp serve sends log-probs
+    assert panel.latency_chart.point_count == 11
+    assert "network" in panel.ttft_value.toolTip()
+    # Not measurable from a client: greyed, with a word on why, never 0.
+    for label in (panel.prompt_perplexity_value, panel.transfer_value):
+        assert label.text() == NOT_AVAILABLE and not label.isEnabled()
+        assert "Not available from a remote server" in label.toolTip()
+    assert not panel.loop_box.isEnabled() and "server" in panel.loop_box.title()
+    assert not panel.loop_toggle.naive_button.isEnabled()
+    assert not panel.device_selector.isEnabled() and not panel.threads_spin.isEnabled()
+    loop_controls = (
+        panel.loop_toggle.naive_button,
+        panel.loop_toggle.iobinding_button,
+        panel.device_selector,
+        panel.threads_spin,
+    )
+    for control in loop_controls:  # greyed with why, also after an answer re-set the tips
+        assert control.toolTip() == LOOP_TIP, control.objectName()
+    figures = remote_ui(window).figures
+    assert figures.box.isVisible()
+    window.resize(1300, 850)
+    window.show()
+    qtbot.waitExposed(window)
+    note_label = figures.measured_note  # all its wrapped lines fit (the panel clipped them)
+    qtbot.waitUntil(lambda: note_label.height() >= note_label.heightForWidth(note_label.width()))
+    note = note_label.text()
+    for word in ("the loop", "device", "threads", "host↔device", "prompt perplexity", "run"):
+        assert word in note, word
+    # chatapp serve's own figures, labelled as the server's.
+    assert "Reported by the server" in figures.server_caption.text()
+    assert figures.server_values["loop"].text() == "IO-Binding"
+    assert figures.server_values["device_label"].text() == "CPU"
+    assert figures.server_values["tokens_per_s"].text() != fmt.MISSING
+    assert figures.server_values["h2d_bytes_per_token"].text() == "0 B"
+    # Usage came back: the context used is the server's count.
+    answer = window.conversation.messages[-1].figures
+    assert answer is not None and answer.prompt_tokens
+    assert panel.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
+
+
+def test_the_comparison_is_unavailable_while_a_server_answers(
+    qtbot, window: MainWindow, served: Served
+) -> None:
+    compare = window.compare_view
+    assert compare.run_button.isEnabled()
+    connect(qtbot, window, served.url)
+    assert not compare.run_button.isEnabled() and not compare.sweep_button.isEnabled()
+    assert compare.status.text() == COMPARE_UNAVAILABLE
+    remote_ui(window).disconnect_action.trigger()
+    assert window.controller.remote is None and compare.run_button.isEnabled()
+    assert compare.status.text() != COMPARE_UNAVAILABLE
+    # The Remote server box has the way back too.
+    connect(qtbot, window, served.url)
+    button = remote_ui(window).figures.disconnect_button
+    assert button.isEnabled()
+    with qtbot.waitSignal(window.controller.sig_backend_changed) as changed:
+        button.click()
+    assert changed.args == [None] and window.controller.remote is None
+    assert compare.status.text() != COMPARE_UNAVAILABLE
+
+
+def test_disconnect_and_opening_a_model_return_to_the_local_model(
+    qtbot, window: MainWindow, served: Served, tiny_model_dir: Path
+) -> None:
+    ui = remote_ui(window)
+    assert not ui.disconnect_action.isEnabled()
+    connect(qtbot, window, served.url)
+    assert ui.disconnect_action.isEnabled()
+    with qtbot.waitSignal(window.controller.sig_backend_changed) as changed:
+        ui.disconnect_action.trigger()
+    assert changed.args == [None] and window.controller.remote is None
+    panel = window.side_panel
+    assert panel.loop_box.isEnabled() and panel.device_selector.isEnabled()
+    assert not ui.figures.box.isVisible()
+    assert "KV" in panel.loop_toggle.naive_button.toolTip()  # the local tips are back
+    assert panel.device_selector.toolTip() != LOOP_TIP and panel.threads_spin.toolTip()
+    set_sampling(window, greedy(4))
+    send_and_wait(qtbot, window, "hello")
+    local = window.conversation.messages[-1].figures
+    assert local is not None and local.device == "cpu" and local.mode == "iobinding"
+    assert window.side_panel.transfer_value.text() == "0 B"
+    # Connected again, then a local model opened: back to local as well.
+    connect(qtbot, window, served.api)
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=LOAD_TIMEOUT_MS):
+        window.open_model(tiny_model_dir)
+    assert window.controller.remote is None and window.controller.state is State.READY
+    assert window.side_panel.loop_box.isEnabled() and not ui.figures.box.isVisible()
+    assert "tiny" in window.model_label.text()
+
+
+def test_regenerate_with_a_server_replaces_the_answer(
+    qtbot, window: MainWindow, served: Served
+) -> None:
+    connect(qtbot, window, served.url)
+    set_sampling(window, greedy(6))
+    send_and_wait(qtbot, window, "same prompt")
+    first = window.conversation.messages[-1]
+    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=LOAD_TIMEOUT_MS):
+        window.chat_view.regenerate_button.click()
+    assert [m.role for m in window.conversation.messages] == ["user", "assistant"]
+    again = window.conversation.messages[-1]
+    assert again.content == first.content and again is not first  # greedy: the same answer
+    assert again.figures is not None and again.figures.device == "remote"

@@ -1,4 +1,5 @@
-"""Argument types for the command line: each refuses a bad value with one line (exit code 2).
+"""Argument types for the command line and the window (`chatapp gui` checks its options with
+the same functions): each refuses a bad value with one line (exit code 2).
 
 argparse calls a `type=` function on the text of an argument; an `ArgumentTypeError` becomes
 `chatapp COMMAND: error: argument --x: <message>`. `OneLineParser` prints only that line (no

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import NoReturn
 
-from chatapp.engine.guards import THREADS_PER_CPU, max_threads
+from chatapp.engine.guards import THREADS_PER_CPU as THREADS_PER_CPU  # the CLI names it
+from chatapp.engine.guards import max_threads
 
 MAX_CONTEXT = 1 << 20  # tokens: beyond any model's context, far below what would exhaust memory
 MAX_NEW_TOKENS = 1 << 20

@@ -4,10 +4,15 @@ links carry its actions.
 Images. Qt's QTextDocument loads an image's URL when it lays the image out: it reads local
 files whole (`![x](file:///dev/zero)` ended in std::bad_alloc, an image naming a named pipe
 hung the window, a 2 GB file was read), resolves relative paths against the working folder and
-decodes data: URLs. Messages come from a model, a paste or an imported file, so
-`SafeDocument.loadResource` returns nothing for every URL, and `replace_images` turns every
-image into its alt text ("[image: a duck]") right after the Markdown is inserted. Nothing
-in a message ever reaches the file system or the network.
+decodes data: URLs. Returning nothing from `loadResource` is not enough: Qt's image handler
+then calls QImage::load(name) itself. So an image must never reach a laid-out document:
+`markdown_fragment` parses the Markdown into a scratch document that has no layout (nothing
+is loaded while it has none), turns every image into its alt text there ("[image: a duck]",
+`replace_images`) and only then hands the result over. `SafeDocument.loadResource` refusing
+every URL is a second line. Nothing in a message reaches the file system or the network.
+
+Text from outside (a chat's title, a file name in an error) shown in a tooltip or a label is
+plain text (`plain_tip`): Qt would take "<img src=...>" in it as rich text and load it.
 
 Links. A message's links are only followed if they are web links (http, https), and only
 after the user confirms (chat/view.py). The app's own actions (Copy, Edit, a code block's
@@ -19,11 +24,18 @@ other href written in a message is just a link that does nothing.
 from __future__ import annotations
 
 import hmac
+import html
 import secrets
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QUrl
-from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
+from PySide6.QtGui import (
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextDocumentFragment,
+    QTextFormat,
+)
 
 ACTION_SCHEME = "chatapp-action"
 WEB_SCHEMES = ("http", "https")
@@ -40,6 +52,23 @@ class SafeDocument(QTextDocument):
     def loadResource(self, _type: int, _name: QUrl | str) -> object:
         self.refused_loads += 1
         return None
+
+
+def markdown_fragment(
+    markdown: str, features: QTextDocument.MarkdownFeature, alt_format: QTextCharFormat
+) -> QTextDocumentFragment:
+    """`markdown` as rich text without a single image: each is its alt text in `alt_format`.
+    (QTextCursor.insertMarkdown would insert the images into the laid-out document.)"""
+    scratch = QTextDocument()  # never laid out: documentLayout() is never asked for
+    QTextCursor(scratch).insertMarkdown(markdown, features)
+    replace_images(scratch, 0, alt_format)
+    return QTextDocumentFragment(scratch)
+
+
+def plain_tip(text: str) -> str:
+    """`text` for a tooltip or a message box's rich-text field, shown exactly as written."""
+    escaped = html.escape(text, quote=False).replace("\n", "<br>")
+    return f"<qt>{escaped}</qt>"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from chatapp.gui.chat.safe_document import (
     ActionLinks,
     SafeDocument,
     is_web_link,
-    replace_images,
+    markdown_fragment,
+    plain_tip,
 )
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.context import ContextReport
@@ -257,8 +258,13 @@ class TranscriptView(QTextBrowser):
     ) -> None:
         start = cursor.position()
         if plan.markdown:
-            cursor.insertMarkdown(plan.head + (STREAM_CURSOR if streaming else ""), MARKDOWN)
-            replace_images(self.document(), start, self._small_format(self.colors.muted))
+            cursor.insertFragment(
+                markdown_fragment(
+                    plan.head + (STREAM_CURSOR if streaming else ""),
+                    MARKDOWN,
+                    self._small_format(self.colors.muted),
+                )
+            )
             if streaming:
                 self._shade_code(start)
             else:
@@ -320,9 +326,11 @@ class TranscriptView(QTextBrowser):
             badge = self._small_format(self.colors.warning)
             badge.setFontWeight(QFont.Weight.DemiBold)
             badge.setToolTip(
-                "This message is not in the chat history"
-                + (f" ({self.unsaved_reason})" if self.unsaved_reason else "")
-                + ". chatapp saves it when it can; closing the window offers to export it."
+                plain_tip(
+                    "This message is not in the chat history"
+                    + (f" ({self.unsaved_reason})" if self.unsaved_reason else "")
+                    + ". chatapp saves it when it can; closing the window offers to export it."
+                )
             )
             cursor.insertText("   ", QTextCharFormat())
             cursor.insertText("not saved", badge)

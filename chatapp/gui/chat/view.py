@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.gui.chat.message_viewer import MessageViewer
+from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.chat.transcript import TranscriptView
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.context import ContextReport
@@ -377,7 +378,7 @@ class ChatView(QWidget):
             parent=self,
         )
         box.setObjectName("openLinkBox")
-        box.setInformativeText(_shown(url))
+        box.setInformativeText(plain_tip(_shown(url)))  # exactly where it goes
         box.setStandardButtons(QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         result = box.exec()

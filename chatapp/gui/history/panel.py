@@ -46,6 +46,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.common.qtcompat import emit
 
 SEARCH_DEBOUNCE_MS = 250
@@ -232,7 +233,7 @@ class HistoryPanel(QWidget):
                 item.setData(ID_ROLE, row.conversation_id)
                 item.setData(SUBTITLE_ROLE, row.subtitle)
                 item.setData(TITLE_ROLE, row.title)
-                item.setToolTip(row.tooltip or row.title)
+                item.setToolTip(plain_tip(row.tooltip or row.title))  # titles are imported
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
                 self.list.addItem(item)
         finally:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QMessageBox
 
 from chatapp.gui.history.records import snapshot
@@ -131,6 +131,7 @@ class UnsavedGuard(QObject):
     def _ask(self, title: str, text: str, discard: str) -> Answer:
         box = QMessageBox(QMessageBox.Icon.Warning, title, text, parent=self.window)
         box.setObjectName("unsavedBox")
+        box.setTextFormat(Qt.TextFormat.PlainText)  # it quotes a chat's title
         export_button = box.addButton("Export…", QMessageBox.ButtonRole.AcceptRole)
         discard_button = box.addButton(discard, QMessageBox.ButtonRole.DestructiveRole)
         box.addButton(QMessageBox.StandardButton.Cancel)

@@ -4,22 +4,23 @@ exactly the code, and syntax highlighting that stays within a time budget.
 Exact code: Qt's Markdown importer turns tabs into spaces, so the text to copy is taken from
 the Markdown source (markdown-it-py finds fenced and indented code blocks, in lists and quotes
 too, as CommonMark says) and matched to the drawn blocks line by line; where the two disagree
-the drawn text is copied. Highlighting: Pygments, for the language the fence names (no
-guessing: guessing runs every lexer), at most `HIGHLIGHT_MAX_CHARS` per block (8 KB of
-Python lexes in ~40 ms here; a lexer's first use also compiles its rules, ~50-90 ms once per
-language) and, as a safety net for a lexer that is slow on some text, `HIGHLIGHT_BUDGET_S`
-per message; what does not fit stays plain.
+the drawn text is copied. Highlighting: Pygments (only its own lexers, never a plugin; it
+reads no file), for the language the fence names (no guessing: guessing runs every lexer), at
+most `HIGHLIGHT_MAX_CHARS` per block (8 KB of Python lexes in ~40 ms here; a lexer's first
+use also compiles its rules, ~50-90 ms once per language) and, as a safety net for a lexer
+that is slow on some text, `HIGHLIGHT_BUDGET_S` per message; what does not fit stays plain.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 from pygments.lexer import Lexer
-from pygments.lexers import get_lexer_by_name
+from pygments.lexers import find_lexer_class, get_all_lexers
 from pygments.token import _TokenType
 from pygments.util import ClassNotFound
 from PySide6.QtGui import (
@@ -68,7 +69,12 @@ def source_blocks(markdown: str) -> list[SourceBlock]:
 
 def is_code(block: QTextBlock) -> bool:
     fmt = block.blockFormat()
-    return fmt.nonBreakableLines() or fmt.hasProperty(QTextFormat.Property.BlockCodeFence)
+    # Qt marks a fenced block with all three, an indented one only with a (blank) language.
+    return (
+        fmt.nonBreakableLines()
+        or fmt.hasProperty(QTextFormat.Property.BlockCodeFence)
+        or fmt.hasProperty(QTextFormat.Property.BlockCodeLanguage)
+    )
 
 
 def code_groups(document: QTextDocument, start: int, markdown: str) -> list[CodeGroup]:
@@ -172,13 +178,29 @@ def _insert_label(group: CodeGroup, colors: TranscriptColors, href: str) -> None
     cursor.insertText("Copy", link)
 
 
+@functools.cache
+def _builtin_lexers() -> dict[str, str]:
+    """Alias -> name of the lexers that ship with Pygments. Only these are used: a fence's
+    language comes from the model or an imported chat, and must not choose a plugin that some
+    other installed package registered (get_lexer_by_name would import and run those)."""
+    names: dict[str, str] = {}
+    for name, aliases, _files, _mimes in get_all_lexers(plugins=False):
+        for alias in aliases:
+            names.setdefault(alias.lower(), name)
+    return names
+
+
 def lexer_for(language: str) -> Lexer | None:
     if not language or len(language) > LANGUAGE_MAX_CHARS:
         return None
+    name = _builtin_lexers().get(language.lower())
+    if name is None:
+        return None
     try:
-        return get_lexer_by_name(language.lower(), stripnl=False, ensurenl=False)
+        lexer_class = find_lexer_class(name)  # a built-in name: found before any plugin
     except ClassNotFound:
         return None
+    return lexer_class(stripnl=False, ensurenl=False) if lexer_class is not None else None
 
 
 def highlight(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QUrl
 from PySide6.QtGui import (
+    QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
@@ -56,13 +57,15 @@ class SafeDocument(QTextDocument):
 
 def markdown_fragment(
     markdown: str, features: QTextDocument.MarkdownFeature, alt_format: QTextCharFormat
-) -> QTextDocumentFragment:
+) -> tuple[QTextDocumentFragment, QTextBlockFormat]:
     """`markdown` as rich text without a single image: each is its alt text in `alt_format`.
-    (QTextCursor.insertMarkdown would insert the images into the laid-out document.)"""
+    (QTextCursor.insertMarkdown would insert the images into the laid-out document.) Also
+    the format of its first block: inserting a fragment keeps the format of the block it goes
+    into, so a message that starts with a code block needs it set there first."""
     scratch = QTextDocument()  # never laid out: documentLayout() is never asked for
     QTextCursor(scratch).insertMarkdown(markdown, features)
     replace_images(scratch, 0, alt_format)
-    return QTextDocumentFragment(scratch)
+    return QTextDocumentFragment(scratch), scratch.begin().blockFormat()
 
 
 def plain_tip(text: str) -> str:

@@ -258,13 +258,13 @@ class TranscriptView(QTextBrowser):
     ) -> None:
         start = cursor.position()
         if plan.markdown:
-            cursor.insertFragment(
-                markdown_fragment(
-                    plan.head + (STREAM_CURSOR if streaming else ""),
-                    MARKDOWN,
-                    self._small_format(self.colors.muted),
-                )
+            fragment, first_block = markdown_fragment(
+                plan.head + (STREAM_CURSOR if streaming else ""),
+                MARKDOWN,
+                self._small_format(self.colors.muted),
             )
+            cursor.setBlockFormat(first_block)
+            cursor.insertFragment(fragment)
             if streaming:
                 self._shade_code(start)
             else:

@@ -87,7 +87,7 @@ def test_images_never_reach_a_laid_out_document(qtbot, tmp_path: Path) -> None:
     QTextCursor(safe_doc).insertFragment(
         markdown_fragment(
             markdown, QTextDocument.MarkdownFeature.MarkdownDialectGitHub, QTextCharFormat()
-        )
+        )[0]
     )
     safe.grab()
     assert not safe_doc.resource(QTextDocument.ResourceType.ImageResource, QUrl(str(png)))

@@ -48,6 +48,9 @@ ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
 CUT_TEXT = "— earlier messages are not sent to the model (context full) —"
 EMPTY_ANSWER = "*(empty answer)*"
 SLICE_S = 0.03  # drawing a long chat yields to the event loop after this long
+# A short chat is drawn at once whatever the clock says (each message is bounded anyway), so
+# that what the window shows after a change does not depend on the machine's load.
+SLICE_MIN_MESSAGES = 24
 
 
 @dataclass
@@ -133,9 +136,10 @@ class TranscriptView(QTextBrowser):
             self._draw_more(budget_s=float("inf"))
 
     @Slot()
-    def _draw_more(self, budget_s: float = SLICE_S) -> None:
+    def _draw_more(self, budget_s: float | None = None) -> None:
         self._slice_timer.stop()
         started = time.perf_counter()
+        budget_s = SLICE_S if budget_s is None else budget_s
         cut = self.context.cut_index if self.context is not None else None
         while self.drawing:
             index = len(self._drawn)
@@ -144,7 +148,8 @@ class TranscriptView(QTextBrowser):
                 self._append_cut()
             self._append_message(index, self._messages[index], cut is not None and index < cut)
             self._drawn.append((self._keys[index], begin))
-            if time.perf_counter() - started > budget_s and self.drawing:
+            late = time.perf_counter() - started > budget_s
+            if late and self.drawing and len(self._drawn) >= SLICE_MIN_MESSAGES:
                 self._slice_timer.start()
                 break
         self._tail = self._end_cursor().position()

@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication
 
-from chatapp.gui.chat import render_policy
+from chatapp.gui.chat import render_policy, transcript
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.conversation import ChatMessage
@@ -66,12 +66,19 @@ def test_a_huge_streamed_answer_is_bounded_while_it_streams(view: ChatView) -> N
     assert "characters not shown here" in view.transcript.toPlainText()
 
 
-def test_a_long_chat_is_drawn_a_slice_at_a_time(qtbot, view: ChatView) -> None:
+def test_a_long_chat_is_drawn_a_slice_at_a_time(qtbot, view: ChatView, monkeypatch) -> None:
+    monkeypatch.setattr(transcript, "SLICE_S", 0.0)  # every slice is "late": deterministic
     messages = [
         ChatMessage("user" if i % 2 == 0 else "assistant", f"message {i} " + "word " * 300)
         for i in range(400)
     ]
     view.show_messages(messages)
     assert view.transcript.drawing  # not all at once: the event loop gets its turn
+    assert view.transcript.toPlainText().count("message ") == transcript.SLICE_MIN_MESSAGES
+    # A short chat is drawn at once, however slow the machine.
+    short = ChatView()
+    qtbot.addWidget(short)
+    short.show_messages(messages[: transcript.SLICE_MIN_MESSAGES])
+    assert not short.transcript.drawing
     qtbot.waitUntil(lambda: not view.transcript.drawing, timeout=30_000)
     assert view.transcript.toPlainText().count("message ") == 400

@@ -132,9 +132,9 @@ def decorate(
     colors: TranscriptColors,
     links: ActionLinks,
     message_index: int,
-) -> list[str]:
+) -> list[CodeGroup]:
     """Background, highlighting and a "Copy" line above each code block drawn from `start`;
-    returns the code of each block (the Copy links name them by number)."""
+    returns the groups (the Copy links name them by number)."""
     groups = code_groups(document, start, markdown)
     lexers = [lexer_for(g.language) for g in groups]  # a lexer's first use compiles its rules
     deadline = time.perf_counter() + HIGHLIGHT_BUDGET_S
@@ -152,7 +152,7 @@ def decorate(
             _insert_label(groups[number], colors, links.href("code", message_index, number))
     finally:
         cursor.endEditBlock()
-    return [g.code for g in groups]
+    return groups
 
 
 def _insert_label(group: CodeGroup, colors: TranscriptColors, href: str) -> None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal, Slot
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
@@ -23,7 +23,7 @@ from PySide6.QtGui import (
     QTextCursor,
     QTextDocument,
 )
-from PySide6.QtWidgets import QTextBrowser, QWidget
+from PySide6.QtWidgets import QMenu, QTextBrowser, QWidget
 
 from chatapp.gui.chat import code_blocks, render_policy
 from chatapp.gui.chat.colors import TranscriptColors, colors_for
@@ -91,7 +91,7 @@ class TranscriptView(QTextBrowser):
         self._keys: list[tuple[object, ...]] = []
         self._starts: list[tuple[int, int]] = []  # (document position, message index)
         self._roles: dict[int, str] = {}
-        self._code: dict[int, list[str]] = {}  # message index -> its code blocks' text
+        self._code: dict[int, list[code_blocks.CodeGroup]] = {}  # message index -> code blocks
         # Per drawn message: its draw key and the document position where its drawing begins.
         self._drawn: list[tuple[tuple[object, ...], int]] = []
         self._tail = 0  # where the drawn messages end (a streaming answer follows)
@@ -461,7 +461,19 @@ class TranscriptView(QTextBrowser):
 
     def code_of(self, index: int, number: int) -> str | None:
         code = self._code.get(index, [])
-        return code[number] if 0 <= number < len(code) else None
+        return code[number].code if 0 <= number < len(code) else None
+
+    def code_at(self, position: int) -> tuple[int, int] | None:
+        """(message index, code block number) of the code block drawn at `position`."""
+        index = self.message_at(position)
+        if index is None:
+            return None
+        for number, group in enumerate(self._code.get(index, [])):
+            first, last = group.blocks[0], group.blocks[-1]
+            valid = first.isValid() and last.isValid()
+            if valid and first.position() <= position < last.position() + last.length():
+                return index, number
+        return None
 
     @Slot(QUrl)
     def _on_anchor_clicked(self, url: QUrl) -> None:
@@ -482,15 +494,25 @@ class TranscriptView(QTextBrowser):
         elif verb == "code" and len(numbers) == 2:
             emit(self.sig_code_copy_requested, numbers[0], numbers[1])
 
-    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
-        menu = self.createStandardContextMenu(event.pos())
-        index = self.message_at(self.cursorForPosition(event.pos()).position())
+    def context_menu(self, position: int, parent_pos: QPoint) -> QMenu:
+        """The standard menu, plus actions for the message (and code block) at `position`."""
+        menu = self.createStandardContextMenu(parent_pos)
+        index = self.message_at(position)
+        code = self.code_at(position)
         if index is not None and index >= 0:
             menu.addSeparator()
+            if code is not None:
+                copy_code = menu.addAction("Copy code block")
+                copy_code.triggered.connect(lambda: emit(self.sig_code_copy_requested, *code))
             action = menu.addAction("Copy this message")
             action.triggered.connect(lambda: emit(self.sig_copy_requested, index))
             if self.is_user_message(index):
                 edit = menu.addAction("Edit and resend…")
                 edit.triggered.connect(lambda: emit(self.sig_edit_requested, index))
+        return menu
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        position = self.cursorForPosition(event.pos()).position()
+        menu = self.context_menu(position, event.pos())
         menu.exec(event.globalPos())
         menu.deleteLater()

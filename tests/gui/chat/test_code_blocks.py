@@ -4,7 +4,7 @@ fence's language from a message never picks a plugin, reads a file or costs unbo
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QPoint, QUrl
 from PySide6.QtGui import QGuiApplication, QTextCursor
 
 from chatapp.gui.chat import code_blocks
@@ -106,3 +106,23 @@ def test_large_code_is_copyable_but_not_highlighted(view: ChatView) -> None:
     assert view.transcript.code_of(0, 0) == body
     base = view.transcript.colors
     assert colours_at(view, "# n") != {base.syntax["Comment"].name()}
+
+
+def test_context_menu_copies_the_code_block_under_the_mouse(qtbot, view: ChatView) -> None:
+    view.show_messages([ChatMessage("user", "code please"), ChatMessage("assistant", ANSWER)])
+    view.flush()
+    transcript = view.transcript
+    document = transcript.document()
+
+    def menu_at(needle: str) -> dict[str, object]:
+        position = document.find(needle).selectionStart()
+        menu = transcript.context_menu(position, QPoint(0, 0))
+        qtbot.addWidget(menu)
+        return {a.text(): a for a in menu.actions()}
+
+    actions = menu_at("indented block")
+    assert "Copy code block" in actions and "Copy this message" in actions
+    QGuiApplication.clipboard().clear()
+    actions["Copy code block"].trigger()
+    assert QGuiApplication.clipboard().text() == "indented block\nsecond line"
+    assert "Copy code block" not in menu_at("Two blocks")  # prose: no code action

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chatapp.cli import checks
 from chatapp.cli.progress import ProgressBar
 from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.session import arg_checks as checks
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

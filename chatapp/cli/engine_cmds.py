@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chatapp.cli import checks
 from chatapp.cli.errors import UserError
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.session import arg_checks as checks
 
 NEW_TOKENS = checks.whole(1, checks.MAX_NEW_TOKENS, "a token count")
 

@@ -8,11 +8,11 @@ import sys
 
 from chatapp import __version__
 from chatapp.cli import convert_cmds, engine_cmds, server_cmds
-from chatapp.cli.checks import OneLineParser, printable, safe_output_streams
 from chatapp.cli.errors import UserError
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.errors import EngineError
+from chatapp.session.arg_checks import OneLineParser, printable, safe_output_streams
 
 
 def build_parser() -> argparse.ArgumentParser:

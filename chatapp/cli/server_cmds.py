@@ -7,10 +7,10 @@ import json
 import os
 import sys
 
-from chatapp.cli import checks
 from chatapp.cli.engine_cmds import add_model_args, resolve_model
 from chatapp.cli.errors import UserError
 from chatapp.engine.modes import MODES, Mode
+from chatapp.session import arg_checks as checks
 
 API_KEY_ENV = "CHATAPP_API_KEY"
 

@@ -19,6 +19,7 @@ from PySide6.QtCore import Qt, QTimer, SignalInstance
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QProgressDialog
 
+from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
@@ -27,33 +28,96 @@ from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
+from chatapp.session import arg_checks as checks
 from chatapp.session.model_jobs import Progress, prepare_default_model_job
 
 _app: QApplication | None = None  # keep a reference: Qt must not outlive its Python wrapper
 
 
+# Qt's own command-line options (QGuiApplication, QApplication, xcb): they go to Qt; anything
+# else that the GUI does not know is a mistake, said in one line, not silently ignored.
+QT_OPTIONS_WITH_VALUE = frozenset(
+    (
+        "platform", "platformpluginpath", "platformtheme", "plugin", "qwindowgeometry",
+        "qwindowicon", "qwindowtitle", "session", "style", "stylesheet", "display", "geometry",
+        "name", "title", "visual", "qmljsdebugger", "fontengine", "dialogs",
+    )
+)  # fmt: skip
+QT_FLAGS = frozenset(("reverse", "widgetcount", "nograb", "dograb", "sync", "ncols", "cmap"))
+MAX_QUIT_AFTER_MS = 24 * 3600 * 1000
+
+
+def _model_folder(value: str) -> Path:
+    """A folder name that can be one; whether it holds a model, the window says (a banner)."""
+    if not checks.text(value).strip() or "\0" in value or len(value) > checks.MAX_NAME:
+        raise argparse.ArgumentTypeError(f"{checks.printable(value)!r} is not a folder name")
+    return Path(value)
+
+
+def _device(value: str) -> str:
+    name = checks.text(value).strip().lower()
+    if name not in KNOWN_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"unknown device {checks.printable(value)!r}; choose from {', '.join(KNOWN_NAMES)} "
+            "(`chatapp devices` lists this machine's)"
+        )
+    return name
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The GUI's options; anything unknown is left for Qt (e.g. -platform, -style)."""
-    parser = argparse.ArgumentParser(
+    """The GUI's options; Qt's own (e.g. -platform, -style) are left for Qt. A bad value or
+    an unknown argument ends with one line on stderr (exit status 2), as the CLI's do."""
+    parser = checks.OneLineParser(
         prog="chatapp", description="Chat with small local language models on ONNX Runtime."
     )
-    parser.add_argument("--model", type=Path, default=None, help="model folder to open")
+    parser.add_argument("--model", type=_model_folder, default=None, help="model folder to open")
     parser.add_argument(
         "--onnx-file",
+        type=checks.onnx_file,
         default=None,
         metavar="NAME",
         help="which graph of the model folder, e.g. onnx/model_q4.onnx (see `chatapp variants`)",
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda, dml, coreml, openvino")
+    parser.add_argument(
+        "--device", type=_device, default=None, help="cpu, cuda, dml, coreml, openvino"
+    )
     parser.add_argument("--mode", choices=MODES, default=None, help="generation loop")
     parser.add_argument(
         "--quit-after-ms",
-        type=int,
+        type=checks.whole(0, MAX_QUIT_AFTER_MS, "a time in milliseconds"),
         default=None,
         metavar="N",
         help="close the window N ms after it is shown (smoke tests of packaged builds)",
     )
-    return parser.parse_known_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    problem = _not_for_qt(rest)
+    if problem:
+        parser.error(problem)
+    if args.onnx_file is not None and args.model is None:
+        parser.error("--onnx-file needs --model (the folder the graph is in)")
+    return args, rest
+
+
+def _not_for_qt(rest: list[str]) -> str:
+    """Why an argument left over by the GUI's parser is not one of Qt's ("" if all are)."""
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        name = arg.lstrip("-").split("=", 1)[0]
+        if not arg.startswith("-") or arg in ("-", "--"):
+            return (
+                f"unexpected argument {checks.printable(arg)!r} (a command name? see "
+                "`chatapp --help`)"
+            )
+        if name in QT_OPTIONS_WITH_VALUE:
+            index += 1 if "=" in arg else 2
+            if index > len(rest):
+                return f"{arg} needs a value"
+        elif name in QT_FLAGS:
+            index += 1
+        else:
+            return f"unrecognized arguments: {checks.printable(arg)}"
+    return ""
 
 
 def application(qt_args: list[str] | None = None) -> QApplication:

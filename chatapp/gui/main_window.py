@@ -77,6 +77,9 @@ class MainWindow(QMainWindow):
         self._convert_dialog: QProgressDialog | None = None
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
+        # Asked before the chat shown is replaced by an empty one; the history installs a
+        # check for unsaved messages (gui/history/unsaved.py).
+        self.may_leave_chat: Callable[[str], bool] = lambda _why: True
 
         # One worker thread and one owner of the engine for the chat and the comparison view:
         # their jobs queue on the same runner, so they never use the engine at once.
@@ -199,6 +202,10 @@ class MainWindow(QMainWindow):
         chat.sig_regenerate.connect(self._on_regenerate)
         chat.sig_new_chat.connect(self._on_new_chat)
         chat.sig_copied.connect(self._on_copied)
+        # Transcript: versions of an answer, copied code, where a hovered link goes.
+        chat.sig_version_requested.connect(c.select_version)
+        chat.sig_code_copied.connect(lambda: self.statusBar().showMessage("Copied the code.", 3000))
+        chat.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         c.sig_state_changed.connect(self._on_state_changed)
         c.sig_model_loaded.connect(self._on_model_loaded)
         c.sig_backend_changed.connect(lambda _remote: self._on_state_changed(c.state))
@@ -341,6 +348,8 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_new_chat(self) -> None:
+        if self.controller.state is State.GENERATING or not self.may_leave_chat("new chat"):
+            return
         if self.controller.new_chat():
             self.side_panel.start_answer()
             backend = self.controller.backend

@@ -93,7 +93,11 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
     def run(control: JobControl) -> Generator[object, None, CompareFinished]:
         engine = host.require()
         messages = [Message("system", request.system_prompt)] if request.system_prompt else []
-        ids = engine.tokenizer.chat_ids([*messages, Message("user", request.prompt)])
+        # Bounded: a prompt (or system prompt) longer than the context is refused before it
+        # is tokenized whole (ContextOverflowError says so in words).
+        ids = engine.tokenizer.chat_ids(
+            [*messages, Message("user", request.prompt)], engine.max_context
+        )
         yield ProgressLine("Warming up both loops…")
         control.flush()
         run_interleaved(engine, ids, WARMUP_TOKENS)
@@ -149,6 +153,10 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
     def run(control: JobControl) -> Generator[object, None, SweepFinished]:
         engine = host.require()
         for number, target in enumerate(request.contexts, start=1):
+            if target + request.max_new_tokens >= engine.max_context:
+                # Checked before the filler text is built: its size follows `target`.
+                yield ProgressLine(f"Context {target}: longer than the model's context.")
+                continue
             ids = bench_prompt_ids(engine, request.prompt, target)
             if len(ids) + request.max_new_tokens >= engine.max_context:
                 yield ProgressLine(f"Context {target}: longer than the model's context.")

@@ -38,6 +38,9 @@ class TurnTokens:
     stop: int  # one past its last message
     tokens: int  # what the turn adds to the prompt
     sent: bool
+    # What each of its messages adds (they sum to `tokens`): a message's figure never changes
+    # as the chat grows, a turn's grows once when its answer arrives.
+    message_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,20 @@ class ContextReport:
             if turn.start == index:
                 return turn
         return None
+
+    def turn_holding(self, index: int) -> TurnTokens | None:
+        for turn in self.turns:
+            if turn.start <= index < turn.stop:
+                return turn
+        return None
+
+    def message_tokens(self, index: int) -> int | None:
+        """The tokens conversation message `index` adds to the prompt (None: not measured)."""
+        turn = self.turn_holding(index)
+        if turn is None or index >= self.message_count:
+            return None
+        offset = index - turn.start
+        return turn.message_tokens[offset] if offset < len(turn.message_tokens) else None
 
     def describe(self) -> str:
         """One sentence for a tooltip."""
@@ -133,7 +150,8 @@ def fit_messages(
     fit = fit_to_context(list(messages), count_tokens, limit=limit, reserve=reserve)
     offset = fit.pinned_count  # engine index - offset = conversation index
     turns = tuple(
-        TurnTokens(t.start - offset, t.stop - offset, t.tokens, t.kept) for t in fit.turns
+        TurnTokens(t.start - offset, t.stop - offset, t.tokens, t.kept, t.message_tokens)
+        for t in fit.turns
     )
     report = ContextReport(
         request_id=request_id,

@@ -12,12 +12,42 @@ from chatapp.engine.chat import Message
 from chatapp.engine.figures import AnswerFigures
 
 
+@dataclass(frozen=True)
+class AnswerVersion:
+    """One version of an answer (Regenerate keeps the earlier ones)."""
+
+    content: str
+    figures: AnswerFigures | None = None
+
+
 @dataclass
 class ChatMessage:
     role: str  # "user" | "assistant"
-    content: str
+    content: str  # the version shown: what the model sees when the chat goes on
     figures: AnswerFigures | None = None  # assistant messages only
     id: int | None = None  # the history store's message id, once stored
+    # An answer's other versions in order; this one sits at `version` among them all:
+    # others[:version] + [this] + others[version:] (the history keeps them the same way).
+    others: tuple[AnswerVersion, ...] = ()
+    version: int = 0
+
+    @property
+    def version_count(self) -> int:
+        return len(self.others) + 1
+
+    def versions(self) -> list[AnswerVersion]:
+        shown = AnswerVersion(self.content, self.figures)
+        return [*self.others[: self.version], shown, *self.others[self.version :]]
+
+    def select(self, version: int) -> bool:
+        """Show version `version` (0-based); False if there is no such version."""
+        if not 0 <= version < self.version_count or version == self.version:
+            return False
+        everything = self.versions()
+        chosen = everything.pop(version)
+        self.content, self.figures = chosen.content, chosen.figures
+        self.others, self.version = tuple(everything), version
+        return True
 
 
 @dataclass
@@ -40,8 +70,15 @@ class Conversation:
         self.messages.append(message)
         return message
 
-    def add_answer(self, text: str, figures: AnswerFigures | None) -> ChatMessage:
+    def add_answer(
+        self, text: str, figures: AnswerFigures | None, replaces: ChatMessage | None = None
+    ) -> ChatMessage:
+        """The new answer; a regenerated one (`replaces` the answer before) keeps that
+        answer's versions as its others and is shown as the last version."""
         message = ChatMessage("assistant", text, figures)
+        if replaces is not None and replaces.role == "assistant":
+            message.others = tuple(replaces.versions())
+            message.version = len(message.others)
         self.messages.append(message)
         return message
 

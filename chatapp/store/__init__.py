@@ -15,6 +15,7 @@ from chatapp.store.errors import (
 )
 from chatapp.store.history import HistoryStore, default_history_path, open_default_store
 from chatapp.store.models import (
+    Alternative,
     ConversationDraft,
     ConversationInfo,
     Figures,
@@ -26,6 +27,7 @@ from chatapp.store.models import (
 from chatapp.store.recovery import Recovery
 
 __all__ = [
+    "Alternative",
     "ContextFit",
     "ConversationDraft",
     "ConversationInfo",

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from itertools import pairwise
+from typing import Generic, Protocol, TypeVar, cast
 
 
 class MessageLike(Protocol):
@@ -34,8 +35,9 @@ M = TypeVar("M", bound=MessageLike)
 class Turn:
     start: int  # index of its first message in the list given to fit_to_context
     stop: int  # one past its last message
-    tokens: int  # what it adds to the rendered prompt (template overhead included)
+    tokens: int  # what it adds to the rendered prompt (its messages' template markers included)
     kept: bool
+    message_tokens: tuple[int, ...] = ()  # the same, message by message (they add up to tokens)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,16 @@ def split_turns(messages: Sequence[MessageLike], first: int = 0) -> list[tuple[i
     return bounds
 
 
+@dataclass(frozen=True)
+class _Probe:
+    role: str
+    content: str
+
+
+# A short exchange to measure what a template adds to every prompt whatever the messages.
+PROBE_TURN = (_Probe("user", "Hello"), _Probe("assistant", "Hello"))
+
+
 def fit_to_context(
     messages: Sequence[M],
     count_tokens: Callable[[list[M]], int],
@@ -99,11 +111,15 @@ def fit_to_context(
     """Keep the leading system messages and the newest turns whose rendered prompt plus
     `reserve` fits in `limit` tokens.
 
-    `count_tokens` is called once per turn alone (the per-turn figures; small prompts), and
-    on whole prompts only about twice: the per-turn figures add up to a close estimate of where
-    to cut, which one or two exact counts confirm. A cut is minimal on the assumption that
-    dropping a turn never makes the prompt longer. (A whole prompt is what costs: 12 000 tokens
-    take about 30 ms to render and count with SmolLM2's tokenizer.)
+    `count_tokens` is called on each turn alone and on its first message alone (the per-turn
+    and per-message figures; small prompts, which the session memoizes), and on whole prompts
+    only about twice: the per-turn figures add up to a close estimate of where to cut, which
+    one or two exact counts confirm. A cut is minimal on the assumption that dropping a turn
+    never makes the prompt longer. (A whole prompt is what costs: 12 000 tokens take about
+    30 ms to render and count with SmolLM2's tokenizer.)
+
+    A turn's figure depends on that turn (and the system prompt) only, never on the turns
+    around it: the same question shows the same figure however the chat grows.
     """
     if limit <= 0:
         raise ValueError(f"limit must be positive, not {limit}")
@@ -131,20 +147,16 @@ def fit_to_context(
     # Each turn on its own after the system prompt: the template's per-message overhead is
     # counted in, the shared overhead (e.g. the generation prompt) is counted once, in pinned.
     alone = [count_tokens(pinned + msgs[a:b]) for a, b in bounds]
-    overhead = pinned_tokens
-    if not pinned and len(bounds) >= 2:
-        # Nothing pinned, but the template still adds text to every prompt (SmolLM2's inserts a
-        # default system prompt, most add a generation prompt): A + B - (A and B together) is
-        # that shared part, counted once here rather than once in every turn.
-        (a, _), (_, b) = bounds[-2], bounds[-1]
-        overhead = max(0, alone[-2] + alone[-1] - count_tokens(msgs[a:b]))
+    overhead = pinned_tokens if pinned or not bounds else _shared_overhead(count_tokens)
     per_turn = [n - overhead for n in alone]
 
     drop = _smallest_drop(per_turn, overhead, budget, total)
 
     turns = tuple(
-        Turn(a, b, tokens, kept=i >= drop)
-        for i, ((a, b), tokens) in enumerate(zip(bounds, per_turn, strict=True))
+        Turn(
+            a, b, tokens, i >= drop, _message_tokens(pinned, msgs, a, b, n, overhead, count_tokens)
+        )
+        for i, ((a, b), tokens, n) in enumerate(zip(bounds, per_turn, alone, strict=True))
     )
     start = bounds[drop][0] if bounds else len(msgs)
     return ContextFit(
@@ -158,6 +170,35 @@ def fit_to_context(
         limit=limit,
         reserve=reserve,
     )
+
+
+def _shared_overhead(count_tokens: Callable[[list[M]], int]) -> int:
+    """What the template adds to every prompt when no system message is pinned (SmolLM2's
+    inserts a default system prompt, most add a generation prompt): with a probe turn P,
+    P + P - (P and P together) is that shared part, counted once in the overhead rather than
+    once in every turn. Measured on the probe rather than on the chat's own turns, so that it
+    never changes as the chat grows (it used to: the same question read 37, 60, then 35)."""
+    probe = cast(list[M], list(PROBE_TURN))  # count_tokens reads only .role and .content
+    try:
+        return max(0, 2 * count_tokens(probe) - count_tokens(probe + probe))
+    except Exception:  # a template that refuses the probe: turns then include the shared part
+        return 0
+
+
+def _message_tokens(
+    pinned: list[M],
+    msgs: list[M],
+    start: int,
+    stop: int,
+    turn_alone: int,
+    overhead: int,
+    count_tokens: Callable[[list[M]], int],
+) -> tuple[int, ...]:
+    """The tokens each message of a turn adds: the question alone, then what each following
+    message adds to it (for a question and its answer: one more short count)."""
+    prefixes = [count_tokens(pinned + msgs[start:k]) for k in range(start + 1, stop)]
+    cumulative = [overhead, *prefixes, turn_alone]
+    return tuple(max(0, b - a) for a, b in pairwise(cumulative))
 
 
 def _smallest_drop(

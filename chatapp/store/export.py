@@ -23,7 +23,11 @@ UTF-8 JSON object::
              "ttft_s": float, "perplexity": float, "prompt_perplexity": float,
              "prompt_tokens": int, "reused_tokens": int, "generated_tokens": int,
              "context_length": int, "finish_reason": "eos" | "length" | "stop" | "error",
-             "model": str, "h2d_bytes_per_token": float, "d2h_bytes_per_token": float}}
+             "model": str, "h2d_bytes_per_token": float, "d2h_bytes_per_token": float},
+           "alternatives": [                   # optional, assistant only: the answer's other
+             {"content": "Hi!", "created": "<ISO 8601>", "figures": {...}}   # versions
+           ],
+           "version": 1}                       # optional: where this one sits among them all
         ]
       }
     }
@@ -31,6 +35,11 @@ UTF-8 JSON object::
 "figures" has one key per field of chatapp.engine.figures.AnswerFigures (a string, a whole
 number >= 0 or a number, as the field's type says): a figure added there is exported and
 imported without a change here, and keeps version 1 (an older reader ignores the key).
+An answer that was regenerated carries its other versions in order ("alternatives"), and
+"version" places the one in "content" among them: all versions are
+alternatives[:version] + [this] + alternatives[version:]. A reader that does not know these
+keys imports the version shown, which is what the model saw. Each alternative counts as a
+message against the import limits.
 Any value shown may be null where the store has "unknown". Times carry a UTC offset. Unknown
 keys are ignored: adding optional keys keeps version 1; anything an old reader would get wrong
 bumps the version. `parse_json` checks everything before the store writes anything.
@@ -61,11 +70,13 @@ from chatapp.store.models import (
     FIGURE_INTS,
     FIGURE_TEXTS,
     ROLES,
+    Alternative,
     ConversationDraft,
     Figures,
     MessageDraft,
     Role,
     StoredConversation,
+    StoredMessage,
     from_iso,
     to_iso,
 )
@@ -107,6 +118,9 @@ def to_json_dict(conv: StoredConversation, exported: datetime | None = None) -> 
         item: dict[str, Any] = {"role": m.role, "content": m.content, "created": to_iso(m.created)}
         if m.figures is not None:
             item["figures"] = m.figures.to_dict()
+        if m.alternatives:
+            item["alternatives"] = [_alternative_dict(a) for a in m.alternatives]
+            item["version"] = m.version
         messages.append(item)
     return {
         "format": FORMAT,
@@ -122,6 +136,15 @@ def to_json_dict(conv: StoredConversation, exported: datetime | None = None) -> 
             "messages": messages,
         },
     }
+
+
+def _alternative_dict(other: Alternative) -> dict[str, Any]:
+    item: dict[str, Any] = {"content": other.content}
+    if other.created is not None:
+        item["created"] = to_iso(other.created)
+    if other.figures is not None:
+        item["figures"] = other.figures.to_dict()
+    return item
 
 
 def to_json(conv: StoredConversation, exported: datetime | None = None) -> str:
@@ -208,14 +231,11 @@ def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
         raise ImportFormatError(
             f"must be a list, found {_show(raw_messages)}", "conversation.messages"
         )
-    if len(raw_messages) > LIMITS.messages:
-        raise ImportTooLargeError(
-            f"This chat export has {len(raw_messages)} messages; chatapp imports chats of up "
-            f"to {LIMITS.messages}. Nothing was imported."
-        )
+    _check_message_count(len(raw_messages))
     messages = tuple(
         _message_from(raw, f"conversation.messages[{i}]", now) for i, raw in enumerate(raw_messages)
     )
+    _check_message_count(sum(1 + len(m.alternatives) for m in messages))
     return ConversationDraft(
         title=title,
         created=created,
@@ -224,6 +244,14 @@ def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
         system_prompt=system_prompt or "",
         messages=messages,
     )
+
+
+def _check_message_count(count: int) -> None:
+    if count > LIMITS.messages:
+        raise ImportTooLargeError(
+            f"This chat export has {count} messages (other versions of answers included); "
+            f"chatapp imports chats of up to {LIMITS.messages}. Nothing was imported."
+        )
 
 
 def _message_from(raw: Any, where: str, now: datetime) -> MessageDraft:
@@ -238,7 +266,35 @@ def _message_from(raw: Any, where: str, now: datetime) -> MessageDraft:
         if role != "assistant":
             raise ImportFormatError("only assistant messages have figures", where)
         figures = _figures_from(obj["figures"], f"{where}.figures")
-    return MessageDraft(cast(Role, role), content, figures, created)
+    others: tuple[Alternative, ...] = ()
+    version = 0
+    if obj.get("alternatives") is not None:
+        if role != "assistant":
+            raise ImportFormatError("only assistant messages have other versions", where)
+        others = _alternatives_from(obj["alternatives"], f"{where}.alternatives", now)
+        version = obj.get("version", 0)
+        if not (_is_int(version) and 0 <= version <= len(others)):
+            raise ImportFormatError(
+                f"must be a whole number from 0 to {len(others)}, found {_show(version)}",
+                f"{where}.version",
+            )
+    return MessageDraft(cast(Role, role), content, figures, created, others, version)
+
+
+def _alternatives_from(raw: Any, where: str, now: datetime) -> tuple[Alternative, ...]:
+    if not isinstance(raw, list):
+        raise ImportFormatError(f"must be a list, found {_show(raw)}", where)
+    _check_message_count(len(raw))
+    others = []
+    for i, item in enumerate(raw):
+        obj = _object(item, f"{where}[{i}]")
+        content = _string(obj.get("content"), f"{where}[{i}].content", LIMITS.message_chars)
+        created = _time(obj.get("created"), f"{where}[{i}].created", now)
+        figures = None
+        if obj.get("figures") is not None:
+            figures = _figures_from(obj["figures"], f"{where}[{i}].figures")
+        others.append(Alternative(content, figures, created))
+    return tuple(others)
 
 
 def _figures_from(raw: Any, where: str) -> Figures | None:
@@ -328,11 +384,27 @@ def to_markdown(conv: StoredConversation, tz: tzinfo | None = None) -> str:
         lines += [f"> {line}".rstrip() for line in info.system_prompt.strip().splitlines()]
         lines.append("")
     for m in conv.messages:
-        lines += ["---", "", f"### {m.role.capitalize()} · {_when(m.created, tz)}", ""]
+        count = len(m.alternatives) + 1
+        which = f" · answer {m.version + 1} of {count}" if count > 1 else ""
+        lines += ["---", "", f"### {m.role.capitalize()} · {_when(m.created, tz)}{which}", ""]
         lines += [m.content.rstrip("\n"), ""]
         if m.figures is not None:
             lines += [f"*{figures_line(m.figures)}*", ""]
+        for number, other in _numbered_others(m):
+            when = f" · {_when(other.created, tz)}" if other.created is not None else ""
+            lines += [f"#### Other answer {number} of {count}{when}", ""]
+            lines += [other.content.rstrip("\n"), ""]
+            if other.figures is not None:
+                lines += [f"*{figures_line(other.figures)}*", ""]
     return "\n".join(lines)
+
+
+def _numbered_others(message: StoredMessage) -> list[tuple[int, Alternative]]:
+    """The other versions of an answer with their numbers among all versions (1-based)."""
+    return [
+        (i + 1 if i < message.version else i + 2, other)
+        for i, other in enumerate(message.alternatives)
+    ]
 
 
 def figures_line(fig: Figures) -> str:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from chatapp.datadir import data_dir
-from chatapp.store import export, schema
+from chatapp.store import alternatives, export, schema
 from chatapp.store.errors import (
     ConversationNotFoundError,
     MessageNotFoundError,
@@ -73,6 +73,7 @@ from chatapp.store.rows import (
     MESSAGE_COLUMNS,
     check_draft,
     conversation_info,
+    figure_values,
     fold,
     lastrowid,
     message_from_row,
@@ -212,6 +213,15 @@ class HistoryStore:
         """Close the connection; the last one to close folds the -wal file back in."""
         self._conn.close()
 
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another instance's lock before StoreBusyError. The
+        window shortens it while retrying saves that failed, so that a history another
+        process keeps locked does not freeze the window at every attempt."""
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout={max(0, round(seconds * 1000))}")
+        except sqlite3.Error as exc:
+            raise wrap(exc, self.path) from exc
+
     def __enter__(self) -> HistoryStore:
         return self
 
@@ -334,7 +344,9 @@ class HistoryStore:
                 "ORDER BY position",
                 (conversation_id,),
             ).fetchall()
-        return StoredConversation(info, tuple(message_from_row(row) for row in rows))
+            others = alternatives.load(conn, conversation_id)
+        messages = [message_from_row(row) for row in rows]
+        return StoredConversation(info, alternatives.with_alternatives(messages, others))
 
     def _info(self, conn: sqlite3.Connection, conversation_id: int) -> ConversationInfo:
         row = conn.execute(
@@ -397,6 +409,12 @@ class HistoryStore:
             self._touch(conn, conversation_id)
         return stored
 
+    def select_alternative(self, message_id: int, version: int) -> None:
+        """Show version `version` (0-based) of answer `message_id`: its text and figures become
+        the message's, the one shown so far joins the others (store/alternatives.py)."""
+        with self._write() as conn:
+            alternatives.select(conn, message_id, version)
+
     def truncate_after(self, message_id: int) -> int:
         """Drop every message after `message_id`; returns how many went."""
         with self._write() as conn:
@@ -432,12 +450,11 @@ class HistoryStore:
             check_draft(draft)
             created = draft.created or self._now()
             figures = draft.figures if draft.figures and not draft.figures.is_empty() else None
-            values = figures.to_dict() if figures else dict.fromkeys(FIGURE_COLUMNS)
             # Position computed under the write lock: two instances never pick the same one.
             cur = conn.execute(
                 "INSERT INTO messages (conversation_id, position, role, content, created, "
-                f"{', '.join(FIGURE_COLUMNS)}) "
-                "SELECT ?, coalesce(max(position) + 1, 0), ?, ?, ?, "
+                f"version, {', '.join(FIGURE_COLUMNS)}) "
+                "SELECT ?, coalesce(max(position) + 1, 0), ?, ?, ?, ?, "
                 f"{', '.join('?' for _ in FIGURE_COLUMNS)} "
                 "FROM messages WHERE conversation_id = ?",
                 (
@@ -445,7 +462,8 @@ class HistoryStore:
                     draft.role,
                     draft.content,
                     to_iso(created),
-                    *(values[c] for c in FIGURE_COLUMNS),
+                    draft.version,
+                    *figure_values(figures),
                     conversation_id,
                 ),
             )
@@ -453,6 +471,7 @@ class HistoryStore:
             (position,) = conn.execute(
                 "SELECT position FROM messages WHERE id = ?", (message_id,)
             ).fetchone()
+            others = alternatives.insert(conn, message_id, draft.alternatives, self._now)
             stored.append(
                 StoredMessage(
                     message_id,
@@ -462,6 +481,8 @@ class HistoryStore:
                     draft.content,
                     created.astimezone(UTC),
                     figures,
+                    others,
+                    draft.version,
                 )
             )
         return stored

@@ -19,6 +19,16 @@ FIGURE_INTS = tuple(f.name for f in FIGURES if f.kind is int)
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """Another version of an answer: one that Regenerate replaced, or one the user switched
+    away from (store/alternatives.py)."""
+
+    content: str
+    figures: Figures | None = None
+    created: datetime | None = None  # None in a draft: the time it is stored
+
+
+@dataclass(frozen=True)
 class MessageDraft:
     """A message not stored yet (for `replace_after` and imports)."""
 
@@ -26,6 +36,9 @@ class MessageDraft:
     content: str
     figures: Figures | None = None
     created: datetime | None = None  # None: the time it is stored
+    # An answer's other versions, in order; this one sits at `version` among them all.
+    alternatives: tuple[Alternative, ...] = ()
+    version: int = 0
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,10 @@ class StoredMessage:
     content: str
     created: datetime  # timezone-aware, UTC
     figures: Figures | None = None  # assistant answers only; None when nothing is known
+    # An answer's other versions in order (`created` set); all of them, in order, are
+    # alternatives[:version] + [this message] + alternatives[version:].
+    alternatives: tuple[Alternative, ...] = ()
+    version: int = 0
 
 
 @dataclass(frozen=True)

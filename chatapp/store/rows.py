@@ -21,7 +21,7 @@ from chatapp.store.models import (
 )
 
 FIGURE_COLUMNS = FIGURE_TEXTS + FIGURE_FLOATS + FIGURE_INTS
-MESSAGE_COLUMNS = "id, conversation_id, position, role, content, created, " + ", ".join(
+MESSAGE_COLUMNS = "id, conversation_id, position, role, content, created, version, " + ", ".join(
     FIGURE_COLUMNS
 )
 CONVERSATION_COLUMNS = (
@@ -52,6 +52,26 @@ def check_draft(draft: MessageDraft) -> None:
         raise ValueError(f"role must be 'user' or 'assistant', not {draft.role!r}")
     if draft.figures is not None and draft.role != "assistant":
         raise ValueError("only assistant messages have figures")
+    if draft.alternatives and draft.role != "assistant":
+        raise ValueError("only assistant messages have other versions")
+    if not 0 <= draft.version <= len(draft.alternatives):
+        raise ValueError(
+            f"version {draft.version} is not among the {len(draft.alternatives) + 1} versions"
+        )
+
+
+def figures_or_none(values: Sequence[Any]) -> Figures | None:
+    """The figures of one row's figure columns (in FIGURE_COLUMNS order); None if empty."""
+    figures = Figures(**dict(zip(FIGURE_COLUMNS, values, strict=True)))
+    return None if figures.is_empty() else figures
+
+
+def figure_values(figures: Figures | None) -> tuple[Any, ...]:
+    """The figure columns' values for `figures` (all NULL for None or empty figures)."""
+    if figures is None or figures.is_empty():
+        return (None,) * len(FIGURE_COLUMNS)
+    values = figures.to_dict()
+    return tuple(values[c] for c in FIGURE_COLUMNS)
 
 
 def lastrowid(cur: sqlite3.Cursor) -> int:
@@ -73,8 +93,6 @@ def conversation_info(row: Sequence[Any]) -> ConversationInfo:
 
 
 def message_from_row(row: Sequence[Any]) -> StoredMessage:
-    values = dict(zip(FIGURE_COLUMNS, row[6:], strict=True))
-    figures = Figures(**values)
     return StoredMessage(
         id=int(row[0]),
         conversation_id=int(row[1]),
@@ -82,5 +100,6 @@ def message_from_row(row: Sequence[Any]) -> StoredMessage:
         role=cast(Role, row[3]),
         content=str(row[4]),
         created=from_iso(row[5]),
-        figures=None if figures.is_empty() else figures,
+        version=int(row[6]),
+        figures=figures_or_none(row[7:]),
     )

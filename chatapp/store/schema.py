@@ -3,13 +3,14 @@
 `MIGRATIONS[n]` turns a version n-1 database into version n; version 0 is an empty file.
 
 A figure's column comes from the figures record (chatapp/engine/figures.py): a field with
-`since=N` is added by version N's migration, nothing to write here. Any other change to the
+`since=N` is added by version N's migration, to each table in FIGURE_TABLES (answers and
+their other versions), nothing to write here. Any other change to the
 schema is one function in STRUCTURE:
 
-    def _v3(conn: sqlite3.Connection) -> None:
+    def _v4(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE INDEX messages_by_created ON messages (created)")
 
-    STRUCTURE = {1: _v1, 3: _v3}
+    STRUCTURE = {1: _v1, 3: _v3, 4: _v4}
 
 All pending steps run in one IMMEDIATE transaction together with the `user_version` bump, so a
 crash or error mid-way leaves the file at its old version, and two instances starting at once
@@ -91,9 +92,39 @@ _V1_STATEMENTS = (
 )
 
 
+ALTERNATIVES_SINCE = 3
+
+
+def _v3(conn: sqlite3.Connection) -> None:
+    # Regenerate keeps the earlier answers (store/alternatives.py): an answer's row in
+    # `messages` holds the version shown, `alternatives` the others in order, and `version`
+    # where the shown one sits among them all. Its figure columns are the record's as of this
+    # version; later figures get a column here too (`_version`).
+    conn.execute(
+        "ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0 CHECK (version >= 0)"
+    )
+    figures = ", ".join(f"{f.name} {f.sql_type}" for f in FIGURES if f.since <= ALTERNATIVES_SINCE)
+    conn.execute(
+        f"""
+        CREATE TABLE alternatives (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            message_id  INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+            ordinal     INTEGER NOT NULL CHECK (ordinal >= 0),
+            content     TEXT NOT NULL,
+            created     TEXT NOT NULL,
+            {figures},
+            UNIQUE (message_id, ordinal)
+        )
+        """
+    )
+
+
 # Version 1 lists its figure columns itself: it is history, whatever the record becomes.
 # (tests/store/test_schema.py checks it against the record's `since=1` fields.)
-STRUCTURE: dict[int, Migration] = {1: _v1}
+STRUCTURE: dict[int, Migration] = {1: _v1, ALTERNATIVES_SINCE: _v3}
+# Tables with one column per figure, and the version that created each with the record's
+# figures of that time: a figure added later gets an ALTER TABLE in each.
+FIGURE_TABLES = {"messages": 1, "alternatives": ALTERNATIVES_SINCE}
 
 
 def _version(number: int) -> Migration:
@@ -102,10 +133,12 @@ def _version(number: int) -> Migration:
     def step(conn: sqlite3.Connection) -> None:
         if number in STRUCTURE:
             STRUCTURE[number](conn)
-        if number > 1:
+        for table, created in FIGURE_TABLES.items():
+            if number <= created:
+                continue
             for figure in FIGURES:
                 if figure.since == number:
-                    conn.execute(f"ALTER TABLE messages ADD COLUMN {figure.name} {figure.sql_type}")
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {figure.name} {figure.sql_type}")
 
     return step
 

@@ -87,5 +87,5 @@ def test_figure_columns_follow_the_record_through_the_migrations(tmp_path: Path)
     assert not {f.name for f in FIGURES if f.since > 1} & set(columns(conn))
     migrate(conn, "h")
     assert columns(conn).items() >= {f.name: f.sql_type for f in FIGURES}.items()
-    assert CURRENT_VERSION == max(f.since for f in FIGURES) == 2
+    assert max(f.since for f in FIGURES) <= CURRENT_VERSION
     conn.close()

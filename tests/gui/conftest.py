@@ -85,6 +85,7 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
 
     yield make
     for window in windows:
+        answer_unsaved(window, "discard")  # a test's unsaved chat must not ask (no one answers)
         window.close()
         assert window.runner.worker_thread.isFinished()
         window.deleteLater()
@@ -104,6 +105,20 @@ def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[GenerateRequest]:
 
     monkeypatch.setattr(controller, "generate_job", recording)
     return requests
+
+
+def answer_unsaved(window: MainWindow, answer: str) -> list[tuple[str, str]]:
+    """Answer "this chat is not saved" questions with `answer`; returns the questions asked."""
+    asked: list[tuple[str, str]] = []
+    ui = getattr(window, "history", None)
+    if ui is not None:
+
+        def ask(title: str, text: str, _discard: str) -> str:
+            asked.append((title, text))
+            return answer
+
+        ui.unsaved.ask = ask
+    return asked
 
 
 def set_sampling(window: MainWindow, settings: SamplingSettings) -> None:

@@ -100,7 +100,7 @@ def test_count_tokens_is_called_sparingly() -> None:
 
     fit = fit_to_context(conversation(64), counting, limit=400, reserve=50)
     assert fit.dropped_turns > 0
-    assert calls <= 64 + 7 + 2  # per-turn figures + a binary search
+    assert calls <= 2 * 64 + 7 + 2  # per-turn and per-message figures + a binary search
 
 
 def test_any_object_with_role_and_content() -> None:
@@ -140,7 +140,26 @@ def test_template_overhead_without_a_system_prompt_is_counted_once() -> None:
     assert fit.overhead_tokens + sum(t.tokens for t in fit.turns) == fit.prompt_tokens
     with_system = fit_to_context(conversation(3), count, limit=1000)
     assert with_system.overhead_tokens == with_system.pinned_tokens
-    assert fit_to_context(msgs[:2], templated, limit=1000).overhead_tokens == 0  # one turn: unknown
+    # The same with one turn: a turn's figure never depends on the turns around it.
+    for turns in range(1, 4):
+        grown = fit_to_context(msgs[: 2 * turns], templated, limit=1000)
+        assert grown.overhead_tokens == default_system + GENERATION_PROMPT
+        assert grown.turns[0].tokens == 2 * (PER_MESSAGE + 10)
+        assert grown.turns[0].message_tokens == (PER_MESSAGE + 10, PER_MESSAGE + 10)
+    question = fit_to_context(msgs[:1], templated, limit=1000)  # not answered yet
+    assert question.turns[0].message_tokens == (PER_MESSAGE + 10,)
+
+
+def test_a_template_that_refuses_the_probe_counts_its_shared_part_in_every_turn() -> None:
+    def strict(messages: list[Message]) -> int:
+        if any(m.content == "Hello" for m in messages):
+            raise ValueError("the template wants something else")
+        return 20 + count(messages)
+
+    msgs = conversation(2, system=None)
+    fit = fit_to_context(msgs, strict, limit=1000)
+    assert fit.overhead_tokens == 0
+    assert [t.tokens for t in fit.turns] == [20 + count(msgs[:2])] * 2
 
 
 def test_whole_prompts_are_counted_only_about_twice() -> None:

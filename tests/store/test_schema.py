@@ -13,6 +13,8 @@ from chatapp.store.models import Figures
 from chatapp.store.schema import CURRENT_VERSION, MIGRATIONS, Migration, migrate
 from tests.store.conftest import raw
 
+NEXT = CURRENT_VERSION + 1  # a version a later chatapp might add
+
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
@@ -21,7 +23,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 def test_fresh_database_gets_current_version_and_tables(db_path: Path) -> None:
     HistoryStore(db_path).close()
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 3
     assert {"conversations", "messages"} <= {
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
@@ -56,7 +58,7 @@ def _add_seed(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE messages SET seed = 7")
 
 
-def test_v1_database_migrates_to_v2_keeping_figures(db_path: Path) -> None:
+def test_v1_database_migrates_to_the_current_version_keeping_figures(db_path: Path) -> None:
     conn = sqlite3.connect(db_path, isolation_level=None)
     migrate(conn, db_path, {1: MIGRATIONS[1]})  # a file written by the app before v2
     now = "2026-11-01T10:00:00+00:00"
@@ -73,7 +75,7 @@ def test_v1_database_migrates_to_v2_keeping_figures(db_path: Path) -> None:
     )
     conn.close()
     with HistoryStore(db_path) as s:
-        assert s.diagnostics()["schema_version"] == 2
+        assert s.diagnostics()["schema_version"] == CURRENT_VERSION
         conv = s.load_conversation(1)
         figures = conv.messages[1].figures
         assert figures is not None and figures.tokens_per_s == 12.5
@@ -84,16 +86,16 @@ def test_v1_database_migrates_to_v2_keeping_figures(db_path: Path) -> None:
 
 def test_current_database_migrates_forward_keeping_data(db_path: Path) -> None:
     with HistoryStore(db_path) as s:
-        conv = s.create_conversation("before v3")
+        conv = s.create_conversation("before the next version")
         s.append_message(conv.id, "user", "hello")
 
-    with HistoryStore(db_path, migrations={**MIGRATIONS, 3: _add_seed}) as s:
-        assert s.diagnostics()["schema_version"] == 3
+    with HistoryStore(db_path, migrations={**MIGRATIONS, NEXT: _add_seed}) as s:
+        assert s.diagnostics()["schema_version"] == NEXT
         loaded = s.load_conversation(conv.id)
         assert [m.content for m in loaded.messages] == ["hello"]
 
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == NEXT
     assert conn.execute("SELECT seed FROM messages").fetchall() == [(7,)]
     conn.close()
 
@@ -124,9 +126,9 @@ def test_failing_migration_changes_nothing(db_path: Path) -> None:
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        HistoryStore(db_path, migrations={**MIGRATIONS, 3: broken})
+        HistoryStore(db_path, migrations={**MIGRATIONS, NEXT: broken})
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert "half_done" not in names
     conn.close()
@@ -141,9 +143,9 @@ def test_migration_that_commits_on_its_own_is_caught(db_path: Path) -> None:
         conn.executescript("CREATE TABLE y (a);")  # commits the open transaction (3.11)
 
     with pytest.raises(StoreError, match="ended the transaction"):
-        HistoryStore(db_path, migrations={**MIGRATIONS, 3: sneaky})
+        HistoryStore(db_path, migrations={**MIGRATIONS, NEXT: sneaky})
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION
     conn.close()
 
 

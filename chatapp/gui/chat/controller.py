@@ -233,6 +233,17 @@ class ChatController(QObject):
         self._request(options)
         return True
 
+    def select_version(self, index: int, version: int) -> bool:
+        """Show version `version` of answer `index` (Regenerate keeps the earlier answers);
+        the chat then goes on from that one: it is what the model sees."""
+        messages = self.conversation.messages
+        if self.state is State.GENERATING or not 0 <= index < len(messages):
+            return False
+        if not messages[index].select(version):
+            return False
+        emit(self.sig_conversation_changed, self.conversation)
+        return True
+
     def measure_context(self, options: GenerationOptions) -> bool:
         """Ask the worker what of this conversation the next answer would send (sig_context)."""
         if self.state is not State.READY or not self.conversation.messages:
@@ -315,10 +326,13 @@ class ChatController(QObject):
     def _on_finished(self, result: AnswerResult) -> None:
         request_id = self._answer.request_id if self._answer is not None else 0
         self._answer = None
-        self._replaced = None
+        replaced, self._replaced = self._replaced, None
         # The final figures (a chatapp server sends its own with the last chunk).
         emit(self.sig_stats, StatsSnapshot.of(request_id, result.stats))
-        message = self.conversation.add_answer(result.text, answer_figures(result.stats))
+        # A new answer to the same question keeps the one(s) it replaces as other versions.
+        message = self.conversation.add_answer(
+            result.text, answer_figures(result.stats), replaced[0] if replaced else None
+        )
         self.streaming_text = ""
         self._set_state(State.READY)
         emit(self.sig_answer_finished, message)
@@ -331,8 +345,13 @@ class ChatController(QObject):
         replaced, self._replaced = self._replaced, None
         stats = failure_stats(error.partial)
         if stats is not None and stats.generated_tokens > 0:
-            # Keep what was written before the fault, marked as failed.
-            self.conversation.add_answer(self.streaming_text, answer_figures(stats, "error"))
+            # Keep what was written before the fault, marked as failed (the answer it was to
+            # replace stays one of its versions).
+            self.conversation.add_answer(
+                self.streaming_text,
+                answer_figures(stats, "error"),
+                replaced[0] if replaced else None,
+            )
         elif replaced is not None:
             # A regenerate that wrote nothing: the answer it was to replace comes back.
             self.conversation.messages.extend(replaced)

@@ -1,55 +1,45 @@
-"""The chat view: a Markdown transcript, the prompt box and the send / stop / regenerate row."""
+"""The chat view: the transcript (transcript.py), the prompt box and the send / stop /
+regenerate row; it answers the transcript's actions (copy, code, versions, links)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import (
-    QColor,
-    QContextMenuEvent,
-    QFont,
+    QDesktopServices,
     QGuiApplication,
     QKeyEvent,
     QKeySequence,
     QShortcut,
-    QTextBlockFormat,
-    QTextCharFormat,
     QTextCursor,
-    QTextDocument,
-    QTextFormat,
 )
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
+from chatapp.gui.chat.message_viewer import MessageViewer
+from chatapp.gui.chat.safe_document import plain_tip
+from chatapp.gui.chat.transcript import TranscriptView
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage
-from chatapp.session.formatting import figures_line
-
-# Raw HTML in a message is shown as text: a model's "<b>" is not markup for us.
-MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | (
-    QTextDocument.MarkdownFeature.MarkdownNoHTML
-)
 
 REPAINT_INTERVAL_MS = 30
-STREAM_CURSOR = " ▍"
-ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
-ROLE_COLORS = {"user": "#1f5fa8", "assistant": "#2e7d32"}
-CODE_BACKGROUND = QColor("#f1f3f5")
-FIGURES_COLOR = QColor("#6b7280")
-NOT_SENT_COLOR = QColor("#9ca3af")  # messages the context no longer holds
-CUT_TEXT = "— earlier messages are not sent to the model (context full) —"
+MAX_REPAINT_INTERVAL_MS = 400
+# A repaint of the streamed answer may take this share of the GUI thread at most: the
+# interval grows with what the last repaint cost (long answers re-render their Markdown).
+REPAINT_SHARE = 0.25
+LINK_SHOWN_CHARS = 300
 
 
 class PromptEdit(QPlainTextEdit):
@@ -74,251 +64,16 @@ class PromptEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
-class TranscriptView(QTextBrowser):
-    """The conversation as one rich-text document, built with cursors so that streaming
-    only rewrites the answer being written, never the whole transcript."""
-
-    sig_copy_requested = Signal(int)  # message index
-    sig_edit_requested = Signal(int)  # index of a user message
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("transcriptView")
-        self.context: ContextReport | None = None  # per-turn tokens and the cut, if known
-        self.setOpenLinks(False)  # our links are actions ("copy:3"), not places
-        # Placeholders do not wrap: one short line that fits a narrow chat pane.
-        self.setPlaceholderText("Ask the model something; the answer streams in here.")
-        self.anchorClicked.connect(self._on_anchor_clicked)
-        self._starts: list[tuple[int, int]] = []  # (document position, message index)
-        self._roles: dict[int, str] = {}
-        self._stream_start: int | None = None
-        # Per drawn message: its draw key and the document position where its drawing begins.
-        self._drawn: list[tuple[tuple[object, ...], int]] = []
-        self._tail = 0  # where the drawn messages end (a streaming answer follows)
-
-    # ---- building the document ----------------------------------------------------------
-    def show_messages(self, messages: Sequence[ChatMessage]) -> None:
-        """Draw `messages`, keeping the drawn ones that are unchanged: drawing a long chat's
-        Markdown takes a fifth of a second, and sending, regenerating or a new token count
-        only changes its end."""
-        keys = [self._draw_key(i, m) for i, m in enumerate(messages)]
-        same = 0
-        while same < min(len(keys), len(self._drawn)) and keys[same] == self._drawn[same][0]:
-            same += 1
-        if same == 0:
-            self.document().clear()
-        else:  # drop what follows the unchanged messages (including a streamed answer)
-            cursor = QTextCursor(self.document())
-            cursor.setPosition(self._drawn[same][1] if same < len(self._drawn) else self._tail)
-            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-            cursor.removeSelectedText()
-        self._drawn = self._drawn[:same]
-        self._starts = [(pos, i) for pos, i in self._starts if i < same]
-        self._roles = {i: m.role for i, m in enumerate(messages)}
-        self._stream_start = None
-        cut = self.context.cut_index if self.context is not None else None
-        for index in range(same, len(messages)):
-            begin = self._end_cursor().position()
-            if index == cut:
-                self._append_cut()
-            self._append_message(index, messages[index], not_sent=cut is not None and index < cut)
-            self._drawn.append((keys[index], begin))
-        self._tail = self._end_cursor().position()
-        self._scroll(True)
-
-    def _draw_key(self, index: int, message: ChatMessage) -> tuple[object, ...]:
-        """Everything that decides how message `index` is drawn."""
-        context = self.context
-        if context is None:
-            return (message.role, message.content, message.figures)
-        turn = context.turn_starting_at(index)
-        cut = context.cut_index
-        return (
-            message.role,
-            message.content,
-            message.figures,
-            context.describe() if index == cut else None,
-            cut is not None and index < cut,
-            (turn, context.limit) if turn is not None and index < context.message_count else None,
-        )
-
-    def _append_cut(self) -> None:
-        """The line where the context policy cut: nothing above it reaches the model."""
-        fmt = QTextBlockFormat()
-        fmt.setTopMargin(14)
-        fmt.setAlignment(Qt.AlignmentFlag.AlignHCenter)
-        cursor = self._end_cursor()
-        if self.document().isEmpty():
-            cursor.setBlockFormat(fmt)
-        else:
-            cursor.insertBlock(fmt, QTextCharFormat())
-        char = self._figures_format()
-        char.setForeground(QColor("#b45309"))
-        if self.context is not None:
-            char.setToolTip(self.context.describe())
-        cursor.insertText(CUT_TEXT, char)
-
-    def begin_answer(self, index: int) -> None:
-        """Header for the answer that is about to stream (it becomes message `index`)."""
-        self._append_header(index, "assistant", copy_link=False)
-        cursor = self._end_cursor()
-        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-        self._stream_start = cursor.position()
-        cursor.insertText(STREAM_CURSOR.strip())
-        self._scroll(True)
-
-    def update_answer(self, text: str) -> None:
-        if self._stream_start is None:
-            return
-        stick = self._at_bottom()
-        cursor = QTextCursor(self.document())
-        cursor.setPosition(self._stream_start)
-        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-        cursor.removeSelectedText()
-        cursor.setBlockFormat(QTextBlockFormat())
-        cursor.setCharFormat(QTextCharFormat())
-        cursor.insertMarkdown(text + STREAM_CURSOR, MARKDOWN)
-        self._style_code_blocks(self._stream_start)
-        self._scroll(stick)
-
-    def _append_message(self, index: int, message: ChatMessage, not_sent: bool = False) -> None:
-        self._append_header(index, message.role)
-        cursor = self._end_cursor()
-        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-        start = cursor.position()
-        self._starts.append((start, index))
-        if message.role == "user":
-            # What the user typed, as typed: line breaks kept, no Markdown surprises.
-            cursor.insertText(message.content)
-        else:
-            cursor.insertMarkdown(message.content or "*(empty answer)*", MARKDOWN)
-            self._style_code_blocks(start)
-        if not_sent:
-            grey = QTextCharFormat()
-            grey.setForeground(NOT_SENT_COLOR)
-            cursor = QTextCursor(self.document())
-            cursor.setPosition(start)
-            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-            cursor.mergeCharFormat(grey)
-        if message.figures is not None:
-            fmt = QTextBlockFormat()
-            fmt.setTopMargin(2)
-            cursor = self._end_cursor()
-            cursor.insertBlock(fmt, self._figures_format())
-            cursor.insertText(figures_line(message.figures))
-
-    def _append_header(self, index: int, role: str, copy_link: bool = True) -> None:
-        cursor = self._end_cursor()
-        fmt = QTextBlockFormat()
-        fmt.setTopMargin(14 if not self.document().isEmpty() else 0)
-        fmt.setBottomMargin(2)
-        if self.document().isEmpty():
-            cursor.setBlockFormat(fmt)
-        else:
-            cursor.insertBlock(fmt, QTextCharFormat())
-        self._starts.append((cursor.position(), index))
-        name = QTextCharFormat()
-        name.setFontWeight(QFont.Weight.Bold)
-        name.setForeground(QColor(ROLE_COLORS.get(role, "#000000")))
-        cursor.insertText(ROLE_NAMES.get(role, role.title()), name)
-        context = self.context
-        turn = context.turn_starting_at(index) if context is not None else None
-        if context is not None and turn is not None and index < context.message_count:
-            tokens = self._figures_format()
-            tokens.setToolTip(
-                f"This turn (question and answer) takes {turn.tokens} tokens of the model's "
-                f"{context.limit}-token context" + ("." if turn.sent else "; it is no longer sent.")
-            )
-            cursor.insertText("   ", QTextCharFormat())
-            cursor.insertText(f"turn: {turn.tokens} tokens", tokens)
-        if copy_link and role == "user":
-            self._append_link(cursor, f"edit:{index}", "Edit", "Edit this message and resend it")
-        if copy_link:
-            self._append_link(cursor, f"copy:{index}", "Copy", "Copy this message as Markdown")
-
-    def _append_link(self, cursor: QTextCursor, href: str, text: str, tip: str) -> None:
-        link = QTextCharFormat()
-        link.setAnchor(True)
-        link.setAnchorHref(href)
-        link.setForeground(QColor("#6b7280"))
-        link.setFontUnderline(False)
-        link.setToolTip(tip)
-        cursor.insertText("   ", QTextCharFormat())
-        cursor.insertText(text, link)
-
-    def _figures_format(self) -> QTextCharFormat:
-        fmt = QTextCharFormat()
-        fmt.setForeground(FIGURES_COLOR)
-        size = self.font().pointSizeF()
-        fmt.setFontPointSize(max(7.0, size - 1.0) if size > 0 else 8.0)
-        return fmt
-
-    def _style_code_blocks(self, start: int) -> None:
-        """Give fenced code a background so it reads as code."""
-        block = self.document().findBlock(start)
-        while block.isValid():
-            fmt = block.blockFormat()
-            if fmt.nonBreakableLines() or fmt.hasProperty(QTextFormat.Property.BlockCodeFence):
-                fmt.setBackground(CODE_BACKGROUND)
-                cursor = QTextCursor(block)
-                cursor.setBlockFormat(fmt)
-            block = block.next()
-
-    def _end_cursor(self) -> QTextCursor:
-        cursor = QTextCursor(self.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        return cursor
-
-    def _at_bottom(self) -> bool:
-        bar = self.verticalScrollBar()
-        return bar.value() >= bar.maximum() - 4
-
-    def _scroll(self, to_bottom: bool) -> None:
-        if to_bottom:
-            bar = self.verticalScrollBar()
-            bar.setValue(bar.maximum())
-
-    # ---- copying ------------------------------------------------------------------------
-    def is_user_message(self, index: int) -> bool:
-        return any(i == index for _, i in self._starts) and self._roles.get(index) == "user"
-
-    def message_at(self, position: int) -> int | None:
-        found = None
-        for start, index in self._starts:
-            if start <= position:
-                found = index
-        return found
-
-    @Slot(QUrl)
-    def _on_anchor_clicked(self, url: QUrl) -> None:
-        signal = {"copy": self.sig_copy_requested, "edit": self.sig_edit_requested}.get(
-            url.scheme()
-        )
-        if signal is not None:
-            with contextlib.suppress(ValueError):
-                emit(signal, int(url.path()))
-
-    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
-        menu = self.createStandardContextMenu(event.pos())
-        index = self.message_at(self.cursorForPosition(event.pos()).position())
-        if index is not None and index >= 0:
-            menu.addSeparator()
-            action = menu.addAction("Copy this message")
-            action.triggered.connect(lambda: emit(self.sig_copy_requested, index))
-            if self.is_user_message(index):
-                edit = menu.addAction("Edit and resend…")
-                edit.triggered.connect(lambda: emit(self.sig_edit_requested, index))
-        menu.exec(event.globalPos())
-        menu.deleteLater()
-
-
 class ChatView(QWidget):
     sig_send = Signal(str)
     sig_stop = Signal()
     sig_regenerate = Signal()
     sig_new_chat = Signal()
     sig_copied = Signal(int)  # message index
+    sig_code_copied = Signal(int, int)  # message index, code block number
     sig_edit_submitted = Signal(int, str)  # index of the user message, its new text
+    sig_version_requested = Signal(int, int)  # answer index, version to show
+    sig_status = Signal(str)  # a short note for the status bar
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -334,9 +89,22 @@ class ChatView(QWidget):
         self._repaint_timer.setInterval(REPAINT_INTERVAL_MS)
         self._repaint_timer.timeout.connect(self._on_repaint)
 
+        self.last_repaint_s = 0.0  # what the last repaint of the streamed answer cost
+        self.viewer: MessageViewer | None = None
+        # Web links open in the system browser after a question; tests replace both.
+        self.confirm_link: Callable[[QUrl], bool] = self._confirm_link
+        self.open_url: Callable[[QUrl], bool] = QDesktopServices.openUrl
+
         self.transcript = TranscriptView(self)
-        self.transcript.sig_copy_requested.connect(self.copy_message)
-        self.transcript.sig_edit_requested.connect(self.begin_edit)
+        t = self.transcript
+        t.sig_copy_requested.connect(self.copy_message)
+        t.sig_edit_requested.connect(self.begin_edit)
+        t.sig_code_copy_requested.connect(self.copy_code)
+        t.sig_show_all_requested.connect(self.show_all)
+        t.sig_version_requested.connect(self.sig_version_requested)
+        t.sig_link_clicked.connect(self._on_link_clicked)
+        t.sig_link_refused.connect(self._on_link_refused)
+        t.highlighted.connect(self._on_link_hovered)
 
         self.prompt_edit = PromptEdit(self)
         self.prompt_edit.setObjectName("promptEdit")
@@ -446,7 +214,16 @@ class ChatView(QWidget):
     def begin_answer(self) -> None:
         self._answer_text = ""
         self._streaming = True
+        self._repaint_timer.setInterval(REPAINT_INTERVAL_MS)
         self.transcript.begin_answer(len(self._messages))
+
+    def set_unsaved(self, indices: Collection[int], reason: str = "") -> None:
+        """Mark the messages the chat history lacks (a save failed, or there is none)."""
+        marks = frozenset(indices)
+        if marks == self.transcript.unsaved and reason == self.transcript.unsaved_reason:
+            return
+        self.transcript.unsaved, self.transcript.unsaved_reason = marks, reason
+        self._redraw_keeping_stream()
 
     def set_context(self, report: ContextReport | None, render: bool = True) -> None:
         """Show per-turn tokens and the context cut of `report` (None: not known)."""
@@ -454,6 +231,9 @@ class ChatView(QWidget):
         self.transcript.context = report
         if not render or _context_key(old) == _context_key(report):
             return
+        self._redraw_keeping_stream()
+
+    def _redraw_keeping_stream(self) -> None:
         streaming, text = self._streaming, self._answer_text
         self.show_messages(self._messages)
         if streaming:  # rebuild the answer being written too
@@ -527,11 +307,19 @@ class ChatView(QWidget):
     def _on_repaint(self) -> None:
         if self._dirty:
             self._dirty = False
+            started = time.perf_counter()
             self.transcript.update_answer(self._answer_text)
+            self.last_repaint_s = time.perf_counter() - started
+            # Long answers cost more to draw: repaint less often, never hogging the thread.
+            interval = self.last_repaint_s * 1000 / REPAINT_SHARE
+            self._repaint_timer.setInterval(
+                int(min(MAX_REPAINT_INTERVAL_MS, max(REPAINT_INTERVAL_MS, interval)))
+            )
 
     def flush(self) -> None:
         """Paint what is pending now (e.g. before reading the transcript in a test)."""
         self._repaint_timer.stop()
+        self.transcript.finish_drawing()
         self._on_repaint()
 
     @Slot(int)
@@ -539,6 +327,63 @@ class ChatView(QWidget):
         if 0 <= index < len(self._messages):
             QGuiApplication.clipboard().setText(self._messages[index].content)
             emit(self.sig_copied, index)
+
+    @Slot(int, int)
+    def copy_code(self, index: int, number: int) -> None:
+        code = self.transcript.code_of(index, number)
+        if code is not None:
+            QGuiApplication.clipboard().setText(code)
+            emit(self.sig_code_copied, index, number)
+
+    @Slot(int)
+    def show_all(self, index: int) -> MessageViewer | None:
+        """The whole of a long message in a window of its own."""
+        if not 0 <= index < len(self._messages):
+            return None
+        message = self._messages[index]
+        who = "your message" if message.role == "user" else "the answer"
+        if self.viewer is not None:
+            self.viewer.close()
+            self.viewer.deleteLater()
+        self.viewer = MessageViewer(f"Message {index + 1}: {who}", message.content, self)
+        self.viewer.show()
+        return self.viewer
+
+    # ---- links in messages ----------------------------------------------------------------
+    @Slot(QUrl)
+    def _on_link_clicked(self, url: QUrl) -> None:
+        if self.confirm_link(url) and not self.open_url(url):
+            emit(self.sig_status, "The web browser could not be started for this link.")
+
+    @Slot(QUrl)
+    def _on_link_refused(self, url: QUrl) -> None:
+        emit(
+            self.sig_status,
+            f"Not opened: only web links (http, https) in messages open ({_shown(url)}).",
+        )
+
+    @Slot(QUrl)
+    def _on_link_hovered(self, url: QUrl) -> None:
+        # Where a link really goes, whatever its text says.
+        if url.isEmpty() or self.transcript.links.parse(url) is not None:
+            emit(self.sig_status, "")
+        else:
+            emit(self.sig_status, _shown(url))
+
+    def _confirm_link(self, url: QUrl) -> bool:
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Open link",
+            "Open this link in your web browser?",
+            parent=self,
+        )
+        box.setObjectName("openLinkBox")
+        box.setInformativeText(plain_tip(_shown(url)))  # exactly where it goes
+        box.setStandardButtons(QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        result = box.exec()
+        box.deleteLater()
+        return result == QMessageBox.StandardButton.Open
 
     @Slot()
     def _on_submit(self) -> None:
@@ -548,6 +393,11 @@ class ChatView(QWidget):
                 emit(self.sig_edit_submitted, self.editing, text)
             else:
                 emit(self.sig_send, text)
+
+
+def _shown(url: QUrl) -> str:
+    text = url.toDisplayString()
+    return text if len(text) <= LINK_SHOWN_CHARS else text[: LINK_SHOWN_CHARS - 1] + "…"
 
 
 def _context_key(report: ContextReport | None) -> object:

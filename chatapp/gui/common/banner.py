@@ -24,6 +24,8 @@ class MessageBanner(QFrame):
         self.label = QLabel(self)
         self.label.setObjectName("bannerText")
         self.label.setWordWrap(True)
+        # Messages quote file names and chat titles: "<img src=...>" in one is not markup.
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.close_button = QToolButton(self)
         self.close_button.setObjectName("bannerCloseButton")

@@ -44,6 +44,7 @@ from chatapp.gui.compare.charts import (
     SweepChart,
     TransferChart,
 )
+from chatapp.session.arg_checks import MAX_CONTEXT, MAX_SWEEP_POINTS
 from chatapp.session.compare_jobs import (
     CompareFinished,
     CompareRequest,
@@ -84,14 +85,23 @@ def table_text(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str
     return text
 
 
+MAX_PROMPT_CHARS = 4_000  # the prompt line: a benchmark question, not a document
+
+
 def parse_contexts(text: str) -> tuple[int, ...]:
-    """'128, 512,1024' -> (128, 512, 1024); ValueError with a readable message otherwise."""
+    """'128, 512,1024' -> (128, 512, 1024); ValueError with a readable message otherwise.
+    At most MAX_SWEEP_POINTS lengths, each at most MAX_CONTEXT (the command line's limits):
+    a pasted list of thousands, or a 5000-digit number, is refused before any work."""
+    parts = [p for p in text.replace(" ", "").split(",") if p]
+    if len(parts) > MAX_SWEEP_POINTS:
+        raise ValueError(f"at most {MAX_SWEEP_POINTS} context lengths")
     values = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        if not part.isdigit() or int(part) < 16:
-            raise ValueError(f"'{part}' is not a context length (a whole number of at least 16)")
+    for part in parts:
+        shown = part if len(part) <= 12 else part[:11] + "…"
+        if not (part.isascii() and part.isdigit()) or len(part) > 9 or int(part) < 16:
+            raise ValueError(f"'{shown}' is not a context length (a whole number of at least 16)")
+        if int(part) > MAX_CONTEXT:
+            raise ValueError(f"{part} is more than any model's context ({MAX_CONTEXT})")
         values.append(int(part))
     if not values:
         raise ValueError("give at least one context length, e.g. 128,512,1024")
@@ -121,6 +131,7 @@ class CompareView(QWidget):
     def _build(self) -> None:
         self.prompt_edit = QLineEdit(DEFAULT_PROMPT, self)
         self.prompt_edit.setObjectName("comparePrompt")
+        self.prompt_edit.setMaxLength(MAX_PROMPT_CHARS)
         self.tokens_spin = QSpinBox(self)
         self.tokens_spin.setObjectName("compareTokens")
         self.tokens_spin.setRange(4, 2048)
@@ -149,6 +160,7 @@ class CompareView(QWidget):
         self.export_button.setObjectName("compareExportButton")
         self.export_button.setToolTip("PNG charts, CSV and JSON of every number, Markdown report")
         self.status = QLabel("Compare the naive and IO-Binding loops on one prompt.", self)
+        self.status.setTextFormat(Qt.TextFormat.PlainText)  # it quotes errors and input
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
         self.explanation = QLabel("", self)

@@ -17,35 +17,57 @@ ChatMessage carries the id of its stored row. Stored messages are only ever dele
 window knew them (loaded or wrote them): if another chatapp instance added messages to the
 same conversation meanwhile, ours continue in a copy instead of deleting theirs, and if it
 deleted the conversation, ours are saved again as a new one. Nothing is lost either way.
+
+When a save fails (another process keeps the file locked, a full disk, a history that became
+read-only) the messages stay in memory: `failure` says why, `unsaved_indices()` which
+messages the store lacks (the transcript marks them), and `retry()` (a timer of the window)
+syncs again, with a short lock timeout so that a locked file does not freeze the window,
+until it works; then the user is told. Showing another chat or closing asks first (ui.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TypeVar
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.history.records import (
+    Signature,
+    conversation_from_store,
+    figures_for_store,
+    memory_signature,
+    stored_signature,
+)
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.store import (
+    Alternative,
     ConversationDraft,
     ConversationInfo,
     ConversationNotFoundError,
     HistoryStore,
     MessageDraft,
+    ReadOnlyStoreError,
     SchemaTooNewError,
     SearchHit,
     StoredConversation,
+    StoredMessage,
     StoreError,
     open_default_store,
 )
+from chatapp.store.read_only import unwritable_reason
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
+RETRY_BUSY_TIMEOUT_S = 0.1  # how long a retry waits for another process's lock
+NORMAL_BUSY_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -69,25 +91,11 @@ def open_history(opener: Callable[[], HistoryStore] = open_default_store) -> Ope
     return OpenedHistory(store, notice, "warning")
 
 
-# ---- conversations between the store and the GUI --------------------------------------------
-def figures_for_store(figures: AnswerFigures | None, model: str | None) -> AnswerFigures | None:
-    """The answer's figures with the model's name, as the history keeps them."""
-    if figures is None:
-        return None
-    return replace(figures, model=figures.model or model)
-
-
-def conversation_from_store(stored: StoredConversation) -> Conversation:
-    return Conversation(
-        [ChatMessage(m.role, m.content, m.figures, m.id) for m in stored.messages],
-        stored.id,
-    )
-
-
 class HistoryController(QObject):
     sig_list_changed = Signal()  # conversations were added, changed or removed: re-read
     sig_current_changed = Signal(object)  # int | None: the stored id of the conversation shown
     sig_message = Signal(str, str)  # text, level ("error" | "warning" | "info")
+    sig_unsaved_changed = Signal()  # `failure` or `unsaved_indices()` may have changed
 
     def __init__(
         self,
@@ -101,6 +109,8 @@ class HistoryController(QObject):
         self.store = store
         self.system_prompt = system_prompt
         self._known: set[int] = set()  # stored message ids this window has seen
+        self._saved: dict[int, Signature] = {}  # what the store holds for each message we know
+        self.failure: str | None = None  # why the last save failed; None while all is saved
         self._opening = False
         chat.sig_answer_started.connect(self._on_answer_started)
         chat.sig_conversation_changed.connect(self._on_conversation_changed)
@@ -108,6 +118,25 @@ class HistoryController(QObject):
     @property
     def enabled(self) -> bool:
         return self.store is not None
+
+    @property
+    def read_only(self) -> bool:
+        return self.store is not None and self.store.read_only
+
+    def unsaved_indices(self) -> list[int]:
+        """Conversation indices of the messages the history does not hold as shown: none
+        while saving works (each change is saved at once); after a failure, the new ones and
+        the changed ones. With no history at all, every message."""
+        messages = self.chat.conversation.messages
+        if self.store is None:
+            return list(range(len(messages)))
+        if self.failure is None:
+            return []
+        return [
+            i
+            for i, m in enumerate(messages)
+            if m.id is None or self._saved.get(m.id) != memory_signature(m)
+        ]
 
     @property
     def current_id(self) -> int | None:
@@ -160,7 +189,9 @@ class HistoryController(QObject):
             self._opening = False
         if shown:
             self._known = {m.id for m in stored.messages}
+            self._saved = {m.id: stored_signature(m) for m in stored.messages}
             emit(self.sig_current_changed, stored.id)
+            emit(self.sig_unsaved_changed)
         return shown
 
     def new_chat(self) -> bool:
@@ -169,6 +200,32 @@ class HistoryController(QObject):
         self._known = set()
         emit(self.sig_current_changed, None)
         return True
+
+    def retry(self) -> bool:
+        """Try the failed save again (a timer calls this); True once everything is saved."""
+        if self.failure is None:
+            return True
+        if self.chat.state is State.GENERATING:
+            return False  # the answer's end saves everything
+        self._reopen_if_writable()
+        self.sync()
+        return self.failure is None
+
+    def _reopen_if_writable(self) -> None:
+        """A history opened read-only whose file can be written now: open it for writing."""
+        store = self.store
+        if store is None or not store.read_only or unwritable_reason(store.path) is not None:
+            return
+        try:
+            reopened = HistoryStore(store.path)
+        except StoreError:
+            return
+        if reopened.read_only:
+            reopened.close()
+            return
+        store.close()
+        self.store = reopened
+        emit(self.sig_list_changed)
 
     def rename(self, conversation_id: int, title: str) -> bool:
         title = " ".join(title.split())
@@ -192,16 +249,24 @@ class HistoryController(QObject):
         emit(self.sig_list_changed)
         return bool(done)
 
-    def import_file(self, path: str) -> int | None:
-        """Add a JSON export as a new conversation and open it; returns its id."""
+    def import_file(self, path: str, show: bool = True) -> int | None:
+        """Add a JSON export as a new conversation (and open it); returns its id. A failure
+        is one message naming the file, whatever went wrong."""
         if self.store is None:
             return None
         store = self.store
-        stored = self._guarded(lambda: store.import_file(path))
-        if stored is None:
+        name = Path(path).name
+        try:
+            stored = store.import_file(path)
+        except StoreError as exc:
+            emit(self.sig_message, f"Could not import {name}: {exc}", "error")
+            return None
+        except (ValueError, MemoryError, RecursionError) as exc:  # not expected; still said
+            log.warning("import of %s failed", path, exc_info=True)
+            emit(self.sig_message, f"Could not import {name}: {type(exc).__name__}.", "error")
             return None
         emit(self.sig_list_changed)
-        if self.chat.state is not State.GENERATING:
+        if show and self.chat.state is not State.GENERATING:
             self._show(stored)
         return stored.id
 
@@ -237,9 +302,9 @@ class HistoryController(QObject):
         except StoreError as exc:
             emit(self.sig_message, str(exc), "error")
             return True
-        ours = [(m.id, m.role, m.content) for m in conv.messages]
-        theirs = [(m.id, m.role, m.content) for m in stored.messages]
-        if ours != theirs and all(m.id is not None for m in conv.messages):
+        ours = [(m.id, m.role, memory_signature(m)) for m in conv.messages]
+        theirs = [(m.id, m.role, stored_signature(m)) for m in stored.messages]
+        if ours != theirs and not self.unsaved_indices():
             self._show(stored)  # the other window continued this conversation: show it
         return True
 
@@ -262,29 +327,83 @@ class HistoryController(QObject):
         store = self.store
         conv = self.chat.conversation
         if store is None:
+            emit(self.sig_unsaved_changed)
             return
         try:
-            if conv.id is None:
-                if conv.messages:
-                    self._save_as_new(store, conv)
-                return
-            try:
-                stored = store.load_conversation(conv.id)
-            except ConversationNotFoundError:
-                if conv.messages:
-                    self._save_as_new(
-                        store,
-                        conv,
-                        "This conversation was deleted in another chatapp window; it was "
-                        "saved again as a new conversation.",
-                    )
-                else:
-                    conv.id = None
-                    emit(self.sig_current_changed, None)
-                return
-            self._sync_messages(store, conv, stored, starting)
+            self._sync(store, conv, starting)
         except StoreError as exc:
-            emit(self.sig_message, f"{exc} (not saved)", "error")
+            self._failed(store, exc)
+        else:
+            self._succeeded_saving(store)
+
+    def _failed(self, store: HistoryStore, exc: StoreError) -> None:
+        first = self.failure is None
+        self.failure = str(exc)
+        if first and isinstance(exc, ReadOnlyStoreError):
+            emit(
+                self.sig_message,
+                "This chat is not saved: the chat history is read-only. Its messages stay "
+                "here, marked “not saved”; closing the window offers to export them.",
+                "warning",
+            )
+        elif first:
+            # Retries must not freeze the window for the whole lock timeout each time.
+            with contextlib.suppress(StoreError):
+                store.set_busy_timeout(RETRY_BUSY_TIMEOUT_S)
+            emit(
+                self.sig_message,
+                f"{exc} The messages not saved stay here, marked “not saved”; chatapp tries "
+                "again every few seconds.",
+                "error",
+            )
+        emit(self.sig_unsaved_changed)
+
+    def _succeeded_saving(self, store: HistoryStore) -> None:
+        if self.failure is None:
+            return
+        self.failure = None
+        with contextlib.suppress(StoreError):
+            store.set_busy_timeout(NORMAL_BUSY_TIMEOUT_S)
+        emit(self.sig_message, "The chat history works again: every message is saved.", "info")
+        emit(self.sig_unsaved_changed)
+
+    def _sync(self, store: HistoryStore, conv: Conversation, starting: bool) -> None:
+        if conv.id is None:
+            if conv.messages:
+                self._save_as_new(store, conv)
+            return
+        try:
+            stored = store.load_conversation(conv.id)
+        except ConversationNotFoundError:
+            if conv.messages:
+                self._save_as_new(
+                    store,
+                    conv,
+                    "This conversation was deleted in another chatapp window; it was "
+                    "saved again as a new conversation.",
+                )
+            else:
+                conv.id = None
+                emit(self.sig_current_changed, None)
+            return
+        stored = self._sync_versions(store, conv, stored)
+        self._sync_messages(store, conv, stored, starting)
+
+    def _sync_versions(
+        self, store: HistoryStore, conv: Conversation, stored: StoredConversation
+    ) -> StoredConversation:
+        """Answers that show another of their versions than the store does: select it there
+        (the message keeps its id, nothing else changes)."""
+        changed = False
+        for mem, row in zip(conv.messages, stored.messages, strict=False):
+            if mem.id != row.id:
+                break
+            ours, theirs = memory_signature(mem), stored_signature(row)
+            if ours != theirs and ours[2] == theirs[2]:
+                store.select_alternative(row.id, mem.version)
+                self._saved[row.id] = ours
+                changed = True
+        return store.load_conversation(stored.id) if changed else stored
 
     def _sync_messages(
         self,
@@ -322,6 +441,7 @@ class HistoryController(QObject):
             added = store.replace_after(
                 stored[same].id, self._drafts(mem[same + 1 :]), new_content=mem[same].content
             )
+            self._saved[stored[same].id] = memory_signature(mem[same])
             self._assign(mem[same + 1 :], added)
         elif same > 0:
             added = store.replace_after(stored[same - 1].id, self._drafts(mem[same:]))
@@ -368,14 +488,23 @@ class HistoryController(QObject):
     def _drafts(self, messages: Sequence[ChatMessage]) -> list[MessageDraft]:
         model = self._model_name()
         return [
-            MessageDraft(m.role, m.content, figures_for_store(m.figures, model))  # type: ignore[arg-type]
+            MessageDraft(
+                m.role,  # type: ignore[arg-type]
+                m.content,
+                figures_for_store(m.figures, model),
+                alternatives=tuple(
+                    Alternative(o.content, figures_for_store(o.figures, model)) for o in m.others
+                ),
+                version=m.version,
+            )
             for m in messages
         ]
 
-    def _assign(self, messages: Sequence[ChatMessage], stored: Sequence) -> None:
+    def _assign(self, messages: Sequence[ChatMessage], stored: Sequence[StoredMessage]) -> None:
         for message, row in zip(messages, stored, strict=True):
             message.id = row.id
             self._known.add(row.id)
+            self._saved[row.id] = stored_signature(row)
 
     def _model_name(self) -> str | None:
         return self.chat.backend.name if self.chat.backend is not None else None

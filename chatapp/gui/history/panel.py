@@ -46,6 +46,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.common.qtcompat import emit
 
 SEARCH_DEBOUNCE_MS = 250
@@ -156,6 +157,7 @@ class HistoryPanel(QWidget):
         self.setObjectName("historyPanel")
         self._current: int | None = None
         self._filling = False
+        self.read_only = False
 
         self.search_edit = QLineEdit(self)
         self.search_edit.setObjectName("conversationSearch")
@@ -186,6 +188,16 @@ class HistoryPanel(QWidget):
         self.list.itemChanged.connect(self._on_item_changed)
         self.list.sig_delete_key.connect(self.sig_delete)
 
+        # A history that cannot be written is shown, and says so (issue 12).
+        self.read_only_label = QLabel("Read-only history: changes are not saved", self)
+        self.read_only_label.setObjectName("historyReadOnlyLabel")
+        self.read_only_label.setWordWrap(True)
+        self.read_only_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        font = self.read_only_label.font()
+        font.setItalic(True)
+        self.read_only_label.setFont(font)
+        self.read_only_label.hide()
+
         self.empty_label = QLabel("", self)
         self.empty_label.setObjectName("historyEmptyLabel")
         self.empty_label.setWordWrap(True)
@@ -200,6 +212,7 @@ class HistoryPanel(QWidget):
         layout.setContentsMargins(8, 8, 4, 8)
         layout.setSpacing(6)
         layout.addLayout(top)
+        layout.addWidget(self.read_only_label)
         layout.addWidget(self.search_edit)
         layout.addWidget(self.list, 1)
         layout.addWidget(self.empty_label)
@@ -220,7 +233,7 @@ class HistoryPanel(QWidget):
                 item.setData(ID_ROLE, row.conversation_id)
                 item.setData(SUBTITLE_ROLE, row.subtitle)
                 item.setData(TITLE_ROLE, row.title)
-                item.setToolTip(row.tooltip or row.title)
+                item.setToolTip(plain_tip(row.tooltip or row.title))  # titles are imported
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
                 self.list.addItem(item)
         finally:
@@ -261,7 +274,20 @@ class HistoryPanel(QWidget):
     def query(self) -> str:
         return self.search_edit.text().strip()
 
+    def set_read_only(self, reason: str | None) -> None:
+        """Rows can be opened and exported but not renamed, deleted or imported into."""
+        self.read_only = reason is not None
+        self.read_only_label.setVisible(self.read_only)
+        self.read_only_label.setToolTip(reason or "")
+        self.list.setEditTriggers(
+            QAbstractItemView.EditTrigger.NoEditTriggers
+            if self.read_only
+            else QAbstractItemView.EditTrigger.EditKeyPressed
+        )
+
     def start_rename(self, conversation_id: int) -> None:
+        if self.read_only:
+            return
         item = self.item_for(conversation_id)
         if item is not None:
             self.list.setCurrentItem(item)
@@ -305,7 +331,9 @@ class HistoryPanel(QWidget):
         if item is not None:
             cid = int(item.data(ID_ROLE))
             menu.addAction("Open").triggered.connect(lambda: emit(self.sig_open, cid))
-            menu.addAction("Rename").triggered.connect(lambda: self.start_rename(cid))
+            rename = menu.addAction("Rename")
+            rename.triggered.connect(lambda: self.start_rename(cid))
+            rename.setEnabled(not self.read_only)
             menu.addSeparator()
             menu.addAction("Export as Markdown…").triggered.connect(
                 lambda: emit(self.sig_export, cid, "markdown")
@@ -314,8 +342,12 @@ class HistoryPanel(QWidget):
                 lambda: emit(self.sig_export, cid, "json")
             )
             menu.addSeparator()
-            menu.addAction("Delete…").triggered.connect(lambda: emit(self.sig_delete, cid))
+            delete = menu.addAction("Delete…")
+            delete.triggered.connect(lambda: emit(self.sig_delete, cid))
+            delete.setEnabled(not self.read_only)
             menu.addSeparator()
         menu.addAction("New chat").triggered.connect(lambda: emit(self.sig_new))
-        menu.addAction("Import conversation…").triggered.connect(lambda: emit(self.sig_import))
+        import_action = menu.addAction("Import conversation…")
+        import_action.triggered.connect(lambda: emit(self.sig_import))
+        import_action.setEnabled(not self.read_only)
         return menu

@@ -13,13 +13,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, QObject, QTimer, Slot
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from chatapp.gui.chat.controller import State
 from chatapp.gui.history.controller import HistoryController, OpenedHistory
 from chatapp.gui.history.panel import HistoryPanel, Row
+from chatapp.gui.history.unsaved import UnsavedGuard
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import Conversation
 from chatapp.store import ConversationInfo, SearchHit
@@ -64,6 +65,7 @@ class HistoryUi(QObject):
         self.poll_timer.setInterval(POLL_INTERVAL_MS)
         self.poll_timer.timeout.connect(self.poll)
 
+        self.unsaved = UnsavedGuard(self)  # marks, retries, asks before a chat goes away
         self._build_menu()
         self._connect()
         window.installEventFilter(self)
@@ -122,6 +124,7 @@ class HistoryUi(QObject):
         p.sig_import.connect(self.import_conversation)
         p.sig_search.connect(self._on_search)
         h.sig_list_changed.connect(self.refresh)
+        h.sig_list_changed.connect(self._update_actions)  # the history may be writable now
         h.sig_current_changed.connect(self._on_current_changed)
         h.sig_message.connect(w.show_message)
         w.chat_view.sig_edit_submitted.connect(self._on_edit_submitted)
@@ -166,6 +169,9 @@ class HistoryUi(QObject):
             )
             self.panel.set_current(self.controller.current_id)
             return False
+        if not self.unsaved.may_leave("open"):
+            self.panel.set_current(self.controller.current_id)
+            return False
         self.window.chat_view.cancel_edit()
         opened = self.controller.open(conversation_id)
         if opened:
@@ -184,6 +190,11 @@ class HistoryUi(QObject):
 
     @Slot(int)
     def delete(self, conversation_id: int) -> bool:
+        if self.controller.read_only:
+            self.window.show_message(
+                "The chat history is read-only: its chats cannot be deleted.", "warning"
+            )
+            return False
         info = next((i for i in self.controller.conversations() if i.id == conversation_id), None)
         title = info.title if info is not None else "this conversation"
         current = conversation_id == self.controller.current_id
@@ -255,9 +266,17 @@ class HistoryUi(QObject):
         if self.chat.state is State.GENERATING:
             self.window.show_message("Wait for the answer before importing.", "info")
             return None
-        conversation_id = self.controller.import_file(path)
+        if self.controller.read_only:
+            self.window.show_message(
+                "The chat history is read-only: nothing can be imported into it.", "warning"
+            )
+            return None
+        # The imported chat is opened, unless the one shown has unsaved messages to keep.
+        show = self.unsaved.unsaved_count() == 0 or self.unsaved.may_leave("import")
+        conversation_id = self.controller.import_file(path, show=show)
         if conversation_id is not None:
-            self.window.statusBar().showMessage(f"Imported {Path(path).name}", 8000)
+            where = "" if show else " (in the list)"
+            self.window.statusBar().showMessage(f"Imported {Path(path).name}{where}", 8000)
         return conversation_id
 
     @Slot()
@@ -315,16 +334,23 @@ class HistoryUi(QObject):
             self.measure()
 
     def _update_actions(self) -> None:
-        stored = self.controller.enabled and self.controller.current_id is not None
+        h = self.controller
+        stored = h.enabled and h.current_id is not None
+        writable = h.enabled and not h.read_only
         generating = self.chat.state is State.GENERATING
         for act in (self.export_markdown_action, self.export_json_action, self.copy_action):
             act.setEnabled(stored)
-        self.rename_action.setEnabled(stored)
-        self.delete_action.setEnabled(stored and not generating)
-        self.import_action.setEnabled(self.controller.enabled and not generating)
-        self.search_action.setEnabled(self.controller.enabled)
+        self.rename_action.setEnabled(stored and writable)
+        self.delete_action.setEnabled(stored and writable and not generating)
+        self.import_action.setEnabled(writable and not generating)
+        self.search_action.setEnabled(h.enabled)
         self.edit_last_action.setEnabled(self.chat.state is State.READY)
-        self.panel.setEnabled(self.controller.enabled)
+        self.panel.setEnabled(h.enabled)
+        # Shown read-only, not hidden: the chats can be opened, searched and exported.
+        store = h.store
+        self.panel.set_read_only(
+            store.read_only_message() if store is not None and store.read_only else None
+        )
 
     # ---- another instance, and closing ----------------------------------------------------------
     @Slot()
@@ -336,18 +362,23 @@ class HistoryUi(QObject):
             if event.type() == QEvent.Type.WindowActivate:
                 self.poll()
             elif event.type() == QEvent.Type.Close:
+                if not self.unsaved.may_leave("close"):
+                    event.ignore()  # the window stays, with its messages
+                    return True
                 self.shutdown()
         return False
 
     def shutdown(self) -> None:
         self.poll_timer.stop()
         self._measure_timer.stop()
+        self.unsaved.retry_timer.stop()
         self.controller.close()
 
     # ---- dialogs (replaceable) ------------------------------------------------------------------
     def _confirm(self, title: str, text: str) -> bool:
         box = QMessageBox(QMessageBox.Icon.Question, title, text, parent=self.window)
         box.setObjectName("confirmDeleteBox")
+        box.setTextFormat(Qt.TextFormat.PlainText)  # it quotes a chat's title
         box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         yes = box.button(QMessageBox.StandardButton.Yes)

@@ -71,7 +71,8 @@ def test_markdown_with_code_block_is_rendered(view: ChatView) -> None:
     assert code.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence) or (
         code.blockFormat().nonBreakableLines()
     )
-    assert code.blockFormat().background().color().name() == "#f1f3f5"
+    background = code.blockFormat().background().color()
+    assert background == view.transcript.colors.code_background  # from the palette
     # The figures of the answer sit under it.
     assert text.rstrip().endswith(
         "IO-Binding · CPU · 42.0 tok/s · TTFT 200 ms · perplexity 1.50 · 20 tokens"
@@ -102,7 +103,7 @@ def test_streaming_repaints_are_throttled(qtbot, view: ChatView, monkeypatch) ->
 def test_copy_a_message(qtbot, view: ChatView) -> None:
     view.show_messages([ChatMessage("user", "question *one*"), ChatMessage("assistant", "answer")])
     with qtbot.waitSignal(view.sig_copied, timeout=1000) as blocker:
-        emit(view.transcript.anchorClicked, QUrl("copy:0"))
+        emit(view.transcript.anchorClicked, QUrl(view.transcript.links.href("copy", 0)))
     assert blocker.args == [0]
     assert QGuiApplication.clipboard().text() == "question *one*"
     # The context menu finds the message under the mouse.

@@ -28,7 +28,7 @@ import chatapp
 from chatapp.engine import loops
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
-from chatapp.gui.chat.view import CUT_TEXT
+from chatapp.gui.chat.transcript import CUT_TEXT
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.history.ui import HistoryUi
@@ -149,7 +149,7 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
 def _without_tokens(text: str) -> str:
     import re
 
-    return re.sub(r"\s+(turn: \d+ tokens\s+)?Edit", " Edit", text)
+    return re.sub(r"   \d+ tokens(?=   (Edit|Copy))", "", text)
 
 
 def test_new_chat_list_rename_and_delete_with_confirmation(
@@ -259,14 +259,14 @@ def test_edit_a_user_message_replaces_everything_after_it(
     send_and_wait(qtbot, window, "gamma")
     view = window.chat_view
     view.set_prompt_text("a draft I was writing")
-    emit_anchor(view, "edit:2")  # the "Edit" link of "beta"
+    emit_anchor(view, "edit", 2)  # the "Edit" link of "beta"
     assert view.editing == 2 and view.edit_bar.isVisible()
     assert view.prompt_text() == "beta"
     assert "replaces the 3 messages after it" in view.edit_label.text()
     qtbot.keyClick(view.prompt_edit, Qt.Key.Key_Escape)  # cancel: the draft comes back
     assert view.editing is None and view.prompt_text() == "a draft I was writing"
 
-    emit_anchor(view, "edit:2")
+    emit_anchor(view, "edit", 2)
     view.set_prompt_text("BETA, edited")
     with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
         view.send_button.click()
@@ -292,8 +292,8 @@ def test_edit_a_user_message_replaces_everything_after_it(
     assert QGuiApplication.clipboard().text().startswith("# alpha")
 
 
-def emit_anchor(view, href: str) -> None:
-    emit(view.transcript.anchorClicked, QUrl(href))
+def emit_anchor(view, verb: str, *numbers: int) -> None:
+    emit(view.transcript.anchorClicked, QUrl(view.transcript.links.href(verb, *numbers)))
 
 
 def test_regenerate_keeps_the_old_answer_stored_until_the_new_one_exists(
@@ -452,8 +452,13 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     assert (
         text.index(f"question {first_sent - 1}:") < cut_at < text.index(f"question {first_sent}:")
     )
-    # Each turn's tokens on its question's header; the limit in the side panel.
-    assert f"turn: {report.turns[0].tokens} tokens" in text
+    # Each message's tokens on its header (question and answer add up to the turn's); the
+    # limit in the side panel.
+    first_question, first_answer = report.message_tokens(0), report.message_tokens(1)
+    assert first_question is not None and first_answer is not None
+    assert first_question + first_answer == report.turns[0].tokens
+    assert text.startswith(f"You   {first_question} tokens   Edit   Copy\n")
+    assert f"Assistant   {first_answer} tokens   Copy\n" in text
     assert window.side_panel.context_value.text() == f"{report.prompt_tokens} / 512"
     assert "not sent" in window.side_panel.context_value.toolTip()
 
@@ -473,6 +478,7 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     assert sent[-1] == "user:and now?"
     answer = window.conversation.messages[-1]
     assert answer.figures.prompt_tokens + 64 <= 512
+    window.chat_view.flush()  # a long chat is drawn a slice at a time
     assert window.chat_view.transcript.toPlainText().count(CUT_TEXT) == 1
 
 

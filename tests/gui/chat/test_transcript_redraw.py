@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from chatapp.engine.figures import AnswerFigures
-from chatapp.gui.chat.view import TranscriptView
+from chatapp.gui.chat.transcript import TranscriptView
 from chatapp.session.context import ContextReport, TurnTokens
 from chatapp.session.conversation import ChatMessage
 
@@ -27,7 +27,7 @@ def chat(turns: int) -> list[ChatMessage]:
 
 def report(messages: Sequence[ChatMessage], dropped: int, tokens: int = 30) -> ContextReport:
     turns = tuple(
-        TurnTokens(start, start + 2, tokens + start, sent=start >= dropped)
+        TurnTokens(start, start + 2, tokens + start, start >= dropped, (10, tokens + start - 10))
         for start in range(0, len(messages), 2)
     )
     return ContextReport(
@@ -53,6 +53,7 @@ def views(qtbot) -> tuple[TranscriptView, TranscriptView]:
         qtbot.addWidget(view)
         view.resize(600, 400)
         pair.append(view)
+    pair[1].links = pair[0].links  # the same action key, so that the two HTMLs compare
     return pair[0], pair[1]
 
 
@@ -67,9 +68,11 @@ def redraw(
     kept.document().contentsChange.connect(lambda pos, _removed, _added: changes.append(pos))
     kept.context = fresh.context = context
     kept.show_messages(messages)
+    kept.finish_drawing()
     kept.document().contentsChange.disconnect()
     fresh.show_messages([])
     fresh.show_messages(messages)
+    fresh.finish_drawing()
     assert kept.toHtml() == fresh.toHtml()
     assert kept._starts == fresh._starts
     return min(changes) if changes else None
@@ -116,7 +119,7 @@ def test_token_counts_redraw_only_the_turns_they_change(views) -> None:
     last_turn = views[0]._drawn[6][1]
     # A new count for the last turn only (as after an answer).
     changed = report(messages, dropped=0)
-    changed = replace(changed, turns=(*changed.turns[:3], TurnTokens(6, 8, 99, sent=True)))
+    changed = replace(changed, turns=(*changed.turns[:3], TurnTokens(6, 8, 99, True, (10, 89))))
     assert redraw(views, messages, changed) >= last_turn
     # A cut greys everything above it: all is drawn again, and still equals a fresh drawing.
     assert redraw(views, messages, report(messages, dropped=4)) == 0

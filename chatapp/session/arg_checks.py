@@ -1,4 +1,5 @@
-"""Argument types for the command line: each refuses a bad value with one line (exit code 2).
+"""Argument types for the command line and the window (`chatapp gui` checks its options with
+the same functions): each refuses a bad value with one line (exit code 2).
 
 argparse calls a `type=` function on the text of an argument; an `ArgumentTypeError` becomes
 `chatapp COMMAND: error: argument --x: <message>`. `OneLineParser` prints only that line (no
@@ -14,7 +15,8 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import NoReturn
 
-from chatapp.engine.guards import THREADS_PER_CPU, max_threads
+from chatapp.engine.guards import THREADS_PER_CPU as THREADS_PER_CPU  # the CLI names it
+from chatapp.engine.guards import max_threads
 
 MAX_CONTEXT = 1 << 20  # tokens: beyond any model's context, far below what would exhaust memory
 MAX_NEW_TOKENS = 1 << 20

@@ -1,0 +1,65 @@
+"""Conversations between the store and the window: ChatMessage <-> StoredMessage, and the
+signature that tells whether the store holds a message as it is shown."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from chatapp.engine.figures import AnswerFigures
+from chatapp.session.conversation import AnswerVersion, ChatMessage, Conversation
+from chatapp.store import Alternative, ConversationInfo, StoredConversation, StoredMessage
+
+Signature = tuple[str, int, tuple[str, ...]]  # a message's text, shown version, all versions
+
+
+def figures_for_store(figures: AnswerFigures | None, model: str | None) -> AnswerFigures | None:
+    """The answer's figures with the model's name, as the history keeps them."""
+    if figures is None:
+        return None
+    return replace(figures, model=figures.model or model)
+
+
+def conversation_from_store(stored: StoredConversation) -> Conversation:
+    return Conversation([message_from_store(m) for m in stored.messages], stored.id)
+
+
+def message_from_store(m: StoredMessage) -> ChatMessage:
+    others = tuple(AnswerVersion(a.content, a.figures) for a in m.alternatives)
+    return ChatMessage(m.role, m.content, m.figures, m.id, others, m.version)
+
+
+def stored_signature(m: StoredMessage) -> Signature:
+    others = [a.content for a in m.alternatives]
+    return m.content, m.version, (*others[: m.version], m.content, *others[m.version :])
+
+
+def memory_signature(m: ChatMessage) -> Signature:
+    return m.content, m.version, tuple(v.content for v in m.versions())
+
+
+def snapshot(
+    conversation: Conversation, model: str | None, system_prompt: str, now: datetime
+) -> StoredConversation:
+    """The conversation as shown, in the store's shape, for an export of what the history
+    could not save (every message gets `now` as its time when it has none)."""
+    messages = tuple(
+        StoredMessage(
+            id=m.id or 0,
+            conversation_id=conversation.id or 0,
+            position=i,
+            role="user" if m.role == "user" else "assistant",
+            content=m.content,
+            created=now,
+            figures=figures_for_store(m.figures, model) if m.role == "assistant" else None,
+            alternatives=tuple(
+                Alternative(o.content, figures_for_store(o.figures, model), now) for o in m.others
+            ),
+            version=m.version,
+        )
+        for i, m in enumerate(conversation.messages)
+    )
+    info = ConversationInfo(
+        conversation.id or 0, conversation.title, now, now, model, system_prompt, len(messages)
+    )
+    return StoredConversation(info, messages)

@@ -1,0 +1,105 @@
+"""Regenerate keeps the earlier answers: ‹ 2/3 › on the answer switches between them, the
+choice is what the chat continues from, and the history, its exports and imports keep them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QUrl
+
+from chatapp.engine.engine import Engine
+from chatapp.gui.chat.controller import State
+from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.main_window import MainWindow
+from chatapp.store import HistoryStore
+from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+
+
+@pytest.fixture
+def window(make_window, tiny_model_dir: Path) -> MainWindow:
+    win = make_window(["--model", str(tiny_model_dir)])
+    assert win.controller.state is State.READY
+    return win
+
+
+def regenerate(qtbot, window: MainWindow, tokens: int) -> None:
+    set_sampling(window, greedy(tokens))
+    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        window.chat_view.regenerate_button.click()
+
+
+def click_version(window: MainWindow, index: int, version: int) -> None:
+    transcript = window.chat_view.transcript
+    emit(transcript.anchorClicked, QUrl(transcript.links.href("version", index, version)))
+
+
+def stored_answer(path: Path):
+    with HistoryStore(path) as store:
+        [info] = store.list_conversations()
+        return store.load_conversation(info.id).messages[1]
+
+
+def test_regenerate_keeps_versions_switchable_saved_exported_and_imported(
+    qtbot, window: MainWindow, history_file: Path, tmp_path: Path, monkeypatch
+) -> None:
+    set_sampling(window, greedy(3))
+    send_and_wait(qtbot, window, "question")
+    first = window.conversation.messages[1].content
+    regenerate(qtbot, window, 6)
+    regenerate(qtbot, window, 9)
+    answer = window.conversation.messages[1]
+    assert len(window.conversation.messages) == 2
+    assert answer.version_count == 3 and answer.version == 2
+    contents = [v.content for v in answer.versions()]
+    assert contents[0] == first and len(set(contents)) == 3  # 3, 6, 9 tokens
+    window.chat_view.flush()
+    assert "Assistant   ‹ 3/3 ›" in window.chat_view.transcript.toPlainText()
+    row = stored_answer(history_file)
+    assert row.content == contents[2] and row.version == 2
+    assert [a.content for a in row.alternatives] == contents[:2]
+
+    # ‹ : the second answer is shown, saved as the one shown, and sent from now on.
+    click_version(window, 1, 1)
+    window.chat_view.flush()
+    assert window.conversation.messages[1].content == contents[1]
+    assert "Assistant   ‹ 2/3 ›" in window.chat_view.transcript.toPlainText()
+    assert stored_answer(history_file).content == contents[1]
+    seen: list[list[str]] = []
+    original = Engine.chat
+
+    def recording_chat(self, messages, *args, **kwargs):
+        seen.append([m.content for m in messages])
+        return original(self, messages, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "chat", recording_chat)
+    send_and_wait(qtbot, window, "next")
+    assert seen[-1][-3:] == ["question", contents[1], "next"]
+    monkeypatch.setattr(Engine, "chat", original)
+
+    # A version number out of range, or a forged link, changes nothing.
+    click_version(window, 1, 7)
+    emit(window.chat_view.transcript.anchorClicked, QUrl("version:1/0"))
+    assert window.conversation.messages[1].content == contents[1]
+
+    # Reopened (as after a restart), exported as JSON and imported: the versions come along.
+    ui = window.history  # type: ignore[attr-defined]
+    conversation_id = window.conversation.id
+    window.new_chat_action.trigger()
+    assert ui.open(conversation_id)
+    reopened = window.conversation.messages[1]
+    assert reopened.version == 1 and [v.content for v in reopened.versions()] == contents
+    ui.ask_save_path = lambda *_args: str(tmp_path / "chat.json")
+    ui.export_json_action.trigger()
+    data = json.loads((tmp_path / "chat.json").read_text(encoding="utf-8"))
+    exported = data["conversation"]["messages"][1]
+    assert exported["content"] == contents[1] and exported["version"] == 1
+    assert [a["content"] for a in exported["alternatives"]] == [contents[0], contents[2]]
+    window.new_chat_action.trigger()
+    ui.ask_open_path = lambda *_args: str(tmp_path / "chat.json")
+    assert ui.import_conversation() is not None
+    imported = window.conversation.messages[1]
+    assert imported.version == 1 and [v.content for v in imported.versions()] == contents
+    window.chat_view.flush()
+    assert "‹ 2/3 ›" in window.chat_view.transcript.toPlainText()

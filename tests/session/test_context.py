@@ -1,0 +1,60 @@
+"""The per-turn and per-message token figures the transcript shows, on real tokenizers: a
+message's figure depends on that message only, never on the turns around it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatapp.engine.chat import ChatTokenizer, Message
+from chatapp.session.context import fit_messages
+
+QUESTION = Message("user", "What is the capital of France?")
+ANSWER = Message("assistant", "The capital of France is Paris. It is a beautiful city.")
+GROWING = [
+    [QUESTION],
+    [QUESTION, ANSWER],
+    [QUESTION, ANSWER, Message("user", "And of Germany?")],
+    [QUESTION, ANSWER, Message("user", "And of Germany?"), Message("assistant", "Berlin.")],
+]
+
+
+def figures(folder: Path, system: str = "") -> list[tuple[int | None, int | None]]:
+    """(question's tokens, answer's tokens) of the first turn as the chat grows."""
+    tokenizer = ChatTokenizer(folder)
+    out = []
+    for chat in GROWING:
+        messages = ([Message("system", system)] if system else []) + chat
+        _, report = fit_messages(1, messages, lambda ms: len(tokenizer.chat_ids(ms)), 2048, 64)
+        assert report.prompt_tokens == len(tokenizer.chat_ids(messages))
+        assert report.overhead_tokens + sum(t.tokens for t in report.turns) in range(
+            report.prompt_tokens - 2, report.prompt_tokens + 3
+        )
+        for turn in report.turns:
+            assert sum(turn.message_tokens) == turn.tokens
+        out.append((report.message_tokens(0), report.message_tokens(1)))
+    return out
+
+
+def check_stable(found: list[tuple[int | None, int | None]]) -> None:
+    question = {q for q, _ in found}
+    answers = {a for _, a in found[1:]}
+    assert len(question) == 1 and None not in question, found
+    assert len(answers) == 1 and None not in answers, found
+    assert found[0][1] is None  # not answered yet
+
+
+def test_the_first_question_keeps_its_figure_on_the_tiny_model(tiny_model_dir: Path) -> None:
+    check_stable(figures(tiny_model_dir))
+    check_stable(figures(tiny_model_dir, system="Be brief."))
+
+
+@pytest.mark.default_model
+def test_the_first_question_keeps_its_figure_on_the_default_model(default_model_dir: Path) -> None:
+    """SmolLM2's template adds a default system prompt when there is none: the figure of the
+    README's question used to read 37, then 60, then 35 tokens as the chat grew."""
+    found = figures(default_model_dir)
+    check_stable(found)
+    assert found[0][0] == 12  # "<|im_start|>user\n...<|im_end|>\n" around 7 words
+    assert figures(default_model_dir, system="Be brief.")[1] == found[1]

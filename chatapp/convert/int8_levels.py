@@ -32,13 +32,23 @@ def int8_levels_apply(w: NBitsWeight) -> bool:
 
 
 def blocked(g: OnnxGraph, x: str, w: NBitsWeight) -> str:
-    """x [B, S, K] as [B, S, K / block, block]."""
-    shape = np.array([0, 0, w.k // w.block_size, w.block_size], dtype=np.int64)
-    return g.op1("Reshape", [x, g.const(f"block_shape_{w.block_size}", shape)])
+    """x [B, S, K] as [1, B, S, K / block, block]: the leading axis is where the levels stack."""
+    first = g.const("axis_first", np.array([0], np.int64))
+    shape = np.array([0, 0, 0, w.k // w.block_size, w.block_size], dtype=np.int64)
+    return g.op1(
+        "Reshape",
+        [g.op1("Unsqueeze", [x, first]), g.const(f"block_shape_{w.block_size}", shape)],
+    )
+
+
+def block_sums(g: OnnxGraph, xb: str) -> str:
+    """sum(x in each block) [B, S, K / block] of `blocked` x."""
+    axes = g.const("axes_first_last", np.array([0, -1], np.int64))
+    return g.op1("ReduceSum", [xb, axes], keepdims=0)
 
 
 def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
-    """x @ (scale * (q - zero_point))^T for blocked x [B, S, K/32, 32]; returns [B, S, N]."""
+    """x @ (scale * (q - zero_point))^T for `blocked` x; returns [B, S, N]."""
     last = g.const("axis_last", np.array([-1], np.int64))
     first = g.const("axis_first", np.array([0], np.int64))
     int8_max = g.const("int8_max", np.array(127, np.float32))
@@ -52,9 +62,8 @@ def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
         step = g.op1("Max", [step, tiny])
         coarse = g.op1("Mul", [g.op1("Round", [g.op1("Div", [rest, step])]), step])
         rest = g.op1("Sub", [rest, coarse])
-        rows.append(g.op1("Unsqueeze", [coarse, first]))
-    rows.append(g.op1("Unsqueeze", [rest, first]))
-    stacked = g.op1("Concat", rows, axis=0)  # [LEVELS, B, S, K/32, 32]
+        rows.append(coarse)
+    stacked = g.op1("Concat", [*rows, rest], axis=0)  # [LEVELS, B, S, K/32, 32]
     merge = g.const("levels_shape", np.array([0, 0, 0, w.k], np.int64))
     inputs = [g.op1("Reshape", [stacked, merge]), g.const(f"{name}.qweight", w.packed)]
     inputs.append(g.const(f"{name}.scales", w.scales))

@@ -16,7 +16,10 @@ on the default model, max |logit diff| from the numpy reference 1e-4, as with fl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import onnx
 
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.weights import NBitsWeight
@@ -25,6 +28,28 @@ LEVELS = 3
 # The kernel quantizes activations in blocks of the weight's block size; this split is proven
 # for 32 (the Q4/Q5/Q8/IQ4 formats) and sub-blocks of 16 keep the float path.
 BLOCK = 32
+# Names the MatMulNBits nodes fed with levels, so a device session can find them.
+NODE_SUFFIX = "/int8_levels"
+
+
+def float_kernel_copy(model_path: Path) -> bytes | None:
+    """The model with its level nodes on accuracy_level 0; None when it has none.
+
+    Only ONNX Runtime's CPU kernel quantizes activations in blocks of 32 as the levels assume;
+    WebGPU's int8 (DP4A) path uses its own blocks, so there the three rows would be rounded
+    again (max |logit diff| 0.38 measured). On float kernels the rows still sum to x.
+    Models with weights in an external file are left alone (their bytes cannot move).
+    """
+    model = onnx.load(str(model_path), load_external_data=False)
+    if any(i.data_location == onnx.TensorProto.EXTERNAL for i in model.graph.initializer):
+        return None
+    found = False
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits" and node.name.endswith(NODE_SUFFIX):
+            for attr in node.attribute:
+                if attr.name == "accuracy_level":
+                    attr.i, found = 0, True
+    return model.SerializeToString() if found else None
 
 
 def int8_levels_apply(w: NBitsWeight) -> bool:
@@ -70,14 +95,16 @@ def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
     zp = w.packed_zero_points()
     if zp is not None:
         inputs.append(g.const(f"{name}.zero_points", zp))
-    y = g.op1(
+    y = g.op(
         "MatMulNBits",
         inputs,
-        domain=MS_DOMAIN,
+        1,
+        MS_DOMAIN,
+        name=f"{name}{NODE_SUFFIX}",
         K=w.k,
         N=w.n,
         bits=w.bits,
         block_size=w.block_size,
         accuracy_level=4,
-    )
+    )[0]
     return g.op1("ReduceSum", [y, first], keepdims=0)

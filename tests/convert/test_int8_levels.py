@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from chatapp.convert.int8_levels import blocked, int8_levels_matmul
+from chatapp.convert.int8_levels import blocked, float_kernel_copy, int8_levels_matmul
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.weights import NBitsWeight, to_weight
 from tests.convert.test_weights import quantized, tensor
@@ -65,3 +68,26 @@ def test_int8_levels_match_float_math_where_plain_int8_does_not(qtype: str) -> N
     assert levels_err.max() < 5e-6  # float32 accumulation: 3e-7 here
     assert plain_err.max() > 1000 * levels_err.max()
     assert np.all(run_linear(without_mins, np.zeros_like(x), levels=True) == 0.0)
+
+
+def test_device_copy_puts_level_nodes_on_the_float_kernel(tmp_path: Path) -> None:
+    w = to_weight(tensor("Q8_0", quantized("Q8_0", ROWS, COLS), ROWS, COLS))
+    assert isinstance(w, NBitsWeight)
+    g = OnnxGraph()
+    name = g.add_input("x", TensorProto.FLOAT, [1, "S", COLS])
+    g.op("Identity", [int8_levels_matmul(g, blocked(g, name, w), w, "w")], ["y"])
+    g.add_output("y", TensorProto.FLOAT, [1, "S", ROWS])
+    path = tmp_path / "model.onnx"
+    onnx.save(g.model("linear", {}), str(path))
+    copy = float_kernel_copy(path)
+    assert copy is not None
+    levels = [n for n in onnx.load_from_string(copy).graph.node if n.op_type == "MatMulNBits"]
+    assert [a.i for n in levels for a in n.attribute if a.name == "accuracy_level"] == [0]
+    x = activations(np.random.default_rng(2))
+    on_float = ort.InferenceSession(copy).run(["y"], {"x": x})[0]
+    np.testing.assert_allclose(on_float, run_linear(w, x, levels=True), rtol=1e-5, atol=1e-4)
+    plain = OnnxGraph()
+    plain.op("Identity", [plain.add_input("x", TensorProto.FLOAT, [1])], ["y"])
+    plain.add_output("y", TensorProto.FLOAT, [1])
+    onnx.save(plain.model("plain", {}), str(path))
+    assert float_kernel_copy(path) is None

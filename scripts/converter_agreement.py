@@ -25,10 +25,10 @@ from chatapp.engine.sampling import token_logprobs
 from tests.convert.reference import ReferenceModel
 
 VARIANTS = {
-    "float / float head (default)": ConvertOptions(),
-    "float / int8 head": ConvertOptions(lm_head_int8=True),
+    "exact int8 levels / Q8_0 head on int8 levels (default)": ConvertOptions(),
+    "exact int8 levels / int8 head": ConvertOptions(lm_head_int8=True),
     "int8 / int8 head": ConvertOptions(accuracy_level=4, lm_head_int8=True),
-    "int8 / float head": ConvertOptions(accuracy_level=4),
+    "int8 / exact head on int8 levels": ConvertOptions(accuracy_level=4),
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from chatapp.convert.int8_levels import float_kernel_copy
 from chatapp.engine import webgpu
 from chatapp.engine.errors import first_line
 from chatapp.engine.vulkan_adapters import adapter_name
@@ -200,6 +201,8 @@ def create_session(
     model: Path | bytes, device: Device, opts: ort.SessionOptions
 ) -> ort.InferenceSession:
     """A session on `device` (CPU for the ops the device lacks); raises what the provider raises."""
+    if device.provider != CPU.provider and isinstance(model, Path):
+        model = float_kernel_copy(model) or model  # exact int8 levels hold on the CPU only
     source = model if isinstance(model, bytes) else str(model)
     if device.ep_device is not None:
         opts.add_provider_for_devices([device.ep_device], {})

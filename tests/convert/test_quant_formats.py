@@ -245,9 +245,22 @@ def matmul_bits(folder: Path) -> list[int]:
     ]
 
 
-def test_eight_bit_layers_run_as_4_bit_with_float_activations(tmp_path: Path) -> None:
+def matmul_kinds(folder: Path) -> set[tuple[int, ...]]:
+    """(bits, block_size, accuracy_level) of every MatMulNBits."""
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    keys = ("bits", "block_size", "accuracy_level")
+    return {
+        tuple(next(a.i for a in n.attribute if a.name == key) for key in keys)
+        for n in graph.node
+        if n.op_type == "MatMulNBits"
+    }
+
+
+def test_eight_bit_layers_get_a_fast_kernel_with_float_activations(tmp_path: Path) -> None:
     exact = Converted(tmp_path, EXACT, **PRESETS["Q4_K_M"])
-    assert set(matmul_bits(exact.folder)) == {4}
+    # 8-bit blocks of 32 (Q5_0, Q8_0): int8 levels on the int8 kernel (int8_levels.py);
+    # Q6_K's sub-blocks of 16: 4-bit halves on the float kernel (nibble_split.py).
+    assert matmul_kinds(exact.folder) == {(8, 32, 4), (4, 16, 0)}
     int8 = convert_gguf(exact.gguf, tmp_path / "int8", ConvertOptions(accuracy_level=4))
     assert 8 in matmul_bits(int8)  # int8 activations have a fast 8-bit kernel: kept
 

@@ -1,0 +1,110 @@
+"""Float activations through MatMulNBits' fast int8 kernel, exact to float32 rounding.
+
+With float activations (accuracy_level 0) ONNX Runtime's MatMulNBits dequantizes every block to
+float32 and runs 2-5x slower than with accuracy_level 4, which quantizes each block of 32
+activations to int8 (scale = max|block| / 127) and multiplies integers. That rounding is what
+made `--accuracy-level 4` disagree with exact math. Here the graph splits x itself into three
+int8 levels per block, x = c1 + c2 + r with c1 = round(x / s1) s1, c2 the same of x - c1, and
+feeds them as three rows (M = 3) of one MatMulNBits with accuracy_level 4, summing the outputs:
+- c1 and c2 are already on the int8 grid the kernel picks (their largest element is +-127 steps),
+  so the kernel's quantization returns them unchanged;
+- only r, about max|x| / 127^2 / 2 at most, is rounded by the kernel, an error of about
+  max|x| / 127^3 / 4 (5e-7 of the block's largest activation), float32 rounding's order.
+The weights are read once for the three rows (docs/converter.md: decode steps about 1.4x faster
+on the default model, max |logit diff| from the numpy reference 1e-4, as with float activations).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.weights import NBitsWeight
+
+LEVELS = 3
+# The kernel quantizes activations in blocks of the weight's block size; this split is proven
+# for 32 (the Q4/Q5/Q8/IQ4 formats) and sub-blocks of 16 keep the float path.
+BLOCK = 32
+# Names the MatMulNBits nodes fed with levels, so a device session can find them.
+NODE_SUFFIX = "/int8_levels"
+
+
+def float_kernel_copy(model_path: Path) -> bytes | None:
+    """The model with its level nodes on accuracy_level 0; None when it has none.
+
+    Only ONNX Runtime's CPU kernel quantizes activations in blocks of 32 as the levels assume;
+    WebGPU's int8 (DP4A) path uses its own blocks, so there the three rows would be rounded
+    again (max |logit diff| 0.38 measured). On float kernels the rows still sum to x.
+    Models with weights in an external file are left alone (their bytes cannot move).
+    """
+    model = onnx.load(str(model_path), load_external_data=False)
+    if any(i.data_location == onnx.TensorProto.EXTERNAL for i in model.graph.initializer):
+        return None
+    found = False
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits" and node.name.endswith(NODE_SUFFIX):
+            for attr in node.attribute:
+                if attr.name == "accuracy_level":
+                    attr.i, found = 0, True
+    return model.SerializeToString() if found else None
+
+
+def int8_levels_apply(w: NBitsWeight) -> bool:
+    return w.block_size == BLOCK and w.bits in (4, 8)
+
+
+def blocked(g: OnnxGraph, x: str, w: NBitsWeight) -> str:
+    """x [B, S, K] as [1, B, S, K / block, block]: the leading axis is where the levels stack."""
+    first = g.const("axis_first", np.array([0], np.int64))
+    shape = np.array([0, 0, 0, w.k // w.block_size, w.block_size], dtype=np.int64)
+    return g.op1(
+        "Reshape",
+        [g.op1("Unsqueeze", [x, first]), g.const(f"block_shape_{w.block_size}", shape)],
+    )
+
+
+def block_sums(g: OnnxGraph, xb: str) -> str:
+    """sum(x in each block) [B, S, K / block] of `blocked` x."""
+    axes = g.const("axes_first_last", np.array([0, -1], np.int64))
+    return g.op1("ReduceSum", [xb, axes], keepdims=0)
+
+
+def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
+    """x @ (scale * (q - zero_point))^T for `blocked` x; returns [B, S, N]."""
+    last = g.const("axis_last", np.array([-1], np.int64))
+    first = g.const("axis_first", np.array([0], np.int64))
+    int8_max = g.const("int8_max", np.array(127, np.float32))
+    # An all-zero block would divide 0 by 0; any positive step gives its zeros back.
+    tiny = g.const("tiny_step", np.array(1e-30, np.float32))
+    rows, rest = [], xb
+    for _ in range(LEVELS - 1):
+        step = g.op1(
+            "Div", [g.op1("ReduceMax", [g.op1("Abs", [rest]), last], keepdims=1), int8_max]
+        )
+        step = g.op1("Max", [step, tiny])
+        coarse = g.op1("Mul", [g.op1("Round", [g.op1("Div", [rest, step])]), step])
+        rest = g.op1("Sub", [rest, coarse])
+        rows.append(coarse)
+    stacked = g.op1("Concat", [*rows, rest], axis=0)  # [LEVELS, B, S, K/32, 32]
+    merge = g.const("levels_shape", np.array([0, 0, 0, w.k], np.int64))
+    inputs = [g.op1("Reshape", [stacked, merge]), g.const(f"{name}.qweight", w.packed)]
+    inputs.append(g.const(f"{name}.scales", w.scales))
+    zp = w.packed_zero_points()
+    if zp is not None:
+        inputs.append(g.const(f"{name}.zero_points", zp))
+    y = g.op(
+        "MatMulNBits",
+        inputs,
+        1,
+        MS_DOMAIN,
+        name=f"{name}{NODE_SUFFIX}",
+        K=w.k,
+        N=w.n,
+        bits=w.bits,
+        block_size=w.block_size,
+        accuracy_level=4,
+    )[0]
+    return g.op1("ReduceSum", [y, first], keepdims=0)

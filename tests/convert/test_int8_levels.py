@@ -1,0 +1,93 @@
+"""Float activations split into int8 levels: MatMulNBits' int8 kernel, float32-exact results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+
+from chatapp.convert.int8_levels import blocked, float_kernel_copy, int8_levels_matmul
+from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.weights import NBitsWeight, to_weight
+from tests.convert.test_weights import quantized, tensor
+
+ROWS, COLS = 48, 160
+
+
+def activations(rng: np.random.Generator) -> np.ndarray:
+    """[1, 5, K] with what real layers produce: outliers, tiny blocks, an all-zero block."""
+    x = rng.normal(0.0, 1.0, size=(1, 5, COLS)).astype(np.float32)
+    x[0, 1, 7] = 300.0  # one outlier dominates its block's int8 step
+    x[0, 2, 32:64] *= np.float32(1e-6)
+    x[0, 3, 64:96] = 0.0
+    return x
+
+
+def run_linear(w: NBitsWeight, x: np.ndarray, levels: bool) -> np.ndarray:
+    g = OnnxGraph()
+    name = g.add_input("x", TensorProto.FLOAT, [1, "S", COLS])
+    if levels:
+        y = int8_levels_matmul(g, blocked(g, name, w), w, "w")
+    else:  # the kernel's own int8 rounding of the activations (--accuracy-level 4)
+        inputs = [name, g.const("w.qweight", w.packed), g.const("w.scales", w.scales)]
+        zp = w.packed_zero_points()
+        if zp is not None:
+            inputs.append(g.const("w.zero_points", zp))
+        y = g.op1(
+            "MatMulNBits",
+            inputs,
+            domain=MS_DOMAIN,
+            K=w.k,
+            N=w.n,
+            bits=w.bits,
+            block_size=w.block_size,
+            accuracy_level=4,
+        )
+    g.op("Identity", [y], ["y"])
+    g.add_output("y", TensorProto.FLOAT, [1, "S", ROWS])
+    session = ort.InferenceSession(g.model("linear", {}).SerializeToString())
+    return np.asarray(session.run(["y"], {"x": x})[0])
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_int8_levels_match_float_math_where_plain_int8_does_not(qtype: str) -> None:
+    w = to_weight(tensor(qtype, quantized(qtype, ROWS, COLS), ROWS, COLS))
+    assert isinstance(w, NBitsWeight)
+    without_mins = NBitsWeight(w.bits, w.block_size, w.packed, w.scales, w.zero_points, None)
+    dense = without_mins.dequantize().astype(np.float64)
+    x = activations(np.random.default_rng(1))
+    exact = x.astype(np.float64) @ dense.T
+    # Per output: the size of the terms summed, so tiny rows are judged on their own scale.
+    scale = np.abs(x.astype(np.float64)) @ np.abs(dense).T
+    levels_err = np.abs(run_linear(without_mins, x, levels=True) - exact) / scale
+    plain_err = np.abs(run_linear(without_mins, x, levels=False) - exact) / scale
+    assert levels_err.max() < 5e-6  # float32 accumulation: 3e-7 here
+    assert plain_err.max() > 1000 * levels_err.max()
+    assert np.all(run_linear(without_mins, np.zeros_like(x), levels=True) == 0.0)
+
+
+def test_device_copy_puts_level_nodes_on_the_float_kernel(tmp_path: Path) -> None:
+    w = to_weight(tensor("Q8_0", quantized("Q8_0", ROWS, COLS), ROWS, COLS))
+    assert isinstance(w, NBitsWeight)
+    g = OnnxGraph()
+    name = g.add_input("x", TensorProto.FLOAT, [1, "S", COLS])
+    g.op("Identity", [int8_levels_matmul(g, blocked(g, name, w), w, "w")], ["y"])
+    g.add_output("y", TensorProto.FLOAT, [1, "S", ROWS])
+    path = tmp_path / "model.onnx"
+    onnx.save(g.model("linear", {}), str(path))
+    copy = float_kernel_copy(path)
+    assert copy is not None
+    levels = [n for n in onnx.load_from_string(copy).graph.node if n.op_type == "MatMulNBits"]
+    assert [a.i for n in levels for a in n.attribute if a.name == "accuracy_level"] == [0]
+    x = activations(np.random.default_rng(2))
+    on_float = ort.InferenceSession(copy).run(["y"], {"x": x})[0]
+    np.testing.assert_allclose(on_float, run_linear(w, x, levels=True), rtol=1e-5, atol=1e-4)
+    plain = OnnxGraph()
+    plain.op("Identity", [plain.add_input("x", TensorProto.FLOAT, [1])], ["y"])
+    plain.add_output("y", TensorProto.FLOAT, [1])
+    onnx.save(plain.model("plain", {}), str(path))
+    assert float_kernel_copy(path) is None

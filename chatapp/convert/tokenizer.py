@@ -68,8 +68,10 @@ _QWEN2_SPLIT = (
 # not a-z then letters that are not A-Z (or the reverse), so "CamelCase" is two words. llama.cpp's
 # classes are narrower than tiktoken's (combining marks are not letters there, any letter outside
 # ASCII counts as both cases) and change Devanagari's words; llama.cpp's ids are the ones to match.
-_UPPERISH = r"[\p{L}&&[^a-z]]"
-_LOWERISH = r"[\p{L}&&[^A-Z]]"
+# Lookaheads rather than class intersection ([\p{L}&&[^a-z]]), which only some regex engines know:
+# the written tokenizer.json stays readable by other tokenizers libraries.
+_UPPERISH = r"(?:(?=\p{L})[^a-z])"
+_LOWERISH = r"(?:(?=\p{L})[^A-Z])"
 _CONTRACTION = r"(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?"
 
 

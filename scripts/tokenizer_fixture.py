@@ -78,6 +78,14 @@ TEXTS = [
     "<|user|>\nHello<|end|>\n<|assistant|>\nHi! <|end|>\n<|endoftext|>",
     "<bos>text<eos> <s>[INST] hi [/INST] </s>",
     "<think>\nok\n</think>\n\nDone.",
+    # Case-aware splits (GPT-4o's, Tekken's): contractions in upper case, CamelCase, non-ASCII
+    # capitals, combining marks.
+    "DON'T STOP, I'M here and we'll see; YOU'LL know, SHE'D go, THEY'RE WE'VE It'S",
+    "ÉCOLE École éCOLE Ölçüm İstanbul ΑΘΗΝΑ Αθήνα ПРИВЕТ",
+    "CamelCaseWord HTTPServer getHTTPResponse iPhone McDonald'S",
+    "path/to/file.py\n// comment\n/* block */ e\u0301\u0302",
+    "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n",
+    "<|system|>Be brief.<|end|><|user|>Hi<|end|><|assistant|>",
 ]
 
 

@@ -64,6 +64,28 @@ _QWEN2_SPLIT = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# GPT-4o's (o200k) split and Mistral's Tekken, as llama.cpp runs them: a word is letters that are
+# not a-z then letters that are not A-Z (or the reverse), so "CamelCase" is two words. llama.cpp's
+# classes are narrower than tiktoken's (combining marks are not letters there, any letter outside
+# ASCII counts as both cases) and change Devanagari's words; llama.cpp's ids are the ones to match.
+# Lookaheads rather than class intersection ([\p{L}&&[^a-z]]), which only some regex engines know:
+# the written tokenizer.json stays readable by other tokenizers libraries.
+_UPPERISH = r"(?:(?=\p{L})[^a-z])"
+_LOWERISH = r"(?:(?=\p{L})[^A-Z])"
+_CONTRACTION = r"(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?"
+
+
+def _cased_words_split(contraction: str, digits: str) -> str:
+    word = r"[^\r\n\p{L}\p{N}]?"
+    return (
+        f"{word}{_UPPERISH}*{_LOWERISH}+{contraction}|{word}{_UPPERISH}+{_LOWERISH}*{contraction}"
+        rf"|{digits}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
+
+
+_GPT4O_SPLIT = _cased_words_split(_CONTRACTION, r"\p{N}{1,3}")
+_TEKKEN_SPLIT = _cased_words_split("", r"\p{N}")
+
 
 @dataclass(frozen=True)
 class _BytePre:
@@ -79,21 +101,42 @@ _GPT2_PRE = _BytePre(split=None)
 _STARCODER_PRE = _BytePre(split=None, digits_alone=True)
 _LLAMA3_PRE = _BytePre(split=_LLAMA3_SPLIT, ignore_merges=True, add_bos=True)
 _QWEN2_PRE = _BytePre(split=_QWEN2_SPLIT)
+_GPT4O_PRE = _BytePre(split=_GPT4O_SPLIT)
+_TEKKEN_PRE = _BytePre(split=_TEKKEN_SPLIT, ignore_merges=True, add_bos=True)
+_LLAMA3_MERGING_PRE = _BytePre(split=_LLAMA3_SPLIT)  # Llama 3's split, merges always applied
 
-# Only names whose llama.cpp handling is the same as one of the four shapes above.
+# Only names whose llama.cpp handling (split, ignore_merges, add_bos default) is one of the shapes
+# above; each was checked against llama.cpp's ids (docs/converter.md).
 _BYTE_LEVEL_PRE: dict[str, _BytePre] = {
     # llama.cpp's own "default" is a legacy pattern it warns degrades quality; the files that say
     # it (or nothing) came from GPT-2-style tokenizers, so GPT-2's split is the honest choice.
     "default": _GPT2_PRE,
     "gpt-2": _GPT2_PRE,
+    "phi-2": _GPT2_PRE,
+    "mpt": _GPT2_PRE,
+    "olmo": _GPT2_PRE,
+    "jais": _GPT2_PRE,
+    "exaone4": _GPT2_PRE,
     "smollm": _STARCODER_PRE,
     "starcoder": _STARCODER_PRE,
     "refact": _STARCODER_PRE,
     "codeshell": _STARCODER_PRE,
+    "command-r": _STARCODER_PRE,
+    "exaone": _STARCODER_PRE,
     "llama-bpe": _LLAMA3_PRE,
     "llama3": _LLAMA3_PRE,
     "llama-v3": _LLAMA3_PRE,
+    "falcon3": _LLAMA3_PRE,
+    "pixtral": _LLAMA3_PRE,
+    "dbrx": _LLAMA3_MERGING_PRE,
+    "smaug-bpe": _LLAMA3_MERGING_PRE,
     "qwen2": _QWEN2_PRE,
+    "deepseek-r1-qwen": _QWEN2_PRE,  # DeepSeek-R1's Qwen distills
+    "stablelm2": _QWEN2_PRE,
+    "megrez": _QWEN2_PRE,
+    "gpt-4o": _GPT4O_PRE,  # Phi-4-mini
+    "llama4": _GPT4O_PRE,
+    "tekken": _TEKKEN_PRE,  # Mistral Nemo, Mistral Small 3
 }
 
 _SUPPORTED_MODELS = ("gpt2", "llama")

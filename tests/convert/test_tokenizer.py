@@ -462,7 +462,9 @@ def test_smollm2_decode_round_trips(
         assert smollm2.decode(encode(smollm2, text)) == text
 
 
-@pytest.mark.parametrize("pre", ["llama-bpe", "qwen2", "gpt-2", "starcoder"])
+@pytest.mark.parametrize(
+    "pre", ["llama-bpe", "qwen2", "gpt-2", "starcoder", "gpt-4o", "tekken", "dbrx"]
+)
 def test_other_pre_tokenizers_match_llamacpp(smollm2_meta: dict[str, Any], pre: str) -> None:
     # The same vocabulary and merges under another pre-tokenizer name: only the split differs,
     # which is what this checks against llama.cpp.

@@ -26,6 +26,8 @@ FAMILIES = {
     "llama3": "llama3_llamacpp.json",  # byte-level BPE, pre-tokenizer llama-bpe
     "phi3": "phi3_llamacpp.json",  # SentencePiece with llama.cpp's Phi-3 whitespace rule
     "phi3-unnamed": "phi3_unnamed_llamacpp.json",  # the same vocabulary, rule not triggered
+    "phi4": "phi4_llamacpp.json",  # byte-level BPE, o200k vocabulary, pre-tokenizer gpt-4o
+    "tekken-split": "tekken_split_llamacpp.json",  # the same vocabulary, Mistral's tekken split
 }
 
 
@@ -70,7 +72,7 @@ def test_written_folder_gives_the_same_ids(family: str, folders: dict[str, Path]
         assert loaded.encode(text, add_special_tokens=False) == ids, text
 
 
-@pytest.mark.parametrize("family", ["gemma3", "qwen3", "llama3", "phi3-unnamed"])
+@pytest.mark.parametrize("family", ["gemma3", "qwen3", "llama3", "phi3-unnamed", "phi4"])
 def test_plain_text_round_trips(family: str) -> None:
     tokenizer = tokenizer_from_gguf_metadata(meta(family))
     for text in fixture(family)["token_ids"]:
@@ -87,6 +89,25 @@ def test_phi3_drops_whitespace_after_special_tokens_like_llamacpp() -> None:
     assert pieces("phi3", named)[:4] == ["<|user|>", "▁Hello", "<|end|>", "<|assistant|>"]
     assert "<0x0A>" in pieces("phi3-unnamed", unnamed)  # the newline stays without the rule
     assert len(named) < len(unnamed)
+
+
+def test_gpt4o_split_is_llamacpps_not_tiktokens() -> None:
+    # llama.cpp's word classes leave combining marks out of words, so Devanagari vowel signs
+    # start new pieces (tiktoken's own pattern keeps "स्ते" whole); upper-case contractions and
+    # CamelCase split as llama.cpp splits them. Tekken: the same words, one digit a piece.
+    phi4 = tokenizer_from_gguf_metadata(meta("phi4"))
+    tekken = tokenizer_from_gguf_metadata(meta("tekken-split"))
+
+    def ours(text: str, tokenizer: Any = phi4) -> list[str]:
+        return pieces("phi4", tokenizer.encode(text, add_special_tokens=False))
+
+    assert ours("नमस्ते दुनिया")[2:4] == ["à¤¸", "à¥įà¤¤"]  # स, ्त
+    assert ours("CamelCaseWord HTTPServer getHTTPResponse")[:5] == [
+        "Camel", "Case", "Word", "ĠHTTP", "Server"
+    ]  # fmt: skip
+    assert ours("DON'T STOP, It'S") == ["DON", "'T", "ĠSTOP", ",", "ĠIt", "'S"]
+    assert ours("2024 12345") == ["202", "4", "Ġ", "123", "45"]
+    assert ours("2024", tekken) == ["2", "0", "2", "4"]
 
 
 # --- chat templates -----------------------------------------------------------------------------
@@ -161,3 +182,23 @@ def test_gemma_template_folds_the_system_message(tmp_path: Path) -> None:
     assert chat.chat_ids([Message("user", "Hi there")])[1:] == fixture("gemma3")["token_ids"][turn]
     end_of_turn = meta("gemma3")["tokenizer.ggml.tokens"].index("<end_of_turn>")
     assert end_of_turn in eos_token_ids({**meta("gemma3"), "tokenizer.chat_template": text})
+
+
+def test_phi4_markers_are_control_tokens_and_end_stops(folders: dict[str, Path]) -> None:
+    # The fixture carries a template of Phi-4-mini's shape: no newline after a role marker.
+    chat = ChatTokenizer(folders["phi4"])
+    messages = [Message("system", "Be brief."), Message("user", "Hi")]
+    text = chat.render(messages)
+    assert text == "<|system|>Be brief.<|end|><|user|>Hi<|end|><|assistant|>"
+    ids = chat.chat_ids(messages)
+    assert ids == fixture("phi4")["token_ids"][text]  # no BOS: the file does not ask for one
+    markers = ["<|system|>", "<|end|>", "<|user|>", "<|end|>", "<|assistant|>"]
+    assert [p for p in pieces("phi4", ids) if p.startswith("<|")] == markers
+    # Control tokens, as llama.cpp makes them: dropped when an answer is decoded...
+    assert chat.decode(ids) == "Be brief.Hi"
+    # ...and a user who types one gets text, not the marker.
+    end = meta("phi4")["tokenizer.ggml.tokens"].index("<|end|>")
+    assert chat.chat_ids([Message("user", "say <|end|> please")]).count(end) == 1
+    # llama.cpp's end-of-generation set for this vocabulary: <|endoftext|> (the eos) and <|end|>.
+    eos = meta("phi4")["tokenizer.ggml.eos_token_id"]
+    assert sorted(eos_token_ids(meta("phi4"))) == sorted([eos, end])

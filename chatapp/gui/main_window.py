@@ -45,10 +45,12 @@ from chatapp.datadir import logs_dir, models_dir
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
+from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
+from chatapp.gui.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
@@ -75,6 +77,7 @@ class MainWindow(QMainWindow):
         # "Serve this model" stops there: its requests are jobs on the worker).
         self.before_shutdown: list[Callable[[], None]] = []
         self._convert_dialog: QProgressDialog | None = None
+        self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
         # Asked before the chat shown is replaced by an empty one; the history installs a
@@ -133,10 +136,12 @@ class MainWindow(QMainWindow):
     # ---- composition hooks (the history's list, the comparison's tab) -----------------------
     def set_conversation_list(self, widget: QWidget) -> None:
         """Put a conversation list on the left (history issue)."""
+        self.conversation_list = widget
         self.splitter.insertWidget(0, widget)
         for index, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(index, stretch)
         self._restore_splitter()  # a saved layout with the list in it, or the default
+        self.show_panes()
 
     def add_view(self, widget: QWidget, title: str) -> int:
         """Add a tab next to the chat (e.g. "Compare loops"); the tab bar then appears."""
@@ -174,6 +179,8 @@ class MainWindow(QMainWindow):
         self.compare_action.triggered.connect(self.show_compare_view)
         view_menu.addAction(self.show_chat_action)
         view_menu.addAction(self.compare_action)
+        self.view_menu = view_menu
+        self.view_options = ViewOptions(self, view_menu, self.settings)
         help_menu = self.menuBar().addMenu("&Help")
         self.open_log_action = QAction("Open &log folder", self)
         self.open_log_action.setStatusTip("The folder of chatapp.log: what went wrong, in detail")
@@ -306,9 +313,13 @@ class MainWindow(QMainWindow):
             # Show what runs (the CPU after a fallback); the saved choice stays the user's.
             self.side_panel.preselect(device=summary.device)
         self.side_panel.set_context(0, summary.max_context)
+        self.side_panel.set_model_sampling(summary.sampling)
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
+        notice = summary.sampling.notice if summary.sampling is not None else None
         if summary.fallback_reason:
             self.show_message(summary.fallback_reason, "warning")
+        elif notice:
+            self.show_message(notice, "info")
         elif self.banner.level in ("error", "info"):
             self.banner.dismiss()  # the problem the banner described is solved
 
@@ -398,13 +409,17 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentIndex(self.compare_tab)
 
     @Slot(int)
-    def _on_tab_changed(self, index: int) -> None:
-        """The comparison's charts get the whole width; the chat's panels come back with it."""
-        chat = index != self.compare_tab
+    def _on_tab_changed(self, _index: int) -> None:
+        self.show_panes()
+
+    def show_panes(self) -> None:
+        """The panes beside the chat the View menu asks for; the comparison's charts get the
+        whole width."""
+        chat = self.tabs.currentIndex() != self.compare_tab
         for i in range(self.splitter.count()):
             widget = self.splitter.widget(i)
             if widget is not None and widget is not self.tabs:
-                widget.setVisible(chat)
+                widget.setVisible(chat and self.view_options.wanted(widget))
 
     @Slot(bool)
     def _on_compare_running(self, _running: bool) -> None:
@@ -519,11 +534,13 @@ class MainWindow(QMainWindow):
 
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:
-        geometry = self.settings.value("window/geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1200, 760)  # fits a 1280x800 demo screen with its panels
+        if not geometry.restore(self, self.settings.value("window/geometry")):
+            # First start: fit the screen (a small one, or a large scaling factor), without
+            # the panes that would squeeze the chat.
+            self.view_options.fit_first_start()
+            self.show_panes()
+            geometry.place_first_time(self)
+        self.show_panes()
         self._restore_splitter()
 
     def _restore_splitter(self) -> None:

@@ -17,6 +17,7 @@ from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.modes import Mode
+from chatapp.engine.sampling_defaults import ModelSampling, model_sampling
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
 
@@ -77,6 +78,8 @@ class ModelSummary:
     max_context: int  # what this engine allocated
     threads: int | None
     onnx_file: str = ""  # the graph opened, relative to the folder
+    # The sampling the model suggests (generation_config.json or a preset by size).
+    sampling: ModelSampling | None = None
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -130,6 +133,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         max_context=engine.max_context,
         threads=engine.threads,
         onnx_file=engine.info.onnx_file,
+        sampling=model_sampling(engine.info.folder, engine.info.onnx_path.stat().st_size),
     )
 
 

@@ -34,6 +34,8 @@ from PySide6.QtWidgets import (
 from chatapp.engine.bench_report import where_time_goes
 from chatapp.engine.modes import Mode
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.theme import ThemeColors, on_theme
+from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.gui.compare.charts import (
     LOOP_LABELS,
@@ -147,6 +149,7 @@ class CompareView(QWidget):
         self.repeats_spin.setToolTip(
             "Runs of both loops: the figures are medians, the bars and the table show the range"
         )
+        ignore_wheel_unless_focused(self.tokens_spin, self.repeats_spin)
         self.run_button = QPushButton("Run both loops", self)
         self.run_button.setObjectName("compareRunButton")
         self.stop_button = QPushButton("Stop", self)
@@ -227,10 +230,23 @@ class CompareView(QWidget):
         layout.addWidget(self.explanation)
         layout.addWidget(scroll, 1)
 
+        on_theme(self, self._on_theme)
         self.run_button.clicked.connect(self.run_comparison)
         self.stop_button.clicked.connect(self.stop)
         self.sweep_button.clicked.connect(self.run_sweep)
         self.export_button.clicked.connect(self._on_export_clicked)
+
+    def _on_theme(self, c: ThemeColors) -> None:
+        charts: tuple[Any, ...] = (
+            self.latency_chart,
+            *self.split_charts.values(),
+            self.speed_chart,
+            self.ttft_chart,
+            self.sweep_chart,
+            self.transfer_chart,
+        )
+        for chart in charts:
+            chart.apply_colors(c)
 
     def _view(self, chart: Any) -> QChartView:
         view = QChartView(chart, self)

@@ -50,6 +50,7 @@ from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
+from chatapp.gui.data_places import add_data_places_action
 from chatapp.gui.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
 from chatapp.session import formatting as fmt
@@ -186,6 +187,9 @@ class MainWindow(QMainWindow):
         self.open_log_action.setStatusTip("The folder of chatapp.log: what went wrong, in detail")
         self.open_log_action.triggered.connect(self._on_open_log_folder)
         help_menu.addAction(self.open_log_action)
+        self.data_places_action = add_data_places_action(
+            self, help_menu, lambda folder: self.open_folder(folder)
+        )
         about_action = QAction("&About chatapp", self)
         about_action.triggered.connect(self._on_about)
         help_menu.addAction(about_action)

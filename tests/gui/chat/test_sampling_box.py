@@ -10,6 +10,7 @@ from PySide6.QtCore import QSettings
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.sampling_defaults import PRESETS, ModelSampling
 from chatapp.gui.chat.sampling_box import OVERRIDES_KEY, SamplingBox
+from chatapp.gui.common.qtcompat import emit
 
 SUGGESTED = ModelSampling(
     SamplingSettings(temperature=0.6, top_k=50, top_p=0.9, repetition_penalty=1.0),
@@ -40,7 +41,7 @@ def test_picking_a_preset_makes_its_values_the_users(qtbot) -> None:
     changed: list[None] = []
     box.sig_changed.connect(lambda: changed.append(None))
     index = box.preset_combo.findData("creative")
-    box.preset_combo.activated.emit(index)
+    emit(box.preset_combo.activated, index)
     assert box.settings().temperature == PRESETS["creative"].temperature
     assert box.preset() == "creative" and changed
     # Another model's suggestion does not overrule the user's choice.

@@ -186,13 +186,18 @@ def convert_job(request: ConvertRequest) -> Job:
         is_verified_copy,
         sha256_file,
     )
+    from chatapp.store.model_library import find_converted
 
     def run(control: JobControl) -> Path:
         control.put(Progress(0.0, "checking the source file"))
-        if request.out_dir.is_dir() and is_verified_copy(
-            request.out_dir, sha256_file(request.gguf)
-        ):
+        source_sha256 = sha256_file(request.gguf)
+        if request.out_dir.is_dir() and is_verified_copy(request.out_dir, source_sha256):
             return request.out_dir  # converted before: reuse it
+        # The same file converted under another folder name (the default model's folder, a
+        # renamed download): one copy in the library, not two.
+        earlier = find_converted(request.out_dir.parent, source_sha256)
+        if earlier is not None:
+            return earlier
         report = _progress_reporter(control, "The conversion was cancelled.")
         convert_gguf(request.gguf, request.out_dir, ConvertOptions(overwrite=True), report)
         return request.out_dir

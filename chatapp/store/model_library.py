@@ -1,0 +1,122 @@
+"""The prepared models in the data folder's models/: list them (size on disk, source,
+precision), find the folder a GGUF file was already converted into (by its sha256, whatever the
+folder is called), and remove one. No Qt.
+
+Only direct sub-folders of the models folder are looked at or removed, never what a link
+points to: removing follows the same rule as `convert --force` (a folder chatapp made, holding
+only its own files) or, for a folder put there by hand, asks the caller to confirm first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from chatapp.convert.converter import is_verified_copy
+from chatapp.convert.output_folder import MANIFEST_FILE, made_by_chatapp, read_json
+from chatapp.engine.variants import candidate_files, split_name
+
+# llama.cpp's quantization names as they appear in GGUF file names.
+_GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.I)
+
+
+class LibraryError(Exception):
+    """A model that cannot be removed, in words for the user."""
+
+
+@dataclass(frozen=True)
+class LibraryModel:
+    folder: Path
+    size_bytes: int  # on disk, links not followed
+    source: str  # "SmolLM2-135M-Instruct.Q4_1.gguf" or "ONNX folder"
+    precision: str  # "Q4_1 (GGUF)", "fp32, q4", "ONNX"
+    converted: bool  # made by chatapp's converter (its manifest says so)
+    source_sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+
+def list_library(models: Path) -> list[LibraryModel]:
+    """The model folders in `models`, by name (a folder without any .onnx is left out)."""
+    try:
+        entries = sorted(models.iterdir(), key=lambda p: p.name.lower())
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.name.startswith(".") or entry.is_symlink() or not entry.is_dir():
+            continue  # hidden: a conversion in progress or its leftovers
+        model = describe(entry)
+        if model is not None:
+            found.append(model)
+    return found
+
+
+def describe(folder: Path) -> LibraryModel | None:
+    manifest = read_json(folder / MANIFEST_FILE) if made_by_chatapp(folder) else None
+    if manifest is not None:
+        source = manifest.get("source") or {}
+        file_name = str(source.get("file") or "a GGUF file")
+        match = _GGUF_TYPE.search(Path(file_name).stem)
+        precision = f"{match.group(1).upper()} (GGUF)" if match else "GGUF"
+        sha = source.get("sha256")
+        return LibraryModel(
+            folder,
+            disk_usage(folder),
+            file_name,
+            precision,
+            True,
+            sha if isinstance(sha, str) else None,
+        )
+    graphs = candidate_files(folder)
+    if not graphs:
+        return None
+    named = sorted({split_name(g.name)[1] or "" for g in graphs} - {""})
+    precision = ", ".join(named) if named else "ONNX"
+    return LibraryModel(folder, disk_usage(folder), "ONNX folder", precision, False)
+
+
+def find_converted(models: Path, source_sha256: str) -> Path | None:
+    """A folder in `models` converted from the GGUF with this sha256 by this converter
+    version, intact (its files checked against its manifest); None if there is none."""
+    for model in list_library(models):
+        same = model.converted and model.source_sha256 == source_sha256
+        if same and is_verified_copy(model.folder, source_sha256):
+            return model.folder
+    return None
+
+
+def remove_model(models: Path, folder: Path) -> None:
+    """Delete `folder`, a direct sub-folder of `models`; LibraryError says why not."""
+    models_real = models.resolve()
+    if folder.is_symlink() or folder.resolve().parent != models_real:
+        raise LibraryError(f"{folder} is not a folder of the model library ({models}).")
+    if not folder.is_dir():
+        raise LibraryError(f"{folder.name} is no longer there.")
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        raise LibraryError(f"Could not remove {folder.name}: {exc.strerror or exc}.") from exc
+
+
+def disk_usage(folder: Path) -> int:
+    """Bytes the folder's files take on disk (links not followed, hard links counted once)."""
+    total, seen = 0, set()
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            blocks = getattr(st, "st_blocks", None)
+            total += blocks * 512 if blocks is not None else st.st_size
+    return total

@@ -26,6 +26,7 @@ from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
+from chatapp.gui.model_library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
 from chatapp.session import arg_checks as checks
@@ -157,6 +158,14 @@ def prepared_default_model() -> Path | None:
     return folder if (folder / "model.onnx").is_file() else None
 
 
+def model_to_open(window: MainWindow, args: argparse.Namespace) -> tuple[Path | None, str | None]:
+    """The command line's model, else the one used last (None, None: the default model)."""
+    if args.model is not None:
+        return args.model, args.onnx_file
+    last = last_model(window.settings)
+    return last if last is not None else (None, None)
+
+
 def build_window(argv: list[str]) -> MainWindow:
     """Build and show the main window from command-line arguments, without entering the event
     loop. The model starts loading in the worker thread at once; the window tells the user
@@ -165,9 +174,10 @@ def build_window(argv: list[str]) -> MainWindow:
     application(qt_args)
     window = create_window(args)
     window.show()
-    folder = args.model or prepared_default_model()
+    folder, onnx_file = model_to_open(window, args)
+    folder = folder or prepared_default_model()
     if folder is not None:
-        window.open_model(folder, args.device, args.onnx_file if args.model else None)
+        window.open_model(folder, args.device, onnx_file)
     else:
         window.show_message(
             "The default model is not prepared yet: run `chatapp` (or `chatapp prepare`) "
@@ -279,14 +289,26 @@ async def prepare_default_model_async(window: MainWindow) -> Path | None:
 
 async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
     """Open the requested model (preparing the default one first if needed)."""
-    folder = args.model
+    folder, onnx_file = model_to_open(window, args)
+    c = window.controller
+    last = folder
+    if last is not None and args.model is None:
+        # The model used last; if it no longer loads, the default one (the banner says why).
+        if await wait_for_signals(
+            lambda: window.open_model(last, args.device, onnx_file),
+            c.sig_model_loaded,
+            c.sig_load_failed,
+        ):
+            return True
+        folder = None
     if folder is None:
         folder = await prepare_default_model_async(window)
         if folder is None:
             return False
-    c = window.controller
+        onnx_file = None
+    target: Path = folder
     return await wait_for_signals(
-        lambda: window.open_model(folder, args.device, args.onnx_file if args.model else None),
+        lambda: window.open_model(target, args.device, onnx_file),
         c.sig_model_loaded,
         c.sig_load_failed,
     )

@@ -51,6 +51,12 @@ from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
 from chatapp.gui.data_places import add_data_places_action
+from chatapp.gui.model_library import (
+    CANCELLED,
+    ModelsDialog,
+    pick_variant,
+    remember_last_model,
+)
 from chatapp.gui.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
 from chatapp.session import formatting as fmt
@@ -159,6 +165,10 @@ class MainWindow(QMainWindow):
         self.open_gguf_action.triggered.connect(self._on_open_gguf)
         file_menu.addAction(self.open_folder_action)
         file_menu.addAction(self.open_gguf_action)
+        self.models_action = QAction("&Models…", self)
+        self.models_action.setStatusTip("The prepared models: size, source, precision; remove")
+        self.models_action.triggered.connect(self.show_models_dialog)
+        file_menu.addAction(self.models_action)
         self.recent_menu = file_menu.addMenu("&Recent models")
         self.recent_menu.aboutToShow.connect(self._rebuild_recent_menu)
         file_menu.addSeparator()
@@ -319,6 +329,7 @@ class MainWindow(QMainWindow):
         self.side_panel.set_context(0, summary.max_context)
         self.side_panel.set_model_sampling(summary.sampling)
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
+        remember_last_model(self.settings, summary.folder, summary.onnx_file)
         notice = summary.sampling.notice if summary.sampling is not None else None
         if summary.fallback_reason:
             self.show_message(summary.fallback_reason, "warning")
@@ -471,7 +482,17 @@ class MainWindow(QMainWindow):
         start = str(self.model_dir.parent if self.model_dir else models_dir())
         folder = QFileDialog.getExistingDirectory(self, "Open model folder", start)
         if folder:
-            self.open_model(folder)
+            onnx_file = pick_variant(self, Path(folder))
+            if onnx_file != CANCELLED:
+                self.open_model(folder, onnx_file=onnx_file)
+
+    @Slot()
+    def show_models_dialog(self) -> ModelsDialog:
+        dialog = ModelsDialog(models_dir(), self.model_dir, self)
+        dialog.sig_open.connect(self.open_model)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     @Slot()
     def _on_open_gguf(self) -> None:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QApplication, QProgressDialog
 
 from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
+from chatapp.gui.common.progress import TimeLeft
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
@@ -222,6 +223,7 @@ class _PreparationDialog:
         self.window = window
         self.cancel = cancel
         self.dialog: QProgressDialog | None = None
+        self.time_left = TimeLeft()
 
     def show(self, batch: YieldedBatch) -> None:
         progress = [item for item in batch.items if isinstance(item, Progress)]
@@ -241,7 +243,7 @@ class _PreparationDialog:
             self.dialog.show()
         self.dialog.setLabelText(
             "Converting the bundled SmolLM2-135M model for ONNX Runtime (first run only):\n"
-            f"{progress[-1].message}…"
+            f"{progress[-1].message}… {self.time_left.text(progress[-1].fraction)}".rstrip()
         )
         self.dialog.setValue(int(progress[-1].fraction * 100))
 

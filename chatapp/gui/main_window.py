@@ -47,6 +47,7 @@ from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
+from chatapp.gui.common.progress import TimeLeft
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
@@ -84,6 +85,7 @@ class MainWindow(QMainWindow):
         # "Serve this model" stops there: its requests are jobs on the worker).
         self.before_shutdown: list[Callable[[], None]] = []
         self._convert_dialog: QProgressDialog | None = None
+        self._convert_time = TimeLeft()
         self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
@@ -288,6 +290,7 @@ class MainWindow(QMainWindow):
         dialog.canceled.connect(self.controller.cancel_conversion)
         dialog.show()
         self._convert_dialog = dialog
+        self._convert_time = TimeLeft()
         self.statusBar().showMessage(f"Converting {gguf.name}…")
         return True
 
@@ -302,7 +305,8 @@ class MainWindow(QMainWindow):
     def _on_convert_progress(self, fraction: float, message: str) -> None:
         dialog = self._convert_dialog
         if dialog is not None:
-            dialog.setLabelText(f"Converting for ONNX Runtime: {message}…")
+            left = self._convert_time.text(fraction)
+            dialog.setLabelText(f"Converting for ONNX Runtime: {message}…\n{left}".rstrip())
             dialog.setValue(int(fraction * 100))
 
     @Slot(object)

@@ -216,6 +216,11 @@ class StepSplitChart(QChart):
         self.hint.set_empty(False)
 
     @property
+    def count(self) -> int:
+        """Steps drawn."""
+        return self._count
+
+    @property
     def y_max(self) -> float:
         """Where this chart's own scale would end (spikes left out)."""
         return robust_top(self._totals, 1.0)

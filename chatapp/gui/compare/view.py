@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from chatapp.engine.bench_report import where_time_goes
 from chatapp.engine.modes import Mode
+from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, on_theme
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
@@ -166,6 +167,10 @@ class CompareView(QWidget):
         self.status.setTextFormat(Qt.TextFormat.PlainText)  # it quotes errors and input
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
+        self.progress = ProgressWithTimeLeft(self)
+        self.progress.setObjectName("compareProgress")
+        self._steps_per_run = 1  # decode steps of both loops in one run (the first streams)
+        self._runs = 1
         self.explanation = QLabel("", self)
         self.explanation.setObjectName("compareExplanation")
         self.explanation.setWordWrap(True)
@@ -227,6 +232,7 @@ class CompareView(QWidget):
         layout.addLayout(controls)
         layout.addLayout(sweep_row)
         layout.addWidget(self.status)
+        layout.addWidget(self.progress)
         layout.addWidget(self.explanation)
         layout.addWidget(scroll, 1)
 
@@ -262,6 +268,10 @@ class CompareView(QWidget):
 
     def _set_running(self, running: bool) -> None:
         self._running = running
+        if running:
+            self.progress.start()
+        else:
+            self.progress.finish()
         self._update_buttons()
         emit(self.sig_running, running)
 
@@ -298,6 +308,8 @@ class CompareView(QWidget):
         request = CompareRequest(
             prompt, self.system_prompt(), self.tokens_spin.value(), self.repeats_spin.value()
         )
+        self._steps_per_run = max(1, 2 * (request.max_new_tokens - 1))
+        self._runs = max(1, request.repeats)
         self._start(compare_job(self.host, request), self._on_finished)
         self.status.setText("Starting…")
         return True
@@ -337,19 +349,24 @@ class CompareView(QWidget):
     # ---- results --------------------------------------------------------------------------
     @Slot(object)
     def _on_yielded(self, batch: YieldedBatch) -> None:
-        steps = False
+        steps = 0
         for item in batch.items:
             if isinstance(item, StepFigures):
                 self.latency_chart.append(item.loop, item.index, item.latency_ms)
                 self.split_charts[item.loop].append(item.run_ms, item.host_ms, item.sample_ms)
-                steps = True
+                steps += 1
             elif isinstance(item, ProgressLine):
                 self.status.setText(item.text)
+                if item.fraction is not None:
+                    self.progress.set_fraction(item.fraction)
             elif isinstance(item, LoopFinished):
                 self._on_loop_finished(item)
             elif isinstance(item, SweepPoint):
                 self._on_sweep_point(item)
         if steps:
+            # The first run streams its steps: the bar moves with them.
+            drawn = sum(chart.count for chart in self.split_charts.values())
+            self.progress.set_fraction(min(1.0, drawn / self._steps_per_run) / self._runs)
             tallest = max(c.y_max for c in self.split_charts.values())
             for chart in self.split_charts.values():
                 chart.set_y_max(tallest)  # one scale for both loops

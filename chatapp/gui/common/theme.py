@@ -284,23 +284,23 @@ def saved_theme(settings: QSettings) -> str:
 
 
 # ---- telling widgets ------------------------------------------------------------------------
-class ThemeNotifier(QObject):
-    """Says when the application's palette changed (our theme, or the desktop's)."""
+class ThemeNotifier(QWidget):
+    """Says when the application's palette changed (our theme, or the desktop's).
+
+    A hidden widget, told like every widget when the application palette changes: an event
+    filter on the application would see every event of every object in Python (slow, and
+    PySide 6.11 crashed in it for widgets only a Python cycle kept alive)."""
 
     sig_changed = Signal()
 
     def __init__(self) -> None:
         super().__init__()
         self.quiet = False
-        app = QApplication.instance()
-        if app is not None:
-            app.installEventFilter(self)
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        palette_changed = event.type() == QEvent.Type.ApplicationPaletteChange
-        if palette_changed and watched is QApplication.instance() and not self.quiet:
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ApplicationPaletteChange and not self.quiet:
             self.changed()
-        return False
+        return super().event(event)
 
     def changed(self) -> None:
         emit(self.sig_changed)

@@ -104,3 +104,19 @@ def test_banner_follows_the_theme(qtbot, themed) -> None:
     apply_theme("light")
     assert colors().banners["error"].background.name() in banner.styleSheet()
     assert dark.background.name() not in banner.styleSheet()
+
+
+def test_a_desktop_palette_change_is_followed(qapp, themed) -> None:
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    owner = QWidget()
+    seen: list[ThemeColors] = []
+    on_theme(owner, seen.append)
+    before = QPalette(QApplication.palette())
+    QApplication.setPalette(dark_palette())  # what the platform does when the desktop goes dark
+    qapp.processEvents()
+    assert seen[-1].dark
+    QApplication.setPalette(before)
+    qapp.processEvents()
+    assert seen[-1].dark == colors(before).dark
+    owner.deleteLater()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from chatapp.convert.converter import is_verified_copy
+from chatapp.convert.converter import ConvertOptions, is_verified_copy
 from chatapp.convert.output_folder import MANIFEST_FILE, made_by_chatapp, read_json
 from chatapp.engine.variants import candidate_files, split_name
 
@@ -35,6 +36,7 @@ class LibraryModel:
     precision: str  # "Q4_1 (GGUF)", "fp32, q4", "ONNX"
     converted: bool  # made by chatapp's converter (its manifest says so)
     source_sha256: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # the converter's, from its manifest
 
     @property
     def name(self) -> str:
@@ -65,6 +67,7 @@ def describe(folder: Path) -> LibraryModel | None:
         match = _GGUF_TYPE.search(Path(file_name).stem)
         precision = f"{match.group(1).upper()} (GGUF)" if match else "GGUF"
         sha = source.get("sha256")
+        options = manifest.get("options")
         return LibraryModel(
             folder,
             disk_usage(folder),
@@ -72,6 +75,7 @@ def describe(folder: Path) -> LibraryModel | None:
             precision,
             True,
             sha if isinstance(sha, str) else None,
+            options if isinstance(options, dict) else {},
         )
     graphs = candidate_files(folder)
     if not graphs:
@@ -81,14 +85,29 @@ def describe(folder: Path) -> LibraryModel | None:
     return LibraryModel(folder, disk_usage(folder), "ONNX folder", precision, False)
 
 
-def find_converted(models: Path, source_sha256: str) -> Path | None:
+def find_converted(
+    models: Path, source_sha256: str, options: ConvertOptions | None = None
+) -> Path | None:
     """A folder in `models` converted from the GGUF with this sha256 by this converter
-    version, intact (its files checked against its manifest); None if there is none."""
+    version, with the same conversion options, intact (its files checked against its
+    manifest); None if there is none."""
     for model in list_library(models):
         same = model.converted and model.source_sha256 == source_sha256
+        same = same and same_options(model.options, options or ConvertOptions())
         if same and is_verified_copy(model.folder, source_sha256):
             return model.folder
     return None
+
+
+def same_options(recorded: dict[str, Any], wanted: ConvertOptions) -> bool:
+    """Whether a folder converted with `recorded` options is what `wanted` would make (a
+    context length left to the file matches whatever the file gave)."""
+    for key, value in asdict(wanted).items():
+        if key == "overwrite" or (key == "context_length" and value is None):
+            continue
+        if recorded.get(key) != value:
+            return False
+    return True
 
 
 def remove_model(models: Path, folder: Path) -> None:

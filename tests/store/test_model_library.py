@@ -83,3 +83,14 @@ def test_disk_usage_counts_hard_links_once(tmp_path: Path) -> None:
     once = disk_usage(tmp_path)
     (tmp_path / "b").hardlink_to(tmp_path / "a")
     assert disk_usage(tmp_path) == once > 0
+
+
+def test_a_conversion_with_other_options_is_not_reused(library: Path, tiny_gguf: Path) -> None:
+    sha = sha256_file(tiny_gguf)
+    assert find_converted(library, sha, ConvertOptions(attention="standard")) is None
+    assert find_converted(library, sha, ConvertOptions(overwrite=True)) == library / "tiny-llama"
+    context = json.loads((library / "tiny-llama" / "chatapp-manifest.json").read_text())["options"][
+        "context_length"
+    ]
+    assert find_converted(library, sha, ConvertOptions(context_length=context)) is not None
+    assert find_converted(library, sha, ConvertOptions(context_length=context + 1)) is None

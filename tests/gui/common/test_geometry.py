@@ -55,3 +55,15 @@ def test_restore_says_when_there_is_nothing_to_restore(qtbot) -> None:
     qtbot.addWidget(other)
     assert restore(other, saved)
     assert other.size() == QSize(400, 300)
+
+
+def test_the_window_comes_back_as_it_was_left(make_window, tiny_model_dir) -> None:
+    first = make_window(["--model", str(tiny_model_dir)], wait=False)
+    area = available_area(first)
+    assert area.contains(first.frameGeometry())  # first start: fitted to the screen
+    first.resize(QSize(1000, 620))
+    first.move(area.left() + 40, area.top() + 30)
+    first.close()
+    again = make_window(["--model", str(tiny_model_dir)], wait=False)
+    assert again.size() == QSize(1000, 620)
+    assert (again.x(), again.y()) == (area.left() + 40, area.top() + 30)

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QProgressDialog,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -115,6 +116,9 @@ class MainWindow(QMainWindow):
         self.compare_view = CompareView(self.runner, self.host, self)
         self.compare_view.system_prompt = lambda: self.side_panel.system_prompt_edit.toPlainText()
         self.compare_tab = self.add_view(self.compare_view, "Compare loops")
+        # Its controls must not widen the chat page (a small screen keeps both side panes):
+        # the comparison gets the whole window when shown.
+        self.compare_view.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
         side_scroll = QScrollArea(self)
         side_scroll.setObjectName("sidePanelScroll")
@@ -192,7 +196,6 @@ class MainWindow(QMainWindow):
         self.compare_action.triggered.connect(self.show_compare_view)
         view_menu.addAction(self.show_chat_action)
         view_menu.addAction(self.compare_action)
-        self.view_menu = view_menu
         self.view_options = ViewOptions(self, view_menu, self.settings)
         help_menu = self.menuBar().addMenu("&Help")
         self.open_log_action = QAction("Open &log folder", self)

@@ -489,14 +489,17 @@ class MainWindow(QMainWindow):
         start = str(self.model_dir.parent if self.model_dir else models_dir())
         folder = QFileDialog.getExistingDirectory(self, "Open model folder", start)
         if folder:
-            onnx_file = pick_variant(self, Path(folder))
-            if onnx_file != CANCELLED:
-                self.open_model(folder, onnx_file=onnx_file)
+            self.open_model_folder(Path(folder))
+
+    def open_model_folder(self, folder: Path) -> bool:
+        """Open `folder`, asking which graph when it holds several (False: not opened)."""
+        onnx_file = pick_variant(self, folder)
+        return onnx_file != CANCELLED and self.open_model(folder, onnx_file=onnx_file)
 
     @Slot()
     def show_models_dialog(self) -> ModelsDialog:
         dialog = ModelsDialog(models_dir(), self.model_dir, self)
-        dialog.sig_open.connect(self.open_model)
+        dialog.sig_open.connect(self.open_model_folder)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog

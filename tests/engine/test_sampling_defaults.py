@@ -148,3 +148,14 @@ def test_presets_are_recognised() -> None:
 def test_the_default_model_starts_greedy(default_model_dir: Path) -> None:
     got = model_sampling(default_model_dir)
     assert got.preset == "precise" and got.settings.greedy and got.notice is None
+
+
+def test_an_oversized_file_is_not_read(tmp_path: Path) -> None:
+    from chatapp.engine.folder_files import MAX_JSON_BYTES
+
+    folder = _folder(tmp_path, SMOLLM2_135M)
+    with (folder / "generation_config.json").open("wb") as fh:
+        fh.truncate(MAX_JSON_BYTES + 1)  # sparse: nothing is written, nothing must be read
+    got = model_sampling(folder)
+    assert got.settings == PRESETS["precise"] and got.notice is not None
+    assert "refused" in got.notice

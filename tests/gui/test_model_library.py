@@ -99,3 +99,26 @@ def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     assert last_model(saved) == (models / "tiny-llama", "model.onnx")
     again = make_window([])  # no --model: the last one, not the default model
     assert again.controller.model.folder == models / "tiny-llama"
+
+
+def test_opening_a_folder_with_variants_asks_which(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.gui import model_library
+
+    folder = tmp_path / "variants"
+    shutil.copytree(tiny_model_dir, folder)
+    shutil.copy(folder / "model.onnx", folder / "model_q4.onnx")
+    window = make_window(["--model", str(tiny_model_dir)])
+    monkeypatch.setattr(model_library, "_ask", lambda *_a: ("", False))
+    assert not window.open_model_folder(folder)  # the picker was closed: nothing opens
+    picked: list[list[str]] = []
+
+    def last(_parent, _title, _text, items, _current):
+        picked.append(items)
+        return items[-1], True
+
+    monkeypatch.setattr(model_library, "_ask", last)
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+        assert window.open_model_folder(folder)
+    assert picked[0][-1].startswith(window.controller.model.onnx_file)

@@ -1,5 +1,6 @@
-"""The side panel's sampling settings: a preset choice (Model default / Precise / Balanced /
-Creative) above the detailed values, and "Reset to model defaults".
+"""The side panel's sampling settings: a row of preset buttons (Precise / Balanced / Creative)
+above the detailed values, a line saying where the values come from, and "Reset to model
+defaults".
 
 Each loaded model suggests its sampling (chatapp/engine/sampling_defaults.py). A value the user
 sets, by hand or by picking a preset, is theirs: it is saved and kept when another model is
@@ -8,10 +9,8 @@ opened; the values the user never touched follow the model. Reset forgets the us
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtGui import QStandardItemModel
+from PySide6.QtCore import QSettings, Signal, Slot
 from PySide6.QtWidgets import (
-    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
@@ -33,7 +32,7 @@ from chatapp.engine.sampling_defaults import (
     matching_preset,
 )
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.theme import muted
+from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 
 OVERRIDES_KEY = "sampling/overrides"  # the values the user chose, one key per field
@@ -53,25 +52,21 @@ class SamplingBox(QGroupBox):
         self.overrides: dict[str, float] = {}
         self._filling = False
         form = QFormLayout(self)
-        self.preset_combo = QComboBox(self)
-        self.preset_combo.setObjectName("samplingPresetCombo")
-        self.preset_combo.addItem("Model default", MODEL_DEFAULT)
-        self.preset_combo.setItemData(
-            0,
-            "What the model suggests (its generation_config.json, or a preset by size)",
-            Qt.ItemDataRole.ToolTipRole,
-        )
+        # One button per preset, in a row: the one the values equal is shown pressed, whether
+        # the model suggested it or the user picked it (the line below says which).
+        self.preset_buttons: dict[str, QPushButton] = {}
+        preset_row = QHBoxLayout()
+        preset_row.setSpacing(0)
         for name, label in PRESET_LABELS.items():
-            self.preset_combo.addItem(label, name)
-            index = self.preset_combo.count() - 1
-            self.preset_combo.setItemData(index, PRESET_TIPS[name], Qt.ItemDataRole.ToolTipRole)
-        self.preset_combo.addItem("Custom", CUSTOM)
-        combo_model = self.preset_combo.model()
-        if isinstance(combo_model, QStandardItemModel):  # shown, never picked
-            item = combo_model.item(self.preset_combo.count() - 1)
-            if item is not None:
-                item.setEnabled(False)
-        self.preset_combo.activated.connect(self._on_preset_picked)
+            button = QPushButton(label, self)
+            button.setObjectName(f"samplingPreset{label}")
+            button.setCheckable(True)
+            button.setToolTip(PRESET_TIPS[name])
+            button.setAccessibleName(f"{label} sampling preset")
+            button.clicked.connect(lambda _checked=False, n=name: self.use_preset(n))
+            preset_row.addWidget(button, 1)
+            self.preset_buttons[name] = button
+        on_theme(self, self._style_presets)
         self.reset_button = QPushButton("Reset to model defaults", self)
         self.reset_button.setObjectName("samplingResetButton")
         self.reset_button.setToolTip("Forget your sampling values: use what the model suggests")
@@ -118,9 +113,7 @@ class SamplingBox(QGroupBox):
             "top_p": self.top_p_spin,
             "repetition_penalty": self.repetition_spin,
         }
-        preset_row = QHBoxLayout()
-        preset_row.addWidget(self.preset_combo, 1)
-        form.addRow("Preset", preset_row)
+        form.addRow(preset_row)
         form.addRow(self.source_label)
         form.addRow(self.reset_button)
         form.addRow("Temperature", self.temperature_spin)
@@ -129,7 +122,7 @@ class SamplingBox(QGroupBox):
         form.addRow("Repetition penalty", self.repetition_spin)
         form.addRow("Max new tokens", self.max_tokens_spin)
         form.addRow("Seed", self.seed_spin)
-        ignore_wheel_unless_focused(self.preset_combo, *self.spins.values())
+        ignore_wheel_unless_focused(*self.spins.values())
         ignore_wheel_unless_focused(self.max_tokens_spin, self.seed_spin)
         for field, spin in self.spins.items():
             spin.valueChanged.connect(lambda _v, f=field: self._on_value_edited(f))
@@ -150,8 +143,15 @@ class SamplingBox(QGroupBox):
         )
 
     def preset(self) -> str:
-        """What the preset box shows: model, precise, balanced, creative or custom."""
-        return str(self.preset_combo.currentData())
+        """Where the values come from: model (its suggestion), or the user's precise,
+        balanced, creative or custom."""
+        if not self.overrides:
+            return MODEL_DEFAULT
+        return matching_preset(self.settings()) or CUSTOM
+
+    def pressed_preset(self) -> str | None:
+        """The preset button shown pressed: the preset the values equal, if any."""
+        return next((n for n, b in self.preset_buttons.items() if b.isChecked()), None)
 
     # ---- the model's suggestion and the user's choices -------------------------------------
     def set_model_defaults(self, sampling: ModelSampling) -> None:
@@ -169,14 +169,6 @@ class SamplingBox(QGroupBox):
         preset = PRESETS[name]
         self.overrides = {f: float(getattr(preset, f)) for f in SAMPLING_FIELDS}
         self._show()
-
-    @Slot(int)
-    def _on_preset_picked(self, index: int) -> None:
-        choice = self.preset_combo.itemData(index)
-        if choice == MODEL_DEFAULT:
-            self.reset_to_model()
-        elif choice in PRESETS:
-            self.use_preset(choice)
 
     def _on_value_edited(self, field: str) -> None:
         if self._filling:
@@ -202,16 +194,28 @@ class SamplingBox(QGroupBox):
             self._changed()
 
     def _show_choice(self) -> None:
-        choice = (matching_preset(self.settings()) or CUSTOM) if self.overrides else MODEL_DEFAULT
-        self.preset_combo.setCurrentIndex(self.preset_combo.findData(choice))
+        equal = matching_preset(self.settings())
+        for name, button in self.preset_buttons.items():
+            button.setChecked(name == equal)
         suggestion = self.model.source
-        if choice == MODEL_DEFAULT:
+        if not self.overrides:
             text = f"Following the model: {suggestion}."
+        elif equal is None:
+            text = f"Your own values. The model suggests {suggestion}."
         else:
             text = f"Your choice. The model suggests {suggestion}."
         self.source_label.setText(text)
         self.source_label.setToolTip(text)
         self.reset_button.setEnabled(bool(self.overrides))
+
+    def _style_presets(self, c: ThemeColors) -> None:
+        """A segmented row in the palette's colours, the pressed one in the selection colour."""
+        self.setStyleSheet(
+            f'QPushButton[checkable="true"] {{ border: 1px solid {c.border.name()}; '
+            f"padding: 4px 6px; background: {c.base.name()}; color: {c.base_text.name()}; }}"
+            f'QPushButton[checkable="true"]:checked {{ background: {c.accent.name()}; '
+            f"color: {c.accent_text.name()}; border-color: {c.accent.name()}; }}"
+        )
 
     def _on_plain_edit(self) -> None:
         if not self._filling:

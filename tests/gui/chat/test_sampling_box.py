@@ -10,7 +10,6 @@ from PySide6.QtCore import QSettings
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.sampling_defaults import PRESETS, ModelSampling
 from chatapp.gui.chat.sampling_box import OVERRIDES_KEY, SamplingBox
-from chatapp.gui.common.qtcompat import emit
 
 SUGGESTED = ModelSampling(
     SamplingSettings(temperature=0.6, top_k=50, top_p=0.9, repetition_penalty=1.0),
@@ -28,11 +27,12 @@ def _box(qtbot) -> SamplingBox:
 def test_starts_greedy_and_follows_the_model(qtbot) -> None:
     box = _box(qtbot)
     assert box.settings().greedy and box.preset() == "model"
+    assert box.pressed_preset() == "precise"  # the model's suggestion equals Precise
     assert not box.reset_button.isEnabled()
     box.set_model_defaults(SUGGESTED)
     s = box.settings()
     assert (s.temperature, s.top_k, s.top_p, s.repetition_penalty) == (0.6, 50, 0.9, 1.0)
-    assert box.preset() == "model"
+    assert box.preset() == "model" and box.pressed_preset() is None
     assert "generation_config.json" in box.source_label.text()
 
 
@@ -40,10 +40,10 @@ def test_picking_a_preset_makes_its_values_the_users(qtbot) -> None:
     box = _box(qtbot)
     changed: list[None] = []
     box.sig_changed.connect(lambda: changed.append(None))
-    index = box.preset_combo.findData("creative")
-    emit(box.preset_combo.activated, index)
+    box.preset_buttons["creative"].click()
     assert box.settings().temperature == PRESETS["creative"].temperature
     assert box.preset() == "creative" and changed
+    assert box.pressed_preset() == "creative" and box.preset_buttons["creative"].isVisibleTo(box)
     # Another model's suggestion does not overrule the user's choice.
     box.set_model_defaults(SUGGESTED)
     assert box.settings().temperature == PRESETS["creative"].temperature
@@ -56,6 +56,7 @@ def test_an_edit_by_hand_is_custom_and_reset_forgets_it(qtbot) -> None:
     box.set_model_defaults(SUGGESTED)
     box.top_k_spin.setValue(7)
     assert box.preset() == "custom" and box.overrides == {"top_k": 7.0}
+    assert box.pressed_preset() is None and "Your own values" in box.source_label.text()
     assert box.settings().temperature == 0.6  # the values not touched still follow the model
     box.reset_button.click()
     assert box.settings().top_k == 50 and box.preset() == "model"

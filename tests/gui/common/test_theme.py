@@ -120,3 +120,18 @@ def test_a_desktop_palette_change_is_followed(qapp, themed) -> None:
     qapp.processEvents()
     assert seen[-1].dark == colors(before).dark
     owner.deleteLater()
+
+
+def test_preset_buttons_read_in_dark_mode(qtbot, themed) -> None:
+    from chatapp.gui.chat.sampling_box import SamplingBox
+
+    apply_theme("dark")
+    box = SamplingBox()
+    qtbot.addWidget(box)
+    box.resize(320, 400)
+    box.show()
+    c = colors()
+    unpressed = box.preset_buttons["creative"]
+    assert not unpressed.isChecked() and box.preset_buttons["precise"].isChecked()
+    assert luminance(_dominant(unpressed)) < 0.1
+    assert _dominant(box.preset_buttons["precise"]) == c.accent

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QSettings, Slot
+from PySide6.QtCore import QObject, QSettings, QTimer, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMenu, QWidget
 
-from chatapp.gui.common.geometry import available_area
+from chatapp.gui.common.geometry import available_area, keep_on_screen
 from chatapp.gui.common.theme import THEME_KEY, THEME_LABELS, THEMES, apply_theme, saved_theme
 
 if TYPE_CHECKING:
@@ -82,6 +82,9 @@ class ViewOptions(QObject):
     def _on_toggled(self, key: str, on: bool) -> None:
         self.settings.setValue(key, on)
         self.window.show_panes()
+        # A pane shown may widen the window past the screen's edge: bring it back once the
+        # layout has settled.
+        QTimer.singleShot(0, lambda: keep_on_screen(self.window))
 
     # ---- theme ----------------------------------------------------------------------------
     @Slot(str)

@@ -137,3 +137,16 @@ def test_both_panes_fit_an_800_pixel_screen(qtbot, make_window, tiny_model_dir: 
     assert window.side_scroll.isVisible() and window.conversation_list.isVisible()
     # The comparison's controls do not widen the chat page: the window can be that narrow.
     assert window.minimumSizeHint().width() <= 800
+
+
+def test_a_pane_shown_near_the_edge_keeps_the_window_on_the_screen(
+    qtbot, make_window, tiny_model_dir: Path
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)], wait=False)
+    window.show()
+    qtbot.waitExposed(window)
+    area = window.screen().availableGeometry()
+    window.move(area.right() - window.width() // 2, area.top())  # half off the right edge
+    assert not area.contains(window.frameGeometry())
+    window.view_options.side_action.trigger()  # a pane hidden or shown: back on the screen
+    qtbot.waitUntil(lambda: area.contains(window.frameGeometry()), timeout=2000)

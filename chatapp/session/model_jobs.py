@@ -180,22 +180,14 @@ class Progress:
 def convert_job(request: ConvertRequest) -> Job:
     """Convert a GGUF file into a model folder (reusing a verified earlier copy); yields
     Progress, returns the folder. Stopping abandons it (the converter cleans up)."""
-    from chatapp.convert.converter import (
-        ConvertOptions,
-        convert_gguf,
-        is_verified_copy,
-        sha256_file,
-    )
-    from chatapp.store.model_library import find_converted
+    from chatapp.convert.converter import ConvertOptions, convert_gguf
+    from chatapp.store.model_library import earlier_conversion
 
     def run(control: JobControl) -> Path:
         control.put(Progress(0.0, "checking the source file"))
-        source_sha256 = sha256_file(request.gguf)
-        if request.out_dir.is_dir() and is_verified_copy(request.out_dir, source_sha256):
-            return request.out_dir  # converted before: reuse it
-        # The same file converted under another folder name (the default model's folder, a
-        # renamed download): one copy in the library, not two.
-        earlier = find_converted(request.out_dir.parent, source_sha256)
+        # Converted before, into this folder or under another name beside it (the default
+        # model's folder, a renamed download): one copy in the library, not two.
+        earlier = earlier_conversion(request.gguf, request.out_dir)
         if earlier is not None:
             return earlier
         report = _progress_reporter(control, "The conversion was cancelled.")

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chatapp.convert.converter import ConvertOptions, is_verified_copy
+from chatapp.convert.converter import ConvertOptions, is_verified_copy, sha256_file
 from chatapp.convert.output_folder import MANIFEST_FILE, made_by_chatapp, read_json
 from chatapp.engine.variants import candidate_files, split_name
 
@@ -90,13 +90,62 @@ def find_converted(
 ) -> Path | None:
     """A folder in `models` converted from the GGUF with this sha256 by this converter
     version, with the same conversion options, intact (its files checked against its
-    manifest); None if there is none."""
-    for model in list_library(models):
-        same = model.converted and model.source_sha256 == source_sha256
-        same = same and same_options(model.options, options or ConvertOptions())
-        if same and is_verified_copy(model.folder, source_sha256):
-            return model.folder
+    manifest); None if there is none. Reads only the manifests of chatapp's folders."""
+    for folder in _subfolders(models):
+        if converted_from(folder, source_sha256, options):
+            return folder
     return None
+
+
+def earlier_conversion(
+    gguf: Path, out_dir: Path, options: ConvertOptions | None = None
+) -> Path | None:
+    """`out_dir` itself, or a folder beside it, holding this GGUF's intact conversion with
+    these options (None: convert it). The file is hashed only when a manifest records its
+    size: an unrelated file (a 40 GB one the converter refuses at once) is not read."""
+    try:
+        size = gguf.stat().st_size
+    except OSError:
+        return None  # the converter says what is wrong with it
+    folders = [out_dir] if out_dir.is_dir() and not out_dir.is_symlink() else []
+    folders += [f for f in _subfolders(out_dir.parent) if f != out_dir]
+    candidates = [f for f in folders if _source_bytes(f) == size]
+    if not candidates:
+        return None
+    try:
+        source_sha256 = sha256_file(gguf)
+    except OSError:
+        return None
+    return next((f for f in candidates if converted_from(f, source_sha256, options)), None)
+
+
+def _subfolders(parent: Path) -> list[Path]:
+    try:
+        entries = sorted(parent.iterdir(), key=lambda p: p.name.lower())
+    except OSError:
+        return []
+    return [e for e in entries if not e.name.startswith(".") and not e.is_symlink() and e.is_dir()]
+
+
+def _source_bytes(folder: Path) -> int | None:
+    manifest = read_json(folder / MANIFEST_FILE)
+    source = manifest.get("source") if manifest is not None else None
+    size = source.get("bytes") if isinstance(source, dict) else None
+    return size if isinstance(size, int) else None
+
+
+def converted_from(folder: Path, source_sha256: str, options: ConvertOptions | None) -> bool:
+    """Whether `folder` is chatapp's intact conversion of that GGUF with those options."""
+    manifest = read_json(folder / MANIFEST_FILE)
+    if manifest is None or manifest.get("converter") != "chatapp":
+        return False
+    source, recorded = manifest.get("source"), manifest.get("options")
+    if not isinstance(source, dict) or source.get("sha256") != source_sha256:
+        return False
+    wanted = options or ConvertOptions()
+    if not same_options(recorded if isinstance(recorded, dict) else {}, wanted):
+        return False
+    return is_verified_copy(folder, source_sha256)
 
 
 def same_options(recorded: dict[str, Any], wanted: ConvertOptions) -> bool:

@@ -11,6 +11,7 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf, sha256_file
 from chatapp.store.model_library import (
     LibraryError,
     disk_usage,
+    earlier_conversion,
     find_converted,
     list_library,
     remove_model,
@@ -94,3 +95,40 @@ def test_a_conversion_with_other_options_is_not_reused(library: Path, tiny_gguf:
     ]
     assert find_converted(library, sha, ConvertOptions(context_length=context)) is not None
     assert find_converted(library, sha, ConvertOptions(context_length=context + 1)) is None
+
+
+def test_earlier_conversion_hashes_only_a_file_of_a_recorded_size(
+    library: Path, tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.store import model_library
+
+    assert earlier_conversion(tiny_gguf, library / "new-name") == library / "tiny-llama"
+    assert earlier_conversion(tiny_gguf, library / "tiny-llama") == library / "tiny-llama"
+    other = tmp_path / "big.gguf"
+    with other.open("wb") as fh:
+        fh.truncate(8 << 30)  # a sparse 8 GiB file no manifest records
+
+    def no_hashing(_path: Path) -> str:
+        raise AssertionError("hashed a file no conversion came from")
+
+    monkeypatch.setattr(model_library, "sha256_file", no_hashing)
+    assert earlier_conversion(other, library / "big") is None
+    assert earlier_conversion(tmp_path / "missing.gguf", library / "x") is None
+
+
+def test_cli_convert_twice_makes_one_copy(tmp_path: Path, tiny_gguf: Path) -> None:
+    from tests.convert.test_converter import run_cli
+
+    models = tmp_path / "models"
+    first = run_cli("convert", tiny_gguf, models / "tiny-llama", data_dir=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("convert", tiny_gguf, models / "tiny.llama", data_dir=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == str(models / "tiny-llama")
+    assert "already converted" in again.stderr and "not copied again" in again.stderr
+    assert [p.name for p in models.iterdir()] == ["tiny-llama"]
+    same = run_cli("convert", tiny_gguf, models / "tiny-llama", data_dir=tmp_path)
+    assert same.returncode == 0 and same.stdout.splitlines()[-1] == str(models / "tiny-llama")
+    other = run_cli("convert", tiny_gguf, models / "gqa-off", "--attention", "standard",
+                    data_dir=tmp_path)  # fmt: skip
+    assert other.returncode == 0 and (models / "gqa-off").is_dir()  # other options: converted

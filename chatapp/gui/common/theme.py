@@ -102,6 +102,7 @@ class ThemeColors:
     accent_disabled: QColor
     accent_disabled_text: QColor
     warning: QColor  # text: a device fallback, the context cut
+    error: QColor  # text: what failed, in a dialog's status line
     user: QColor  # "You" in the transcript
     assistant: QColor  # "Assistant"
     code_background: QColor
@@ -157,6 +158,7 @@ def _derive(p: QPalette) -> ThemeColors:
         accent_disabled=accent_disabled,
         accent_disabled_text=readable(accent_text, accent_disabled, minimum=GRAPHIC_CONTRAST),
         warning=readable(_lift(_AMBER, dark), window, base),
+        error=readable(_lift(_RED, dark), window, base),
         user=readable(_lift(_BLUE, dark), base),
         assistant=readable(_lift(_GREEN, dark), base),
         code_background=mix(base, base_text, 0.08 if dark else 0.05),
@@ -335,17 +337,29 @@ def on_theme(owner: QObject, callback: Callable[[ThemeColors], None]) -> None:
     callback(colors())
 
 
-def set_text_color(widget: QWidget, pick: Callable[[ThemeColors], QColor]) -> None:
-    """Give `widget`'s text (a label's, a button's) the colour `pick` chooses, kept up to date."""
+ColorPick = Callable[[ThemeColors], QColor]
+_PICK_PROPERTY = "chatappTextColor"
+
+
+def set_text_color(widget: QWidget, pick: ColorPick) -> None:
+    """Give `widget`'s text (a label's, a button's) the colour `pick` chooses, kept up to date.
+    Calling it again changes the colour (one theme hook per widget, however many calls)."""
+    first = widget.property(_PICK_PROPERTY) is None
+    widget.setProperty(_PICK_PROPERTY, True)
+    setattr(widget, "_chatapp_pick", pick)  # noqa: B010 - a Qt widget, no such attribute
 
     def apply(c: ThemeColors) -> None:
+        color = getattr(widget, "_chatapp_pick")(c)  # noqa: B009
         palette = widget.palette()
         for role in (Role.WindowText, Role.Text, Role.ButtonText):
-            palette.setColor(Group.Active, role, pick(c))
-            palette.setColor(Group.Inactive, role, pick(c))
+            palette.setColor(Group.Active, role, color)
+            palette.setColor(Group.Inactive, role, color)
         widget.setPalette(palette)
 
-    on_theme(widget, apply)
+    if first:
+        on_theme(widget, apply)
+    else:
+        apply(colors())
 
 
 def muted(widget: QWidget) -> None:

@@ -135,3 +135,18 @@ def test_preset_buttons_read_in_dark_mode(qtbot, themed) -> None:
     assert not unpressed.isChecked() and box.preset_buttons["precise"].isChecked()
     assert luminance(_dominant(unpressed)) < 0.1
     assert _dominant(box.preset_buttons["precise"]) == c.accent
+
+
+def test_set_text_color_again_changes_the_colour_and_follows_the_theme(qtbot, themed) -> None:
+    from PySide6.QtWidgets import QLabel
+
+    from chatapp.gui.common.theme import set_text_color
+
+    label = QLabel("status")
+    qtbot.addWidget(label)
+    set_text_color(label, lambda c: c.muted)
+    set_text_color(label, lambda c: c.error)  # a failure after a note: the same label
+    assert label.palette().windowText().color() == colors().error
+    apply_theme("dark")
+    assert label.palette().windowText().color() == colors().error
+    assert contrast(colors().error, colors().window) >= TEXT_CONTRAST

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from chatapp.cli.progress import ProgressBar
@@ -71,6 +72,19 @@ def run_convert(args: argparse.Namespace) -> int:
         window=args.window,
         overwrite=args.force,
     )
+    if not args.force:
+        from chatapp.store.model_library import earlier_conversion
+
+        earlier = earlier_conversion(args.gguf, args.out_dir, opts)
+        if earlier is not None:
+            where = "" if earlier == args.out_dir else f" (not copied again into {args.out_dir})"
+            print(
+                f"chatapp: {args.gguf.name} is already converted with these options in "
+                f"{earlier}{where}; --force converts it again.",
+                file=sys.stderr,
+            )
+            print(earlier)
+            return 0
     bar = ProgressBar("convert")
     try:
         out = convert_gguf(args.gguf, args.out_dir, opts, bar)

@@ -21,11 +21,13 @@ from PySide6.QtWidgets import QApplication, QProgressDialog
 
 from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
+from chatapp.gui.common.progress import TimeLeft
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
+from chatapp.gui.model_library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
 from chatapp.session import arg_checks as checks
@@ -157,6 +159,14 @@ def prepared_default_model() -> Path | None:
     return folder if (folder / "model.onnx").is_file() else None
 
 
+def model_to_open(window: MainWindow, args: argparse.Namespace) -> tuple[Path | None, str | None]:
+    """The command line's model, else the one used last (None, None: the default model)."""
+    if args.model is not None:
+        return args.model, args.onnx_file
+    last = last_model(window.settings)
+    return last if last is not None else (None, None)
+
+
 def build_window(argv: list[str]) -> MainWindow:
     """Build and show the main window from command-line arguments, without entering the event
     loop. The model starts loading in the worker thread at once; the window tells the user
@@ -165,9 +175,10 @@ def build_window(argv: list[str]) -> MainWindow:
     application(qt_args)
     window = create_window(args)
     window.show()
-    folder = args.model or prepared_default_model()
+    folder, onnx_file = model_to_open(window, args)
+    folder = folder or prepared_default_model()
     if folder is not None:
-        window.open_model(folder, args.device, args.onnx_file if args.model else None)
+        window.open_model(folder, args.device, onnx_file)
     else:
         window.show_message(
             "The default model is not prepared yet: run `chatapp` (or `chatapp prepare`) "
@@ -212,6 +223,7 @@ class _PreparationDialog:
         self.window = window
         self.cancel = cancel
         self.dialog: QProgressDialog | None = None
+        self.time_left = TimeLeft()
 
     def show(self, batch: YieldedBatch) -> None:
         progress = [item for item in batch.items if isinstance(item, Progress)]
@@ -231,7 +243,7 @@ class _PreparationDialog:
             self.dialog.show()
         self.dialog.setLabelText(
             "Converting the bundled SmolLM2-135M model for ONNX Runtime (first run only):\n"
-            f"{progress[-1].message}…"
+            f"{progress[-1].message}… {self.time_left.text(progress[-1].fraction)}".rstrip()
         )
         self.dialog.setValue(int(progress[-1].fraction * 100))
 
@@ -279,14 +291,26 @@ async def prepare_default_model_async(window: MainWindow) -> Path | None:
 
 async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
     """Open the requested model (preparing the default one first if needed)."""
-    folder = args.model
+    folder, onnx_file = model_to_open(window, args)
+    c = window.controller
+    last = folder
+    if last is not None and args.model is None:
+        # The model used last; if it no longer loads, the default one (the banner says why).
+        if await wait_for_signals(
+            lambda: window.open_model(last, args.device, onnx_file),
+            c.sig_model_loaded,
+            c.sig_load_failed,
+        ):
+            return True
+        folder = None
     if folder is None:
         folder = await prepare_default_model_async(window)
         if folder is None:
             return False
-    c = window.controller
+        onnx_file = None
+    target: Path = folder
     return await wait_for_signals(
-        lambda: window.open_model(folder, args.device, args.onnx_file if args.model else None),
+        lambda: window.open_model(target, args.device, onnx_file),
         c.sig_model_loaded,
         c.sig_load_failed,
     )

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QProgressDialog,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -45,10 +46,20 @@ from chatapp.datadir import logs_dir, models_dir
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
+from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
+from chatapp.gui.common.progress import TimeLeft
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
+from chatapp.gui.data_places import add_data_places_action
+from chatapp.gui.model_library import (
+    CANCELLED,
+    ModelsDialog,
+    pick_variant,
+    remember_last_model,
+)
+from chatapp.gui.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
@@ -75,6 +86,8 @@ class MainWindow(QMainWindow):
         # "Serve this model" stops there: its requests are jobs on the worker).
         self.before_shutdown: list[Callable[[], None]] = []
         self._convert_dialog: QProgressDialog | None = None
+        self._convert_time = TimeLeft()
+        self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
         # Asked before the chat shown is replaced by an empty one; the history installs a
@@ -103,6 +116,9 @@ class MainWindow(QMainWindow):
         self.compare_view = CompareView(self.runner, self.host, self)
         self.compare_view.system_prompt = lambda: self.side_panel.system_prompt_edit.toPlainText()
         self.compare_tab = self.add_view(self.compare_view, "Compare loops")
+        # Its controls must not widen the chat page (a small screen keeps both side panes):
+        # the comparison gets the whole window when shown.
+        self.compare_view.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
         side_scroll = QScrollArea(self)
         side_scroll.setObjectName("sidePanelScroll")
@@ -133,10 +149,12 @@ class MainWindow(QMainWindow):
     # ---- composition hooks (the history's list, the comparison's tab) -----------------------
     def set_conversation_list(self, widget: QWidget) -> None:
         """Put a conversation list on the left (history issue)."""
+        self.conversation_list = widget
         self.splitter.insertWidget(0, widget)
         for index, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(index, stretch)
         self._restore_splitter()  # a saved layout with the list in it, or the default
+        self.show_panes()
 
     def add_view(self, widget: QWidget, title: str) -> int:
         """Add a tab next to the chat (e.g. "Compare loops"); the tab bar then appears."""
@@ -153,6 +171,10 @@ class MainWindow(QMainWindow):
         self.open_gguf_action.triggered.connect(self._on_open_gguf)
         file_menu.addAction(self.open_folder_action)
         file_menu.addAction(self.open_gguf_action)
+        self.models_action = QAction("&Models…", self)
+        self.models_action.setStatusTip("The prepared models: size, source, precision; remove")
+        self.models_action.triggered.connect(self.show_models_dialog)
+        file_menu.addAction(self.models_action)
         self.recent_menu = file_menu.addMenu("&Recent models")
         self.recent_menu.aboutToShow.connect(self._rebuild_recent_menu)
         file_menu.addSeparator()
@@ -174,11 +196,15 @@ class MainWindow(QMainWindow):
         self.compare_action.triggered.connect(self.show_compare_view)
         view_menu.addAction(self.show_chat_action)
         view_menu.addAction(self.compare_action)
+        self.view_options = ViewOptions(self, view_menu, self.settings)
         help_menu = self.menuBar().addMenu("&Help")
         self.open_log_action = QAction("Open &log folder", self)
         self.open_log_action.setStatusTip("The folder of chatapp.log: what went wrong, in detail")
         self.open_log_action.triggered.connect(self._on_open_log_folder)
         help_menu.addAction(self.open_log_action)
+        self.data_places_action = add_data_places_action(
+            self, help_menu, lambda folder: self.open_folder(folder)
+        )
         about_action = QAction("&About chatapp", self)
         about_action.triggered.connect(self._on_about)
         help_menu.addAction(about_action)
@@ -267,6 +293,7 @@ class MainWindow(QMainWindow):
         dialog.canceled.connect(self.controller.cancel_conversion)
         dialog.show()
         self._convert_dialog = dialog
+        self._convert_time = TimeLeft()
         self.statusBar().showMessage(f"Converting {gguf.name}…")
         return True
 
@@ -281,7 +308,8 @@ class MainWindow(QMainWindow):
     def _on_convert_progress(self, fraction: float, message: str) -> None:
         dialog = self._convert_dialog
         if dialog is not None:
-            dialog.setLabelText(f"Converting for ONNX Runtime: {message}…")
+            left = self._convert_time.text(fraction)
+            dialog.setLabelText(f"Converting for ONNX Runtime: {message}…\n{left}".rstrip())
             dialog.setValue(int(fraction * 100))
 
     @Slot(object)
@@ -306,9 +334,14 @@ class MainWindow(QMainWindow):
             # Show what runs (the CPU after a fallback); the saved choice stays the user's.
             self.side_panel.preselect(device=summary.device)
         self.side_panel.set_context(0, summary.max_context)
+        self.side_panel.set_model_sampling(summary.sampling)
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
+        remember_last_model(self.settings, summary.folder, summary.onnx_file)
+        notice = summary.sampling.notice if summary.sampling is not None else None
         if summary.fallback_reason:
             self.show_message(summary.fallback_reason, "warning")
+        elif notice:
+            self.show_message(notice, "info")
         elif self.banner.level in ("error", "info"):
             self.banner.dismiss()  # the problem the banner described is solved
 
@@ -398,13 +431,17 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentIndex(self.compare_tab)
 
     @Slot(int)
-    def _on_tab_changed(self, index: int) -> None:
-        """The comparison's charts get the whole width; the chat's panels come back with it."""
-        chat = index != self.compare_tab
+    def _on_tab_changed(self, _index: int) -> None:
+        self.show_panes()
+
+    def show_panes(self) -> None:
+        """The panes beside the chat the View menu asks for; the comparison's charts get the
+        whole width."""
+        chat = self.tabs.currentIndex() != self.compare_tab
         for i in range(self.splitter.count()):
             widget = self.splitter.widget(i)
             if widget is not None and widget is not self.tabs:
-                widget.setVisible(chat)
+                widget.setVisible(chat and self.view_options.wanted(widget))
 
     @Slot(bool)
     def _on_compare_running(self, _running: bool) -> None:
@@ -452,7 +489,20 @@ class MainWindow(QMainWindow):
         start = str(self.model_dir.parent if self.model_dir else models_dir())
         folder = QFileDialog.getExistingDirectory(self, "Open model folder", start)
         if folder:
-            self.open_model(folder)
+            self.open_model_folder(Path(folder))
+
+    def open_model_folder(self, folder: Path) -> bool:
+        """Open `folder`, asking which graph when it holds several (False: not opened)."""
+        onnx_file = pick_variant(self, folder)
+        return onnx_file != CANCELLED and self.open_model(folder, onnx_file=onnx_file)
+
+    @Slot()
+    def show_models_dialog(self) -> ModelsDialog:
+        dialog = ModelsDialog(models_dir(), self.model_dir, self)
+        dialog.sig_open.connect(self.open_model_folder)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     @Slot()
     def _on_open_gguf(self) -> None:
@@ -519,11 +569,13 @@ class MainWindow(QMainWindow):
 
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:
-        geometry = self.settings.value("window/geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1200, 760)  # fits a 1280x800 demo screen with its panels
+        if not geometry.restore(self, self.settings.value("window/geometry")):
+            # First start: fit the screen (a small one, or a large scaling factor), without
+            # the panes that would squeeze the chat.
+            self.view_options.fit_first_start()
+            self.show_panes()
+            geometry.place_first_time(self)
+        self.show_panes()
         self._restore_splitter()
 
     def _restore_splitter(self) -> None:

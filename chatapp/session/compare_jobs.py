@@ -53,6 +53,7 @@ class SweepRequest:
 @dataclass(frozen=True)
 class ProgressLine:
     text: str
+    fraction: float | None = None  # of the whole job done, 0..1, when known
 
 
 @dataclass(frozen=True)
@@ -98,15 +99,15 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
         ids = engine.tokenizer.chat_ids(
             [*messages, Message("user", request.prompt)], engine.max_context
         )
-        yield ProgressLine("Warming up both loops…")
+        yield ProgressLine("Warming up both loops…", 0.0)
         control.flush()
         run_interleaved(engine, ids, WARMUP_TOKENS)
         repeats = max(1, request.repeats)
-        yield ProgressLine(f"Run 1/{repeats}: both loops, one token each in turn…")
+        yield ProgressLine(f"Run 1/{repeats}: both loops, one token each in turn…", 0.0)
         first = yield from _run_streaming(engine, ids, request.max_new_tokens, control)
         runs: dict[str, list[RunStats]] = {m: [first[m]] for m in MODES}
         for r in range(2, repeats + 1):
-            yield ProgressLine(f"Run {r}/{repeats} (the one above was run 1)…")
+            yield ProgressLine(f"Run {r}/{repeats} (the one above was run 1)…", (r - 1) / repeats)
             control.flush()
             # Who leads alternates, as in `chatapp bench`.
             more = run_interleaved(
@@ -152,20 +153,36 @@ def _run_streaming(
 def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
     def run(control: JobControl) -> Generator[object, None, SweepFinished]:
         engine = host.require()
+        repeats = max(1, request.repeats)
+        # A run's cost grows with its context: weigh each step by the tokens it goes through.
+        weights = [target + request.max_new_tokens for target in request.contexts]
+        total, done = float(sum(weights)) * repeats, 0.0
         for number, target in enumerate(request.contexts, start=1):
+            weight = weights[number - 1]
             if target + request.max_new_tokens >= engine.max_context:
                 # Checked before the filler text is built: its size follows `target`.
-                yield ProgressLine(f"Context {target}: longer than the model's context.")
+                done += weight * repeats
+                yield ProgressLine(
+                    f"Context {target}: longer than the model's context.", done / total
+                )
                 continue
             ids = bench_prompt_ids(engine, request.prompt, target)
             if len(ids) + request.max_new_tokens >= engine.max_context:
-                yield ProgressLine(f"Context {target}: longer than the model's context.")
+                done += weight * repeats
+                yield ProgressLine(
+                    f"Context {target}: longer than the model's context.", done / total
+                )
                 continue
             if control.stopped:
                 raise JobAborted(SWEEP_STOPPED)
-            yield ProgressLine(f"Context {target} ({number}/{len(request.contexts)})…")
             runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
-            for r in range(max(1, request.repeats)):
+            for r in range(repeats):
+                run_text = f", run {r + 1}/{repeats}" if repeats > 1 else ""
+                yield ProgressLine(
+                    f"Context {target} ({number}/{len(request.contexts)}{run_text})…",
+                    done / total,
+                )
+                control.flush()
                 stats = run_interleaved(
                     engine,
                     ids,
@@ -177,6 +194,7 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
                     raise JobAborted(SWEEP_STOPPED)
                 for mode in MODES:
                     runs[mode].append(stats[mode])
+                done += weight
             yield SweepPoint(target, {**compare_runs(runs, len(ids)), "context_tokens": target})
             control.flush()
         return SweepFinished(result_header(engine, request.max_new_tokens, request.repeats))

@@ -17,6 +17,7 @@ from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.modes import Mode
+from chatapp.engine.sampling_defaults import ModelSampling, model_sampling
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
 
@@ -77,6 +78,8 @@ class ModelSummary:
     max_context: int  # what this engine allocated
     threads: int | None
     onnx_file: str = ""  # the graph opened, relative to the folder
+    # The sampling the model suggests (generation_config.json or a preset by size).
+    sampling: ModelSampling | None = None
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -130,6 +133,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         max_context=engine.max_context,
         threads=engine.threads,
         onnx_file=engine.info.onnx_file,
+        sampling=model_sampling(engine.info.folder, engine.info.onnx_path.stat().st_size),
     )
 
 
@@ -176,19 +180,16 @@ class Progress:
 def convert_job(request: ConvertRequest) -> Job:
     """Convert a GGUF file into a model folder (reusing a verified earlier copy); yields
     Progress, returns the folder. Stopping abandons it (the converter cleans up)."""
-    from chatapp.convert.converter import (
-        ConvertOptions,
-        convert_gguf,
-        is_verified_copy,
-        sha256_file,
-    )
+    from chatapp.convert.converter import ConvertOptions, convert_gguf
+    from chatapp.store.model_library import earlier_conversion
 
     def run(control: JobControl) -> Path:
         control.put(Progress(0.0, "checking the source file"))
-        if request.out_dir.is_dir() and is_verified_copy(
-            request.out_dir, sha256_file(request.gguf)
-        ):
-            return request.out_dir  # converted before: reuse it
+        # Converted before, into this folder or under another name beside it (the default
+        # model's folder, a renamed download): one copy in the library, not two.
+        earlier = earlier_conversion(request.gguf, request.out_dir)
+        if earlier is not None:
+            return earlier
         report = _progress_reporter(control, "The conversion was cancelled.")
         convert_gguf(request.gguf, request.out_dir, ConvertOptions(overwrite=True), report)
         return request.out_dir

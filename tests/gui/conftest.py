@@ -6,7 +6,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# A 1280x800 screen, like a laptop's, rather than the offscreen platform's 800x600: the window
+# fits itself to the screen on first start (tests of small screens make their own).
+os.environ["QT_QPA_PLATFORM"] = (
+    "offscreen:configfile=" + os.path.join(os.path.dirname(__file__), "offscreen_1280x800.json")
+    if os.environ.get("QT_QPA_PLATFORM", "offscreen") == "offscreen"
+    else os.environ["QT_QPA_PLATFORM"]
+)
 
 from collections.abc import Callable, Iterator
 from pathlib import Path

@@ -58,6 +58,18 @@ def test_a_conversion_reports_progress_then_reuses_its_result(
     assert [p.message for p in again.items] == ["checking the source file"]  # not converted
 
 
+def test_the_same_gguf_under_another_folder_name_is_not_converted_again(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    models = tmp_path / "models"
+    first = drive(convert_job(ConvertRequest(tiny_gguf, models / "tiny-llama"))).result
+    renamed = tmp_path / "tiny.llama-copy.gguf"
+    renamed.write_bytes(tiny_gguf.read_bytes())  # same bytes, another name
+    again = drive(convert_job(ConvertRequest(renamed, models / "tiny.llama-copy")))
+    assert again.result == first
+    assert [p.name for p in models.iterdir() if not p.name.startswith(".")] == ["tiny-llama"]
+
+
 def test_a_stopped_conversion_is_abandoned(tiny_gguf: Path, tmp_path: Path) -> None:
     out = drive(convert_job(ConvertRequest(tiny_gguf, tmp_path / "abandoned")), stopped=True)
     assert out.aborted == "The conversion was cancelled."

@@ -6,12 +6,11 @@ from collections.abc import Sequence
 
 from PySide6.QtCharts import QChart, QChartView, QLineSeries, QValueAxis
 from PySide6.QtCore import QMargins, QPointF, QSettings, Qt, Signal, Slot
-from PySide6.QtGui import QFont, QPainter
+from PySide6.QtGui import QFont, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractButton,
     QButtonGroup,
     QComboBox,
-    QDoubleSpinBox,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -30,21 +29,39 @@ from chatapp.engine.devices import Device, available_devices
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.sampling_defaults import ModelSampling
 from chatapp.gui.chat.controller import GenerationOptions
+from chatapp.gui.chat.sampling_box import SamplingBox
+from chatapp.gui.common.chart_style import (
+    EmptyHint,
+    mark_outliers,
+    outlier_series,
+    robust_top,
+    style_chart,
+)
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.theme import ThemeColors, muted, on_theme, set_text_color
+from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session import formatting as fmt
 from chatapp.units import fmt_bytes
 
 LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
-SEGMENT_STYLE = """
-QPushButton { border: 1px solid #9aa1ab; padding: 5px 10px; background: #f8f9fa; }
-QPushButton:checked { background: #2563eb; color: white; border-color: #2563eb; }
-QPushButton:disabled { color: #9aa1ab; }
-QPushButton:checked:disabled { background: #93b4f5; color: white; }
-QPushButton#modeNaiveButton {
-    border-top-left-radius: 5px; border-bottom-left-radius: 5px; border-right: none; }
-QPushButton#modeIOBindingButton {
-    border-top-right-radius: 5px; border-bottom-right-radius: 5px; }
+
+
+def segment_style(c: ThemeColors) -> str:
+    """The two segments in the palette's colours: the checked one in the selection colour."""
+    return f"""
+QPushButton {{ border: 1px solid {c.border.name()}; padding: 5px 10px;
+    background: {c.base.name()}; color: {c.base_text.name()}; }}
+QPushButton:checked {{ background: {c.accent.name()}; color: {c.accent_text.name()};
+    border-color: {c.accent.name()}; }}
+QPushButton:disabled {{ color: {c.disabled.name()}; }}
+QPushButton:checked:disabled {{ background: {c.accent_disabled.name()};
+    color: {c.accent_disabled_text.name()}; border-color: {c.accent_disabled.name()}; }}
+QPushButton#modeNaiveButton {{
+    border-top-left-radius: 5px; border-bottom-left-radius: 5px; border-right: none; }}
+QPushButton#modeIOBindingButton {{
+    border-top-right-radius: 5px; border-bottom-right-radius: 5px; }}
 """
 
 
@@ -71,7 +88,7 @@ class LoopToggle(QWidget):
             button.setCursor(Qt.CursorShape.PointingHandCursor)
             self.group.addButton(button)
             layout.addWidget(button, 1)
-        self.setStyleSheet(SEGMENT_STYLE)
+        on_theme(self, lambda c: self.setStyleSheet(segment_style(c)))
         self.iobinding_button.setChecked(True)
         self.group.buttonToggled.connect(self._on_toggled)
 
@@ -125,15 +142,31 @@ class LatencyChart(QChartView):
             axis.setTickCount(3)
             chart.addAxis(axis, side)
             self.series.attachAxis(axis)
+        self.outliers = outlier_series(self.series.color())
+        chart.addSeries(self.outliers)
+        self.outliers.attachAxis(self.x_axis)
+        self.outliers.attachAxis(self.y_axis)
+        self.hint = EmptyHint(chart, "Latencies appear as an answer is written", chart.axes())
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.setMinimumHeight(124)
+        on_theme(self, self._style)
         self.clear()
+
+    def _style(self, c: ThemeColors) -> None:
+        style_chart(self.chart(), c)
+        line = c.loops["iobinding"]
+        self.series.setPen(QPen(line, 1.6))
+        self.outliers.setColor(line)
+        self.outliers.setBorderColor(line)
+        self.hint.style(c)
 
     def clear(self) -> None:
         self.series.clear()
-        self._max_ms = 0.0
+        self.outliers.clear()
+        self._values_ms: list[float] = []
         self.x_axis.setRange(0, 16)
         self.y_axis.setRange(0, 50)
+        self.hint.set_empty(True)
 
     def add(self, first_index: int, latencies_s: Sequence[float]) -> None:
         points = [
@@ -144,13 +177,18 @@ class LatencyChart(QChartView):
         if not points:
             return
         self.series.append(points)
-        self._max_ms = max(self._max_ms, *(p.y() for p in points))
+        self._values_ms += [p.y() for p in points]
         last = points[-1].x()
         self.x_axis.setRange(0, max(16.0, last))
-        self.y_axis.setRange(0, max(10.0, self._max_ms * 1.1))
+        # One slow token (a page fault, another program) must not flatten the line: the scale
+        # ignores the top 5 % and marks what is above it at the top edge.
+        top = robust_top(self._values_ms, 10.0)
+        self.y_axis.setRange(0, top)
         # Round tick labels (0, 20, 40 rather than 0, 23, 46).
         self.x_axis.applyNiceNumbers()
         self.y_axis.applyNiceNumbers()
+        mark_outliers(self.series, self.outliers, self.y_axis.max())
+        self.hint.set_empty(False)
 
     @property
     def point_count(self) -> int:
@@ -211,13 +249,13 @@ class SidePanel(QWidget):
         for i, (caption, value, tip) in enumerate(cells):
             value.setAccessibleName(caption)
             label = QLabel(caption, box)
-            label.setStyleSheet("color: #6b7280;")
+            muted(label)
             label.setToolTip(tip)
             value.setToolTip(tip)
             grid.addWidget(label, (i // 2) * 2, i % 2)
             grid.addWidget(value, (i // 2) * 2 + 1, i % 2)
         transfer_caption = QLabel("Host↔device per token", box)
-        transfer_caption.setStyleSheet("color: #6b7280;")
+        muted(transfer_caption)
         transfer_caption.setToolTip(TRANSFER_TIP)
         self.transfer_value = self._value_label("transferValue")
         self.transfer_value.setAccessibleName("Host↔device per token")
@@ -228,13 +266,13 @@ class SidePanel(QWidget):
         # Its long text must wrap to the panel, not widen it (the panel's width comes from the
         # figures and the controls).
         self.transfer_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.transfer_note.setStyleSheet("color: #6b7280;")
+        muted(self.transfer_note)
         grid.addWidget(transfer_caption, 4, 0, 1, 2)
         grid.addWidget(self.transfer_value, 5, 0, 1, 2)
         grid.addWidget(self.transfer_note, 6, 0, 1, 2)
         self._own_memory = False
         context_caption = QLabel("Context used (tokens)", box)
-        context_caption.setStyleSheet("color: #6b7280;")
+        muted(context_caption)
         self.context_value = QLabel(fmt.MISSING, box)
         self.context_value.setObjectName("contextValue")
         self.context_bar = QProgressBar(box)
@@ -247,7 +285,7 @@ class SidePanel(QWidget):
         grid.addWidget(self.context_value, 7, 1, Qt.AlignmentFlag.AlignRight)
         grid.addWidget(self.context_bar, 8, 0, 1, 2)
         chart_caption = QLabel("Per-token latency", box)
-        chart_caption.setStyleSheet("color: #6b7280;")
+        muted(chart_caption)
         grid.addWidget(chart_caption, 9, 0, 1, 2)
         self.latency_chart = LatencyChart(box)
         grid.addWidget(self.latency_chart, 10, 0, 1, 2)
@@ -282,63 +320,27 @@ class SidePanel(QWidget):
         self.threads_spin.setToolTip("ONNX Runtime intra-op threads (Auto: one per core)")
         self.threads_spin.editingFinished.connect(self._on_threads_edited)
         row.addRow("Threads", self.threads_spin)
+        ignore_wheel_unless_focused(self.device_selector, self.threads_spin)
         form.addLayout(row)
         self.fallback_label = QLabel("", box)
         self.fallback_label.setObjectName("deviceFallbackLabel")
         self.fallback_label.setWordWrap(True)
-        self.fallback_label.setStyleSheet("color: #b45309;")
+        set_text_color(self.fallback_label, lambda c: c.warning)
         self.fallback_label.hide()
         form.addWidget(self.fallback_label)
         self._threads_applied = 0
         return box
 
-    def _build_sampling(self) -> QGroupBox:
-        box = QGroupBox("Sampling (next answer)", self)
-        form = QFormLayout(box)
-        self.temperature_spin = QDoubleSpinBox(box)
-        self.temperature_spin.setObjectName("temperatureSpin")
-        self.temperature_spin.setRange(0.0, 2.0)
-        self.temperature_spin.setSingleStep(0.05)
-        self.temperature_spin.setDecimals(2)
-        self.temperature_spin.setSpecialValueText("0 (greedy)")
-        self.top_p_spin = QDoubleSpinBox(box)
-        self.top_p_spin.setObjectName("topPSpin")
-        self.top_p_spin.setRange(0.01, 1.0)
-        self.top_p_spin.setSingleStep(0.05)
-        self.top_p_spin.setDecimals(2)
-        self.top_k_spin = QSpinBox(box)
-        self.top_k_spin.setObjectName("topKSpin")
-        self.top_k_spin.setRange(0, 1000)
-        self.top_k_spin.setSpecialValueText("off")
-        self.repetition_spin = QDoubleSpinBox(box)
-        self.repetition_spin.setObjectName("repetitionPenaltySpin")
-        self.repetition_spin.setRange(1.0, 2.0)
-        self.repetition_spin.setSingleStep(0.05)
-        self.repetition_spin.setDecimals(2)
-        self.repetition_spin.setSpecialValueText("off")
-        self.max_tokens_spin = QSpinBox(box)
-        self.max_tokens_spin.setObjectName("maxNewTokensSpin")
-        self.max_tokens_spin.setRange(1, 8192)
-        self.seed_spin = QSpinBox(box)
-        self.seed_spin.setObjectName("seedSpin")
-        self.seed_spin.setRange(-1, 2**31 - 1)
-        self.seed_spin.setSpecialValueText("random")
-        form.addRow("Temperature", self.temperature_spin)
-        form.addRow("Top-p", self.top_p_spin)
-        form.addRow("Top-k", self.top_k_spin)
-        form.addRow("Repetition penalty", self.repetition_spin)
-        form.addRow("Max new tokens", self.max_tokens_spin)
-        form.addRow("Seed", self.seed_spin)
-        self._apply_sampling(SamplingSettings(), -1)
-        for spin in (
-            self.temperature_spin,
-            self.top_p_spin,
-            self.top_k_spin,
-            self.repetition_spin,
-            self.max_tokens_spin,
-            self.seed_spin,
-        ):
-            spin.valueChanged.connect(self._save)
+    def _build_sampling(self) -> SamplingBox:
+        self.sampling_box = box = SamplingBox(self)
+        # The spin boxes by their old names: the history and scripts set them.
+        self.temperature_spin = box.temperature_spin
+        self.top_p_spin = box.top_p_spin
+        self.top_k_spin = box.top_k_spin
+        self.repetition_spin = box.repetition_spin
+        self.max_tokens_spin = box.max_tokens_spin
+        self.seed_spin = box.seed_spin
+        box.sig_changed.connect(self._save)
         return box
 
     def _build_system_prompt(self) -> QGroupBox:
@@ -352,25 +354,14 @@ class SidePanel(QWidget):
         layout.addWidget(self.system_prompt_edit)
         return box
 
-    def _apply_sampling(self, s: SamplingSettings, seed: int) -> None:
-        self.temperature_spin.setValue(s.temperature)
-        self.top_p_spin.setValue(s.top_p)
-        self.top_k_spin.setValue(s.top_k)
-        self.repetition_spin.setValue(s.repetition_penalty)
-        self.max_tokens_spin.setValue(s.max_new_tokens)
-        self.seed_spin.setValue(seed)
-
     # ---- what the next answer uses ------------------------------------------------------------
     def sampling_settings(self) -> SamplingSettings:
-        seed = self.seed_spin.value()
-        return SamplingSettings(
-            temperature=round(self.temperature_spin.value(), 4),
-            top_k=self.top_k_spin.value(),
-            top_p=round(self.top_p_spin.value(), 4),
-            repetition_penalty=round(self.repetition_spin.value(), 4),
-            seed=None if seed < 0 else seed,
-            max_new_tokens=self.max_tokens_spin.value(),
-        )
+        return self.sampling_box.settings()
+
+    def set_model_sampling(self, sampling: ModelSampling | None) -> None:
+        """A model was loaded: its suggested sampling, under what the user chose."""
+        if sampling is not None:
+            self.sampling_box.set_model_defaults(sampling)
 
     def options(self) -> GenerationOptions:
         return GenerationOptions(
@@ -494,17 +485,7 @@ class SidePanel(QWidget):
     def restore(self, settings: QSettings) -> None:
         """Load the last session's choices, then save every later change to `settings`."""
         self._settings = None  # no saving while we fill the widgets
-        defaults = SamplingSettings()
-        s = SamplingSettings(
-            temperature=_float(settings, "sampling/temperature", defaults.temperature),
-            top_k=_int(settings, "sampling/top_k", defaults.top_k),
-            top_p=_float(settings, "sampling/top_p", defaults.top_p),
-            repetition_penalty=_float(
-                settings, "sampling/repetition_penalty", defaults.repetition_penalty
-            ),
-            max_new_tokens=_int(settings, "sampling/max_new_tokens", defaults.max_new_tokens),
-        )
-        self._apply_sampling(s, _int(settings, "sampling/seed", -1))
+        self.sampling_box.restore(settings)
         self.set_mode(str(settings.value("engine/mode", Mode.IOBINDING)))
         self.set_device(str(settings.value("engine/device", "cpu")))
         self.threads_spin.setValue(_int(settings, "engine/threads", 0))
@@ -517,13 +498,7 @@ class SidePanel(QWidget):
         settings = self._settings
         if settings is None:
             return
-        s = self.sampling_settings()
-        settings.setValue("sampling/temperature", s.temperature)
-        settings.setValue("sampling/top_k", s.top_k)
-        settings.setValue("sampling/top_p", s.top_p)
-        settings.setValue("sampling/repetition_penalty", s.repetition_penalty)
-        settings.setValue("sampling/max_new_tokens", s.max_new_tokens)
-        settings.setValue("sampling/seed", self.seed_spin.value())
+        self.sampling_box.save(settings)
         settings.setValue("engine/mode", self.mode().value)
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
@@ -551,12 +526,5 @@ class SidePanel(QWidget):
 def _int(settings: QSettings, key: str, default: int) -> int:
     try:
         return int(settings.value(key, default))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return default
-
-
-def _float(settings: QSettings, key: str, default: float) -> float:
-    try:
-        return float(settings.value(key, default))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return default

@@ -31,6 +31,7 @@ from chatapp.gui.chat.message_viewer import MessageViewer
 from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.chat.transcript import TranscriptView
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage
 
@@ -135,7 +136,7 @@ class ChatView(QWidget):
         self.new_chat_button.clicked.connect(self.sig_new_chat)
         self.hint_label = QLabel("", self)
         self.hint_label.setObjectName("chatHint")
-        self.hint_label.setStyleSheet("color: #6b7280;")
+        muted(self.hint_label)
         self.hint_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
         # Esc also stops when the focus is elsewhere in the window (e.g. on the transcript).
@@ -146,9 +147,7 @@ class ChatView(QWidget):
         # Shown while a message is being edited in the prompt box.
         self.edit_bar = QFrame(self)
         self.edit_bar.setObjectName("editBar")
-        self.edit_bar.setStyleSheet(
-            "#editBar { background: #eaf2fd; border: 1px solid #b6cff5; border-radius: 4px; }"
-        )
+        on_theme(self.edit_bar, self._style_edit_bar)
         self.edit_label = QLabel("", self.edit_bar)
         self.edit_label.setObjectName("editLabel")
         self.edit_label.setWordWrap(True)
@@ -183,6 +182,15 @@ class ChatView(QWidget):
         self.set_actions(can_send=False, can_stop=False, can_regenerate=False, can_new_chat=True)
 
     # ---- state ----------------------------------------------------------------------------
+    def _style_edit_bar(self, c: ThemeColors) -> None:
+        """The edit bar in the info banner's colours, derived from the palette."""
+        info = c.banners["info"]
+        self.edit_bar.setStyleSheet(
+            f"#editBar {{ background: {info.background.name()}; border: 1px solid "
+            f"{info.border.name()}; border-radius: 4px; }} "
+            f"#editLabel {{ color: {info.text.name()}; }}"
+        )
+
     def set_actions(
         self, *, can_send: bool, can_stop: bool, can_regenerate: bool, can_new_chat: bool
     ) -> None:

@@ -6,12 +6,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from chatapp.gui.common.qtcompat import emit
-
-STYLES = {
-    "error": ("#fdecea", "#f5b7b1", "#7f1d1d"),
-    "warning": ("#fff7e6", "#f6d28b", "#7c4a03"),
-    "info": ("#eaf2fd", "#b6cff5", "#1e3a8a"),
-}
+from chatapp.gui.common.theme import ThemeColors, colors, on_theme
 
 
 class MessageBanner(QFrame):
@@ -38,14 +33,20 @@ class MessageBanner(QFrame):
         layout.addWidget(self.label, 1)
         layout.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
         self.hide()
+        on_theme(self, self._style)
+
+    def _style(self, c: ThemeColors) -> None:
+        """The level's colours, derived from the palette (light or dark alike)."""
+        level = c.banners.get(self.level) or c.banners["info"]
+        self.setStyleSheet(
+            f"#messageBanner {{ background: {level.background.name()}; "
+            f"border: 1px solid {level.border.name()}; border-radius: 4px; }} "
+            f"#bannerText, #bannerCloseButton {{ color: {level.text.name()}; }}"
+        )
 
     def show_message(self, text: str, level: str = "error") -> None:
-        background, border, color = STYLES.get(level, STYLES["info"])
         self.level = level
-        self.setStyleSheet(
-            f"#messageBanner {{ background: {background}; border: 1px solid {border}; "
-            f"border-radius: 4px; }} #bannerText {{ color: {color}; }}"
-        )
+        self._style(colors())
         self.label.setText(text)
         self.show()
 

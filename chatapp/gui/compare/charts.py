@@ -13,19 +13,28 @@ from PySide6.QtCharts import (
     QBarSet,
     QChart,
     QLineSeries,
+    QScatterSeries,
     QValueAxis,
 )
 from PySide6.QtCore import QMargins, QPointF, Qt
-from PySide6.QtGui import QColor, QPainter, QPen
+from PySide6.QtGui import QPainter, QPen
 
 from chatapp.engine.modes import MODES, Mode
+from chatapp.gui.common.chart_style import (
+    EmptyHint,
+    mark_outliers,
+    outlier_series,
+    robust_top,
+    style_chart,
+)
+from chatapp.gui.common.theme import ThemeColors, colors
 
 LOOPS = MODES
 LOOP_LABELS: dict[str, str] = {Mode.NAIVE: "naive", Mode.IOBINDING: "IO-Binding"}
-LOOP_COLORS = {Mode.NAIVE: QColor("#d1495b"), Mode.IOBINDING: QColor("#00798c")}
-PART_COLORS = {"run": QColor("#30638e"), "host": QColor("#edae49"), "sample": QColor("#8e8e8e")}
 PART_LABELS = {"run": "run (onnxruntime)", "host": "host preparation", "sample": "sampling"}
 RENDER_HINT = QPainter.RenderHint.Antialiasing
+RUN_HINT = "Run both loops to fill this chart"
+SWEEP_HINT = "Run a context sweep to fill this chart"
 
 
 def _setup(chart: QChart, title: str, legend: bool = True) -> None:
@@ -75,38 +84,66 @@ class LoopLinesChart(QChart):
         width: float,
         min_x: float,
         points: bool = False,
+        hint: str = RUN_HINT,
     ) -> None:
         super().__init__()
         _setup(self, title)
         self.x_axis, self.y_axis = _value_axes(self, x_title, y_title)
+        self._width = width
         # Not `self.series`: that would hide QChart.series(), which Qt's own code may call.
         self.lines: dict[str, QLineSeries] = {}
+        self.outliers: dict[str, QScatterSeries] = {}
         for loop in LOOPS:
             series = QLineSeries()
             series.setName(LOOP_LABELS[loop])
-            series.setPen(QPen(LOOP_COLORS[loop], width))
             series.setPointsVisible(points)
             self.addSeries(series)
             series.attachAxis(self.x_axis)
             series.attachAxis(self.y_axis)
             self.lines[loop] = series
+        for loop in LOOPS:  # above the lines, and out of the legend
+            marks = outlier_series(series.color())
+            self.addSeries(marks)
+            marks.attachAxis(self.x_axis)
+            marks.attachAxis(self.y_axis)
+            self.legend().markers(marks)[0].setVisible(False)
+            self.outliers[loop] = marks
+        self.hint = EmptyHint(self, hint, (self.x_axis, self.y_axis))
         self._min_x = min_x
-        self._max_x, self._max_y = min_x, 1.0
+        self._max_x = min_x
+        self._values: list[float] = []
+        self.apply_colors(colors())
+
+    def apply_colors(self, c: ThemeColors) -> None:
+        style_chart(self, c)
+        for loop, series in self.lines.items():
+            series.setPen(QPen(c.loops[loop], self._width))
+            self.outliers[loop].setColor(c.loops[loop])
+            self.outliers[loop].setBorderColor(c.loops[loop])
+        self.hint.style(c)
 
     def clear(self) -> None:
-        for series in self.lines.values():
+        for series in (*self.lines.values(), *self.outliers.values()):
             series.clear()
-        self._max_x, self._max_y = self._min_x, 1.0
+        self._max_x = self._min_x
+        self._values = []
         self._rescale()
+        self.hint.set_empty(True)
 
     def append(self, loop: str, x: float, y: float) -> None:
         self.lines[loop].append(x, y)
-        self._max_x, self._max_y = max(self._max_x, x), max(self._max_y, y)
+        self._max_x = max(self._max_x, x)
+        self._values.append(y)
         self._rescale()
+        self.hint.set_empty(False)
 
     def _rescale(self) -> None:
         _nice_range(self.x_axis, self._max_x * 1.02)
-        _nice_range(self.y_axis, self._max_y * 1.15)
+        # A spike (another program, a page fault) must not flatten both lines: the scale
+        # ignores the top 5 % and marks those points on the top edge.
+        _nice_range(self.y_axis, robust_top(self._values, 1.0) * 1.05)
+        for loop, series in self.lines.items():
+            mark_outliers(series, self.outliers[loop], self.y_axis.max())
 
 
 class LatencyLinesChart(LoopLinesChart):
@@ -135,19 +172,37 @@ class StepSplitChart(QChart):
         for i, part in enumerate(self.PARTS):
             area = QAreaSeries(self.edges[i + 1], self.edges[i])
             area.setName(PART_LABELS[part])
-            area.setColor(PART_COLORS[part])
-            area.setBorderColor(PART_COLORS[part])
             self.addSeries(area)
             area.attachAxis(self.x_axis)
             area.attachAxis(self.y_axis)
             self.areas[part] = area
-        self._count, self._max_y = 0, 1.0
+        self.outliers = outlier_series(self.areas["run"].color())
+        self.addSeries(self.outliers)
+        self.outliers.attachAxis(self.x_axis)
+        self.outliers.attachAxis(self.y_axis)
+        self.legend().markers(self.outliers)[0].setVisible(False)
+        self.hint = EmptyHint(self, RUN_HINT, (self.x_axis, self.y_axis))
+        self._count, self._shared_top = 0, 1.0
+        self._totals: list[float] = []
+        self.apply_colors(colors())
+
+    def apply_colors(self, c: ThemeColors) -> None:
+        style_chart(self, c)
+        for part, area in self.areas.items():
+            area.setColor(c.parts[part])
+            area.setBorderColor(c.parts[part])
+        self.outliers.setColor(c.base_text)
+        self.outliers.setBorderColor(c.base_text)
+        self.hint.style(c)
 
     def clear(self) -> None:
         for edge in self.edges:
             edge.clear()
-        self._count, self._max_y = 0, 1.0
+        self.outliers.clear()
+        self._count, self._shared_top = 0, 1.0
+        self._totals = []
         self._rescale()
+        self.hint.set_empty(True)
 
     def append(self, run_ms: float, host_ms: float, sample_ms: float) -> None:
         self._count += 1
@@ -156,21 +211,29 @@ class StepSplitChart(QChart):
         for edge, value in zip(self.edges[1:], (run_ms, host_ms, sample_ms), strict=True):
             total += value
             edge.append(self._count, total)
-        self._max_y = max(self._max_y, total)
+        self._totals.append(total)
         self._rescale()
+        self.hint.set_empty(False)
+
+    @property
+    def count(self) -> int:
+        """Steps drawn."""
+        return self._count
 
     @property
     def y_max(self) -> float:
-        return self._max_y
+        """Where this chart's own scale would end (spikes left out)."""
+        return robust_top(self._totals, 1.0)
 
     def set_y_max(self, value: float) -> None:
         """Both loops' charts on one scale, so their heights compare."""
-        self._max_y = max(self._max_y, value)
+        self._shared_top = max(self._shared_top, value)
         self._rescale()
 
     def _rescale(self) -> None:
         _nice_range(self.x_axis, max(8.0, self._count))
-        _nice_range(self.y_axis, self._max_y * 1.1)
+        _nice_range(self.y_axis, max(self.y_max, self._shared_top) * 1.05)
+        mark_outliers(self.edges[-1], self.outliers, self.y_axis.max())
 
 
 class PairBarChart(QChart):
@@ -185,9 +248,6 @@ class PairBarChart(QChart):
         self.bar = QBarSet(unit)
         self.bar.append([0.0, 0.0])
         # One set, two bars: the second is "selected" only to give it the other loop's color.
-        self.bar.setColor(LOOP_COLORS[Mode.NAIVE])
-        self.bar.setBorderColor(LOOP_COLORS[Mode.NAIVE])
-        self.bar.setSelectedColor(LOOP_COLORS[Mode.IOBINDING])
         self.bar.selectBar(1)
         self.bars.append(self.bar)
         self.addSeries(self.bars)
@@ -209,12 +269,25 @@ class PairBarChart(QChart):
         self.spreads: dict[str, QLineSeries] = {}
         for loop in LOOPS:
             line = QLineSeries()
-            line.setPen(QPen(QColor("#1f2937"), 1.6))
             self.addSeries(line)
             line.attachAxis(self.spread_axis)
             line.attachAxis(self.y_axis)
             self.spreads[loop] = line
         self._high: dict[str, float] = dict.fromkeys(LOOPS, 0.0)
+        self.hint = EmptyHint(self, RUN_HINT, (self.categories, self.y_axis))
+        self.apply_colors(colors())
+
+    def apply_colors(self, c: ThemeColors) -> None:
+        style_chart(self, c)
+        self.spread_axis.setVisible(False)
+        naive, iobinding = c.loops[Mode.NAIVE], c.loops[Mode.IOBINDING]
+        self.bar.setColor(naive)
+        self.bar.setBorderColor(naive)
+        self.bar.setSelectedColor(iobinding)
+        self.bar.setLabelColor(c.base_text)
+        for line in self.spreads.values():
+            line.setPen(QPen(c.base_text, 1.6))
+        self.hint.style(c)
 
     def set_value(self, loop: str, value: float) -> None:
         self.bar.replace(LOOPS.index(loop), round(value, 1))
@@ -237,6 +310,8 @@ class PairBarChart(QChart):
     def _rescale(self) -> None:
         top = max([self.bar.at(i) for i in range(self.bar.count())] + list(self._high.values()))
         _nice_range(self.y_axis, max(1.0, top * 1.2))
+        self.hint.set_empty(top <= 0)
+        self.bars.setLabelsVisible(top > 0)
 
     def value(self, loop: str) -> float:
         return float(self.bar.at(LOOPS.index(loop)))
@@ -253,6 +328,7 @@ class SweepChart(LoopLinesChart):
             width=2.0,
             min_x=128.0,
             points=True,
+            hint=SWEEP_HINT,
         )
 
     def add_point(self, loop: str, context_tokens: int, tokens_per_s: float) -> None:
@@ -266,7 +342,13 @@ class TransferChart(LoopLinesChart):
 
     def __init__(self) -> None:
         super().__init__(
-            self.TITLE, "tokens in the context", "MB per token", width=2.0, min_x=128.0, points=True
+            self.TITLE,
+            "tokens in the context",
+            "MB per token",
+            width=2.0,
+            min_x=128.0,
+            points=True,
+            hint=SWEEP_HINT,
         )
 
     def add_point(self, loop: str, context_tokens: int, bytes_per_token: float) -> None:

@@ -41,6 +41,7 @@ def ensure_app() -> Any:
 
 def build_charts(result: dict[str, Any]) -> dict[str, Any]:
     """The report's charts (name -> QChart) filled from a bench-format result."""
+    from chatapp.gui.common.theme import colors, light_palette
     from chatapp.gui.compare.charts import (
         LOOPS,
         LatencyLinesChart,
@@ -72,6 +73,10 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
             ttft.set_spread(loop, *(x * 1000 for x in spread["ttft_s"]))
     for chart in splits.values():
         chart.set_y_max(tallest)
+    light = colors(light_palette())  # a report reads the same whatever the window's theme
+    themed: tuple[Any, ...] = (latency, *splits.values(), speed, ttft)
+    for each in themed:
+        each.apply_colors(light)
     charts["latency"] = latency
     charts["split_naive"], charts["split_iobinding"] = splits[Mode.NAIVE], splits[Mode.IOBINDING]
     charts["tokens_per_s"], charts["ttft"] = speed, ttft
@@ -84,6 +89,8 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
                 moved = point[loop]["transfer"]
                 total = moved["h2d_bytes_per_token"] + moved["d2h_bytes_per_token"]
                 transfer.add_point(loop, point["prompt_tokens"], total)
+        sweep.apply_colors(light)
+        transfer.apply_colors(light)
         charts["sweep"], charts["transfer"] = sweep, transfer
     return charts
 

@@ -33,7 +33,10 @@ from PySide6.QtWidgets import (
 
 from chatapp.engine.bench_report import where_time_goes
 from chatapp.engine.modes import Mode
+from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.theme import ThemeColors, on_theme
+from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.gui.compare.charts import (
     LOOP_LABELS,
@@ -147,6 +150,7 @@ class CompareView(QWidget):
         self.repeats_spin.setToolTip(
             "Runs of both loops: the figures are medians, the bars and the table show the range"
         )
+        ignore_wheel_unless_focused(self.tokens_spin, self.repeats_spin)
         self.run_button = QPushButton("Run both loops", self)
         self.run_button.setObjectName("compareRunButton")
         self.stop_button = QPushButton("Stop", self)
@@ -163,6 +167,10 @@ class CompareView(QWidget):
         self.status.setTextFormat(Qt.TextFormat.PlainText)  # it quotes errors and input
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
+        self.progress = ProgressWithTimeLeft(self)
+        self.progress.setObjectName("compareProgress")
+        self._steps_per_run = 1  # decode steps of both loops in one run (the first streams)
+        self._runs = 1
         self.explanation = QLabel("", self)
         self.explanation.setObjectName("compareExplanation")
         self.explanation.setWordWrap(True)
@@ -224,13 +232,27 @@ class CompareView(QWidget):
         layout.addLayout(controls)
         layout.addLayout(sweep_row)
         layout.addWidget(self.status)
+        layout.addWidget(self.progress)
         layout.addWidget(self.explanation)
         layout.addWidget(scroll, 1)
 
+        on_theme(self, self._on_theme)
         self.run_button.clicked.connect(self.run_comparison)
         self.stop_button.clicked.connect(self.stop)
         self.sweep_button.clicked.connect(self.run_sweep)
         self.export_button.clicked.connect(self._on_export_clicked)
+
+    def _on_theme(self, c: ThemeColors) -> None:
+        charts: tuple[Any, ...] = (
+            self.latency_chart,
+            *self.split_charts.values(),
+            self.speed_chart,
+            self.ttft_chart,
+            self.sweep_chart,
+            self.transfer_chart,
+        )
+        for chart in charts:
+            chart.apply_colors(c)
 
     def _view(self, chart: Any) -> QChartView:
         view = QChartView(chart, self)
@@ -246,6 +268,10 @@ class CompareView(QWidget):
 
     def _set_running(self, running: bool) -> None:
         self._running = running
+        if running:
+            self.progress.start()
+        else:
+            self.progress.finish()
         self._update_buttons()
         emit(self.sig_running, running)
 
@@ -282,6 +308,8 @@ class CompareView(QWidget):
         request = CompareRequest(
             prompt, self.system_prompt(), self.tokens_spin.value(), self.repeats_spin.value()
         )
+        self._steps_per_run = max(1, 2 * (request.max_new_tokens - 1))
+        self._runs = max(1, request.repeats)
         self._start(compare_job(self.host, request), self._on_finished)
         self.status.setText("Starting…")
         return True
@@ -321,19 +349,24 @@ class CompareView(QWidget):
     # ---- results --------------------------------------------------------------------------
     @Slot(object)
     def _on_yielded(self, batch: YieldedBatch) -> None:
-        steps = False
+        steps = 0
         for item in batch.items:
             if isinstance(item, StepFigures):
                 self.latency_chart.append(item.loop, item.index, item.latency_ms)
                 self.split_charts[item.loop].append(item.run_ms, item.host_ms, item.sample_ms)
-                steps = True
+                steps += 1
             elif isinstance(item, ProgressLine):
                 self.status.setText(item.text)
+                if item.fraction is not None:
+                    self.progress.set_fraction(item.fraction)
             elif isinstance(item, LoopFinished):
                 self._on_loop_finished(item)
             elif isinstance(item, SweepPoint):
                 self._on_sweep_point(item)
         if steps:
+            # The first run streams its steps: the bar moves with them.
+            drawn = sum(chart.count for chart in self.split_charts.values())
+            self.progress.set_fraction(min(1.0, drawn / self._steps_per_run) / self._runs)
             tallest = max(c.y_max for c in self.split_charts.values())
             for chart in self.split_charts.values():
                 chart.set_y_max(tallest)  # one scale for both loops

@@ -22,7 +22,6 @@ from PySide6.QtCore import (
     Slot,
 )
 from PySide6.QtGui import (
-    QColor,
     QFont,
     QKeyEvent,
     QKeySequence,
@@ -48,12 +47,12 @@ from PySide6.QtWidgets import (
 
 from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.theme import colors, muted
 
 SEARCH_DEBOUNCE_MS = 250
 ID_ROLE = Qt.ItemDataRole.UserRole
 SUBTITLE_ROLE = Qt.ItemDataRole.UserRole + 1
 TITLE_ROLE = Qt.ItemDataRole.UserRole + 2  # the stored title, to tell a rename from a repaint
-SUBTITLE_COLOR = QColor("#6b7280")
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ class _RowDelegate(QStyledItemDelegate):
         if small.pointSizeF() > 0:
             small.setPointSizeF(max(7.0, small.pointSizeF() - 1))
         painter.setFont(small)
-        painter.setPen(opt.palette.color(role) if selected else SUBTITLE_COLOR)
+        painter.setPen(opt.palette.color(role) if selected else colors().muted)
         subtitle = str(index.data(SUBTITLE_ROLE) or "")
         bottom = QRect(rect.left(), rect.top() + line + 2, rect.width(), line)
         painter.drawText(
@@ -202,7 +201,8 @@ class HistoryPanel(QWidget):
         self.empty_label.setObjectName("historyEmptyLabel")
         self.empty_label.setWordWrap(True)
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
-        self.empty_label.setStyleSheet("color: #6b7280; padding: 12px 4px;")
+        self.empty_label.setContentsMargins(4, 12, 4, 12)
+        muted(self.empty_label)
 
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)

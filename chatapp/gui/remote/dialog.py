@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
+from operator import attrgetter
 
 from PySide6.QtCore import QSettings, Qt, Slot
 from PySide6.QtWidgets import (
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.gui.common.theme import ColorPick, set_text_color
 from chatapp.gui.common.workers import JobError, JobHandle
 from chatapp.remote.client import api_base
 from chatapp.remote.engine import key_notice
@@ -42,9 +44,10 @@ REMEMBER_TIP = (
     "files can read it. Unticked, the key is forgotten when chatapp closes."
 )
 SAVED_KEYS_SETTING = "remote/saved_keys"  # JSON {api base: key}, only keys the user chose to keep
-ERROR_STYLE = "color: #b91c1c;"
-NOTICE_STYLE = "color: #b45309;"
-NOTE_STYLE = "color: #6b7280;"
+# Text colours from the theme (readable in light and dark).
+ERROR_STYLE: ColorPick = attrgetter("error")
+NOTICE_STYLE: ColorPick = attrgetter("warning")
+NOTE_STYLE: ColorPick = attrgetter("muted")
 
 Fetch = Callable[[ConnectRequest], JobHandle]
 
@@ -214,7 +217,7 @@ class ConnectDialog(QDialog):
     @Slot()
     def _update_key_note(self) -> None:
         self.key_note.setText(KEY_SAVED if self.remember() else KEY_NOT_SAVED)
-        self.key_note.setStyleSheet(NOTICE_STYLE if self.remember() else NOTE_STYLE)
+        set_text_color(self.key_note, NOTICE_STYLE if self.remember() else NOTE_STYLE)
 
     @Slot()
     def _update_notice(self) -> None:
@@ -231,9 +234,9 @@ class ConnectDialog(QDialog):
         self.model_box.setEnabled(False)
         self.connect_button.setEnabled(False)
 
-    def _set_status(self, text: str, style: str) -> None:
+    def _set_status(self, text: str, style: ColorPick) -> None:
         self.status.setText(text)
-        self.status.setStyleSheet(style)
+        set_text_color(self.status, style)
 
 
 def key_of(url: str) -> str:
@@ -269,9 +272,9 @@ def save_key(settings: QSettings, url: str, key: str | None) -> None:
         settings.remove(SAVED_KEYS_SETTING)
 
 
-def _label(text: str, style: str, parent: QWidget) -> QLabel:
+def _label(text: str, style: ColorPick, parent: QWidget) -> QLabel:
     label = QLabel(text, parent)
     label.setWordWrap(True)
-    label.setStyleSheet(style)
+    set_text_color(label, style)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return label

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat.side_panel import SidePanel
+from chatapp.gui.common.theme import muted
 from chatapp.remote.engine import UNAVAILABLE
 from chatapp.session import formatting as fmt
 from chatapp.session.remote_jobs import RemoteSummary
@@ -237,7 +238,7 @@ class _Note(QLabel):
 def _note(text: str, parent: QWidget) -> QLabel:
     label = _Note(text, parent)
     label.setWordWrap(True)
-    label.setStyleSheet("color: #6b7280;")
+    muted(label)
     # Long text wraps to the panel rather than widening it (as the panel's own notes do).
     label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     return label

@@ -10,9 +10,10 @@ from chatapp.gui.compare.charts import LOOPS, LatencyLinesChart, PairBarChart, S
 def test_line_charts_keep_qchart_series(qapp) -> None:
     for chart in (LatencyLinesChart(), SweepChart()):
         listed = chart.series()  # a dict attribute of that name used to hide this method
-        assert len(listed) == len(LOOPS)
-        assert all(isinstance(s, QLineSeries) for s in listed)
-        assert set(listed) == set(chart.lines.values())
+        lines = [
+            s for s in listed if isinstance(s, QLineSeries) and s not in chart.outliers.values()
+        ]
+        assert set(lines) == set(chart.lines.values()) and len(lines) == len(LOOPS)
         chart.append("naive", 1.0, 2.0)
         assert chart.lines["naive"].count() == 1
 
@@ -23,3 +24,29 @@ def test_bar_charts_keep_qchart_series(qapp) -> None:
     assert chart.bars in listed and isinstance(chart.bars, QBarSeries)
     chart.set_value("iobinding", 12.34)
     assert chart.value("iobinding") == 12.3 and chart.value("naive") == 0.0
+
+
+def test_empty_charts_show_a_hint_not_axes(qapp) -> None:
+    for chart in (LatencyLinesChart(), SweepChart(), PairBarChart("Decode speed", "tokens/s")):
+        assert chart.hint.item.isVisible()
+        assert not any(axis.isVisible() for axis in chart.hint.axes)  # no "0 0 0 0 1"
+    bars = PairBarChart("Decode speed", "tokens/s")
+    bars.set_value("naive", 10.0)
+    assert not bars.hint.item.isVisible() and bars.y_axis.isVisible()
+    sweep = SweepChart()
+    sweep.add_point("naive", 128, 40.0)
+    assert not sweep.hint.item.isVisible() and sweep.x_axis.isVisible()
+    sweep.clear()
+    assert sweep.hint.item.isVisible()
+
+
+def test_one_spike_does_not_flatten_the_latency_lines(qapp) -> None:
+    chart = LatencyLinesChart()
+    for i in range(1, 60):
+        chart.append("naive", float(i), 20.0 + (i % 4))
+        chart.append("iobinding", float(i), 15.0 + (i % 3))
+    chart.append("naive", 60.0, 900.0)  # another program took the CPU for a moment
+    assert chart.y_axis.max() < 60  # the normal lines keep the height
+    marks = chart.outliers["naive"].points()
+    assert [(p.x(), p.y()) for p in marks] == [(60.0, chart.y_axis.max())]
+    assert chart.outliers["iobinding"].count() == 0

@@ -1,0 +1,271 @@
+"""The side panel's sampling settings: a row of preset buttons (Precise / Balanced / Creative)
+above the detailed values, a line saying where the values come from, and "Reset to model
+defaults".
+
+Each loaded model suggests its sampling (chatapp/engine/sampling_defaults.py). A value the user
+sets, by hand or by picking a preset, is theirs: it is saved and kept when another model is
+opened; the values the user never touched follow the model. Reset forgets the user's values.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings, Signal, Slot
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QWidget,
+)
+
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.sampling_defaults import (
+    PRESET_LABELS,
+    PRESET_TIPS,
+    PRESETS,
+    SAMPLING_FIELDS,
+    ModelSampling,
+    matching_preset,
+)
+from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.theme import ThemeColors, muted, on_theme
+from chatapp.gui.common.wheel import ignore_wheel_unless_focused
+
+OVERRIDES_KEY = "sampling/overrides"  # the values the user chose, one key per field
+# Settings of chatapp 0.1 saved every value; only those that differ from its defaults were
+# the user's own choice.
+OLD_DEFAULTS = {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "repetition_penalty": 1.1}
+MODEL_DEFAULT, CUSTOM = "model", "custom"
+BEFORE_ANY_MODEL = ModelSampling(PRESETS["precise"], "the Precise preset", "precise")
+
+
+class SamplingBox(QGroupBox):
+    sig_changed = Signal()  # the user changed something (to save); not a new model's defaults
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Sampling (next answer)", parent)
+        self.model = BEFORE_ANY_MODEL
+        self.overrides: dict[str, float] = {}
+        self._filling = False
+        form = QFormLayout(self)
+        # One button per preset, in a row: the one the values equal is shown pressed, whether
+        # the model suggested it or the user picked it (the line below says which).
+        self.preset_buttons: dict[str, QPushButton] = {}
+        preset_row = QHBoxLayout()
+        preset_row.setSpacing(0)
+        for name, label in PRESET_LABELS.items():
+            button = QPushButton(label, self)
+            button.setObjectName(f"samplingPreset{label}")
+            button.setCheckable(True)
+            button.setToolTip(PRESET_TIPS[name])
+            button.setAccessibleName(f"{label} sampling preset")
+            button.clicked.connect(lambda _checked=False, n=name: self.use_preset(n))
+            preset_row.addWidget(button, 1)
+            self.preset_buttons[name] = button
+        on_theme(self, self._style_presets)
+        self.reset_button = QPushButton("Reset to model defaults", self)
+        self.reset_button.setObjectName("samplingResetButton")
+        self.reset_button.setToolTip("Forget your sampling values: use what the model suggests")
+        self.reset_button.clicked.connect(self.reset_to_model)
+        self.source_label = QLabel("", self)
+        self.source_label.setObjectName("samplingSourceLabel")
+        self.source_label.setWordWrap(True)
+        self.source_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        muted(self.source_label)
+
+        self.temperature_spin = QDoubleSpinBox(self)
+        self.temperature_spin.setObjectName("temperatureSpin")
+        self.temperature_spin.setRange(0.0, 2.0)
+        self.temperature_spin.setSingleStep(0.05)
+        self.temperature_spin.setDecimals(2)
+        self.temperature_spin.setSpecialValueText("0 (greedy)")
+        self.top_p_spin = QDoubleSpinBox(self)
+        self.top_p_spin.setObjectName("topPSpin")
+        self.top_p_spin.setRange(0.01, 1.0)
+        self.top_p_spin.setSingleStep(0.05)
+        self.top_p_spin.setDecimals(2)
+        self.top_k_spin = QSpinBox(self)
+        self.top_k_spin.setObjectName("topKSpin")
+        self.top_k_spin.setRange(0, 1000)
+        self.top_k_spin.setSpecialValueText("off")
+        self.repetition_spin = QDoubleSpinBox(self)
+        self.repetition_spin.setObjectName("repetitionPenaltySpin")
+        self.repetition_spin.setRange(1.0, 2.0)
+        self.repetition_spin.setSingleStep(0.05)
+        self.repetition_spin.setDecimals(2)
+        self.repetition_spin.setSpecialValueText("off")
+        self.max_tokens_spin = QSpinBox(self)
+        self.max_tokens_spin.setObjectName("maxNewTokensSpin")
+        self.max_tokens_spin.setRange(1, 8192)
+        self.max_tokens_spin.setValue(SamplingSettings().max_new_tokens)
+        self.seed_spin = QSpinBox(self)
+        self.seed_spin.setObjectName("seedSpin")
+        self.seed_spin.setRange(-1, 2**31 - 1)
+        self.seed_spin.setSpecialValueText("random")
+        self.seed_spin.setValue(-1)
+        self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {
+            "temperature": self.temperature_spin,
+            "top_k": self.top_k_spin,
+            "top_p": self.top_p_spin,
+            "repetition_penalty": self.repetition_spin,
+        }
+        form.addRow(preset_row)
+        form.addRow(self.source_label)
+        form.addRow(self.reset_button)
+        form.addRow("Temperature", self.temperature_spin)
+        form.addRow("Top-p", self.top_p_spin)
+        form.addRow("Top-k", self.top_k_spin)
+        form.addRow("Repetition penalty", self.repetition_spin)
+        form.addRow("Max new tokens", self.max_tokens_spin)
+        form.addRow("Seed", self.seed_spin)
+        ignore_wheel_unless_focused(*self.spins.values())
+        ignore_wheel_unless_focused(self.max_tokens_spin, self.seed_spin)
+        for field, spin in self.spins.items():
+            spin.valueChanged.connect(lambda _v, f=field: self._on_value_edited(f))
+        self.max_tokens_spin.valueChanged.connect(self._on_plain_edit)
+        self.seed_spin.valueChanged.connect(self._on_plain_edit)
+        self._show(save=False)
+
+    # ---- what the next answer uses ------------------------------------------------------------
+    def settings(self) -> SamplingSettings:
+        seed = self.seed_spin.value()
+        return SamplingSettings(
+            temperature=round(self.temperature_spin.value(), 4),
+            top_k=self.top_k_spin.value(),
+            top_p=round(self.top_p_spin.value(), 4),
+            repetition_penalty=round(self.repetition_spin.value(), 4),
+            seed=None if seed < 0 else seed,
+            max_new_tokens=self.max_tokens_spin.value(),
+        )
+
+    def preset(self) -> str:
+        """Where the values come from: model (its suggestion), or the user's precise,
+        balanced, creative or custom."""
+        if not self.overrides:
+            return MODEL_DEFAULT
+        return matching_preset(self.settings()) or CUSTOM
+
+    def pressed_preset(self) -> str | None:
+        """The preset button shown pressed: the preset the values equal, if any."""
+        return next((n for n, b in self.preset_buttons.items() if b.isChecked()), None)
+
+    # ---- the model's suggestion and the user's choices -------------------------------------
+    def set_model_defaults(self, sampling: ModelSampling) -> None:
+        """A model was loaded: the values the user did not choose follow its suggestion."""
+        self.model = sampling
+        self._show(save=False)
+
+    @Slot()
+    def reset_to_model(self) -> None:
+        self.overrides = {}
+        self._show()
+
+    def use_preset(self, name: str) -> None:
+        """The user picked a preset: its values become theirs."""
+        preset = PRESETS[name]
+        self.overrides = {f: float(getattr(preset, f)) for f in SAMPLING_FIELDS}
+        self._show()
+
+    def _on_value_edited(self, field: str) -> None:
+        if self._filling:
+            return
+        self.overrides[field] = float(self.spins[field].value())
+        self._show_choice()
+        self._changed()
+
+    def _show(self, save: bool = True) -> None:
+        """Fill the spin boxes: the user's values over the model's."""
+        self._filling = True
+        try:
+            for field, spin in self.spins.items():
+                value = self.overrides.get(field, getattr(self.model.settings, field))
+                if isinstance(spin, QSpinBox):
+                    spin.setValue(int(value))
+                else:
+                    spin.setValue(float(value))
+        finally:
+            self._filling = False
+        self._show_choice()
+        if save:
+            self._changed()
+
+    def _show_choice(self) -> None:
+        equal = matching_preset(self.settings())
+        for name, button in self.preset_buttons.items():
+            button.setChecked(name == equal)
+        suggestion = self.model.source
+        if not self.overrides:
+            text = f"Following the model: {suggestion}."
+        elif equal is None:
+            text = f"Your own values. The model suggests {suggestion}."
+        else:
+            text = f"Your choice. The model suggests {suggestion}."
+        self.source_label.setText(text)
+        self.source_label.setToolTip(text)
+        self.reset_button.setEnabled(bool(self.overrides))
+
+    def _style_presets(self, c: ThemeColors) -> None:
+        """A segmented row in the palette's colours, the pressed one in the selection colour."""
+        self.setStyleSheet(
+            f'QPushButton[checkable="true"] {{ border: 1px solid {c.border.name()}; '
+            f"padding: 4px 6px; background: {c.base.name()}; color: {c.base_text.name()}; }}"
+            f'QPushButton[checkable="true"]:checked {{ background: {c.accent.name()}; '
+            f"color: {c.accent_text.name()}; border-color: {c.accent.name()}; }}"
+        )
+
+    def _on_plain_edit(self) -> None:
+        if not self._filling:
+            self._changed()
+
+    def _changed(self) -> None:
+        emit(self.sig_changed)
+
+    # ---- persistence ----------------------------------------------------------------------
+    def restore(self, settings: QSettings) -> None:
+        self.overrides = {}
+        settings.beginGroup(OVERRIDES_KEY)
+        try:
+            for field in SAMPLING_FIELDS:
+                value = _number(settings.value(field))
+                if value is not None:
+                    self.overrides[field] = value
+        finally:
+            settings.endGroup()
+        if not settings.contains(OVERRIDES_KEY + "/saved"):
+            self._migrate(settings)
+        self._filling = True
+        try:
+            tokens = _number(settings.value("sampling/max_new_tokens"))
+            self.max_tokens_spin.setValue(int(tokens or SamplingSettings().max_new_tokens))
+            seed = _number(settings.value("sampling/seed"))
+            self.seed_spin.setValue(int(seed) if seed is not None else -1)
+        finally:
+            self._filling = False
+        self._show(save=False)
+
+    def _migrate(self, settings: QSettings) -> None:
+        for field, old_default in OLD_DEFAULTS.items():
+            value = _number(settings.value(f"sampling/{field}"))
+            if value is not None and abs(value - old_default) > 1e-6:
+                self.overrides[field] = value
+            settings.remove(f"sampling/{field}")
+
+    def save(self, settings: QSettings) -> None:
+        settings.remove(OVERRIDES_KEY)
+        for field, value in self.overrides.items():
+            settings.setValue(f"{OVERRIDES_KEY}/{field}", value)
+        settings.setValue(f"{OVERRIDES_KEY}/saved", True)
+        settings.setValue("sampling/max_new_tokens", self.max_tokens_spin.value())
+        settings.setValue("sampling/seed", self.seed_spin.value())
+
+
+def _number(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if number == number else None  # not NaN

@@ -1,0 +1,71 @@
+"""Windows that fit the screen: sized to the available area on first start (at any scaling),
+and put back on a screen when a saved position is off every screen or larger than it."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, QRect, QSize
+from PySide6.QtGui import QGuiApplication, QScreen
+from PySide6.QtWidgets import QWidget
+
+PREFERRED = QSize(1200, 780)  # the whole layout, comfortably, on a 1280x800 screen
+SCREEN_SHARE = 0.92  # of the available area, at most, on first start
+
+
+def available_area(widget: QWidget) -> QRect:
+    """The screen area the window may use (no task bar), in device-independent pixels: with
+    QT_SCALE_FACTOR=2 a 1366x768 screen offers about 683x384."""
+    screen: QScreen | None = widget.screen() or QGuiApplication.primaryScreen()
+    return screen.availableGeometry() if screen is not None else QRect(0, 0, 1024, 700)
+
+
+def first_size(area: QRect, preferred: QSize = PREFERRED) -> QSize:
+    return QSize(
+        min(preferred.width(), int(area.width() * SCREEN_SHARE)),
+        min(preferred.height(), int(area.height() * SCREEN_SHARE)),
+    )
+
+
+def place_first_time(window: QWidget) -> None:
+    """Size the window to the screen and centre it."""
+    area = available_area(window)
+    size = first_size(area).expandedTo(window.minimumSizeHint()).boundedTo(area.size())
+    window.resize(size)
+    window.move(area.center().x() - size.width() // 2, area.center().y() - size.height() // 2)
+
+
+def restore(window: QWidget, saved: object) -> bool:
+    """Restore a saveGeometry() blob and keep the window on the screen; False when there was
+    nothing to restore (the caller places it for the first time)."""
+    if not isinstance(saved, QByteArray) or saved.isEmpty() or not window.restoreGeometry(saved):
+        return False
+    keep_on_screen(window)
+    return True
+
+
+def keep_on_screen(window: QWidget) -> None:
+    """Shrink the window to the screen that holds most of it (or the primary one) and move it
+    fully inside."""
+    frame = window.frameGeometry()
+    area = _best_screen_area(frame) or available_area(window)
+    extra_w = frame.width() - window.width()  # title bar and borders, once the window manager
+    extra_h = frame.height() - window.height()  # has decorated it (zero before that)
+    width = min(window.width(), area.width() - extra_w)
+    height = min(window.height(), area.height() - extra_h)
+    if (width, height) != (window.width(), window.height()):
+        window.resize(max(width, 200), max(height, 150))
+    frame = window.frameGeometry()
+    x = min(max(frame.x(), area.left()), area.right() + 1 - frame.width())
+    y = min(max(frame.y(), area.top()), area.bottom() + 1 - frame.height())
+    if (x, y) != (frame.x(), frame.y()):
+        window.move(max(x, area.left()), max(y, area.top()))
+
+
+def _best_screen_area(frame: QRect) -> QRect | None:
+    best, overlap = None, 0
+    for screen in QGuiApplication.screens():
+        area = screen.availableGeometry()
+        common = area.intersected(frame)
+        size = common.width() * common.height() if not common.isEmpty() else 0
+        if size > overlap:
+            best, overlap = area, size
+    return best

@@ -1,0 +1,87 @@
+"""Progress with the time left: a bar and "about 2 min left" for the context sweep, the
+comparison and conversions, estimated from the time so far and the fraction done."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+
+from chatapp.gui.common.theme import muted
+
+# No estimate before this much is done and this long has passed: the first steps (warm-up,
+# loading) say little about the rest.
+MIN_FRACTION = 0.03
+MIN_SECONDS = 1.5
+
+
+def time_left_text(seconds: float) -> str:
+    """'about 40 s left', 'about 3 min left', 'about 1 h 20 min left'."""
+    if seconds < 10:
+        return "a few seconds left"
+    if seconds < 60:
+        return f"about {round(seconds / 5) * 5:.0f} s left"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"about {minutes} min left"
+    return f"about {minutes // 60} h {minutes % 60} min left"
+
+
+class TimeLeft:
+    """Estimates the time left of one task from its fraction done (restart() per task)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
+
+    def restart(self) -> None:
+        self.started = self.clock()
+
+    def seconds(self, fraction: float) -> float | None:
+        elapsed = self.clock() - self.started
+        if fraction < MIN_FRACTION or elapsed < MIN_SECONDS or fraction >= 1.0:
+            return None
+        return elapsed * (1.0 - fraction) / fraction
+
+    def text(self, fraction: float) -> str:
+        """'about 2 min left', or '' while there is no estimate yet."""
+        left = self.seconds(fraction)
+        return time_left_text(left) if left is not None else ""
+
+
+class ProgressWithTimeLeft(QWidget):
+    """A bar and the time left beside it; hidden while nothing runs."""
+
+    def __init__(
+        self, parent: QWidget | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(parent)
+        self.estimate = TimeLeft(clock)
+        self.bar = QProgressBar(self)
+        self.bar.setObjectName("progressBar")
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        self.bar.setMaximumHeight(14)
+        self.left_label = QLabel("", self)
+        self.left_label.setObjectName("timeLeftLabel")
+        muted(self.left_label)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.bar, 1)
+        layout.addWidget(self.left_label)
+        self.hide()
+
+    def start(self) -> None:
+        self.estimate.restart()
+        self.bar.setValue(0)
+        self.left_label.setText("")
+        self.show()
+
+    def set_fraction(self, fraction: float) -> None:
+        fraction = min(1.0, max(0.0, fraction))
+        self.bar.setValue(max(self.bar.value(), round(fraction * 1000)))  # never backwards
+        self.left_label.setText(self.estimate.text(self.bar.value() / 1000))
+
+    def finish(self) -> None:
+        self.hide()

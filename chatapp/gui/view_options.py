@@ -1,0 +1,101 @@
+"""The View menu's choices that shape the window: the theme (System / Light / Dark), and the
+conversation list and side panel shown or hidden (Ctrl+B, Ctrl+Alt+B). All are remembered; on
+a first start the panels that do not fit the screen beside the chat start hidden."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, QSettings, QTimer, Slot
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QMenu, QWidget
+
+from chatapp.gui.common.geometry import available_area, keep_on_screen
+from chatapp.gui.common.theme import THEME_KEY, THEME_LABELS, THEMES, apply_theme, saved_theme
+
+if TYPE_CHECKING:
+    from chatapp.gui.main_window import MainWindow
+
+LIST_KEY = "view/conversation_list"
+SIDE_KEY = "view/side_panel"
+# Widths (device-independent pixels) below which a first start hides a panel: the chat keeps
+# at least ~420 px beside what is shown.
+WIDTH_FOR_SIDE_PANEL = 780
+WIDTH_FOR_BOTH_PANELS = 1020
+
+
+class ViewOptions(QObject):
+    def __init__(self, window: MainWindow, menu: QMenu, settings: QSettings) -> None:
+        super().__init__(window)
+        self.window = window
+        self.settings = settings
+        menu.addSeparator()
+        self.list_action = self._toggle(menu, "Conversation &list", "Ctrl+B", LIST_KEY)
+        self.side_action = self._toggle(menu, "&Side panel", "Ctrl+Alt+B", SIDE_KEY)
+        self.theme_menu = menu.addMenu("&Theme")
+        self.theme_group = QActionGroup(self)
+        self.theme_group.setExclusive(True)
+        self.theme_actions: dict[str, QAction] = {}
+        for name in THEMES:
+            action = self.theme_menu.addAction(THEME_LABELS[name])
+            action.setCheckable(True)
+            action.setObjectName(f"theme_{name}")
+            action.triggered.connect(lambda _checked=False, n=name: self.set_theme(n))
+            self.theme_group.addAction(action)
+            self.theme_actions[name] = action
+        self.theme = saved_theme(settings)
+        self.theme_actions[self.theme].setChecked(True)
+        if self.theme != "system":
+            apply_theme(self.theme)
+
+    def _toggle(self, menu: QMenu, text: str, shortcut: str, key: str) -> QAction:
+        action = QAction(text, self.window)
+        action.setCheckable(True)
+        action.setShortcut(QKeySequence(shortcut))
+        action.setChecked(_flag(self.settings, key, True))
+        action.toggled.connect(lambda on: self._on_toggled(key, on))
+        menu.addAction(action)
+        return action
+
+    # ---- panels ---------------------------------------------------------------------------
+    def fit_first_start(self) -> None:
+        """On a screen too narrow for every panel, start without those that do not fit (a
+        choice the user made before stays)."""
+        width = available_area(self.window).width()
+        for action, key, needs in (
+            (self.side_action, SIDE_KEY, WIDTH_FOR_SIDE_PANEL),
+            (self.list_action, LIST_KEY, WIDTH_FOR_BOTH_PANELS),
+        ):
+            if not self.settings.contains(key) and width < needs:
+                action.blockSignals(True)  # for this screen, not saved as a choice
+                action.setChecked(False)
+                action.blockSignals(False)
+
+    def wanted(self, widget: QWidget) -> bool:
+        """Whether the user wants `widget` (a pane beside the chat) shown."""
+        if widget is self.window.side_scroll:
+            return self.side_action.isChecked()
+        if widget is self.window.conversation_list:
+            return self.list_action.isChecked()
+        return True
+
+    def _on_toggled(self, key: str, on: bool) -> None:
+        self.settings.setValue(key, on)
+        self.window.show_panes()
+        # A pane shown may widen the window past the screen's edge: bring it back once the
+        # layout has settled.
+        QTimer.singleShot(0, lambda: keep_on_screen(self.window))
+
+    # ---- theme ----------------------------------------------------------------------------
+    @Slot(str)
+    def set_theme(self, name: str) -> None:
+        self.theme = apply_theme(name)
+        self.theme_actions[self.theme].setChecked(True)
+        self.settings.setValue(THEME_KEY, self.theme)
+
+
+def _flag(settings: QSettings, key: str, default: bool) -> bool:
+    value = settings.value(key, default)
+    if isinstance(value, str):
+        return value.lower() not in ("false", "0", "no")
+    return bool(value)

@@ -1,0 +1,190 @@
+"""The prepared models in the data folder's models/: list them (size on disk, source,
+precision), find the folder a GGUF file was already converted into (by its sha256, whatever the
+folder is called), and remove one. No Qt.
+
+Only direct sub-folders of the models folder are looked at or removed, never what a link
+points to: removing follows the same rule as `convert --force` (a folder chatapp made, holding
+only its own files) or, for a folder put there by hand, asks the caller to confirm first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chatapp.convert.converter import ConvertOptions, is_verified_copy, sha256_file
+from chatapp.convert.output_folder import MANIFEST_FILE, made_by_chatapp, read_json
+from chatapp.engine.variants import candidate_files, split_name
+
+# llama.cpp's quantization names as they appear in GGUF file names.
+_GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.I)
+
+
+class LibraryError(Exception):
+    """A model that cannot be removed, in words for the user."""
+
+
+@dataclass(frozen=True)
+class LibraryModel:
+    folder: Path
+    size_bytes: int  # on disk, links not followed
+    source: str  # "SmolLM2-135M-Instruct.Q4_1.gguf" or "ONNX folder"
+    precision: str  # "Q4_1 (GGUF)", "fp32, q4", "ONNX"
+    converted: bool  # made by chatapp's converter (its manifest says so)
+    source_sha256: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # the converter's, from its manifest
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+
+def list_library(models: Path) -> list[LibraryModel]:
+    """The model folders in `models`, by name (a folder without any .onnx is left out)."""
+    try:
+        entries = sorted(models.iterdir(), key=lambda p: p.name.lower())
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.name.startswith(".") or entry.is_symlink() or not entry.is_dir():
+            continue  # hidden: a conversion in progress or its leftovers
+        model = describe(entry)
+        if model is not None:
+            found.append(model)
+    return found
+
+
+def describe(folder: Path) -> LibraryModel | None:
+    manifest = read_json(folder / MANIFEST_FILE) if made_by_chatapp(folder) else None
+    if manifest is not None:
+        source = manifest.get("source") or {}
+        file_name = str(source.get("file") or "a GGUF file")
+        match = _GGUF_TYPE.search(Path(file_name).stem)
+        precision = f"{match.group(1).upper()} (GGUF)" if match else "GGUF"
+        sha = source.get("sha256")
+        options = manifest.get("options")
+        return LibraryModel(
+            folder,
+            disk_usage(folder),
+            file_name,
+            precision,
+            True,
+            sha if isinstance(sha, str) else None,
+            options if isinstance(options, dict) else {},
+        )
+    graphs = candidate_files(folder)
+    if not graphs:
+        return None
+    named = sorted({split_name(g.name)[1] or "" for g in graphs} - {""})
+    precision = ", ".join(named) if named else "ONNX"
+    return LibraryModel(folder, disk_usage(folder), "ONNX folder", precision, False)
+
+
+def find_converted(
+    models: Path, source_sha256: str, options: ConvertOptions | None = None
+) -> Path | None:
+    """A folder in `models` converted from the GGUF with this sha256 by this converter
+    version, with the same conversion options, intact (its files checked against its
+    manifest); None if there is none. Reads only the manifests of chatapp's folders."""
+    for folder in _subfolders(models):
+        if converted_from(folder, source_sha256, options):
+            return folder
+    return None
+
+
+def earlier_conversion(
+    gguf: Path, out_dir: Path, options: ConvertOptions | None = None
+) -> Path | None:
+    """`out_dir` itself, or a folder beside it, holding this GGUF's intact conversion with
+    these options (None: convert it). The file is hashed only when a manifest records its
+    size: an unrelated file (a 40 GB one the converter refuses at once) is not read."""
+    try:
+        size = gguf.stat().st_size
+    except OSError:
+        return None  # the converter says what is wrong with it
+    folders = [out_dir] if out_dir.is_dir() and not out_dir.is_symlink() else []
+    folders += [f for f in _subfolders(out_dir.parent) if f != out_dir]
+    candidates = [f for f in folders if _source_bytes(f) == size]
+    if not candidates:
+        return None
+    try:
+        source_sha256 = sha256_file(gguf)
+    except OSError:
+        return None
+    return next((f for f in candidates if converted_from(f, source_sha256, options)), None)
+
+
+def _subfolders(parent: Path) -> list[Path]:
+    try:
+        entries = sorted(parent.iterdir(), key=lambda p: p.name.lower())
+    except OSError:
+        return []
+    return [e for e in entries if not e.name.startswith(".") and not e.is_symlink() and e.is_dir()]
+
+
+def _source_bytes(folder: Path) -> int | None:
+    manifest = read_json(folder / MANIFEST_FILE)
+    source = manifest.get("source") if manifest is not None else None
+    size = source.get("bytes") if isinstance(source, dict) else None
+    return size if isinstance(size, int) else None
+
+
+def converted_from(folder: Path, source_sha256: str, options: ConvertOptions | None) -> bool:
+    """Whether `folder` is chatapp's intact conversion of that GGUF with those options."""
+    manifest = read_json(folder / MANIFEST_FILE)
+    if manifest is None or manifest.get("converter") != "chatapp":
+        return False
+    source, recorded = manifest.get("source"), manifest.get("options")
+    if not isinstance(source, dict) or source.get("sha256") != source_sha256:
+        return False
+    wanted = options or ConvertOptions()
+    if not same_options(recorded if isinstance(recorded, dict) else {}, wanted):
+        return False
+    return is_verified_copy(folder, source_sha256)
+
+
+def same_options(recorded: dict[str, Any], wanted: ConvertOptions) -> bool:
+    """Whether a folder converted with `recorded` options is what `wanted` would make (a
+    context length left to the file matches whatever the file gave)."""
+    for key, value in asdict(wanted).items():
+        if key == "overwrite" or (key == "context_length" and value is None):
+            continue
+        if recorded.get(key) != value:
+            return False
+    return True
+
+
+def remove_model(models: Path, folder: Path) -> None:
+    """Delete `folder`, a direct sub-folder of `models`; LibraryError says why not."""
+    models_real = models.resolve()
+    if folder.is_symlink() or folder.resolve().parent != models_real:
+        raise LibraryError(f"{folder} is not a folder of the model library ({models}).")
+    if not folder.is_dir():
+        raise LibraryError(f"{folder.name} is no longer there.")
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        raise LibraryError(f"Could not remove {folder.name}: {exc.strerror or exc}.") from exc
+
+
+def disk_usage(folder: Path) -> int:
+    """Bytes the folder's files take on disk (links not followed, hard links counted once)."""
+    total, seen = 0, set()
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            blocks = getattr(st, "st_blocks", None)
+            total += blocks * 512 if blocks is not None else st.st_size
+    return total

@@ -1,0 +1,102 @@
+"""Screenshots of the window for docs/images, as a new user sees it: fresh data and settings,
+the README's question asked at the default settings, in a chosen theme. Run it under a real X
+server (Xvfb) to see what users see; one window per run, the screen is Xvfb's:
+
+    xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py \\
+        --theme dark --out docs/images/chat-dark.png [--compare docs/images/compare.png]
+    QT_SCALE_FACTOR=2 xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python \\
+        scripts/screenshots.py --out docs/images/scaled-200.png
+
+It prints the window's and the input box's geometry and the answer, so a run also checks
+that the input box is on the screen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QEventLoop, QPoint, QTimer
+
+QUESTION = "What is the capital of France?"
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    loop = QEventLoop()
+    timer = QTimer()
+    timer.timeout.connect(lambda: loop.quit() if condition() else None)
+    timer.start(50)
+    QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+    loop.exec()
+    timer.stop()
+    return condition()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--theme", choices=("system", "light", "dark"), default="light")
+    parser.add_argument("--out", type=Path, required=True, help="PNG of the chat")
+    parser.add_argument("--compare", type=Path, default=None, help="PNG of a comparison run")
+    parser.add_argument("--no-question", action="store_true", help="the empty window")
+    args = parser.parse_args()
+    # The prepared default model, without copying it into the fresh data folder.
+    from chatapp.convert.default_model import default_model_dir
+
+    model = default_model_dir()
+    data = Path(tempfile.mkdtemp(prefix="chatapp-shots-"))
+    os.environ["CHATAPP_DATA_DIR"] = str(data)  # fresh data and settings
+    os.environ.pop("CHATAPP_SETTINGS", None)
+    from chatapp.gui.app import application, build_window
+    from chatapp.gui.chat.controller import State
+
+    app = application()
+    window = build_window(["--model", str(model)])
+    window.view_options.set_theme(args.theme)
+    if not wait_until(lambda: window.controller.state is State.READY, 60):
+        print("the model did not load:", window.banner.text(), file=sys.stderr)
+        window.close()
+        return 1
+    answer = ""
+    if not args.no_question:
+        window.chat_view.set_prompt_text(QUESTION)
+        window.chat_view.send_button.click()
+        wait_until(lambda: window.controller.state is State.GENERATING, 10)
+        wait_until(lambda: window.controller.state is State.READY, 120)
+        answer = window.conversation.messages[-1].content
+    window.chat_view.prompt_edit.setFocus()
+    wait_until(lambda: False, 0.5)  # let the last paint land
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    window.grab().save(str(args.out))
+    prompt = window.chat_view.prompt_edit
+    corner = prompt.mapToGlobal(QPoint(0, 0))
+    area = window.screen().availableGeometry()
+    report = {
+        "screen": [area.width(), area.height()],
+        "window": [window.x(), window.y(), window.width(), window.height()],
+        "input_box": [corner.x(), corner.y(), prompt.width(), prompt.height()],
+        "input_box_on_screen": area.contains(prompt.rect().translated(corner)),
+        "answer": answer,
+    }
+    if args.compare is not None:
+        view = window.compare_view
+        window.show_compare_view()
+        view.tokens_spin.setValue(32)
+        view.repeats_spin.setValue(1)
+        view.run_comparison()
+        wait_until(lambda: view.running, 5)
+        wait_until(lambda: not view.running, 180)
+        wait_until(lambda: False, 0.5)
+        window.grab().save(str(args.compare))
+    print(json.dumps(report))
+    window.close()
+    app.quit()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

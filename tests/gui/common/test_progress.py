@@ -1,0 +1,47 @@
+"""Time left from the fraction done, and a bar that never goes backwards."""
+
+from __future__ import annotations
+
+from chatapp.gui.common.progress import ProgressWithTimeLeft, TimeLeft, time_left_text
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_time_left_words() -> None:
+    assert time_left_text(3) == "a few seconds left"
+    assert time_left_text(42) == "about 40 s left"
+    assert time_left_text(170) == "about 3 min left"
+    assert time_left_text(80 * 60) == "about 1 h 20 min left"
+
+
+def test_estimate_from_the_time_so_far() -> None:
+    clock = Clock()
+    left = TimeLeft(clock)
+    clock.now += 0.5
+    assert left.seconds(0.5) is None  # too early to say
+    clock.now += 29.5
+    assert left.seconds(0.01) is None  # too little done to say
+    assert left.seconds(0.25) == 90.0  # 30 s for a quarter: 90 s for the rest
+    assert left.text(0.25) == "about 2 min left"
+    assert left.seconds(1.0) is None
+
+
+def test_widget_shows_the_bar_and_time_left(qtbot) -> None:
+    clock = Clock()
+    widget = ProgressWithTimeLeft(clock=clock)
+    qtbot.addWidget(widget)
+    widget.start()
+    assert widget.isVisibleTo(None) or not widget.isHidden()
+    clock.now += 20
+    widget.set_fraction(0.5)
+    assert widget.bar.value() == 500 and widget.left_label.text() == "about 20 s left"
+    widget.set_fraction(0.3)  # an estimate that moves back does not move the bar
+    assert widget.bar.value() == 500
+    widget.finish()
+    assert widget.isHidden()

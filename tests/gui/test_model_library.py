@@ -1,0 +1,124 @@
+"""File > Models, the variant picker, and the last model reopening at start."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+
+from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.gui.model_library import (
+    CANCELLED,
+    LAST_FOLDER_KEY,
+    ModelsDialog,
+    last_model,
+    pick_variant,
+)
+from tests.gui.conftest import ANSWER_TIMEOUT_MS
+
+
+@pytest.fixture
+def models(tmp_path: Path, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A data folder whose library holds the tiny model and a hand-made ONNX folder."""
+    monkeypatch.setenv("CHATAPP_DATA_DIR", str(tmp_path / "data"))
+    folder = tmp_path / "data" / "models"
+    convert_gguf(tiny_gguf, folder / "tiny-llama", ConvertOptions())
+    (folder / "hand-made").mkdir()
+    (folder / "hand-made" / "model_fp16.onnx").write_bytes(b"x" * 4096)
+    return folder
+
+
+def test_the_dialog_lists_opens_and_removes(qtbot, models: Path) -> None:
+    dialog = ModelsDialog(models, in_use=models / "tiny-llama")
+    qtbot.addWidget(dialog)
+    table = dialog.table
+    assert table.rowCount() == 2
+    rows = {table.item(r, 0).text(): [table.item(r, c).text() for c in range(4)] for r in range(2)}
+    tiny = rows["tiny-llama  (in use)"]
+    assert tiny[2] == "tiny-llama.gguf" and "GGUF" in tiny[3] and tiny[1].endswith("B")
+    assert rows["hand-made"][2:] == ["ONNX folder", "fp16"]
+    dialog.select("tiny-llama")
+    assert dialog.open_button.isEnabled() and not dialog.remove_button.isEnabled()
+    opened: list[Path] = []
+    dialog.sig_open.connect(opened.append)
+    dialog.open_button.click()
+    assert opened == [models / "tiny-llama"]
+    dialog.select("hand-made")
+    questions: list[str] = []
+    dialog.confirm = lambda q: questions.append(q) or False
+    dialog.remove_button.click()
+    assert (models / "hand-made").is_dir() and "did not make this folder" in questions[0]
+    dialog.confirm = lambda _q: True
+    dialog.remove_button.click()
+    assert not (models / "hand-made").exists() and table.rowCount() == 1
+    assert "Removed hand-made" in dialog.message_label.text()
+
+
+def test_empty_library_says_so(qtbot, tmp_path: Path) -> None:
+    dialog = ModelsDialog(tmp_path / "nothing", in_use=None)
+    qtbot.addWidget(dialog)
+    assert dialog.table.rowCount() == 0 and "No prepared models" in dialog.message_label.text()
+    assert not dialog.open_button.isEnabled()
+
+
+def test_variant_picker_asks_only_when_there_is_a_choice(
+    qtbot, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    folder = tmp_path / "variants"
+    shutil.copytree(tiny_model_dir, folder)
+    parent = ModelsDialog(tmp_path / "none", None)
+    qtbot.addWidget(parent)
+    assert pick_variant(parent, folder) is None  # one graph: nothing to ask
+    shutil.copy(folder / "model.onnx", folder / "model_q4.onnx")
+    asked: list[list[str]] = []
+
+    def second(_parent, _title, _text, items, _current):
+        asked.append(items)
+        return items[1], True
+
+    chosen = pick_variant(parent, folder, second)
+    assert len(asked[0]) == 2 and chosen in ("model.onnx", "model_q4.onnx")
+    assert asked[0][1].startswith(chosen)
+    assert pick_variant(parent, folder, lambda *_a: ("", False)) == CANCELLED
+
+
+def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
+    qtbot, make_window, models: Path, tiny_model_dir: Path, settings_file: Path
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    dialog = window.show_models_dialog()
+    dialog.select("tiny-llama")
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+        dialog.open_button.click()
+    assert window.controller.model.folder == models / "tiny-llama"
+    window.close()
+    saved = QSettings(str(settings_file), QSettings.Format.IniFormat)
+    assert saved.value(LAST_FOLDER_KEY) == str(models / "tiny-llama")
+    assert last_model(saved) == (models / "tiny-llama", "model.onnx")
+    again = make_window([])  # no --model: the last one, not the default model
+    assert again.controller.model.folder == models / "tiny-llama"
+
+
+def test_opening_a_folder_with_variants_asks_which(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.gui import model_library
+
+    folder = tmp_path / "variants"
+    shutil.copytree(tiny_model_dir, folder)
+    shutil.copy(folder / "model.onnx", folder / "model_q4.onnx")
+    window = make_window(["--model", str(tiny_model_dir)])
+    monkeypatch.setattr(model_library, "_ask", lambda *_a: ("", False))
+    assert not window.open_model_folder(folder)  # the picker was closed: nothing opens
+    picked: list[list[str]] = []
+
+    def last(_parent, _title, _text, items, _current):
+        picked.append(items)
+        return items[-1], True
+
+    monkeypatch.setattr(model_library, "_ask", last)
+    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+        assert window.open_model_folder(folder)
+    assert picked[0][-1].startswith(window.controller.model.onnx_file)

@@ -135,8 +135,8 @@ def test_eos_ends_the_answer(engine: Engine) -> None:
     loop = gen.loop
     original = loop.forward
 
-    def forward_with_eos(ids, all_logits=False):  # type: ignore[no-untyped-def]
-        step = original(ids, all_logits)
+    def forward_with_eos(ids, all_logits=False, rows=None):  # type: ignore[no-untyped-def]
+        step = original(ids, all_logits, rows)
         logits = step.logits.copy()
         logits[..., eos] = 1e6
         return dataclasses.replace(step, logits=logits)

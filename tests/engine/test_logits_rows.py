@@ -126,3 +126,24 @@ def test_prompt_perplexity_is_scored_on_the_sample(folders: dict[str, Path]) -> 
     expected = token_logprobs(full[rows], [prompt[r + 1] for r in rows])
     assert len(stats.prompt_logprobs) == PROMPT_SAMPLE
     np.testing.assert_allclose(stats.prompt_logprobs, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["gqa", "static-w4", "genai-int4", "optimum"])
+@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+def test_a_prompt_in_pieces_gives_the_same_logits(
+    folders: dict[str, Path], kind: str, mode: str
+) -> None:
+    engine = Engine(folders[kind], mode=mode, threads=1, max_context=CONTEXT)
+    loop = engine.loop()
+    prompt = [(11 * i + 5) % 250 + 3 for i in range(40)]
+    whole = loop.forward(prompt, all_logits=True).logits.copy()
+    after = loop.forward([9]).logits.copy()
+    loop.reset()
+    loop.prefill_chunk = 16  # 16 + 16 + 8
+    rows = [0, 15, 16, 17, 39]
+    picked = loop.forward(prompt, rows=rows).logits.copy()
+    assert loop.cached == prompt
+    np.testing.assert_allclose(picked, whole[rows], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(loop.forward([9]).logits, after, rtol=1e-4, atol=1e-4)
+    loop.reset()
+    np.testing.assert_allclose(loop.forward(prompt).logits, whole[-1], rtol=1e-4, atol=1e-4)

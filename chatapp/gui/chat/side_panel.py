@@ -245,7 +245,11 @@ class SidePanel(QWidget):
             ("Tokens/s", self.tokens_per_second_value, "Decode speed (prefill excluded)"),
             ("TTFT (ms)", self.ttft_value, "Time to first token: prefill and the first sample"),
             ("Perplexity", self.perplexity_value, "exp(mean NLL) of the generated tokens"),
-            ("Prompt perplexity", self.prompt_perplexity_value, "The same for the new prompt"),
+            (
+                "Prompt perplexity",
+                self.prompt_perplexity_value,
+                "The same for the new prompt, from up to 64 of its tokens evenly spaced",
+            ),
         )
         for i, (caption, value, tip) in enumerate(cells):
             value.setAccessibleName(caption)

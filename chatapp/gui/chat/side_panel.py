@@ -248,7 +248,7 @@ class SidePanel(QWidget):
             (
                 "Prompt perplexity",
                 self.prompt_perplexity_value,
-                "The same for the new prompt, from up to 64 of its tokens evenly spaced",
+                "The same for the new prompt, from a quarter (at most 64) of its tokens",
             ),
         )
         for i, (caption, value, tip) in enumerate(cells):

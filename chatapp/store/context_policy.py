@@ -218,13 +218,14 @@ def _message_tokens(
 
 def _replayed_drop(per_turn: Sequence[int], overhead: int, budget: int, low: int) -> int:
     """The cut the chat reached turn by turn: each time the estimate outgrows `budget`, the
-    oldest turns go until it is at most `low` (the newest turn always stays). Earlier turns'
-    counts do not change, so every later call replays the same cuts."""
+    oldest turns go until the turns before the newest come to at most `low` (the newest always
+    stays). How much goes never depends on the newest turn, which grows once it is answered:
+    earlier turns' counts do not change, so every later call replays the same cuts."""
     drop, running = 0, overhead
     for newest, tokens in enumerate(per_turn):
         running += tokens
         if running > budget:
-            while drop < newest and running > low:
+            while drop < newest and running - tokens > low:
                 running -= per_turn[drop]
                 drop += 1
     return drop

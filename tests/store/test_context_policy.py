@@ -215,15 +215,17 @@ def test_low_water_cuts_deep_and_then_keeps_the_cut() -> None:
     drops = grow_chat(60, limit, low_water=0.5)
     cuts = [i for i in range(1, len(drops)) if drops[i] != drops[i - 1]]
     # Between cuts the prompt only grows at its end: the cached prefix stays valid.
-    assert 3 <= len(cuts) <= 6
+    assert 3 <= len(cuts) <= 8
     assert min(b - a for a, b in itertools.pairwise(cuts)) >= 5
-    # Right after each cut the prompt is at most half the budget and the new question.
+    # Right after each cut: at most half the budget, plus the newest turns.
     msgs: list[Message] = [Message("system", "be kind")]
     for i in range(60):
         msgs.append(Message("user", f"q{i} " + "w " * 9))
         if i in cuts:
             fit = fit_to_context(msgs, count, limit=limit, reserve=20, low_water=0.5)
-            assert fit.prompt_tokens <= 0.5 * fit.budget + fit.turns[-1].tokens
+            # (the cut is decided by the turns before the one that overflowed)
+            newest = fit.turns[-1].tokens + fit.turns[-2].tokens
+            assert fit.prompt_tokens <= 0.5 * fit.budget + newest
         msgs.append(Message("assistant", f"a{i} " + "w " * 9))
 
 
@@ -231,6 +233,22 @@ def test_without_low_water_every_answer_after_the_first_cut_moves_it() -> None:
     drops = grow_chat(60, 400, low_water=None)
     first = next(i for i, d in enumerate(drops) if d)
     assert all(drops[i] != drops[i - 1] for i in range(first + 1, len(drops)))
+
+
+@pytest.mark.parametrize("answer_words", [10, 40, 120])
+def test_an_answer_never_moves_the_cut_it_was_asked_under(answer_words: int) -> None:
+    """A cut made when the question alone is counted stays when its answer is counted too
+    (the 200-turn chat re-read twice in a row before: turns 173 and 174)."""
+    msgs: list[Message] = [Message("system", "be kind")]
+    drops = []
+    for i in range(120):
+        msgs.append(Message("user", f"q{i} " + "w " * 9))
+        fit = fit_to_context(msgs, count, limit=1000, reserve=20, low_water=0.5)
+        drops.append(fit.dropped_count)
+        msgs.append(Message("assistant", f"a{i} " + "w " * (answer_words - 1)))
+    cuts = [i for i in range(1, len(drops)) if drops[i] != drops[i - 1]]
+    assert len(cuts) >= 2
+    assert all(b - a > 1 for a, b in itertools.pairwise(cuts)), cuts
 
 
 def test_the_replayed_cut_is_the_same_on_every_call() -> None:

@@ -48,7 +48,7 @@ def dynamic_io(spec: LlamaSpec, position_ids: bool) -> AttentionIO:
         mask_shape=["batch_size", "total_sequence_length"],
         past_shape=["batch_size", spec.n_kv_heads, "past_sequence_length", spec.head_dim],
         present_shape=["batch_size", spec.n_kv_heads, "total_sequence_length", spec.head_dim],
-        logits_shape=["batch_size", "sequence_length", spec.vocab_size],
+        logits_shape=["batch_size", "logits_length", spec.vocab_size],
         position_ids=position_ids,
     )
 

@@ -43,7 +43,7 @@ from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
-CONVERTER_VERSION = "3"
+CONVERTER_VERSION = "4"
 MAX_DEFAULT_CONTEXT = 32768
 # RoPE tables and static KV graphs grow with the context; beyond this they are absurd.
 MAX_CONTEXT = 1 << 20

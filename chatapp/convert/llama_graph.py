@@ -5,7 +5,10 @@ are present (biases, Q/K norms, post-norms) are applied where they are.
 
 Inputs:  input_ids [B,S] int64, attention_mask [B,T] int64, (position_ids [B,S] for standard
          attention), past_key_values.{i}.key|value [B, kv_heads, P, head_dim] float32
-Outputs: logits [B,S,vocab] float32, present.{i}.key|value
+Optional: logits_positions [K] int64, which of the S new positions get logits (the loops feed
+         the last, so a prompt costs one row of lm_head, not S). Also an initializer, empty,
+         meaning all S: tools that do not feed it (onnxruntime-genai) get [B,S,vocab] as before.
+Outputs: logits [B,K,vocab] float32 (static window: [B,S,vocab]), present.{i}.key|value
 The attention block (attention.py) decides the KV layout: GroupQueryAttention (one shared
 buffer), standard ops (concat), or a fixed-shape static window.
 """
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWindowAttention
 from chatapp.convert.features import ArchFeatures, plain_features
@@ -35,6 +38,7 @@ from chatapp.convert.quant_embedding import embed_tokens
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
 
 Progress = Callable[[float, str], None]
+LOGITS_POSITIONS = "logits_positions"
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,18 @@ class LlamaGraphBuilder:
             g.op1("Mul", [act, up]), lw.down, f"layers.{i}.mlp.down", bias=lw.down_bias
         )
 
+    def keep_positions(self, hidden: str, ids: str) -> str:
+        """The rows named by the overridable input logits_positions; all when it is empty."""
+        g = self.g
+        wanted = g.add_input(LOGITS_POSITIONS, TensorProto.INT64, ["logits_length"])
+        g.initializers.append(numpy_helper.from_array(np.zeros(0, np.int64), wanted))
+        # Range(0, S * (K == 0)): every position when none is named, else nothing extra.
+        length = g.op1("Squeeze", [g.op1("Shape", [ids], start=1, end=2)])
+        none_named = g.op1("Equal", [g.op1("Size", [wanted]), g.const("zero", np.array(0))])
+        limit = g.op1("Mul", [length, g.op1("Cast", [none_named], to=TensorProto.INT64)])
+        every = g.op1("Range", [g.const("zero", np.array(0)), limit, g.const("one", np.array(1))])
+        return g.op1("Gather", [hidden, g.op1("Concat", [wanted, every], axis=0)], axis=1)
+
     # -- the whole model -------------------------------------------------------------------
     def build(self, source: WeightSource, progress: Progress | None = None) -> onnx.ModelProto:
         g, spec = self.g, self.spec
@@ -250,6 +266,8 @@ class LlamaGraphBuilder:
                 hidden = self.rms(hidden, lw.post_ffn_norm, f"layers.{i}.post_feedforward_norm")
             report((i + 1) / (spec.n_layers + 1), f"layer {i + 1}/{spec.n_layers}")
         final, _ = self.skip_rms(hidden, residual, source.final_norm(), "final_norm")
+        if not self.options.static_window:  # a window's logits are few already
+            final = self.keep_positions(final, ids)
         head = source.lm_head()
         if self.options.lm_head_int8:
             logits = self.linear(final, head, "lm_head", accuracy_level=4)

@@ -96,8 +96,13 @@ def markdown_report(result: dict[str, Any]) -> str:
     for peer in (p for p in PEERS if p in result):
         lines.append(
             f"IO-Binding / {LOOP_LABELS[peer]}: **{result[f'iobinding_vs_{peer}']:.2f}x** "
-            "tokens/s (median of the repeats' ratios, each run beside the other); same tokens: "
-            f"{'yes' if result.get(f'{peer}_same_tokens') else 'NO'}"
+            "tokens/s (median of the repeats' ratios, each run beside the other)"
+            + (
+                f", {result[f'iobinding_ttft_vs_{peer}']:.2f}x its time to first token"
+                if f"iobinding_ttft_vs_{peer}" in result
+                else ""
+            )
+            + f"; same tokens: {'yes' if result.get(f'{peer}_same_tokens') else 'NO'}"
         )
     if "run_s_per_token" in result[Mode.NAIVE]:
         lines += ["", where_time_goes(result)]

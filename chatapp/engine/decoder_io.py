@@ -18,6 +18,7 @@ from chatapp.engine.config_values import section
 from chatapp.engine.errors import ModelError
 
 USE_CACHE_BRANCH = "use_cache_branch"  # legacy Optimum merged decoders
+LOGITS_POSITIONS = "logits_positions"  # chatapp's converter (convert/llama_graph.py)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class ModelIO:
     position_ids: str | None = None  # None: the graph computes positions itself
     logits: str = "logits"
     use_cache_branch: str | None = None  # legacy merged decoders: False for the first run
+    # chatapp's graphs: which new positions get logits (an overridable initializer, default
+    # every position); None for other tools' graphs, which return every position's logits
+    logits_positions: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +138,10 @@ def model_io(
     graph_inputs: set[str],
     graph_outputs: set[str],
     kv: list[KVTensor],
+    overridable: frozenset[str] | set[str] = frozenset(),
 ) -> ModelIO:
-    """The names the loops use; an input this app could not feed is refused by name."""
+    """The names the loops use; an input this app could not feed is refused by name.
+    `overridable`: initializers the graph also lists as inputs (fed only when known)."""
     for needed in (names.input_ids, names.attention_mask):
         if needed not in graph_inputs:
             raise ModelError(
@@ -149,6 +155,7 @@ def model_io(
         position_ids=names.position_ids if names.position_ids in graph_inputs else None,
         logits=names.logits,
         use_cache_branch=USE_CACHE_BRANCH if USE_CACHE_BRANCH in graph_inputs else None,
+        logits_positions=LOGITS_POSITIONS if LOGITS_POSITIONS in overridable else None,
     )
     known = {io.input_ids, io.attention_mask, io.position_ids, io.use_cache_branch}
     known |= {t.past_name for t in kv}

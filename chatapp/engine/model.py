@@ -251,7 +251,8 @@ def _describe(
                 f"{exc} Open decoder_model_merged.onnx or decoder_with_past_model.onnx instead."
             ) from exc
         raise
-    io = model_io(file_name, names, set(inputs), set(outputs), kv)
+    overridable = {i.name for i in graph.input if i.name in initializers}
+    io = model_io(file_name, names, set(inputs), set(outputs), kv, overridable)
     n_layers = max(t.layer for t in kv) + 1
     if n_layers > MAX_LAYERS:
         raise ModelError(f"{file_name} has {n_layers} layers; at most {MAX_LAYERS} are supported.")

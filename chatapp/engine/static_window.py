@@ -89,23 +89,29 @@ class StaticWindowLoop(KVLoop):
         self.used_slots += self.window
         return self.valid.astype(np.int64)[None, :]
 
-    def _forward(self, new_ids: list[int], past_len: int, all_logits: bool) -> Step:
+    def _forward(self, new_ids: list[int], past_len: int, wanted: list[int] | None) -> Step:
         host_s = run_s = 0.0
         h2d = d2h = 0
         rows = []
+        done = 0  # new tokens before this window
         for ids, flags in self._windows(new_ids):
             t0 = perf()
             mask = self._advance(flags)
             t1 = perf()
             window = self._run_window(ids, mask)
             t2 = perf()
-            rows.append(window.logits[flags] if all_logits else window.logits[flags][-1:])
+            real = window.logits[flags]
+            if wanted is None:
+                rows.append(real[-1:])
+            else:  # only the rows asked for: a long prompt's every row would be hundreds of MB
+                rows.append(real[[r - done for r in wanted if done <= r < done + len(real)]])
+            done += len(real)
             host_s += (t1 - t0) + window.host_s
             run_s += (t2 - t1) - window.host_s
             h2d += window.h2d_bytes
             d2h += window.d2h_bytes
         out = np.concatenate(rows)
-        return Step(out if all_logits else out[-1], host_s, run_s, h2d, d2h)
+        return Step(out if wanted is not None else out[-1], host_s, run_s, h2d, d2h)
 
     def _run_window(self, ids: np.ndarray, mask: np.ndarray) -> Step:
         """Run one window: logits [W, vocab]; host_s is the part spent on the KV."""

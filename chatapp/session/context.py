@@ -24,6 +24,16 @@ from chatapp.store.context_policy import fit_to_context
 # The answer's room is "max new tokens", but never more than this share of the context: with a
 # 512-token model and max new tokens at 2048, a full reserve would leave no room for any history.
 MAX_RESERVE_SHARE = 0.5
+# When the chat outgrows the context, cut down to this share of it at once and keep the cut
+# until it fills again (store/context_policy.py): answers in between reuse the cached prompt,
+# so a full re-read (seconds at 8k tokens) comes once per cut instead of on every answer.
+LOW_WATER_SHARE = 0.5
+POLICY_TEXT = (
+    "When the chat outgrows the context, the oldest turns are left out until the prompt is "
+    f"about {LOW_WATER_SHARE:.0%} of it; that cut then stays, so each answer reuses the prompt "
+    "the model has already read, and the whole prompt is read again only when the context "
+    "fills up once more."
+)
 
 
 @dataclass(frozen=True)
@@ -97,7 +107,7 @@ class ContextReport:
                 f" The oldest {turns} turn{'s' if turns != 1 else ''} ({self.dropped} messages) "
                 "no longer fit and are not sent."
             )
-        return text
+        return f"{text} {POLICY_TEXT}"
 
 
 class TokenCounter:
@@ -143,11 +153,15 @@ def fit_messages(
     count_tokens: Callable[[list[Message]], int],
     limit: int,
     max_new_tokens: int,
+    low_water: float | None = LOW_WATER_SHARE,
 ) -> tuple[list[Message], ContextReport]:
-    """The messages to send (the system prompt and the newest turns that fit) and the report."""
+    """The messages to send (the system prompt and the newest turns that fit) and the report.
+    `low_water` None: the smallest cut (the policy before; for comparisons)."""
     started = time.perf_counter()
     reserve = answer_reserve(max_new_tokens, limit)
-    fit = fit_to_context(list(messages), count_tokens, limit=limit, reserve=reserve)
+    fit = fit_to_context(
+        list(messages), count_tokens, limit=limit, reserve=reserve, low_water=low_water
+    )
     offset = fit.pinned_count  # engine index - offset = conversation index
     turns = tuple(
         TurnTokens(t.start - offset, t.stop - offset, t.tokens, t.kept, t.message_tokens)

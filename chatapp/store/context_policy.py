@@ -10,6 +10,14 @@ A *turn* is a user message and everything after it up to the next user message (
 answer). Turns are dropped whole, oldest first, so the model never sees an answer without its
 question. The last turn (the question being asked now) is always kept: when even that does not
 fit, the result says so (`fits` is False) and the caller must refuse or shorten it.
+
+With `low_water`, a cut drops enough at once: when the prompt outgrows the budget, the oldest
+turns go until it is at most that share of the budget, and the cut then stays where it is until
+the budget is exceeded again. Every answer otherwise starts with the same tokens as the one
+before, so the engine reuses its cached prefix; the whole prompt is read again only once per
+cut (about every (1 - low_water) x budget tokens of chat), not on every answer after the
+context first filled. The cut is recomputed from the turns alone, without state: replaying the
+chat turn by turn with the per-turn token counts gives the same cut on every call.
 """
 
 from __future__ import annotations
@@ -107,6 +115,7 @@ def fit_to_context(
     count_tokens: Callable[[list[M]], int],
     limit: int,
     reserve: int = 0,
+    low_water: float | None = None,
 ) -> ContextFit[M]:
     """Keep the leading system messages and the newest turns whose rendered prompt plus
     `reserve` fits in `limit` tokens.
@@ -125,6 +134,8 @@ def fit_to_context(
         raise ValueError(f"limit must be positive, not {limit}")
     if reserve < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve}")
+    if low_water is not None and not 0 < low_water <= 1:
+        raise ValueError(f"low_water must be in (0, 1], not {low_water}")
     msgs = list(messages)
     pinned_count = 0
     while pinned_count < len(msgs) and msgs[pinned_count].role == "system":
@@ -151,6 +162,10 @@ def fit_to_context(
     per_turn = [n - overhead for n in alone]
 
     drop = _smallest_drop(per_turn, overhead, budget, total)
+    if low_water is not None and per_turn:
+        replayed = _replayed_drop(per_turn, overhead, budget, int(budget * low_water))
+        # The estimate may be off by a few tokens: never fewer than the exact minimum.
+        drop = max(drop, replayed)
 
     turns = tuple(
         Turn(
@@ -199,6 +214,21 @@ def _message_tokens(
     prefixes = [count_tokens(pinned + msgs[start:k]) for k in range(start + 1, stop)]
     cumulative = [overhead, *prefixes, turn_alone]
     return tuple(max(0, b - a) for a, b in pairwise(cumulative))
+
+
+def _replayed_drop(per_turn: Sequence[int], overhead: int, budget: int, low: int) -> int:
+    """The cut the chat reached turn by turn: each time the estimate outgrows `budget`, the
+    oldest turns go until the turns before the newest come to at most `low` (the newest always
+    stays). How much goes never depends on the newest turn, which grows once it is answered:
+    earlier turns' counts do not change, so every later call replays the same cuts."""
+    drop, running = 0, overhead
+    for newest, tokens in enumerate(per_turn):
+        running += tokens
+        if running > budget:
+            while drop < newest and running - tokens > low:
+                running -= per_turn[drop]
+                drop += 1
+    return drop
 
 
 def _smallest_drop(

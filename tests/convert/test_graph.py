@@ -259,8 +259,13 @@ def test_genai_signature(tiny_model_dir: Path, tiny_gguf: Path) -> None:
     graph = onnx.load(str(tiny_model_dir / "model.onnx"), load_external_data=False).graph
     inputs = {v.name: v for v in graph.input}
     outputs = {v.name: v for v in graph.output}
-    assert list(inputs) == ["input_ids", "attention_mask", *past_names(spec)]
+    assert list(inputs) == ["input_ids", "attention_mask", *past_names(spec), "logits_positions"]
     assert list(outputs) == ["logits", *present_names(spec)]
+    # logits_positions is optional: an initializer too, empty (every position), so
+    # onnxruntime-genai, which does not feed it, gets [B, S, vocab] as from any builder.
+    defaults = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    assert defaults["logits_positions"].dtype == np.int64
+    assert defaults["logits_positions"].shape == (0,)
 
     int64, f32 = onnx.TensorProto.INT64, onnx.TensorProto.FLOAT
     assert elem_type(inputs["input_ids"]) == int64
@@ -268,7 +273,7 @@ def test_genai_signature(tiny_model_dir: Path, tiny_gguf: Path) -> None:
     assert dims(inputs["input_ids"]) == ["batch_size", "sequence_length"]
     assert dims(inputs["attention_mask"]) == ["batch_size", "total_sequence_length"]
     assert elem_type(outputs["logits"]) == f32
-    assert dims(outputs["logits"]) == ["batch_size", "sequence_length", spec.vocab_size]
+    assert dims(outputs["logits"]) == ["batch_size", "logits_length", spec.vocab_size]
     for name in past_names(spec):
         assert elem_type(inputs[name]) == f32
         past = dims(inputs[name])

@@ -51,9 +51,10 @@ def greedy_trace(loop: KVLoop, prompt: list[int], n: int) -> Trace:
 
 def iobinding_step_bytes(info: ModelInfo, total: int) -> tuple[int, int]:
     """(host->device, device->host) of an IO-Binding decode step at `total` tokens: the token,
-    the mask (and positions) in, one row of float32 logits out; never the KV."""
-    rows = 2 + (1 if info.has_position_ids else 0)
-    h2d = 8 * (rows - 1) + 8 * total  # int64 ids (+ positions) of one token, the mask
+    the mask (and positions, and which row gets logits) in, one row of float32 logits out;
+    never the KV."""
+    rows = 2 + (1 if info.has_position_ids else 0) + (1 if info.io.logits_positions else 0)
+    h2d = 8 * (rows - 1) + 8 * total  # int64 ids (+ positions, + logits row), the mask
     return h2d, 4 * info.vocab_size
 
 

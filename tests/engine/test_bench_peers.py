@@ -54,7 +54,7 @@ def test_llamacpp_peer_refuses_a_missing_gguf(tmp_path: Path) -> None:
 
 
 def _stats(speed: float, tokens: list[int]) -> RunStats:
-    stats = RunStats(mode="x", device="cpu", token_ids=tokens)
+    stats = RunStats(mode="x", device="cpu", token_ids=tokens, ttft_s=2 / speed)
     stats.latencies_s = [1 / speed] * 4
     return stats
 
@@ -64,6 +64,7 @@ def test_peer_ratio_is_the_median_of_repeat_ratios() -> None:
     theirs = [_stats(s, [1, 2, 7, 7]) for s in (20.0, 10.0, 15.0)]
     point = peer_point("llamacpp", ours, theirs, eos={0})
     assert point["iobinding_vs_llamacpp"] == pytest.approx(2.0)  # ratios 0.5, 2, 2
+    assert point["iobinding_ttft_vs_llamacpp"] == pytest.approx(0.5)  # ratios 2, 0.5, 0.5
     assert point["llamacpp_same_tokens"] is True  # compared up to our first end-of-text
     assert point["llamacpp"]["spread"]["tokens_per_s"] == [pytest.approx(10.0), pytest.approx(20.0)]
 

@@ -188,13 +188,13 @@ class RecordingSession:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)
 
-    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
+    def run(self, names: Any, feeds: dict[str, np.ndarray], run_options: Any = None) -> Any:
         self.flags.append(bool(feeds["use_cache_branch"][0]))
-        return self.session.run(names, feeds)
+        return self.session.run(names, feeds, run_options)
 
-    def run_with_iobinding(self, binding: Any) -> None:
+    def run_with_iobinding(self, binding: Any, run_options: Any = None) -> None:
         self.flags.append(bool(self.loop._branch[0]))  # the bound buffer, read at run time
-        self.session.run_with_iobinding(binding)
+        self.session.run_with_iobinding(binding, run_options)
 
 
 def test_use_cache_branch_is_false_only_while_the_cache_is_empty() -> None:

@@ -25,9 +25,9 @@ def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     long enough to be stopped or interrupted by the test."""
     original = loops.KVLoop.forward
 
-    def slow_forward(self, new_ids, all_logits=False):
+    def slow_forward(self, new_ids, all_logits=False, rows=None):
         time.sleep(0.004)
-        return original(self, new_ids, all_logits)
+        return original(self, new_ids, all_logits, rows)
 
     monkeypatch.setattr(loops.KVLoop, "forward", slow_forward)
 
@@ -245,11 +245,11 @@ def test_exception_mid_answer_keeps_what_was_written(
     original = loops.KVLoop.forward
     calls = {"n": 0}
 
-    def failing_forward(self, new_ids, all_logits=False):
+    def failing_forward(self, new_ids, all_logits=False, rows=None):
         calls["n"] += 1
         if calls["n"] > 10:
             raise RuntimeError("device lost")
-        return original(self, new_ids, all_logits)
+        return original(self, new_ids, all_logits, rows)
 
     monkeypatch.setattr(loops.KVLoop, "forward", failing_forward)
     with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):

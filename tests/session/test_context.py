@@ -3,12 +3,13 @@ message's figure depends on that message only, never on the turns around it."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
 from chatapp.engine.chat import ChatTokenizer, Message
-from chatapp.session.context import fit_messages
+from chatapp.session.context import LOW_WATER_SHARE, POLICY_TEXT, fit_messages
 
 QUESTION = Message("user", "What is the capital of France?")
 ANSWER = Message("assistant", "The capital of France is Paris. It is a beautiful city.")
@@ -58,3 +59,27 @@ def test_the_first_question_keeps_its_figure_on_the_default_model(default_model_
     check_stable(found)
     assert found[0][0] == 12  # "<|im_start|>user\n...<|im_end|>\n" around 7 words
     assert figures(default_model_dir, system="Be brief.")[1] == found[1]
+
+
+def count(messages: list[Message]) -> int:
+    return 3 + sum(4 + len(m.content.split()) for m in messages)
+
+
+def test_a_cut_goes_down_to_the_low_water_mark_and_then_stays() -> None:
+    msgs = [Message("system", "be kind")]
+    dropped: list[int] = []
+    for i in range(40):
+        msgs.append(Message("user", f"q{i} " + "w " * 9))
+        kept, report = fit_messages(i, msgs, count, limit=500, max_new_tokens=20)
+        assert report.fits and count(kept) == report.prompt_tokens
+        if dropped and report.dropped != dropped[-1]:
+            # A new cut: the chat before the turn that overflowed down to the low-water mark.
+            low = LOW_WATER_SHARE * (report.limit - report.reserve)
+            newest = report.turns[-1].tokens + report.turns[-2].tokens
+            assert report.prompt_tokens <= low + newest
+        dropped.append(report.dropped)
+        msgs.append(Message("assistant", "a " * 10))
+    cuts = sum(b != a for a, b in itertools.pairwise(dropped))
+    assert 1 <= cuts <= 4  # 40 turns of 28 tokens in a 480-token budget
+    assert POLICY_TEXT in report.describe()
+    assert f"{LOW_WATER_SHARE:.0%}" in POLICY_TEXT

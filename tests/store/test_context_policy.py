@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -193,3 +194,82 @@ def test_a_misleading_estimate_still_gives_the_minimal_cut() -> None:
         while expected < 39 and lumpy(msgs[:1] + msgs[1 + 2 * expected :]) + 10 > limit:
             expected += 1
         assert fit.dropped_turns == expected, limit
+
+
+def grow_chat(turns: int, limit: int, low_water: float | None) -> list[int]:
+    """Ask `turns` questions one after the other (each answered); the number of messages
+    dropped before each question is sent."""
+    msgs: list[Message] = [Message("system", "be kind")]
+    drops = []
+    for i in range(turns):
+        msgs.append(Message("user", f"q{i} " + "w " * 9))
+        fit = fit_to_context(msgs, count, limit=limit, reserve=20, low_water=low_water)
+        assert fit.fits
+        drops.append(fit.dropped_count)
+        msgs.append(Message("assistant", f"a{i} " + "w " * 9))
+    return drops
+
+
+def test_low_water_cuts_deep_and_then_keeps_the_cut() -> None:
+    limit = 400  # budget 380: a turn is 28 tokens, so about 13 turns fit
+    drops = grow_chat(60, limit, low_water=0.5)
+    cuts = [i for i in range(1, len(drops)) if drops[i] != drops[i - 1]]
+    # Between cuts the prompt only grows at its end: the cached prefix stays valid.
+    assert 3 <= len(cuts) <= 8
+    assert min(b - a for a, b in itertools.pairwise(cuts)) >= 5
+    # Right after each cut: at most half the budget, plus the newest turns.
+    msgs: list[Message] = [Message("system", "be kind")]
+    for i in range(60):
+        msgs.append(Message("user", f"q{i} " + "w " * 9))
+        if i in cuts:
+            fit = fit_to_context(msgs, count, limit=limit, reserve=20, low_water=0.5)
+            # (the cut is decided by the turns before the one that overflowed)
+            newest = fit.turns[-1].tokens + fit.turns[-2].tokens
+            assert fit.prompt_tokens <= 0.5 * fit.budget + newest
+        msgs.append(Message("assistant", f"a{i} " + "w " * 9))
+
+
+def test_without_low_water_every_answer_after_the_first_cut_moves_it() -> None:
+    drops = grow_chat(60, 400, low_water=None)
+    first = next(i for i, d in enumerate(drops) if d)
+    assert all(drops[i] != drops[i - 1] for i in range(first + 1, len(drops)))
+
+
+@pytest.mark.parametrize("answer_words", [10, 40, 120])
+def test_an_answer_never_moves_the_cut_it_was_asked_under(answer_words: int) -> None:
+    """A cut made when the question alone is counted stays when its answer is counted too
+    (the 200-turn chat re-read twice in a row before: turns 173 and 174)."""
+    msgs: list[Message] = [Message("system", "be kind")]
+    drops = []
+    for i in range(120):
+        msgs.append(Message("user", f"q{i} " + "w " * 9))
+        fit = fit_to_context(msgs, count, limit=1000, reserve=20, low_water=0.5)
+        drops.append(fit.dropped_count)
+        msgs.append(Message("assistant", f"a{i} " + "w " * (answer_words - 1)))
+    cuts = [i for i in range(1, len(drops)) if drops[i] != drops[i - 1]]
+    assert len(cuts) >= 2
+    assert all(b - a > 1 for a, b in itertools.pairwise(cuts)), cuts
+
+
+def test_the_replayed_cut_is_the_same_on_every_call() -> None:
+    msgs = conversation(40)
+    msgs.append(Message("user", "now " + "w " * 9))
+    first = fit_to_context(msgs, count, limit=400, reserve=20, low_water=0.5)
+    again = fit_to_context(list(msgs), count, limit=400, reserve=20, low_water=0.5)
+    assert first.dropped_count == again.dropped_count > 0
+    # Never fewer dropped than the smallest cut that fits.
+    minimal = fit_to_context(msgs, count, limit=400, reserve=20)
+    assert first.dropped_count >= minimal.dropped_count
+
+
+@pytest.mark.parametrize("low_water", [0.0, -0.5, 1.5])
+def test_low_water_must_be_a_share(low_water: float) -> None:
+    with pytest.raises(ValueError, match="low_water"):
+        fit_to_context(conversation(2), count, limit=100, low_water=low_water)
+
+
+def test_a_newest_turn_too_long_is_still_sent_alone() -> None:
+    msgs = [*conversation(3), Message("user", "w " * 500)]
+    fit = fit_to_context(msgs, count, limit=400, reserve=20, low_water=0.5)
+    assert not fit.fits
+    assert fit.kept == [msgs[0], msgs[-1]]

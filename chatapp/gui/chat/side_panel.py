@@ -43,6 +43,7 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme, set_text_color
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session import formatting as fmt
+from chatapp.session.context import POLICY_TEXT
 from chatapp.units import fmt_bytes
 
 LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
@@ -244,7 +245,11 @@ class SidePanel(QWidget):
             ("Tokens/s", self.tokens_per_second_value, "Decode speed (prefill excluded)"),
             ("TTFT (ms)", self.ttft_value, "Time to first token: prefill and the first sample"),
             ("Perplexity", self.perplexity_value, "exp(mean NLL) of the generated tokens"),
-            ("Prompt perplexity", self.prompt_perplexity_value, "The same for the new prompt"),
+            (
+                "Prompt perplexity",
+                self.prompt_perplexity_value,
+                "The same for the new prompt, from a quarter (at most 64) of its tokens",
+            ),
         )
         for i, (caption, value, tip) in enumerate(cells):
             value.setAccessibleName(caption)
@@ -273,6 +278,7 @@ class SidePanel(QWidget):
         self._own_memory = False
         context_caption = QLabel("Context used (tokens)", box)
         muted(context_caption)
+        context_caption.setToolTip(POLICY_TEXT)  # what happens when the context fills up
         self.context_value = QLabel(fmt.MISSING, box)
         self.context_value.setObjectName("contextValue")
         self.context_bar = QProgressBar(box)

@@ -24,9 +24,9 @@ from chatapp.gui.chat.controller import State
 
 
 def _slow_forward(original):
-    def forward(self, new_ids, all_logits=False):
+    def forward(self, new_ids, all_logits=False, rows=None):
         time.sleep(0.01)
-        return original(self, new_ids, all_logits)
+        return original(self, new_ids, all_logits, rows)
 
     return forward
 

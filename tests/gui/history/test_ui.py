@@ -70,9 +70,9 @@ def click_row(qtbot, window: MainWindow, conversation_id: int) -> None:
 def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     original = loops.KVLoop.forward
 
-    def slow_forward(self, new_ids, all_logits=False):
+    def slow_forward(self, new_ids, all_logits=False, rows=None):
         time.sleep(0.004)
-        return original(self, new_ids, all_logits)
+        return original(self, new_ids, all_logits, rows)
 
     monkeypatch.setattr(loops.KVLoop, "forward", slow_forward)
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from PySide6.QtGui import QColor, QPalette
 
+from chatapp.gui.common.theme import contrast
+
 
 @dataclass(frozen=True)
 class TranscriptColors:
@@ -46,23 +48,6 @@ def tone(hue: int, base: QColor, saturation: float = 0.65) -> QColor:
     """A colour of `hue` (degrees) light on a dark base, dark on a light one."""
     dark_base = base.lightnessF() < 0.5
     return QColor.fromHslF(hue / 360, saturation, 0.72 if dark_base else 0.32)
-
-
-def luminance(color: QColor) -> float:
-    def channel(c: float) -> float:
-        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
-
-    return (
-        0.2126 * channel(color.redF())
-        + 0.7152 * channel(color.greenF())
-        + 0.0722 * channel(color.blueF())
-    )
-
-
-def contrast(a: QColor, b: QColor) -> float:
-    """WCAG contrast ratio (1 to 21)."""
-    la, lb = sorted((luminance(a), luminance(b)), reverse=True)
-    return (la + 0.05) / (lb + 0.05)
 
 
 def readable(color: QColor, background: QColor, minimum: float = 4.5) -> QColor:

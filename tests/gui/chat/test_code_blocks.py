@@ -22,15 +22,6 @@ ANSWER = (
 )
 
 
-@pytest.fixture
-def view(qtbot) -> ChatView:
-    widget = ChatView()
-    qtbot.addWidget(widget)
-    widget.resize(700, 500)
-    widget.show()
-    return widget
-
-
 def test_copy_links_copy_each_block_exactly(qtbot, view: ChatView) -> None:
     view.show_messages([ChatMessage("user", "code please"), ChatMessage("assistant", ANSWER)])
     view.flush()

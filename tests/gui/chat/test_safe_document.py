@@ -38,15 +38,6 @@ HOSTILE_IMAGES = [
 ]
 
 
-@pytest.fixture
-def view(qtbot) -> ChatView:
-    widget = ChatView()
-    qtbot.addWidget(widget)
-    widget.resize(700, 500)
-    widget.show()
-    return widget
-
-
 def images_in(document: QTextDocument) -> list[str]:
     names = []
     block = document.begin()

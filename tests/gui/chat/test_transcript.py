@@ -22,15 +22,6 @@ HUGE = {
 }
 
 
-@pytest.fixture
-def view(qtbot) -> ChatView:
-    widget = ChatView()
-    qtbot.addWidget(widget)
-    widget.resize(700, 500)
-    widget.show()
-    return widget
-
-
 @pytest.mark.parametrize("name", list(HUGE))
 def test_huge_messages_are_bounded_in_the_view_and_kept_whole(qtbot, view: ChatView, name) -> None:
     text = HUGE[name]

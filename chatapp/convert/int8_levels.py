@@ -90,11 +90,7 @@ def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
         rows.append(coarse)
     stacked = g.op1("Concat", [*rows, rest], axis=0)  # [LEVELS, B, S, K/32, 32]
     merge = g.const("levels_shape", np.array([0, 0, 0, w.k], np.int64))
-    inputs = [g.op1("Reshape", [stacked, merge]), g.const(f"{name}.qweight", w.packed)]
-    inputs.append(g.const(f"{name}.scales", w.scales))
-    zp = w.packed_zero_points()
-    if zp is not None:
-        inputs.append(g.const(f"{name}.zero_points", zp))
+    inputs = nbits_inputs(g, g.op1("Reshape", [stacked, merge]), name, w)
     y = g.op(
         "MatMulNBits",
         inputs,
@@ -108,3 +104,13 @@ def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
         accuracy_level=4,
     )[0]
     return g.op1("ReduceSum", [y, first], keepdims=0)
+
+
+def nbits_inputs(g: OnnxGraph, x: str, name: str, w: NBitsWeight) -> list[str]:
+    """MatMulNBits' inputs: the activations, then the weight's blocks, scales and (when it has
+    them) zero points as initializers named after the projection."""
+    inputs = [x, g.const(f"{name}.qweight", w.packed), g.const(f"{name}.scales", w.scales)]
+    zp = w.packed_zero_points()
+    if zp is not None:
+        inputs.append(g.const(f"{name}.zero_points", zp))
+    return inputs

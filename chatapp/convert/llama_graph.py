@@ -30,6 +30,7 @@ from chatapp.convert.int8_levels import (
     blocked,
     int8_levels_apply,
     int8_levels_matmul,
+    nbits_inputs,
 )
 from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.nibble_split import two_nibbles
@@ -110,14 +111,9 @@ class LlamaGraphBuilder:
         split = two_nibbles(w) if level == 0 else None  # 8-bit: ~5x faster as 4-bit halves
         if split is not None:
             cells, x_in = split, g.op1("Concat", [x, x], axis=-1)
-        inputs = [x_in, g.const(f"{name}.qweight", cells.packed)]
-        inputs.append(g.const(f"{name}.scales", cells.scales))
-        zp = cells.packed_zero_points()
-        if zp is not None:
-            inputs.append(g.const(f"{name}.zero_points", zp))
         y = g.op1(
             "MatMulNBits",
-            inputs,
+            nbits_inputs(g, x_in, name, cells),
             domain=MS_DOMAIN,
             K=cells.k,
             N=cells.n,

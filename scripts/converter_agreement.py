@@ -25,8 +25,9 @@ from chatapp.engine.sampling import token_logprobs
 from tests.convert.reference import ReferenceModel
 
 VARIANTS = {
-    "exact int8 levels / Q8_0 head on int8 levels (default)": ConvertOptions(),
-    "exact int8 levels / int8 head": ConvertOptions(lm_head_int8=True),
+    "float / Q8_0 head on exact int8 levels (default)": ConvertOptions(),
+    "exact int8 levels / same head (--int8-levels all)": ConvertOptions(int8_levels_layers=True),
+    "float / int8 head": ConvertOptions(lm_head_int8=True),
     "int8 / int8 head": ConvertOptions(accuracy_level=4, lm_head_int8=True),
     "int8 / exact head on int8 levels": ConvertOptions(accuracy_level=4),
 }

@@ -43,7 +43,7 @@ from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
-CONVERTER_VERSION = "4"
+CONVERTER_VERSION = "5"
 MAX_DEFAULT_CONTEXT = 32768
 # RoPE tables and static KV graphs grow with the context; beyond this they are absurd.
 MAX_CONTEXT = 1 << 20
@@ -58,6 +58,7 @@ class ConvertOptions:
     context_length: int | None = None  # None: the GGUF's, capped at MAX_DEFAULT_CONTEXT
     accuracy_level: int = 0
     lm_head_int8: bool = False
+    int8_levels_layers: bool = False  # see GraphOptions
     attention: str = "gqa"  # "gqa" | "standard" (plain ops, concat KV, Optimum's names)
     kv_layout: str = "dynamic"  # "dynamic" | "static" (fixed shapes; needs context_length)
     window: int = 1  # static layout: tokens per run
@@ -168,6 +169,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         context_length=context,
         accuracy_level=opts.accuracy_level,
         lm_head_int8=opts.lm_head_int8,
+        int8_levels_layers=opts.int8_levels_layers,
         attention=opts.attention,
         static_window=opts.window if opts.kv_layout == "static" else None,
     )

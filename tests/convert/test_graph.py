@@ -12,6 +12,7 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
+from chatapp.convert.int8_levels import NODE_SUFFIX
 from tests.convert.reference import ReferenceModel
 from tests.tiny_model import write_tiny_gguf
 
@@ -101,6 +102,19 @@ def assert_matches_reference(
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0", "F16", "F32", "BF16"])
 def test_logits_match_reference(tmp_path: Path, qtype: str) -> None:
     c = Converted(tmp_path, EXACT, qtype=qtype)
+    ids = c.prompt()
+    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+
+
+@pytest.mark.parametrize("layers", [False, True])
+def test_int8_levels_where_asked_and_exact(tmp_path: Path, layers: bool) -> None:
+    """By default only the output projection runs on exact int8 levels (a prefill stays on the
+    float kernel); `int8_levels_layers` puts every layer's projections on them too."""
+    c = Converted(tmp_path, ConvertOptions(int8_levels_layers=layers), qtype="Q4_1")
+    nodes = onnx.load(str(c.folder / "model.onnx"), load_external_data=False).graph.node
+    on_levels = {n.name.removesuffix(NODE_SUFFIX) for n in nodes if n.name.endswith(NODE_SUFFIX)}
+    assert "lm_head" in on_levels
+    assert any(name.startswith("layers.") for name in on_levels) is layers
     ids = c.prompt()
     assert_matches_reference(c.logits(ids), reference_logits(c, ids))
 

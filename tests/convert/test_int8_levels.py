@@ -10,7 +10,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from chatapp.convert.int8_levels import blocked, float_kernel_copy, int8_levels_matmul
+from chatapp.convert.int8_levels import (
+    blocked,
+    float_kernel_copy,
+    int8_levels_matmul,
+    nbits_inputs,
+)
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.weights import NBitsWeight, to_weight
 from tests.convert.test_weights import quantized, tensor
@@ -33,13 +38,9 @@ def run_linear(w: NBitsWeight, x: np.ndarray, levels: bool) -> np.ndarray:
     if levels:
         y = int8_levels_matmul(g, blocked(g, name, w), w, "w")
     else:  # the kernel's own int8 rounding of the activations (--accuracy-level 4)
-        inputs = [name, g.const("w.qweight", w.packed), g.const("w.scales", w.scales)]
-        zp = w.packed_zero_points()
-        if zp is not None:
-            inputs.append(g.const("w.zero_points", zp))
         y = g.op1(
             "MatMulNBits",
-            inputs,
+            nbits_inputs(g, name, "w", w),
             domain=MS_DOMAIN,
             K=w.k,
             N=w.n,

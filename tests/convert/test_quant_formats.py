@@ -258,9 +258,13 @@ def matmul_kinds(folder: Path) -> set[tuple[int, ...]]:
 
 def test_eight_bit_layers_get_a_fast_kernel_with_float_activations(tmp_path: Path) -> None:
     exact = Converted(tmp_path, EXACT, **PRESETS["Q4_K_M"])
-    # 8-bit blocks of 32 (Q5_0, Q8_0): int8 levels on the int8 kernel (int8_levels.py);
-    # Q6_K's sub-blocks of 16: 4-bit halves on the float kernel (nibble_split.py).
-    assert matmul_kinds(exact.folder) == {(8, 32, 4), (4, 16, 0)}
+    # In the layers, 8-bit blocks (Q5_0/Q8_0's 32, Q6_K's 16) run as 4-bit halves on the
+    # float kernel (nibble_split.py); the Q8_0 head on exact int8 levels (int8_levels.py).
+    assert matmul_kinds(exact.folder) == {(8, 32, 4), (4, 32, 0), (4, 16, 0)}
+    levels = ConvertOptions(int8_levels_layers=True)
+    every = convert_gguf(exact.gguf, tmp_path / "levels", levels)
+    # With the layers on int8 levels too, blocks of 32 go to the int8 kernel.
+    assert matmul_kinds(every) == {(8, 32, 4), (4, 16, 0)}
     int8 = convert_gguf(exact.gguf, tmp_path / "int8", ConvertOptions(accuracy_level=4))
     assert 8 in matmul_bits(int8)  # int8 activations have a fast 8-bit kernel: kept
 

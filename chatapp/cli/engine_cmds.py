@@ -6,12 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import arg_checks as checks
+
+if TYPE_CHECKING:
+    from chatapp.engine.engine import Engine
 
 NEW_TOKENS = checks.whole(1, checks.MAX_NEW_TOKENS, "a token count")
 
@@ -191,17 +194,10 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
     )
 
 
-def run_generate(args: argparse.Namespace) -> int:
-    from chatapp.engine.chat import Message
+def start_engine(args: argparse.Namespace) -> Engine:
+    """The engine `add_model_args`' options ask for; a fall-back to the CPU is said on stderr."""
     from chatapp.engine.engine import Engine
 
-    settings = sampling_from_args(args)
-    try:
-        settings.validate()
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    if args.raw and not args.prompt:
-        raise UserError("--raw needs a prompt to continue; --prompt is empty.")
     engine = Engine(
         resolve_model(args.model),
         args.device,
@@ -212,6 +208,20 @@ def run_generate(args: argparse.Namespace) -> int:
     )
     if engine.fallback_reason:
         print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
+    return engine
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from chatapp.engine.chat import Message
+
+    settings = sampling_from_args(args)
+    try:
+        settings.validate()
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if args.raw and not args.prompt:
+        raise UserError("--raw needs a prompt to continue; --prompt is empty.")
+    engine = start_engine(args)
     if engine.tokenizer.notice and not args.raw:
         print(f"chatapp: {engine.tokenizer.notice}", file=sys.stderr)
     if args.raw:

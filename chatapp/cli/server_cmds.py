@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from chatapp.cli.engine_cmds import add_model_args, resolve_model
+from chatapp.cli.engine_cmds import add_model_args, start_engine
 from chatapp.cli.errors import UserError
 from chatapp.engine.modes import MODES, Mode
 from chatapp.session import arg_checks as checks
@@ -63,8 +63,6 @@ def run_serve(args: argparse.Namespace) -> int:
             f"chatapp serve needs the server extra ({exc.name} is missing): "
             "pip install 'chatapp[server]'."
         ) from None
-    from chatapp.engine.engine import Engine
-
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be from 0 to 65535 (got {args.port}).")
     if args.max_queue < 1:
@@ -76,19 +74,10 @@ def run_serve(args: argparse.Namespace) -> int:
     except (BindRefused, PortUnavailable) as exc:
         raise UserError(str(exc)) from None
     try:
-        engine = Engine(
-            resolve_model(args.model),
-            args.device,
-            args.mode,
-            args.threads,
-            args.context,
-            onnx_file=args.onnx_file,
-        )
+        engine = start_engine(args)
     except BaseException:
         sock.close()
         raise
-    if engine.fallback_reason:
-        print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
     log = None if args.quiet else _log
     worker = EngineWorker(engine, args.mode, args.served_model_name, args.max_queue, log)
     url = base_url(sock)

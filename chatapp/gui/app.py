@@ -15,13 +15,13 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, SignalInstance
+from PySide6.QtCore import QTimer, SignalInstance
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication, QProgressDialog
+from PySide6.QtWidgets import QApplication
 
 from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
-from chatapp.gui.common.progress import TimeLeft
+from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
@@ -215,42 +215,25 @@ async def wait_for_signals(
             signal.disconnect(on_failed)
 
 
-class _PreparationDialog:
+class _PreparationDialog(ConversionProgressDialog):
     """The progress dialog of a first-run conversion. It opens with the first progress
     report, so checking an already prepared copy shows nothing."""
 
     def __init__(self, window: MainWindow, cancel: Callable[[], None]) -> None:
-        self.window = window
-        self.cancel = cancel
-        self.dialog: QProgressDialog | None = None
-        self.time_left = TimeLeft()
+        super().__init__(
+            window,
+            "prepareProgressDialog",
+            "Preparing the default model",
+            "Converting the bundled SmolLM2-135M model for ONNX Runtime (first run only):\n"
+            "{message}… {left}",
+            cancel,
+            min_width=420,
+        )
 
     def show(self, batch: YieldedBatch) -> None:
         progress = [item for item in batch.items if isinstance(item, Progress)]
-        if not progress:
-            return
-        if self.dialog is None:
-            self.dialog = QProgressDialog("", "Cancel", 0, 100, self.window)
-            self.dialog.setObjectName("prepareProgressDialog")
-            self.dialog.setWindowTitle("Preparing the default model")
-            # Not modal: a modal dialog's setValue() runs a nested event loop (re-entrancy).
-            self.dialog.setWindowModality(Qt.WindowModality.NonModal)
-            self.dialog.setMinimumDuration(0)
-            self.dialog.setAutoClose(False)
-            self.dialog.setAutoReset(False)
-            self.dialog.setMinimumWidth(420)
-            self.dialog.canceled.connect(self.cancel)
-            self.dialog.show()
-        self.dialog.setLabelText(
-            "Converting the bundled SmolLM2-135M model for ONNX Runtime (first run only):\n"
-            f"{progress[-1].message}… {self.time_left.text(progress[-1].fraction)}".rstrip()
-        )
-        self.dialog.setValue(int(progress[-1].fraction * 100))
-
-    def close(self) -> None:
-        if self.dialog is not None:
-            self.dialog.close()
-            self.dialog.deleteLater()
+        if progress:
+            self.report(progress[-1].fraction, progress[-1].message)
 
 
 async def prepare_default_model_async(window: MainWindow) -> Path | None:

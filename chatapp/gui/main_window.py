@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QProgressBar,
-    QProgressDialog,
     QScrollArea,
     QSizePolicy,
     QSplitter,
@@ -48,7 +47,7 @@ from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
-from chatapp.gui.common.progress import TimeLeft
+from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
@@ -85,8 +84,6 @@ class MainWindow(QMainWindow):
         # Called first when the window shuts down, while the worker still runs (the server of
         # "Serve this model" stops there: its requests are jobs on the worker).
         self.before_shutdown: list[Callable[[], None]] = []
-        self._convert_dialog: QProgressDialog | None = None
-        self._convert_time = TimeLeft()
         self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
@@ -99,6 +96,13 @@ class MainWindow(QMainWindow):
         self.runner = JobRunner("EngineWorkerThread", parent=self)
         self.host = EngineHost()
         self.controller = ChatController(self.runner, self.host, self)
+        self.convert_progress = ConversionProgressDialog(
+            self,
+            "convertProgressDialog",
+            "Open GGUF",
+            "Converting for ONNX Runtime: {message}…\n{left}",
+            self.controller.cancel_conversion,
+        )
         self.chat_view = ChatView(self)
         self.side_panel = SidePanel(self)
         self.banner = MessageBanner(self)
@@ -278,49 +282,24 @@ class MainWindow(QMainWindow):
         target = Path(out_dir) if out_dir else models_dir() / _folder_name(gguf)
         if not self.controller.convert_gguf(gguf, target):
             return False
-        dialog = QProgressDialog(
-            f"Converting {gguf.name} for ONNX Runtime…", "Cancel", 0, 100, self
-        )
-        dialog.setObjectName("convertProgressDialog")
-        dialog.setWindowTitle("Open GGUF")
-        # Not modal: a modal QProgressDialog runs processEvents() inside setValue(), and the
-        # "converted" signal would then arrive in the middle of a progress update. The window
-        # is in the CONVERTING state meanwhile, which disables sending and opening.
-        dialog.setWindowModality(Qt.WindowModality.NonModal)
-        dialog.setAutoClose(False)
-        dialog.setAutoReset(False)
-        dialog.setMinimumDuration(0)
-        dialog.canceled.connect(self.controller.cancel_conversion)
-        dialog.show()
-        self._convert_dialog = dialog
-        self._convert_time = TimeLeft()
+        self.convert_progress.open(f"Converting {gguf.name} for ONNX Runtime…")
         self.statusBar().showMessage(f"Converting {gguf.name}…")
         return True
 
-    def _close_convert_dialog(self) -> None:
-        if self._convert_dialog is not None:
-            self._convert_dialog.canceled.disconnect(self.controller.cancel_conversion)
-            self._convert_dialog.close()
-            self._convert_dialog.deleteLater()
-            self._convert_dialog = None
-
     @Slot(float, str)
     def _on_convert_progress(self, fraction: float, message: str) -> None:
-        dialog = self._convert_dialog
-        if dialog is not None:
-            left = self._convert_time.text(fraction)
-            dialog.setLabelText(f"Converting for ONNX Runtime: {message}…\n{left}".rstrip())
-            dialog.setValue(int(fraction * 100))
+        if self.convert_progress.dialog is not None:  # not after Cancel or the end
+            self.convert_progress.report(fraction, message)
 
     @Slot(object)
     def _on_converted(self, folder: Path) -> None:
-        self._close_convert_dialog()
+        self.convert_progress.close()
         self.statusBar().showMessage(f"Converted into {folder}", 5000)
         self.open_model(folder)
 
     @Slot(str)
     def _on_convert_failed(self, message: str) -> None:
-        self._close_convert_dialog()
+        self.convert_progress.close()
         self.show_message(message, "error")
 
     @Slot(object)
@@ -608,7 +587,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/splitter", self.splitter.saveState())
         self.settings.sync()
-        self._close_convert_dialog()
+        self.convert_progress.close()
         self.compare_view.stop()  # a running comparison ends after its step
         self.controller.shutdown()
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QProgressDialog, QWidget
 
 from chatapp.gui.common.theme import muted
 
@@ -85,3 +86,55 @@ class ProgressWithTimeLeft(QWidget):
 
     def finish(self) -> None:
         self.hide()
+
+
+class ConversionProgressDialog:
+    """A conversion's progress dialog: percent done and `label` (with `{message}` and
+    `{left}`, the time left) filled from each report. It opens on `open()` or on the first
+    report, and Cancel calls `cancel`."""
+
+    def __init__(
+        self,
+        parent: QWidget,
+        object_name: str,
+        title: str,
+        label: str,
+        cancel: Callable[[], None],
+        min_width: int = 0,
+    ) -> None:
+        self.parent, self.object_name, self.title = parent, object_name, title
+        self.label, self.cancel, self.min_width = label, cancel, min_width
+        self.dialog: QProgressDialog | None = None
+        self.time_left = TimeLeft()
+
+    def open(self, text: str = "") -> QProgressDialog:
+        if self.dialog is None:
+            dialog = QProgressDialog(text, "Cancel", 0, 100, self.parent)
+            dialog.setObjectName(self.object_name)
+            dialog.setWindowTitle(self.title)
+            # Not modal: a modal QProgressDialog runs processEvents() inside setValue(), and a
+            # job's "finished" signal would then arrive in the middle of a progress update.
+            dialog.setWindowModality(Qt.WindowModality.NonModal)
+            dialog.setAutoClose(False)
+            dialog.setAutoReset(False)
+            dialog.setMinimumDuration(0)
+            if self.min_width:
+                dialog.setMinimumWidth(self.min_width)
+            dialog.canceled.connect(self.cancel)
+            dialog.show()
+            self.dialog = dialog
+            self.time_left.restart()
+        return self.dialog
+
+    def report(self, fraction: float, message: str) -> None:
+        dialog = self.open()
+        left = self.time_left.text(fraction)
+        dialog.setLabelText(self.label.format(message=message, left=left).rstrip())
+        dialog.setValue(int(fraction * 100))
+
+    def close(self) -> None:
+        if self.dialog is not None:
+            self.dialog.canceled.disconnect(self.cancel)
+            self.dialog.close()
+            self.dialog.deleteLater()
+            self.dialog = None

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from chatapp.gui.common.progress import ProgressWithTimeLeft, TimeLeft, time_left_text
+from PySide6.QtWidgets import QProgressDialog, QPushButton, QWidget
+
+from chatapp.gui.common.progress import (
+    ConversionProgressDialog,
+    ProgressWithTimeLeft,
+    TimeLeft,
+    time_left_text,
+)
 
 
 class Clock:
@@ -45,3 +52,29 @@ def test_widget_shows_the_bar_and_time_left(qtbot) -> None:
     assert widget.bar.value() == 500
     widget.finish()
     assert widget.isHidden()
+
+
+def test_conversion_dialog_opens_on_the_first_report_and_cancel_reaches_the_job(qtbot) -> None:
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    cancelled: list[bool] = []
+    progress = ConversionProgressDialog(
+        parent, "testDialog", "Title", "Step {message}…\n{left}", lambda: cancelled.append(True)
+    )
+    clock = Clock()
+    progress.time_left = TimeLeft(clock)
+    assert parent.findChild(QProgressDialog, "testDialog") is None  # nothing before a report
+    progress.report(0.0, "tokenizer")
+    dialog = parent.findChild(QProgressDialog, "testDialog")
+    assert dialog is progress.dialog and dialog.isVisible() and dialog.windowTitle() == "Title"
+    assert dialog.labelText() == "Step tokenizer…"  # no estimate yet: no empty second line
+    clock.now += 30
+    progress.report(0.25, "layer 3/12")
+    assert dialog.labelText() == "Step layer 3/12…\nabout 2 min left" and dialog.value() == 25
+    button = dialog.findChild(QPushButton)
+    assert button is not None and button.text() == "Cancel"
+    button.click()
+    assert cancelled == [True]
+    progress.close()
+    assert progress.dialog is None and not dialog.isVisible()
+    assert cancelled == [True]  # closing is not cancelling

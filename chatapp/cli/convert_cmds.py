@@ -38,11 +38,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     conv.add_argument(
         "--int8-levels",
-        choices=("head", "all"),
-        default="head",
-        help="exact int8 levels (three int8 rows per activation, docs/converter.md) in the "
-        "output projection only (default) or in every layer too: decode ~9%% faster, "
-        "long prompts ~2.8x slower",
+        choices=("decode", "all", "head"),
+        default="decode",
+        help="exact int8 levels (activations split into int8 rows, docs/converter.md): in "
+        "single-token steps of every layer, prompts on the float kernel (default); in every "
+        "run (long prompts ~2.8x slower); or in the output projection only",
     )
     conv.add_argument(
         "--attention",
@@ -75,7 +75,7 @@ def run_convert(args: argparse.Namespace) -> int:
         context_length=args.context,
         accuracy_level=args.accuracy_level,
         lm_head_int8=args.lm_head == "int8",
-        int8_levels_layers=args.int8_levels == "all",
+        int8_levels=args.int8_levels,
         attention="standard" if args.kv_layout == "static" else args.attention,
         kv_layout=args.kv_layout,
         window=args.window,

@@ -66,6 +66,9 @@ class GQAAttention:
     ) -> None:
         self.g, self.spec, self.context_length = g, spec, context_length
         self.features = features or plain_features(spec)
+        # Inside a branch of the step/prompt If (step_split.py) the presents get the branch's
+        # prefix; the If's own outputs carry the graph's names.
+        self.present_prefix = ""
         for rope in self.features.ropes:
             if rope.dims % 16:
                 # The kernel wants cos/sin tables of a multiple of 8 frequencies.
@@ -119,8 +122,8 @@ class GQAAttention:
             ],
             [
                 g.unique(f"layers.{layer}.attn/output"),
-                f"present.{layer}.key",
-                f"present.{layer}.value",
+                f"{self.present_prefix}present.{layer}.key",
+                f"{self.present_prefix}present.{layer}.value",
             ],
             domain=MS_DOMAIN,
             num_heads=s.n_heads,

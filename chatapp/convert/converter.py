@@ -43,7 +43,8 @@ from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
-CONVERTER_VERSION = "5"
+CONVERTER_VERSION = "6"
+INT8_LEVELS = ("decode", "all", "head")
 MAX_DEFAULT_CONTEXT = 32768
 # RoPE tables and static KV graphs grow with the context; beyond this they are absurd.
 MAX_CONTEXT = 1 << 20
@@ -58,7 +59,7 @@ class ConvertOptions:
     context_length: int | None = None  # None: the GGUF's, capped at MAX_DEFAULT_CONTEXT
     accuracy_level: int = 0
     lm_head_int8: bool = False
-    int8_levels_layers: bool = False  # see GraphOptions
+    int8_levels: str = "decode"  # "decode" | "all" | "head"; see GraphOptions
     attention: str = "gqa"  # "gqa" | "standard" (plain ops, concat KV, Optimum's names)
     kv_layout: str = "dynamic"  # "dynamic" | "static" (fixed shapes; needs context_length)
     window: int = 1  # static layout: tokens per run
@@ -69,6 +70,10 @@ class ConvertOptions:
             raise ConversionError(f"--context must be from 1 to {MAX_CONTEXT}.")
         if self.attention not in ("gqa", "standard"):
             raise ConversionError(f"Unknown attention '{self.attention}': gqa or standard.")
+        if self.int8_levels not in INT8_LEVELS:
+            raise ConversionError(
+                f"Unknown --int8-levels '{self.int8_levels}': {', '.join(INT8_LEVELS)}."
+            )
         if self.kv_layout not in ("dynamic", "static"):
             raise ConversionError(f"Unknown KV layout '{self.kv_layout}': dynamic or static.")
         if self.kv_layout == "static":
@@ -169,7 +174,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         context_length=context,
         accuracy_level=opts.accuracy_level,
         lm_head_int8=opts.lm_head_int8,
-        int8_levels_layers=opts.int8_levels_layers,
+        int8_levels=opts.int8_levels,
         attention=opts.attention,
         static_window=opts.window if opts.kv_layout == "static" else None,
     )

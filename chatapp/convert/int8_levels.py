@@ -22,9 +22,14 @@ import numpy as np
 import onnx
 
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.step_split import inline_prompt_branch
 from chatapp.convert.weights import NBitsWeight
 
 LEVELS = 3
+# Decode steps (step_split.py): two levels, x = c1 + r with the kernel rounding r, an error of
+# at most max|x| / 127^2 / 4 per block (1.6e-5 of its largest activation); 1.6x faster steps
+# than the float kernel against 1.3x with three (docs/converter.md has the agreement figures).
+STEP_LEVELS = 2
 # The kernel quantizes activations in blocks of the weight's block size; this split is proven
 # for 32 (the Q4/Q5/Q8/IQ4 formats) and sub-blocks of 16 keep the float path.
 BLOCK = 32
@@ -33,7 +38,8 @@ NODE_SUFFIX = "/int8_levels"
 
 
 def float_kernel_copy(model_path: Path) -> bytes | None:
-    """The model with its level nodes on accuracy_level 0; None when it has none.
+    """The model with its level nodes on accuracy_level 0 and its step/prompt If replaced by
+    the prompt branch (step_split.py); None when it has neither.
 
     Only ONNX Runtime's CPU kernel quantizes activations in blocks of 32 as the levels assume;
     WebGPU's int8 (DP4A) path uses its own blocks, so there the three rows would be rounded
@@ -43,7 +49,7 @@ def float_kernel_copy(model_path: Path) -> bytes | None:
     model = onnx.load(str(model_path), load_external_data=False)
     if any(i.data_location == onnx.TensorProto.EXTERNAL for i in model.graph.initializer):
         return None
-    found = False
+    found = inline_prompt_branch(model)
     for node in model.graph.node:
         if node.op_type == "MatMulNBits" and node.name.endswith(NODE_SUFFIX):
             for attr in node.attribute:
@@ -72,15 +78,17 @@ def block_sums(g: OnnxGraph, xb: str) -> str:
     return g.op1("ReduceSum", [xb, axes], keepdims=0)
 
 
-def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
-    """x @ (scale * (q - zero_point))^T for `blocked` x; returns [B, S, N]."""
+def int8_levels_matmul(
+    g: OnnxGraph, xb: str, w: NBitsWeight, name: str, levels: int = LEVELS
+) -> str:
+    """x @ (scale * (q - zero_point))^T for `blocked` x, in `levels` int8 rows; [B, S, N]."""
     last = g.const("axis_last", np.array([-1], np.int64))
     first = g.const("axis_first", np.array([0], np.int64))
     int8_max = g.const("int8_max", np.array(127, np.float32))
     # An all-zero block would divide 0 by 0; any positive step gives its zeros back.
     tiny = g.const("tiny_step", np.array(1e-30, np.float32))
     rows, rest = [], xb
-    for _ in range(LEVELS - 1):
+    for _ in range(levels - 1):
         step = g.op1(
             "Div", [g.op1("ReduceMax", [g.op1("Abs", [rest]), last], keepdims=1), int8_max]
         )
@@ -88,7 +96,7 @@ def int8_levels_matmul(g: OnnxGraph, xb: str, w: NBitsWeight, name: str) -> str:
         coarse = g.op1("Mul", [g.op1("Round", [g.op1("Div", [rest, step])]), step])
         rest = g.op1("Sub", [rest, coarse])
         rows.append(coarse)
-    stacked = g.op1("Concat", [*rows, rest], axis=0)  # [LEVELS, B, S, K/32, 32]
+    stacked = g.op1("Concat", [*rows, rest], axis=0)  # [levels, B, S, K/32, 32]
     merge = g.const("levels_shape", np.array([0, 0, 0, w.k], np.int64))
     inputs = nbits_inputs(g, g.op1("Reshape", [stacked, merge]), name, w)
     y = g.op(

@@ -15,7 +15,8 @@ buffer), standard ops (concat), or a fixed-shape static window.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,8 @@ from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWin
 from chatapp.convert.features import ArchFeatures, plain_features
 from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.int8_levels import (
+    LEVELS,
+    STEP_LEVELS,
     block_sums,
     blocked,
     int8_levels_apply,
@@ -36,6 +39,8 @@ from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.quant_embedding import embed_tokens
+from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
+from chatapp.convert.step_split import branch, single_token
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
 
 Progress = Callable[[float, str], None]
@@ -51,12 +56,24 @@ class GraphOptions:
     # The output projection as a float32 MatMul (exact) or as 8-bit MatMulNBits with int8
     # activations (3 ms/token faster on the default model, 98% top-1 agreement).
     lm_head_int8: bool = False
-    # Exact int8 levels (int8_levels.py) in the layers too, not only in the output projection:
-    # decode ~9% faster on the default model, but a long prompt ~2.8x slower (three int8 rows
-    # per token are compute-bound in a prefill), so only the head uses them by default.
-    int8_levels_layers: bool = False
+    # Exact int8 levels (int8_levels.py) in the layers' projections: "decode" in single-token
+    # steps only (two levels; prompts keep the float kernel, step_split.py), "all" in every run
+    # (three levels; a long prompt ~2.8x slower), "head" in the output projection only.
+    int8_levels: str = "decode"
     attention: str = "gqa"  # "gqa" (GroupQueryAttention) | "standard" (plain ONNX ops)
     static_window: int | None = None  # fixed-shape export: tokens per run (implies standard)
+
+
+@dataclass
+class _Way:
+    """One way through the layers: its running tensors, its levels, and where its nodes go
+    (None: this graph; a list: the body of a branch of the step/prompt If)."""
+
+    hidden: str
+    residual: str
+    levels: int
+    nodes: list[onnx.NodeProto] | None = None
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,7 @@ class LlamaGraphBuilder:
         self.options = options
         self.features = features or plain_features(spec)
         self.g = OnnxGraph()
+        self.way = _Way("", "", levels=0)  # replaced while the layers are built
         ctx, f = options.context_length, self.features
         self.attn: GQAAttention | StandardAttention
         if options.static_window:
@@ -94,24 +112,23 @@ class LlamaGraphBuilder:
         name: str,
         accuracy_level: int | None = None,
         bias: np.ndarray | None = None,
-        levels: bool | None = None,
+        levels: int | None = None,
     ) -> str:
-        use_levels = self.options.int8_levels_layers if levels is None else levels
-        y = self._matmul(x, w, name, accuracy_level, use_levels)
+        """x @ w^T (+ bias); `levels` int8 rows (0: none), by default the current way's."""
+        count = self.way.levels if levels is None else levels
+        y = self._matmul(x, w, name, accuracy_level, count)
         if bias is None:
             return y
         return self.g.op1("Add", [y, self.g.const(f"{name}.bias", bias.astype(np.float32))])
 
-    def _matmul(
-        self, x: str, w: Weight, name: str, accuracy_level: int | None, levels: bool
-    ) -> str:
+    def _matmul(self, x: str, w: Weight, name: str, accuracy_level: int | None, levels: int) -> str:
         g = self.g
         level = self.options.accuracy_level if accuracy_level is None else accuracy_level
         if isinstance(w, FloatWeight):
             return g.op1("MatMul", [x, g.const(f"{name}.weight_t", w.w.T.copy())])
         if level == 0 and levels and int8_levels_apply(w):
             xb = blocked(g, x, w)
-            y = int8_levels_matmul(g, xb, w, name)
+            y = int8_levels_matmul(g, xb, w, name, levels)
             if w.mins is None:
                 return y
             return g.op1("Add", [y, self._block_offsets(block_sums(g, xb), w, name)])
@@ -223,6 +240,79 @@ class LlamaGraphBuilder:
         every = g.op1("Range", [g.const("zero", np.array(0)), limit, g.const("one", np.array(1))])
         return g.op1("Gather", [hidden, g.op1("Concat", [wanted, every], axis=0)], axis=1)
 
+    def _layer(self, hidden: str, residual: str, lw: LayerWeights, i: int) -> tuple[str, str]:
+        """One decoder layer; returns its output and the residual stream."""
+        if i == 0:  # hidden is the embedding, which is also the residual
+            normed = self.rms(hidden, lw.attn_norm, "layers.0.input_layernorm")
+        else:
+            normed, residual = self.skip_rms(
+                hidden, residual, lw.attn_norm, f"layers.{i}.input_layernorm"
+            )
+        attn = self.attention(normed, lw, i)
+        if lw.post_attn_norm is not None:
+            attn = self.rms(attn, lw.post_attn_norm, f"layers.{i}.post_attention_norm")
+        normed, residual = self.skip_rms(
+            attn, residual, lw.ffn_norm, f"layers.{i}.post_attention_layernorm"
+        )
+        hidden = self.mlp(normed, lw, i)
+        if lw.post_ffn_norm is not None:
+            hidden = self.rms(hidden, lw.post_ffn_norm, f"layers.{i}.post_feedforward_norm")
+        return hidden, residual
+
+    def _ways(self, x: str, first: LayerWeights) -> list[_Way]:
+        """How the layers are built: once, or twice under the step/prompt If (step_split.py)
+        when single-token steps would take the int8 levels the first layer's weights allow."""
+        o = self.options
+        if o.int8_levels == "all":
+            return [_Way(x, x, levels=LEVELS)]
+        takes_levels = any(
+            isinstance(w, NBitsWeight) and int8_levels_apply(w)
+            for w in (first.q, first.k, first.v, first.o, first.gate, first.up, first.down)
+        )
+        if (
+            o.int8_levels != "decode"
+            or o.accuracy_level != 0
+            or not isinstance(self.attn, GQAAttention)
+            or not takes_levels
+        ):
+            return [_Way(x, x, levels=0)]
+        return [
+            _Way(x, x, levels=STEP_LEVELS, nodes=[], prefix="step/"),
+            _Way(x, x, levels=0, nodes=[], prefix="prompt/"),
+        ]
+
+    @contextmanager
+    def _through(self, way: _Way) -> Iterator[None]:
+        """Build into `way`: its node list (a branch body) or this graph, its levels."""
+        self.way = way
+        if isinstance(self.attn, GQAAttention):
+            self.attn.present_prefix = way.prefix
+        if way.nodes is None:
+            yield
+            return
+        with self.g.collecting(way.nodes):
+            yield
+
+    def _join(self, ways: list[_Way], ids: str) -> str:
+        """The If that runs the step way for one new token and the prompt way otherwise."""
+        g, step, prompt = self.g, ways[0], ways[1]
+        presents = [f"present.{i}.{k}" for i in range(self.spec.n_layers) for k in ("key", "value")]
+
+        def body(way: _Way, name: str) -> onnx.GraphProto:
+            assert way.nodes is not None
+            return branch(way.nodes, name, [way.hidden] + [way.prefix + p for p in presents])
+
+        final = g.unique("layers/final_hidden")
+        g.op(
+            "If",
+            [single_token(g, ids)],
+            [final, *presents],
+            name=SPLIT_NODE,
+            then_branch=body(step, "step"),
+            else_branch=body(prompt, "prompt"),
+        )
+        return final
+
     # -- the whole model -------------------------------------------------------------------
     def build(self, source: WeightSource, progress: Progress | None = None) -> onnx.ModelProto:
         g, spec = self.g, self.spec
@@ -249,27 +339,21 @@ class LlamaGraphBuilder:
         if self.features.embed_scale != 1.0:
             scale = np.array(self.features.embed_scale, np.float32)
             x = g.op1("Mul", [x, g.const("embed_scale", scale)])
-        residual = x
-        hidden = ""
+        ways: list[_Way] = []
         for i in range(spec.n_layers):
             lw = source.layer(i)
             if i == 0:
-                normed = self.rms(x, lw.attn_norm, "layers.0.input_layernorm")
-            else:
-                normed, residual = self.skip_rms(
-                    hidden, residual, lw.attn_norm, f"layers.{i}.input_layernorm"
-                )
-            attn = self.attention(normed, lw, i)
-            if lw.post_attn_norm is not None:
-                attn = self.rms(attn, lw.post_attn_norm, f"layers.{i}.post_attention_norm")
-            normed, residual = self.skip_rms(
-                attn, residual, lw.ffn_norm, f"layers.{i}.post_attention_layernorm"
-            )
-            hidden = self.mlp(normed, lw, i)
-            if lw.post_ffn_norm is not None:
-                hidden = self.rms(hidden, lw.post_ffn_norm, f"layers.{i}.post_feedforward_norm")
+                ways = self._ways(x, lw)
+            for way in ways:
+                with self._through(way):
+                    way.hidden, way.residual = self._layer(way.hidden, way.residual, lw, i)
             report((i + 1) / (spec.n_layers + 1), f"layer {i + 1}/{spec.n_layers}")
-        final, _ = self.skip_rms(hidden, residual, source.final_norm(), "final_norm")
+        final_norm = source.final_norm()
+        for way in ways:
+            with self._through(way):
+                way.hidden, _ = self.skip_rms(way.hidden, way.residual, final_norm, "final_norm")
+        self.way = _Way(x, x, levels=0)
+        final = ways[0].hidden if len(ways) == 1 else self._join(ways, ids)
         if not self.options.static_window:  # a window's logits are few already
             final = self.keep_positions(final, ids)
         head = source.lm_head()
@@ -277,7 +361,7 @@ class LlamaGraphBuilder:
             logits = self.linear(final, head, "lm_head", accuracy_level=4)
         elif isinstance(head, NBitsWeight) and int8_levels_apply(head):
             # Exact, and reads its 8-bit codes (30 MB) instead of a float32 copy (113 MB).
-            logits = self.linear(final, head, "lm_head", accuracy_level=0, levels=True)
+            logits = self.linear(final, head, "lm_head", accuracy_level=0, levels=LEVELS)
         else:
             # 8-bit MatMulNBits has no fast float path on CPU: a float MatMul is exact and faster.
             logits = self.linear(final, FloatWeight(head.dequantize()), "lm_head")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -10,6 +13,17 @@ from onnx import TensorProto, helper, numpy_helper
 
 MS_DOMAIN = "com.microsoft"
 ONNX_OPSET = 21
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The graph's nodes and, after each, those of its subgraphs (an If's branches)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+            for sub in attr.graphs:
+                yield from all_nodes(sub)
 
 
 class OnnxGraph:
@@ -29,20 +43,29 @@ class OnnxGraph:
         return name
 
     def const(self, base: str, array: np.ndarray) -> str:
-        """An initializer; small constants with equal values are shared."""
+        """An initializer; constants with equal values are shared (two branches of an If
+        built from the same weights store them once)."""
         array = np.asarray(array)
-        key = None
-        if array.size <= 16:
-            key = (str(array.dtype) + str(array.shape), array.tobytes())
-            if key in self._consts:
-                return self._consts[key]
-        name = self.unique(base)
         # Not np.ascontiguousarray: it turns a 0-d scalar into shape [1].
         contiguous = array if array.flags.c_contiguous else array.copy(order="C")
+        data = contiguous.tobytes() if array.size <= 16 else hashlib.sha256(contiguous.data).digest()
+        key = (str(array.dtype) + str(array.shape), data)
+        if key in self._consts:
+            return self._consts[key]
+        name = self.unique(base)
         self.initializers.append(numpy_helper.from_array(contiguous, name))
-        if key is not None:
-            self._consts[key] = name
+        self._consts[key] = name
         return name
+
+    @contextmanager
+    def collecting(self, nodes: list[onnx.NodeProto]) -> Iterator[None]:
+        """Append the nodes made inside to `nodes` (a subgraph's body) instead of this graph;
+        names stay unique across both and initializers stay here, in the outer scope."""
+        mine, self.nodes = self.nodes, nodes
+        try:
+            yield
+        finally:
+            self.nodes = mine
 
     def op(
         self,

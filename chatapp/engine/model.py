@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.config_values import (
     MAX_HEAD_DIM,
     MAX_HEADS,
@@ -313,7 +314,7 @@ def _layout(
     present: list[int | str],
     ids: list[int | str],
 ) -> tuple[KVLayout, int | None]:
-    if any(n.op_type == "GroupQueryAttention" for n in graph.node):
+    if any(n.op_type == "GroupQueryAttention" for n in all_nodes(graph)):
         return KVLayout.SHARED_BUFFER, None
     if isinstance(past[2], int) and isinstance(present[2], int):
         window = ids[1] if len(ids) > 1 and isinstance(ids[1], int) else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,9 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
-from chatapp.convert.int8_levels import NODE_SUFFIX
+from chatapp.convert.int8_levels import NODE_SUFFIX, float_kernel_copy
+from chatapp.convert.onnx_graph import all_nodes
+from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
 from tests.convert.reference import ReferenceModel
 from tests.tiny_model import write_tiny_gguf
 
@@ -61,6 +65,14 @@ class Converted:
     def logits(self, ids: list[int]) -> np.ndarray:
         return self.run(np.array([ids]), self.empty_pasts(), 0)[0][0]
 
+    def step_logits(self, ids: list[int]) -> np.ndarray:
+        """Logits [S, V] with every token fed alone (decode steps), the KV cache carried."""
+        pasts, rows = self.empty_pasts(), []
+        for n, token in enumerate(ids):
+            logits, pasts = self.run(np.array([[token]]), pasts, n)
+            rows.append(logits[0, -1])
+        return np.stack(rows)
+
 
 def new_session(folder: Path) -> ort.InferenceSession:
     opts = ort.SessionOptions()
@@ -106,17 +118,96 @@ def test_logits_match_reference(tmp_path: Path, qtype: str) -> None:
     assert_matches_reference(c.logits(ids), reference_logits(c, ids))
 
 
-@pytest.mark.parametrize("layers", [False, True])
-def test_int8_levels_where_asked_and_exact(tmp_path: Path, layers: bool) -> None:
-    """By default only the output projection runs on exact int8 levels (a prefill stays on the
-    float kernel); `int8_levels_layers` puts every layer's projections on them too."""
-    c = Converted(tmp_path, ConvertOptions(int8_levels_layers=layers), qtype="Q4_1")
-    nodes = onnx.load(str(c.folder / "model.onnx"), load_external_data=False).graph.node
-    on_levels = {n.name.removesuffix(NODE_SUFFIX) for n in nodes if n.name.endswith(NODE_SUFFIX)}
-    assert "lm_head" in on_levels
-    assert any(name.startswith("layers.") for name in on_levels) is layers
+def level_nodes(graph: onnx.GraphProto) -> dict[str, set[str]]:
+    """Projections on exact int8 levels, by where they are: "main", or an If branch's name."""
+    found: dict[str, set[str]] = {}
+    for node in graph.node:
+        if node.name.endswith(NODE_SUFFIX):
+            found.setdefault("main", set()).add(node.name.removesuffix(NODE_SUFFIX))
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                for where, names in level_nodes(attr.g).items():
+                    found.setdefault(attr.g.name if where == "main" else where, set()).update(names)
+    return found
+
+
+@pytest.mark.parametrize("levels", ["decode", "all", "head"])
+def test_int8_levels_where_asked_and_exact(tmp_path: Path, levels: str) -> None:
+    """The output projection always runs on exact int8 levels. "decode" (the default) puts the
+    layers on them in single-token steps only (an If; prompts keep the float kernel), "all" in
+    every run, "head" nowhere else. Prompts and steps match the reference either way."""
+    c = Converted(tmp_path, ConvertOptions(int8_levels=levels), qtype="Q4_1")
+    graph = onnx.load(str(c.folder / "model.onnx"), load_external_data=False).graph
+    found = level_nodes(graph)
+    layers = {
+        where: {name for name in names if name.startswith("layers.")}
+        for where, names in found.items()
+    }
+    assert "lm_head" in found["main"]
+    if levels == "decode":
+        assert set(found) == {"main", "step"}  # the prompt branch has none
+        assert len(layers["step"]) == 4 * c.spec.n_layers and not layers["main"]
+    else:
+        assert set(found) == {"main"}
+        assert bool(layers["main"]) is (levels == "all")
     ids = c.prompt()
-    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+    want = reference_logits(c, ids)
+    assert_matches_reference(c.logits(ids), want)
+    assert_matches_reference(
+        c.step_logits(ids), want, STEP_TOLERANCE if levels == "decode" else 1e-4
+    )
+
+
+# Two levels leave up to 1 / (4 * 127^2) = 1.6e-5 of each block's largest activation unrounded;
+# the tiny model's random weights make that 1.2e-4 of its logit scale (the default model: max
+# |logit diff| 0.012, top-1 100%, docs/converter.md). A wrong branch or weight is off by O(1).
+STEP_TOLERANCE = 5e-4
+
+
+def test_device_copy_runs_the_prompt_branch_for_everything(tmp_path: Path) -> None:
+    """Sessions on other devices get the graph without the If (an If runs on the CPU in most
+    providers, which would move the KV cache through the host) and without int8 levels."""
+    c = Converted(tmp_path, EXACT, qtype="Q4_1")
+    copy = float_kernel_copy(c.folder / "model.onnx")
+    assert copy is not None
+    graph = onnx.load_from_string(copy).graph
+    assert not any(n.op_type == "If" for n in all_nodes(graph))
+    levels = [n for n in all_nodes(graph) if n.name.endswith(NODE_SUFFIX)]
+    assert [n.name for n in levels] == ["lm_head" + NODE_SUFFIX]
+    assert [a.i for n in levels for a in n.attribute if a.name == "accuracy_level"] == [0]
+    c.session = ort.InferenceSession(copy)
+    ids = c.prompt()
+    want = reference_logits(c, ids)
+    assert_matches_reference(c.logits(ids), want)
+    assert_matches_reference(c.step_logits(ids), want)
+
+
+def test_steps_take_the_step_branch(tmp_path: Path) -> None:
+    """What runs, from onnxruntime's own profile: a one-token step goes through the levels'
+    MatMulNBits in the layers, a prompt through the float ones."""
+    c = Converted(tmp_path, EXACT, qtype="Q4_1")
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(tmp_path / "profile")
+    session = ort.InferenceSession(str(c.folder / "model.onnx"), opts)
+    c.session = session
+    ids = c.prompt(6)
+    _, pasts = c.run(np.array([ids]), c.empty_pasts(), 0)
+    prompt_done = time.perf_counter_ns() // 1000
+    c.run(np.array([[ids[0]]]), pasts, len(ids))
+    events = json.loads(Path(session.end_profiling()).read_text())
+    ran = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    start = min(e["ts"] for e in events if e.get("name") == "model_run")
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    assert len(runs) == 2 and runs[0] == start and prompt_done > 0
+
+    def levelled(names: list[str]) -> set[str]:
+        return {n for n in names if n.startswith("layers.") and NODE_SUFFIX in n}
+
+    prompt = levelled([e["name"] for e in ran if e["ts"] < runs[1]])
+    step = levelled([e["name"] for e in ran if e["ts"] >= runs[1]])
+    assert not prompt
+    assert len(step) == 4 * c.spec.n_layers
 
 
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
@@ -311,7 +402,10 @@ def test_genai_signature(tiny_model_dir: Path, tiny_gguf: Path) -> None:
 def test_graph_uses_fused_contrib_ops(tiny_model_dir: Path, tiny_gguf: Path) -> None:
     spec = GGUFModel(tiny_gguf).spec
     model = onnx.load(str(tiny_model_dir / "model.onnx"), load_external_data=False)
-    nodes = model.graph.node
+    # The main graph and the prompt branch: what a prompt runs (steps: the step branch).
+    split = next(n for n in model.graph.node if n.name == SPLIT_NODE)
+    prompt = next(a.g for a in split.attribute if a.name == "else_branch")
+    nodes = [*model.graph.node, *prompt.node]
     count: dict[tuple[str, str], int] = {}
     for n in nodes:
         count[(n.domain, n.op_type)] = count.get((n.domain, n.op_type), 0) + 1
@@ -330,7 +424,8 @@ def test_graph_uses_fused_contrib_ops(tiny_model_dir: Path, tiny_gguf: Path) -> 
     assert attrs["num_heads"] == spec.n_heads
     assert attrs["kv_num_heads"] == spec.n_kv_heads
     assert attrs["do_rotary"] == 1
-    assert list(gqa.output[1:]) == ["present.0.key", "present.0.value"]
+    assert list(gqa.output[1:]) == ["prompt/present.0.key", "prompt/present.0.value"]
+    assert list(split.output[1:3]) == ["present.0.key", "present.0.value"]
     assert list(gqa.input[3:5]) == ["past_key_values.0.key", "past_key_values.0.value"]
 
     for node in nodes:

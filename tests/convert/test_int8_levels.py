@@ -16,7 +16,7 @@ from chatapp.convert.int8_levels import (
     int8_levels_matmul,
     nbits_inputs,
 )
-from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph, all_nodes
 from chatapp.convert.weights import NBitsWeight, to_weight
 from tests.convert.test_weights import quantized, tensor
 
@@ -82,7 +82,7 @@ def test_device_copy_puts_level_nodes_on_the_float_kernel(tmp_path: Path) -> Non
     onnx.save(g.model("linear", {}), str(path))
     copy = float_kernel_copy(path)
     assert copy is not None
-    levels = [n for n in onnx.load_from_string(copy).graph.node if n.op_type == "MatMulNBits"]
+    levels = [n for n in all_nodes(onnx.load_from_string(copy).graph) if n.op_type == "MatMulNBits"]
     assert [a.i for n in levels for a in n.attribute if a.name == "accuracy_level"] == [0]
     x = activations(np.random.default_rng(2))
     on_float = ort.InferenceSession(copy).run(["y"], {"x": x})[0]

@@ -19,6 +19,7 @@ import pytest
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFTensor
 from chatapp.convert.nibble_split import two_nibbles
+from chatapp.convert.onnx_graph import all_nodes
 from chatapp.convert.quant_formats import IQ4_GRID
 from chatapp.convert.weights import NBitsWeight, concat_rows, to_weight, unpermute_rope_rows
 from tests.convert.reference import ReferenceModel
@@ -140,7 +141,7 @@ def test_embedding_and_tied_output_match_reference(tmp_path: Path, embed_qtype: 
     assert_matches_reference(c.logits(ids), reference_logits(c, ids))
     # The table stays quantized: GatherBlockQuantized, no float copy of it in the graph.
     graph = onnx.load(str(c.folder / "model.onnx"), load_external_data=False).graph
-    assert "GatherBlockQuantized" in {n.op_type for n in graph.node}
+    assert "GatherBlockQuantized" in {n.op_type for n in all_nodes(graph)}
     assert "embed.table" not in {t.name for t in graph.initializer}
 
 
@@ -240,7 +241,7 @@ def matmul_bits(folder: Path) -> list[int]:
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
     return [
         next(a.i for a in n.attribute if a.name == "bits")
-        for n in graph.node
+        for n in all_nodes(graph)
         if n.op_type == "MatMulNBits"
     ]
 
@@ -251,21 +252,23 @@ def matmul_kinds(folder: Path) -> set[tuple[int, ...]]:
     keys = ("bits", "block_size", "accuracy_level")
     return {
         tuple(next(a.i for a in n.attribute if a.name == key) for key in keys)
-        for n in graph.node
+        for n in all_nodes(graph)
         if n.op_type == "MatMulNBits"
     }
 
 
 def test_eight_bit_layers_get_a_fast_kernel_with_float_activations(tmp_path: Path) -> None:
-    exact = Converted(tmp_path, EXACT, **PRESETS["Q4_K_M"])
+    head = Converted(tmp_path, ConvertOptions(int8_levels="head"), **PRESETS["Q4_K_M"])
     # In the layers, 8-bit blocks (Q5_0/Q8_0's 32, Q6_K's 16) run as 4-bit halves on the
     # float kernel (nibble_split.py); the Q8_0 head on exact int8 levels (int8_levels.py).
-    assert matmul_kinds(exact.folder) == {(8, 32, 4), (4, 32, 0), (4, 16, 0)}
-    levels = ConvertOptions(int8_levels_layers=True)
-    every = convert_gguf(exact.gguf, tmp_path / "levels", levels)
+    assert matmul_kinds(head.folder) == {(8, 32, 4), (4, 32, 0), (4, 16, 0)}
+    every = convert_gguf(head.gguf, tmp_path / "levels", ConvertOptions(int8_levels="all"))
     # With the layers on int8 levels too, blocks of 32 go to the int8 kernel.
     assert matmul_kinds(every) == {(8, 32, 4), (4, 16, 0)}
-    int8 = convert_gguf(exact.gguf, tmp_path / "int8", ConvertOptions(accuracy_level=4))
+    # The default: both, prompts on the float kernel and steps on the int8 one (step_split.py).
+    default = convert_gguf(head.gguf, tmp_path / "default", EXACT)
+    assert matmul_kinds(default) == matmul_kinds(head.folder) | matmul_kinds(every)
+    int8 = convert_gguf(head.gguf, tmp_path / "int8", ConvertOptions(accuracy_level=4))
     assert 8 in matmul_bits(int8)  # int8 activations have a fast 8-bit kernel: kept
 
 

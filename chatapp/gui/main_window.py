@@ -16,7 +16,6 @@ from PySide6.QtGui import QCloseEvent, QDesktopServices
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
-    QProgressBar,
     QScrollArea,
     QSizePolicy,
     QSplitter,
@@ -39,9 +38,13 @@ from chatapp.gui.menus import RECENT_KEY, WindowMenus
 from chatapp.gui.model_library import (
     CANCELLED,
     ModelsDialog,
+    last_load_seconds,
+    load_key,
     pick_variant,
     remember_last_model,
+    remember_load_seconds,
 )
+from chatapp.gui.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation
@@ -60,6 +63,7 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.model_dir: Path | None = None  # the folder last asked for
         self.onnx_file: str | None = None  # and the graph in it, if one was named
+        self._load_key: str | None = None  # the load under way, to remember how long it took
         self._shut_down = False
         # Called first when the window shuts down, while the worker still runs (the server of
         # "Serve this model" stops there: its requests are jobs on the worker).
@@ -155,15 +159,13 @@ class MainWindow(QMainWindow):
 
     # ---- building -----------------------------------------------------------------------
     def _build_status_bar(self) -> None:
-        self.busy_bar = QProgressBar(self)
-        self.busy_bar.setRange(0, 0)  # indeterminate: loading / converting
-        self.busy_bar.setMaximumWidth(120)
-        self.busy_bar.setMaximumHeight(12)
-        self.busy_bar.hide()
+        bar = StatusBar(self)
+        self.setStatusBar(bar)
+        self.busy = BusyIndicator(self)
         self.model_label = QLabel("No model", self)
         self.model_label.setObjectName("modelLabel")
-        self.statusBar().addPermanentWidget(self.busy_bar)
-        self.statusBar().addPermanentWidget(self.model_label)
+        bar.addPermanentWidget(self.busy)
+        bar.addPermanentWidget(self.model_label)
 
     def _connect(self) -> None:
         c, chat, panel = self.controller, self.chat_view, self.side_panel
@@ -213,7 +215,9 @@ class MainWindow(QMainWindow):
         if started:
             self.model_dir = folder
             self.onnx_file = onnx_file
-            self.statusBar().showMessage(f"Loading {folder.name}…")
+            self._load_key = load_key(folder, onnx_file, device or self.side_panel.device())
+            expected = last_load_seconds(self.settings, self._load_key)
+            self.busy.start(f"Loading {folder.name}", expected)
         return started
 
     def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
@@ -244,7 +248,11 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
+        if self._load_key is not None and summary.load_seconds > 0:
+            remember_load_seconds(self.settings, self._load_key, summary.load_seconds)
+        self._load_key = None
         self.model_label.setText(f"{summary.name} · {summary.device_label}")
+        self.model_label.setToolTip(summary.description)
         self.setWindowTitle(f"{summary.name} — chatapp")
         self.statusBar().showMessage(f"Loaded {summary.description}", 8000)
         self.side_panel.set_fallback_reason(summary.fallback_reason)
@@ -266,6 +274,7 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
+        self._load_key = None
         self.statusBar().showMessage("The model could not be loaded.", 8000)
         if self.controller.backend is not None:
             message += f" Still using {self.controller.backend.name}."
@@ -388,7 +397,10 @@ class MainWindow(QMainWindow):
         for action in (m.open_folder_action, m.open_gguf_action, m.recent_menu):
             action.setEnabled(not (generating or busy))
         self.new_chat_action.setEnabled(not generating)
-        self.busy_bar.setVisible(busy)
+        if busy and not self.busy.running:
+            self.busy.start("Converting" if state is State.CONVERTING else "Opening")
+        elif not busy:
+            self.busy.stop()
         self.chat_view.set_hint(
             {
                 State.NO_MODEL: "Open a model (File menu) to start.",

@@ -8,8 +8,9 @@ chat, the comparison view, a model load and a served request never run at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
@@ -80,16 +81,19 @@ class ModelSummary:
     onnx_file: str = ""  # the graph opened, relative to the folder
     # The sampling the model suggests (generation_config.json or a preset by size).
     sampling: ModelSampling | None = None
+    load_seconds: float = 0.0  # how long opening it took (0: not a load, e.g. a CPU fallback)
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
     """Open a model; returns a ModelSummary. A failed load keeps the previous engine."""
 
     def run(_control: JobControl) -> ModelSummary:
+        started = time.perf_counter()
         engine, reason = _open_engine(request)
         host.engine = engine  # only replaced once the new one works: the chat goes on
         host.use_remote(None)  # opening a local model ends a remote connection
-        return summarize(engine, request.device, reason)
+        summary = summarize(engine, request.device, reason)
+        return replace(summary, load_seconds=time.perf_counter() - started)
 
     def explain(exc: BaseException) -> str:
         # onnxruntime raises its own types for broken graphs: name the type for those.

@@ -11,10 +11,15 @@ from PySide6.QtCore import QSettings
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.gui.model_library import (
     CANCELLED,
+    KEEP_LOAD_TIMES,
     LAST_FOLDER_KEY,
+    LOAD_SECONDS_KEY,
     ModelsDialog,
+    last_load_seconds,
     last_model,
+    load_key,
     pick_variant,
+    remember_load_seconds,
 )
 from tests.gui.conftest import ANSWER_TIMEOUT_MS
 
@@ -122,3 +127,20 @@ def test_opening_a_folder_with_variants_asks_which(
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         assert window.open_model_folder(folder)
     assert picked[0][-1].startswith(window.controller.model.onnx_file)
+
+
+def test_load_times_are_kept_per_model_graph_and_device(tmp_path: Path) -> None:
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    cpu = load_key(tmp_path / "m", None, "cpu")
+    assert last_load_seconds(settings, cpu) is None
+    remember_load_seconds(settings, cpu, 6.234)
+    assert last_load_seconds(settings, cpu) == 6.23
+    assert last_load_seconds(settings, load_key(tmp_path / "m", "model_q4.onnx", "cpu")) is None
+    assert last_load_seconds(settings, load_key(tmp_path / "m", None, "webgpu")) is None
+    for n in range(KEEP_LOAD_TIMES):  # the oldest is forgotten first
+        remember_load_seconds(settings, load_key(tmp_path / f"other{n}", None, "cpu"), 1.0)
+    assert last_load_seconds(settings, cpu) is None
+    settings.setValue(LOAD_SECONDS_KEY, "{not json")  # damaged: no estimate, no error
+    assert last_load_seconds(settings, cpu) is None
+    remember_load_seconds(settings, cpu, 2.0)
+    assert last_load_seconds(settings, cpu) == 2.0

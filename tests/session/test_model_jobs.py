@@ -29,6 +29,7 @@ def test_a_load_sets_the_engine_and_a_failed_one_keeps_it(
     summary: ModelSummary = drive(load_job(host, LoadRequest(tiny_model_dir, threads=1))).result
     assert summary.device == "cpu" and summary.fallback_reason is None
     assert summary.max_context == 512 and summary.folder == tiny_model_dir
+    assert 0 < summary.load_seconds < 60  # how long the open took (the window remembers it)
     engine = host.engine
     missing = tmp_path / "no-such-model"
     out = drive(load_job(host, LoadRequest(missing)))

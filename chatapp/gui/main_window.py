@@ -36,15 +36,14 @@ from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
 from chatapp.gui.menus import RECENT_KEY, WindowMenus
 from chatapp.gui.model_library import (
-    CANCELLED,
     ModelsDialog,
     last_load_seconds,
     load_key,
-    pick_variant,
     remember_last_model,
     remember_load_seconds,
 )
 from chatapp.gui.status_bar import BusyIndicator, StatusBar
+from chatapp.gui.variant_picker import VariantPicker, has_choice
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation
@@ -417,9 +416,15 @@ class MainWindow(QMainWindow):
 
     # ---- models (File menu) ---------------------------------------------------------------
     def open_model_folder(self, folder: Path) -> bool:
-        """Open `folder`, asking which graph when it holds several (False: not opened)."""
-        onnx_file = pick_variant(self, folder)
-        return onnx_file != CANCELLED and self.open_model(folder, onnx_file=onnx_file)
+        """Open `folder`; when it holds several graphs, a picker reads them (off the GUI
+        thread) and asks which first. True when the load or the picker started."""
+        if not has_choice(folder):
+            return self.open_model(folder)
+        picker = VariantPicker(self.runner, folder, self)
+        picker.sig_chosen.connect(lambda graph: self.open_model(folder, onnx_file=graph))
+        picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        picker.open()
+        return True
 
     @Slot()
     def show_models_dialog(self) -> ModelsDialog:

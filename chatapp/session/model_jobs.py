@@ -16,9 +16,10 @@ from pathlib import Path
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
-from chatapp.engine.errors import EngineError
+from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling_defaults import ModelSampling, model_sampling
+from chatapp.engine.variants import Variant, list_variants
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
 
@@ -167,6 +168,37 @@ def _open_engine(request: LoadRequest) -> tuple[Engine, str | None]:
 def _sentence(exc: BaseException) -> str:
     text = str(exc) if isinstance(exc, EngineError | DeviceError) else first_line(exc)
     return text if text.endswith((".", "!", "?")) else text + "."
+
+
+@dataclass(frozen=True)
+class GraphRead:
+    """Reading graph `done + 1` of `total` in a folder, `name` (for a picker's progress)."""
+
+    done: int
+    total: int
+    name: str
+
+
+VARIANTS_CANCELLED = "Reading the model's graphs was cancelled."
+
+
+def variants_job(folder: Path) -> Job:
+    """The ONNX graphs `folder` offers (size, precision), most precise first: a list of
+    Variant. Yields a GraphRead before each graph; stopping ends it between graphs. A folder
+    that cannot be listed gives [] (opening it then says what is wrong)."""
+
+    def run(control: JobControl) -> list[Variant]:
+        def before_each(done: int, total: int, name: str) -> None:
+            if control.stopped:
+                raise JobAborted(VARIANTS_CANCELLED)
+            control.put(GraphRead(done, total, name))
+
+        try:
+            return list_variants(folder, before_each)
+        except (ModelError, OSError):
+            return []
+
+    return Job("reading the model's graphs", run)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QRect, Qt, QTimer, Slot
-from PySide6.QtGui import QHelpEvent, QPainter, QPaintEvent
+from PySide6.QtCore import QEvent, QRect, QSize, Qt, QTimer, Slot
+from PySide6.QtGui import QHelpEvent, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -103,6 +103,44 @@ class StatusBar(QStatusBar):
         return super().event(event)
 
 
+class ElidedLabel(QLabel):
+    """A one-line label that gives up width before the window does: its text is cut with "…"
+    (the whole text then in the tooltip) rather than widening the status bar."""
+
+    MIN_WIDTH = 60
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.full_text = ""
+        self.setText(text)
+
+    def setText(self, text: str) -> None:
+        self.full_text = text
+        self._elide()
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), self.MIN_WIDTH), hint.height())
+
+    def sizeHint(self) -> QSize:
+        width = self.fontMetrics().horizontalAdvance(self.full_text) + 2 * self.margin() + 4
+        return QSize(width, super().sizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        room = self.contentsRect().width() - 2 * self.margin()
+        if room > 0:
+            shown = self.fontMetrics().elidedText(self.full_text, Qt.TextElideMode.ElideRight, room)
+        else:
+            shown = self.full_text
+        super().setText(shown)
+        self.setToolTip(self.full_text if shown != self.full_text else "")
+        self.updateGeometry()
+
+
 class BusyIndicator(QWidget):
     """An indeterminate bar and "Loading X… 3 s", with "about 10 s left" when an expected
     duration is known (an earlier load of the same model); the words update every second."""
@@ -122,7 +160,7 @@ class BusyIndicator(QWidget):
         self.bar.setMaximumWidth(120)
         self.bar.setMaximumHeight(12)
         self.bar.setTextVisible(False)
-        self.label = QLabel("", self)
+        self.label = ElidedLabel("", self)
         self.label.setObjectName("busyLabel")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

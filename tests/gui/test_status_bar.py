@@ -45,7 +45,7 @@ def _hover(bar: StatusBar, pos: QPoint) -> None:
 
 def test_a_long_message_is_cut_to_fit_with_the_whole_text_as_tooltip(qtbot) -> None:
     # 683 px: a 1366x768 screen at QT_SCALE_FACTOR=2, in device-independent pixels.
-    _, bar, label = _window(qtbot, 683)
+    _window_kept, bar, label = _window(qtbot, 683)  # the window owns the bar: keep it
     bar.showMessage(LONG, 10_000)
     room = bar.message_rect()
     assert room.width() > 0 and room.right() < label.x()  # the model's name stays readable
@@ -88,17 +88,17 @@ def test_busy_indicator_counts_seconds_and_says_what_is_left(qtbot) -> None:
     busy = BusyIndicator(clock=clock)
     qtbot.addWidget(busy)
     busy.start("Loading SmolLM2")
-    assert busy.running and not busy.isHidden() and busy.label.text() == "Loading SmolLM2…"
+    assert busy.running and not busy.isHidden() and busy.label.full_text == "Loading SmolLM2…"
     clock.now += 3.2
     busy.tick()
-    assert busy.label.text() == "Loading SmolLM2… 3 s"  # no earlier load: no estimate
+    assert busy.label.full_text == "Loading SmolLM2… 3 s"  # no earlier load: no estimate
     busy.start("Loading SmolLM2", expected_s=40.0)
     clock.now += 5
     busy.tick()
-    assert busy.label.text() == "Loading SmolLM2… 5 s · about 35 s left"
+    assert busy.label.full_text == "Loading SmolLM2… 5 s · about 35 s left"
     clock.now += 34.5
     busy.tick()
-    assert busy.label.text() == "Loading SmolLM2… 40 s · 40 s last time"  # past it: no guess
+    assert busy.label.full_text == "Loading SmolLM2… 40 s · 40 s last time"  # past it: no guess
     busy.stop()
     assert not busy.running and busy.isHidden() and not busy.timer.isActive()
 
@@ -108,7 +108,7 @@ def test_the_window_shows_loading_and_remembers_how_long_it_took(
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)], wait=False)
     assert window.controller.state is State.LOADING
-    assert window.busy.label.text().startswith(f"Loading {tiny_model_dir.name}…")
+    assert window.busy.label.full_text.startswith(f"Loading {tiny_model_dir.name}…")
     assert window.busy.expected_s is None  # never loaded before
     qtbot.waitUntil(lambda: window.controller.state is State.READY, timeout=60_000)
     assert not window.busy.running and window.busy.isHidden()
@@ -119,3 +119,15 @@ def test_the_window_shows_loading_and_remembers_how_long_it_took(
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=60_000):
         window.open_model(tiny_model_dir, device="webgpu")  # another device: no estimate
         assert window.busy.expected_s is None
+
+
+def test_a_long_busy_text_never_widens_the_window(qtbot) -> None:
+    # A plain QLabel would ask for its whole text: 800+ px here, past a 200 % screen.
+    window, bar, _ = _window(qtbot, 500)
+    busy = BusyIndicator()
+    bar.insertPermanentWidget(0, busy)
+    before = window.minimumSizeHint().width()
+    busy.start("Loading a-model-folder-with-a-very-long-name-Q4_K_M-instruct-2026", 30.0)
+    qtbot.waitUntil(lambda: busy.label.text().endswith("…"))
+    assert window.minimumSizeHint().width() <= before + 200  # the bar and a few letters
+    assert window.width() == 500 and busy.label.toolTip() == busy.label.full_text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,10 +189,17 @@ def variant_order(variant: Variant) -> tuple[int, int, str]:
     return rank, kind, variant.path
 
 
-def list_variants(folder: Path | str) -> list[Variant]:
-    """The folder's graphs, most precise first (reads each graph, not its weights)."""
+def list_variants(
+    folder: Path | str, before_each: Callable[[int, int, str], None] | None = None
+) -> list[Variant]:
+    """The folder's graphs, most precise first (reads each graph, not its weights: about half a
+    second for a large one). `before_each(done, total, name)` is called before each read (for
+    progress; raising from it stops the listing)."""
     folder = Path(folder).expanduser()
-    found = [
-        describe_variant(folder, p, *read_candidate(folder, p)[:2]) for p in candidate_files(folder)
-    ]
+    files = candidate_files(folder)
+    found = []
+    for done, path in enumerate(files):
+        if before_each is not None:
+            before_each(done, len(files), path.relative_to(folder).as_posix())
+        found.append(describe_variant(folder, path, *read_candidate(folder, path)[:2]))
     return sorted(found, key=variant_order)

@@ -243,7 +243,7 @@ async def prepare_default_model_async(window: MainWindow) -> Path | None:
     The conversion is a job on the window's runner (its worker thread), like all long work."""
     window.statusBar().showMessage("Checking the default model…")
     window.chat_view.set_hint("Preparing the default model…")
-    window.busy_bar.show()
+    window.busy.start("Preparing the default model")
     handle = window.runner.submit(prepare_default_model_job())
     folders: list[Path] = []
     problems: list[tuple[str, str]] = []  # (message, banner level)
@@ -264,7 +264,7 @@ async def prepare_default_model_async(window: MainWindow) -> Path | None:
         if app is not None:
             app.aboutToQuit.disconnect(handle.stop)
         dialog.close()
-        window.busy_bar.hide()
+        window.busy.stop()
         window.statusBar().clearMessage()
     if problems:
         window.show_message(*problems[0])

@@ -7,31 +7,15 @@ the whole width while it is shown.
 
 from __future__ import annotations
 
-import platform
 import re
 from collections.abc import Callable
-from html import escape
 from pathlib import Path
 
-import onnxruntime as ort
-import PySide6
-from PySide6.QtCore import (
-    QByteArray,
-    QDataStream,
-    QSettings,
-    Qt,
-    QTimer,
-    QUrl,
-    Slot,
-    qVersion,
-)
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
+from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Slot
+from PySide6.QtGui import QCloseEvent, QDesktopServices
 from PySide6.QtWidgets import (
-    QFileDialog,
     QLabel,
     QMainWindow,
-    QMessageBox,
-    QProgressBar,
     QScrollArea,
     QSizePolicy,
     QSplitter,
@@ -40,32 +24,30 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp import __version__
-from chatapp.datadir import logs_dir, models_dir
+from chatapp.datadir import models_dir
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.progress import ConversionProgressDialog
-from chatapp.gui.common.settings import remember_recent, string_list
+from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
-from chatapp.gui.data_places import add_data_places_action
+from chatapp.gui.menus import RECENT_KEY, WindowMenus
 from chatapp.gui.model_library import (
-    CANCELLED,
     ModelsDialog,
-    pick_variant,
+    last_load_seconds,
+    load_key,
     remember_last_model,
+    remember_load_seconds,
 )
-from chatapp.gui.view_options import ViewOptions
-from chatapp.logs import LOG_FILE
+from chatapp.gui.status_bar import BusyIndicator, StatusBar
+from chatapp.gui.variant_picker import VariantPicker, has_choice
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary
-
-RECENT_KEY = "models/recent"
 
 
 class MainWindow(QMainWindow):
@@ -80,6 +62,7 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.model_dir: Path | None = None  # the folder last asked for
         self.onnx_file: str | None = None  # and the graph in it, if one was named
+        self._load_key: str | None = None  # the load under way, to remember how long it took
         self._shut_down = False
         # Called first when the window shuts down, while the worker still runs (the server of
         # "Serve this model" stops there: its requests are jobs on the worker).
@@ -142,7 +125,16 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 0)
         self.setCentralWidget(self.splitter)
 
-        self._build_menus()
+        self.menus = WindowMenus(self)
+        # What other features hook into (the history, the remote server) and tests use.
+        self.file_menu = self.menus.file_menu
+        self.recent_menu = self.menus.recent_menu
+        self.new_chat_action = self.menus.new_chat_action
+        self.compare_action = self.menus.compare_action
+        self.show_chat_action = self.menus.show_chat_action
+        self.open_log_action = self.menus.open_log_action
+        self.data_places_action = self.menus.data_places_action
+        self.view_options = self.menus.view_options
         self._build_status_bar()
         self.side_panel.restore(settings)
         self._restore_geometry()
@@ -165,72 +157,21 @@ class MainWindow(QMainWindow):
         return self.tabs.addTab(widget, title)
 
     # ---- building -----------------------------------------------------------------------
-    def _build_menus(self) -> None:
-        file_menu = self.file_menu = self.menuBar().addMenu("&File")
-        self.open_folder_action = QAction("Open model &folder…", self)
-        self.open_folder_action.setShortcut(QKeySequence.StandardKey.Open)
-        self.open_folder_action.triggered.connect(self._on_open_folder)
-        self.open_gguf_action = QAction("Open &GGUF…", self)
-        self.open_gguf_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
-        self.open_gguf_action.triggered.connect(self._on_open_gguf)
-        file_menu.addAction(self.open_folder_action)
-        file_menu.addAction(self.open_gguf_action)
-        self.models_action = QAction("&Models…", self)
-        self.models_action.setStatusTip("The prepared models: size, source, precision; remove")
-        self.models_action.triggered.connect(self.show_models_dialog)
-        file_menu.addAction(self.models_action)
-        self.recent_menu = file_menu.addMenu("&Recent models")
-        self.recent_menu.aboutToShow.connect(self._rebuild_recent_menu)
-        file_menu.addSeparator()
-        self.new_chat_action = QAction("&New chat", self)
-        self.new_chat_action.setShortcut(QKeySequence.StandardKey.New)
-        self.new_chat_action.triggered.connect(self._on_new_chat)
-        file_menu.addAction(self.new_chat_action)
-        file_menu.addSeparator()
-        quit_action = QAction("&Quit", self)
-        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.close)
-        file_menu.addAction(quit_action)
-        view_menu = self.menuBar().addMenu("&View")
-        self.show_chat_action = QAction("&Chat", self)
-        self.show_chat_action.setShortcut(QKeySequence("Ctrl+1"))
-        self.show_chat_action.triggered.connect(lambda: self.tabs.setCurrentIndex(0))
-        self.compare_action = QAction("C&ompare loops", self)
-        self.compare_action.setShortcut(QKeySequence("Ctrl+2"))
-        self.compare_action.triggered.connect(self.show_compare_view)
-        view_menu.addAction(self.show_chat_action)
-        view_menu.addAction(self.compare_action)
-        self.view_options = ViewOptions(self, view_menu, self.settings)
-        help_menu = self.menuBar().addMenu("&Help")
-        self.open_log_action = QAction("Open &log folder", self)
-        self.open_log_action.setStatusTip("The folder of chatapp.log: what went wrong, in detail")
-        self.open_log_action.triggered.connect(self._on_open_log_folder)
-        help_menu.addAction(self.open_log_action)
-        self.data_places_action = add_data_places_action(
-            self, help_menu, lambda folder: self.open_folder(folder)
-        )
-        about_action = QAction("&About chatapp", self)
-        about_action.triggered.connect(self._on_about)
-        help_menu.addAction(about_action)
-        self._rebuild_recent_menu()
-
     def _build_status_bar(self) -> None:
-        self.busy_bar = QProgressBar(self)
-        self.busy_bar.setRange(0, 0)  # indeterminate: loading / converting
-        self.busy_bar.setMaximumWidth(120)
-        self.busy_bar.setMaximumHeight(12)
-        self.busy_bar.hide()
+        bar = StatusBar(self)
+        self.setStatusBar(bar)
+        self.busy = BusyIndicator(self)
         self.model_label = QLabel("No model", self)
         self.model_label.setObjectName("modelLabel")
-        self.statusBar().addPermanentWidget(self.busy_bar)
-        self.statusBar().addPermanentWidget(self.model_label)
+        bar.addPermanentWidget(self.busy)
+        bar.addPermanentWidget(self.model_label)
 
     def _connect(self) -> None:
         c, chat, panel = self.controller, self.chat_view, self.side_panel
         chat.sig_send.connect(self._on_send)
         chat.sig_stop.connect(c.stop)
         chat.sig_regenerate.connect(self._on_regenerate)
-        chat.sig_new_chat.connect(self._on_new_chat)
+        chat.sig_new_chat.connect(self.new_chat)
         chat.sig_copied.connect(self._on_copied)
         # Transcript: versions of an answer, copied code, where a hovered link goes.
         chat.sig_version_requested.connect(c.select_version)
@@ -273,7 +214,9 @@ class MainWindow(QMainWindow):
         if started:
             self.model_dir = folder
             self.onnx_file = onnx_file
-            self.statusBar().showMessage(f"Loading {folder.name}…")
+            self._load_key = load_key(folder, onnx_file, device or self.side_panel.device())
+            expected = last_load_seconds(self.settings, self._load_key)
+            self.busy.start(f"Loading {folder.name}", expected)
         return started
 
     def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
@@ -304,7 +247,11 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
+        if self._load_key is not None and summary.load_seconds > 0:
+            remember_load_seconds(self.settings, self._load_key, summary.load_seconds)
+        self._load_key = None
         self.model_label.setText(f"{summary.name} · {summary.device_label}")
+        self.model_label.setToolTip(summary.description)
         self.setWindowTitle(f"{summary.name} — chatapp")
         self.statusBar().showMessage(f"Loaded {summary.description}", 8000)
         self.side_panel.set_fallback_reason(summary.fallback_reason)
@@ -326,6 +273,7 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
+        self._load_key = None
         self.statusBar().showMessage("The model could not be loaded.", 8000)
         if self.controller.backend is not None:
             message += f" Still using {self.controller.backend.name}."
@@ -359,7 +307,7 @@ class MainWindow(QMainWindow):
         self.controller.regenerate(self.side_panel.options())
 
     @Slot()
-    def _on_new_chat(self) -> None:
+    def new_chat(self) -> None:
         if self.controller.state is State.GENERATING or not self.may_leave_chat("new chat"):
             return
         if self.controller.new_chat():
@@ -444,10 +392,14 @@ class MainWindow(QMainWindow):
         self.side_panel.set_generating(generating)
         if not generating:
             self.side_panel.set_loading(busy)
-        for action in (self.open_folder_action, self.open_gguf_action, self.recent_menu):
+        m = self.menus
+        for action in (m.open_folder_action, m.open_gguf_action, m.recent_menu):
             action.setEnabled(not (generating or busy))
         self.new_chat_action.setEnabled(not generating)
-        self.busy_bar.setVisible(busy)
+        if busy and not self.busy.running:
+            self.busy.start("Converting" if state is State.CONVERTING else "Opening")
+        elif not busy:
+            self.busy.stop()
         self.chat_view.set_hint(
             {
                 State.NO_MODEL: "Open a model (File menu) to start.",
@@ -462,18 +414,17 @@ class MainWindow(QMainWindow):
         """Inline banner over the chat (never a blocking dialog: the app keeps going)."""
         self.banner.show_message(text, level)
 
-    # ---- menus ------------------------------------------------------------------------------
-    @Slot()
-    def _on_open_folder(self) -> None:
-        start = str(self.model_dir.parent if self.model_dir else models_dir())
-        folder = QFileDialog.getExistingDirectory(self, "Open model folder", start)
-        if folder:
-            self.open_model_folder(Path(folder))
-
+    # ---- models (File menu) ---------------------------------------------------------------
     def open_model_folder(self, folder: Path) -> bool:
-        """Open `folder`, asking which graph when it holds several (False: not opened)."""
-        onnx_file = pick_variant(self, folder)
-        return onnx_file != CANCELLED and self.open_model(folder, onnx_file=onnx_file)
+        """Open `folder`; when it holds several graphs, a picker reads them (off the GUI
+        thread) and asks which first. True when the load or the picker started."""
+        if not has_choice(folder):
+            return self.open_model(folder)
+        picker = VariantPicker(self.runner, folder, self)
+        picker.sig_chosen.connect(lambda graph: self.open_model(folder, onnx_file=graph))
+        picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        picker.open()
+        return True
 
     @Slot()
     def show_models_dialog(self) -> ModelsDialog:
@@ -483,72 +434,9 @@ class MainWindow(QMainWindow):
         dialog.open()
         return dialog
 
-    @Slot()
-    def _on_open_gguf(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open GGUF model", str(Path.home()), "GGUF models (*.gguf);;All files (*)"
-        )
-        if path:
-            self.convert_and_open(path)
-
-    @Slot()
-    def _rebuild_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        recent = [p for p in string_list(self.settings, RECENT_KEY) if Path(p).is_dir()]
-        for folder in recent:
-            action = self.recent_menu.addAction(Path(folder).name)
-            action.setToolTip(folder)
-            action.setStatusTip(folder)
-            action.triggered.connect(lambda _checked=False, f=folder: self.open_model(f))
-        if not recent:
-            self.recent_menu.addAction("(none yet)").setEnabled(False)
-
-    def about_text(self) -> str:
-        model = self.controller.model
-        rows = [
-            ("chatapp", __version__),
-            ("ONNX Runtime", f"{ort.__version__} ({', '.join(ort.get_available_providers())})"),
-            ("Qt", f"{qVersion()} (PySide6 {PySide6.__version__})"),
-            ("Python", platform.python_version()),
-        ]
-        if self.controller.remote is not None:
-            rows.append(("Server", self.controller.remote.description))
-        if model is not None:
-            rows += [
-                ("Model", model.description),
-                ("Folder", str(model.folder)),
-                ("Device", model.device_label),
-                ("Context allocated", str(model.max_context)),
-            ]
-        else:
-            rows.append(("Model", "none loaded"))
-        table = "".join(
-            f"<tr><td><b>{escape(k)}</b>&nbsp;&nbsp;</td><td>{escape(v)}</td></tr>" for k, v in rows
-        )
-        return (
-            "<p>Chat with small language models on ONNX Runtime, and see what KV-cache "
-            "handling costs: the naive loop against the IO-Binding loop.</p>"
-            f"<table>{table}</table>"
-        )
-
-    @Slot()
-    def _on_open_log_folder(self) -> None:
-        folder = logs_dir()
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            self.show_message(f"Could not create the log folder {folder}: {exc}", "error")
-            return
-        if not self.open_folder(folder):
-            self.show_message(f"Could not open {folder}; the log is {folder / LOG_FILE}.", "info")
-
-    @Slot()
-    def _on_about(self) -> None:
-        QMessageBox.about(self, "About chatapp", self.about_text())
-
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:
-        if not geometry.restore(self, self.settings.value("window/geometry")):
+        if not geometry.restore(self, self.settings.value(geometry.WINDOW_KEY)):
             # First start: fit the screen (a small one, or a large scaling factor), without
             # the panes that would squeeze the chat.
             self.view_options.fit_first_start()
@@ -563,11 +451,8 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self._apply_splitter)
 
     def _apply_splitter(self) -> None:
-        # Only a state saved with as many panes as now: one saved before the conversation list
-        # existed would give the list the chat's width.
-        state = self.settings.value("window/splitter")
-        if isinstance(state, QByteArray) and _splitter_panes(state) == self.splitter.count():
-            self.splitter.restoreState(state)
+        saved = self.settings.value(geometry.SPLITTER_KEY)
+        if geometry.restore_splitter(self.splitter, saved):
             return
         side = max(340, self.side_panel.sizeHint().width() + 24)
         if self.splitter.count() == 3:  # conversation list | chat | side panel
@@ -584,9 +469,7 @@ class MainWindow(QMainWindow):
         self._shut_down = True
         for hook in self.before_shutdown:
             hook()
-        self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/splitter", self.splitter.saveState())
-        self.settings.sync()
+        geometry.save(self.settings, self, self.splitter)
         self.convert_progress.close()
         self.compare_view.stop()  # a running comparison ends after its step
         self.controller.shutdown()
@@ -594,16 +477,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.shutdown()
         super().closeEvent(event)
-
-
-def _splitter_panes(state: QByteArray) -> int:
-    """How many panes a QSplitter.saveState() describes (0 if unreadable)."""
-    stream = QDataStream(state)
-    marker, _version = stream.readInt32(), stream.readInt32()
-    if marker != 0xFF or stream.status() != QDataStream.Status.Ok:
-        return 0
-    count = stream.readInt32()
-    return count if stream.status() == QDataStream.Status.Ok else 0
 
 
 def _open_in_file_manager(folder: Path) -> bool:

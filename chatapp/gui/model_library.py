@@ -1,20 +1,19 @@
 """File > Models: the prepared models (size on disk, source, precision), opened or removed
-from one list; the variant picker for folders with several ONNX graphs; and the last model
-used, which the next start opens again."""
+from one list; the last model used, which the next start opens again; and how long each model
+took to load (the status bar's time left). The variant picker is gui/variant_picker.py."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
     QDialogButtonBox,
     QHeaderView,
-    QInputDialog,
     QLabel,
     QMessageBox,
     QPushButton,
@@ -24,8 +23,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.errors import ModelError
-from chatapp.engine.variants import Variant, list_variants
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted
 from chatapp.store.model_library import LibraryError, LibraryModel, list_library, remove_model
@@ -52,44 +49,36 @@ def last_model(settings: QSettings) -> tuple[Path, str | None] | None:
     return Path(folder), onnx_file or None
 
 
-# ---- variants ---------------------------------------------------------------------------------
-CANCELLED = "\0cancelled"
+# ---- how long loading took ---------------------------------------------------------------------
+LOAD_SECONDS_KEY = "models/load_seconds"
+KEEP_LOAD_TIMES = 20  # models remembered; the oldest is forgotten first
 
 
-def pick_variant(
-    parent: QWidget,
-    folder: Path,
-    ask: Callable[[QWidget, str, str, list[str], int], tuple[str, bool]] | None = None,
-) -> str | None:
-    """The graph to open in `folder`: None for the folder's default (one graph, or none
-    readable: the load then says what is wrong), CANCELLED when the user closed the picker."""
-    QGuiApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+def load_key(folder: Path, onnx_file: str | None, device: str) -> str:
+    """What a load time is kept under: the same graph of the same folder on the same device."""
+    return f"{folder.expanduser().resolve()}|{onnx_file or ''}|{device}"
+
+
+def last_load_seconds(settings: QSettings, key: str) -> float | None:
+    """How long the last load of `key` took, if one finished before."""
+    seconds = _load_times(settings).get(key)
+    return seconds if isinstance(seconds, int | float) and seconds > 0 else None
+
+
+def remember_load_seconds(settings: QSettings, key: str, seconds: float) -> None:
+    times = _load_times(settings)
+    times.pop(key, None)
+    times[key] = round(seconds, 2)
+    kept = dict(list(times.items())[-KEEP_LOAD_TIMES:])
+    settings.setValue(LOAD_SECONDS_KEY, json.dumps(kept))
+
+
+def _load_times(settings: QSettings) -> dict[str, object]:
     try:
-        variants: list[Variant] = list_variants(folder)
-    except (ModelError, OSError):
-        variants = []
-    finally:
-        QGuiApplication.restoreOverrideCursor()
-    if len(variants) < 2:
-        return None
-    labels = [v.label() for v in variants]
-    ask = ask or _ask
-    choice, ok = ask(
-        parent,
-        "Choose a variant",
-        f"{folder.name} holds {len(variants)} ONNX graphs; the first is the most precise:",
-        labels,
-        0,
-    )
-    if not ok:
-        return CANCELLED
-    return variants[labels.index(choice)].path if choice in labels else None
-
-
-def _ask(
-    parent: QWidget, title: str, text: str, items: list[str], current: int
-) -> tuple[str, bool]:
-    return QInputDialog.getItem(parent, title, text, items, current, False)
+        times = json.loads(str(settings.value(LOAD_SECONDS_KEY, "") or "{}"))
+    except ValueError:  # a hand-edited or damaged settings file: start again
+        return {}
+    return times if isinstance(times, dict) else {}
 
 
 # ---- File > Models ----------------------------------------------------------------------------

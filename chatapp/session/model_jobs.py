@@ -8,16 +8,18 @@ chat, the comparison view, a model load and a served request never run at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
-from chatapp.engine.errors import EngineError
+from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling_defaults import ModelSampling, model_sampling
+from chatapp.engine.variants import Variant, list_variants
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
 
@@ -80,16 +82,19 @@ class ModelSummary:
     onnx_file: str = ""  # the graph opened, relative to the folder
     # The sampling the model suggests (generation_config.json or a preset by size).
     sampling: ModelSampling | None = None
+    load_seconds: float = 0.0  # how long opening it took (0: not a load, e.g. a CPU fallback)
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
     """Open a model; returns a ModelSummary. A failed load keeps the previous engine."""
 
     def run(_control: JobControl) -> ModelSummary:
+        started = time.perf_counter()
         engine, reason = _open_engine(request)
         host.engine = engine  # only replaced once the new one works: the chat goes on
         host.use_remote(None)  # opening a local model ends a remote connection
-        return summarize(engine, request.device, reason)
+        summary = summarize(engine, request.device, reason)
+        return replace(summary, load_seconds=time.perf_counter() - started)
 
     def explain(exc: BaseException) -> str:
         # onnxruntime raises its own types for broken graphs: name the type for those.
@@ -163,6 +168,37 @@ def _open_engine(request: LoadRequest) -> tuple[Engine, str | None]:
 def _sentence(exc: BaseException) -> str:
     text = str(exc) if isinstance(exc, EngineError | DeviceError) else first_line(exc)
     return text if text.endswith((".", "!", "?")) else text + "."
+
+
+@dataclass(frozen=True)
+class GraphRead:
+    """Reading graph `done + 1` of `total` in a folder, `name` (for a picker's progress)."""
+
+    done: int
+    total: int
+    name: str
+
+
+VARIANTS_CANCELLED = "Reading the model's graphs was cancelled."
+
+
+def variants_job(folder: Path) -> Job:
+    """The ONNX graphs `folder` offers (size, precision), most precise first: a list of
+    Variant. Yields a GraphRead before each graph; stopping ends it between graphs. A folder
+    that cannot be listed gives [] (opening it then says what is wrong)."""
+
+    def run(control: JobControl) -> list[Variant]:
+        def before_each(done: int, total: int, name: str) -> None:
+            if control.stopped:
+                raise JobAborted(VARIANTS_CANCELLED)
+            control.put(GraphRead(done, total, name))
+
+        try:
+            return list_variants(folder, before_each)
+        except (ModelError, OSError):
+            return []
+
+    return Job("reading the model's graphs", run)
 
 
 @dataclass(frozen=True)

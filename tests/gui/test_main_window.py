@@ -310,27 +310,6 @@ def test_open_gguf_converts_with_progress_then_opens(
     assert not window.banner.isVisible()  # the load error of the missing folder is gone
 
 
-def test_about_names_versions_and_model(make_window, tiny_model_dir) -> None:
-    window = make_window(["--model", str(tiny_model_dir)])
-    text = window.about_text()
-    for needle in ("ONNX Runtime", "Qt", "PySide6", "layers", "KV layout", str(tiny_model_dir)):
-        assert needle in text
-
-
-def test_help_opens_the_log_folder(make_window, tmp_path, monkeypatch) -> None:
-    from chatapp.datadir import ENV_VAR
-
-    monkeypatch.setenv(ENV_VAR, str(tmp_path / "data"))
-    window = make_window(["--model", str(tmp_path / "no-model")], wait=False)
-    opened: list[Path] = []
-    window.open_folder = lambda folder: opened.append(folder) or True
-    window.open_log_action.trigger()
-    assert opened == [tmp_path / "data" / "logs"] and opened[0].is_dir()
-    window.open_folder = lambda folder: False  # no file manager: say where the log is
-    window.open_log_action.trigger()
-    assert str(tmp_path / "data" / "logs" / "chatapp.log") in window.banner.text()
-
-
 def test_device_that_fails_to_start_shows_the_fallback_reason(
     make_window, tiny_model_dir, monkeypatch
 ) -> None:

@@ -1,8 +1,7 @@
-"""File > Models, the variant picker, and the last model reopening at start."""
+"""File > Models, the last model reopening at start, and the load times kept."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -10,11 +9,14 @@ from PySide6.QtCore import QSettings
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.gui.model_library import (
-    CANCELLED,
+    KEEP_LOAD_TIMES,
     LAST_FOLDER_KEY,
+    LOAD_SECONDS_KEY,
     ModelsDialog,
+    last_load_seconds,
     last_model,
-    pick_variant,
+    load_key,
+    remember_load_seconds,
 )
 from tests.gui.conftest import ANSWER_TIMEOUT_MS
 
@@ -63,27 +65,6 @@ def test_empty_library_says_so(qtbot, tmp_path: Path) -> None:
     assert not dialog.open_button.isEnabled()
 
 
-def test_variant_picker_asks_only_when_there_is_a_choice(
-    qtbot, tmp_path: Path, tiny_model_dir: Path
-) -> None:
-    folder = tmp_path / "variants"
-    shutil.copytree(tiny_model_dir, folder)
-    parent = ModelsDialog(tmp_path / "none", None)
-    qtbot.addWidget(parent)
-    assert pick_variant(parent, folder) is None  # one graph: nothing to ask
-    shutil.copy(folder / "model.onnx", folder / "model_q4.onnx")
-    asked: list[list[str]] = []
-
-    def second(_parent, _title, _text, items, _current):
-        asked.append(items)
-        return items[1], True
-
-    chosen = pick_variant(parent, folder, second)
-    assert len(asked[0]) == 2 and chosen in ("model.onnx", "model_q4.onnx")
-    assert asked[0][1].startswith(chosen)
-    assert pick_variant(parent, folder, lambda *_a: ("", False)) == CANCELLED
-
-
 def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     qtbot, make_window, models: Path, tiny_model_dir: Path, settings_file: Path
 ) -> None:
@@ -101,24 +82,18 @@ def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     assert again.controller.model.folder == models / "tiny-llama"
 
 
-def test_opening_a_folder_with_variants_asks_which(
-    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from chatapp.gui import model_library
-
-    folder = tmp_path / "variants"
-    shutil.copytree(tiny_model_dir, folder)
-    shutil.copy(folder / "model.onnx", folder / "model_q4.onnx")
-    window = make_window(["--model", str(tiny_model_dir)])
-    monkeypatch.setattr(model_library, "_ask", lambda *_a: ("", False))
-    assert not window.open_model_folder(folder)  # the picker was closed: nothing opens
-    picked: list[list[str]] = []
-
-    def last(_parent, _title, _text, items, _current):
-        picked.append(items)
-        return items[-1], True
-
-    monkeypatch.setattr(model_library, "_ask", last)
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
-        assert window.open_model_folder(folder)
-    assert picked[0][-1].startswith(window.controller.model.onnx_file)
+def test_load_times_are_kept_per_model_graph_and_device(tmp_path: Path) -> None:
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    cpu = load_key(tmp_path / "m", None, "cpu")
+    assert last_load_seconds(settings, cpu) is None
+    remember_load_seconds(settings, cpu, 6.234)
+    assert last_load_seconds(settings, cpu) == 6.23
+    assert last_load_seconds(settings, load_key(tmp_path / "m", "model_q4.onnx", "cpu")) is None
+    assert last_load_seconds(settings, load_key(tmp_path / "m", None, "webgpu")) is None
+    for n in range(KEEP_LOAD_TIMES):  # the oldest is forgotten first
+        remember_load_seconds(settings, load_key(tmp_path / f"other{n}", None, "cpu"), 1.0)
+    assert last_load_seconds(settings, cpu) is None
+    settings.setValue(LOAD_SECONDS_KEY, "{not json")  # damaged: no estimate, no error
+    assert last_load_seconds(settings, cpu) is None
+    remember_load_seconds(settings, cpu, 2.0)
+    assert last_load_seconds(settings, cpu) == 2.0

@@ -10,14 +10,17 @@ from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
+    VARIANTS_CANCELLED,
     ConvertRequest,
     EngineHost,
+    GraphRead,
     LoadRequest,
     ModelSummary,
     Progress,
     convert_job,
     load_job,
     prepare_default_model_job,
+    variants_job,
 )
 from tests.session.drive import drive
 
@@ -29,6 +32,7 @@ def test_a_load_sets_the_engine_and_a_failed_one_keeps_it(
     summary: ModelSummary = drive(load_job(host, LoadRequest(tiny_model_dir, threads=1))).result
     assert summary.device == "cpu" and summary.fallback_reason is None
     assert summary.max_context == 512 and summary.folder == tiny_model_dir
+    assert 0 < summary.load_seconds < 60  # how long the open took (the window remembers it)
     engine = host.engine
     missing = tmp_path / "no-such-model"
     out = drive(load_job(host, LoadRequest(missing)))
@@ -91,3 +95,18 @@ def test_preparing_the_default_model_can_be_cancelled(
     assert drive(prepare_default_model_job(), stopped=True).aborted == PREPARATION_CANCELLED
     prepared = drive(prepare_default_model_job())
     assert prepared.result == tmp_path / "data" / "models" / default_model.FOLDER_NAME
+
+
+def test_reading_a_folders_graphs_reports_each_and_stops_between_them(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    folder = tmp_path / "variants"
+    shutil.copytree(tiny_model_dir, folder)
+    shutil.copy(folder / "model.onnx", folder / "model_fp16.onnx")
+    out = drive(variants_job(folder))
+    assert [v.path for v in out.result] == ["model.onnx", "model_fp16.onnx"]
+    assert out.items == [GraphRead(0, 2, "model.onnx"), GraphRead(1, 2, "model_fp16.onnx")]
+    assert drive(variants_job(folder), stopped=True).aborted == VARIANTS_CANCELLED
+    assert drive(variants_job(tmp_path / "missing")).result == []

@@ -1,11 +1,12 @@
 """Windows that fit the screen: sized to the available area on first start (at any scaling),
-and put back on a screen when a saved position is off every screen or larger than it."""
+put back on a screen when a saved position is off every screen or larger than it, and their
+place, size and splitter widths kept between runs."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QRect, QSize
+from PySide6.QtCore import QByteArray, QDataStream, QRect, QSettings, QSize
 from PySide6.QtGui import QGuiApplication, QScreen
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QSplitter, QWidget
 
 PREFERRED = QSize(1200, 780)  # the whole layout, comfortably, on a 1280x800 screen
 SCREEN_SHARE = 0.92  # of the available area, at most, on first start
@@ -69,3 +70,34 @@ def _best_screen_area(frame: QRect) -> QRect | None:
         if size > overlap:
             best, overlap = area, size
     return best
+
+
+# ---- saved between runs -----------------------------------------------------------------------
+WINDOW_KEY = "window/geometry"
+SPLITTER_KEY = "window/splitter"
+
+
+def save(settings: QSettings, window: QWidget, splitter: QSplitter) -> None:
+    """Keep the window's place and size and its splitter's pane widths for the next start."""
+    settings.setValue(WINDOW_KEY, window.saveGeometry())
+    settings.setValue(SPLITTER_KEY, splitter.saveState())
+    settings.sync()
+
+
+def restore_splitter(splitter: QSplitter, saved: object) -> bool:
+    """Apply a saveState() blob made with as many panes as `splitter` has now; False when
+    there is none (the caller sets default widths). One saved before a pane was added would
+    give the new pane another's width."""
+    if isinstance(saved, QByteArray) and splitter_panes(saved) == splitter.count():
+        return bool(splitter.restoreState(saved))
+    return False
+
+
+def splitter_panes(state: QByteArray) -> int:
+    """How many panes a QSplitter.saveState() describes (0 if unreadable)."""
+    stream = QDataStream(state)
+    marker, _version = stream.readInt32(), stream.readInt32()
+    if marker != 0xFF or stream.status() != QDataStream.Status.Ok:
+        return 0
+    count = stream.readInt32()
+    return count if stream.status() == QDataStream.Status.Ok else 0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRect, QSize
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QByteArray, QRect, QSettings, QSize
+from PySide6.QtWidgets import QSplitter, QWidget
 
 from chatapp.gui.common.geometry import (
     PREFERRED,
@@ -12,6 +12,9 @@ from chatapp.gui.common.geometry import (
     keep_on_screen,
     place_first_time,
     restore,
+    restore_splitter,
+    save,
+    splitter_panes,
 )
 
 
@@ -67,3 +70,29 @@ def test_the_window_comes_back_as_it_was_left(make_window, tiny_model_dir) -> No
     again = make_window(["--model", str(tiny_model_dir)], wait=False)
     assert again.size() == QSize(1000, 620)
     assert (again.x(), again.y()) == (area.left() + 40, area.top() + 30)
+
+
+def _splitter(qtbot, panes: int) -> QSplitter:
+    splitter = QSplitter()
+    qtbot.addWidget(splitter)
+    for _ in range(panes):
+        splitter.addWidget(QWidget())
+    splitter.resize(600, 200)
+    return splitter
+
+
+def test_splitter_widths_come_back_only_with_as_many_panes(qtbot, tmp_path) -> None:
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    three = _splitter(qtbot, 3)
+    three.setSizes([100, 350, 150])
+    window = QWidget()
+    qtbot.addWidget(window)
+    save(settings, window, three)
+    saved = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat).value("window/splitter")
+    assert splitter_panes(saved) == 3
+    again = _splitter(qtbot, 3)
+    assert restore_splitter(again, saved)
+    # Within the handles' widths (the splitters are not shown, so not laid out exactly).
+    assert all(abs(a - b) <= 6 for a, b in zip(again.sizes(), [100, 350, 150], strict=True))
+    assert not restore_splitter(_splitter(qtbot, 2), saved)  # saved before a pane was added
+    assert not restore_splitter(again, None) and splitter_panes(QByteArray(b"junk")) == 0

@@ -29,10 +29,11 @@ from chatapp.engine import loops
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
 from chatapp.gui.chat.transcript import CUT_TEXT
+from chatapp.gui.common.geometry import splitter_panes
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.history.ui import HistoryUi
-from chatapp.gui.main_window import MainWindow, _splitter_panes
+from chatapp.gui.main_window import MainWindow
 from chatapp.session.chat_jobs import GenerateRequest
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
@@ -673,7 +674,7 @@ def test_the_conversation_list_sits_left_of_the_chat(
     splitter.setSizes([sizes[0] - 20, sizes[1] + 20, sizes[2]])
     saved = splitter.sizes()
     window.close()
-    assert _splitter_panes(window.settings.value("window/splitter")) == 3
+    assert splitter_panes(window.settings.value("window/splitter")) == 3
     # The saved three-pane layout comes back (at the same window width: the offscreen screen
     # is 800 px wide, so a restored window gets its minimum width, not the saved one).
     again = make_window(["--model", str(tiny_model_dir)])
@@ -685,7 +686,7 @@ def test_the_conversation_list_sits_left_of_the_chat(
     two = QSplitter()
     two.addWidget(QWidget())
     two.addWidget(QWidget())
-    assert _splitter_panes(two.saveState()) == 2
+    assert splitter_panes(two.saveState()) == 2
     again.settings.setValue("window/splitter", two.saveState())
     again._apply_splitter()
     assert again.splitter.sizes()[0] >= 230

@@ -48,7 +48,9 @@ class OnnxGraph:
         array = np.asarray(array)
         # Not np.ascontiguousarray: it turns a 0-d scalar into shape [1].
         contiguous = array if array.flags.c_contiguous else array.copy(order="C")
-        data = contiguous.tobytes() if array.size <= 16 else hashlib.sha256(contiguous.data).digest()
+        data = (
+            contiguous.tobytes() if array.size <= 16 else hashlib.sha256(contiguous.data).digest()
+        )
         key = (str(array.dtype) + str(array.shape), data)
         if key in self._consts:
             return self._consts[key]

@@ -59,9 +59,9 @@ class BoundedPlainTextEdit(QPlainTextEdit):
         total = self.length() - selected + len(text)
         if total > self.max_chars:
             self.last_refusal = (
-                f"Not pasted: that text has {len(text):,} characters and {self.what} can hold "
-                f"at most {self.max_chars:,}, far more than a model can read at once. "
-                "Your text is unchanged."
+                f"Not pasted: that text has {_count(len(text))} characters and {self.what} can "
+                f"hold at most {_count(self.max_chars)}, far more than a model can read at "
+                "once. Your text is unchanged."
             )
             emit(self.sig_refused, self.last_refusal)
             return
@@ -83,3 +83,7 @@ class BoundedPlainTextEdit(QPlainTextEdit):
         )
         if self.wordWrapMode() != mode:
             self.setWordWrapMode(mode)
+
+
+def _count(n: int) -> str:
+    return f"{n:,}".replace(",", " ")  # as the message viewer writes counts

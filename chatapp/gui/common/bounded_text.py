@@ -72,8 +72,12 @@ class BoundedPlainTextEdit(QPlainTextEdit):
     def setPlainText(self, text: str) -> None:
         """Set the whole text (any length: a message being edited, a saved system prompt),
         choosing the wrap first so that laying it out stays linear."""
-        self.wrap_anywhere(_LONG_RUN.search(text) is not None)
+        long_run = _LONG_RUN.search(text) is not None
+        if long_run:
+            self.wrap_anywhere(True)
         super().setPlainText(text)
+        if not long_run:  # only now: the old text would be laid out again by word
+            self.wrap_anywhere(False)
 
     def wrap_anywhere(self, on: bool) -> None:
         mode = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QGuiApplication, QTextFormat
+from PySide6.QtGui import QGuiApplication, QTextFormat, QTextOption
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat import view as chat_view_module
@@ -128,3 +128,15 @@ def test_a_huge_paste_is_refused_at_once_and_the_draft_is_kept(qtbot, view: Chat
     with qtbot.waitSignal(view.sig_send, timeout=1000) as sent:
         qtbot.keyClick(edit, Qt.Key.Key_Return)
     assert sent.args == ["my question: why?"]
+
+
+def test_editing_a_message_of_one_huge_word_and_cancelling(qtbot, view: ChatView) -> None:
+    word = "w" * 300_000
+    view.show_messages([ChatMessage("user", word), ChatMessage("assistant", "ok")])
+    qtbot.keyClicks(view.prompt_edit, "a draft")
+    view.begin_edit(0)
+    assert view.prompt_text() == word
+    assert view.prompt_edit.wordWrapMode() == QTextOption.WrapMode.WrapAnywhere
+    view.cancel_edit()
+    assert view.prompt_text() == "a draft"
+    assert view.prompt_edit.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere

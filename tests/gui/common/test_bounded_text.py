@@ -89,3 +89,20 @@ def test_a_long_unbroken_run_wraps_anywhere(qtbot) -> None:
     box.setPlainText("r" * 300_000)  # a message being edited: never refused, wraps anywhere
     assert box.wordWrapMode() == QTextOption.WrapMode.WrapAnywhere
     assert box.length() == 300_000
+
+
+def test_the_wrap_changes_only_while_the_box_holds_short_lines(qtbot) -> None:
+    """Switching to word wrap while a long run is still in the box lays it out the quadratic
+    way (cancelling the edit of a 1 MB word took 47 s): the text goes first, then the mode."""
+    box = _box(qtbot, max_chars=1 << 20)
+    seen: list[tuple[QTextOption.WrapMode, int]] = []
+    set_mode = box.setWordWrapMode
+
+    def spy(mode: QTextOption.WrapMode) -> None:
+        seen.append((mode, box.length()))
+        set_mode(mode)
+
+    box.setWordWrapMode = spy  # type: ignore[method-assign]
+    box.setPlainText("w" * 100_000)
+    box.setPlainText("draft")
+    assert seen == [(QTextOption.WrapMode.WrapAnywhere, 0), (WORD_WRAP, len("draft"))]

@@ -58,10 +58,10 @@ class BoundedPlainTextEdit(QPlainTextEdit):
         selected = cursor.selectionEnd() - cursor.selectionStart()
         total = self.length() - selected + len(text)
         if total > self.max_chars:
+            # Short enough for the status bar of a narrow window.
             self.last_refusal = (
-                f"Not pasted: that text has {_count(len(text))} characters and {self.what} can "
-                f"hold at most {_count(self.max_chars)}, far more than a model can read at "
-                "once. Your text is unchanged."
+                f"Not pasted: {_count(len(text))} characters is more than a model can read "
+                f"({self.what} holds at most {_count(self.max_chars)})."
             )
             emit(self.sig_refused, self.last_refusal)
             return

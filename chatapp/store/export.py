@@ -56,6 +56,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -168,12 +169,25 @@ def parse_json(data: str | bytes, now: datetime | None = None) -> ConversationDr
         # NaN/Infinity are not JSON; Python would accept them by default.
         doc = json.loads(data, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
+        if _is_markdown_export(data):
+            raise ImportFormatError(
+                "it is the Markdown transcript of a chat, written for reading. "
+                "Import the chat's JSON export (.json) instead"
+            ) from None
         raise ImportFormatError(
             f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
         ) from exc
     except RecursionError:
         raise ImportFormatError("its JSON is nested too deeply") from None
     return _conversation_from(doc, now or datetime.now(UTC))
+
+
+def _is_markdown_export(text: str) -> bool:
+    """Whether `text` starts like what to_markdown writes (a title, then the export line)."""
+    head = text.lstrip("\ufeff \t\r\n").split("\n", 3)
+    return (
+        len(head) > 2 and head[0].startswith("# ") and head[2].startswith("*Exported from chatapp")
+    )
 
 
 def check_import_size(size: int) -> None:
@@ -385,18 +399,49 @@ def to_markdown(conv: StoredConversation, tz: tzinfo | None = None) -> str:
         lines.append("")
     for m in conv.messages:
         count = len(m.alternatives) + 1
-        which = f" · answer {m.version + 1} of {count}" if count > 1 else ""
+        which = f" · version {m.version + 1} of {count}" if count > 1 else ""
         lines += ["---", "", f"### {m.role.capitalize()} · {_when(m.created, tz)}{which}", ""]
-        lines += [m.content.rstrip("\n"), ""]
+        lines += [_closed_fences(m.content.rstrip("\n")), ""]
         if m.figures is not None:
             lines += [f"*{figures_line(m.figures)}*", ""]
-        for number, other in _numbered_others(m):
-            when = f" · {_when(other.created, tz)}" if other.created is not None else ""
-            lines += [f"#### Other answer {number} of {count}{when}", ""]
-            lines += [other.content.rstrip("\n"), ""]
-            if other.figures is not None:
-                lines += [f"*{figures_line(other.figures)}*", ""]
+        if m.alternatives:
+            lines += _other_versions(m, count, tz)
     return "\n".join(lines)
+
+
+def _other_versions(message: StoredMessage, count: int, tz: tzinfo | None) -> list[str]:
+    """The versions not shown, each quoted: whatever Markdown an answer holds (headings, rules,
+    a code fence left open) stays inside its quote and cannot look like the transcript's own."""
+    lines = [f"#### Other versions ({count - 1})", ""]
+    for number, other in _numbered_others(message):
+        when = f" · {_when(other.created, tz)}" if other.created is not None else ""
+        body = [f"**Version {number} of {count}**{when}", ""]
+        body += [_closed_fences(other.content.rstrip("\n"))]
+        if other.figures is not None:
+            body += ["", f"*{figures_line(other.figures)}*"]
+        lines += [f"> {line}" if line else ">" for line in "\n".join(body).split("\n")]
+        lines.append("")
+    return lines
+
+
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+
+
+def _closed_fences(text: str) -> str:
+    """`text` with a code fence it leaves open closed (CommonMark's rules for fences at the
+    top level): an open fence would swallow the rest of the transcript."""
+    opened = ""
+    for line in text.split("\n"):
+        match = _FENCE.fullmatch(line)
+        if match is None:
+            continue
+        fence, rest = match.groups()
+        if not opened:
+            if not (fence[0] == "`" and "`" in rest):  # an info string holds no backtick
+                opened = fence
+        elif fence[0] == opened[0] and len(fence) >= len(opened) and not rest.strip():
+            opened = ""
+    return f"{text}\n{opened}" if opened else text
 
 
 def _numbered_others(message: StoredMessage) -> list[tuple[int, Alternative]]:

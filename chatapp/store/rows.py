@@ -37,14 +37,45 @@ def fold(text: str | None) -> str | None:
 def snippet(text: str, needle: str, width: int = 80) -> str:
     """About `width` characters around the first match, on one line.
 
-    The match is found in the casefolded text; casefolding rarely changes lengths ("ß" ->
-    "ss"), and when it does the window is only slightly off.
+    The match is found in the casefolded text ("ß" matches "ss"). Only the text near the
+    match is folded and flattened: a search hitting 4 Mi-character messages took 60 ms per
+    hit when the whole message was.
     """
-    flat = " ".join(text.split())
-    at = max(flat.casefold().find(needle), 0)
+    found = max(_find_folded(text, needle), 0)
+    lo, hi = max(0, found - 8 * width), min(len(text), found + len(needle) + 8 * width)
+    flat = " ".join(text[lo:hi].split())
+    at = max(_find_folded(flat, needle), 0)
     start = max(0, at - width // 3)
     end = min(len(flat), start + width)
-    return ("…" if start > 0 else "") + flat[start:end] + ("…" if end < len(flat) else "")
+    cut_before = start > 0 or (lo > 0 and not text[:lo].isspace())
+    cut_after = end < len(flat) or (hi < len(text) and not text[hi:].isspace())
+    return ("…" if cut_before else "") + flat[start:end] + ("…" if cut_after else "")
+
+
+_CHUNK = 1 << 16
+
+
+def _find_folded(text: str, needle: str) -> int:
+    """Where casefolded `needle` first occurs in `text`, folding the text a chunk at a time
+    only as far as the match."""
+    for start in range(0, len(text), _CHUNK):
+        # Folding never shortens text, so len(needle) characters of overlap are enough.
+        piece = text[start : start + _CHUNK + len(needle)]
+        folded = piece.casefold()
+        found = folded.find(needle)
+        if found >= 0:
+            return start + (found if len(folded) == len(piece) else _unfolded(piece, found))
+    return -1
+
+
+def _unfolded(piece: str, folded_at: int) -> int:
+    """The index in `piece` of the character whose folding holds `folded_at`."""
+    total = 0
+    for i, char in enumerate(piece):
+        total += len(char.casefold())
+        if total > folded_at:
+            return i
+    return len(piece)
 
 
 def check_draft(draft: MessageDraft) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 from chatapp.engine.figures import FIGURES
 from chatapp.store import (
@@ -191,7 +192,70 @@ def test_markdown_shows_every_version_numbered(store: HistoryStore) -> None:
     answer = store.load_conversation(conversation_id).messages[1]
     store.select_alternative(answer.id, 1)
     text = to_markdown(store.load_conversation(conversation_id), UTC)
-    assert "answer 2 of 3" in text
+    assert "### Assistant · 2026-11-03 12:00 +0000 · version 2 of 3\n\nsecond answer\n" in text
     shown = text.index("second answer")
-    assert shown < text.index("#### Other answer 1 of 3") < text.index("first answer")
-    assert text.index("#### Other answer 3 of 3") < text.index("third answer")
+    assert shown < text.index("#### Other versions (2)")
+    assert text.index("#### Other versions (2)") < text.index("> **Version 1 of 3** · 2026")
+    assert text.index("> **Version 1 of 3**") < text.index("> first answer")
+    assert text.index("> first answer") < text.index("> *naive loop · 10.0 tokens/s*")
+    assert text.index("> *naive loop") < text.index("> **Version 3 of 3**")
+    assert text.index("> **Version 3 of 3**") < text.index("> third answer")
+    assert "123.5 tokens/s" in text.split("> third answer")[1]  # its figures came along
+
+
+def _blocks(markdown: str) -> list[tuple[str, str]]:
+    """What a CommonMark reader sees at the top level: (block, its text) in order."""
+    tokens = MarkdownIt("commonmark").parse(markdown)
+    shown: list[tuple[str, str]] = []
+    for i, token in enumerate(tokens):
+        if token.level != 0 or not token.type.endswith(("_open", "fence", "code_block", "hr")):
+            continue
+        if token.type.endswith("_open") and tokens[i + 1].type == "inline":
+            shown.append((token.tag, tokens[i + 1].content))
+        else:
+            shown.append((token.tag or token.type, token.content))
+    return shown
+
+
+def test_markdown_in_other_versions_stays_inside_them(store: HistoryStore) -> None:
+    """Headings, rules and an open code fence in an answer cannot pass for the transcript's
+    own structure, and the messages after it are still read as messages."""
+    hostile = "# Big\n\n---\n\n### User · 2026-01-01 00:00 +0000\n\n```python\nprint('open')"
+    draft = ConversationDraft(
+        "tricky",
+        NOW,
+        NOW,
+        messages=(
+            MessageDraft("user", "show me"),
+            MessageDraft("assistant", hostile, None, None, (Alternative(hostile),), 1),
+            MessageDraft("user", "thanks"),
+        ),
+    )
+    stored = store.load_conversation(store.add_conversation(draft).id)
+    blocks = _blocks(to_markdown(stored, UTC))
+    headings = [text for tag, text in blocks if tag in ("h1", "h3", "h4")]
+    assert headings == [
+        "tricky",
+        "User · 2026-11-03 12:00 +0000",
+        "Assistant · 2026-11-03 12:00 +0000 · version 2 of 2",
+        "Big",  # the shown answer's own Markdown is kept as is (it is the answer) ...
+        "User · 2026-01-01 00:00 +0000",
+        "Other versions (1)",  # ... but its open fence is closed before the other versions
+        "User · 2026-11-03 12:00 +0000",
+    ]
+    assert ("code", "print('open')\n") in blocks
+    assert ("blockquote", "") in blocks  # the other version, whole, in one quote
+    assert blocks[-1] == ("p", "thanks")
+
+
+def test_a_markdown_export_is_not_imported_and_says_what_to_import(store: HistoryStore) -> None:
+    conversation_id = regenerated(store)
+    text = to_markdown(store.load_conversation(conversation_id), UTC)
+    before = store.list_conversations()
+    with pytest.raises(ImportFormatError, match=r"Markdown transcript .* JSON export \(\.json\)"):
+        store.import_json(text)
+    with pytest.raises(ImportFormatError, match="Markdown transcript"):
+        store.import_json(text.encode("utf-8-sig"))  # the bytes of a file, as an editor saved it
+    assert store.list_conversations() == before
+    with pytest.raises(ImportFormatError, match="not valid JSON"):
+        store.import_json("# Notes\n\nnot an export")  # other text: the JSON error as before

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSizePolicy,
@@ -32,6 +31,7 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.sampling_defaults import ModelSampling
 from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.chat.sampling_box import SamplingBox
+from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.chart_style import (
     EmptyHint,
     mark_outliers,
@@ -349,15 +349,10 @@ class SidePanel(QWidget):
         box.sig_changed.connect(self._save)
         return box
 
-    def _build_system_prompt(self) -> QGroupBox:
-        box = QGroupBox("System prompt", self)
-        layout = QVBoxLayout(box)
-        self.system_prompt_edit = QPlainTextEdit(box)
-        self.system_prompt_edit.setObjectName("systemPromptEdit")
-        self.system_prompt_edit.setPlaceholderText("Empty: the model's own default")
-        self.system_prompt_edit.setMinimumHeight(44)
-        self.system_prompt_edit.textChanged.connect(self._save)
-        layout.addWidget(self.system_prompt_edit)
+    def _build_system_prompt(self) -> SystemPromptBox:
+        self.system_prompt_box = box = SystemPromptBox(self)
+        self.system_prompt_edit = box.edit
+        box.sig_changed.connect(self._save)
         return box
 
     # ---- what the next answer uses ------------------------------------------------------------
@@ -496,7 +491,7 @@ class SidePanel(QWidget):
         self.set_device(str(settings.value("engine/device", "cpu")))
         self.threads_spin.setValue(_int(settings, "engine/threads", 0))
         self._threads_applied = self.threads_spin.value()
-        self.system_prompt_edit.setPlainText(str(settings.value("chat/system_prompt", "") or ""))
+        self.system_prompt_box.set_text(str(settings.value("chat/system_prompt", "") or ""))
         self._settings = settings
 
     @Slot()

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMessageBox,
-    QPlainTextEdit,
     QPushButton,
     QSizePolicy,
     QVBoxLayout,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 from chatapp.gui.chat.message_viewer import MessageViewer
 from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.chat.transcript import TranscriptView
+from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.session.context import ContextReport
@@ -43,8 +43,9 @@ REPAINT_SHARE = 0.25
 LINK_SHOWN_CHARS = 300
 
 
-class PromptEdit(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line, Esc stops the answer."""
+class PromptEdit(BoundedPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line, Esc stops the answer; a paste too long for
+    any model is refused (bounded_text.py)."""
 
     sig_submit = Signal()
     sig_escape = Signal()
@@ -107,7 +108,7 @@ class ChatView(QWidget):
         t.sig_link_refused.connect(self._on_link_refused)
         t.highlighted.connect(self._on_link_hovered)
 
-        self.prompt_edit = PromptEdit(self)
+        self.prompt_edit = PromptEdit("a message", self)
         self.prompt_edit.setObjectName("promptEdit")
         self.prompt_edit.setPlaceholderText(
             "Message the model (Enter sends, Shift+Enter: new line)"
@@ -117,6 +118,7 @@ class ChatView(QWidget):
         self.prompt_edit.setFixedHeight(line * 4 + 14)
         self.prompt_edit.sig_submit.connect(self._on_submit)
         self.prompt_edit.sig_escape.connect(self._on_escape)
+        self.prompt_edit.sig_refused.connect(self.sig_status)
 
         self.send_button = QPushButton("Send", self)
         self.send_button.setObjectName("sendButton")

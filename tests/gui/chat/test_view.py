@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QGuiApplication, QTextFormat
+from PySide6.QtGui import QGuiApplication, QTextFormat, QTextOption
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat import view as chat_view_module
 from chatapp.gui.chat.view import ChatView
+from chatapp.gui.common.bounded_text import MAX_TEXT_CHARS
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.conversation import ChatMessage
 
@@ -110,3 +111,34 @@ def test_copy_a_message(qtbot, view: ChatView) -> None:
     doc_text = view.transcript.document().toPlainText()
     position = doc_text.index("answer")
     assert view.transcript.message_at(position) == 1
+
+
+def test_a_huge_paste_is_refused_at_once_and_the_draft_is_kept(qtbot, view: ChatView) -> None:
+    edit = view.prompt_edit
+    qtbot.keyClicks(edit, "my question: ")
+    QGuiApplication.clipboard().setText("lorem ipsum " * 500_000)  # 6 MB on one line
+    with qtbot.waitSignal(view.sig_status, timeout=1000) as status:
+        qtbot.keyClick(edit, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    assert view.prompt_text() == "my question: "
+    assert status.args[0] == (
+        "Not pasted: 6 000 000 characters is more than a model can read "
+        "(a message holds at most 1 048 576)."
+    )
+    assert MAX_TEXT_CHARS == 1_048_576
+    # The draft is still a draft: typing goes on and Enter sends it.
+    qtbot.keyClicks(edit, "why?")
+    with qtbot.waitSignal(view.sig_send, timeout=1000) as sent:
+        qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert sent.args == ["my question: why?"]
+
+
+def test_editing_a_message_of_one_huge_word_and_cancelling(qtbot, view: ChatView) -> None:
+    word = "w" * 300_000
+    view.show_messages([ChatMessage("user", word), ChatMessage("assistant", "ok")])
+    qtbot.keyClicks(view.prompt_edit, "a draft")
+    view.begin_edit(0)
+    assert view.prompt_text() == word
+    assert view.prompt_edit.wordWrapMode() == QTextOption.WrapMode.WrapAnywhere
+    view.cancel_edit()
+    assert view.prompt_text() == "a draft"
+    assert view.prompt_edit.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere

@@ -103,3 +103,19 @@ def test_regenerate_keeps_versions_switchable_saved_exported_and_imported(
     assert imported.version == 1 and [v.content for v in imported.versions()] == contents
     window.chat_view.flush()
     assert "‹ 2/3 ›" in window.chat_view.transcript.toPlainText()
+
+    # Markdown: the version shown, then the others under their own heading; a Markdown
+    # export picked for Import is refused in one line that says what to import instead.
+    ui.ask_save_path = lambda *_args: str(tmp_path / "chat.md")
+    ui.export_markdown_action.trigger()
+    markdown = (tmp_path / "chat.md").read_text(encoding="utf-8")
+    assert "· version 2 of 3\n\n" + contents[1] in markdown
+    others = markdown.split("#### Other versions (2)")[1]
+    assert "> **Version 1 of 3**" in others and "> **Version 3 of 3**" in others
+    assert others.index(contents[0].splitlines()[0]) < others.index(contents[2].splitlines()[0])
+    listed = len(ui.controller.conversations())
+    ui.ask_open_path = lambda *_args: str(tmp_path / "chat.md")
+    assert ui.import_conversation() is None
+    assert "Could not import chat.md" in window.banner.text()
+    assert "Markdown transcript" in window.banner.text() and "JSON export" in window.banner.text()
+    assert len(ui.controller.conversations()) == listed

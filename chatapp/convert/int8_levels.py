@@ -44,11 +44,10 @@ def float_kernel_copy(model_path: Path) -> bytes | None:
     Only ONNX Runtime's CPU kernel quantizes activations in blocks of 32 as the levels assume;
     WebGPU's int8 (DP4A) path uses its own blocks, so there the three rows would be rounded
     again (max |logit diff| 0.38 measured). On float kernels the rows still sum to x.
-    Models with weights in an external file are left alone (their bytes cannot move).
+    Weights in an external file stay there: a session on the copy is told the model's folder
+    (engine/devices.py).
     """
     model = onnx.load(str(model_path), load_external_data=False)
-    if any(i.data_location == onnx.TensorProto.EXTERNAL for i in model.graph.initializer):
-        return None
     found = inline_prompt_branch(model)
     for node in model.graph.node:
         if node.op_type == "MatMulNBits" and node.name.endswith(NODE_SUFFIX):

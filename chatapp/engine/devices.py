@@ -197,12 +197,22 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     return opts
 
 
+def external_data_folder(opts: ort.SessionOptions, model_path: Path) -> None:
+    """Where a session made from a graph's bytes finds the weights it keeps in files."""
+    opts.add_session_config_entry(
+        "session.model_external_initializers_file_folder_path", str(model_path.parent)
+    )
+
+
 def create_session(
     model: Path | bytes, device: Device, opts: ort.SessionOptions
 ) -> ort.InferenceSession:
     """A session on `device` (CPU for the ops the device lacks); raises what the provider raises."""
     if device.provider != CPU.provider and isinstance(model, Path):
-        model = float_kernel_copy(model) or model  # exact int8 levels hold on the CPU only
+        copy = float_kernel_copy(model)  # int8 levels hold on the CPU only; no If
+        if copy is not None:
+            external_data_folder(opts, model)
+            model = copy
     source = model if isinstance(model, bytes) else str(model)
     if device.ep_device is not None:
         opts.add_provider_for_devices([device.ep_device], {})

@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +36,7 @@ from chatapp.convert.converter import (
 )
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.gguf_file import GGUFModel
+from chatapp.engine.devices import CPU, create_session, session_options
 from tests.tiny_model import CHATML_TEMPLATE, write_tiny_gguf
 
 FOLDER_FILES = {
@@ -198,6 +199,22 @@ def test_external_data_file(
         str(tiny_model_dir / "model.onnx"), providers=["CPUExecutionProvider"]
     )
     assert greedy(split, spec, prompt, 4) == greedy(whole, spec, prompt, 4)
+
+
+def test_device_session_keeps_external_weights(
+    tmp_path: Path, tiny_gguf: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session on another device runs a copy of the graph (no If, no int8 levels) made in
+    memory; weights in model.onnx.data are still found, in the model's folder."""
+    monkeypatch.setattr(converter, "EXTERNAL_DATA_THRESHOLD", 0)
+    out = convert_gguf(tiny_gguf, tmp_path / "m")
+    other = replace(CPU, name="other", provider="AzureExecutionProvider")  # runs on the CPU
+    session = create_session(out / "model.onnx", other, session_options(threads=1))
+    whole = ort.InferenceSession(
+        str(tiny_model_dir / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    spec, prompt = GGUFModel(tiny_gguf).spec, [5, 80, 120, 7]
+    assert greedy(session, spec, prompt, 4) == greedy(whole, spec, prompt, 4)
 
 
 def test_onnxruntime_genai_runs_the_folder(tiny_model_dir: Path, tiny_gguf: Path) -> None:

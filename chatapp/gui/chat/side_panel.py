@@ -40,7 +40,7 @@ from chatapp.gui.common.chart_style import (
     style_chart,
 )
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.theme import ThemeColors, muted, on_theme, set_text_color
+from chatapp.gui.common.theme import ThemeColors, muted, on_theme, warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session import formatting as fmt
 from chatapp.session.context import POLICY_TEXT
@@ -328,11 +328,7 @@ class SidePanel(QWidget):
         row.addRow("Threads", self.threads_spin)
         ignore_wheel_unless_focused(self.device_selector, self.threads_spin)
         form.addLayout(row)
-        self.fallback_label = QLabel("", box)
-        self.fallback_label.setObjectName("deviceFallbackLabel")
-        self.fallback_label.setWordWrap(True)
-        set_text_color(self.fallback_label, lambda c: c.warning)
-        self.fallback_label.hide()
+        self.fallback_label = warning_label(box, "deviceFallbackLabel")
         form.addWidget(self.fallback_label)
         self._threads_applied = 0
         return box

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QHideEvent
-from PySide6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGroupBox, QVBoxLayout, QWidget
 
 from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.theme import set_text_color
+from chatapp.gui.common.theme import warning_label
 
 SAVE_AFTER_MS = 400
 
@@ -30,11 +30,7 @@ class SystemPromptBox(QGroupBox):
         self.edit.setObjectName("systemPromptEdit")
         self.edit.setPlaceholderText("Empty: the model's own default")
         self.edit.setMinimumHeight(44)
-        self.note = QLabel("", self)
-        self.note.setObjectName("systemPromptNote")
-        self.note.setWordWrap(True)
-        set_text_color(self.note, lambda c: c.warning)
-        self.note.hide()
+        self.note = warning_label(self, "systemPromptNote")
         layout.addWidget(self.edit)
         layout.addWidget(self.note)
         self._pending = QTimer(self)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QObject, QSettings, Signal, Slot
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication, QStyleFactory, QWidget
+from PySide6.QtWidgets import QApplication, QLabel, QStyleFactory, QWidget
 
 from chatapp.gui.common.qtcompat import emit
 
@@ -365,3 +365,13 @@ def set_text_color(widget: QWidget, pick: ColorPick) -> None:
 def muted(widget: QWidget) -> None:
     """A caption or hint: the text colour toward the background, still readable."""
     set_text_color(widget, lambda c: c.muted)
+
+
+def warning_label(parent: QWidget, object_name: str) -> QLabel:
+    """A hidden, wrapping label in the theme's warning colour, for a note shown on demand."""
+    label = QLabel("", parent)
+    label.setObjectName(object_name)
+    label.setWordWrap(True)
+    set_text_color(label, lambda c: c.warning)
+    label.hide()
+    return label

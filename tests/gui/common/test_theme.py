@@ -150,3 +150,18 @@ def test_set_text_color_again_changes_the_colour_and_follows_the_theme(qtbot, th
     apply_theme("dark")
     assert label.palette().windowText().color() == colors().error
     assert contrast(colors().error, colors().window) >= TEXT_CONTRAST
+
+
+def test_warning_label_starts_hidden_and_follows_the_theme(qtbot, themed) -> None:
+    from PySide6.QtWidgets import QWidget
+
+    from chatapp.gui.common.theme import warning_label
+
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    label = warning_label(parent, "someNote")
+    assert label.objectName() == "someNote" and label.parent() is parent
+    assert label.isHidden() and label.wordWrap()
+    assert label.palette().windowText().color() == colors().warning
+    apply_theme("dark")
+    assert label.palette().windowText().color() == colors().warning

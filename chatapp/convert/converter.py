@@ -242,6 +242,9 @@ def _save_onnx(model: onnx.ModelProto, path: Path) -> None:
         location=EXTERNAL_DATA_FILE,
         size_threshold=1024,
     )
+    # onnx creates the data file for its owner only (0600); an installer that bundles the
+    # default model, or a second user of a shared folder, must be able to read it like the graph.
+    (path.parent / EXTERNAL_DATA_FILE).chmod(path.stat().st_mode & 0o777)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

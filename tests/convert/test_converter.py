@@ -189,6 +189,7 @@ def test_external_data_file(
     out = convert_gguf(tiny_gguf, tmp_path / "m")
     data = out / "model.onnx.data"
     assert data.is_file()
+    assert data.stat().st_mode & 0o777 == (out / "model.onnx").stat().st_mode & 0o777
     assert (out / "model.onnx").stat().st_size < data.stat().st_size
     manifest = read_manifest(out)
     assert manifest is not None and "model.onnx.data" in manifest["files"]

@@ -115,7 +115,9 @@ def assert_matches_reference(
 def test_logits_match_reference(tmp_path: Path, qtype: str) -> None:
     c = Converted(tmp_path, EXACT, qtype=qtype)
     ids = c.prompt()
-    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+    want = reference_logits(c, ids)
+    assert_matches_reference(c.logits(ids), want)
+    assert_matches_reference(c.step_logits(ids), want, STEP_TOLERANCE)
 
 
 def level_nodes(graph: onnx.GraphProto) -> dict[str, set[str]]:
@@ -214,7 +216,9 @@ def test_steps_take_the_step_branch(tmp_path: Path) -> None:
 def test_k_quant_logits_match_reference(tmp_path: Path, qtype: str) -> None:
     c = Converted(tmp_path, EXACT, qtype=qtype, **K_DIMS)
     ids = c.prompt()
-    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+    want = reference_logits(c, ids)
+    assert_matches_reference(c.logits(ids), want)
+    assert_matches_reference(c.step_logits(ids), want, STEP_TOLERANCE)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,13 @@ from chatapp.convert.quant_formats import IQ4_GRID
 from chatapp.convert.weights import NBitsWeight, concat_rows, to_weight, unpermute_rope_rows
 from tests.convert.reference import ReferenceModel
 from tests.convert.test_families import assert_matches, full_pass, prompt
-from tests.convert.test_graph import EXACT, Converted, assert_matches_reference, reference_logits
+from tests.convert.test_graph import (
+    EXACT,
+    STEP_TOLERANCE,
+    Converted,
+    assert_matches_reference,
+    reference_logits,
+)
 from tests.tiny_families import FAMILIES as TINY_FAMILIES
 from tests.tiny_families import write_family_gguf
 from tests.tiny_model import random_kquant
@@ -131,7 +137,10 @@ def test_nan_scales_stay_nan() -> None:
 def test_linear_weights_match_reference(tmp_path: Path, qtype: str) -> None:
     c = Converted(tmp_path, EXACT, qtype=qtype, **dims(qtype))
     ids = c.prompt()
-    assert_matches_reference(c.logits(ids), reference_logits(c, ids))
+    want = reference_logits(c, ids)
+    assert_matches_reference(c.logits(ids), want)
+    # One token at a time: the step branch, on int8 levels where the blocks are 32 wide.
+    assert_matches_reference(c.step_logits(ids), want, STEP_TOLERANCE)
 
 
 @pytest.mark.parametrize("embed_qtype", [*NEW_TYPES, "Q4_K", "Q5_K", "Q4_1"])

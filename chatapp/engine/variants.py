@@ -17,6 +17,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.errors import ModelError
 from chatapp.engine.folder_files import load_onnx_graph, resolve_inside
 
@@ -104,11 +105,8 @@ def ordered_candidates(folder: Path) -> list[Path]:
 def graph_precision(model: onnx.ModelProto) -> str | None:
     """fp32 / fp16 / bf16 / int8 / uint8 / q4 / q4f16 / bnb4 from what the graph holds."""
     graph = model.graph
-    ops = {n.op_type for n in graph.node}
-    for node in graph.node:  # legacy merged decoders keep their nodes in If branches
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                ops |= {n.op_type for n in attr.g.node}
+    # Legacy merged decoders and chatapp's step/prompt split keep their nodes in If branches.
+    ops = {n.op_type for n in all_nodes(graph)}
     float_bytes: Counter[str] = Counter()
     int8_bytes: Counter[int] = Counter()
     for init in graph.initializer:

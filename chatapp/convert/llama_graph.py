@@ -94,7 +94,7 @@ class LlamaGraphBuilder:
         self.options = options
         self.features = features or plain_features(spec)
         self.g = OnnxGraph()
-        self.way = _Way("", "", levels=0)  # replaced while the layers are built
+        self.way = _Way("", "", levels=0)  # this graph's own; _through() switches while building
         ctx, f = options.context_length, self.features
         self.attn: GQAAttention | StandardAttention
         if options.static_window:
@@ -283,15 +283,23 @@ class LlamaGraphBuilder:
 
     @contextmanager
     def _through(self, way: _Way) -> Iterator[None]:
-        """Build into `way`: its node list (a branch body) or this graph, its levels."""
-        self.way = way
+        """Build into `way` (its node list, a branch body, or this graph; its levels; its
+        presents' prefix), then back to the way before."""
+        before, self.way = self.way, way
+        self._name_presents(way.prefix)
+        try:
+            if way.nodes is None:
+                yield
+            else:
+                with self.g.collecting(way.nodes):
+                    yield
+        finally:
+            self.way = before
+            self._name_presents(before.prefix)
+
+    def _name_presents(self, prefix: str) -> None:
         if isinstance(self.attn, GQAAttention):
-            self.attn.present_prefix = way.prefix
-        if way.nodes is None:
-            yield
-            return
-        with self.g.collecting(way.nodes):
-            yield
+            self.attn.present_prefix = prefix
 
     def _join(self, ways: list[_Way], ids: str) -> str:
         """The If that runs the step way for one new token and the prompt way otherwise."""
@@ -352,7 +360,6 @@ class LlamaGraphBuilder:
         for way in ways:
             with self._through(way):
                 way.hidden, _ = self.skip_rms(way.hidden, way.residual, final_norm, "final_norm")
-        self.way = _Way(x, x, levels=0)
         final = ways[0].hidden if len(ways) == 1 else self._join(ways, ids)
         if not self.options.static_window:  # a window's logits are few already
             final = self.keep_positions(final, ids)

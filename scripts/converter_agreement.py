@@ -3,7 +3,9 @@ against the numpy reference (top-1 agreement, max logit difference, perplexity, 
 for the text read as one prompt and fed one token at a time (decode steps take their own
 branch of the graph in the default conversion, step_split.py).
 
-    .venv/bin/python scripts/converter_agreement.py
+    .venv/bin/python scripts/converter_agreement.py [WORD ...]
+
+WORDs pick the variants whose label contains one of them (e.g. `default`); none: all.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from chatapp.engine.sampling import token_logprobs
 from tests.convert.reference import ReferenceModel
 
 VARIANTS = {
-    "steps on 2 int8 levels, prompts float / Q8_0 head on 3 levels (default)": ConvertOptions(),
+    "steps on 2 int8 levels, prompts float / Q8_0 head on 2 levels in steps, 3 in prompts "
+    "(default)": ConvertOptions(),
     "float / same head (--int8-levels head)": ConvertOptions(int8_levels="head"),
     "3 int8 levels / same head (--int8-levels all)": ConvertOptions(int8_levels="all"),
     "float / int8 head": ConvertOptions(lm_head_int8=True),
@@ -93,7 +96,9 @@ def main() -> None:
     rows = []
     ids: list[int] = []
     ref_logits = None
-    for n, (label, options) in enumerate(VARIANTS.items()):
+    wanted = sys.argv[1:]
+    variants = {k: v for k, v in VARIANTS.items() if not wanted or any(w in k for w in wanted)}
+    for n, (label, options) in enumerate(variants.items()):
         folder = convert_gguf(gguf, work / f"variant{n}", options)
         if not ids:
             ids = ChatTokenizer(folder).encode(filler_text())[:700]

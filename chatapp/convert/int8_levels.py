@@ -37,6 +37,13 @@ BLOCK = 32
 NODE_SUFFIX = "/int8_levels"
 
 
+def levels_projection(node: onnx.NodeProto) -> str | None:
+    """The projection a MatMulNBits node on int8 levels computes ("lm_head"); None for others."""
+    if node.op_type != "MatMulNBits" or not node.name.endswith(NODE_SUFFIX):
+        return None
+    return node.name.removesuffix(NODE_SUFFIX)
+
+
 def float_kernel_copy(model_path: Path) -> bytes | None:
     """The model with its level nodes on accuracy_level 0 and its step/prompt If replaced by
     the prompt branch (step_split.py); None when it has neither.
@@ -50,7 +57,7 @@ def float_kernel_copy(model_path: Path) -> bytes | None:
     model = onnx.load(str(model_path), load_external_data=False)
     found = inline_prompt_branch(model)
     for node in model.graph.node:
-        if node.op_type == "MatMulNBits" and node.name.endswith(NODE_SUFFIX):
+        if levels_projection(node):
             for attr in node.attribute:
                 if attr.name == "accuracy_level":
                     attr.i, found = 0, True
@@ -81,8 +88,12 @@ def int8_levels_matmul(
     g: OnnxGraph, xb: str, w: NBitsWeight, name: str, levels: int = LEVELS
 ) -> str:
     """x @ (scale * (q - zero_point))^T for `blocked` x, in `levels` int8 rows; [B, S, N]."""
+    return levels_product(g, level_rows(g, xb, levels), w, name)
+
+
+def level_rows(g: OnnxGraph, xb: str, levels: int) -> str:
+    """`blocked` x as `levels` rows that sum to it, stacked: [levels, B, S, K / block, block]."""
     last = g.const("axis_last", np.array([-1], np.int64))
-    first = g.const("axis_first", np.array([0], np.int64))
     int8_max = g.const("int8_max", np.array(127, np.float32))
     # An all-zero block would divide 0 by 0; any positive step gives its zeros back.
     tiny = g.const("tiny_step", np.array(1e-30, np.float32))
@@ -95,9 +106,13 @@ def int8_levels_matmul(
         coarse = g.op1("Mul", [g.op1("Round", [g.op1("Div", [rest, step])]), step])
         rest = g.op1("Sub", [rest, coarse])
         rows.append(coarse)
-    stacked = g.op1("Concat", [*rows, rest], axis=0)  # [levels, B, S, K/32, 32]
+    return g.op1("Concat", [*rows, rest], axis=0)
+
+
+def levels_product(g: OnnxGraph, rows: str, w: NBitsWeight, name: str) -> str:
+    """The sum over `level_rows` (any number of them) of row @ (scale * (q - zp))^T."""
     merge = g.const("levels_shape", np.array([0, 0, 0, w.k], np.int64))
-    inputs = nbits_inputs(g, g.op1("Reshape", [stacked, merge]), name, w)
+    inputs = nbits_inputs(g, g.op1("Reshape", [rows, merge]), name, w)
     y = g.op(
         "MatMulNBits",
         inputs,
@@ -110,6 +125,7 @@ def int8_levels_matmul(
         block_size=w.block_size,
         accuracy_level=4,
     )[0]
+    first = g.const("axis_first", np.array([0], np.int64))
     return g.op1("ReduceSum", [y, first], keepdims=0)
 
 

@@ -32,7 +32,8 @@ from chatapp.convert.int8_levels import (
     block_sums,
     blocked,
     int8_levels_apply,
-    int8_levels_matmul,
+    level_rows,
+    levels_product,
     nbits_inputs,
 )
 from chatapp.convert.llama_weights import LayerWeights
@@ -40,7 +41,7 @@ from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.quant_embedding import embed_tokens
 from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
-from chatapp.convert.step_split import branch, single_token
+from chatapp.convert.step_split import ROWS_NODE_NAME, branch, single_token
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
 
 Progress = Callable[[float, str], None]
@@ -95,6 +96,7 @@ class LlamaGraphBuilder:
         self.features = features or plain_features(spec)
         self.g = OnnxGraph()
         self.way = _Way("", "", levels=0)  # this graph's own; _through() switches while building
+        self.single_token: str | None = None  # the step/prompt condition, when split
         ctx, f = options.context_length, self.features
         self.attn: GQAAttention | StandardAttention
         if options.static_window:
@@ -112,23 +114,31 @@ class LlamaGraphBuilder:
         name: str,
         accuracy_level: int | None = None,
         bias: np.ndarray | None = None,
-        levels: int | None = None,
+        levels: int | tuple[int, int] | None = None,
     ) -> str:
-        """x @ w^T (+ bias); `levels` int8 rows (0: none), by default the current way's."""
+        """x @ w^T (+ bias); `levels` int8 rows (0: none; a pair: in steps, in prompts), by
+        default the current way's."""
         count = self.way.levels if levels is None else levels
         y = self._matmul(x, w, name, accuracy_level, count)
         if bias is None:
             return y
         return self.g.op1("Add", [y, self.g.const(f"{name}.bias", bias.astype(np.float32))])
 
-    def _matmul(self, x: str, w: Weight, name: str, accuracy_level: int | None, levels: int) -> str:
+    def _matmul(
+        self,
+        x: str,
+        w: Weight,
+        name: str,
+        accuracy_level: int | None,
+        levels: int | tuple[int, int],
+    ) -> str:
         g = self.g
         level = self.options.accuracy_level if accuracy_level is None else accuracy_level
         if isinstance(w, FloatWeight):
             return g.op1("MatMul", [x, g.const(f"{name}.weight_t", w.w.T.copy())])
         if level == 0 and levels and int8_levels_apply(w):
             xb = blocked(g, x, w)
-            y = int8_levels_matmul(g, xb, w, name, levels)
+            y = levels_product(g, self._level_rows(xb, levels), w, name)
             if w.mins is None:
                 return y
             return g.op1("Add", [y, self._block_offsets(block_sums(g, xb), w, name)])
@@ -228,8 +238,9 @@ class LlamaGraphBuilder:
             g.op1("Mul", [act, up]), lw.down, f"layers.{i}.mlp.down", bias=lw.down_bias
         )
 
-    def keep_positions(self, hidden: str, ids: str) -> str:
-        """The rows named by the overridable input logits_positions; all when it is empty."""
+    def logits_rows(self, ids: str) -> str:
+        """Which positions get logits: those named by the overridable input logits_positions;
+        all when it is empty."""
         g = self.g
         wanted = g.add_input(LOGITS_POSITIONS, TensorProto.INT64, ["logits_length"])
         g.initializers.append(numpy_helper.from_array(np.zeros(0, np.int64), wanted))
@@ -238,7 +249,42 @@ class LlamaGraphBuilder:
         none_named = g.op1("Equal", [g.op1("Size", [wanted]), g.const("zero", np.array(0))])
         limit = g.op1("Mul", [length, g.op1("Cast", [none_named], to=TensorProto.INT64)])
         every = g.op1("Range", [g.const("zero", np.array(0)), limit, g.const("one", np.array(1))])
-        return g.op1("Gather", [hidden, g.op1("Concat", [wanted, every], axis=0)], axis=1)
+        return g.op1("Concat", [wanted, every], axis=0)
+
+    def head(self, hidden: str, w: Weight) -> str:
+        """The output projection: on exact int8 levels when the weight takes them (three, or
+        the step way's two in single-token steps when the layers are split), else as the
+        options say."""
+        if self.options.lm_head_int8:
+            return self.linear(hidden, w, "lm_head", accuracy_level=4)
+        if isinstance(w, NBitsWeight) and int8_levels_apply(w):
+            # Reads its 8-bit codes (30 MB on the default model), not a float32 copy (113 MB).
+            levels = (STEP_LEVELS, LEVELS) if self.single_token else LEVELS
+            return self.linear(hidden, w, "lm_head", accuracy_level=0, levels=levels)
+        # 8-bit MatMulNBits has no fast float path on CPU: a float MatMul is exact and faster.
+        return self.linear(hidden, FloatWeight(w.dequantize()), "lm_head")
+
+    def _level_rows(self, xb: str, levels: int | tuple[int, int]) -> str:
+        """`levels` int8 rows of blocked x; for a (step, prompt) pair, an If on the layers'
+        condition picks the count, so one node (one packed copy of the weight) serves both."""
+        g = self.g
+        if isinstance(levels, int):
+            return level_rows(g, xb, levels)
+        assert self.single_token is not None  # pairs come only with the step/prompt split
+        bodies = []
+        for count, label in zip(levels, ("step_rows", "prompt_rows"), strict=True):
+            nodes: list[onnx.NodeProto] = []
+            with g.collecting(nodes):
+                rows = level_rows(g, xb, count)
+            bodies.append(branch(nodes, label, [rows]))
+        return g.op(
+            "If",
+            [self.single_token],
+            1,
+            name=ROWS_NODE_NAME,
+            then_branch=bodies[0],
+            else_branch=bodies[1],
+        )[0]
 
     def _layer(self, hidden: str, residual: str, lw: LayerWeights, i: int) -> tuple[str, str]:
         """One decoder layer; returns its output and the residual stream."""
@@ -304,6 +350,7 @@ class LlamaGraphBuilder:
     def _join(self, ways: list[_Way], ids: str) -> str:
         """The If that runs the step way for one new token and the prompt way otherwise."""
         g, step, prompt = self.g, ways[0], ways[1]
+        self.single_token = single_token(g, ids)
         presents = [f"present.{i}.{k}" for i in range(self.spec.n_layers) for k in ("key", "value")]
 
         def body(way: _Way, name: str) -> onnx.GraphProto:
@@ -313,7 +360,7 @@ class LlamaGraphBuilder:
         final = g.unique("layers/final_hidden")
         g.op(
             "If",
-            [single_token(g, ids)],
+            [self.single_token],
             [final, *presents],
             name=SPLIT_NODE,
             then_branch=body(step, "step"),
@@ -362,16 +409,8 @@ class LlamaGraphBuilder:
                 way.hidden, _ = self.skip_rms(way.hidden, way.residual, final_norm, "final_norm")
         final = ways[0].hidden if len(ways) == 1 else self._join(ways, ids)
         if not self.options.static_window:  # a window's logits are few already
-            final = self.keep_positions(final, ids)
-        head = source.lm_head()
-        if self.options.lm_head_int8:
-            logits = self.linear(final, head, "lm_head", accuracy_level=4)
-        elif isinstance(head, NBitsWeight) and int8_levels_apply(head):
-            # Exact, and reads its 8-bit codes (30 MB) instead of a float32 copy (113 MB).
-            logits = self.linear(final, head, "lm_head", accuracy_level=0, levels=LEVELS)
-        else:
-            # 8-bit MatMulNBits has no fast float path on CPU: a float MatMul is exact and faster.
-            logits = self.linear(final, FloatWeight(head.dequantize()), "lm_head")
+            final = g.op1("Gather", [final, self.logits_rows(ids)], axis=1)
+        logits = self.head(final, source.lm_head())
         if self.features.final_softcap:
             cap = np.float32(self.features.final_softcap)
             scaled = g.op1("Mul", [logits, g.const("inv_final_cap", np.array(1 / cap, np.float32))])

@@ -14,7 +14,13 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
-from chatapp.convert.int8_levels import NODE_SUFFIX, float_kernel_copy
+from chatapp.convert.int8_levels import (
+    LEVELS,
+    NODE_SUFFIX,
+    STEP_LEVELS,
+    float_kernel_copy,
+    levels_projection,
+)
 from chatapp.convert.onnx_graph import all_nodes
 from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
 from tests.convert.reference import ReferenceModel
@@ -124,13 +130,33 @@ def level_nodes(graph: onnx.GraphProto) -> dict[str, set[str]]:
     """Projections on exact int8 levels, by where they are: "main", or an If branch's name."""
     found: dict[str, set[str]] = {}
     for node in graph.node:
-        if node.name.endswith(NODE_SUFFIX):
-            found.setdefault("main", set()).add(node.name.removesuffix(NODE_SUFFIX))
+        projection = levels_projection(node)
+        if projection:
+            found.setdefault("main", set()).add(projection)
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 for where, names in level_nodes(attr.g).items():
                     found.setdefault(attr.g.name if where == "main" else where, set()).update(names)
     return found
+
+
+def head_rows(graph: onnx.GraphProto) -> int | tuple[int, int]:
+    """How many int8 rows (levels) the output projection's MatMulNBits gets: a count, or
+    (in steps, in prompts) when an If picks it."""
+    made_by = {out: node for node in graph.node for out in node.output}
+    head = next(n for n in graph.node if levels_projection(n) == "lm_head")
+    rows = made_by[made_by[head.input[0]].input[0]]
+
+    def count(concat: onnx.NodeProto) -> int:
+        assert concat.op_type == "Concat", concat.op_type
+        return len(concat.input)
+
+    if rows.op_type != "If":
+        return count(rows)
+    step, prompt = (
+        next(a.g for a in rows.attribute if a.name == f"{b}_branch") for b in ("then", "else")
+    )
+    return count(step.node[-1]), count(prompt.node[-1])
 
 
 @pytest.mark.parametrize("levels", ["decode", "all", "head"])
@@ -149,9 +175,12 @@ def test_int8_levels_where_asked_and_exact(tmp_path: Path, levels: str) -> None:
     if levels == "decode":
         assert set(found) == {"main", "step"}  # the prompt branch has none
         assert len(layers["step"]) == 4 * c.spec.n_layers and not layers["main"]
+        # One output projection; an If gives it two levels in steps, three in prompts.
+        assert head_rows(graph) == (STEP_LEVELS, LEVELS)
     else:
         assert set(found) == {"main"}
         assert bool(layers["main"]) is (levels == "all")
+        assert head_rows(graph) == LEVELS
     ids = c.prompt()
     want = reference_logits(c, ids)
     assert_matches_reference(c.logits(ids), want)
@@ -174,8 +203,8 @@ def test_device_copy_runs_the_prompt_branch_for_everything(tmp_path: Path) -> No
     assert copy is not None
     graph = onnx.load_from_string(copy).graph
     assert not any(n.op_type == "If" for n in all_nodes(graph))
-    levels = [n for n in all_nodes(graph) if n.name.endswith(NODE_SUFFIX)]
-    assert [n.name for n in levels] == ["lm_head" + NODE_SUFFIX]
+    levels = [n for n in all_nodes(graph) if levels_projection(n)]
+    assert [levels_projection(n) for n in levels] == ["lm_head"]
     assert [a.i for n in levels for a in n.attribute if a.name == "accuracy_level"] == [0]
     c.session = ort.InferenceSession(copy)
     ids = c.prompt()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import TensorProto
 
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.step_split import inline_prompt_branch
@@ -93,6 +94,11 @@ def int8_levels_matmul(
 
 def level_rows(g: OnnxGraph, xb: str, levels: int) -> str:
     """`blocked` x as `levels` rows that sum to it, stacked: [levels, B, S, K / block, block]."""
+    return g.op1("Concat", level_rows_list(g, xb, levels), axis=0)
+
+
+def level_rows_list(g: OnnxGraph, xb: str, levels: int) -> list[str]:
+    """The rows of `level_rows`, each [1, B, S, K / block, block]."""
     last = g.const("axis_last", np.array([-1], np.int64))
     int8_max = g.const("int8_max", np.array(127, np.float32))
     # An all-zero block would divide 0 by 0; any positive step gives its zeros back.
@@ -106,7 +112,28 @@ def level_rows(g: OnnxGraph, xb: str, levels: int) -> str:
         coarse = g.op1("Mul", [g.op1("Round", [g.op1("Div", [rest, step])]), step])
         rest = g.op1("Sub", [rest, coarse])
         rows.append(coarse)
-    return g.op1("Concat", [*rows, rest], axis=0)
+    return [*rows, rest]
+
+
+def level_rows_by_run(g: OnnxGraph, xb: str, fewer: int, single_token: str) -> str:
+    """`fewer` rows of `blocked` x in one-token runs, `fewer` + 1 otherwise (exact prompt logits
+    for the output projection, a cheaper step). Chosen with arithmetic and a Slice rather than an
+    If: the rows of the longer split, [c1 .. ck, r], with s = 1 for a step become
+    [c1 .. ck + s r, (1 - s) r] cut to k + 1 - s rows; ck + r is the shorter split's last row."""
+    rows = level_rows_list(g, xb, fewer + 1)
+    step = g.op1("Cast", [single_token], to=TensorProto.FLOAT)
+    moved = g.op1("Mul", [rows[-1], step])
+    rows[-2:] = [g.op1("Add", [rows[-2], moved]), g.op1("Sub", [rows[-1], moved])]
+    count = g.op1(
+        "Sub",
+        [
+            g.const(f"rows_{fewer + 1}", np.array([fewer + 1], np.int64)),
+            g.op1("Cast", [single_token], to=TensorProto.INT64),
+        ],
+    )
+    zero = g.const("zero_1d", np.array([0], np.int64))
+    stacked = g.op1("Concat", rows, axis=0)
+    return g.op1("Slice", [stacked, zero, count, g.const("axis_first", np.array([0], np.int64))])
 
 
 def levels_product(g: OnnxGraph, rows: str, w: NBitsWeight, name: str) -> str:

@@ -33,6 +33,7 @@ from chatapp.convert.int8_levels import (
     blocked,
     int8_levels_apply,
     level_rows,
+    level_rows_by_run,
     levels_product,
     nbits_inputs,
 )
@@ -41,7 +42,7 @@ from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.quant_embedding import embed_tokens
 from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
-from chatapp.convert.step_split import ROWS_NODE_NAME, branch, single_token
+from chatapp.convert.step_split import branch, single_token
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
 
 Progress = Callable[[float, str], None]
@@ -265,26 +266,14 @@ class LlamaGraphBuilder:
         return self.linear(hidden, FloatWeight(w.dequantize()), "lm_head")
 
     def _level_rows(self, xb: str, levels: int | tuple[int, int]) -> str:
-        """`levels` int8 rows of blocked x; for a (step, prompt) pair, an If on the layers'
-        condition picks the count, so one node (one packed copy of the weight) serves both."""
-        g = self.g
+        """`levels` int8 rows of blocked x; for a (step, prompt) pair the count follows the
+        run, so one node (one packed copy of the weight) serves both."""
         if isinstance(levels, int):
-            return level_rows(g, xb, levels)
+            return level_rows(self.g, xb, levels)
         assert self.single_token is not None  # pairs come only with the step/prompt split
-        bodies = []
-        for count, label in zip(levels, ("step_rows", "prompt_rows"), strict=True):
-            nodes: list[onnx.NodeProto] = []
-            with g.collecting(nodes):
-                rows = level_rows(g, xb, count)
-            bodies.append(branch(nodes, label, [rows]))
-        return g.op(
-            "If",
-            [self.single_token],
-            1,
-            name=ROWS_NODE_NAME,
-            then_branch=bodies[0],
-            else_branch=bodies[1],
-        )[0]
+        step, prompt = levels
+        assert prompt == step + 1
+        return level_rows_by_run(self.g, xb, step, self.single_token)
 
     def _layer(self, hidden: str, residual: str, lw: LayerWeights, i: int) -> tuple[str, str]:
         """One decoder layer; returns its output and the residual stream."""

@@ -17,8 +17,6 @@ from onnx import helper
 from chatapp.convert.onnx_graph import OnnxGraph
 
 NODE_NAME = "layers/step_or_prompt"
-# The output projection's levels: two rows in steps, three in prompts (llama_graph.py).
-ROWS_NODE_NAME = "lm_head/step_or_prompt_rows"
 
 
 def single_token(g: OnnxGraph, ids: str) -> str:
@@ -35,15 +33,15 @@ def branch(nodes: list[onnx.NodeProto], name: str, outputs: list[str]) -> onnx.G
 
 
 def inline_prompt_branch(model: onnx.ModelProto) -> bool:
-    """Replace the step/prompt Ifs with their prompt branches (in place); False when the model
-    has none.
+    """Replace the step/prompt If with its prompt branch (in place); False when the model has
+    none.
 
     Device sessions use this: an If runs on the CPU in most providers, which would move every
     layer's KV cache through the host at each step; the prompt branch serves steps too."""
     graph, found = model.graph, False
     for index in reversed(range(len(graph.node))):
         node = graph.node[index]
-        if node.op_type == "If" and node.name in (NODE_NAME, ROWS_NODE_NAME):
+        if node.op_type == "If" and node.name == NODE_NAME:
             body = next(a.g for a in node.attribute if a.name == "else_branch")
             rename = {o.name: outer for o, outer in zip(body.output, node.output, strict=True)}
             inlined = []

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
@@ -140,23 +141,24 @@ def level_nodes(graph: onnx.GraphProto) -> dict[str, set[str]]:
     return found
 
 
-def head_rows(graph: onnx.GraphProto) -> int | tuple[int, int]:
-    """How many int8 rows (levels) the output projection's MatMulNBits gets: a count, or
-    (in steps, in prompts) when an If picks it."""
-    made_by = {out: node for node in graph.node for out in node.output}
-    head = next(n for n in graph.node if levels_projection(n) == "lm_head")
-    rows = made_by[made_by[head.input[0]].input[0]]
+def head_rows(c: Converted) -> tuple[int, int]:
+    """How many int8 rows (levels) the output projection's MatMulNBits gets in a prompt and in
+    a one-token step, read from the running graph."""
+    model = onnx.load(str(c.folder / "model.onnx"))
+    made_by = {out: node for node in model.graph.node for out in node.output}
+    head = next(n for n in model.graph.node if levels_projection(n) == "lm_head")
+    rows = made_by[head.input[0]].input[0]  # the stacked rows, before they are merged
+    model.graph.output.append(onnx.helper.make_tensor_value_info(rows, TensorProto.FLOAT, None))
+    session = ort.InferenceSession(model.SerializeToString())
+    ids = c.prompt(6)
 
-    def count(concat: onnx.NodeProto) -> int:
-        assert concat.op_type == "Concat", concat.op_type
-        return len(concat.input)
+    def count(new: list[int], pasts: dict[str, np.ndarray], past_len: int) -> int:
+        mask = np.ones((1, past_len + len(new)), np.int64)
+        feeds = {"input_ids": np.array([new]), "attention_mask": mask, **pasts}
+        return int(session.run([rows], feeds)[0].shape[0])
 
-    if rows.op_type != "If":
-        return count(rows)
-    step, prompt = (
-        next(a.g for a in rows.attribute if a.name == f"{b}_branch") for b in ("then", "else")
-    )
-    return count(step.node[-1]), count(prompt.node[-1])
+    _, pasts = c.run(np.array([ids]), c.empty_pasts(), 0)
+    return count(ids, c.empty_pasts(), 0), count(ids[:1], pasts, len(ids))
 
 
 @pytest.mark.parametrize("levels", ["decode", "all", "head"])
@@ -175,12 +177,12 @@ def test_int8_levels_where_asked_and_exact(tmp_path: Path, levels: str) -> None:
     if levels == "decode":
         assert set(found) == {"main", "step"}  # the prompt branch has none
         assert len(layers["step"]) == 4 * c.spec.n_layers and not layers["main"]
-        # One output projection; an If gives it two levels in steps, three in prompts.
-        assert head_rows(graph) == (STEP_LEVELS, LEVELS)
+        # One output projection: three levels in prompts, two in steps.
+        assert head_rows(c) == (LEVELS, STEP_LEVELS)
     else:
         assert set(found) == {"main"}
         assert bool(layers["main"]) is (levels == "all")
-        assert head_rows(graph) == LEVELS
+        assert head_rows(c) == (LEVELS, LEVELS)
     ids = c.prompt()
     want = reference_logits(c, ids)
     assert_matches_reference(c.logits(ids), want)

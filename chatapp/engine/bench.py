@@ -91,12 +91,15 @@ def interleaved(
     The loops keep separate caches, so alternating them token by token is exact; what it buys
     is fairness on a shared machine: a burst of load slows both loops' same tokens, not just
     whichever loop happened to be running, so their ratio holds even when the absolute
-    numbers wander.
+    numbers wander. Who goes first flips every round (A B, B A, A B, ...): work that follows
+    each step, as the window redrawing its charts, then lands on both loops alike (with a
+    fixed order the second loop took all of it: IO-Binding 0.72-0.93x of naive in the
+    window against 1.04x in `chatapp bench`).
     """
     order = [first, *[m for m in gens if m != first]]
     iterators = {m: iter(gens[m]) for m in order}
     while iterators:
-        for mode in order:
+        for mode in list(order):
             it = iterators.get(mode)
             if it is None:
                 continue
@@ -105,6 +108,7 @@ def interleaved(
                 del iterators[mode]
             else:
                 yield mode, event
+        order.reverse()
 
 
 def run_interleaved(

@@ -62,6 +62,8 @@ class Job:
     explain: Callable[[BaseException], str] = field(default=lambda exc: failed("It", exc))
     # Exceptions that are the user's or the input's doing, logged as warnings, not errors.
     expected: tuple[type[BaseException], ...] = ()
+    # How often, at most, what it yields reaches the GUI (None: the runner's default).
+    flush_interval_s: float | None = None
 
 
 def first_line(exc: BaseException) -> str:

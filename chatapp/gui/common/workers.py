@@ -113,9 +113,11 @@ class _Worker(QObject):
                 emit(self.sig_yielded, YieldedBatch(request_id, tuple(pending), snapshot))
                 pending.clear()
 
+        interval = self.flush_interval_s if job.flush_interval_s is None else job.flush_interval_s
+
         def put(item: Any) -> None:
             pending.append(item)
-            if perf() - last_flush >= self.flush_interval_s:
+            if perf() - last_flush >= interval:
                 flush()
 
         control = JobControl(request_id, lambda: self.stopped(request_id), put, flush)

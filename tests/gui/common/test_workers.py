@@ -91,6 +91,18 @@ def test_the_first_item_goes_out_at_once_then_one_batch_per_interval(qtbot, runn
     assert batches == [(0,), (1, 2, 3, 4)]  # the first at once, the rest at the end
 
 
+def test_a_job_can_ask_for_its_own_interval(qtbot, runner) -> None:
+    """The comparison's charts take fewer, larger batches than the chat's stream."""
+    runner.flush_interval_s = 0.0  # every item on its own, by default
+    slow = counting_job(5)
+    slow = Job(slow.name, slow.run, flush_interval_s=60.0)
+    for job, want in ((counting_job(5), [(i,) for i in range(5)]), (slow, [(0,), (1, 2, 3, 4)])):
+        handle = runner.submit(job)
+        seen = Recorder(handle)
+        wait_done(qtbot, handle)
+        assert [b.items for kind, b in seen.events if kind == "yielded"] == want  # type: ignore[attr-defined]
+
+
 def test_a_job_can_flush_and_send_a_snapshot(qtbot, runner) -> None:
     runner.flush_interval_s = 60.0
 

@@ -85,13 +85,6 @@ def block_sums(g: OnnxGraph, xb: str) -> str:
     return g.op1("ReduceSum", [xb, axes], keepdims=0)
 
 
-def int8_levels_matmul(
-    g: OnnxGraph, xb: str, w: NBitsWeight, name: str, levels: int = LEVELS
-) -> str:
-    """x @ (scale * (q - zero_point))^T for `blocked` x, in `levels` int8 rows; [B, S, N]."""
-    return levels_product(g, level_rows(g, xb, levels), w, name)
-
-
 def level_rows(g: OnnxGraph, xb: str, levels: int) -> str:
     """`blocked` x as `levels` rows that sum to it, stacked: [levels, B, S, K / block, block]."""
     return g.op1("Concat", level_rows_list(g, xb, levels), axis=0)

@@ -38,9 +38,8 @@ def inline_prompt_branch(model: onnx.ModelProto) -> bool:
 
     Device sessions use this: an If runs on the CPU in most providers, which would move every
     layer's KV cache through the host at each step; the prompt branch serves steps too."""
-    graph, found = model.graph, False
-    for index in reversed(range(len(graph.node))):
-        node = graph.node[index]
+    graph = model.graph
+    for index, node in enumerate(graph.node):
         if node.op_type == "If" and node.name == NODE_NAME:
             body = next(a.g for a in node.attribute if a.name == "else_branch")
             rename = {o.name: outer for o, outer in zip(body.output, node.output, strict=True)}
@@ -54,5 +53,5 @@ def inline_prompt_branch(model: onnx.ModelProto) -> bool:
             del graph.node[index]
             for offset, inner in enumerate(inlined):
                 graph.node.insert(index + offset, inner)
-            found = True
-    return found
+            return True
+    return False

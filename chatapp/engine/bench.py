@@ -99,7 +99,7 @@ def interleaved(
     order = [first, *[m for m in gens if m != first]]
     iterators = {m: iter(gens[m]) for m in order}
     while iterators:
-        for mode in list(order):
+        for mode in order:
             it = iterators.get(mode)
             if it is None:
                 continue

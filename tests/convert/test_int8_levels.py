@@ -11,9 +11,11 @@ import pytest
 from onnx import TensorProto
 
 from chatapp.convert.int8_levels import (
+    LEVELS,
     blocked,
     float_kernel_copy,
-    int8_levels_matmul,
+    level_rows,
+    levels_product,
     nbits_inputs,
 )
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph, all_nodes
@@ -36,7 +38,7 @@ def run_linear(w: NBitsWeight, x: np.ndarray, levels: bool) -> np.ndarray:
     g = OnnxGraph()
     name = g.add_input("x", TensorProto.FLOAT, [1, "S", COLS])
     if levels:
-        y = int8_levels_matmul(g, blocked(g, name, w), w, "w")
+        y = levels_product(g, level_rows(g, blocked(g, name, w), LEVELS), w, "w")
     else:  # the kernel's own int8 rounding of the activations (--accuracy-level 4)
         y = g.op1(
             "MatMulNBits",
@@ -76,7 +78,7 @@ def test_device_copy_puts_level_nodes_on_the_float_kernel(tmp_path: Path) -> Non
     assert isinstance(w, NBitsWeight)
     g = OnnxGraph()
     name = g.add_input("x", TensorProto.FLOAT, [1, "S", COLS])
-    g.op("Identity", [int8_levels_matmul(g, blocked(g, name, w), w, "w")], ["y"])
+    g.op("Identity", [levels_product(g, level_rows(g, blocked(g, name, w), LEVELS), w, "w")], ["y"])
     g.add_output("y", TensorProto.FLOAT, [1, "S", ROWS])
     path = tmp_path / "model.onnx"
     onnx.save(g.model("linear", {}), str(path))

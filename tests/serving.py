@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatapp.engine.engine import Engine
-from chatapp.server.app import build_app
+from chatapp.server.app import ShutdownNotice, build_app
 from chatapp.server.runner import ServerThread, bind
 from chatapp.server.worker import EngineWorker, JobRecord
 
@@ -44,11 +44,19 @@ class Served:
 
 
 @contextmanager
-def serving(engine: Engine, api_key: str | None = None, **worker_args: Any) -> Iterator[Served]:
+def serving(
+    engine: Engine,
+    api_key: str | None = None,
+    app_args: dict[str, Any] | None = None,
+    **worker_args: Any,
+) -> Iterator[Served]:
+    """`app_args`: build_app's keyword arguments (access, aliases)."""
     worker = EngineWorker(engine, "iobinding", **worker_args)
     server = None
+    shutdown = ShutdownNotice()
     try:
-        server = ServerThread.start(build_app(worker, api_key), bind("127.0.0.1", 0))
+        app = build_app(worker, api_key, shutdown=shutdown, **(app_args or {}))
+        server = ServerThread.start(app, bind("127.0.0.1", 0), on_exit=shutdown.trigger)
         yield Served(server.url, worker)
     finally:
         if server is not None:

@@ -6,10 +6,12 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 
 from chatapp.cli.engine_cmds import add_model_args, start_engine
 from chatapp.cli.errors import UserError
 from chatapp.engine.modes import MODES, Mode
+from chatapp.server.security import AccessOptionError, host_option, origin_option
 from chatapp.session import arg_checks as checks
 
 API_KEY_ENV = "CHATAPP_API_KEY"
@@ -46,17 +48,53 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--served-model-name", type=checks.text, default=None, help="the model id clients use"
     )
     serve.add_argument(
+        "--alias",
+        type=checks.text,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name /v1/models lists for the model (repeatable; any name is answered)",
+    )
+    serve.add_argument(
+        "--allow-host",
+        type=_access_option(host_option),
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="answer requests whose Host header is NAME too (repeatable; default: the bound "
+        "address, localhost, 127.0.0.1 and [::1])",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        type=_access_option(origin_option),
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages at ORIGIN (e.g. http://localhost:5173) use the API, with CORS "
+        "(repeatable; '*' needs --api-key)",
+    )
+    serve.add_argument(
         "--max-queue", type=int, default=16, help="requests waiting at once before 503"
     )
     serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
     serve.set_defaults(func=run_serve)
 
 
+def _access_option(check: Callable[[str], str]) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        try:
+            return check(checks.text(value))
+        except AccessOptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
-        from chatapp.server.app import build_app
+        from chatapp.server.app import ShutdownNotice, build_app
         from chatapp.server.runner import PortUnavailable, base_url, bind, serve_forever
-        from chatapp.server.security import BindRefused, check_bind
+        from chatapp.server.security import AccessPolicy, BindRefused, check_bind
         from chatapp.server.worker import EngineWorker
     except ImportError as exc:
         raise UserError(
@@ -68,12 +106,19 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.max_queue < 1:
         raise UserError("--max-queue must be at least 1.")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if "*" in args.allow_origin and not api_key:
+        raise UserError(
+            "--allow-origin '*' lets any web page use the model: it needs an API key "
+            f"(--api-key or {API_KEY_ENV})."
+        )
     try:
         host = check_bind(args.host, args.port, args.allow_remote, api_key)
         sock = bind(host, args.port)
     except (BindRefused, PortUnavailable) as exc:
         raise UserError(str(exc)) from None
     try:
+        if args.model is None:
+            _prepare_default_model()
         engine = start_engine(args)
     except BaseException:
         sock.close()
@@ -91,14 +136,32 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     sys.stdout.flush()
+    access = AccessPolicy(host, frozenset(args.allow_host), frozenset(args.allow_origin))
+    shutdown = ShutdownNotice()
+    app = build_app(worker, api_key, access=access, aliases=tuple(args.alias), shutdown=shutdown)
     try:
-        serve_forever(build_app(worker, api_key), sock)
-    except KeyboardInterrupt:  # uvicorn shuts down first, then passes Ctrl+C on
+        serve_forever(app, sock, on_exit=shutdown.trigger)
+    except KeyboardInterrupt:  # a second Ctrl+C while stopping
         pass
     finally:
         worker.close()
     print("chatapp serve: stopped", file=sys.stderr)
     return 0
+
+
+def _prepare_default_model() -> None:
+    """On first use the default model is converted, as the window does (once, offline)."""
+    from chatapp.cli.progress import ProgressBar
+    from chatapp.convert.default_model import default_model_dir, prepare_default_model
+
+    if (default_model_dir() / "model.onnx").is_file():
+        return  # prepared: the engine checks the folder as it loads it
+    print("chatapp serve: preparing the default model (once)", file=sys.stderr, flush=True)
+    bar = ProgressBar("prepare")
+    try:
+        prepare_default_model(bar)
+    finally:
+        bar.close()
 
 
 def _log(line: str) -> None:

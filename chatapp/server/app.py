@@ -13,8 +13,9 @@ then cancelled, and the engine stops within one step, whether the job runs or st
 from __future__ import annotations
 
 import asyncio
-import hmac
+import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -25,36 +26,98 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from chatapp.server.access import AccessGuard, BearerAuth
 from chatapp.server.errors import ApiError, invalid
-from chatapp.server.request_body import (
-    GenerationRequest,
-    check_model,
-    parse_chat,
-    parse_completion,
-)
+from chatapp.server.request_body import GenerationRequest, parse_chat, parse_completion
 from chatapp.server.responses import Answer, sse
+from chatapp.server.security import AccessPolicy
 from chatapp.server.worker import Delta, Done, EngineWorker, Failed, Job, JobEvent
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
-def build_app(worker: EngineWorker, api_key: str | None = None) -> ASGIApp:
+class ShutdownNotice:
+    """Tells the open streams that the server is stopping, so that they end at once.
+
+    uvicorn's graceful shutdown waits for open responses; a stream would run on until its
+    answer ends (or the grace period cuts it without a word). `trigger` may be called from a
+    signal handler or another thread: it only schedules work on each stream's event loop.
+    """
+
+    def __init__(self) -> None:
+        # Reentrant: `trigger` may run in a signal handler on the thread that holds the lock.
+        self._lock = threading.RLock()
+        self._listeners: set[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = set()
+        self.triggered = False
+
+    def listen(self, loop: asyncio.AbstractEventLoop, events: asyncio.Queue[Any]) -> None:
+        with self._lock:
+            self._listeners.add((loop, events))
+            if not self.triggered:
+                return
+        events.put_nowait(SHUTTING_DOWN)
+
+    def forget(self, loop: asyncio.AbstractEventLoop, events: asyncio.Queue[Any]) -> None:
+        with self._lock:
+            self._listeners.discard((loop, events))
+
+    def trigger(self) -> None:
+        with self._lock:
+            self.triggered = True
+            listeners = list(self._listeners)
+        for loop, events in listeners:
+            with contextlib.suppress(RuntimeError):  # RuntimeError: that loop has closed
+                loop.call_soon_threadsafe(events.put_nowait, SHUTTING_DOWN)
+
+
+class _ShuttingDown:
+    """The event a stream receives when the server stops."""
+
+
+SHUTTING_DOWN = _ShuttingDown()
+StreamEvent = JobEvent | _ShuttingDown
+
+
+def build_app(
+    worker: EngineWorker,
+    api_key: str | None = None,
+    *,
+    access: AccessPolicy | None = None,
+    aliases: tuple[str, ...] = (),
+    shutdown: ShutdownNotice | None = None,
+) -> ASGIApp:
+    """`aliases`: more names for the one model in /v1/models (any `model` is answered by it)."""
+    notice = shutdown or ShutdownNotice()
+
+    def names() -> list[str]:
+        return list(dict.fromkeys((worker.card.id, *aliases)))
+
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [_model_entry(worker)]})
+        return JSONResponse(
+            {"object": "list", "data": [_model_entry(worker, name) for name in names()]}
+        )
 
     async def model(request: Request) -> Response:
-        check_model(request.path_params["model"], worker.card.id)
-        return JSONResponse(_model_entry(worker))
+        name = request.path_params["model"]
+        if name not in names():
+            raise ApiError(
+                404,
+                f"The model '{name[:200]}' is not served here; this server serves "
+                f"'{worker.card.id}'.",
+                param="model",
+                code="model_not_found",
+            )
+        return JSONResponse(_model_entry(worker, name))
 
     async def chat(request: Request) -> Response:
         body = await _read_json(request)
         req = parse_chat(body, worker.default_mode, worker.card.max_context)
-        return await _answer(request, worker, req, chat=True)
+        return await _answer(request, worker, req, notice, chat=True)
 
     async def completions(request: Request) -> Response:
         body = await _read_json(request)
         req = parse_completion(body, worker.default_mode)
-        return await _answer(request, worker, req, chat=False)
+        return await _answer(request, worker, req, notice, chat=False)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -66,62 +129,56 @@ def build_app(worker: EngineWorker, api_key: str | None = None) -> ASGIApp:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
     ]
-    app = Starlette(
+    app: ASGIApp = Starlette(
         routes=routes,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
     )
-    return BearerAuth(app, api_key) if api_key else app
-
-
-class BearerAuth:
-    """Every /v1 route needs `Authorization: Bearer <key>`; compared in constant time."""
-
-    def __init__(self, app: ASGIApp, key: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {key}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1"):
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                error = ApiError(
-                    401,
-                    "A valid API key is needed: send the header 'Authorization: Bearer <key>'.",
-                    code="invalid_api_key",
-                )
-                response = JSONResponse(
-                    error.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"}
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+    if api_key:
+        app = BearerAuth(app, api_key)
+    return AccessGuard(app, access or AccessPolicy())
 
 
 async def _answer(
-    request: Request, worker: EngineWorker, req: GenerationRequest, chat: bool
+    request: Request,
+    worker: EngineWorker,
+    req: GenerationRequest,
+    notice: ShutdownNotice,
+    chat: bool,
 ) -> Response:
-    check_model(req.model, worker.card.id)
-    events: asyncio.Queue[JobEvent] = asyncio.Queue()
+    # Any `model` is answered by the one model served, under its own id (as llama.cpp does):
+    # clients send "gpt-3.5-turbo" and the like by default.
+    events: asyncio.Queue[StreamEvent] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     job = Job(req, lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
     worker.submit(job)
+    notice.listen(loop, events)
     watcher = asyncio.create_task(_cancel_on_disconnect(request.receive, job))
     streaming = False
+
+    def close() -> None:
+        _close(job, watcher)
+        notice.forget(loop, events)
+
     try:
         first = await events.get()  # the job waits its turn in the queue until then
         if isinstance(first, Failed):
             raise first.error
+        if isinstance(first, _ShuttingDown):
+            raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
         answer = Answer(req, worker.card.id, chat)
         if req.stream:
             streaming = True  # from here the stream owns the job and the watcher
-            return EventStream(_stream(answer, events), on_close=lambda: _close(job, watcher))
+            return EventStream(_stream(answer, events), on_close=close)
         return await _whole(answer, events)
     finally:
         if not streaming:
-            _close(job, watcher)
+            close()
 
 
-async def _whole(answer: Answer, events: asyncio.Queue[JobEvent]) -> Response:
+SHUTDOWN_MESSAGE = "The server is shutting down; the answer was cut short."
+
+
+async def _whole(answer: Answer, events: asyncio.Queue[StreamEvent]) -> Response:
     while True:
         event = await events.get()
         if isinstance(event, Delta):
@@ -130,9 +187,11 @@ async def _whole(answer: Answer, events: asyncio.Queue[JobEvent]) -> Response:
             return JSONResponse(answer.whole(event))
         elif isinstance(event, Failed):
             raise event.error
+        elif isinstance(event, _ShuttingDown):
+            raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
 
 
-async def _stream(answer: Answer, events: asyncio.Queue[JobEvent]) -> AsyncIterator[bytes]:
+async def _stream(answer: Answer, events: asyncio.Queue[StreamEvent]) -> AsyncIterator[bytes]:
     first = answer.first_chunk()
     if first is not None:
         yield sse(first)
@@ -148,6 +207,9 @@ async def _stream(answer: Answer, events: asyncio.Queue[JobEvent]) -> AsyncItera
         elif isinstance(event, Failed):
             # The status line has gone out: the error travels in the stream (as vLLM does).
             yield sse(event.error.body())
+            break
+        elif isinstance(event, _ShuttingDown):  # on_close cancels the job
+            yield sse(ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down").body())
             break
     yield sse("[DONE]")
 
@@ -208,15 +270,17 @@ async def _read_json(request: Request) -> dict[str, Any]:
         body = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"The request body is not valid JSON ({exc}).") from exc
+    except RecursionError:  # 100 000 nested `[`: the parser's stack, not a crash
+        raise invalid("The request body nests arrays or objects too deeply.") from None
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.")
     return body
 
 
-def _model_entry(worker: EngineWorker) -> dict[str, Any]:
+def _model_entry(worker: EngineWorker, name: str) -> dict[str, Any]:
     card = worker.card
     return {
-        "id": card.id,
+        "id": name,
         "object": "model",
         "created": 0,
         "owned_by": "chatapp",

@@ -39,10 +39,12 @@ class ApiError(Exception):
 _KINDS = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    421: "invalid_request_error",
     429: "rate_limit_error",
     499: "client_closed_request",
     503: "server_busy",

@@ -14,7 +14,7 @@ from typing import Any
 from chatapp.engine.chat import Message
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.server.errors import ApiError, invalid
+from chatapp.server.errors import invalid
 
 MAX_STOPS = 4  # OpenAI's limit
 MAX_STOP_CHARS = 200
@@ -283,14 +283,3 @@ def _number(
         bounds = f"{'above' if low_open else 'from'} {low:g} {'up ' if low_open else ''}to {high:g}"
         raise invalid(f"{name} must be a number {bounds}.", name)
     return float(value)
-
-
-def check_model(requested: str | None, served: str) -> None:
-    """Refuse a request for another model, as OpenAI's API and vLLM do (404)."""
-    if requested not in (None, "", served):
-        raise ApiError(
-            404,
-            f"The model '{requested}' is not served here; this server serves '{served}'.",
-            param="model",
-            code="model_not_found",
-        )

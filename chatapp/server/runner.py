@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 
 import uvicorn
 from starlette.types import ASGIApp
 
-# A stream still open at shutdown is cut after this long (its job is cancelled too).
+# Streams end at once at shutdown (ShutdownNotice); a response that still does not finish is
+# cut after this long (its job is cancelled too).
 GRACEFUL_SHUTDOWN_S = 3
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class PortUnavailable(Exception):
@@ -53,9 +59,36 @@ def _config(app: ASGIApp) -> uvicorn.Config:
     )
 
 
-def serve_forever(app: ASGIApp, sock: socket.socket) -> None:
-    """Until Ctrl+C / SIGTERM (uvicorn's own handlers in the main thread)."""
-    uvicorn.Server(_config(app)).run(sockets=[sock])
+class _Server(uvicorn.Server):
+    """uvicorn's server, which also tells the app when it starts to stop (`on_exit`), and
+    exits normally after SIGTERM / SIGINT rather than re-raising the signal once stopped."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self.on_exit()  # only schedules work on the event loop: safe in a signal handler
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def serve_forever(
+    app: ASGIApp, sock: socket.socket, on_exit: Callable[[], None] = lambda: None
+) -> None:
+    """Until Ctrl+C / SIGTERM; `on_exit` is called as soon as one arrives."""
+    _Server(_config(app), on_exit).run(sockets=[sock])
 
 
 @dataclass
@@ -67,8 +100,14 @@ class ServerThread:
     url: str
 
     @classmethod
-    def start(cls, app: ASGIApp, sock: socket.socket, timeout: float = 30.0) -> ServerThread:
-        server = uvicorn.Server(_config(app))
+    def start(
+        cls,
+        app: ASGIApp,
+        sock: socket.socket,
+        timeout: float = 30.0,
+        on_exit: Callable[[], None] = lambda: None,
+    ) -> ServerThread:
+        server = _Server(_config(app), on_exit)
         thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="chatapp-http", daemon=True
         )
@@ -83,4 +122,6 @@ class ServerThread:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.server.should_exit = True
+        if isinstance(self.server, _Server):
+            self.server.on_exit()
         self.thread.join(timeout)

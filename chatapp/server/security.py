@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
 MIN_REMOTE_KEY_CHARS = 16
 KEY_HINT = 'python -c "import secrets; print(secrets.token_urlsafe(24))"'
@@ -36,3 +37,113 @@ def check_bind(host: str, port: int, allow_remote: bool, api_key: str | None) ->
             f"{KEY_HINT}."
         )
     return str(address)
+
+
+# ---- who may send requests: the Host and Origin headers -------------------------------------
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+PREFLIGHT_MAX_AGE_S = 600
+ALLOWED_METHODS = "GET, POST, OPTIONS"
+
+
+class AccessOptionError(ValueError):
+    """An --allow-host or --allow-origin value that cannot be used; one line."""
+
+
+def host_option(value: str) -> str:
+    """`--allow-host NAME`: a host name or IP address, without scheme or port."""
+    name = value.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if not name or any(c in name for c in "/@?#* \t") or (":" in name and not _is_ip(name)):
+        raise AccessOptionError(f"expected a host name such as my-box.lan, got '{value}'.")
+    return name
+
+
+def origin_option(value: str) -> str:
+    """`--allow-origin ORIGIN`: scheme://host[:port] as a browser sends it, or `*`."""
+    text = value.strip()
+    if text == "*":
+        return text
+    origin = normal_origin(text)
+    if origin is None:
+        raise AccessOptionError(
+            "expected an origin such as http://localhost:5173 (scheme, host and port, no "
+            f"path), got '{value}'."
+        )
+    return origin
+
+
+def normal_origin(text: str) -> str | None:
+    """`scheme://host[:port]` lower-cased with the scheme's default port dropped; None if not."""
+    scheme, sep, rest = text.strip().lower().partition("://")
+    if not sep or scheme not in ("http", "https") or not rest or any(c in rest for c in "/?#@ "):
+        return None
+    host, port = _split_port(rest)
+    if not host or (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
+        return None
+    default = "80" if scheme == "http" else "443"
+    return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{int(port)}"
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """Which `Host` names and which browser `Origin`s the server answers.
+
+    A page on another site can reach 127.0.0.1 through the user's browser: by DNS rebinding
+    (its own name made to resolve to 127.0.0.1, so `Host` is that name) or by a cross-site
+    request that needs no preflight (`Content-Type: text/plain`, which still runs a
+    generation). The first is stopped by the Host check, the second by the Origin check.
+    """
+
+    bound_host: str = "127.0.0.1"
+    allowed_hosts: frozenset[str] = frozenset()
+    allowed_origins: frozenset[str] = frozenset()  # normal_origin() forms, or "*"
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        if host_header is None:  # HTTP/1.0 without Host: no browser sends that
+            return True
+        host, _ = _split_port(host_header.strip().lower())
+        host = host.rstrip(".")
+        if host in LOOPBACK_NAMES or host in self.allowed_hosts or host == self.bound_host:
+            return True
+        if _is_wildcard(self.bound_host):
+            # Bound to every interface: a Host that is an IP address is one of this machine's
+            # (or a proxy's); only names can be rebound.
+            return _is_ip(host)
+        return False
+
+    def origin_allowed(self, origin: str, host_header: str | None) -> bool:
+        if "*" in self.allowed_origins:
+            return True
+        normal = normal_origin(origin)
+        if normal is None:  # "null" (sandboxed frames, file://) and anything malformed
+            return False
+        if normal in self.allowed_origins:
+            return True
+        # The server's own origin (a page it served, or a form on the same host and port).
+        return host_header is not None and normal in (
+            normal_origin(f"http://{host_header}"),
+            normal_origin(f"https://{host_header}"),
+        )
+
+
+def _split_port(text: str) -> tuple[str, str | None]:
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") else None
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return host, port
+    return text, None  # a bare IPv6 address, or no port
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_wildcard(host: str) -> bool:
+    return _is_ip(host) and ipaddress.ip_address(host).is_unspecified

@@ -252,9 +252,22 @@ def test_malformed_bodies_and_unknown_places_get_json_errors(served: Served) -> 
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     wrong_method = httpx2.get(f"{served.api}/chat/completions", trust_env=False)
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
-    other_model = post(served, "chat/completions", {"model": "gpt-4", "messages": QUESTION})
+    deep = httpx2.post(
+        f"{served.api}/chat/completions", content=b"[" * 100_000, timeout=30, trust_env=False
+    )
+    assert deep.status_code == 400 and "too deeply" in deep.json()["error"]["message"]
+    other_model = httpx2.get(f"{served.api}/models/gpt-4", trust_env=False)
     assert other_model.status_code == 404
     assert other_model.json()["error"]["code"] == "model_not_found"
+
+
+def test_any_model_name_is_answered_by_the_served_model(served: Served) -> None:
+    # LangChain's and llama.cpp's tests' default: one model served answers every name.
+    body = {"model": "gpt-3.5-turbo", "messages": QUESTION, "max_tokens": 2}
+    answer = post(served, "chat/completions", body)
+    assert answer.status_code == 200 and answer.json()["model"] == served.worker.card.id
+    text = post(served, "completions", {"model": "x", "prompt": "a", "max_tokens": 2})
+    assert text.status_code == 200 and text.json()["model"] == served.worker.card.id
 
 
 def test_a_prompt_longer_than_the_context_is_a_400_even_when_streamed(served: Served) -> None:

@@ -10,7 +10,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -96,3 +98,75 @@ def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
         process.kill()
         pytest.fail(f"chatapp serve did not start: {process.communicate()[1][-2000:]}")
     return found[0]
+
+
+def serve_process(
+    *args: str, module: str = "chatapp"
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, "serve", *args, "--port", "0", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, json.loads(_first_line(process, timeout=120))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_open_streams_with_an_error_and_done_then_exits_0(
+    tiny_model_dir: Path, stop: signal.Signals
+) -> None:
+    process, info = serve_process(
+        "--model", str(tiny_model_dir), "--threads", "1", module="tests.server.slow_cli"
+    )
+    lines: list[str] = []
+    ended = threading.Event()
+    got_token = threading.Event()
+
+    def read_stream() -> None:
+        body = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 400}
+        with httpx2.stream(
+            "POST", f"{info['url']}/chat/completions", json=body, timeout=60, trust_env=False
+        ) as response:
+            for line in response.iter_lines():
+                if line:
+                    lines.append(line)
+                    if '"content"' in line and len(lines) > 2:
+                        got_token.set()
+        ended.set()
+
+    reader = threading.Thread(target=read_stream, daemon=True)
+    try:
+        reader.start()
+        assert got_token.wait(60), lines  # tokens are streaming (400 take 8 s at 20 ms each)
+        signalled = time.monotonic()
+        process.send_signal(stop)
+        assert ended.wait(10), lines
+        stream_ended_s = time.monotonic() - signalled
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert stream_ended_s < 1.0 + 0.5 * _load_slack(), stream_ended_s
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "server_shutting_down" and "shutting down" in error["message"]
+    assert process.returncode == 0, err
+    assert "Traceback" not in err and err.strip().endswith("chatapp serve: stopped")
+
+
+def _load_slack() -> float:
+    """A busy shared machine delays the child's signal handling; the bound scales with load."""
+    return max(0.0, os.getloadavg()[0] / (os.cpu_count() or 1) - 1.0)
+
+
+def test_bad_access_options_are_one_line() -> None:
+    out = chatapp("serve", "--allow-origin", "http://x.example/app")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "argument --allow-origin: expected an origin" in out.stderr
+    out = chatapp("serve", "--allow-host", "http://x/")
+    assert out.returncode == 2 and "argument --allow-host: expected a host name" in out.stderr
+    env = {k: v for k, v in os.environ.items() if k != "CHATAPP_API_KEY"}
+    line = one_error_line(chatapp("serve", "--allow-origin", "*", env=env))
+    assert "needs an API key" in line

@@ -108,7 +108,7 @@ class WindowServer(QObject):
         return True
 
     def _listen(self, worker: EngineWorker, port: int) -> None:
-        from chatapp.server.app import build_app
+        from chatapp.server.app import ShutdownNotice, build_app
         from chatapp.server.runner import PortUnavailable, ServerThread, bind
 
         self._starting = False
@@ -120,7 +120,9 @@ class WindowServer(QObject):
                     raise
                 sock = bind(HOST, 0)  # the usual port is taken (another server): any free one
             self._closed = False
-            self._server = ServerThread.start(build_app(worker), sock)
+            shutdown = ShutdownNotice()  # stopping ends open streams at once, with a word
+            app = build_app(worker, shutdown=shutdown)
+            self._server = ServerThread.start(app, sock, on_exit=shutdown.trigger)
         except (PortUnavailable, RuntimeError, OSError) as exc:
             self._closed = True
             worker.close()

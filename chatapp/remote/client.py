@@ -11,9 +11,11 @@ from the environment (HTTP_PROXY, .netrc) are ignored.
 
 from __future__ import annotations
 
+import html
 import json
 import math
-from collections.abc import Generator, Iterator
+import re
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,14 @@ from chatapp.remote.errors import (
 )
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # one server-sent event; a token's chunk is well under 1 KB
+# One answer's bytes on the wire: 8192 tokens with 20 top log-probs each take about 40 MB in
+# chatapp's and vLLM's chunks. A server that sends more is not answering a chat.
+MAX_STREAM_BYTES = 64 * 1024 * 1024
+MAX_LISTING_BYTES = 4 * 1024 * 1024  # GET /v1/models
+MAX_ERROR_BYTES = 64 * 1024  # an error page: enough for its message
+# Context lengths and token counts beyond this are not believed (and would overflow the
+# window's 32-bit progress bars); the largest real contexts are ~10^7.
+MAX_COUNT = 2**30
 
 
 @dataclass(frozen=True)
@@ -102,13 +112,22 @@ class RemoteClient:
 
     def models(self, timeouts: Timeouts | None = None) -> list[RemoteModel]:
         """GET /v1/models; `timeouts` replace the client's for this request."""
-        with self._errors("listing the models", timeouts):
-            response = self.http.get("models", timeout=_httpx_timeout(timeouts or self.timeouts))
+        timeout = _httpx_timeout(timeouts or self.timeouts)
+        with (
+            self._errors("listing the models", timeouts),
+            self.http.stream("GET", "models", timeout=timeout) as response,
+        ):
             if response.status_code >= 300:
                 raise http_error(response, self.origin)
+            raw = read_capped(response, MAX_LISTING_BYTES)
+            if raw is None:
+                raise RemoteStreamError(
+                    f"{self.origin}'s list of models is larger than "
+                    f"{MAX_LISTING_BYTES // 2**20} MB; is this an OpenAI-compatible server?"
+                )
             try:
-                data = response.json()
-            except ValueError:
+                data = json.loads(raw, parse_constant=_no_constant)
+            except (ValueError, RecursionError):
                 raise RemoteStreamError(
                     f"{self.origin} answered /v1/models with something that is not JSON; "
                     "is this an OpenAI-compatible server?"
@@ -118,29 +137,38 @@ class RemoteClient:
             raise RemoteStreamError(f"{self.origin}'s /v1/models has no list of models.")
         return [_model(e) for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
 
-    def stream_chat(self, body: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
+    def stream_chat(
+        self, body: dict[str, Any], abandoned: Callable[[], bool] = lambda: False
+    ) -> Generator[dict[str, Any], None, None]:
         """POST /chat/completions with stream=true; yields each chunk as parsed JSON.
 
         Ends normally at `data: [DONE]` (or at the end of a stream that reported a
         finish_reason); raises a RemoteError for anything else. Closing the iterator closes
         the connection, which a server takes as the client leaving (chatapp serve and vLLM
-        stop generating).
+        stop generating). `abandoned` is asked after every read from the network: once it
+        is true the stream ends there, even in the middle of bytes that make no event.
         """
         with (
             self._errors("answering"),
             self.http.stream("POST", "chat/completions", json=body) as response,
         ):
             if response.status_code >= 300:
-                response.read()
                 raise http_error(response, self.origin)
             kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind == "application/json":  # a server that ignores stream=true
-                response.read()
-                yield whole_as_chunk(_json(response.text, self.origin))
+                raw = read_capped(response, MAX_STREAM_BYTES, abandoned)
+                if raw is None:
+                    raise self._too_much()
+                yield whole_as_chunk(_json(raw.decode("utf-8", "replace"), self.origin))
                 return
+            if kind != "text/event-stream":
+                raise RemoteStreamError(
+                    f"{self.origin} answered with {_one_line(kind)[:60] or 'no content type'}, "
+                    "not a stream of server-sent events; is this an OpenAI-compatible server?"
+                )
             finished = False
-            for event in httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES):
-                data = event.data.strip()
+            for data in sse_data(response, abandoned, self._too_much):
+                data = data.strip()
                 if data == "[DONE]":
                     return
                 if not data:
@@ -154,6 +182,12 @@ class RemoteClient:
                 raise RemoteDisconnected(
                     f"{self.origin} ended the stream before the answer was complete."
                 )
+
+    def _too_much(self) -> RemoteStreamError:
+        return RemoteStreamError(
+            f"{self.origin} sent more than {MAX_STREAM_BYTES // 2**20} MB for one answer; "
+            "the rest was not read."
+        )
 
     @contextmanager
     def _errors(self, doing: str, timeouts: Timeouts | None = None) -> Iterator[None]:
@@ -181,8 +215,6 @@ class RemoteClient:
             raise RemoteDisconnected(
                 f"{self.origin} closed the connection while {doing} ({_reason(exc)})."
             ) from None
-        except httpx2.SSEError as exc:
-            raise RemoteStreamError(f"{self.origin} sent a malformed stream: {exc}") from None
         except httpx2.HTTPError as exc:  # write errors, unsupported protocol, decoding...
             raise RemoteConnectionError(f"{self.origin}: {_reason(exc)}.") from None
 
@@ -202,9 +234,11 @@ def http_error(response: httpx2.Response, origin: str) -> RemoteHTTPError:
             status,
         )
     message, code = "", None
+    raw = read_capped(response, MAX_ERROR_BYTES, partial=True) or b""
+    text = raw.decode("utf-8", "replace")
     try:
-        data = response.json()
-    except ValueError:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         data = None
     if isinstance(data, dict):
         error = data.get("error", data.get("detail"))
@@ -214,7 +248,7 @@ def http_error(response: httpx2.Response, origin: str) -> RemoteHTTPError:
         elif isinstance(error, str):
             message = error
     if not message:
-        message = response.text.strip() or response.reason_phrase
+        message = page_text(text) or response.reason_phrase
     what = {401: "refused the API key", 403: "refused access", 404: "has no such endpoint"}
     lead = what.get(status, f"answered {status}")
     return RemoteHTTPError(f"{origin} {lead}: {_one_line(message)}", status, code)
@@ -250,10 +284,18 @@ def _model(entry: dict[str, Any]) -> RemoteModel:
         context = meta.get("n_ctx") or meta.get("n_ctx_train")
     owned = entry.get("owned_by")
     return RemoteModel(
-        id=entry["id"],
-        owned_by=owned if isinstance(owned, str) else "",
-        context_length=context if isinstance(context, int) and context > 0 else 0,
+        id=entry["id"][:500],
+        owned_by=owned[:100] if isinstance(owned, str) else "",
+        context_length=count(context) or 0,
     )
+
+
+def count(value: Any) -> int | None:
+    """A token count or context length a server reported; None unless a whole number from 0
+    to MAX_COUNT (a float such as 1e30, a bool or 2**31 is not believed)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        return None
+    return value
 
 
 def _json(text: str, origin: str) -> dict[str, Any]:
@@ -288,4 +330,80 @@ def _reason(exc: BaseException) -> str:
 
 def _one_line(text: str) -> str:
     lines = text.strip().splitlines()
-    return lines[0][:300] if lines else ""
+    line = lines[0][:300] if lines else ""
+    return "".join(c if c.isprintable() else " " for c in line)  # no escapes reach a banner
+
+
+def read_capped(
+    response: httpx2.Response,
+    limit: int,
+    abandoned: Callable[[], bool] = lambda: False,
+    partial: bool = False,
+) -> bytes | None:
+    """The body, read as it arrives; None once it passes `limit` (with `partial`, the first
+    `limit` bytes instead)."""
+    body = bytearray()
+    for piece in response.iter_bytes():
+        body += piece
+        if len(body) > limit:
+            return bytes(body[:limit]) if partial else None
+        if abandoned():
+            break
+    return bytes(body)
+
+
+def sse_data(
+    response: httpx2.Response,
+    abandoned: Callable[[], bool],
+    too_much: Callable[[], RemoteError],
+) -> Iterator[str]:
+    """The `data` of each server-sent event (the fields joined by newlines, as the standard
+    says). Its own small parser rather than httpx2's EventSource, which keeps reading through
+    comments and blank lines without a word: here every read from the network is counted
+    against MAX_STREAM_BYTES and asks `abandoned`, whatever the bytes hold."""
+    pending = b""
+    data: list[bytes] = []
+    event_bytes = received = 0
+    for piece in response.iter_bytes():
+        received += len(piece)
+        if received > MAX_STREAM_BYTES:
+            raise too_much()
+        pending += piece
+        if not data and b"data" not in pending:
+            # Nothing of an event (keep-alive comments, blank lines): dropped in one go,
+            # up to a last partial line.
+            pending = pending[pending.rfind(b"\n") + 1 :]
+        else:
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line and line != b"\r":
+                    name, _, value = line.removesuffix(b"\r").partition(b":")
+                    if name == b"data":
+                        data.append(value.removeprefix(b" "))
+                        event_bytes += len(value)
+                elif data:
+                    yield _utf8(b"\n".join(data))
+                    data, event_bytes = [], 0
+        if event_bytes + len(pending) > MAX_EVENT_BYTES:
+            raise RemoteStreamError(
+                f"{response.request.url.scheme}://{response.request.url.netloc.decode()} sent "
+                f"an event larger than {MAX_EVENT_BYTES // 2**20} MB; the stream was closed."
+            )
+        if abandoned():
+            return
+    if data:  # the last event, when the server closed without its blank line
+        yield _utf8(b"\n".join(data))
+
+
+def _utf8(data: bytes) -> str:
+    return data.decode("utf-8", "replace")  # json.loads refuses what is not an answer
+
+
+def page_text(text: str) -> str:
+    """An error page in one line: an HTML page's title (or its text), else the first line."""
+    if re.search(r"<(!doctype|html|head|body|title|h1)\b", text[:2000], re.IGNORECASE):
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        inner = title.group(1) if title else re.sub(r"<[^>]*>", " ", text)
+        words = " ".join(html.unescape(re.sub(r"<[^>]*>", " ", inner)).split())
+        return f"{words[:200]} (an HTML error page)" if words else "an HTML error page"
+    return _one_line(text)

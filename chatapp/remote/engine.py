@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 from chatapp.engine.chat import Message
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.remote.client import RemoteClient, RemoteModel, Timeouts
+from chatapp.remote.client import RemoteClient, RemoteModel, Timeouts, count
 from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError
 from chatapp.remote.reader import StreamReader
 
@@ -33,6 +34,12 @@ READER = "chatapp-remote-reader"  # the thread that reads an answer's stream
 FINISH = {"stop": "eos", "length": "length", "content_filter": "eos", "tool_calls": "eos"}
 # What only the server can measure (RemoteStats.to_dict()["unavailable"]).
 UNAVAILABLE = ("loop", "device", "transfer", "prompt_perplexity", "run/host split")
+# One answer's text: far beyond what a chat model writes (8192 tokens are ~40 000
+# characters), small enough for the window to hold and draw.
+MAX_ANSWER_CHARS = 4 * 1024 * 1024
+# Chunks without a token (role, usage, empty deltas): a few per answer from real servers.
+MAX_IDLE_CHUNKS = 10_000
+MAX_FIGURE = 2**53  # a chatapp server's figures: larger numbers are not figures
 
 
 @dataclass
@@ -236,14 +243,38 @@ class RemoteGeneration:
         started = perf()
         previous = started
         # Read on a thread of its own: Stop works while a silent server keeps a read waiting.
-        chunks = StreamReader(self.engine.client.stream_chat(body), self.should_stop, READER)
+        abandoned = threading.Event()
+        items = self.engine.client.stream_chat(body, abandoned.is_set)
+        chunks = StreamReader(items, self.should_stop, READER, abandoned)
+        limit = self.settings.max_new_tokens
+        answered = False
+        idle = 0  # chunks since the last token
         try:
             for chunk in chunks:
+                idle += 1
+                if idle > MAX_IDLE_CHUNKS:
+                    raise RemoteStreamError(
+                        f"{self.engine.server} sent {MAX_IDLE_CHUNKS} chunks in a row without "
+                        "a token; the stream was closed."
+                    )
                 self._read_extras(chunk)
-                choice = _first_choice(chunk)
+                choice = _first_choice(chunk, self.engine.server)
                 if choice is None:
                     continue
+                answered = True
                 text, entries = _delta(choice, self.engine.server)
+                if (entries or (text and not stats.logprobs)) and stats.received_tokens >= limit:
+                    # More tokens than max_tokens: a server that ignores it is not read
+                    # further (closing the stream tells it to stop).
+                    stats.finish_reason = "length"
+                    stats.remote_finish_reason = stats.remote_finish_reason or "length"
+                    return
+                entries = entries[: limit - stats.received_tokens]
+                if len(self.text) + len(text) > MAX_ANSWER_CHARS:
+                    raise RemoteStreamError(
+                        f"{self.engine.server} sent more than {MAX_ANSWER_CHARS // 2**20} Mi "
+                        "characters for one answer; the rest was not read."
+                    )
                 if text and not entries and stats.logprobs:
                     # Text with no token from a server that sends log-probs: the end of a
                     # character held back (as Generation adds it to `text` at the end).
@@ -251,7 +282,7 @@ class RemoteGeneration:
                 elif text or entries:
                     now = perf()
                     yield from self._tokens(text, entries, now - previous)
-                    previous = now
+                    previous, idle = now, 0
                 reason = choice.get("finish_reason")
                 if isinstance(reason, str) and reason:
                     stats.remote_finish_reason = reason
@@ -264,6 +295,11 @@ class RemoteGeneration:
         if chunks.stopped:  # stopped while the server sent nothing
             stats.finish_reason = "stop"
             return
+        if not answered:
+            raise RemoteStreamError(
+                f"{self.engine.server} sent no answer: none of its chunks had "
+                "choices[0] with a delta; is this an OpenAI-compatible chat server?"
+            )
         if not stats.finish_reason:
             stats.finish_reason = "eos"
 
@@ -276,8 +312,7 @@ class RemoteGeneration:
         self.text += text
         for i in range(count):
             entry = entries[i] if entries else {}
-            logprob = entry.get("logprob")
-            logprob = float(logprob) if isinstance(logprob, int | float) else math.nan
+            logprob = _finite(entry.get("logprob"))
             if first_chunk and i == 0:
                 latency = stats.ttft_s = gap_s
             else:
@@ -293,31 +328,64 @@ class RemoteGeneration:
                 text if i == 0 else "",
                 logprob,
                 latency,
-                token if isinstance(token, str) else "",
+                token[:1000] if isinstance(token, str) else "",
             )
             stats.received_tokens += 1
 
     def _read_extras(self, chunk: dict[str, Any]) -> None:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if isinstance(prompt, int):
+            prompt = count(usage.get("prompt_tokens"))
+            completion = count(usage.get("completion_tokens"))
+            if prompt is not None:
                 self.stats.prompt_tokens = prompt
-            if isinstance(completion, int):
+            if completion is not None:
                 self.stats.usage_tokens = completion
         figures = chunk.get("chatapp")
         if isinstance(figures, dict):
-            self.stats.server_figures = figures
+            self.stats.server_figures = _plain_figures(figures)
 
 
-def _first_choice(chunk: dict[str, Any]) -> dict[str, Any] | None:
+def _first_choice(chunk: dict[str, Any], origin: str) -> dict[str, Any] | None:
+    """choices[0] of a chunk; None for a chunk without choices (usage, figures)."""
     choices = chunk.get("choices")
-    if not isinstance(choices, list):
+    if choices is None or choices == []:
         return None
-    for choice in choices:
-        if isinstance(choice, dict) and choice.get("index", 0) == 0:
-            return choice
-    return None
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise RemoteStreamError(
+            f"{origin} sent a malformed stream: choices is not a list of objects."
+        )
+    return next((c for c in choices if c.get("index", 0) == 0), None)
+
+
+def _finite(value: Any) -> float:
+    """A log-prob as a float; nan for anything else (a 400-digit integer would overflow)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
+
+
+def _plain_figures(figures: dict[str, Any]) -> dict[str, Any]:
+    """A chatapp server's figures, keeping the values a figure can have: short text, finite
+    numbers of a sane size, true/false and null."""
+    kept: dict[str, Any] = {}
+    for key, value in list(figures.items())[:100]:
+        if not isinstance(key, str) or len(key) > 100:
+            continue
+        if value is None or isinstance(value, bool):
+            kept[key] = value
+        elif isinstance(value, str):
+            kept[key] = value[:200]
+        elif (
+            isinstance(value, int | float)
+            and math.isfinite(_finite(value))
+            and abs(value) <= MAX_FIGURE
+        ):
+            kept[key] = value
+    return kept
 
 
 def _delta(choice: dict[str, Any], origin: str) -> tuple[str, list[dict[str, Any]]]:

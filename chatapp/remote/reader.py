@@ -30,13 +30,19 @@ class StreamReader(Generic[T]):
     `should_stop()` turns true while waiting; then `stopped` tells which."""
 
     def __init__(
-        self, items: Generator[T, None, None], should_stop: Callable[[], bool], name: str
+        self,
+        items: Generator[T, None, None],
+        should_stop: Callable[[], bool],
+        name: str,
+        abandoned: threading.Event | None = None,
     ) -> None:
+        """`abandoned`: set by `close`; a generator that also asks it between its own reads
+        (RemoteClient.stream_chat) ends without waiting for its next item."""
         self.should_stop = should_stop
         self.stopped = False
         self._items = items
         self._queue: queue.SimpleQueue[T | _End] = queue.SimpleQueue()
-        self._abandoned = threading.Event()
+        self._abandoned = abandoned or threading.Event()
         self._thread = threading.Thread(target=self._read, name=name, daemon=True)
         self._thread.start()
 

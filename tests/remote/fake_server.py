@@ -1,5 +1,7 @@
 """A scripted HTTP server on 127.0.0.1 for the failures a real server rarely shows on cue:
-malformed streams, a connection cut mid-answer, silence, redirects.
+malformed streams, a connection cut mid-answer, silence, redirects, and a hostile server
+(`endless_tokens`, `endless_bytes`, `html_page`, `models_listing`: one that ignores
+max_tokens, streams a gigabyte, lists absurd numbers, answers with an HTML error page).
 
 Each connection's request is read and handed to the script, which returns what to do: bytes
 to send, a pause, or a cut. Bounded: it serves at most `max_connections`, each socket times
@@ -8,11 +10,12 @@ out, and `close()` (always called by the fixture) ends the thread.
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +33,7 @@ class Request:
         return json.loads(self.body)
 
 
-Script = Callable[[Request], list[Action]]
+Script = Callable[[Request], Iterable[Action]]  # a generator may go on for ever
 
 
 @dataclass
@@ -38,6 +41,8 @@ class FakeServer:
     script: Script
     max_connections: int = 20
     requests: list[Request] = field(default_factory=list)
+    sent_bytes: int = 0  # by every answer so far
+    cut_by_client: int = 0  # answers the client closed before the script ended
 
     def __post_init__(self) -> None:
         self.sock = socket.socket()
@@ -83,7 +88,9 @@ class FakeServer:
                 try:
                     conn.sendall(action)
                 except OSError:
+                    self.cut_by_client += 1
                     return
+                self.sent_bytes += len(action)
 
 
 def _read_request(conn: socket.socket) -> Request:
@@ -161,3 +168,55 @@ def with_models(answer: Script) -> Script:
         return answer(request)
 
     return script
+
+
+# ---- a hostile server ---------------------------------------------------------------------
+def endless_tokens(text: str = "tok", logprob: float | None = -0.5) -> Iterator[Action]:
+    """A stream that ignores max_tokens: tokens until the client closes the connection."""
+    yield stream_head()
+    one = event(delta(text, logprob=logprob))
+    batch = one * 64
+    while True:
+        yield batch
+
+
+def endless_bytes(piece: bytes, total: int = 2**30) -> Iterator[Action]:
+    """A stream of `total` bytes made of `piece` (in ~1 MB chunks): comments, blank lines,
+    one event's endless text... whatever `piece` holds; stops early when the client leaves."""
+    yield stream_head()
+    block = piece * max(1, 2**20 // len(piece))
+    for _ in range(total // len(block) + 1):
+        yield chunk(block)
+    yield END
+
+
+def html_page(status: int = 500, size: int = 0) -> list[Action]:
+    """An error page as a proxy or a web framework sends it (`size`: padded to that)."""
+    page = (
+        b"<!DOCTYPE html>\n<html><head><title>500 Internal Server Error</title></head>\n"
+        b"<body><h1>Internal Server Error</h1><p>The server encountered an internal error "
+        b"and was unable to complete your request.</p></body></html>\n"
+    )
+    page += b" " * max(0, size - len(page))
+    return [response(status, page, "text/html; charset=utf-8")]
+
+
+def models_listing(**fields: Any) -> bytes:
+    """GET /v1/models with one model `fake` carrying `fields` (max_model_len=2**31...)."""
+    entry = {"id": "fake", "object": "model", "owned_by": "someone", **fields}
+    return json_response(200, {"object": "list", "data": [entry]})
+
+
+def hostile(answer: Script, listing: bytes = MODELS) -> Script:
+    """`with_models`, with the model list given."""
+
+    def script(request: Request) -> Iterable[Action]:
+        if request.path.endswith("/models"):
+            return [listing]
+        return answer(request)
+
+    return script
+
+
+def repeat(actions: Iterable[Action], times: int) -> Iterator[Action]:
+    return itertools.chain.from_iterable(itertools.repeat(list(actions), times))

@@ -220,7 +220,7 @@ def _server_value(figures: Mapping[str, Any] | None, key: str, reader: Any) -> s
         return fmt.MISSING
     try:
         return str(reader(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return fmt.MISSING
 
 

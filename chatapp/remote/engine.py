@@ -34,9 +34,11 @@ READER = "chatapp-remote-reader"  # the thread that reads an answer's stream
 FINISH = {"stop": "eos", "length": "length", "content_filter": "eos", "tool_calls": "eos"}
 # What only the server can measure (RemoteStats.to_dict()["unavailable"]).
 UNAVAILABLE = ("loop", "device", "transfer", "prompt_perplexity", "run/host split")
-# One answer's text: far beyond what a chat model writes (8192 tokens are ~40 000
-# characters), small enough for the window to hold and draw.
-MAX_ANSWER_CHARS = 4 * 1024 * 1024
+# One answer's text: 64 characters per token asked for (real tokens average about 4; the
+# longest vocabulary entries are ~64), at most the message box's own limit. What the window
+# can draw and save without freezing: 4 Mi characters kept its event loop busy for 200 ms.
+MAX_CHARS_PER_TOKEN = 64
+MAX_ANSWER_CHARS = 1024 * 1024
 # Chunks without a token (role, usage, empty deltas): a few per answer from real servers.
 MAX_IDLE_CHUNKS = 10_000
 MAX_FIGURE = 2**53  # a chatapp server's figures: larger numbers are not figures
@@ -247,6 +249,7 @@ class RemoteGeneration:
         items = self.engine.client.stream_chat(body, abandoned.is_set)
         chunks = StreamReader(items, self.should_stop, READER, abandoned)
         limit = self.settings.max_new_tokens
+        max_chars = min(MAX_ANSWER_CHARS, MAX_CHARS_PER_TOKEN * limit + 4096)
         answered = False
         idle = 0  # chunks since the last token
         try:
@@ -270,10 +273,10 @@ class RemoteGeneration:
                     stats.remote_finish_reason = stats.remote_finish_reason or "length"
                     return
                 entries = entries[: limit - stats.received_tokens]
-                if len(self.text) + len(text) > MAX_ANSWER_CHARS:
+                if len(self.text) + len(text) > max_chars:
                     raise RemoteStreamError(
-                        f"{self.engine.server} sent more than {MAX_ANSWER_CHARS // 2**20} Mi "
-                        "characters for one answer; the rest was not read."
+                        f"{self.engine.server} sent more than {max_chars} characters for an "
+                        f"answer of at most {limit} tokens; the rest was not read."
                     )
                 if text and not entries and stats.logprobs:
                     # Text with no token from a server that sends log-probs: the end of a

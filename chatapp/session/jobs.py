@@ -58,9 +58,9 @@ class Job:
 
     name: str  # for the log: "generation", "model load", ...
     run: Callable[[JobControl], JobResult]
-    # The line the user reads when `run` raises; the log keeps the traceback either way.
+    # The line the user reads when `run` raises; the log keeps the traceback of the unexpected.
     explain: Callable[[BaseException], str] = field(default=lambda exc: failed("It", exc))
-    # Exceptions that are the user's or the input's doing, logged as warnings, not errors.
+    # Exceptions that are the user's or the input's doing: one warning line, no traceback.
     expected: tuple[type[BaseException], ...] = ()
     # How often, at most, what it yields reaches the GUI (None: the runner's default).
     flush_interval_s: float | None = None

@@ -10,7 +10,6 @@ out, and `close()` (always called by the fixture) ends the thread.
 
 from __future__ import annotations
 
-import itertools
 import json
 import socket
 import threading
@@ -142,9 +141,14 @@ def chunk(payload: bytes) -> bytes:
     return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
 
-def event(data: Any) -> bytes:
+def sse(data: Any) -> bytes:
+    """One server-sent event, before HTTP's chunked framing."""
     text = data if isinstance(data, str) else json.dumps(data)
-    return chunk(f"data: {text}\n\n".encode())
+    return f"data: {text}\n\n".encode()
+
+
+def event(data: Any) -> bytes:
+    return chunk(sse(data))
 
 
 def delta(text: str, finish: str | None = None, logprob: float | None = None) -> dict[str, Any]:
@@ -171,13 +175,17 @@ def with_models(answer: Script) -> Script:
 
 
 # ---- a hostile server ---------------------------------------------------------------------
-def endless_tokens(text: str = "tok", logprob: float | None = -0.5) -> Iterator[Action]:
-    """A stream that ignores max_tokens: tokens until the client closes the connection."""
+def endless_tokens(
+    text: str = "tok", logprob: float | None = -0.5, per_batch: int = 64, pause: float = 0.0
+) -> Iterator[Action]:
+    """A stream that ignores max_tokens: tokens until the client closes the connection
+    (`per_batch` at a time, `pause` seconds between batches)."""
     yield stream_head()
-    one = event(delta(text, logprob=logprob))
-    batch = one * 64
+    batch = event(delta(text, logprob=logprob)) * per_batch
     while True:
         yield batch
+        if pause:
+            yield pause
 
 
 def endless_bytes(piece: bytes, total: int = 2**30) -> Iterator[Action]:
@@ -216,7 +224,3 @@ def hostile(answer: Script, listing: bytes = MODELS) -> Script:
         return answer(request)
 
     return script
-
-
-def repeat(actions: Iterable[Action], times: int) -> Iterator[Action]:
-    return itertools.chain.from_iterable(itertools.repeat(list(actions), times))

@@ -80,14 +80,17 @@ def test_without_logprobs_chunks_count_as_tokens(fakes: list[FakeServer]) -> Non
     assert len(list(gen)) == 5 and gen.stats.finish_reason == "length"
 
 
-def test_an_answer_is_capped_in_characters(fakes: list[FakeServer]) -> None:
-    huge = event(delta("x" * 2**20))  # one megabyte of text per token
+@pytest.mark.parametrize(("max_tokens", "cap"), [(10, 64 * 10 + 4096), (10**6, MAX_ANSWER_CHARS)])
+def test_an_answer_is_capped_in_characters(
+    fakes: list[FakeServer], max_tokens: int, cap: int
+) -> None:
+    huge = event(delta("x" * 2**19))  # half a megabyte of text per token
     engine = engine_for(fakes, [stream_head(), *[huge] * 8, END])
-    gen = engine.chat(HELLO, settings(1000))
+    gen = engine.chat(HELLO, settings(max_tokens))
     with pytest.raises(RemoteStreamError) as caught:
         list(gen)
-    assert "more than 4 Mi characters" in one_line(caught.value)
-    assert len(gen.text) <= MAX_ANSWER_CHARS and gen.stats.finish_reason == "error"
+    assert f"more than {cap} characters for an answer of at most" in one_line(caught.value)
+    assert len(gen.text) <= cap and gen.stats.finish_reason == "error"
 
 
 def test_endless_chunks_without_a_token_are_cut(fakes: list[FakeServer]) -> None:

@@ -137,8 +137,10 @@ class _Worker(QObject):
         except Exception as exc:
             flush()  # what was made before the fault stays visible
             message = self._explain(job, exc)
-            level = logging.WARNING if isinstance(exc, job.expected) else logging.ERROR
-            log.log(level, "%s %d: %s", job.name, request_id, message, exc_info=exc)
+            if isinstance(exc, job.expected):  # a refusal foreseen: one line is the whole story
+                log.warning("%s %d: %s", job.name, request_id, message)
+            else:
+                log.error("%s %d: %s", job.name, request_id, message, exc_info=exc)
             error = JobError(request_id, message, control.partial, type(exc), str(exc))
             emit(self.sig_errored, error)
         else:

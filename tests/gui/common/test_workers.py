@@ -215,6 +215,8 @@ def test_expected_errors_are_warnings_and_a_broken_explanation_still_reports(
     ]
     levels = {r.getMessage().split(":")[0]: r.levelname for r in caplog.records}
     assert levels["checked 1"] == "WARNING" and levels["odd 2"] == "ERROR"
+    tracebacks = {r.getMessage().split(":")[0]: r.exc_info is not None for r in caplog.records}
+    assert not tracebacks["checked 1"] and tracebacks["odd 2"]  # an expected refusal: one line
 
 
 def test_shutdown_stops_the_running_job_and_ends_the_thread(qtbot) -> None:

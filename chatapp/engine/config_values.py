@@ -46,3 +46,18 @@ def section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ModelError(f"{where} '{key}' is {_show(value)}; a JSON object was expected.")
     return value
+
+
+def check_head_counts(config: dict[str, Any], where: str) -> None:
+    """config.json's head counts, before transformers reads them (0 KV heads made it fail
+    with "integer modulo by zero")."""
+    counts = {}
+    for key in ("num_attention_heads", "num_key_value_heads"):
+        if config.get(key) is not None:
+            counts[key] = whole_number(config[key], f"{where}'s {key}", 1, MAX_HEADS)
+    heads, kv_heads = counts.get("num_attention_heads"), counts.get("num_key_value_heads")
+    if heads and kv_heads and heads % kv_heads:
+        raise ModelError(
+            f"{where} has {heads} attention heads, which do not split into groups for its "
+            f"{kv_heads} KV heads."
+        )

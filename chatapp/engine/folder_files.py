@@ -22,7 +22,8 @@ import onnx
 from chatapp.engine.errors import FolderFileError, ModelError
 
 MAX_JSON_BYTES = 16 << 20  # config.json, genai_config.json, tokenizer_config.json, ...
-MAX_TOKENIZER_BYTES = 512 << 20  # tokenizer.json of a 256k vocabulary is ~30 MB
+# tokenizer.json of a 256k vocabulary is ~33 MB (Gemma 3); a 500 MB one took 1.3 GB to refuse.
+MAX_TOKENIZER_BYTES = 64 << 20
 MAX_ONNX_BYTES = 2 << 30  # protobuf's own limit: bigger weights live in external data
 # What transformers' AutoTokenizer may open in a folder (AutoTokenizer never reads elsewhere
 # with local_files_only, but these must not be links out of the folder or devices either).

@@ -16,6 +16,7 @@ from chatapp.engine.config_values import (
     MAX_HEADS,
     MAX_LAYERS,
     MAX_VOCAB,
+    check_head_counts,
     section,
     token_ids,
     whole_number,
@@ -128,6 +129,8 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
         raise ModelError(f"The model folder {folder} does not exist.")
     genai = read_json_file(folder, "genai_config.json")
     config = read_json_file(folder, "config.json")
+    if config:
+        check_head_counts(config, "config.json")
     candidates = _candidates(folder, onnx_file, genai)
     check_tokenizer_files(folder)
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.model").is_file():

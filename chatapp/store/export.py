@@ -179,6 +179,8 @@ def parse_json(data: str | bytes, now: datetime | None = None) -> ConversationDr
         ) from exc
     except RecursionError:
         raise ImportFormatError("its JSON is nested too deeply") from None
+    except ValueError:  # Python refuses integers of more than 4300 digits
+        raise ImportFormatError("it holds a number with thousands of digits") from None
     return _conversation_from(doc, now or datetime.now(UTC))
 
 
@@ -226,11 +228,11 @@ def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
         raise ImportFormatError(f'"version" must be a whole number, found {_show(version)}')
     if version > FORMAT_VERSION:
         raise ImportFormatError(
-            f"format version {version} comes from a newer chatapp; this one reads up to "
+            f"format version {_show(version)} comes from a newer chatapp; this one reads up to "
             f"version {FORMAT_VERSION}"
         )
     if version < 1:
-        raise ImportFormatError(f"unknown format version {version}")
+        raise ImportFormatError(f"unknown format version {_show(version)}")
 
     conv = _object(top.get("conversation"), "conversation")
     title = _string(conv.get("title"), "conversation.title", LIMITS.title_chars)

@@ -161,6 +161,22 @@ FOLDER_CASES: dict[str, tuple[Change, str]] = {
         edit_json("genai_config.json", lambda d: d["model"].update(eos_token_id={"a": 1})),
         r"eos_token_id is \{'a': 1\}",
     ),
+    "kv-heads-zero": (
+        edit_json("config.json", lambda d: d.update(num_key_value_heads=0)),
+        r"config.json's num_key_value_heads is 0; a whole number from 1 to 4096",
+    ),
+    "heads-zero": (
+        edit_json("config.json", lambda d: d.update(num_attention_heads=0)),
+        r"config.json's num_attention_heads is 0",
+    ),
+    "heads-not-in-groups": (
+        edit_json("config.json", lambda d: d.update(num_attention_heads=6, num_key_value_heads=4)),
+        r"6 attention heads, which do not split into groups for its 4 KV heads",
+    ),
+    "tokenizer-500-MB": (
+        lambda f: os.truncate(f / "tokenizer.json", 500 << 20),  # sparse: no disk, no reading
+        r"tokenizer.json in .* is 500 MB; more than 64 MB is refused",
+    ),
     "context-minus-5": (
         edit_json("genai_config.json", lambda d: d["model"].update(context_length=-5)),
         r"context_length is -5",

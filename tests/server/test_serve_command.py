@@ -17,6 +17,10 @@ from typing import Any
 import httpx2
 import pytest
 
+from chatapp.cli import server_cmds
+from chatapp.convert import default_model
+from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
+
 
 def chatapp(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -170,3 +174,18 @@ def test_bad_access_options_are_one_line() -> None:
     env = {k: v for k, v in os.environ.items() if k != "CHATAPP_API_KEY"}
     line = one_error_line(chatapp("serve", "--allow-origin", "*", env=env))
     assert "needs an API key" in line
+
+
+def test_serve_prepares_the_default_model_on_first_use(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """As the window does: a fresh data folder gets the bundled model converted (here the tiny
+    one), then serving goes on; a prepared one is used as it is."""
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setattr(default_model, "bundled_gguf", lambda: tiny_gguf)
+    server_cmds._prepare_default_model()
+    folder = default_model.default_model_dir()
+    assert (folder / "model.onnx").is_file()
+    assert "preparing the default model" in capsys.readouterr().err
+    server_cmds._prepare_default_model()
+    assert "preparing" not in capsys.readouterr().err

@@ -188,6 +188,16 @@ IMPORTS: dict[str, tuple[bytes, str]] = {
     "wrong-format": (json.dumps({"format": "other"}).encode(), '"format" must be'),
     "version-text": (json.dumps({**_valid(), "version": "1"}).encode(), "whole number"),
     "version-99": (json.dumps({**_valid(), "version": 99}).encode(), "newer chatapp"),
+    "version-5000-digits": (
+        json.dumps({**_valid(), "version": 1})
+        .replace('"version": 1', '"version": ' + "9" * 5000)
+        .encode(),
+        "a number with thousands of digits",
+    ),
+    "version-4000-digits": (
+        json.dumps({**_valid(), "version": 10**3999}).encode(),
+        "version " + "1" + "0" * 36 + "... comes from a newer chatapp",
+    ),
     "messages-missing": (json.dumps(_valid(messages=None)).encode(), "must be a list"),
     "role-system": (
         json.dumps(_valid(messages=[{"role": "system", "content": "x"}])).encode(),

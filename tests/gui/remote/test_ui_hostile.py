@@ -26,7 +26,9 @@ from tests.remote.fake_server import (
     sse,
 )
 
-# The GUI thread's own share of a gap (run-queue waits on the busy machine excluded).
+# The GUI thread's own share of a gap (its run-queue waits on a busy machine excluded; what
+# is left includes waiting for the GIL, whose holder may itself sit in the run queue: the
+# bound grows with the load beyond one task per core, and is 100 ms on a machine with room).
 MAX_GAP_MS = 100
 
 
@@ -93,7 +95,8 @@ def test_a_gigabyte_answer_leaves_the_window_responsive(
         [round(g) for g in gaps.wall_gaps_ms()],
     )
     assert "characters for an answer of at most" in window.banner.text()
-    assert len(gaps.ticks) > 10 and max(gaps.app_gaps_ms()) < MAX_GAP_MS, gaps.describe()
+    assert len(gaps.ticks) > 10, gaps.describe()
+    assert max(gaps.app_gaps_ms()) < MAX_GAP_MS * busy_factor(), gaps.describe()
 
 
 @pytest.mark.parametrize("kind", ["tokens", "keep-alive"])
@@ -125,5 +128,5 @@ def test_stop_ends_a_gigabyte_stream_within_half_a_second(
     # part (the GUI's, the job's, the reader's): on a machine busier than its cores, the
     # others' waits for a core are allowed for too.
     assert stopped_s < 0.5 * busy_factor(), stopped_s
-    assert max(gaps.app_gaps_ms()) < MAX_GAP_MS, gaps.describe()
+    assert max(gaps.app_gaps_ms()) < MAX_GAP_MS * busy_factor(), gaps.describe()
     qtbot.waitUntil(lambda: fake.cut_by_client > 0, timeout=10_000)  # the connection closed

@@ -5,14 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from chatapp.cli.engine_cmds import add_model_args, start_engine
 from chatapp.cli.errors import UserError
 from chatapp.engine.modes import MODES, Mode
 from chatapp.server.security import AccessOptionError, host_option, origin_option
 from chatapp.session import arg_checks as checks
+
+if TYPE_CHECKING:
+    from chatapp.server.worker import EngineWorker
 
 API_KEY_ENV = "CHATAPP_API_KEY"
 
@@ -125,7 +131,30 @@ def run_serve(args: argparse.Namespace) -> int:
         raise
     log = None if args.quiet else _log
     worker = EngineWorker(engine, args.mode, args.served_model_name, args.max_queue, log)
-    url = base_url(sock)
+    try:
+        # SIGTERM before uvicorn installs its own handler (a service manager may send it at
+        # any time) stops the server as Ctrl+C does, rather than killing it mid-start.
+        signal.signal(signal.SIGTERM, _interrupt)
+        _announce(args, worker, base_url(sock), api_key)
+        access = AccessPolicy(host, frozenset(args.allow_host), frozenset(args.allow_origin))
+        shutdown = ShutdownNotice()
+        app = build_app(
+            worker, api_key, access=access, aliases=tuple(args.alias), shutdown=shutdown
+        )
+        serve_forever(app, sock, on_exit=shutdown.trigger)
+    except KeyboardInterrupt:  # before uvicorn's handlers, or a second Ctrl+C while stopping
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sock.close()
+        worker.close()
+    print("chatapp serve: stopped", file=sys.stderr)
+    return 0
+
+
+def _announce(
+    args: argparse.Namespace, worker: EngineWorker, url: str, api_key: str | None
+) -> None:
     card = worker.card
     if args.json:
         print(json.dumps({"url": f"{url}/v1", "model": card.id, "device": card.device}))
@@ -136,17 +165,10 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     sys.stdout.flush()
-    access = AccessPolicy(host, frozenset(args.allow_host), frozenset(args.allow_origin))
-    shutdown = ShutdownNotice()
-    app = build_app(worker, api_key, access=access, aliases=tuple(args.alias), shutdown=shutdown)
-    try:
-        serve_forever(app, sock, on_exit=shutdown.trigger)
-    except KeyboardInterrupt:  # a second Ctrl+C while stopping
-        pass
-    finally:
-        worker.close()
-    print("chatapp serve: stopped", file=sys.stderr)
-    return 0
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def _prepare_default_model() -> None:

@@ -189,3 +189,13 @@ def test_serve_prepares_the_default_model_on_first_use(
     assert "preparing the default model" in capsys.readouterr().err
     server_cmds._prepare_default_model()
     assert "preparing" not in capsys.readouterr().err
+
+
+def test_sigterm_right_after_start_is_a_clean_stop(tiny_model_dir: Path) -> None:
+    # The address is printed before uvicorn installs its handlers: a service manager's SIGTERM
+    # in between used to kill the process (status -15).
+    process, _ = serve_process("--model", str(tiny_model_dir), "--threads", "1")
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert err.strip().endswith("chatapp serve: stopped") and "Traceback" not in err

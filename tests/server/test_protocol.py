@@ -202,12 +202,12 @@ def test_logprobs_of_a_whole_answer(target: Target) -> None:
     answer = target.chat(max_tokens=6, temperature=0, logprobs=True, top_logprobs=3)
     entries = answer["choices"][0]["logprobs"]["content"]
     assert len(entries) == answer["usage"]["completion_tokens"]
-    raw = b"".join(bytes(e["bytes"]) for e in entries)
     if target.strict:  # chatapp's token bytes are the answer's text, byte for byte
+        raw = b"".join(bytes(e["bytes"]) for e in entries)
         assert raw.decode("utf-8", "replace") == answer["choices"][0]["message"]["content"]
     for entry in entries:
         assert entry["logprob"] <= 0 and math.isfinite(entry["logprob"])
-        assert isinstance(entry["bytes"], list)
+        assert isinstance(entry["bytes"], list) or (not target.strict and entry["bytes"] is None)
         top = [t["logprob"] for t in entry["top_logprobs"]]
         assert len(top) == 3 and top == sorted(top, reverse=True)
         assert math.isclose(entry["logprob"], top[0], abs_tol=1e-4)  # greedy: the likeliest
@@ -266,6 +266,10 @@ def test_an_invalid_chat_request_is_a_client_error(target: Target, case: str) ->
     if not target.strict and not everywhere:
         pytest.skip("llama.cpp's server accepts or answers this otherwise")
     allowed = (400,) if target.strict else (400, 422)  # FastAPI's validation error is 422
+    if not target.strict and response.status_code not in allowed:
+        # Seen with llama-cpp-python 0.3.36: 500 for invalid JSON and failed validation, 200
+        # for a body without messages. Recorded, not ours to fix.
+        pytest.xfail(f"llama.cpp's server answers {response.status_code}")
     assert response.status_code in allowed, response.text
     if target.strict:
         error = response.json()["error"]
@@ -273,6 +277,8 @@ def test_an_invalid_chat_request_is_a_client_error(target: Target, case: str) ->
 
 
 def test_a_prompt_longer_than_the_context_is_a_400(target: Target) -> None:
+    if not target.strict:
+        pytest.skip("llama-cpp-python's server was still busy with it after 120 s")
     response = target.post(
         "chat/completions", {"messages": [{"role": "user", "content": "sea " * 20_000}]}
     )

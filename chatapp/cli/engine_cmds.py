@@ -152,10 +152,21 @@ def resolve_model(path: Path | None) -> Path:
 def run_devices(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
-    from chatapp.engine.devices import available_devices, unavailable_reasons
+    from chatapp.engine.devices import (
+        DeviceError,
+        available_devices,
+        find_device,
+        unavailable_reasons,
+    )
 
     devices = available_devices(offers=True)
     reasons = unavailable_reasons()
+    for offer in [d for d in devices if d.on_request]:
+        try:  # this command is where a user asks: try what the window only offers
+            find_device(offer.name)
+        except DeviceError as exc:
+            devices.remove(offer)
+            reasons[offer.name] = exc.reason
     if args.json:
         listed = [
             {

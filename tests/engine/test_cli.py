@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from chatapp.engine import webgpu
+from chatapp.engine.webgpu import SOFTWARE_ENV
 
-def chatapp(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+
+def chatapp(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chatapp", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=env,
     )
 
 
@@ -28,6 +35,20 @@ def test_devices_lists_the_cpu() -> None:
     assert cpu["name"] == "cpu" and cpu["provider"] == "CPUExecutionProvider"
     assert cpu["own_memory"] is False  # nothing crosses a bus: the transfer meter reads 0
     assert "cuda" in data["unavailable"] or any(d["name"] == "cuda" for d in data["devices"])
+
+
+def test_devices_never_offers_a_device_that_cannot_start() -> None:
+    """With the Vulkan drivers hidden (as on a machine without any), WebGPU's adapters are
+    listed as not available, with the reason, and no Vulkan noise reaches the terminal."""
+    hidden = {**os.environ, "VK_DRIVER_FILES": "/nonexistent", "VK_ICD_FILENAMES": "/nonexistent"}
+    hidden.pop(SOFTWARE_ENV, None)
+    out = chatapp("devices", "--json", env=hidden)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert not [d for d in data["devices"] if d["name"].startswith("webgpu")]
+    assert "Vulkan" not in out.stderr
+    if webgpu.library_path() is not None:
+        assert "Vulkan driver" in data["unavailable"]["webgpu-software"]
 
 
 @pytest.mark.parametrize("mode", ["naive", "iobinding"])

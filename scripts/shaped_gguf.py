@@ -73,9 +73,7 @@ PRESETS: dict[str, tuple[int, Q]] = {
 
 def use_more_bits(layer: int, layers: int) -> bool:
     """llama.cpp's choice of the attn_v / ffn_down layers that get more bits in *_K_M."""
-    return (
-        layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
-    )
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
 
 
 def tensor_type(preset: str, role: str, layer: int, shape: Shape) -> Q:
@@ -152,7 +150,9 @@ def plan(shape: Shape, preset: str, vocab: int) -> list[TensorPlan]:
     head = shape.hidden // shape.heads
     kv = head * shape.kv_heads
     embd = "output" if shape.tied else "token_embd"
-    out = [TensorPlan("token_embd.weight", tensor_type(preset, embd, 0, shape), vocab, shape.hidden)]
+    out = [
+        TensorPlan("token_embd.weight", tensor_type(preset, embd, 0, shape), vocab, shape.hidden)
+    ]
     for i in range(shape.layers):
 
         def add(role: str, rows: int, cols: int, layer: int = i) -> None:
@@ -170,7 +170,11 @@ def plan(shape: Shape, preset: str, vocab: int) -> list[TensorPlan]:
         add("ffn_down", shape.hidden, shape.ffn)
     out.append(TensorPlan("output_norm.weight", Q.F32, 1, shape.hidden))
     if not shape.tied:
-        out.append(TensorPlan("output.weight", tensor_type(preset, "output", 0, shape), vocab, shape.hidden))
+        out.append(
+            TensorPlan(
+                "output.weight", tensor_type(preset, "output", 0, shape), vocab, shape.hidden
+            )
+        )
     return out
 
 
@@ -179,7 +183,9 @@ def nbytes(t: TensorPlan) -> int:
     return t.rows * t.cols // block * size
 
 
-def tokenizer_fields(source: Path) -> Iterator[tuple[str, object, gguf.GGUFValueType, gguf.GGUFValueType | None]]:
+def tokenizer_fields(
+    source: Path,
+) -> Iterator[tuple[str, object, gguf.GGUFValueType, gguf.GGUFValueType | None]]:
     """(key, value, type, item type) of every tokenizer.* key in `source`."""
     reader = gguf.GGUFReader(source)
     for key, field in reader.fields.items():
@@ -253,7 +259,9 @@ def write_shaped_gguf(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("shape", nargs="?", choices=sorted(SHAPES))
     parser.add_argument("out", nargs="?", type=Path)
     parser.add_argument("--type", default="Q4_K_M", choices=sorted(PRESETS))
@@ -262,8 +270,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.list or args.shape is None or args.out is None:
         for key, s in SHAPES.items():
-            print(f"{key:5} {s.name}: {s.layers} layers, hidden {s.hidden}, ffn {s.ffn}, "
-                  f"{s.heads} heads / {s.kv_heads} KV{', tied' if s.tied else ''}")
+            print(
+                f"{key:5} {s.name}: {s.layers} layers, hidden {s.hidden}, ffn {s.ffn}, "
+                f"{s.heads} heads / {s.kv_heads} KV{', tied' if s.tied else ''}"
+            )
         return
     started = time.perf_counter()
     tmp = args.out.with_name(args.out.name + ".writing")

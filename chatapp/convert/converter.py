@@ -215,6 +215,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     try:
         builder.g.stream_to(external)
         onnx_model = builder.build(weights)  # reports through the weights' callbacks above
+        external.finish(onnx_model)
     finally:
         external.close()
         model.release_pages()

@@ -83,6 +83,15 @@ class ExternalData:
         elif tensor.HasField("raw_data") and goes_outside(len(tensor.raw_data)):
             self._move_out(tensor)
 
+    def finish(self, model: onnx.ModelProto) -> None:
+        """Move out any initializer that reached the graph without passing through here (one
+        appended to the graph directly), so that the rule holds for all of them."""
+        if self._file is None:
+            return
+        for tensor in model.graph.initializer:
+            if tensor.HasField("raw_data") and goes_outside(len(tensor.raw_data)):
+                self._move_out(tensor)
+
     def _start(self) -> None:
         """Open the file and move the held tensors' bytes into it, in order."""
         self._file = self.path.open("wb")

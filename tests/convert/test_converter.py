@@ -415,6 +415,25 @@ def test_interrupt_leaves_nothing(
     assert_nothing_written(out)
 
 
+def test_cancel_while_weights_stream_leaves_nothing(
+    tmp_path: Path, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped between layers, with model.onnx.data open and half written."""
+    monkeypatch.setattr(converter, "EXTERNAL_DATA_THRESHOLD", 0)
+    seen: list[Path] = []
+
+    def progress(_fraction: float, message: str) -> None:
+        if message.startswith("layer 2"):
+            seen.extend(tmp_path.glob(".out.partial-*/model.onnx.data"))
+            raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        convert_gguf(tiny_gguf, out, progress=progress)
+    assert seen  # the data file was there, being written
+    assert_nothing_written(out)
+
+
 # --- the command line --------------------------------------------------------------------------
 
 

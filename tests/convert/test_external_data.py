@@ -111,3 +111,21 @@ def test_spills_once_the_total_passes_the_limit(tmp_path: Path) -> None:
     assert external.used
     for name in ("model.onnx", DATA):
         assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
+
+
+def test_an_initializer_added_directly_still_goes_outside(tmp_path: Path) -> None:
+    g = OnnxGraph()
+    external = ExternalData(tmp_path / DATA, 0)
+    g.stream_to(external)
+    model = build(g)
+    direct = onnx.numpy_helper.from_array(np.arange(1000, dtype=np.float32), "direct")
+    model.graph.initializer.append(direct)
+    external.finish(model)
+    external.close()
+    save_graph(model, tmp_path / "model.onnx")
+    (tensor,) = [t for t in model.graph.initializer if t.name == "direct"]
+    assert not tensor.HasField("raw_data") and tensor.data_location == TensorProto.EXTERNAL
+    loaded = onnx.load(str(tmp_path / "model.onnx"))
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.graph.initializer}
+    assert (values["direct"] == np.arange(1000, dtype=np.float32)).all()
+    assert external.digest.hexdigest() == hashlib.sha256((tmp_path / DATA).read_bytes()).hexdigest()

@@ -18,7 +18,7 @@ import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from chatapp.engine.chat import Message, ToolCall
@@ -271,6 +271,16 @@ class ToolCallStream:
             pieces.append(StreamPiece(arguments=self.text[self.sent : end]))
             self.sent = end
         return pieces
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The finished answer's calls (with the id its stream announced): none for text, or
+        for a call cut short (by max_tokens) that does not parse."""
+        if self.mode != "call":
+            return ()
+        _, calls = self.plan.parse(self.text)
+        if calls and self.call is not None:
+            return tuple(replace(c, id=self.call.id) for c in calls)
+        return tuple(calls)
 
     def _complete(self) -> bool:
         return self.text.rstrip().endswith("}" + self.plan.format.suffix.strip())

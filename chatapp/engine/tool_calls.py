@@ -75,11 +75,12 @@ def call_format(template: str, native: bool) -> CallFormat:
 
 def generic_instructions(tools: Sequence[Tool]) -> str:
     """The system prompt's part for a model whose template knows no tools."""
-    listed = json.dumps([t.as_dict()["function"] for t in tools], ensure_ascii=False)
+    listed = json.dumps(
+        [t.as_dict()["function"] for t in tools], ensure_ascii=False, separators=(",", ":")
+    )
     return (
-        f"You can call these tools (their arguments are JSON schemas): {listed}\n"
-        'To call one, answer with only a JSON object: {"name": <tool name>, "arguments": '
-        "<arguments object>}. Otherwise answer normally."
+        f"Tools you can call (arguments as JSON schemas): {listed}\n"
+        'To call one, answer only {"name":<tool name>,"arguments":<object>}.'
     )
 
 

@@ -284,7 +284,7 @@ class ToolCallStream:
         return tuple(calls)
 
     def _complete(self) -> bool:
-        return self.text.rstrip().endswith("}" + self.plan.format.suffix.strip())
+        return self.text.rstrip().endswith(("}" + self.plan.format.suffix).rstrip())
 
 
 def _lark_string(text: str) -> str:

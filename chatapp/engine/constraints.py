@@ -63,6 +63,17 @@ class OutputFormat:
         return OutputFormat("lark", lark=text)
 
 
+def output_format_from_text(text: str) -> OutputFormat:
+    """The window's schema box: empty is any JSON object, else the JSON schema it holds."""
+    if not text.strip():
+        return OutputFormat.json_object()
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise ConstraintError(f"The JSON schema is not valid JSON ({exc}).") from exc
+    return OutputFormat.json_schema(schema)
+
+
 def library_available() -> bool:
     return importlib.util.find_spec("llguidance") is not None
 

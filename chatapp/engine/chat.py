@@ -65,9 +65,14 @@ class Message:
     content: str
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
     tool_call_id: str | None = None  # a tool message: the call it answers
+    # A system message's tool list as JSON text, for templates that read it there
+    # (Phi-4-mini's `message['tools']`).
+    tools: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tools is not None:
+            out["tools"] = self.tools
         if self.tool_calls:
             out["tool_calls"] = [call.as_dict() for call in self.tool_calls]
         if self.tool_call_id is not None:

@@ -56,16 +56,25 @@ class CallFormat:
     prefix: str = ""
     suffix: str = ""
     arguments_key: str = "arguments"
+    # The template reads the tools from the system message (`message['tools']`), not from a
+    # `tools` variable.
+    in_system: bool = False
 
 
 GENERIC = CallFormat()
 HERMES = CallFormat("<tool_call>\n", "\n</tool_call>")  # Qwen 2.5/3, Hermes, SmolLM3
 LLAMA = CallFormat(arguments_key="parameters")  # Llama 3.1+: a bare object
+# Phi-4-mini: tools in its system block; its own call tags are special tokens, which the text
+# never shows, so the call is constrained to a bare object.
+PHI4 = CallFormat(in_system=True)
+_SYSTEM_TOOLS = ("message['tools']", 'message["tools"]', "message.tools")
 
 
 def call_format(template: str, native: bool) -> CallFormat:
     if not native:
         return GENERIC
+    if any(marker in template for marker in _SYSTEM_TOOLS):
+        return PHI4
     if "<tool_call>" in template:
         return HERMES
     if '"parameters"' in template:
@@ -107,11 +116,15 @@ class ToolPlan:
         return bool(self.tools) and self.choice.mode != "none"
 
     def template_tools(self) -> list[dict[str, Any]] | None:
-        return [t.as_dict() for t in self.tools] if self.active and self.native else None
+        if not (self.active and self.native) or self.format.in_system:
+            return None
+        return [t.as_dict() for t in self.tools]
 
     def messages(self, messages: Sequence[Message]) -> list[Message]:
         """The chat as the model should see it: for templates that know no tools, the tools in
         the system prompt, calls as their JSON text, tool results as user messages."""
+        if self.native and self.format.in_system:
+            return self._with_system_tools(messages)
         if self.native:
             return list(messages)
         out = [self._plain(m) for m in messages]
@@ -121,6 +134,19 @@ class ToolPlan:
         if out and out[0].role == "system":
             return [Message("system", f"{out[0].content}\n\n{note}"), *out[1:]]
         return [Message("system", note), *out]
+
+    def _with_system_tools(self, messages: Sequence[Message]) -> list[Message]:
+        """Phi-4-mini's way: the tool list as JSON in the system message; earlier calls as
+        their text (its template shows no `tool_calls`), results in its own `tool` turns."""
+        out = [
+            Message("assistant", self._plain(m).content) if m.tool_calls else m for m in messages
+        ]
+        if not self.active:
+            return out
+        listed = json.dumps([t.as_dict()["function"] for t in self.tools], ensure_ascii=False)
+        if out and out[0].role == "system":
+            return [replace(out[0], tools=listed), *out[1:]]
+        return [Message("system", "", tools=listed), *out]
 
     def _plain(self, message: Message) -> Message:
         if message.role == "tool":

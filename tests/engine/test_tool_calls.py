@@ -160,3 +160,33 @@ def test_auto_lets_the_model_choose(tiny_model_dir: Path) -> None:
         gen.run()
         content, calls = plan.parse(gen.text)
         assert calls or not content.lstrip().startswith("{")
+
+
+# Phi-4-mini's template, as published: the tools are a JSON string in the system message.
+PHI4_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "
+    "message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + "
+    "'<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + "
+    "message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+
+def test_phi4_mini_gets_the_tools_in_its_system_block(tiny_model_dir: Path) -> None:
+    plan = ToolPlan([ZONE], ToolChoice("required"), PHI4_TEMPLATE, native=True)
+    assert plan.template_tools() is None
+    history = [
+        *ASK,
+        Message("assistant", "", tool_calls=(ToolCall("call_1", "zone", '{"hours": 2}'),)),
+        Message("tool", "ok", tool_call_id="call_1"),
+    ]
+    system, _, call, result = plan.messages(history)
+    assert system.role == "system" and json.loads(system.tools or "")[0]["name"] == "zone"
+    assert call == Message("assistant", '{"name": "zone", "arguments": {"hours": 2}}')
+    assert result.role == "tool"
+    from chatapp.engine.template import ChatTemplate
+
+    text = ChatTemplate(PHI4_TEMPLATE).render(
+        messages=[m.as_dict() for m in plan.messages(ASK)], add_generation_prompt=True
+    )
+    assert text.startswith('<|system|><|tool|>[{"name": "zone"') and "<|/tool|>" in text

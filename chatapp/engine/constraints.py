@@ -54,13 +54,25 @@ class OutputFormat:
     def json_schema(schema: Mapping[str, Any], strict: bool = False) -> OutputFormat:
         if not isinstance(schema, Mapping):
             raise ConstraintError("The JSON schema must be a JSON object.")
-        if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
-            raise ConstraintError(f"The JSON schema is longer than {MAX_SCHEMA_CHARS} characters.")
+        check_schema_size(schema)
         return OutputFormat("json_schema", schema=schema, strict=strict)
 
     @staticmethod
     def from_lark(text: str) -> OutputFormat:
         return OutputFormat("lark", lark=text)
+
+
+def check_schema_size(schema: Mapping[str, Any]) -> None:
+    """Refuse a schema too long or too deep to be worth compiling (llguidance itself stops at
+    128 levels; Python's encoder would raise RecursionError at ~1000)."""
+    try:
+        size = len(json.dumps(schema))
+    except RecursionError:
+        raise ConstraintError("The JSON schema is nested too deeply.") from None
+    except (TypeError, ValueError) as exc:
+        raise ConstraintError(f"The JSON schema is not JSON ({exc}).") from exc
+    if size > MAX_SCHEMA_CHARS:
+        raise ConstraintError(f"The JSON schema is longer than {MAX_SCHEMA_CHARS} characters.")
 
 
 def output_format_from_text(text: str) -> OutputFormat:

@@ -12,10 +12,10 @@ from typing import Any
 
 from chatapp.engine.chat import Message, ToolCall
 from chatapp.engine.constraints import (
-    MAX_SCHEMA_CHARS,
     MISSING_LIBRARY,
     ConstraintError,
     OutputFormat,
+    check_schema_size,
     library_available,
 )
 from chatapp.engine.tool_calls import Tool, ToolChoice
@@ -103,8 +103,10 @@ def _tool(item: Any, where: str) -> Tool:
         raise invalid(
             f"{where}.function.parameters must be a JSON schema object.", f"{where}.function"
         )
-    if len(str(parameters)) > MAX_SCHEMA_CHARS:
-        raise invalid(f"{where}.function.parameters is too long.", f"{where}.function")
+    try:
+        check_schema_size(parameters)
+    except ConstraintError as exc:
+        raise invalid(f"{where}.function.parameters: {exc}", f"{where}.function") from exc
     strict = function.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise invalid(f"{where}.function.strict must be true or false.", f"{where}.function")

@@ -108,3 +108,20 @@ def test_without_the_library_a_constraint_is_refused(
         engine.chat(ASK, GREEDY, output_format=OutputFormat.json_object())
     gen = engine.chat(ASK, replace(GREEDY, max_new_tokens=3))  # plain answers still work
     assert gen.run().generated_tokens == 3
+
+
+def test_hostile_schemas_are_refused_or_bounded(engine: Engine) -> None:
+    deep: dict[str, object] = {"type": "string"}
+    for _ in range(3000):  # past Python's own recursion limit
+        deep = {"type": "array", "items": deep}
+    with pytest.raises(ConstraintError, match="nested too deeply"):
+        OutputFormat.json_schema(deep)
+    shallow: dict[str, object] = {"type": "string"}
+    for _ in range(300):  # past llguidance's limit, inside Python's
+        shallow = {"type": "array", "items": shallow}
+    with pytest.raises(ConstraintError, match="recursion limit"):
+        engine.constraints.check(OutputFormat.json_schema(shallow))
+    with pytest.raises(ConstraintError, match="longer than"):
+        OutputFormat.json_schema({"enum": ["x" * 1000] * 300})
+    huge = OutputFormat.json_schema({"type": "string", "maxLength": 10**9})
+    engine.constraints.start(huge).masked(np.zeros(engine.info.vocab_size, dtype=np.float32))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -277,3 +278,20 @@ def test_a_bad_parameter_schema_gets_a_400(served: Served) -> None:
     response = httpx2.post(f"{served.api}/chat/completions", json=body, timeout=60, trust_env=False)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "tools"
+
+
+def test_the_default_model_calls_a_tool(default_model_dir: Path) -> None:
+    with (
+        serving(Engine(default_model_dir, threads=1)) as served,
+        openai.OpenAI(base_url=served.api, api_key="unused", max_retries=0) as client,
+    ):
+        answer = client.chat.completions.create(
+            model=served.worker.card.id,
+            messages=ASK,  # type: ignore[arg-type]
+            tools=[WEATHER],
+            tool_choice="required",
+            temperature=0,
+            max_tokens=60,
+        )
+    (call,) = answer.choices[0].message.tool_calls or []
+    check_call(call)

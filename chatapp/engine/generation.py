@@ -143,14 +143,14 @@ class Generation:
             self.text += delta
             yield StepEvent(stats.generated_tokens - 1, token, delta, logprob, timing, latency, top)
             previous = perf()
+            if self.constraint is not None and self.constraint.stopped:
+                stats.finish_reason = "eos"  # the grammar is complete: nothing may follow
+                break
             if stats.generated_tokens >= limit:
                 stats.finish_reason = "length"
                 break
             if self.should_stop():
                 stats.finish_reason = "stop"
-                break
-            if self.constraint is not None and self.constraint.stopped:
-                stats.finish_reason = "eos"  # the grammar is complete: nothing may follow
                 break
             step = loop.forward([token])
             last = as_float32(step.logits)

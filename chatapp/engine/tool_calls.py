@@ -262,6 +262,7 @@ class ToolCallStream:
         self.mode: Literal["undecided", "content", "call"] = "undecided"
         self.sent = 0  # characters of `text` already turned into pieces
         self.call: ToolCall | None = None
+        self.arguments = ""  # of the call, as sent so far
 
     def push(self, text: str) -> list[StreamPiece]:
         self.text += text
@@ -281,7 +282,11 @@ class ToolCallStream:
             return [StreamPiece(content=self.text)] if self.text else []
         if self.mode == "content":
             return []
-        return self._call_pieces(final=True)
+        pieces = self._call_pieces(final=True)
+        if self.call is None and self.text:  # cut before the name was complete: show the text
+            self.mode = "content"
+            return [StreamPiece(content=self.text)]
+        return pieces
 
     def _call_pieces(self, final: bool) -> list[StreamPiece]:
         pieces: list[StreamPiece] = []
@@ -296,18 +301,21 @@ class ToolCallStream:
         end = len(self.text) if final and not self._complete() else len(self.text) - self.tail
         if end > self.sent:
             pieces.append(StreamPiece(arguments=self.text[self.sent : end]))
+            self.arguments += self.text[self.sent : end]
             self.sent = end
         return pieces
 
     def calls(self) -> tuple[ToolCall, ...]:
-        """The finished answer's calls (with the id its stream announced): none for text, or
-        for a call cut short (by max_tokens) that does not parse."""
+        """The finished answer's calls, with the id its stream announced: none for text; a call
+        cut short (by max_tokens) keeps its unfinished arguments, as OpenAI's API does."""
         if self.mode != "call":
             return ()
         _, calls = self.plan.parse(self.text)
-        if calls and self.call is not None:
-            return tuple(replace(c, id=self.call.id) for c in calls)
-        return tuple(calls)
+        if self.call is None:
+            return tuple(calls)
+        if not calls:  # cut short: the arguments so far, as the stream sent them
+            return (replace(self.call, arguments=self.arguments),)
+        return tuple(replace(c, id=self.call.id) for c in calls)
 
     def _complete(self) -> bool:
         return self.text.rstrip().endswith(("}" + self.plan.format.suffix).rstrip())

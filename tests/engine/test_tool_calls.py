@@ -190,3 +190,12 @@ def test_phi4_mini_gets_the_tools_in_its_system_block(tiny_model_dir: Path) -> N
         messages=[m.as_dict() for m in plan.messages(ASK)], add_generation_prompt=True
     )
     assert text.startswith('<|system|><|tool|>[{"name": "zone"') and "<|/tool|>" in text
+
+
+def test_a_call_cut_short_keeps_its_arguments_so_far() -> None:
+    plan = ToolPlan([ZONE], ToolChoice("required"), "", native=False)
+    stream = plan.stream()
+    pieces = stream.push('{"name":"zone","arguments":{"hou') + stream.finish()
+    (call,) = stream.calls()
+    assert call.name == "zone" and call.arguments == '{"hou'
+    assert "".join(p.arguments or "" for p in pieces) == '{"hou'

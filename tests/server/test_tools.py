@@ -179,6 +179,28 @@ def test_streamed_call_deltas_as_openai_sends_them(client: openai.OpenAI, model:
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_a_call_cut_by_max_tokens_is_a_partial_call(client: openai.OpenAI, model: str) -> None:
+    args: dict[str, Any] = {
+        "model": model,
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "temperature": 0,
+        "max_tokens": 45,  # past the name, inside the arguments
+    }
+    choice = client.chat.completions.create(**args).choices[0]
+    assert choice.finish_reason == "length"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather" and call.function.arguments.startswith('{"')
+    chunks = list(client.chat.completions.create(stream=True, **args))
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    streamed = "".join(d.function.arguments or "" for d in deltas if d.function)
+    assert streamed == call.function.arguments
+    assert chunks[-1].choices[0].finish_reason == "length"
+    head_only = client.chat.completions.create(**{**args, "max_tokens": 5}).choices[0]
+    assert head_only.message.content and not head_only.message.tool_calls  # the text, as is
+
+
 def test_the_sdk_assembles_a_streamed_call(client: openai.OpenAI, model: str) -> None:
     with client.beta.chat.completions.stream(
         model=model,

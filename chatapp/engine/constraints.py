@@ -6,9 +6,9 @@ the text valid. Each sampled token then advances the matcher.
 
 The grammar engine is llguidance (Rust, no dependencies of its own). Chosen against xgrammar and
 outlines-core on SmolLM2's 49k vocabulary (docs/server.md, "Structured output"): it compiles a
-schema in ~1-2 ms (outlines-core: 0.27-1.5 s, and 42 s for "any JSON object", which it can
-only approximate to a fixed depth), computes a mask in ~30 us at the median, and needs neither
-torch nor triton (xgrammar imports torch). It also takes Lark grammars with JSON schemas inline,
+schema in 1-12 ms (outlines-core: 0.04-2.2 s, and 28-49 s for "any JSON object", which it can
+only approximate to a fixed depth), computes a mask in 29-49 us at the median, and needs
+neither torch nor triton (xgrammar imports torch). It also takes Lark grammars with JSON schemas inline,
 which the tool calls use (free text, or a call that must be valid).
 
 Without llguidance installed, asking for a constraint raises ConstraintError: one line.

@@ -8,8 +8,8 @@ The grammar engine is llguidance (Rust, no dependencies of its own). Chosen agai
 outlines-core on SmolLM2's 49k vocabulary (docs/server.md, "Structured output"): it compiles a
 schema in 1-12 ms (outlines-core: 0.04-2.2 s, and 28-49 s for "any JSON object", which it can
 only approximate to a fixed depth), computes a mask in 29-49 us at the median, and needs
-neither torch nor triton (xgrammar imports torch). It also takes Lark grammars with JSON schemas inline,
-which the tool calls use (free text, or a call that must be valid).
+neither torch nor triton (xgrammar imports torch). It also takes Lark grammars with JSON
+schemas inline, which the tool calls use (free text, or a call that must be valid).
 
 Without llguidance installed, asking for a constraint raises ConstraintError: one line.
 """

@@ -267,3 +267,42 @@ def test_generate_prints_the_no_template_notice(tiny_model_dir: Path, tmp_path: 
     assert "chatapp: This model has no chat template" in out.stderr
     templated = chatapp(*args, "--model", str(tiny_model_dir))
     assert "no chat template" not in templated.stderr
+
+
+@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+def test_generate_follows_a_json_schema(tiny_model_dir: Path, tmp_path: Path, mode: str) -> None:
+    pytest.importorskip("llguidance", reason="structured output needs llguidance")
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    args = ["generate", "--model", str(tiny_model_dir), "--mode", mode, "--prompt", "x"]
+    out = chatapp(*args, "--json-schema", str(path), "--threads", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    value = json.loads(json.loads(out.stdout)["text"])
+    assert isinstance(value["ok"], bool) and value["n"] in (1, 2, 3)
+    whole = chatapp(*args, "--json-object", "--max-new-tokens", "3", "--threads", "1")
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout.startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{nope", "not valid JSON"), ('{"type": "objectx"}', "objectx"), ("[]", "JSON object")],
+)
+def test_a_bad_schema_file_is_one_line(
+    tiny_model_dir: Path, tmp_path: Path, content: str, message: str
+) -> None:
+    pytest.importorskip("llguidance", reason="structured output needs llguidance")
+    path = tmp_path / "schema.json"
+    path.write_text(content)
+    out = chatapp(
+        "generate", "--model", str(tiny_model_dir), "--prompt", "x", "--json-schema", str(path)
+    )
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

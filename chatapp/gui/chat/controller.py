@@ -69,6 +69,7 @@ class GenerationOptions:
     settings: SamplingSettings
     mode: Mode
     system_prompt: str = ""
+    json_schema: str | None = None  # the "JSON answer" option (chat_jobs.GenerateRequest)
 
 
 class ChatController(QObject):
@@ -301,6 +302,7 @@ class ChatController(QObject):
             tuple(self.conversation.engine_messages(options.system_prompt)),
             options.settings,
             options.mode,
+            options.json_schema,
         )
         handle = self._answer = self.runner.submit(generate_job(self.host, request))
         self._context_id = handle.request_id

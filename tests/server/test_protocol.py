@@ -262,9 +262,11 @@ INVALID: dict[str, tuple[Any, bool]] = {  # body, refused by llama.cpp's server 
 @pytest.mark.parametrize("case", list(INVALID))
 def test_an_invalid_chat_request_is_a_client_error(target: Target, case: str) -> None:
     body, everywhere = INVALID[case]
-    response = target.post("chat/completions", body)
     if not target.strict and not everywhere:
+        # llama-cpp-python's server accepts these: -1 tokens runs to the end of its context,
+        # and it was still busy with 100 000 `[` after 120 s.
         pytest.skip("llama.cpp's server accepts or answers this otherwise")
+    response = target.post("chat/completions", body)
     allowed = (400,) if target.strict else (400, 422)  # FastAPI's validation error is 422
     if not target.strict and response.status_code not in allowed:
         # Seen with llama-cpp-python 0.3.36: 500 for invalid JSON and failed validation, 200

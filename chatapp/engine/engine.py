@@ -25,13 +25,21 @@ from chatapp.engine.generation import Generation
 from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
+from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.resident import released_while_loading
 from chatapp.engine.sampling import SamplingSettings
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
 # does not reserve gigabytes for a chat that will use a few thousand tokens.
 DEFAULT_MAX_CONTEXT = 8192
+
+
+def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
+    """The context an Engine allocates for `info` when asked for `max_context` (None: the
+    default cap)."""
+    return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
 
 
 def _mode(mode: Mode | str) -> Mode:
@@ -56,8 +64,10 @@ class Engine:
         self.info: ModelInfo = open_model_folder(model_dir, onnx_file)
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
-        self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+        self.max_context = engine_context(self.info, max_context)
         check_kv_memory(self.info, self.max_context)
+        self.memory: MemoryEstimate = estimate_memory(self.info, self.max_context)
+        check_memory(self.memory, self.info.name)  # refused before anything is loaded
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
         self._use(self._start(find_device(device), threads))
@@ -69,7 +79,8 @@ class Engine:
 
     def _start(self, device: Device, threads: int | None) -> StartedSession:
         try:
-            return start_session(self.info.onnx_path, device, threads)
+            with released_while_loading(self.memory.mapped_files):
+                return start_session(self.info.onnx_path, device, threads)
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             raise ModelError(
                 f"onnxruntime cannot run {self.info.onnx_path.name} ({first_line(exc)})."
@@ -83,7 +94,8 @@ class Engine:
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU; cached prefixes are dropped."""
-        self._use(cpu_session(self.info.onnx_path, self.threads, reason))
+        with released_while_loading(self.memory.mapped_files):
+            self._use(cpu_session(self.info.onnx_path, self.threads, reason))
 
     def loop(self, mode: Mode | str | None = None) -> KVLoop:
         mode = _mode(mode) if mode else self.mode

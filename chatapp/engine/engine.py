@@ -12,6 +12,7 @@ from chatapp.engine.devices import (
     StartedSession,
     cpu_session,
     find_device,
+    session_options,
     start_session,
 )
 from chatapp.engine.errors import (
@@ -28,7 +29,8 @@ from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
-from chatapp.engine.resident import released_while_loading
+from chatapp.engine.packed_cache import DATA, packed_graph, wanted
+from chatapp.engine.resident import release_mapped, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
@@ -68,6 +70,7 @@ class Engine:
         check_kv_memory(self.info, self.max_context)
         self.memory: MemoryEstimate = estimate_memory(self.info, self.max_context)
         check_memory(self.memory, self.info.name)  # refused before anything is loaded
+        self.mapped_files = self.memory.mapped_files  # what the running session maps
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
         self._use(self._start(find_device(device), threads))
@@ -79,8 +82,9 @@ class Engine:
 
     def _start(self, device: Device, threads: int | None) -> StartedSession:
         try:
-            with released_while_loading(self.memory.mapped_files):
-                return start_session(self.info.onnx_path, device, threads)
+            graph = self._cpu_graph() if device is CPU else self.info.onnx_path
+            with released_while_loading(self.mapped_files):
+                return start_session(graph, device, threads)
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             raise ModelError(
                 f"onnxruntime cannot run {self.info.onnx_path.name} ({first_line(exc)})."
@@ -94,16 +98,31 @@ class Engine:
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU; cached prefixes are dropped."""
-        with released_while_loading(self.memory.mapped_files):
-            self._use(cpu_session(self.info.onnx_path, self.threads, reason))
+        graph = self._cpu_graph()
+        with released_while_loading(self.mapped_files):
+            self._use(cpu_session(graph, self.threads, reason))
+
+    def _cpu_graph(self) -> Path:
+        """The graph a CPU session runs: for a big model its copy with packed weights saved
+        (engine/packed_cache.py), else the folder's own."""
+        if not wanted(self.memory):
+            return self.info.onnx_path
+        with released_while_loading(self.memory.mapped_files):  # saving packs on the heap
+            graph = packed_graph(self.info.onnx_path, self.memory, session_options(self.threads))
+        if graph is None:
+            return self.info.onnx_path
+        self.mapped_files = (graph.parent / DATA,)
+        return graph
 
     def loop(self, mode: Mode | str | None = None) -> KVLoop:
         mode = _mode(mode) if mode else self.mode
         if mode not in self._loops:
             try:
-                self._loops[mode] = make_loop(
-                    mode, self.session, self.info, self.device, self.max_context
-                )
+                loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
+                if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
+                    files = self.mapped_files
+                    loop.release_weights = lambda: release_mapped(files)
+                self._loops[mode] = loop
             except Exception as exc:
                 if self.device is CPU:
                     raise

@@ -100,6 +100,7 @@ def llama_child(gguf: str, ids: list[int], new: int, threads: int) -> dict[str, 
         "load_s": load_s,
         "after_load": loaded,
         "after_answer": _status(),
+        "ttft_s": first - started - load_s,
         "tokens_per_s": (new - 1) / decode_s,
         "tokens": hashlib.sha1(str(out).encode()).hexdigest()[:10],
     }
@@ -154,8 +155,11 @@ def main() -> None:
             )
     first = systems[0]
     print(f"\n{args.new} new tokens, {args.threads} threads, medians of {args.repeats} repeats")
-    print("| system | peak at load MiB | peak answering MiB | tok/s | tok/s / first | tokens |")
-    print("|---|---:|---:|---:|---:|---|")
+    print(
+        "| system | peak at load MiB | peak answering MiB | tok/s | tok/s / first "
+        "| TTFT s | tokens |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|")
     for system in systems:
         mine = runs[system]
         if not mine:
@@ -166,6 +170,7 @@ def main() -> None:
             f"| {system} | {statistics.median(m['after_load']['peak'] for m in mine):.0f} "
             f"| {statistics.median(m['after_answer']['peak'] for m in mine):.0f} "
             f"| {statistics.median(m['tokens_per_s'] for m in mine):.1f} | {ratio:.2f} "
+            f"| {statistics.median(m.get('ttft_s', float('nan')) for m in mine):.2f} "
             f"| {','.join(sorted({m['tokens'] for m in mine}))} |"
         )
     print("load average:", Path("/proc/loadavg").read_text().strip())

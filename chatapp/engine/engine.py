@@ -30,7 +30,7 @@ from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.packed_cache import DATA, packed_graph, wanted
-from chatapp.engine.resident import release_mapped, released_while_loading
+from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
@@ -120,8 +120,7 @@ class Engine:
             try:
                 loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
                 if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
-                    files = self.mapped_files
-                    loop.release_weights = lambda: release_mapped(files)
+                    loop.release_weights = MappedPages(self.mapped_files).release
                 self._loops[mode] = loop
             except Exception as exc:
                 if self.device is CPU:

@@ -10,7 +10,12 @@ import pytest
 
 from chatapp.engine import resident
 from chatapp.engine.engine import Engine
-from chatapp.engine.resident import release_mapped, released_while_loading, resident_memory
+from chatapp.engine.resident import (
+    MappedPages,
+    release_mapped,
+    released_while_loading,
+    resident_memory,
+)
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.test_memory import with_external_data
 
@@ -94,3 +99,20 @@ def test_resident_memory_reports_this_process() -> None:
     found = resident_memory()
     assert found["peak"] >= found["rss"] > 0
     assert found["rss"] >= found["anon"] > 0 and found["file"] > 0
+
+
+@linux_only
+def test_mapped_pages_find_the_mappings_once_and_skip_ranges_that_are_gone(
+    tmp_path: Path,
+) -> None:
+    data = bytes(range(256)) * (8 << 12)  # 2 MiB
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data)
+    pages = MappedPages([path])
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        for _ in range(2):
+            assert view[:] == data
+            assert pages.release() >= len(data)
+            assert mapped_rss(path) < 100
+        assert view[:] == data
+    assert pages.release() == 0  # unmapped: its range is not touched again

@@ -117,14 +117,19 @@ def run(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder")
-    parser.add_argument("--code", action="append", default=[], help="chatapp checkouts")
+    parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        help="a chatapp checkout, optionally with environment settings: DIR[,VAR=VALUE...]",
+    )
     parser.add_argument("--llama", help="a Python with llama-cpp-python")
     parser.add_argument("--gguf", help="the GGUF llama.cpp runs")
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    codes = [str(Path(c).resolve()) for c in args.code or ["."]]
+    codes = args.code or ["."]
     systems = [f"chatapp@{c}" for c in codes] + (["llama.cpp"] if args.llama else [])
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     ids: list[int] | None = None
@@ -138,7 +143,11 @@ def main() -> None:
                 env.setdefault("GOMP_SPINCOUNT", "300000")
                 cmd = [args.llama, __file__, "--llama-child", args.gguf, json.dumps(ids)]
             else:
-                env["PYTHONPATH"] = system.split("@", 1)[1]
+                checkout, *settings = system.split("@", 1)[1].split(",")
+                env["PYTHONPATH"] = str(Path(checkout).resolve())
+                for setting in settings:
+                    name, _, value = setting.partition("=")
+                    env[name] = value
                 cmd = [sys.executable, __file__, "--chatapp-child", args.folder]
             res = run([*cmd, str(args.new), str(args.threads)], env)
             ids = ids or res.get("prompt_ids")

@@ -29,7 +29,7 @@ from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
-from chatapp.engine.packed_cache import DATA, packed_graph, wanted
+from chatapp.engine.packed_cache import DATA, packed_graph, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
 
@@ -42,6 +42,16 @@ def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
     """The context an Engine allocates for `info` when asked for `max_context` (None: the
     default cap)."""
     return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+
+
+def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> MemoryEstimate:
+    """What loading and answering will hold at their peak: one kernel's packed copies where a
+    CPU session maps a packed copy already saved, else (packing on the heap, or saving that
+    copy first) both kernels'."""
+    on_cpu = device.strip().lower() == CPU.name
+    if on_cpu and wanted(estimate) and saved_already(info.onnx_path, estimate):
+        return estimate.one_kernel_resident()
+    return estimate
 
 
 def _mode(mode: Mode | str) -> Mode:
@@ -69,7 +79,8 @@ class Engine:
         self.max_context = engine_context(self.info, max_context)
         check_kv_memory(self.info, self.max_context)
         self.memory: MemoryEstimate = estimate_memory(self.info, self.max_context)
-        check_memory(self.memory, self.info.name)  # refused before anything is loaded
+        # Refused before anything is loaded.
+        check_memory(resident_need(self.memory, self.info, device), self.info.name)
         self.mapped_files = self.memory.mapped_files  # what the running session maps
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
@@ -101,6 +112,13 @@ class Engine:
         graph = self._cpu_graph()
         with released_while_loading(self.mapped_files):
             self._use(cpu_session(graph, self.threads, reason))
+
+    @property
+    def resident_estimate(self) -> MemoryEstimate:
+        """What this engine holds while answering, by the folder's estimate."""
+        if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
+            return self.memory.one_kernel_resident()
+        return self.memory
 
     def _cpu_graph(self) -> Path:
         """The graph a CPU session runs: for a big model its copy with packed weights saved

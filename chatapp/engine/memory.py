@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -44,6 +44,9 @@ class MemoryEstimate:
 
     weights: int  # the folder's graph and external data, the part no packed copy replaces
     packed: int  # ONNX Runtime's pre-packed copies (heap)
+    # Of those, what is resident at once when they are mapped and released around prompts
+    # (packed_cache.py): one kernel's copies of the layers, and the float matrices'.
+    packed_one_kernel: int
     kv: int  # the KV cache for `context` tokens
     context: int
     mapped_files: tuple[Path, ...] = ()  # the external data files ONNX Runtime maps
@@ -52,6 +55,10 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         return self.weights + self.packed + self.kv + self.overhead
+
+    def one_kernel_resident(self) -> MemoryEstimate:
+        """The same model run from a mapped packed copy, released around prompts."""
+        return replace(self, packed=self.packed_one_kernel)
 
     def parts(self) -> str:
         return (
@@ -65,21 +72,44 @@ def estimate_memory(info: ModelInfo, context: int) -> MemoryEstimate:
     proto = load_onnx_graph(info.onnx_path)
     files = external_data_files(proto, info.onnx_path)
     on_disk = info.onnx_path.stat().st_size + sum(f.stat().st_size for f in files)
-    packed, replaced = packed_bytes(proto)
+    sizes = packed_sizes(proto)
     return MemoryEstimate(
-        weights=max(0, on_disk - replaced),
-        packed=packed,
+        weights=max(0, on_disk - sizes.replaced),
+        packed=sizes.total,
+        packed_one_kernel=sizes.one_kernel,
         kv=info.kv_bytes_per_token() * context,
         context=context,
         mapped_files=tuple(files),
     )
 
 
+@dataclass(frozen=True)
+class PackedSizes:
+    int8_kernel: int  # MatMulNBits on accuracy_level 4 (decode steps, the head)
+    float_kernel: int  # MatMulNBits on the float kernel (prompts)
+    float_matrices: int  # MatMul with a constant right-hand side
+    replaced: int  # the originals those copies stand in for, each counted once
+
+    @property
+    def total(self) -> int:
+        return self.int8_kernel + self.float_kernel + self.float_matrices
+
+    @property
+    def one_kernel(self) -> int:
+        return max(self.int8_kernel, self.float_kernel) + self.float_matrices
+
+
 def packed_bytes(proto: onnx.ModelProto) -> tuple[int, int]:
-    """(bytes of the packed copies, bytes of the originals they replace). Every node packs
-    its own copy; an original shared by several nodes is replaced once."""
+    """(bytes of the packed copies, bytes of the originals they replace)."""
+    sizes = packed_sizes(proto)
+    return sizes.total, sizes.replaced
+
+
+def packed_sizes(proto: onnx.ModelProto) -> PackedSizes:
+    """What ONNX Runtime's packed copies take, by kernel. Every node packs its own copy; an
+    original shared by several nodes is replaced once."""
     sizes = _initializer_sizes(proto)
-    packed = 0
+    by_kernel = {"int8": 0, "float": 0, "matmul": 0}
     originals: dict[str, int] = {}
     for node in all_nodes(proto.graph):
         weight = node.input[1] if len(node.input) > 1 else ""
@@ -88,14 +118,18 @@ def packed_bytes(proto: onnx.ModelProto) -> tuple[int, int]:
             k, n = int(attrs["K"]), int(attrs["N"])
             blocks = math.ceil(k / int(attrs["block_size"]))
             codes = n * blocks * int(attrs["block_size"]) * int(attrs.get("bits", 4)) // 8
-            # The int8 kernel's copy carries a float scale and a float block sum per block.
-            extra = 2 * 4 * n * blocks if attrs.get("accuracy_level", 0) == INT8_KERNEL else 0
-            packed += codes + extra
+            if attrs.get("accuracy_level", 0) == INT8_KERNEL:
+                # The int8 kernel's copy carries a float scale and a float block sum per block.
+                by_kernel["int8"] += codes + 2 * 4 * n * blocks
+            else:
+                by_kernel["float"] += codes
             originals[weight] = sizes[weight]
         elif node.op_type == "MatMul" and weight in sizes:
-            packed += sizes[weight]  # the float GEMM's packed B: the same size
+            by_kernel["matmul"] += sizes[weight]  # the float GEMM's packed B: the same size
             originals[weight] = sizes[weight]
-    return packed, sum(originals.values())
+    return PackedSizes(
+        by_kernel["int8"], by_kernel["float"], by_kernel["matmul"], sum(originals.values())
+    )
 
 
 def _initializer_sizes(proto: onnx.ModelProto) -> dict[str, int]:

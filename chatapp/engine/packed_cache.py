@@ -54,6 +54,12 @@ def wanted(estimate: MemoryEstimate) -> bool:
     return setting == "1" or estimate.weights + estimate.packed >= MIN_WEIGHT_BYTES
 
 
+def saved_already(onnx_path: Path, estimate: MemoryEstimate) -> bool:
+    """Whether this machine's packed copy of `onnx_path` is there (loading only maps it)."""
+    folder = cache_root() / _source_key(onnx_path) / _machine_key(onnx_path, estimate)
+    return (folder / GRAPH).is_file() and (folder / DATA).is_file()
+
+
 def packed_graph(
     onnx_path: Path, estimate: MemoryEstimate, opts: ort.SessionOptions
 ) -> Path | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
-from chatapp.engine.engine import Engine, engine_context
+from chatapp.engine.engine import Engine, engine_context, resident_need
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.memory import check_memory, estimate_memory
 from chatapp.engine.model import open_model_folder
@@ -53,7 +53,7 @@ class EngineHost:
 
     def held_bytes(self) -> int:
         """The memory the local engine was estimated to hold (what closing it frees)."""
-        return self.engine.memory.total if self.engine is not None else 0
+        return self.engine.resident_estimate.total if self.engine is not None else 0
 
     def require(self) -> Engine:
         """The local engine (the comparison and `Serve this model` need it)."""
@@ -111,7 +111,7 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
     def run(_control: JobControl) -> ModelSummary:
         started = time.perf_counter()
         info = open_model_folder(request.model_dir, request.onnx_file)
-        estimate = estimate_memory(info, engine_context(info))
+        estimate = resident_need(estimate_memory(info, engine_context(info)), info, request.device)
         check_memory(estimate, info.name, freed=host.held_bytes())
         previous = host.close_engine()
         try:

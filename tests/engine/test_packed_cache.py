@@ -9,7 +9,9 @@ import pytest
 
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import packed_cache
-from chatapp.engine.engine import Engine
+from chatapp.engine.engine import Engine, resident_need
+from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model import open_model_folder
 from chatapp.engine.packed_cache import ENV_VAR, cache_root
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.test_memory import with_external_data
@@ -84,3 +86,19 @@ def test_a_failed_save_falls_back_to_packing_on_the_heap(
     engine = Engine(folder, threads=1, max_context=64)
     assert engine.mapped_files == engine.memory.mapped_files
     assert [p.name for p in cache_root().rglob("*") if p.is_file()] == []  # nothing half-written
+
+
+def test_once_the_copy_is_saved_the_estimate_counts_one_kernels_copies(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    info = open_model_folder(folder)
+    estimate = estimate_memory(info, 64)
+    assert resident_need(estimate, info, "cpu") == estimate  # the first load packs both
+    engine = Engine(folder, threads=1, max_context=64)
+    one = resident_need(estimate, info, "cpu")
+    assert one.packed == estimate.packed_one_kernel < estimate.packed
+    assert engine.resident_estimate == one
+    assert resident_need(estimate, info, "webgpu") == estimate  # other devices: their own copy

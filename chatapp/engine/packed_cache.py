@@ -40,6 +40,7 @@ MIN_WEIGHT_BYTES = 512 << 20  # below this the second packed copy costs little
 DISK_MARGIN = 1 << 30  # leave this much free after writing the copy
 GRAPH = "model.onnx"
 DATA = "model.onnx.data"
+SOURCE = "source.txt"  # beside a graph's copies: the graph they were made from
 
 
 def cache_root() -> Path:
@@ -76,18 +77,31 @@ def packed_graph(
         if free < on_disk + estimate.packed + DISK_MARGIN:
             log.info("no room for a packed copy of %s (%d bytes free)", onnx_path, free)
             return None
+        _forget_removed_models()
         for stale in folder.parent.iterdir():  # the copies of older versions of this file
-            shutil.rmtree(stale, ignore_errors=True)
+            if stale.name != SOURCE:
+                shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder.parent))
         try:
             _save(onnx_path, work, opts)
             work.rename(folder)
+            (folder.parent / SOURCE).write_text(str(onnx_path.resolve()), encoding="utf-8")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     except Exception:  # a runtime without the option, a full disk: pack on the heap instead
         log.exception("could not save the packed weights of %s", onnx_path)
         return None
     return folder / GRAPH
+
+
+def _forget_removed_models() -> None:
+    """Delete the copies of graphs that are no longer there (a model removed or moved)."""
+    for source in cache_root().glob(f"*/{SOURCE}"):
+        try:
+            if not Path(source.read_text(encoding="utf-8")).is_file():
+                shutil.rmtree(source.parent, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _save(onnx_path: Path, out: Path, opts: ort.SessionOptions) -> None:

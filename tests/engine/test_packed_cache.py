@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -102,3 +103,17 @@ def test_once_the_copy_is_saved_the_estimate_counts_one_kernels_copies(
     assert one.packed == estimate.packed_one_kernel < estimate.packed
     assert engine.resident_estimate == one
     assert resident_need(estimate, info, "webgpu") == estimate  # other devices: their own copy
+
+
+def test_the_copies_of_a_removed_model_go_when_another_is_made(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    first = with_external_data(tiny_model_dir, tmp_path / "first")
+    Engine(first, threads=1, max_context=64)
+    assert len(list(cache_root().iterdir())) == 1
+    shutil.rmtree(first)  # the model is removed from the library
+    Engine(with_external_data(tiny_model_dir, tmp_path / "second"), threads=1, max_context=64)
+    sources = [p.read_text() for p in cache_root().glob("*/source.txt")]
+    assert sources == [str((tmp_path / "second" / "model.onnx").resolve())]

@@ -20,11 +20,16 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+
+import gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT, Path(__file__).resolve().parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+import numpy as np  # noqa: E402
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf  # noqa: E402
 from chatapp.engine import floor  # noqa: E402
@@ -106,6 +111,28 @@ def report(label: str, gguf: Path, folder: Path) -> list[str]:
     return lines
 
 
+def vary_block_scales(shaped: Any) -> None:
+    """Give each block of shaped_gguf's files its own scale (and minimum), as real files have.
+
+    shaped_gguf writes one scale for every block; the converter then stores equal scale
+    tensors once for all layers, which would count them once per step instead of per layer.
+    """
+    original = shaped.random_blocks
+
+    def random_blocks(rng: np.random.Generator, qtype: Any, rows: int, cols: int) -> np.ndarray:
+        blocks = original(rng, qtype, rows, cols)
+        layout = shaped.LAYOUTS[qtype]
+        size = blocks.shape[1] // (cols // gguf.GGML_QUANT_SIZES[qtype][0])
+        flat = blocks.reshape(-1, size)
+        for at, value in ((layout.scale_at, layout.scale), (layout.min_at, layout.min_value)):
+            if at is not None:
+                varied = (value * rng.uniform(0.5, 1.5, len(flat))).astype(np.float16)
+                flat[:, at : at + 2] = varied.view(np.uint8).reshape(-1, 2)
+        return blocks
+
+    shaped.random_blocks = random_blocks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -123,6 +150,7 @@ def main() -> None:
         return
     import shaped_gguf  # scripts/shaped_gguf.py
 
+    vary_block_scales(shaped_gguf)
     shape = shaped_gguf.SHAPES[args.shape]
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.types.split(","):

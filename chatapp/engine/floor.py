@@ -15,8 +15,9 @@ import numpy as np
 import onnx
 from onnx.external_data_helper import uses_external_data
 
-# Ops whose first input is a table read one row per token.
-_GATHERS = {"Gather", "GatherBlockQuantized"}
+# Ops that read one row per token of a table: which of their inputs are such tables
+# (GatherBlockQuantized gathers its scales and zero points by row with the codes).
+_GATHERS = {"Gather": (0,), "GatherBlockQuantized": (0, 2, 3)}
 # chatapp's step/prompt If (convert/step_split.py): a decode step runs only its `then` branch.
 _STEP_SPLIT = ("layers/step_or_prompt", "then_branch")
 
@@ -51,15 +52,18 @@ def onnx_step_bytes(model_path: Path) -> dict[str, int]:
     row of a gathered table (initializers only a prompt reads are left out)."""
     graph = onnx.load(str(model_path), load_external_data=False).graph
     nodes = _step_nodes(graph)
-    used = {name for n in nodes for name in n.input}
-    gathered = {n.input[0] for n in nodes if n.op_type in _GATHERS and n.input}
+    rows_only: set[str] = set()  # read one row per token by every node that reads them
+    whole: set[str] = set()
+    for n in nodes:
+        tables = _GATHERS.get(n.op_type, ())
+        for i, name in enumerate(n.input):
+            (rows_only if i in tables else whole).add(name)
     read = {}
     for t in graph.initializer:
-        if t.name in used:
-            size = _tensor_bytes(t)
-            read[t.name] = (
-                size // max(1, t.dims[0] if t.dims else 1) if t.name in gathered else size
-            )
+        if t.name in whole:
+            read[t.name] = _tensor_bytes(t)
+        elif t.name in rows_only:
+            read[t.name] = _tensor_bytes(t) // max(1, t.dims[0] if t.dims else 1)
     return read
 
 

@@ -162,12 +162,21 @@ def test_peer_ratio_is_the_median_of_repeat_ratios() -> None:
 def test_weight_bytes_read_per_step(tiny_model_dir: Path, tiny_gguf: Path) -> None:
     graph = onnx.load(str(tiny_model_dir / "model.onnx"), load_external_data=False).graph
     total = sum(len(t.raw_data) for t in graph.initializer if t.raw_data)
-    tables = {n.input[0] for n in graph.node if n.op_type == "GatherBlockQuantized"}
-    assert tables  # the embedding is gathered from, one row per token
+    # The embedding's codes, scales (and zero points) are gathered from, one row per token.
+    tables = {
+        n.input[i]
+        for n in graph.node
+        if n.op_type == "GatherBlockQuantized"
+        for i in (0, 2, 3)
+        if i < len(n.input)
+    }
+    assert len(tables) >= 2
     table_bytes = sum(len(t.raw_data) for t in graph.initializer if t.name in tables)
     step = floor.onnx_weight_bytes_per_step(tiny_model_dir / "model.onnx")
-    # Every weight once, one row of the table; a few small constants only prompts read are out.
-    assert total - table_bytes - 0.02 * total < step < total - table_bytes + table_bytes / 100
+    # Every weight once, one row of the tables (the tied head shares the scales, read whole);
+    # a few small constants only prompts read are out.
+    codes = next(len(t.raw_data) for t in graph.initializer if t.name == "embed.qweight")
+    assert total - table_bytes - 0.02 * total < step < total - codes + codes / 100
     from gguf import GGUFReader
 
     whole = sum(int(t.n_bytes) for t in GGUFReader(str(tiny_gguf)).tensors)
@@ -206,6 +215,24 @@ def test_a_step_reads_the_step_branch_only(tmp_path: Path) -> None:
     graph.node[0].name = "some other If"  # another tool's If: either branch may run
     onnx.save(onnx.helper.make_model(graph), str(path))
     assert floor.onnx_weight_bytes_per_step(path) == 4016
+
+
+def test_a_table_also_read_whole_counts_whole(tmp_path: Path) -> None:
+    """A tied embedding: gathered by row for the input, read whole by the output projection."""
+    table = onnx.numpy_helper.from_array(np.zeros((10, 4), np.float32), "table")
+    ids = onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 10])
+    nodes = [
+        onnx.helper.make_node("Gather", ["table", "ids"], ["row"]),
+        onnx.helper.make_node("Gemm", ["row", "table"], ["y"], transB=1),
+    ]
+    path = tmp_path / "model.onnx"
+    graph = onnx.helper.make_graph(nodes, "g", [ids], [y], [table])
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    assert floor.onnx_step_bytes(path) == {"table": 160}
+    del graph.node[1]  # gathered only: one row of 16 bytes
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    assert floor.onnx_step_bytes(path) == {"table": 16}
 
 
 def test_read_bandwidth_and_ceiling() -> None:

@@ -250,7 +250,9 @@ def busy_warning(before: list[float], after: list[float], threads: int | None) -
     return (
         f"Warning: the machine was busy (load average {before[0] if before else '?'} before, "
         f"{after[0] if after else '?'} after, on {cores} cores; the runs use {need} threads): "
-        "every system got less than its cores, so tokens/s are low and ratios less certain."
+        "every system got less than its cores, so tokens/s are low and ratios less certain "
+        "(llama.cpp's spinning OpenMP threads lose the most; OMP_WAIT_POLICY=PASSIVE suits a "
+        "busy machine)."
     )
 
 

@@ -48,7 +48,7 @@ from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES, Weight
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
-CONVERTER_VERSION = "7"
+CONVERTER_VERSION = "8"
 INT8_LEVELS = ("decode", "all", "head")
 MAX_DEFAULT_CONTEXT = 32768
 # RoPE tables and static KV graphs grow with the context; beyond this they are absurd.

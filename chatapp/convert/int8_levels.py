@@ -31,9 +31,10 @@ LEVELS = 3
 # at most max|x| / 127^2 / 4 per block (1.6e-5 of its largest activation); 1.6x faster steps
 # than the float kernel against 1.3x with three (docs/converter.md has the agreement figures).
 STEP_LEVELS = 2
-# The kernel quantizes activations in blocks of the weight's block size; this split is proven
-# for 32 (the Q4/Q5/Q8/IQ4 formats) and sub-blocks of 16 keep the float path.
-BLOCK = 32
+# The kernel quantizes activations in blocks of the weight's block size, so the levels are cut
+# in those blocks: 32 (Q4/Q5/Q8/IQ4 formats) and, for 8-bit weights, Q6_K's 16 (checked in
+# tests/convert/test_int8_levels.py; 4-bit cells of 16, Q2_K/Q3_K, keep the float path).
+BLOCKS = {4: (32,), 8: (16, 32)}
 # Names the MatMulNBits nodes fed with levels, so a device session can find them.
 NODE_SUFFIX = "/int8_levels"
 
@@ -66,7 +67,7 @@ def float_kernel_copy(model_path: Path) -> bytes | None:
 
 
 def int8_levels_apply(w: NBitsWeight) -> bool:
-    return w.block_size == BLOCK and w.bits in (4, 8)
+    return w.block_size in BLOCKS.get(w.bits, ())
 
 
 def blocked(g: OnnxGraph, x: str, w: NBitsWeight) -> str:

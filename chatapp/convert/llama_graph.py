@@ -40,6 +40,7 @@ from chatapp.convert.int8_levels import (
 from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
+from chatapp.convert.prompt_dequant import dequantized_matmul
 from chatapp.convert.quant_embedding import embed_tokens
 from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
 from chatapp.convert.step_split import branch, single_token
@@ -76,6 +77,9 @@ class _Way:
     levels: int
     nodes: list[onnx.NodeProto] | None = None
     prefix: str = ""
+    # The prompt way of a split graph: 8-bit weights dequantized at run time from the step
+    # way's codes (prompt_dequant.py) instead of a second copy as 4-bit halves.
+    dequantize_8bit: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,20 +147,23 @@ class LlamaGraphBuilder:
             if w.mins is None:
                 return y
             return g.op1("Add", [y, self._block_offsets(block_sums(g, xb), w, name)])
-        cells, x_in = w, x
-        split = two_nibbles(w) if level == 0 else None  # 8-bit: ~5x faster as 4-bit halves
-        if split is not None:
-            cells, x_in = split, g.op1("Concat", [x, x], axis=-1)
-        y = g.op1(
-            "MatMulNBits",
-            nbits_inputs(g, x_in, name, cells),
-            domain=MS_DOMAIN,
-            K=cells.k,
-            N=cells.n,
-            bits=cells.bits,
-            block_size=cells.block_size,
-            accuracy_level=level,
-        )
+        if level == 0 and w.bits == 8 and self.way.dequantize_8bit:
+            y = dequantized_matmul(g, x, w, name)
+        else:
+            cells, x_in = w, x
+            split = two_nibbles(w) if level == 0 else None  # 8-bit: ~5x faster as 4-bit halves
+            if split is not None:
+                cells, x_in = split, g.op1("Concat", [x, x], axis=-1)
+            y = g.op1(
+                "MatMulNBits",
+                nbits_inputs(g, x_in, name, cells),
+                domain=MS_DOMAIN,
+                K=cells.k,
+                N=cells.n,
+                bits=cells.bits,
+                block_size=cells.block_size,
+                accuracy_level=level,
+            )
         if w.mins is None:
             return y
         blocks = np.array([0, 0, w.k // w.block_size, w.block_size], dtype=np.int64)
@@ -262,7 +269,8 @@ class LlamaGraphBuilder:
             # Reads its 8-bit codes (30 MB on the default model), not a float32 copy (113 MB).
             levels = (STEP_LEVELS, LEVELS) if self.single_token else LEVELS
             return self.linear(hidden, w, "lm_head", accuracy_level=0, levels=levels)
-        # 8-bit MatMulNBits has no fast float path on CPU: a float MatMul is exact and faster.
+        # Float heads, and 4-bit cells of 16 (Q2_K/Q3_K), which the levels do not take:
+        # 8-bit MatMulNBits has no fast float path on CPU, a float MatMul is exact and faster.
         return self.linear(hidden, FloatWeight(w.dequantize()), "lm_head")
 
     def _level_rows(self, xb: str, levels: int | tuple[int, int]) -> str:
@@ -313,7 +321,7 @@ class LlamaGraphBuilder:
             return [_Way(x, x, levels=0)]
         return [
             _Way(x, x, levels=STEP_LEVELS, nodes=[], prefix="step/"),
-            _Way(x, x, levels=0, nodes=[], prefix="prompt/"),
+            _Way(x, x, levels=0, nodes=[], prefix="prompt/", dequantize_8bit=True),
         ]
 
     @contextmanager

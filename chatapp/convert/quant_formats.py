@@ -58,9 +58,9 @@ def q5_0(raw: np.ndarray, n: int, k: int) -> Blocks:
 
 def q5_1(raw: np.ndarray, n: int, k: int) -> Blocks:
     b = raw.reshape(n, k // 32, 24)
-    q = _five_bit(b[..., 4:8], b[..., 8:24]).reshape(n, k)
-    zeros = np.zeros((n, k // 32), dtype=np.uint8)
-    return Blocks(8, 32, q, _f16(b[..., 0:2]), zeros, _f16(b[..., 2:4]))
+    # w = d * q + m: q + 128 against the default zero point 128 needs no zero points.
+    q = (_five_bit(b[..., 4:8], b[..., 8:24]) + 128).astype(np.uint8).reshape(n, k)
+    return Blocks(8, 32, q, _f16(b[..., 0:2]), None, _f16(b[..., 2:4]))
 
 
 def _two_bit_codes(qs: np.ndarray) -> np.ndarray:

@@ -3,7 +3,10 @@
 Every GGUF type handled here maps *exactly* onto w = scale * (q - zero_point) + min per block:
 Q4_0, Q4_1, Q8_0 directly; the K-quants by unpacking their sub-block scales (Q4_K -> 4 bit,
 Q5_K -> 8 bit, Q6_K -> 8 bit with 16-wide blocks). `min` is not something MatMulNBits has, so
-the graph adds it back as blocksum(x) @ min^T (see graph.py); this keeps the fast integer path.
+the graph adds it back as blocksum(x) @ min^T (see llama_graph.py); this keeps the fast integer
+path. 8-bit codes are shifted to sit around MatMulNBits' default zero point 128 wherever the
+format's own zero point is a constant (Q5_K: 0, Q6_K: 32), so no zero-point tensor is stored
+(1/16 byte per weight less for Q6_K's 16-wide blocks, 1/32 for Q5_K's).
 """
 
 from __future__ import annotations
@@ -251,11 +254,11 @@ def _q5_k(raw: np.ndarray, n: int, k: int) -> NBitsWeight:
     qh = b[..., 16:48]  # bit j of qh[l] is the fifth bit of element l of sub-block j
     low = _k_low_nibbles(b[..., 48:176])
     high = (qh[..., None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1
-    q = (low | (high << 4)).astype(np.uint8).reshape(n, k // 32, 32)
+    # q + 128 against the default zero point 128: w = s * q + min, no zero-point tensor.
+    q = ((low | (high << 4)) + 128).astype(np.uint8).reshape(n, k // 32, 32)
     scales = (d[..., None] * sc).reshape(n, -1)
     mins = (-(dmin[..., None] * m)).reshape(n, -1)
-    zeros = np.zeros_like(scales, dtype=np.uint8)
-    return NBitsWeight(8, 32, q, scales, zeros, mins)
+    return NBitsWeight(8, 32, q, scales, None, mins)
 
 
 def _q6_k(raw: np.ndarray, n: int, k: int) -> NBitsWeight:
@@ -267,10 +270,10 @@ def _q6_k(raw: np.ndarray, n: int, k: int) -> NBitsWeight:
     ql = (ql & 0x0F).reshape(n, k // 256, 2, 4, 32)  # [half, quarter, 32]
     qh = qh.reshape((*qh.shape[:-1], 2, 1, 32)) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
     qh = (qh & 0x03).reshape(n, k // 256, 2, 4, 32)
-    q = (ql | (qh << 4)).astype(np.uint8).reshape(n, k // 16, 16)
+    # w = d * sc * (q - 32): q + 96 against the default zero point 128, no zero-point tensor.
+    q = ((ql | (qh << 4)) + 96).astype(np.uint8).reshape(n, k // 16, 16)
     scales = (d[..., None] * sc).reshape(n, -1)
-    zeros = np.full(scales.shape, 32, dtype=np.uint8)
-    return NBitsWeight(8, 16, q, scales, zeros, None)
+    return NBitsWeight(8, 16, q, scales, None, None)
 
 
 def _from_blocks(

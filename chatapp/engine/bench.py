@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import time
@@ -14,6 +15,7 @@ from typing import Any
 import onnxruntime as ort
 
 from chatapp import __version__
+from chatapp.engine import floor
 from chatapp.engine.bench_peers import Peer, open_peers, peer_point, physical_floor
 from chatapp.engine.bench_stats import compare_runs
 from chatapp.engine.chat import Message
@@ -25,6 +27,9 @@ from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import GREEDY
 
 Progress = Callable[[str], None]
+log = logging.getLogger(__name__)
+# Other work's load a quiet machine still shows (daemons, the shell): half a core.
+BUSY_SLACK = 0.5
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,9 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
             f"{engine.max_context} tokens."
         )
     report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
+    warning = busy_warning(load_before, [], engine.threads)
+    if warning:
+        report(warning)
     # Sweep points past the allocated context are skipped, before any prompt is built for them.
     sweep = [t for t in config.sweep if t < engine.max_context]
     longest = max([len(ids), *[t + 64 for t in sweep]]) + n + 8
@@ -215,8 +223,37 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         if config.floor:
             report("measuring this machine's read bandwidth for the physical floor")
             result["floor"] = physical_floor(engine, peers, result)
-    result["load_average"] = {"before": load_before, "after": _load_average()}
+    load_after = _load_average()
+    result["load_average"] = {
+        "before": load_before,
+        "after": load_after,
+        "cores": os.cpu_count(),
+        "busy_warning": busy_warning(load_before, load_after, engine.threads),
+    }
     return result
+
+
+def busy_warning(before: list[float], after: list[float], threads: int | None) -> str | None:
+    """A sentence when other work competed for the cores a run needs, else None.
+
+    The 1-minute load before the run is other work; after it, it also counts the run's own
+    threads. Either leaving fewer cores than the run's threads (by more than BUSY_SLACK) means
+    every system measured less than it would alone (llama.cpp's spinning OpenMP threads lose
+    the most), so the report says so rather than changing how any system runs.
+    """
+    cores = os.cpu_count() or 1
+    need = threads or cores
+    spare = cores - need + BUSY_SLACK
+    others = [x for x in (before[:1] + [y - need for y in after[:1]]) if x > spare]
+    if not others:
+        return None
+    return (
+        f"Warning: the machine was busy (load average {before[0] if before else '?'} before, "
+        f"{after[0] if after else '?'} after, on {cores} cores; the runs use {need} threads): "
+        "every system got less than its cores, so tokens/s are low and ratios less certain "
+        "(llama.cpp's spinning OpenMP threads lose the most; OMP_WAIT_POLICY=PASSIVE suits a "
+        "busy machine)."
+    )
 
 
 def _load_average() -> list[float]:
@@ -238,10 +275,20 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "device_own_memory": engine.device.own_memory,
         "fallback_reason": engine.fallback_reason,
         "threads": engine.threads,
+        "weight_bytes_per_step": _weight_bytes_per_step(engine),
         "max_new_tokens": max_new_tokens,
         "repeats": repeats,
         "environment": _environment(),
     }
+
+
+def _weight_bytes_per_step(engine: Engine) -> int | None:
+    """The weights one decode step reads from the folder (None for a graph it cannot read)."""
+    try:
+        return floor.onnx_weight_bytes_per_step(engine.info.onnx_path)
+    except Exception:  # an optional figure: a graph onnx cannot parse has none
+        log.warning("weight bytes per step unknown for %s", engine.info.onnx_path, exc_info=True)
+        return None
 
 
 def _environment() -> dict[str, Any]:

@@ -47,6 +47,7 @@ class _Genai:
     def describe(self) -> dict[str, Any]:
         import onnxruntime_genai as og
 
+        # It runs chatapp's folder: the loops' weight bytes (bench.result_header) are its own.
         return {"system": "onnxruntime-genai", "version": og.__version__}
 
     def close(self) -> None:
@@ -71,6 +72,8 @@ class _LlamaCpp:
             "omp_wait_policy": self.peer.wait_policy,
             "flash_attention": True,
             "kv_cache": "f16",
+            # llama.cpp reads the GGUF's own blocks: the floor a folder is measured against.
+            "weight_bytes_per_step": floor.gguf_weight_bytes_per_step(self.gguf),
         }
 
     def close(self) -> None:

@@ -16,6 +16,15 @@ LOOP_LABELS = {
 PEERS = ("genai", "llamacpp")
 
 
+def weight_bytes_per_step(result: dict[str, Any], system: str) -> int | None:
+    """The weight bytes one decode step of `system` reads: the folder's for both loops and
+    onnxruntime-genai (they run it), the GGUF's own blocks for llama.cpp."""
+    if system == "llamacpp":
+        peer = (result.get("peers") or {}).get("llamacpp") or {}
+        return peer.get("weight_bytes_per_step")
+    return result.get("weight_bytes_per_step")
+
+
 def _per_token(summary: dict[str, Any]) -> tuple[float, float, float, float]:
     """(run ms, host ms, sample ms, bytes crossing) of a decode step."""
     transfer = summary.get("transfer") or {}
@@ -66,12 +75,13 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
         f"median of {result['repeats']} runs (min–max in brackets)",
         "",
-        "| loop | tokens/s | TTFT (ms) | p50 latency (ms) | p95 latency (ms) | host prep share "
-        "| host→device / token | device→host / token |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| loop | tokens/s | weights read / token | TTFT (ms) | p50 latency (ms) "
+        "| p95 latency (ms) | host prep share | host→device / token | device→host / token |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    rows = [(LOOP_LABELS[m], result[m]) for m in LOOP_LABELS if m in result]
-    for label, r in rows:
+    rows = [(m, LOOP_LABELS[m], result[m]) for m in LOOP_LABELS if m in result]
+    for system, label, r in rows:
+        weights = weight_bytes_per_step(result, system)
         share = r.get("host_prep_share")
         transfer = r.get("transfer")
         moved = (
@@ -82,6 +92,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         )
         lines.append(
             f"| {label} | {r['tokens_per_s']:.1f}{_spread(r, 'tokens_per_s', 1, '{:.1f}')} | "
+            f"{fmt_bytes(weights) if weights is not None else 'n/a'} | "
             f"{r['ttft_s'] * 1000:.0f}{_spread(r, 'ttft_s', 1000, '{:.0f}')} | "
             f"{r['latency_p50_s'] * 1000:.1f} | {r['latency_p95_s'] * 1000:.1f} | "
             + (f"{share * 100:.1f}% | " if share is not None else "n/a | ")
@@ -131,15 +142,29 @@ def _conditions(result: dict[str, Any]) -> list[str]:
     lines = []
     load = result.get("load_average") or {}
     if load.get("before"):
+        cores = f" on {load['cores']} cores" if load.get("cores") else ""
         lines.append(
             f"Load average (1, 5, 15 min): {', '.join(map(str, load['before']))} before, "
-            f"{', '.join(map(str, load.get('after') or []))} after."
+            f"{', '.join(map(str, load.get('after') or []))} after{cores}, "
+            f"{result.get('threads') or 'all'} threads per system."
         )
+    if load.get("busy_warning"):
+        lines.append(f"**{load['busy_warning']}**")
     llama = (result.get("peers") or {}).get("llamacpp")
     if llama:
         lines.append(
             f"llama.cpp {llama['version']}: flash attention, f16 KV cache, "
-            f"OMP_WAIT_POLICY={llama['omp_wait_policy']}."
+            f"OpenMP wait policy: {llama['omp_wait_policy']}."
+        )
+    ours, theirs = (
+        weight_bytes_per_step(result, Mode.IOBINDING),
+        weight_bytes_per_step(result, "llamacpp"),
+    )
+    if ours and theirs:
+        lines.append(
+            f"Weights read per token: {fmt_bytes(ours)} from the folder, {fmt_bytes(theirs)} "
+            f"from the GGUF ({ours / theirs:.2f}x): a decode step is bound by memory "
+            "bandwidth, so tokens/s follow these bytes."
         )
     return ["", *lines] if lines else []
 

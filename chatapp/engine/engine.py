@@ -14,6 +14,7 @@ from chatapp.engine.devices import (
     StartedSession,
     cpu_session,
     find_device,
+    session_options,
     start_session,
 )
 from chatapp.engine.errors import (
@@ -27,13 +28,32 @@ from chatapp.engine.generation import Generation
 from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
+from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.packed_cache import DATA, packed_graph, saved_already, wanted
+from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
 # does not reserve gigabytes for a chat that will use a few thousand tokens.
 DEFAULT_MAX_CONTEXT = 8192
+
+
+def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
+    """The context an Engine allocates for `info` when asked for `max_context` (None: the
+    default cap)."""
+    return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+
+
+def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> MemoryEstimate:
+    """What loading and answering will hold at their peak: one kernel's packed copies where a
+    CPU session maps a packed copy already saved, else (packing on the heap, or saving that
+    copy first) both kernels'."""
+    on_cpu = device.strip().lower() == CPU.name
+    if on_cpu and wanted(estimate) and saved_already(info.onnx_path, estimate):
+        return estimate.one_kernel_resident()
+    return estimate
 
 
 def _mode(mode: Mode | str) -> Mode:
@@ -58,8 +78,12 @@ class Engine:
         self.info: ModelInfo = open_model_folder(model_dir, onnx_file)
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
-        self.max_context = min(self.info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+        self.max_context = engine_context(self.info, max_context)
         check_kv_memory(self.info, self.max_context)
+        self.memory: MemoryEstimate = estimate_memory(self.info, self.max_context)
+        # Refused before anything is loaded.
+        check_memory(resident_need(self.memory, self.info, device), self.info.name)
+        self.mapped_files = self.memory.mapped_files  # what the running session maps
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
         self.constraints = ConstraintCompiler(
@@ -74,7 +98,9 @@ class Engine:
 
     def _start(self, device: Device, threads: int | None) -> StartedSession:
         try:
-            return start_session(self.info.onnx_path, device, threads)
+            graph = self._cpu_graph() if device is CPU else self.info.onnx_path
+            with released_while_loading(self.mapped_files):
+                return start_session(graph, device, threads)
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             raise ModelError(
                 f"onnxruntime cannot run {self.info.onnx_path.name} ({first_line(exc)})."
@@ -88,15 +114,37 @@ class Engine:
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU; cached prefixes are dropped."""
-        self._use(cpu_session(self.info.onnx_path, self.threads, reason))
+        graph = self._cpu_graph()
+        with released_while_loading(self.mapped_files):
+            self._use(cpu_session(graph, self.threads, reason))
+
+    @property
+    def resident_estimate(self) -> MemoryEstimate:
+        """What this engine holds while answering, by the folder's estimate."""
+        if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
+            return self.memory.one_kernel_resident()
+        return self.memory
+
+    def _cpu_graph(self) -> Path:
+        """The graph a CPU session runs: for a big model its copy with packed weights saved
+        (engine/packed_cache.py), else the folder's own."""
+        if not wanted(self.memory):
+            return self.info.onnx_path
+        with released_while_loading(self.memory.mapped_files):  # saving packs on the heap
+            graph = packed_graph(self.info.onnx_path, self.memory, session_options(self.threads))
+        if graph is None:
+            return self.info.onnx_path
+        self.mapped_files = (graph.parent / DATA,)
+        return graph
 
     def loop(self, mode: Mode | str | None = None) -> KVLoop:
         mode = _mode(mode) if mode else self.mode
         if mode not in self._loops:
             try:
-                self._loops[mode] = make_loop(
-                    mode, self.session, self.info, self.device, self.max_context
-                )
+                loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
+                if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
+                    loop.release_weights = MappedPages(self.mapped_files).release
+                self._loops[mode] = loop
             except Exception as exc:
                 if self.device is CPU:
                     raise

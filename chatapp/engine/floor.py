@@ -15,8 +15,11 @@ import numpy as np
 import onnx
 from onnx.external_data_helper import uses_external_data
 
-# Ops whose first input is a table read one row per token.
-_GATHERS = {"Gather", "GatherBlockQuantized"}
+# Ops that read one row per token of a table: which of their inputs are such tables
+# (GatherBlockQuantized gathers its scales and zero points by row with the codes).
+_GATHERS = {"Gather": (0,), "GatherBlockQuantized": (0, 2, 3)}
+# chatapp's step/prompt If (convert/step_split.py): a decode step runs only its `then` branch.
+_STEP_SPLIT = ("layers/step_or_prompt", "then_branch")
 
 
 def _tensor_bytes(tensor: onnx.TensorProto) -> int:
@@ -29,32 +32,66 @@ def _tensor_bytes(tensor: onnx.TensorProto) -> int:
     return int(np.prod(tensor.dims, dtype=np.int64)) * np.dtype(elem).itemsize
 
 
-def onnx_weight_bytes_per_step(model_path: Path) -> int:
-    """Initializer bytes one decode step reads: all of them, one row of gathered tables."""
+def _step_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes a one-token run can execute: every subgraph's, except the prompt branch of
+    chatapp's step/prompt If."""
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        for attr in node.attribute:
+            if attr.type != onnx.AttributeProto.GRAPH:
+                continue
+            if node.name == _STEP_SPLIT[0] and attr.name != _STEP_SPLIT[1]:
+                continue
+            nodes += _step_nodes(attr.g)
+    return nodes
+
+
+def onnx_step_bytes(model_path: Path) -> dict[str, int]:
+    """Each initializer a decode step reads, by name, with the bytes it reads: all of it, one
+    row of a gathered table (initializers only a prompt reads are left out)."""
     graph = onnx.load(str(model_path), load_external_data=False).graph
-    sizes = {t.name: _tensor_bytes(t) for t in graph.initializer}
-    rows = {t.name: (t.dims[0] if t.dims else 1) for t in graph.initializer}
-    gathered = {n.input[0] for n in graph.node if n.op_type in _GATHERS and n.input}
-    total = 0
-    for name, size in sizes.items():
-        total += size // max(1, rows[name]) if name in gathered else size
-    return total
+    nodes = _step_nodes(graph)
+    rows_only: set[str] = set()  # read one row per token by every node that reads them
+    whole: set[str] = set()
+    for n in nodes:
+        tables = _GATHERS.get(n.op_type, ())
+        for i, name in enumerate(n.input):
+            (rows_only if i in tables else whole).add(name)
+    read = {}
+    for t in graph.initializer:
+        if t.name in whole:
+            read[t.name] = _tensor_bytes(t)
+        elif t.name in rows_only:
+            read[t.name] = _tensor_bytes(t) // max(1, t.dims[0] if t.dims else 1)
+    return read
 
 
-def gguf_weight_bytes_per_step(path: Path) -> int:
-    """A GGUF's tensor bytes one step reads (llama.cpp reads the file's own encodings)."""
+def onnx_weight_bytes_per_step(model_path: Path) -> int:
+    """Initializer bytes one decode step reads (`onnx_step_bytes`, summed)."""
+    return sum(onnx_step_bytes(model_path).values())
+
+
+def gguf_step_bytes(path: Path) -> dict[str, tuple[str, int]]:
+    """Each GGUF tensor's (type name, bytes one step reads): llama.cpp reads the file's own
+    encodings, all of every tensor but one row of an embedding table that is not the head."""
     from gguf import GGUFReader
 
     reader = GGUFReader(str(path))
     names = {t.name for t in reader.tensors}
-    total = 0
+    read = {}
     for t in reader.tensors:
         size = int(t.n_bytes)
         # With a separate output head, the embedding table is only gathered from.
         if t.name == "token_embd.weight" and "output.weight" in names:
             size //= max(1, int(t.shape[-1]))
-        total += size
-    return total
+        read[t.name] = (t.tensor_type.name, size)
+    return read
+
+
+def gguf_weight_bytes_per_step(path: Path) -> int:
+    """A GGUF's tensor bytes one step reads (`gguf_step_bytes`, summed)."""
+    return sum(size for _type, size in gguf_step_bytes(path).values())
 
 
 def read_bandwidth(threads: int, megabytes: int = 512, repeats: int = 5) -> float:

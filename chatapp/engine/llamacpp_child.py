@@ -2,14 +2,16 @@
 
 Run by any Python that has llama-cpp-python (it imports nothing from chatapp). Protocol, one
 JSON object per line: the first line on stdin configures the model and the child answers
-{"ready": ...}; each later line {"ids": [...], "n": N} is one greedy run of exactly N tokens on
-a cold cache, answered with its timings. The parent measures nothing itself: its own load
+{"ready": ..., "version": ..., "omp": the OpenMP wait settings it got}; each later line
+{"ids": [...], "n": N} is one greedy run of exactly N tokens on a cold cache, answered with its
+timings. The parent measures nothing itself: its own load
 would count against llama.cpp.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -35,7 +37,8 @@ def main() -> int:
         verbose=False,
     )
     vocab = llm.n_vocab()
-    print(json.dumps({"ready": True, "version": llama_cpp.__version__}), flush=True)
+    omp = {key: os.environ.get(key) for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    print(json.dumps({"ready": True, "version": llama_cpp.__version__, "omp": omp}), flush=True)
 
     def argmax() -> int:
         logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))

@@ -1,9 +1,11 @@
 """llama.cpp on the same GGUF, in its own process, measured the same way as the loops.
 
 llama-cpp-python is an optional extra (`[llamacpp]`; it compiles llama.cpp for ~10 minutes), so
-`make test` does not install it. Its OpenMP threads spin after every step by default and a
-busy machine then collapses it to ~1 tok/s: the child runs with OMP_WAIT_POLICY=PASSIVE unless
-the caller's environment says otherwise, and the result reports the policy used.
+`make test` does not install it. The child runs with llama.cpp's own defaults: the caller's
+environment as it is, so with no OMP_WAIT_POLICY set libgomp spins its idle threads a while
+(GOMP_SPINCOUNT, 300,000 rounds) and then sleeps. Forcing PASSIVE made llama.cpp 3.4x slower on
+a quiet machine and the comparison unfair; a busy machine is reported as busy instead
+(bench.py). The child says which OpenMP settings it got, and the report names them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,17 @@ INSTALL_HINT = (
     "pip install 'chatapp[llamacpp]' (compiles llama.cpp, ~10 minutes), or name a Python that "
     "has llama-cpp-python with --peer-python"
 )
-DEFAULT_WAIT_POLICY = "PASSIVE"
+# What OpenMP does with no OMP_WAIT_POLICY: libgomp spins GOMP_SPINCOUNT rounds, then sleeps.
+DEFAULT_WAIT_POLICY = "libgomp default (spin 300,000 rounds, then sleep)"
+OMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def describe_wait_policy(settings: dict[str, str | None]) -> str:
+    """The OpenMP wait policy a child ran with, in words: the variables set, or the default."""
+    named = [f"{key}={settings[key]}" for key in OMP_SETTINGS if settings.get(key) is not None]
+    if settings.get("OMP_WAIT_POLICY") is None:
+        named.insert(0, DEFAULT_WAIT_POLICY)
+    return ", ".join(named)
 
 
 class LlamaCppPeer:
@@ -39,9 +51,8 @@ class LlamaCppPeer:
     ) -> None:
         if not gguf.is_file():
             raise EngineError(f"llama.cpp needs the GGUF file; {gguf} does not exist.")
-        env = dict(os.environ)
-        env.setdefault("OMP_WAIT_POLICY", DEFAULT_WAIT_POLICY)
-        self.wait_policy = env["OMP_WAIT_POLICY"]
+        env = dict(os.environ)  # llama.cpp's own defaults: nothing added or removed
+        self.wait_policy = describe_wait_policy({k: env.get(k) for k in OMP_SETTINGS})
         self.timeout_s = timeout_s
         self.process = subprocess.Popen(
             [python or sys.executable, llamacpp_child.__file__],
@@ -57,6 +68,9 @@ class LlamaCppPeer:
             self.close()
             raise EngineError(f"llama.cpp did not start: {ready.get('error')}; {INSTALL_HINT}.")
         self.version = str(ready.get("version", "?"))
+        seen = ready.get("omp")
+        if isinstance(seen, dict):  # what the child itself saw, when it says
+            self.wait_policy = describe_wait_policy({k: seen.get(k) for k in OMP_SETTINGS})
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         stdin, stdout = self.process.stdin, self.process.stdout

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +63,7 @@ class KVLoop(ABC):
     # Prompts longer than this run in pieces: peak memory at a 2k-token prompt stays that of
     # loading the model (SmolLM2: 522 MB, against 818 MB in one piece) at no cost in speed.
     prefill_chunk = 512
+    release_weights: Callable[[], object] | None = None  # set by the Engine (packed_cache.py)
 
     def __init__(
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
@@ -115,6 +116,17 @@ class KVLoop(ABC):
         self._check_room(len(new_ids))
         ids = [int(t) for t in new_ids]
         wanted = _wanted_rows(len(ids), all_logits, rows)
+        if len(ids) == 1 or self.release_weights is None:
+            return self._forward_ids(ids, wanted)
+        # A prompt reads the prompt kernel's packed weights, a step the step kernel's: where
+        # they are mapped pages (engine/packed_cache.py), only one set stays resident.
+        self.release_weights()
+        try:
+            return self._forward_ids(ids, wanted)
+        finally:
+            self.release_weights()
+
+    def _forward_ids(self, ids: list[int], wanted: list[int] | None) -> Step:
         chunk = self.prefill_chunk
         if len(ids) <= chunk:
             return self._charge_pending(self._run(ids, wanted))

@@ -8,6 +8,7 @@ chat, the comparison view, a model load and a served request never run at once.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -15,13 +16,18 @@ from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
-from chatapp.engine.engine import Engine
+from chatapp.engine.engine import Engine, engine_context, resident_need
 from chatapp.engine.errors import EngineError, ModelError
+from chatapp.engine.memory import check_memory, estimate_memory
+from chatapp.engine.model import open_model_folder
 from chatapp.engine.modes import Mode
+from chatapp.engine.resident import return_freed_heap
 from chatapp.engine.sampling_defaults import ModelSampling, model_sampling
 from chatapp.engine.variants import Variant, list_variants
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
+
+log = logging.getLogger(__name__)
 
 PREPARATION_CANCELLED = (
     "Preparing the default model was cancelled. Open a model folder from the File menu, or "
@@ -36,6 +42,18 @@ class EngineHost:
     def __init__(self) -> None:
         self.engine: Engine | None = None
         self.remote: RemoteEngine | None = None
+        self.loaded: LoadRequest | None = None  # what opened `engine`, to open it again
+
+    def close_engine(self) -> LoadRequest | None:
+        """Drop the local engine, its session and its buffers, and give their memory back
+        before another model loads; returns what had opened it."""
+        request, self.engine, self.loaded = self.loaded, None, None
+        return_freed_heap()
+        return request
+
+    def held_bytes(self) -> int:
+        """The memory the local engine was estimated to hold (what closing it frees)."""
+        return self.engine.resident_estimate.total if self.engine is not None else 0
 
     def require(self) -> Engine:
         """The local engine (the comparison and `Serve this model` need it)."""
@@ -86,12 +104,22 @@ class ModelSummary:
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
-    """Open a model; returns a ModelSummary. A failed load keeps the previous engine."""
+    """Open a model; returns a ModelSummary. The previous engine is closed first (two models
+    at once could take twice the memory); a model that would not fit even then is refused
+    before that, and a load that fails after it opens the previous model again."""
 
     def run(_control: JobControl) -> ModelSummary:
         started = time.perf_counter()
-        engine, reason = _open_engine(request)
-        host.engine = engine  # only replaced once the new one works: the chat goes on
+        info = open_model_folder(request.model_dir, request.onnx_file)
+        estimate = resident_need(estimate_memory(info, engine_context(info)), info, request.device)
+        check_memory(estimate, info.name, freed=host.held_bytes())
+        previous = host.close_engine()
+        try:
+            engine, reason = _open_engine(request)
+        except BaseException:
+            _reopen(host, previous)  # the chat goes on with the model it had
+            raise
+        host.engine, host.loaded = engine, request
         host.use_remote(None)  # opening a local model ends a remote connection
         summary = summarize(engine, request.device, reason)
         return replace(summary, load_seconds=time.perf_counter() - started)
@@ -103,6 +131,16 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
         return f"Could not open the model in {request.model_dir}: {detail}"
 
     return Job("model load", run, explain, (EngineError, DeviceError, OSError))
+
+
+def _reopen(host: EngineHost, request: LoadRequest | None) -> None:
+    if request is None:
+        return
+    try:
+        host.engine, _reason = _open_engine(request)
+        host.loaded = request
+    except Exception:  # the new model's error is the one to show; this one goes to the log
+        log.exception("Could not open %s again after a failed load", request.model_dir)
 
 
 def cpu_fallback_job(host: EngineHost, reason: str) -> Job:

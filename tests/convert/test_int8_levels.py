@@ -25,9 +25,9 @@ from tests.convert.test_weights import quantized, tensor
 ROWS, COLS = 48, 160
 
 
-def activations(rng: np.random.Generator) -> np.ndarray:
+def activations(rng: np.random.Generator, cols: int = COLS) -> np.ndarray:
     """[1, 5, K] with what real layers produce: outliers, tiny blocks, an all-zero block."""
-    x = rng.normal(0.0, 1.0, size=(1, 5, COLS)).astype(np.float32)
+    x = rng.normal(0.0, 1.0, size=(1, 5, cols)).astype(np.float32)
     x[0, 1, 7] = 300.0  # one outlier dominates its block's int8 step
     x[0, 2, 32:64] *= np.float32(1e-6)
     x[0, 3, 64:96] = 0.0
@@ -36,7 +36,7 @@ def activations(rng: np.random.Generator) -> np.ndarray:
 
 def run_linear(w: NBitsWeight, x: np.ndarray, levels: bool) -> np.ndarray:
     g = OnnxGraph()
-    name = g.add_input("x", TensorProto.FLOAT, [1, "S", COLS])
+    name = g.add_input("x", TensorProto.FLOAT, [1, "S", w.k])
     if levels:
         y = levels_product(g, level_rows(g, blocked(g, name, w), LEVELS), w, "w")
     else:  # the kernel's own int8 rounding of the activations (--accuracy-level 4)
@@ -51,18 +51,21 @@ def run_linear(w: NBitsWeight, x: np.ndarray, levels: bool) -> np.ndarray:
             accuracy_level=4,
         )
     g.op("Identity", [y], ["y"])
-    g.add_output("y", TensorProto.FLOAT, [1, "S", ROWS])
+    g.add_output("y", TensorProto.FLOAT, [1, "S", w.n])
     session = ort.InferenceSession(g.model("linear", {}).SerializeToString())
     return np.asarray(session.run(["y"], {"x": x})[0])
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
-def test_int8_levels_match_float_math_where_plain_int8_does_not(qtype: str) -> None:
-    w = to_weight(tensor(qtype, quantized(qtype, ROWS, COLS), ROWS, COLS))
+# Q6_K: 8-bit codes in blocks of 16, where the kernel rounds activations per 16 as well.
+@pytest.mark.parametrize(
+    ("qtype", "cols"), [("Q4_0", COLS), ("Q4_1", COLS), ("Q8_0", COLS), ("Q6_K", 256)]
+)
+def test_int8_levels_match_float_math_where_plain_int8_does_not(qtype: str, cols: int) -> None:
+    w = to_weight(tensor(qtype, quantized(qtype, ROWS, cols), ROWS, cols))
     assert isinstance(w, NBitsWeight)
     without_mins = NBitsWeight(w.bits, w.block_size, w.packed, w.scales, w.zero_points, None)
     dense = without_mins.dequantize().astype(np.float64)
-    x = activations(np.random.default_rng(1))
+    x = activations(np.random.default_rng(1), cols)
     exact = x.astype(np.float64) @ dense.T
     # Per output: the size of the terms summed, so tiny rows are judged on their own scale.
     scale = np.abs(x.astype(np.float64)) @ np.abs(dense).T
@@ -77,9 +80,9 @@ def test_device_copy_puts_level_nodes_on_the_float_kernel(tmp_path: Path) -> Non
     w = to_weight(tensor("Q8_0", quantized("Q8_0", ROWS, COLS), ROWS, COLS))
     assert isinstance(w, NBitsWeight)
     g = OnnxGraph()
-    name = g.add_input("x", TensorProto.FLOAT, [1, "S", COLS])
+    name = g.add_input("x", TensorProto.FLOAT, [1, "S", w.k])
     g.op("Identity", [levels_product(g, level_rows(g, blocked(g, name, w), LEVELS), w, "w")], ["y"])
-    g.add_output("y", TensorProto.FLOAT, [1, "S", ROWS])
+    g.add_output("y", TensorProto.FLOAT, [1, "S", w.n])
     path = tmp_path / "model.onnx"
     onnx.save(g.model("linear", {}), str(path))
     copy = float_kernel_copy(path)

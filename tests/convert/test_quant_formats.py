@@ -15,6 +15,7 @@ import gguf
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFTensor
@@ -82,7 +83,7 @@ def test_gguf_quantized_blocks_are_exact(qtype: str) -> None:
     ("qtype", "bits", "block_size", "zero_points", "mins", "code_range"),
     [
         ("Q5_0", 8, 32, False, False, (112, 143)),  # q + 112 against the default zero point 128
-        ("Q5_1", 8, 32, True, True, (0, 31)),
+        ("Q5_1", 8, 32, False, True, (128, 159)),  # q + 128, the default zero point
         ("Q2_K", 4, 16, True, True, (0, 3)),
         ("Q3_K", 4, 16, False, False, (4, 11)),  # q + 8 against the default zero point 8
         ("IQ4_NL", 8, 32, False, False, (1, 241)),  # the grid value + 128
@@ -255,6 +256,16 @@ def matmul_bits(folder: Path) -> list[int]:
     ]
 
 
+def load_graph(folder: Path) -> onnx.GraphProto:
+    return onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+
+
+def onnx_weight_bytes(folder: Path) -> int:
+    """Every initializer's bytes, as stored (each once)."""
+    model = onnx.load(str(folder / "model.onnx"))
+    return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+
+
 def matmul_kinds(folder: Path) -> set[tuple[int, ...]]:
     """(bits, block_size, accuracy_level) of every MatMulNBits."""
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
@@ -272,11 +283,16 @@ def test_eight_bit_layers_get_a_fast_kernel_with_float_activations(tmp_path: Pat
     # float kernel (nibble_split.py); the Q8_0 head on exact int8 levels (int8_levels.py).
     assert matmul_kinds(head.folder) == {(8, 32, 4), (4, 32, 0), (4, 16, 0)}
     every = convert_gguf(head.gguf, tmp_path / "levels", ConvertOptions(int8_levels="all"))
-    # With the layers on int8 levels too, blocks of 32 go to the int8 kernel.
-    assert matmul_kinds(every) == {(8, 32, 4), (4, 16, 0)}
-    # The default: both, prompts on the float kernel and steps on the int8 one (step_split.py).
+    # With the layers on int8 levels too, every 8-bit block (32, and Q6_K's 16) goes to the
+    # int8 kernel.
+    assert matmul_kinds(every) == {(8, 32, 4), (8, 16, 4)}
+    # The default: steps on the int8 kernel (step_split.py); prompts dequantize the same 8-bit
+    # codes at run time (prompt_dequant.py) instead of storing them again as 4-bit halves.
     default = convert_gguf(head.gguf, tmp_path / "default", EXACT)
-    assert matmul_kinds(default) == matmul_kinds(head.folder) | matmul_kinds(every)
+    assert matmul_kinds(default) == matmul_kinds(every)
+    assert "FusedMatMul" in {n.op_type for n in all_nodes(load_graph(default))}
+    stored = onnx_weight_bytes(default)
+    assert stored <= 1.01 * onnx_weight_bytes(every) < 1.01 * onnx_weight_bytes(head.folder)
     int8 = convert_gguf(head.gguf, tmp_path / "int8", ConvertOptions(accuracy_level=4))
     assert 8 in matmul_bits(int8)  # int8 activations have a fast 8-bit kernel: kept
 

@@ -80,9 +80,12 @@ def test_quantized_weight_layout(qtype: str, bits: int, block_size: int, has_min
     assert w.scales.shape == (rows, blocks)
     codes = w.unpacked()
     assert codes.shape == (rows, cols)
-    # Q5_K codes are 5-bit and Q6_K 6-bit although they travel in 8-bit MatMulNBits.
-    limit = {"Q5_K": 32, "Q6_K": 64}.get(qtype, 1 << bits)
-    assert int(codes.max()) < limit
+    # Q5_K codes are 5-bit and Q6_K 6-bit although they travel in 8-bit MatMulNBits, shifted
+    # around its default zero point 128 (q + 128, q + 96), so they need no zero points.
+    low, high = {"Q5_K": (128, 160), "Q6_K": (96, 160)}.get(qtype, (0, 1 << bits))
+    assert low <= int(codes.min()) and int(codes.max()) < high
+    if qtype in ("Q5_K", "Q6_K"):
+        assert w.zero_points is None
 
 
 def test_f32_and_f16_are_kept_as_floats() -> None:

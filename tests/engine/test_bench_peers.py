@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,10 +11,13 @@ import onnx
 import pytest
 
 from chatapp.engine import floor
+from chatapp.engine.bench import BenchConfig, busy_warning, run_bench_suite
 from chatapp.engine.bench_peers import peer_point
+from chatapp.engine.bench_report import markdown_report
 from chatapp.engine.errors import EngineError
-from chatapp.engine.llamacpp_peer import LlamaCppPeer
+from chatapp.engine.llamacpp_peer import DEFAULT_WAIT_POLICY, LlamaCppPeer, describe_wait_policy
 from chatapp.engine.metrics import RunStats
+from chatapp.units import fmt_bytes
 
 FAKE = Path(__file__).parent / "fake_llama_cpp"
 
@@ -22,12 +26,14 @@ FAKE = Path(__file__).parent / "fake_llama_cpp"
 def fake_llama_cpp(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(FAKE))
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
 
 
 def test_llamacpp_child_runs_greedy_fixed_length(fake_llama_cpp: None, tiny_gguf: Path) -> None:
     with LlamaCppPeer(tiny_gguf, threads=1, n_ctx=64) as peer:
         assert peer.version == "fake-0.0"
-        assert peer.wait_policy == "PASSIVE"  # never spinning OpenMP threads by default
+        # llama.cpp's own default: the child gets no OMP_WAIT_POLICY (libgomp spins, then sleeps).
+        assert peer.wait_policy == DEFAULT_WAIT_POLICY
         stats = peer.run([4, 9], 5)
         again = peer.run([1], 3)
     expected, last = [], 9
@@ -37,6 +43,90 @@ def test_llamacpp_child_runs_greedy_fixed_length(fake_llama_cpp: None, tiny_gguf
     assert stats.token_ids == expected
     assert len(stats.latencies_s) == 4 and stats.ttft_s > 0
     assert again.token_ids == [10, 23, 14]  # a cold cache each run
+
+
+def test_llamacpp_child_gets_the_callers_openmp_settings(
+    fake_llama_cpp: None, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What reproduces libgomp's default explicitly (docs/engine.md), passed through untouched.
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "300000")
+    with LlamaCppPeer(tiny_gguf, threads=1, n_ctx=64) as peer:
+        assert peer.wait_policy == "OMP_WAIT_POLICY=ACTIVE, GOMP_SPINCOUNT=300000"
+
+
+def test_wait_policy_in_words() -> None:
+    assert describe_wait_policy({}) == DEFAULT_WAIT_POLICY
+    assert describe_wait_policy({"OMP_WAIT_POLICY": "PASSIVE"}) == "OMP_WAIT_POLICY=PASSIVE"
+    assert (
+        describe_wait_policy({"GOMP_SPINCOUNT": "0"}) == f"{DEFAULT_WAIT_POLICY}, GOMP_SPINCOUNT=0"
+    )
+
+
+def test_bench_reports_llamacpp_with_its_defaults_and_its_bytes(
+    fake_llama_cpp: None, tiny_gguf: Path, tiny_model_dir: Path
+) -> None:
+    config = BenchConfig(
+        tiny_model_dir,
+        prompt="Why?",
+        max_new_tokens=6,
+        repeats=1,
+        threads=1,
+        max_context=256,
+        peers=("llamacpp",),
+        peer_gguf=tiny_gguf,
+        peer_python=sys.executable,
+        floor=False,
+    )
+    result = run_bench_suite(config)
+    llama = result["peers"]["llamacpp"]
+    assert llama["omp_wait_policy"] == DEFAULT_WAIT_POLICY
+    assert llama["weight_bytes_per_step"] == floor.gguf_weight_bytes_per_step(tiny_gguf)
+    ours = result["weight_bytes_per_step"]
+    assert ours == floor.onnx_weight_bytes_per_step(tiny_model_dir / "model.onnx")
+    report = markdown_report(result)
+    assert f"OpenMP wait policy: {DEFAULT_WAIT_POLICY}." in report
+    assert "OMP_WAIT_POLICY=PASSIVE." not in report  # the policy line names the default
+    # Bytes per step beside tokens/s, for each loop and the peer.
+    assert f"| {result['iobinding']['tokens_per_s']:.1f} | {fmt_bytes(ours)} |" in report
+    assert f"| {fmt_bytes(llama['weight_bytes_per_step'])} |" in report
+    assert "Weights read per token:" in report and "from the GGUF" in report
+    load = result["load_average"]
+    assert len(load["before"]) == 3 and load["cores"] == os.cpu_count()
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "threads", "busy"),
+    [
+        ([0.5, 0.5, 0.5], [2.3, 1.0, 0.7], 2, False),  # after: the run's own two threads
+        ([1.5, 1.0, 1.0], [2.0, 1.0, 0.7], 2, True),  # other work needed a core before
+        ([0.2, 0.2, 0.2], [6.0, 3.0, 1.0], 2, True),  # and during the run
+        ([3.0, 3.0, 3.0], [], 1, True),
+    ],
+)
+def test_busy_machine_is_reported_as_busy(
+    before: list[float],
+    after: list[float],
+    threads: int,
+    busy: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    warning = busy_warning(before, after, threads)
+    assert (warning is not None) == busy
+    if warning:
+        assert warning.startswith("Warning: the machine was busy") and "2 cores" in warning
+        report = markdown_report_conditions(before, after, warning)
+        assert warning in report
+
+
+def markdown_report_conditions(before: list[float], after: list[float], warning: str) -> str:
+    from chatapp.engine.bench_report import _conditions
+
+    result = {
+        "load_average": {"before": before, "after": after, "cores": 2, "busy_warning": warning}
+    }
+    return "\n".join(_conditions(result))
 
 
 def test_llamacpp_peer_without_llama_cpp_says_how_to_get_it(
@@ -72,15 +162,77 @@ def test_peer_ratio_is_the_median_of_repeat_ratios() -> None:
 def test_weight_bytes_read_per_step(tiny_model_dir: Path, tiny_gguf: Path) -> None:
     graph = onnx.load(str(tiny_model_dir / "model.onnx"), load_external_data=False).graph
     total = sum(len(t.raw_data) for t in graph.initializer if t.raw_data)
-    tables = {n.input[0] for n in graph.node if n.op_type == "GatherBlockQuantized"}
-    assert tables  # the embedding is gathered from, one row per token
+    # The embedding's codes, scales (and zero points) are gathered from, one row per token.
+    tables = {
+        n.input[i]
+        for n in graph.node
+        if n.op_type == "GatherBlockQuantized"
+        for i in (0, 2, 3)
+        if i < len(n.input)
+    }
+    assert len(tables) >= 2
     table_bytes = sum(len(t.raw_data) for t in graph.initializer if t.name in tables)
-    assert floor.onnx_weight_bytes_per_step(tiny_model_dir / "model.onnx") < total
-    assert floor.onnx_weight_bytes_per_step(tiny_model_dir / "model.onnx") > total - table_bytes
+    step = floor.onnx_weight_bytes_per_step(tiny_model_dir / "model.onnx")
+    # Every weight once, one row of the tables (the tied head shares the scales, read whole);
+    # a few small constants only prompts read are out.
+    codes = next(len(t.raw_data) for t in graph.initializer if t.name == "embed.qweight")
+    assert total - table_bytes - 0.02 * total < step < total - codes + codes / 100
     from gguf import GGUFReader
 
     whole = sum(int(t.n_bytes) for t in GGUFReader(str(tiny_gguf)).tensors)
     assert floor.gguf_weight_bytes_per_step(tiny_gguf) == whole  # tied: the head reads it all
+
+
+def test_a_step_reads_the_step_branch_only(tmp_path: Path) -> None:
+    """chatapp's step/prompt If: what only the prompt branch reads is not a step's cost."""
+    out = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])
+
+    def body(name: str, weight: str) -> onnx.GraphProto:
+        node = onnx.helper.make_node("Identity", [weight], ["y"])
+        return onnx.helper.make_graph([node], name, [], [out])
+
+    split = onnx.helper.make_node(
+        "If",
+        ["cond"],
+        ["y"],
+        name="layers/step_or_prompt",
+        then_branch=body("step", "small"),
+        else_branch=body("prompt", "big"),
+    )
+    graph = onnx.helper.make_graph(
+        [split],
+        "g",
+        [onnx.helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [1])],
+        [out],
+        [
+            onnx.numpy_helper.from_array(np.zeros(4, np.float32), "small"),
+            onnx.numpy_helper.from_array(np.zeros(1000, np.float32), "big"),
+        ],
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    assert floor.onnx_step_bytes(path) == {"small": 16}
+    graph.node[0].name = "some other If"  # another tool's If: either branch may run
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    assert floor.onnx_weight_bytes_per_step(path) == 4016
+
+
+def test_a_table_also_read_whole_counts_whole(tmp_path: Path) -> None:
+    """A tied embedding: gathered by row for the input, read whole by the output projection."""
+    table = onnx.numpy_helper.from_array(np.zeros((10, 4), np.float32), "table")
+    ids = onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 10])
+    nodes = [
+        onnx.helper.make_node("Gather", ["table", "ids"], ["row"]),
+        onnx.helper.make_node("Gemm", ["row", "table"], ["y"], transB=1),
+    ]
+    path = tmp_path / "model.onnx"
+    graph = onnx.helper.make_graph(nodes, "g", [ids], [y], [table])
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    assert floor.onnx_step_bytes(path) == {"table": 160}
+    del graph.node[1]  # gathered only: one row of 16 bytes
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    assert floor.onnx_step_bytes(path) == {"table": 16}
 
 
 def test_read_bandwidth_and_ceiling() -> None:

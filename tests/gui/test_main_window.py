@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QLabel, QProgressDialog, QPushButton
 
-from chatapp.engine import loops
+from chatapp.engine import loops, memory
 from chatapp.engine.devices import available_devices
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.main_window import MainWindow
+from chatapp.session import model_jobs
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
 
 
@@ -182,6 +183,20 @@ def test_failed_reload_keeps_the_conversation(qtbot, make_window, tiny_model_dir
     assert "remember me" in window.chat_view.transcript.toPlainText()
     send_and_wait(qtbot, window, "still here")
     assert len(window.conversation.messages) == 4
+
+
+def test_a_model_that_does_not_fit_is_refused_and_the_chat_keeps_its_model(
+    qtbot, make_window, tiny_model_dir, varied_model_dir, monkeypatch
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    monkeypatch.setattr(memory, "available_memory", lambda: 0)  # nothing free, nothing freed
+    monkeypatch.setattr(model_jobs.EngineHost, "held_bytes", lambda _self: 0)
+    with qtbot.waitSignal(window.controller.sig_load_failed, timeout=30_000):
+        window.open_model(varied_model_dir)
+    text = window.banner.text()
+    assert window.banner.level == "error" and "needs about" in text and "0 B are free" in text
+    assert "Still using" in text and window.controller.state is State.READY
+    assert window.controller.model.folder == tiny_model_dir
 
 
 @pytest.mark.skipif(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import pytest
 
 from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
+from chatapp.engine import memory
+from chatapp.engine.engine import Engine
+from chatapp.engine.errors import ModelError
+from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model import open_model_folder
+from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
     VARIANTS_CANCELLED,
@@ -117,3 +124,57 @@ def test_reading_a_folders_graphs_reports_each_and_stops_between_them(
     assert out.items == [GraphRead(0, 2, "model.onnx"), GraphRead(1, 2, "model_fp16.onnx")]
     assert drive(variants_job(folder), stopped=True).aborted == VARIANTS_CANCELLED
     assert drive(variants_job(tmp_path / "missing")).result == []
+
+
+def test_opening_a_second_model_closes_the_first_before_loading_it(
+    tiny_model_dir: Path, varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = EngineHost()
+    drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
+    first = weakref.ref(host.engine)
+    seen_while_opening: list[object] = []
+    real_open = model_jobs._open_engine
+
+    def watching(request: LoadRequest) -> tuple[Engine, str | None]:
+        seen_while_opening.append(first())  # the first engine is gone before the second loads
+        return real_open(request)
+
+    monkeypatch.setattr(model_jobs, "_open_engine", watching)
+    summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
+    assert summary.folder == varied_model_dir
+    assert seen_while_opening == [None] and first() is None
+    assert host.loaded is not None and host.loaded.model_dir == varied_model_dir
+
+
+def test_a_load_that_fails_after_closing_the_first_opens_it_again(
+    tiny_model_dir: Path, varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = EngineHost()
+    drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
+    real_open = model_jobs._open_engine
+
+    def failing_for_the_second(request: LoadRequest) -> tuple[Engine, str | None]:
+        if request.model_dir == varied_model_dir:
+            raise ModelError("onnxruntime cannot run model.onnx (broken).")
+        return real_open(request)
+
+    monkeypatch.setattr(model_jobs, "_open_engine", failing_for_the_second)
+    out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
+    assert out.message is not None and "broken" in out.message
+    assert host.engine is not None and host.engine.info.folder == tiny_model_dir
+    assert host.loaded is not None and host.loaded.model_dir == tiny_model_dir
+
+
+def test_a_model_that_does_not_fit_is_refused_and_the_current_one_stays(
+    tiny_model_dir: Path, varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = EngineHost()
+    drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
+    engine = host.engine
+    assert engine is not None
+    # Free memory and what closing the current model gives back together fall 1 MB short.
+    need = estimate_memory(open_model_folder(varied_model_dir), 512).total
+    monkeypatch.setattr(memory, "available_memory", lambda: need - host.held_bytes() - 10**6)
+    out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
+    assert out.message is not None and "needs about" in out.message and "are free" in out.message
+    assert host.engine is engine  # refused before anything was closed

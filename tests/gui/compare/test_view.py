@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QWidget
 from chatapp.gui.chat.controller import State
 from chatapp.gui.compare.view import CompareView, parse_contexts
 from chatapp.session.compare_jobs import StepFigures
+from chatapp.units import fmt_bytes
 from tests.gui.conftest import WindowFactory
 
 RUN_TIMEOUT_MS = 120_000
@@ -54,7 +55,12 @@ def test_comparison_fills_charts_and_table(
     assert float(table.item(0, 0).text()) > 0  # naive tokens/s
     assert float(table.item(0, 1).text()) > 0  # IO-Binding tokens/s
     assert table.item(0, 2).text().endswith("x")
-    assert table.item(table.rowCount() - 1, 2).text() == "yes"
+    assert table.item(table.rowCount() - 2, 2).text() == "yes"
+    # The last row: the weight bytes a decode step reads, the same folder for both loops.
+    weights = view.result["weight_bytes_per_step"]
+    assert weights > 0
+    for column in (0, 1):
+        assert table.item(table.rowCount() - 1, column).text() == fmt_bytes(weights)
     assert "IO-Binding vs naive" in view.status.text()
     assert window.chat_view.send_button.isEnabled()
     # The charts take the whole width; the chat's panels return with the chat tab.

@@ -1,0 +1,220 @@
+"""What a model will hold in memory while it answers, what this computer has free, and the
+refusal when the first does not fit in the second. No Qt.
+
+The estimate is read from the folder's files, before anything is loaded: the weights once (the
+graph and its external data), plus ONNX Runtime's pre-packed copies of the matrix weights
+(MatMulNBits and MatMul with a constant right-hand side: each node packs its own copy for its
+kernel, and a converter-version-6+ graph runs two kernels on the same weights, one for prompts
+and one for decode steps), minus the originals those copies replace, plus the KV cache at the
+engine's context (allocated up front by the IO-Binding loop) and a fixed allowance for the
+runtime, the tokenizer and a prompt's activations. docs/engine.md, "Memory while answering",
+compares it with measured peaks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import onnx
+
+from chatapp.convert.onnx_graph import all_nodes
+from chatapp.engine.errors import ModelError
+from chatapp.engine.folder_files import load_onnx_graph
+from chatapp.engine.model import ModelInfo
+from chatapp.engine.variants import external_data_files
+from chatapp.units import fmt_bytes
+
+# Python, ONNX Runtime's libraries and arena, the tokenizer, a 512-token prompt piece's
+# activations: about 150-200 MB measured with the default model (docs/engine.md).
+RUNTIME_OVERHEAD = 200_000_000
+INT8_KERNEL = 4  # MatMulNBits accuracy_level whose packing adds block scales and block sums
+
+
+class MemoryRefusal(ModelError):
+    """The model would need more memory than is free: refused before loading it."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes a loaded model holds while answering, by what holds them."""
+
+    weights: int  # the folder's graph and external data, the part no packed copy replaces
+    packed: int  # ONNX Runtime's pre-packed copies (heap)
+    # Of those, what is resident at once when they are mapped and released around prompts
+    # (packed_cache.py): one kernel's copies of the layers, and the float matrices'.
+    packed_one_kernel: int
+    kv: int  # the KV cache for `context` tokens
+    context: int
+    mapped_files: tuple[Path, ...] = ()  # the external data files ONNX Runtime maps
+    overhead: int = RUNTIME_OVERHEAD
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.packed + self.kv + self.overhead
+
+    def one_kernel_resident(self) -> MemoryEstimate:
+        """The same model run from a mapped packed copy, released around prompts."""
+        return replace(self, packed=self.packed_one_kernel)
+
+    def parts(self) -> str:
+        return (
+            f"weights {fmt_bytes(self.weights)}, packed copies {fmt_bytes(self.packed)}, "
+            f"KV cache for {self.context} tokens {fmt_bytes(self.kv)}"
+        )
+
+
+def estimate_memory(info: ModelInfo, context: int) -> MemoryEstimate:
+    """What `info`'s graph holds at `context` tokens of KV; reads the graph, not its weights."""
+    proto = load_onnx_graph(info.onnx_path)
+    files = external_data_files(proto, info.onnx_path)
+    on_disk = info.onnx_path.stat().st_size + sum(f.stat().st_size for f in files)
+    sizes = packed_sizes(proto)
+    return MemoryEstimate(
+        weights=max(0, on_disk - sizes.replaced),
+        packed=sizes.total,
+        packed_one_kernel=sizes.one_kernel,
+        kv=info.kv_bytes_per_token() * context,
+        context=context,
+        mapped_files=tuple(files),
+    )
+
+
+@dataclass(frozen=True)
+class PackedSizes:
+    int8_kernel: int  # MatMulNBits on accuracy_level 4 (decode steps, the head)
+    float_kernel: int  # MatMulNBits on the float kernel (prompts)
+    float_matrices: int  # MatMul with a constant right-hand side
+    replaced: int  # the originals those copies stand in for, each counted once
+
+    @property
+    def total(self) -> int:
+        return self.int8_kernel + self.float_kernel + self.float_matrices
+
+    @property
+    def one_kernel(self) -> int:
+        return max(self.int8_kernel, self.float_kernel) + self.float_matrices
+
+
+def packed_bytes(proto: onnx.ModelProto) -> tuple[int, int]:
+    """(bytes of the packed copies, bytes of the originals they replace)."""
+    sizes = packed_sizes(proto)
+    return sizes.total, sizes.replaced
+
+
+def packed_sizes(proto: onnx.ModelProto) -> PackedSizes:
+    """What ONNX Runtime's packed copies take, by kernel. Every node packs its own copy; an
+    original shared by several nodes is replaced once."""
+    sizes = _initializer_sizes(proto)
+    by_kernel = {"int8": 0, "float": 0, "matmul": 0}
+    originals: dict[str, int] = {}
+    for node in all_nodes(proto.graph):
+        weight = node.input[1] if len(node.input) > 1 else ""
+        if node.op_type == "MatMulNBits" and weight in sizes:
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            k, n = int(attrs["K"]), int(attrs["N"])
+            blocks = math.ceil(k / int(attrs["block_size"]))
+            codes = n * blocks * int(attrs["block_size"]) * int(attrs.get("bits", 4)) // 8
+            if attrs.get("accuracy_level", 0) == INT8_KERNEL:
+                # The int8 kernel's copy carries a float scale and a float block sum per block.
+                by_kernel["int8"] += codes + 2 * 4 * n * blocks
+            else:
+                by_kernel["float"] += codes
+            originals[weight] = sizes[weight]
+        elif node.op_type == "MatMul" and weight in sizes:
+            by_kernel["matmul"] += sizes[weight]  # the float GEMM's packed B: the same size
+            originals[weight] = sizes[weight]
+    return PackedSizes(
+        by_kernel["int8"], by_kernel["float"], by_kernel["matmul"], sum(originals.values())
+    )
+
+
+def _initializer_sizes(proto: onnx.ModelProto) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    graphs = [proto.graph] + [
+        attr.g
+        for node in all_nodes(proto.graph)
+        for attr in node.attribute
+        if attr.type == onnx.AttributeProto.GRAPH
+    ]
+    for graph in graphs:
+        for tensor in graph.initializer:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+            sizes[tensor.name] = math.prod(tensor.dims) * itemsize
+    return sizes
+
+
+def available_memory() -> int | None:
+    """Bytes a new allocation can take without swapping (Linux: MemAvailable; Windows:
+    available physical memory); None where the platform does not say."""
+    try:
+        if sys.platform.startswith("linux"):
+            return _meminfo("MemAvailable")
+        if sys.platform == "win32":
+            return _windows_memory()[1]
+        return None  # macOS and the BSDs count free pages only, which ignores the file cache
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM, or None when the platform does not say."""
+    try:
+        if sys.platform == "win32":
+            return _windows_memory()[0]
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_memory(estimate: MemoryEstimate, name: str, freed: int = 0) -> None:
+    """Refuse a model that will not fit: against the memory available now plus `freed` (what
+    closing the current model gives back), or where that is unknown, all of the RAM."""
+    available = available_memory()
+    if available is not None:
+        room, what = available + freed, "are free"
+    else:
+        total = physical_memory()
+        if total is None:
+            return
+        room, what = total, "is all this computer has"
+    if estimate.total > room:
+        raise MemoryRefusal(
+            f"{name} needs about {fmt_bytes(estimate.total)} of memory ({estimate.parts()}) "
+            f"but {fmt_bytes(room)} {what}; close other programs or choose a smaller model."
+        )
+
+
+def _meminfo(field: str) -> int | None:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == field:
+            return int(value.split()[0]) * 1024  # kB
+    return None
+
+
+def _windows_memory() -> tuple[int, int]:
+    """(total, available) physical memory."""
+    import ctypes
+
+    class _Status(ctypes.Structure):
+        _fields_ = [
+            ("length", ctypes.c_ulong),
+            ("load", ctypes.c_ulong),
+            ("total", ctypes.c_ulonglong),
+            ("available", ctypes.c_ulonglong),
+            ("total_page", ctypes.c_ulonglong),
+            ("available_page", ctypes.c_ulonglong),
+            ("total_virtual", ctypes.c_ulonglong),
+            ("available_virtual", ctypes.c_ulonglong),
+            ("available_extended", ctypes.c_ulonglong),
+        ]
+
+    status = _Status()
+    status.length = ctypes.sizeof(_Status)
+    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
+        raise OSError("GlobalMemoryStatusEx failed")
+    return int(status.total), int(status.available)

@@ -1,0 +1,176 @@
+"""Keep only what a model uses resident: the mapped weight file's pages, the process's memory
+as people count it. No Qt.
+
+ONNX Runtime maps `model.onnx.data` and, at load, reads most of it once to pre-pack the matrix
+weights into heap copies; the mapped pages it read stay counted in the process's resident
+memory until the kernel needs them back, although the packed copies replace them (the 1B shape:
+2.50 GB peak at load against 1.88 GB after it). On Linux, `madvise(MADV_DONTNEED)` drops a
+private file mapping's pages from the process: a later read faults them back from the page
+cache, byte for byte the same file. A mapping with any page written (copy-on-write, counted as
+`Anonymous` in smaps) is left alone, since dropping it would lose the writes. Elsewhere these
+are no-ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+MADV_DONTNEED = 4
+RELEASE_INTERVAL_S = 0.25  # while a session loads: often enough to keep the file's share small
+
+_LINUX = sys.platform.startswith("linux")
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not _LINUX:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc()
+
+
+def release_mapped(files: Iterable[Path]) -> int:
+    """Drop this process's unwritten mapped pages of `files`; returns the bytes of the mappings
+    released (0 where this cannot be done)."""
+    if _LIBC is None:
+        return 0
+    wanted = {os.path.realpath(f) for f in files}
+    if not wanted:
+        return 0
+    released = 0
+    try:
+        mappings = list(_file_mappings(wanted))
+    except OSError:
+        return 0
+    for start, end in mappings:
+        if _LIBC.madvise(start, end - start, MADV_DONTNEED) == 0:
+            released += end - start
+    return released
+
+
+def _file_mappings(paths: set[str]) -> Iterator[tuple[int, int]]:
+    """(start, end) of each mapping of `paths` with no copy-on-write page."""
+    current: tuple[int, int] | None = None
+    with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            head, _, rest = line.partition(" ")
+            if "-" in head and not head.endswith(":"):
+                fields = rest.split(maxsplit=4)
+                path = fields[4].strip() if len(fields) == 5 else ""
+                if path in paths:
+                    low, high = head.split("-")
+                    current = (int(low, 16), int(high, 16))
+                else:
+                    current = None
+            elif head == "Anonymous:" and current is not None:
+                if int(rest.split()[0]) == 0:
+                    yield current
+                current = None
+
+
+class MappedPages:
+    """`release_mapped` for a session that will not map anything new: the mappings are found
+    (and checked for written pages) once, from /proc/self/smaps, which takes ~0.1 s with the
+    hundreds of mappings ONNX Runtime makes; each release then reads only /proc/self/maps to
+    check that every range still maps the same file."""
+
+    def __init__(self, files: Iterable[Path]) -> None:
+        self.paths = {os.path.realpath(f) for f in files}
+        self._ranges: list[tuple[int, int]] | None = None
+
+    def release(self) -> int:
+        if _LIBC is None or not self.paths:
+            return 0
+        try:
+            if self._ranges is None:
+                self._ranges = list(_file_mappings(self.paths))
+            current = _current_ranges(self.paths)
+        except OSError:
+            return 0
+        released = 0
+        for start, end in self._ranges:
+            if (start, end) in current and _LIBC.madvise(start, end - start, MADV_DONTNEED) == 0:
+                released += end - start
+        return released
+
+
+def _current_ranges(paths: set[str]) -> set[tuple[int, int]]:
+    found = set()
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].strip() in paths:
+                low, high = fields[0].split("-")
+                found.add((int(low, 16), int(high, 16)))
+    return found
+
+
+@contextmanager
+def released_while_loading(files: Iterable[Path]) -> Iterator[None]:
+    """Release `files`' mapped pages every RELEASE_INTERVAL_S while the body runs (a session
+    being created reads each weight once to pack it) and once at the end."""
+    paths = list(files)
+    if _LIBC is None or not paths:
+        yield
+        return
+    done = threading.Event()
+
+    def keep_releasing() -> None:
+        while not done.wait(RELEASE_INTERVAL_S):
+            release_mapped(paths)
+
+    thread = threading.Thread(target=keep_releasing, name="release-weight-pages", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        release_mapped(paths)
+
+
+def return_freed_heap() -> None:
+    """After a model is closed: collect it, and have glibc hand freed heap back to the system."""
+    gc.collect()
+    if _LIBC is not None:
+        with suppress(AttributeError):  # not glibc (musl)
+            _LIBC.malloc_trim(0)
+
+
+def resident_memory() -> dict[str, int]:
+    """This process's resident bytes now ("rss"), at most so far ("peak"), and how much is
+    file-backed ("file") and anonymous ("anon"); {} where /proc is not there."""
+    fields = {"VmRSS": "rss", "VmHWM": "peak", "RssFile": "file", "RssAnon": "anon"}
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in fields:
+                    found[fields[key]] = int(value.split()[0]) * 1024
+    except OSError:
+        return {}
+    return found
+
+
+def reset_peak() -> bool:
+    """Start the peak ("VmHWM") again from the current resident size (Linux 4.0+)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+            clear.write("5")
+        return True
+    except OSError:
+        return False

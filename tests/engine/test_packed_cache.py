@@ -1,0 +1,119 @@
+"""Packed weights saved once and mapped: the same tokens, the copy reused, made only when asked."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
+from chatapp.engine import packed_cache
+from chatapp.engine.engine import Engine, resident_need
+from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model import open_model_folder
+from chatapp.engine.packed_cache import ENV_VAR, cache_root
+from chatapp.engine.sampling import SamplingSettings
+from tests.engine.test_memory import with_external_data
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+
+def greedy(n: int) -> SamplingSettings:
+    return SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=n)
+
+
+def answers(engine: Engine) -> list[list[int]]:
+    """Both loops, two turns each (the second reuses the first's cache)."""
+    out = []
+    for mode in ("naive", "iobinding"):
+        engine.loop(mode).reset()
+        first = engine.generate_ids(list(range(3, 40)), greedy(16), mode, ignore_eos=True)
+        ids = first.run().token_ids
+        turn = list(range(3, 40)) + ids + [7, 8, 9]
+        out.append(
+            ids + engine.generate_ids(turn, greedy(16), mode, ignore_eos=True).run().token_ids
+        )
+    return out
+
+
+def test_a_packed_copy_gives_the_same_tokens_and_is_made_once(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "0")
+    plain = Engine(folder, threads=1, max_context=128)
+    assert plain.mapped_files == plain.memory.mapped_files
+    reference = answers(plain)
+    assert reference[0] == reference[1]  # both loops agree
+    monkeypatch.setenv(ENV_VAR, "1")  # the tiny model is far below the size it is made for
+    packed = Engine(folder, threads=1, max_context=128)
+    assert packed.mapped_files != packed.memory.mapped_files
+    assert packed.mapped_files[0].is_relative_to(cache_root())
+    assert answers(packed) == reference
+
+    def no_second_save(*_args: object) -> None:
+        raise AssertionError("the packed copy was made again")
+
+    monkeypatch.setattr(packed_cache, "_save", no_second_save)
+    again = Engine(folder, threads=1, max_context=128)
+    assert again.mapped_files == packed.mapped_files
+    assert answers(again) == reference
+
+
+def test_a_model_without_external_weights_runs_from_its_own_graph(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    engine = Engine(tiny_model_dir, threads=1, max_context=64)
+    assert engine.mapped_files == ()
+    assert not cache_root().exists()
+
+
+def test_a_failed_save_falls_back_to_packing_on_the_heap(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+
+    def failing(*_args: object) -> None:
+        raise RuntimeError("no such option")
+
+    monkeypatch.setattr(packed_cache, "_save", failing)
+    engine = Engine(folder, threads=1, max_context=64)
+    assert engine.mapped_files == engine.memory.mapped_files
+    assert [p.name for p in cache_root().rglob("*") if p.is_file()] == []  # nothing half-written
+
+
+def test_once_the_copy_is_saved_the_estimate_counts_one_kernels_copies(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    info = open_model_folder(folder)
+    estimate = estimate_memory(info, 64)
+    assert resident_need(estimate, info, "cpu") == estimate  # the first load packs both
+    engine = Engine(folder, threads=1, max_context=64)
+    one = resident_need(estimate, info, "cpu")
+    assert one.packed == estimate.packed_one_kernel < estimate.packed
+    assert engine.resident_estimate == one
+    assert resident_need(estimate, info, "webgpu") == estimate  # other devices: their own copy
+
+
+def test_the_copies_of_a_removed_model_go_when_another_is_made(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    first = with_external_data(tiny_model_dir, tmp_path / "first")
+    Engine(first, threads=1, max_context=64)
+    assert len(list(cache_root().iterdir())) == 1
+    shutil.rmtree(first)  # the model is removed from the library
+    Engine(with_external_data(tiny_model_dir, tmp_path / "second"), threads=1, max_context=64)
+    sources = [p.read_text() for p in cache_root().glob("*/source.txt")]
+    assert sources == [str((tmp_path / "second" / "model.onnx").resolve())]

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.chatapp-installed
 
-.PHONY: run test prepare lint package package-test cuda clean
+.PHONY: run test prepare lint package package-test cuda clean native
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,10 +17,15 @@ $(STAMP): pyproject.toml
 prepare: $(STAMP)
 	$(BIN)/chatapp prepare
 
-run: prepare
+# The GGUF kernels as an ONNX Runtime custom-op library (native/, docs/converter.md "Native
+# kernels"); skipped with one line where there is no C++ compiler or no headers.
+native:
+	sh native/build.sh
+
+run: prepare native
 	$(BIN)/chatapp
 
-test: prepare
+test: prepare native
 	$(BIN)/ruff check chatapp tests scripts
 	$(BIN)/mypy
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -rs

@@ -4,9 +4,9 @@
 //   chatapp.gguf.GgufMatMul(A float [..., K], W uint8 [N, row bytes]) -> float [..., N]
 //     attributes: qtype (string: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), K, N
 //
-// One row (a decode step): the row is split into two int8 levels per block of 32 and every weight
-// row is an integer dot product (AVX2 maddubs, or AVX-512 VNNI vpdpbusd), rows spread over the
-// session's intra-op threads. Several rows (a prompt): tiles of weight rows are dequantized to
+// One row (a decode step): the row is quantized to int16 per block of 32 (as exact as the stock
+// graph's two int8 levels) and every weight row is an integer dot product (AVX2 vpmaddwd, or
+// AVX-512 VNNI vpdpwssd), four weight rows at a time, spread over the session's intra-op threads. Several rows (a prompt): tiles of weight rows are dequantized to
 // float32 and multiplied by ONNX Runtime's own Gemm (the float path, as exact as float32).
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
@@ -29,51 +29,37 @@
 
 namespace chatapp_gguf {
 
-// An activation row as two int8 levels per block of 32: x ~ s1 q1 + s2 q2.
+// An activation row in int16 per block of 32: x ~ s q (dot_kernels.inc).
 struct QuantizedRow {
-  int8_t* q1;
-  int8_t* q2;
-  float* s1;
-  float* s2;
-  float* xsum;    // float sum of x per block of 32 (block minimums)
-  int16_t* sum1;  // integer sums of q1 per 16 (zero points, Q6_K's sub-blocks)
-  int16_t* sum2;
+  int16_t* q;
+  float* s;
+  float* xsum;  // float sum of x per block of 32 (for block minimums)
 };
 
 struct QuantizedStorage {
-  std::vector<int8_t> codes;
+  std::vector<int16_t> codes;
   std::vector<float> floats;
-  std::vector<int16_t> sums;
   QuantizedRow row{};
-  explicit QuantizedStorage(int k) : codes(2 * size_t(k)), floats(3 * size_t(k / 32)), sums(2 * size_t(k / 16)) {
-    int blocks = k / 32;
-    row = {codes.data(), codes.data() + k, floats.data(), floats.data() + blocks,
-           floats.data() + 2 * blocks, sums.data(), sums.data() + k / 16};
+  explicit QuantizedStorage(int k) : codes(size_t(k)), floats(2 * size_t(k / 32)) {
+    row = {codes.data(), floats.data(), floats.data() + k / 32};
   }
 };
 
-// The integer sum of block b's activations at each level, times the level's scale.
-static inline float level_sum(const QuantizedRow& a, int b) {
-  return a.s1[b] * float(a.sum1[2 * b] + a.sum1[2 * b + 1]) +
-         a.s2[b] * float(a.sum2[2 * b] + a.sum2[2 * b + 1]);
-}
-
 #define ISA avx2
 #define TARGET __attribute__((target("avx2,fma,f16c")))
-#define DOT_U8S8(acc, u, s) \
-  _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#define DOT16(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(w, x))
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT_U8S8
+#undef DOT16
 
 #define ISA avx512
 #define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define DOT_U8S8(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#define DOT16(acc, w, x) _mm256_dpwssd_epi32(acc, w, x)
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT_U8S8
+#undef DOT16
 
 enum class Isa { Scalar, Avx2, Avx512 };
 

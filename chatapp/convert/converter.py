@@ -30,6 +30,7 @@ from chatapp.convert.model_configs import (
     generation_config,
     hf_config,
 )
+from chatapp.convert.native_graph import declare_native_domain
 from chatapp.convert.output_folder import (
     MANIFEST_FILE,
     PARTIAL_MARKER,
@@ -67,6 +68,9 @@ class ConvertOptions:
     kv_layout: str = "dynamic"  # "dynamic" | "static" (fixed shapes; needs context_length)
     window: int = 1  # static layout: tokens per run
     overwrite: bool = False
+    # Projections as raw GGUF blocks on chatapp's native kernels (native/; CPU only, needs the
+    # library at run time): the folder holds the GGUF's bytes per weight.
+    native: bool = False
 
     def validate(self) -> None:
         if self.context_length is not None and not 0 < self.context_length <= MAX_CONTEXT:
@@ -181,7 +185,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         attention=opts.attention,
         static_window=opts.window if opts.kv_layout == "static" else None,
     )
-    reader = ModelWeights(model, family)
+    reader = ModelWeights(model, family, native=opts.native)
     features = family.features(reader)
     weights = WeightSource(
         embedding=reader.embedding,
@@ -192,6 +196,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     onnx_model = LlamaGraphBuilder(spec, graph_opts, features).build(
         weights, lambda f, m: report(0.15 + 0.7 * f, m)
     )
+    declare_native_domain(onnx_model)
     if unused := reader.unused():  # check() refuses these first; this guards the graph code
         raise ConversionError(f"{src.name}: tensor '{unused[0]}' was left out of the model.")
     report(0.85, "saving model.onnx")

@@ -25,6 +25,7 @@ from onnx import TensorProto, numpy_helper
 
 from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWindowAttention
 from chatapp.convert.features import ArchFeatures, plain_features
+from chatapp.convert.gguf_blocks import GgufWeight
 from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.int8_levels import (
     LEVELS,
@@ -38,6 +39,7 @@ from chatapp.convert.int8_levels import (
     nbits_inputs,
 )
 from chatapp.convert.llama_weights import LayerWeights
+from chatapp.convert.native_graph import native_matmul
 from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.quant_embedding import embed_tokens
@@ -135,6 +137,8 @@ class LlamaGraphBuilder:
     ) -> str:
         g = self.g
         level = self.options.accuracy_level if accuracy_level is None else accuracy_level
+        if isinstance(w, GgufWeight):  # raw GGUF blocks: the native kernels (native_graph.py)
+            return native_matmul(g, x, w, name)
         if isinstance(w, FloatWeight):
             return g.op1("MatMul", [x, g.const(f"{name}.weight_t", w.w.T.copy())])
         if level == 0 and levels and int8_levels_apply(w):
@@ -262,6 +266,8 @@ class LlamaGraphBuilder:
             # Reads its 8-bit codes (30 MB on the default model), not a float32 copy (113 MB).
             levels = (STEP_LEVELS, LEVELS) if self.single_token else LEVELS
             return self.linear(hidden, w, "lm_head", accuracy_level=0, levels=levels)
+        if isinstance(w, GgufWeight):
+            return self.linear(hidden, w, "lm_head")
         # 8-bit MatMulNBits has no fast float path on CPU: a float MatMul is exact and faster.
         return self.linear(hidden, FloatWeight(w.dequantize()), "lm_head")
 

@@ -23,5 +23,5 @@ fi
 mkdir -p "$out"
 # One binary for every x86-64: the AVX2 and AVX-512 kernels carry their own target attributes
 # and are chosen at run time, so no -march here.
-exec "$cxx" -std=c++17 -O2 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
+exec "$cxx" -std=c++17 -O3 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
   -I"$headers" "$here/gguf_ops.cpp" -o "$lib"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import gguf
 import numpy as np
 
 NATIVE_DOMAIN = "chatapp.gguf"
@@ -45,10 +46,10 @@ class GgufWeight:
         return GgufWeight(self.qtype, self.raw[index], self.k)
 
     def dequantize(self) -> np.ndarray:
-        from chatapp.convert.gguf_file import GGUFTensor
-        from chatapp.convert.weights import to_weight
-
-        return to_weight(GGUFTensor("w", self.qtype, (self.n, self.k), self.raw)).dequantize()
+        """The float32 matrix (gguf-py's dequantization: exact, as products of an f16 scale and
+        a small integer are)."""
+        qtype = gguf.GGMLQuantizationType[self.qtype]
+        return np.asarray(gguf.quants.dequantize(self.raw, qtype), dtype=np.float32)
 
 
 def native_weight(qtype: str, raw: np.ndarray, n: int, k: int) -> GgufWeight | None:

@@ -27,6 +27,7 @@ from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.sampling import SamplingSettings
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
@@ -70,6 +71,8 @@ class Engine:
     def _start(self, device: Device, threads: int | None) -> StartedSession:
         try:
             return start_session(self.info.onnx_path, device, threads)
+        except NativeKernelsUnavailable:  # already a sentence that says what to do
+            raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             raise ModelError(
                 f"onnxruntime cannot run {self.info.onnx_path.name} ({first_line(exc)})."

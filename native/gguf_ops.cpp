@@ -225,44 +225,71 @@ struct GgufMatMulKernel {
   }
 
   void step(Ort::KernelContext& ctx, const float* x, const uint8_t* wb, float* y) {
-    std::unique_ptr<QuantizedStorage> storage;
+    thread_local std::unique_ptr<QuantizedStorage> storage;
     if (g_isa != Isa::Scalar) {
-      storage = std::make_unique<QuantizedStorage>(int(k));
+      if (!storage || storage->codes.size() < size_t(k)) storage = std::make_unique<QuantizedStorage>(int(k));
       if (g_isa == Isa::Avx512)
         quantize_row_avx512(x, int(k), &storage->row);
       else
         quantize_row_avx2(x, int(k), &storage->row);
     }
-    StepJob job{info, wb, row_bytes, storage ? &storage->row : nullptr, x, int(k), size_t(n), y};
+    StepJob job{info, wb, row_bytes, g_isa != Isa::Scalar ? &storage->row : nullptr, x, int(k), size_t(n), y};
     size_t tasks = (size_t(n) + kRowsPerTask - 1) / kRowsPerTask;
     ctx.ParallelFor(step_task, tasks, 0, &job);
   }
 
+  // Several rows: tiles of weight rows, each dequantized to float32 and multiplied by ONNX
+  // Runtime's Gemm, one task per tile (one parallel section per call: a section per tile cost
+  // more in thread hand-offs than the work on prompts of tens of tokens).
+  struct PromptJob {
+    GgufMatMulKernel* self;
+    OrtKernelContext* context;
+    const float* x;
+    size_t m;
+    const uint8_t* wb;
+    float* y;
+    size_t tile;
+  };
+
+  static void prompt_task(void* data, size_t task) {
+    auto* job = static_cast<PromptJob*>(data);
+    job->self->prompt_tile(*job, task * job->tile);
+  }
+
+  void prompt_tile(const PromptJob& job, size_t start) {
+    size_t rows = std::min(job.tile, size_t(n) - start);
+    // Reused per thread: a fresh buffer this size is a fresh mapping, page faults included.
+    thread_local std::vector<float> weights, part;
+    if (weights.size() < rows * size_t(k)) weights.resize(rows * size_t(k));
+    if (part.size() < job.m * rows) part.resize(job.m * rows);
+    for (size_t r = 0; r < rows; ++r) {
+      const uint8_t* src = job.wb + (start + r) * row_bytes;
+      if (g_isa == Isa::Scalar)
+        dequantize_row(*info, src, int(k), weights.data() + r * size_t(k));
+      else
+        dequantize_row_avx2(*info, src, int(k), weights.data() + r * size_t(k));
+    }
+    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+    std::vector<int64_t> a_shape{int64_t(job.m), k}, b_shape{int64_t(rows), k};
+    std::vector<int64_t> c_shape{int64_t(job.m), int64_t(rows)};
+    Ort::Value a_value = Ort::Value::CreateTensor<float>(cpu, const_cast<float*>(job.x), job.m * size_t(k),
+                                                         a_shape.data(), a_shape.size());
+    Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),
+                                                         b_shape.data(), b_shape.size());
+    Ort::Value c_value = Ort::Value::CreateTensor<float>(cpu, part.data(), job.m * rows,
+                                                         c_shape.data(), c_shape.size());
+    const OrtValue* inputs[] = {a_value, b_value};
+    OrtValue* outputs[] = {c_value};
+    gemm.Invoke(job.context, inputs, 2, outputs, 1);
+    for (size_t r = 0; r < job.m; ++r)
+      std::copy(part.data() + r * rows, part.data() + (r + 1) * rows, job.y + r * size_t(n) + start);
+  }
+
   void prompt(Ort::KernelContext& ctx, OrtKernelContext* context, const float* x, size_t m,
               const uint8_t* wb, float* y) {
-    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-    size_t tile = std::min(size_t(n), kTileRows);
-    std::vector<float> weights(tile * size_t(k));
-    std::vector<float> part(m * tile);
-    std::vector<int64_t> a_shape{int64_t(m), k};
-    Ort::Value a_value = Ort::Value::CreateTensor<float>(cpu, const_cast<float*>(x), m * size_t(k),
-                                                         a_shape.data(), a_shape.size());
-    for (size_t start = 0; start < size_t(n); start += tile) {
-      size_t rows = std::min(tile, size_t(n) - start);
-      DequantJob job{info, wb + start * row_bytes, row_bytes, int(k), weights.data()};
-      ctx.ParallelFor(dequant_task, rows, 0, &job);
-      std::vector<int64_t> b_shape{int64_t(rows), k};
-      std::vector<int64_t> c_shape{int64_t(m), int64_t(rows)};
-      Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),
-                                                           b_shape.data(), b_shape.size());
-      Ort::Value c_value = Ort::Value::CreateTensor<float>(cpu, part.data(), m * rows,
-                                                           c_shape.data(), c_shape.size());
-      const OrtValue* inputs[] = {a_value, b_value};
-      OrtValue* outputs[] = {c_value};
-      gemm.Invoke(context, inputs, 2, outputs, 1);
-      for (size_t r = 0; r < m; ++r)
-        std::copy(part.data() + r * rows, part.data() + (r + 1) * rows, y + r * size_t(n) + start);
-    }
+    PromptJob job{this, context, x, m, wb, y, std::min(size_t(n), kTileRows)};
+    size_t tiles = (size_t(n) + job.tile - 1) / job.tile;
+    ctx.ParallelFor(prompt_task, tiles, 0, &job);
   }
 };
 

@@ -23,5 +23,6 @@ fi
 mkdir -p "$out"
 # One binary for every x86-64: the AVX2 and AVX-512 kernels carry their own target attributes
 # and are chosen at run time, so no -march here.
-exec "$cxx" -std=c++17 -O3 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
-  -I"$headers" "$here/gguf_ops.cpp" -o "$lib"
+# Written beside and renamed into place: a running process keeps its mapping of the old file.
+"$cxx" -std=c++17 -O3 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
+  -I"$headers" "$here/gguf_ops.cpp" -o "$lib.tmp" && mv "$lib.tmp" "$lib"

@@ -2,6 +2,7 @@
 // kept as their raw GGUF block bytes (docs/converter.md, "Native kernels").
 //
 //   chatapp.gguf.GgufMatMul(A float [..., K], W uint8 [N, row bytes]) -> float [..., N]
+//   chatapp.gguf.GgufGather(W uint8 [N, row bytes], ids int64 [...]) -> float [..., K]
 //     attributes: qtype (string: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), K, N
 //
 // One row (a decode step): the row is quantized to int16 per block of 32 (as exact as the stock
@@ -312,6 +313,70 @@ struct GgufMatMulOp : Ort::CustomOpBase<GgufMatMulOp, GgufMatMulKernel, true> {
   ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
 };
 
+// Rows of a GGUF matrix by index, dequantized exactly (the token embedding):
+//   chatapp.gguf.GgufGather(W uint8 [N, row bytes], ids int64 [...]) -> float [..., K]
+struct GgufGatherKernel {
+  const FormatInfo* info = nullptr;
+  int64_t k = 0, n = 0;
+  size_t row_bytes = 0;
+
+  GgufGatherKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
+    Ort::ConstKernelInfo ki(kernel_info);
+    std::string qtype = ki.GetAttribute<std::string>("qtype");
+    info = format_info(qtype);
+    if (info == nullptr) throw std::runtime_error("GgufGather: unsupported qtype " + qtype);
+    k = ki.GetAttribute<int64_t>("K");
+    n = ki.GetAttribute<int64_t>("N");
+    if (k <= 0 || n <= 0 || k % info->block_values != 0)
+      throw std::runtime_error("GgufGather: K must be a positive multiple of the block size");
+    row_bytes = size_t(k / info->block_values) * info->block_bytes;
+  }
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
+    try {
+      Ort::KernelContext ctx(context);
+      Ort::ConstValue w = ctx.GetInput(0);
+      Ort::ConstValue ids = ctx.GetInput(1);
+      std::vector<int64_t> w_shape = w.GetTensorTypeAndShapeInfo().GetShape();
+      if (w_shape.size() != 2 || w_shape[0] != n || size_t(w_shape[1]) != row_bytes)
+        throw std::runtime_error("GgufGather: the weight is not [N, K / block * block bytes]");
+      std::vector<int64_t> shape = ids.GetTensorTypeAndShapeInfo().GetShape();
+      size_t count = ids.GetTensorTypeAndShapeInfo().GetElementCount();
+      shape.push_back(k);
+      float* y = ctx.GetOutput(0, shape).GetTensorMutableData<float>();
+      const int64_t* index = ids.GetTensorData<int64_t>();
+      const uint8_t* wb = w.GetTensorData<uint8_t>();
+      for (size_t i = 0; i < count; ++i) {
+        int64_t row = index[i] < 0 ? index[i] + n : index[i];
+        if (row < 0 || row >= n) throw std::runtime_error("GgufGather: an index is out of range");
+        dequantize_row(*info, wb + size_t(row) * row_bytes, int(k), y + i * size_t(k));
+      }
+      return nullptr;
+    } catch (const std::exception& e) {
+      return Ort::GetApi().CreateStatus(ORT_RUNTIME_EXCEPTION, e.what());
+    }
+  }
+};
+
+struct GgufGatherOp : Ort::CustomOpBase<GgufGatherOp, GgufGatherKernel, true> {
+  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
+    try {
+      *kernel = new GgufGatherKernel(api, info);
+      return nullptr;
+    } catch (const std::exception& e) {
+      return api.CreateStatus(ORT_INVALID_ARGUMENT, e.what());
+    }
+  }
+  const char* GetName() const { return "GgufGather"; }
+  const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
+  size_t GetInputTypeCount() const { return 2; }
+  ONNXTensorElementDataType GetInputType(size_t index) const {
+    return index == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  }
+  size_t GetOutputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
+};
+
 }  // namespace chatapp_gguf
 
 static const char* kDomain = "chatapp.gguf";
@@ -323,11 +388,13 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
   Ort::InitApi(api->GetApi(ORT_API_VERSION));
   chatapp_gguf::g_isa = chatapp_gguf::detect_isa();
   static chatapp_gguf::GgufMatMulOp matmul;
+  static chatapp_gguf::GgufGatherOp gather;
   try {
     static Ort::CustomOpDomain domain(kDomain);
     static bool added = false;
     if (!added) {
       domain.Add(&matmul);
+      domain.Add(&gather);
       added = true;
     }
     Ort::UnownedSessionOptions session_options(options);

@@ -15,6 +15,7 @@ import numpy as np
 
 NATIVE_DOMAIN = "chatapp.gguf"
 NATIVE_OP = "GgufMatMul"
+NATIVE_GATHER = "GgufGather"
 # Formats the library has kernels for: (weights per block, bytes per block).
 NATIVE_FORMATS: dict[str, tuple[int, int]] = {
     "Q4_0": (32, 18),

@@ -39,7 +39,7 @@ from chatapp.convert.int8_levels import (
     nbits_inputs,
 )
 from chatapp.convert.llama_weights import LayerWeights
-from chatapp.convert.native_graph import native_matmul
+from chatapp.convert.native_graph import native_gather, native_matmul
 from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.quant_embedding import embed_tokens
@@ -175,6 +175,8 @@ class LlamaGraphBuilder:
         return g.op1("MatMul", [sums, g.const(f"{name}.block_mins_t", w.mins.T.copy())])
 
     def embed(self, ids: str, w: Weight) -> str:
+        if isinstance(w, GgufWeight):
+            return native_gather(self.g, ids, w)
         return embed_tokens(self.g, ids, w)
 
     def rms(self, x: str, gamma: np.ndarray, name: str) -> str:

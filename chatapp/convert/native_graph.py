@@ -3,9 +3,9 @@
 
 `chatapp convert --native` keeps every projection whose format has a kernel (gguf_blocks.py) as
 its GGUF bytes and multiplies it with `chatapp.gguf.GgufMatMul`, one node for steps and prompts
-alike (the operator picks its integer path for one row and its float path for more). The token
-embedding stays a stock GatherBlockQuantized. Such a graph needs the library at run time
-(chatapp/engine/native_kernels.py) and runs on the CPU only.
+alike (the operator picks its integer path for one row and its float path for more); the token
+embedding is `GgufGather` on its own bytes (shared with a tied output projection). Such a graph
+needs the library at run time (chatapp/engine/native_kernels.py) and runs on the CPU only.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_OP, GgufWeight
+from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP, GgufWeight
 from chatapp.convert.onnx_graph import OnnxGraph
 
 
@@ -21,6 +21,13 @@ def native_matmul(g: OnnxGraph, x: str, w: GgufWeight, name: str) -> str:
     """x [.., K] @ w^T -> [.., N] on the weight's own GGUF blocks."""
     raw = g.const(f"{name}.gguf_{w.qtype.lower()}", w.raw)
     return g.op1(NATIVE_OP, [x, raw], domain=NATIVE_DOMAIN, qtype=w.qtype, K=w.k, N=w.n)
+
+
+def native_gather(g: OnnxGraph, ids: str, w: GgufWeight) -> str:
+    """float32 [..., K] rows of w for `ids`, dequantized from the same bytes the (tied) output
+    projection reads: one copy in the folder."""
+    raw = g.const(f"embed.gguf_{w.qtype.lower()}", w.raw)
+    return g.op1(NATIVE_GATHER, [raw, ids], domain=NATIVE_DOMAIN, qtype=w.qtype, K=w.k, N=w.n)
 
 
 def uses_native_ops(model: onnx.ModelProto) -> bool:

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_OP
+from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine import native_kernels
@@ -71,7 +71,8 @@ def test_native_logits_match_reference(tmp_path: Path, mix: str) -> None:
     c = Converted(tmp_path, NATIVE, **MIXES[mix])
     ops = op_types(c.folder)
     assert ops.get(NATIVE_OP, 0) == 4 * c.spec.n_layers + 1  # qkv, o, gate_up, down; head
-    assert "MatMulNBits" not in ops and "If" not in ops
+    assert ops.get(NATIVE_GATHER) == 1  # the embedding, on the same kind of bytes
+    assert "MatMulNBits" not in ops and "If" not in ops and "GatherBlockQuantized" not in ops
     ids = c.prompt()
     want = reference_of(c, ids)
     assert_matches_reference(c.logits(ids), want)  # a prompt: the float path

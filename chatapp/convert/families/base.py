@@ -149,8 +149,11 @@ class ModelWeights:
 
     def matrix(self, name: str) -> Weight:
         t = self.tensor(name)
-        native = self.native and name != "token_embd.weight" and len(t.shape) == 2
-        if native and (kept := native_weight(t.qtype, t.data, *t.shape)) is not None:
+        if (
+            self.native
+            and len(t.shape) == 2
+            and (kept := native_weight(t.qtype, t.data, *t.shape)) is not None
+        ):
             return kept
         return to_weight(t)
 
@@ -174,12 +177,8 @@ class ModelWeights:
         return self.matrix("token_embd.weight")
 
     def lm_head(self) -> Weight:
-        if self.model.spec.tied_embeddings:  # the head's own copy of the embedding's blocks
-            t = self.tensor("token_embd.weight")
-            if self.native and (kept := native_weight(t.qtype, t.data, *t.shape)) is not None:
-                return kept
-            return to_weight(t)
-        return self.matrix("output.weight")
+        name = "token_embd.weight" if self.model.spec.tied_embeddings else "output.weight"
+        return self.matrix(name)
 
     def final_norm(self) -> np.ndarray:
         return self.vector("output_norm.weight", self.model.spec.hidden_size)

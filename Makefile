@@ -38,7 +38,7 @@ lint: $(STAMP)
 # Self-contained packages in dist/: the PyInstaller folder, a .deb and a .tar.gz with the
 # prepared default model inside (packaging/README.md). Needs the [package] extra (PyInstaller).
 # PACKAGE_ARGS="--no-deb --no-tar": only the app folder (~2 min instead of ~7), e.g. for CI.
-package: prepare
+package: prepare native
 	$(BIN)/python -c "import PyInstaller" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[package]'
 	$(BIN)/python packaging/build.py $(PACKAGE_ARGS)
 

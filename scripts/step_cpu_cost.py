@@ -59,7 +59,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for folder in args.folders:
             cmd = [sys.executable, __file__, folder, "--child", "--prompt", str(args.prompt)]
-            out = subprocess.run(cmd + ["--steps", str(args.steps)], capture_output=True, text=True)
+            out = subprocess.run([*cmd, "--steps", str(args.steps)], capture_output=True, text=True)
             line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-300:]
             results[folder].append(json.loads(line))
             load = Path("/proc/loadavg").read_text().split()[:3]
@@ -70,8 +70,12 @@ def main() -> None:
     for folder, runs in results.items():
         pre = statistics.median(r["prefill_ms"] for r in runs)
         step = statistics.median(r["step_ms"] for r in runs)
-        pre_ratio = statistics.median(b["prefill_ms"] / r["prefill_ms"] for b, r in zip(base, runs))
-        step_ratio = statistics.median(b["step_ms"] / r["step_ms"] for b, r in zip(base, runs))
+        pre_ratio = statistics.median(
+            b["prefill_ms"] / r["prefill_ms"] for b, r in zip(base, runs, strict=True)
+        )
+        step_ratio = statistics.median(
+            b["step_ms"] / r["step_ms"] for b, r in zip(base, runs, strict=True)
+        )
         print(f"| {folder} | {pre:.0f} | {pre_ratio:.2f}x | {step:.1f} | {step_ratio:.2f}x |")
 
 

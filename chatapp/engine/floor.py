@@ -16,7 +16,7 @@ import onnx
 from onnx.external_data_helper import uses_external_data
 
 # Ops whose first input is a table read one row per token.
-_GATHERS = {"Gather", "GatherBlockQuantized"}
+_GATHERS = {"Gather", "GatherBlockQuantized", "GgufGather"}
 
 
 def _tensor_bytes(tensor: onnx.TensorProto) -> int:
@@ -35,6 +35,9 @@ def onnx_weight_bytes_per_step(model_path: Path) -> int:
     sizes = {t.name: _tensor_bytes(t) for t in graph.initializer}
     rows = {t.name: (t.dims[0] if t.dims else 1) for t in graph.initializer}
     gathered = {n.input[0] for n in graph.node if n.op_type in _GATHERS and n.input}
+    gathered -= {  # a table a projection also reads (native tied head): read whole
+        i for n in graph.node if n.op_type not in _GATHERS for i in n.input
+    }
     total = 0
     for name, size in sizes.items():
         total += size // max(1, rows[name]) if name in gathered else size

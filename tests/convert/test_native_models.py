@@ -18,6 +18,7 @@ from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine import native_kernels
 from chatapp.engine.devices import CPU, Device, start_session
 from chatapp.engine.engine import Engine
+from chatapp.engine.floor import onnx_weight_bytes_per_step
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, library_path, needs_native
 from chatapp.engine.sampling import SamplingSettings
 from tests.convert import test_graph
@@ -141,3 +142,26 @@ def test_a_device_session_falls_back_to_the_cpu_with_the_reason(
     started = start_session(folder / "model.onnx", gpu, threads=1)
     assert started.device is CPU
     assert started.fallback_reason is not None and "CPU only" in started.fallback_reason
+
+
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_a_step_reads_the_gguf_bytes_of_its_matrices(tmp_path: Path, mix: str) -> None:
+    """bench's floor counts a tied table once, whole (the head reads it), an untied embedding as
+    one row: the matrices cost a step exactly their GGUF bytes (the rest of a tiny model is norms
+    and RoPE tables)."""
+    gguf = write_tiny_gguf(tmp_path / "t.gguf", **MIXES[mix])
+    folder = convert_gguf(gguf, tmp_path / "n", NATIVE)
+    graph = onnx.load(str(folder / "model.onnx")).graph
+    native_inputs = {i for n in graph.node if n.domain == NATIVE_DOMAIN for i in n.input}
+    others = sum(
+        onnx.numpy_helper.to_array(t).nbytes
+        for t in graph.initializer
+        if t.name not in native_inputs
+    )
+    model = GGUFModel(gguf)
+    matrices = [t for t in model.tensors.values() if len(t.shape) == 2]
+    step_bytes = sum(np.asarray(t.data).nbytes for t in matrices)
+    if "output.weight" in model.tensors:  # untied: the embedding is gathered, one row a step
+        table = np.asarray(model.tensor("token_embd.weight").data)
+        step_bytes -= table.nbytes - table.nbytes // model.tensor("token_embd.weight").shape[0]
+    assert onnx_weight_bytes_per_step(folder / "model.onnx") - others == step_bytes

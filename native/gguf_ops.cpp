@@ -136,29 +136,12 @@ static void step_task(void* data, size_t task) {
   }
 }
 
-struct DequantJob {
-  const FormatInfo* info;
-  const uint8_t* w;
-  size_t row_bytes;
-  int k;
-  float* out;  // [rows, K]
-};
-
 // The portable dequantization compiled again for AVX2 (the compiler vectorizes its loops).
 __attribute__((target("avx2,fma,f16c"), flatten)) static void dequantize_row_avx2(
     const FormatInfo& info, const uint8_t* row, int k, float* out) {
   dequantize_row(info, row, k, out);
 }
 
-static void dequant_task(void* data, size_t row) {
-  auto* job = static_cast<DequantJob*>(data);
-  const uint8_t* src = job->w + row * job->row_bytes;
-  float* dst = job->out + row * size_t(job->k);
-  if (g_isa == Isa::Scalar)
-    dequantize_row(*job->info, src, job->k, dst);
-  else
-    dequantize_row_avx2(*job->info, src, job->k, dst);
-}
 
 struct GgufMatMulKernel {
   const FormatInfo* info = nullptr;
@@ -265,10 +248,11 @@ struct GgufMatMulKernel {
     if (part.size() < job.m * rows) part.resize(job.m * rows);
     for (size_t r = 0; r < rows; ++r) {
       const uint8_t* src = job.wb + (start + r) * row_bytes;
+      float* dst = weights.data() + r * size_t(k);
       if (g_isa == Isa::Scalar)
-        dequantize_row(*info, src, int(k), weights.data() + r * size_t(k));
-      else
-        dequantize_row_avx2(*info, src, int(k), weights.data() + r * size_t(k));
+        dequantize_row(*info, src, int(k), dst);
+      else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(info->format, src, int(k), dst))
+        dequantize_row_avx2(*info, src, int(k), dst);
     }
     Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
     std::vector<int64_t> a_shape{int64_t(job.m), k}, b_shape{int64_t(rows), k};

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from chatapp.cli.progress import ProgressBar
 from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.convert.needs import Preflight
 from chatapp.session import arg_checks as checks
 
 
@@ -102,8 +103,13 @@ def run_convert(args: argparse.Namespace) -> int:
             print(earlier)
             return 0
     bar = ProgressBar("convert")
+
+    def say_needs(plan: Preflight) -> None:
+        # What the folder and the conversion take, before the bar: the window shows the same.
+        print(f"chatapp: {plan.line(args.gguf.name)}", file=sys.stderr, flush=True)
+
     try:
-        out = convert_gguf(args.gguf, args.out_dir, opts, bar)
+        out = convert_gguf(args.gguf, args.out_dir, opts, bar, preflight=say_needs)
     finally:
         bar.close()
     print(out)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
+from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import arg_checks as checks
@@ -83,6 +84,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=1.1,
     )
     gen.add_argument("--seed", type=checks.whole(0, checks.MAX_SEED, "a seed"), default=None)
+    shape = gen.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--json-schema",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the answer must be JSON matching this JSON schema (constrained decoding)",
+    )
+    shape.add_argument(
+        "--json-object", action="store_true", help="the answer must be a JSON object"
+    )
     gen.set_defaults(func=run_generate)
 
     var = sub.add_parser("variants", help="the ONNX graphs of a model folder: precision, size")
@@ -152,10 +164,21 @@ def resolve_model(path: Path | None) -> Path:
 def run_devices(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
-    from chatapp.engine.devices import available_devices, unavailable_reasons
+    from chatapp.engine.devices import (
+        DeviceError,
+        available_devices,
+        find_device,
+        unavailable_reasons,
+    )
 
     devices = available_devices(offers=True)
     reasons = unavailable_reasons()
+    for offer in [d for d in devices if d.on_request]:
+        try:  # this command is where a user asks: try what the window only offers
+            find_device(offer.name)
+        except DeviceError as exc:
+            devices.remove(offer)
+            reasons[offer.name] = exc.reason
     if args.json:
         listed = [
             {
@@ -211,6 +234,28 @@ def start_engine(args: argparse.Namespace) -> Engine:
     return engine
 
 
+def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
+    """--json-object / --json-schema FILE; a file that is not a JSON schema says so in a line."""
+    if args.json_object:
+        return OutputFormat.json_object()
+    path: Path | None = args.json_schema
+    if path is None:
+        return None
+    try:
+        if not path.is_file():
+            raise UserError(f"--json-schema: {path} is not a file.")
+        if path.stat().st_size > 4 * MAX_SCHEMA_CHARS:
+            raise UserError(f"--json-schema: {path} is larger than {4 * MAX_SCHEMA_CHARS} bytes.")
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        return OutputFormat.json_schema(schema)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"--json-schema: {path} cannot be read ({exc}).") from exc
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--json-schema: {path} is not valid JSON ({exc}).") from exc
+    except ConstraintError as exc:
+        raise UserError(f"--json-schema: {exc}") from exc
+
+
 def run_generate(args: argparse.Namespace) -> int:
     from chatapp.engine.chat import Message
 
@@ -221,15 +266,21 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from exc
     if args.raw and not args.prompt:
         raise UserError("--raw needs a prompt to continue; --prompt is empty.")
+    output_format = output_format_from_args(args)
     engine = start_engine(args)
     if engine.tokenizer.notice and not args.raw:
         print(f"chatapp: {engine.tokenizer.notice}", file=sys.stderr)
-    if args.raw:
-        ids = engine.tokenizer.with_bos(engine.tokenizer.encode_text(args.prompt))
-        gen = engine.generate_ids(ids, settings)
-    else:
-        messages = [Message("system", args.system)] if args.system else []
-        gen = engine.chat([*messages, Message("user", args.prompt)], settings)
+    try:
+        if args.raw:
+            ids = engine.tokenizer.with_bos(engine.tokenizer.encode_text(args.prompt))
+            gen = engine.generate_ids(ids, settings, output_format=output_format)
+        else:
+            messages = [Message("system", args.system)] if args.system else []
+            gen = engine.chat(
+                [*messages, Message("user", args.prompt)], settings, output_format=output_format
+            )
+    except ConstraintError as exc:
+        raise UserError(str(exc)) from exc
     for event in gen:
         if not args.json:
             sys.stdout.write(event.text)

@@ -18,11 +18,15 @@ from typing import Any
 import onnx
 
 from chatapp import __version__
+from chatapp.convert import needs
 from chatapp.convert.architectures import SUPPORTED_ARCHITECTURES
+from chatapp.convert.build_progress import BuildProgress
 from chatapp.convert.errors import ConversionError
+from chatapp.convert.external_data import ExternalData, save_graph
 from chatapp.convert.families import ModelWeights, family_of
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.llama_graph import GraphOptions, LlamaGraphBuilder, WeightSource
+from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.model_configs import (
     EXTERNAL_DATA_FILE,
     MODEL_FILE,
@@ -31,6 +35,7 @@ from chatapp.convert.model_configs import (
     hf_config,
 )
 from chatapp.convert.native_graph import declare_native_domain
+from chatapp.convert.needs import Preflight
 from chatapp.convert.output_folder import (
     MANIFEST_FILE,
     PARTIAL_MARKER,
@@ -41,7 +46,7 @@ from chatapp.convert.output_folder import (
 )
 from chatapp.convert.preflight import check_convertible
 from chatapp.convert.weight_scan import check_finite
-from chatapp.convert.weights import SUPPORTED_TYPES
+from chatapp.convert.weights import SUPPORTED_TYPES, Weight
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
 CONVERTER_VERSION = "7"
@@ -52,7 +57,7 @@ MAX_CONTEXT = 1 << 20
 # Weights go beside the graph, in model.onnx.data, past this size: ONNX Runtime then maps the file
 # instead of copying every weight out of a parsed protobuf (the default model: 94 MB less after
 # load, 81 MB less at a 2k-token prompt), and one protobuf holds at most 2 GiB anyway. Tiny
-# test models stay one file.
+# test models stay one file. The weights are written as they are made (external_data.py).
 EXTERNAL_DATA_THRESHOLD = 16 << 20
 
 Progress = Callable[[float, str], None]
@@ -90,11 +95,18 @@ class ConvertOptions:
                 raise ConversionError("--window must be at least 1 and below --context.")
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+def sha256_file(
+    path: Path, chunk: int = 1 << 22, progress: Callable[[float], None] | None = None
+) -> str:
     digest = hashlib.sha256()
+    total = max(1, path.stat().st_size)
+    done = 0
     with path.open("rb") as fh:
         while block := fh.read(chunk):
             digest.update(block)
+            done += len(block)
+            if progress is not None and done % (64 * chunk) < chunk:  # every 256 MB
+                progress(done / total)
     return digest.hexdigest()
 
 
@@ -103,8 +115,10 @@ def convert_gguf(
     out_dir: Path | str,
     options: ConvertOptions | None = None,
     progress: Progress | None = None,
+    preflight: Callable[[Preflight], None] | None = None,
 ) -> Path:
-    """Convert `gguf_path` into the model folder `out_dir`; returns the folder."""
+    """Convert `gguf_path` into the model folder `out_dir`; returns the folder. `preflight`
+    hears what it will take (disk, memory) once the checks have passed, before the work."""
     opts = options or ConvertOptions()
     opts.validate()
     report = progress or (lambda _f, _m: None)
@@ -112,13 +126,17 @@ def convert_gguf(
     check_source(src)
     check_destination(src, out, opts.overwrite)
     # Architecture and tensor types from the header first: a refusal must not wait for a hash.
-    check_convertible(src, SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES)
+    header = check_convertible(src, SUPPORTED_ARCHITECTURES, SUPPORTED_TYPES)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConversionError(f"Could not create {out.parent}: {exc.strerror or exc}.") from exc
     clean_leftovers(out.parent)
-    _check_free_space(src, out.parent)
+    # What the folder and the conversion will take, against free disk and available memory:
+    # a clear refusal now rather than a full disk or an OOM kill later.
+    planned = needs.check(needs.estimate(header, opts.lm_head_int8), src, out.parent)
+    if preflight is not None:
+        preflight(planned)
     tmp: Path | None = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
@@ -147,17 +165,6 @@ def _remove(tmp: Path | None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _check_free_space(src: Path, parent: Path) -> None:
-    # Float parts (norms, RoPE tables, dequantized embeddings) add to the quantized weights.
-    needed = int(src.stat().st_size * 1.6) + (64 << 20)
-    free = shutil.disk_usage(parent).free
-    if free < needed:
-        raise ConversionError(
-            f"Not enough free disk space in {parent}: about {needed >> 20} MB needed, "
-            f"{free >> 20} MB free."
-        )
-
-
 def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) -> None:
     started = time.perf_counter()
     # Header, hyper-parameters and shapes first (cheap), then the weights' values, and only
@@ -168,9 +175,9 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     spec = model.spec
     report(0.02, "checking the weights")
     check_finite(
-        src, model.header.tensors, lambda f: report(0.02 + 0.03 * f, "checking the weights")
+        src, model.header.tensors, lambda f: report(0.02 + 0.04 * f, "checking the weights")
     )
-    source_sha = sha256_file(src)
+    source_sha = sha256_file(src, progress=lambda f: report(0.06 + 0.04 * f, "hashing the file"))
     context = opts.context_length or min(spec.context_length, MAX_DEFAULT_CONTEXT)
     # Tokenizer first: a vocabulary we cannot convert should fail before the long part.
     report(0.1, "tokenizer")
@@ -187,22 +194,42 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     )
     reader = ModelWeights(model, family, native=opts.native)
     features = family.features(reader)
+
+    steps = BuildProgress(model, 0.13, 0.96, report, opts.lm_head_int8)
+
+    def embedding() -> Weight:
+        steps.embedding()
+        return reader.embedding()
+
+    def layer(i: int) -> LayerWeights:
+        steps.layer(i)
+        model.release_pages()  # the layers before are written out; only this one is mapped
+        return reader.layer(i)
+
+    def lm_head() -> Weight:
+        steps.head()
+        model.release_pages()
+        return reader.lm_head()
+
     weights = WeightSource(
-        embedding=reader.embedding,
-        lm_head=reader.lm_head,
-        final_norm=reader.final_norm,
-        layer=reader.layer,
+        embedding=embedding, lm_head=lm_head, final_norm=reader.final_norm, layer=layer
     )
-    onnx_model = LlamaGraphBuilder(spec, graph_opts, features).build(
-        weights, lambda f, m: report(0.15 + 0.7 * f, m)
-    )
-    declare_native_domain(onnx_model)
+    builder = LlamaGraphBuilder(spec, graph_opts, features)
+    external = ExternalData(tmp / EXTERNAL_DATA_FILE, EXTERNAL_DATA_THRESHOLD)
+    try:
+        builder.g.stream_to(external)
+        onnx_model = builder.build(weights)  # reports through the weights' callbacks above
+        declare_native_domain(onnx_model)
+        external.finish(onnx_model)
+    finally:
+        external.close()
+        model.release_pages()
     if unused := reader.unused():  # check() refuses these first; this guards the graph code
         raise ConversionError(f"{src.name}: tensor '{unused[0]}' was left out of the model.")
-    report(0.85, "saving model.onnx")
-    _save_onnx(onnx_model, tmp / MODEL_FILE)
-    del onnx_model
-    report(0.95, "configuration files")
+    report(0.96, "saving model.onnx")
+    _save_onnx(onnx_model, tmp / MODEL_FILE, external)
+    del onnx_model, builder
+    report(0.97, "configuration files")
     config = hf_config(spec, model.metadata, context)
     config.update(
         architectures=[family.hf_architecture],
@@ -224,7 +251,8 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         "options": {**asdict(opts), "context_length": context},
         "seconds": round(time.perf_counter() - started, 2),
         "files": {
-            p.name: sha256_file(p)
+            # model.onnx.data's hash was taken as it was written: no second read of gigabytes
+            p.name: external.digest.hexdigest() if p.name == EXTERNAL_DATA_FILE else sha256_file(p)
             for p in sorted(tmp.iterdir())
             if p.is_file() and p.name != PARTIAL_MARKER
         },
@@ -234,22 +262,13 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     report(1.0, "done")
 
 
-def _save_onnx(model: onnx.ModelProto, path: Path) -> None:
-    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
-    if weight_bytes < EXTERNAL_DATA_THRESHOLD:
+def _save_onnx(model: onnx.ModelProto, path: Path, external: ExternalData) -> None:
+    if not external.used:  # a tiny model: one file, as onnx.save_model writes it
         onnx.save_model(model, str(path))
         return
-    onnx.save_model(
-        model,
-        str(path),
-        save_as_external_data=True,
-        all_tensors_to_one_file=True,
-        location=EXTERNAL_DATA_FILE,
-        size_threshold=1024,
-    )
-    # onnx creates the data file for its owner only (0600); an installer that bundles the
-    # default model, or a second user of a shared folder, must be able to read it like the graph.
-    (path.parent / EXTERNAL_DATA_FILE).chmod(path.stat().st_mode & 0o777)
+    save_graph(model, path)
+    # One mode for both files, as a bundling installer or a second user expects.
+    external.path.chmod(path.stat().st_mode & 0o777)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

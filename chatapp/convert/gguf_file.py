@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ class GGUFModel:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.header, mm = read_header(self.path)
+        self._map: mmap.mmap | None = getattr(mm, "_mmap", None)  # np.memmap's own map
         self.metadata = self.header.metadata
         self.tensors = {
             t.name: GGUFTensor(t.name, t.qtype, t.shape, tensor_view(mm, t))
@@ -76,6 +78,15 @@ class GGUFModel:
 
     def has(self, name: str) -> bool:
         return name in self.tensors
+
+    def release_pages(self) -> None:
+        """Drop the pages of the file read so far from this process's resident memory.
+
+        They stay in the page cache (a later read maps them again, without disk I/O), but
+        while mapped they count in the process's RSS: reading a 4.6 GB file through the map
+        would end with all of it counted. Called between layers by the converter."""
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED") and not self._map.closed:
+            self._map.madvise(mmap.MADV_DONTNEED)
 
 
 def _spec_from_metadata(

@@ -11,6 +11,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from chatapp.convert.external_data import ExternalData
+
 MS_DOMAIN = "com.microsoft"
 ONNX_OPSET = 21
 
@@ -34,6 +36,14 @@ class OnnxGraph:
         self.outputs: list[onnx.ValueInfoProto] = []
         self._names: set[str] = set()
         self._consts: dict[tuple[str, bytes], str] = {}
+        self.external: ExternalData | None = None
+
+    def stream_to(self, external: ExternalData) -> None:
+        """Write each initializer's bytes to `external` as it is made (from now on; those
+        made already are handed over first, in order)."""
+        for tensor in self.initializers:
+            external.adopt(tensor)
+        self.external = external
 
     def unique(self, base: str) -> str:
         name, i = base, 1
@@ -55,7 +65,10 @@ class OnnxGraph:
         if key in self._consts:
             return self._consts[key]
         name = self.unique(base)
-        self.initializers.append(numpy_helper.from_array(contiguous, name))
+        if self.external is None:
+            self.initializers.append(numpy_helper.from_array(contiguous, name))
+        else:
+            self.initializers.append(self.external.tensor(contiguous, name))
         self._consts[key] = name
         return name
 

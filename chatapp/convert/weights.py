@@ -56,6 +56,23 @@ class NBitsWeight:
 
     def dequantize(self) -> np.ndarray:
         """The float32 matrix [N, K] these blocks stand for."""
+        out = np.empty((self.n, self.k), dtype=np.float32)
+        # A few thousand rows at a time: a 49k x 4096 output matrix then needs its own 805 MB,
+        # not four float32 copies of it (the converter's peak memory, docs/converter.md).
+        step = max(1, (4 << 20) // max(1, self.k))
+        for start in range(0, self.n, step):
+            rows = slice(start, start + step)
+            part = replace(
+                self,
+                packed=self.packed[rows],
+                scales=self.scales[rows],
+                zero_points=None if self.zero_points is None else self.zero_points[rows],
+                mins=None if self.mins is None else self.mins[rows],
+            )
+            out[rows] = part._dequantize_all()
+        return out
+
+    def _dequantize_all(self) -> np.ndarray:
         q = self.unpacked().astype(np.float32).reshape(self.n, -1, self.block_size)
         zp = (
             np.float32(self.default_zero_point)
@@ -65,7 +82,7 @@ class NBitsWeight:
         w = (q - zp) * self.scales[..., None]
         if self.mins is not None:
             w = w + self.mins[..., None]
-        return w.reshape(self.n, self.k).astype(np.float32)
+        return w.reshape(self.n, self.k)
 
     def rows(self, index: np.ndarray) -> NBitsWeight:
         """The same weight with its output rows reordered."""

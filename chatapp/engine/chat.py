@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,45 @@ def prompt_notice(folder: Path) -> str | None:
 
 
 @dataclass(frozen=True)
-class Message:
-    role: str  # "system" | "user" | "assistant"
-    content: str
+class ToolCall:
+    """A call the model made: `arguments` is JSON text, as the OpenAI API carries it."""
 
-    def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    id: str
+    name: str
+    arguments: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """As chat templates expect it (transformers' convention): arguments as an object."""
+        try:
+            arguments: Any = json.loads(self.arguments)
+        except ValueError:
+            arguments = self.arguments
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": arguments},
+        }
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant" | "tool"
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    # A system message's tool list as JSON text, for templates that read it there
+    # (Phi-4-mini's `message['tools']`).
+    tools: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tools is not None:
+            out["tools"] = self.tools
+        if self.tool_calls:
+            out["tool_calls"] = [call.as_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 class ChatTokenizer:
@@ -109,23 +143,43 @@ class ChatTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tok.decode(list(ids), skip_special_tokens=True))
 
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        return self._render([m.as_dict() for m in messages], add_generation_prompt)
+    @property
+    def template_source(self) -> str:
+        """The chat template's text (the fallback for folders without one)."""
+        return self._template_source
 
-    def chat_ids(self, messages: Sequence[Message], limit: int | None = None) -> list[int]:
+    @property
+    def supports_tools(self) -> bool:
+        """Does the model's own template describe tools (Qwen 2.5/3, Llama 3.1+, ...)?"""
+        return self.has_template and "tools" in self._template_source
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        return self._render([m.as_dict() for m in messages], add_generation_prompt, tools)
+
+    def chat_ids(
+        self,
+        messages: Sequence[Message],
+        limit: int | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
         """Prompt ids: the template's control tokens as tokens, the messages' text as text.
 
         With `limit`, a chat whose text cannot fit in that many tokens (more characters than
         `limit` tokens of the vocabulary's longest can cover) raises ContextOverflowError
         before tokenizing: a 10 MB paste took 21 s and 1.7 GB to count.
         """
-        messages = [Message(m.role, valid_text(m.content)) for m in messages]
-        text = self.render(messages)
+        messages = [_with_valid_text(m) for m in messages]
+        text = self.render(messages, tools=tools)
         self._check_length(text, limit)
         if not any(self._control.found_in(m.content) for m in messages):
             return self.with_bos(self.encode(text))
-        marked = [{"role": m.role, "content": self._control.mark(m.content)} for m in messages]
-        return self.with_bos(self._control.encode_marked(self._render(marked, True)))
+        marked = [{**m.as_dict(), "content": self._control.mark(m.content)} for m in messages]
+        return self.with_bos(self._control.encode_marked(self._render(marked, True, tools)))
 
     def _check_length(self, text: str, limit: int | None) -> None:
         if limit is None:
@@ -145,26 +199,37 @@ class ChatTokenizer:
             self._max_chars = max(1, longest) * (4 if folds else 1)
         return self._max_chars
 
-    def _render(self, dicts: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    def _render(
+        self,
+        dicts: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
         """A template that refuses a system role (Gemma's) gets the system text at the top of
         the first user message instead."""
         try:
-            return self._render_as_is(dicts, add_generation_prompt)
+            return self._render_as_is(dicts, add_generation_prompt, tools)
         except TemplateLimitError:
             raise
         except ModelError:
             folded = _fold_system_message(dicts)
             if folded is None:
                 raise
-            return self._render_as_is(folded, add_generation_prompt)
+            return self._render_as_is(folded, add_generation_prompt, tools)
 
-    def _render_as_is(self, dicts: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    def _render_as_is(
+        self,
+        dicts: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
         if self._template_error is not None:  # a template that hit a limit fails fast after
             raise self._template_error
         try:
             if self._template is None:
                 self._template = ChatTemplate(self._template_source)
-            context = {**_special_tokens(self.tok), "tools": None, "documents": None}
+            listed = [dict(t) for t in tools] if tools else None
+            context = {**_special_tokens(self.tok), "tools": listed, "documents": None}
             return self._template.render(
                 messages=dicts, add_generation_prompt=add_generation_prompt, **context
             )
@@ -177,7 +242,19 @@ class ChatTokenizer:
             raise ModelError(f"The model's chat template failed: {_first_line(exc)}") from exc
 
 
-def _fold_system_message(dicts: list[dict[str, str]]) -> list[dict[str, str]] | None:
+def _with_valid_text(message: Message) -> Message:
+    """A copy with valid text; from anything with a role and a content (the context policy
+    counts tokens of its own probe objects), keeping the tool fields where there are any."""
+    return Message(
+        message.role,
+        valid_text(message.content),
+        getattr(message, "tool_calls", ()),
+        getattr(message, "tool_call_id", None),
+        getattr(message, "tools", None),
+    )
+
+
+def _fold_system_message(dicts: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     if len(dicts) < 2 or dicts[0]["role"] != "system" or dicts[1]["role"] != "user":
         return None
     first = {"role": "user", "content": f"{dicts[0]['content']}\n\n{dicts[1]['content']}"}

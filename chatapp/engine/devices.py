@@ -17,8 +17,9 @@ import onnxruntime as ort
 
 from chatapp.convert.int8_levels import float_kernel_copy
 from chatapp.engine import native_kernels, webgpu
+from chatapp.engine.device_probe import device_problem
 from chatapp.engine.errors import first_line
-from chatapp.engine.vulkan_adapters import adapter_name
+from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ KNOWN_NAMES = (*(d.name for d in BUILTIN_DEVICES[:-1]), *WEBGPU_NAMES, CPU.name)
 class DeviceError(Exception):
     """A device name that is not available on this machine."""
 
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message  # why, without the device's name (for lists)
+
 
 def _webgpu_device(found: webgpu.Discovery) -> Device:
     name = "webgpu-software" if found.software else "webgpu"
@@ -116,21 +121,45 @@ def _software_offer() -> Device:
 
 
 def available_devices(offers: bool = False) -> list[Device]:
-    """Devices that can start here; CPU is always last.
+    """Devices that started a test session here; CPU is always last.
 
     With `offers`, a WebGPU software adapter that has not been started is listed too (marked
-    `on_request`), when the plugin is installed and no hardware adapter was found: the user
-    may choose it, and only then is it enabled.
+    `on_request`), when the plugin is installed, no hardware adapter was found and a software
+    Vulkan driver is present: the user may choose it, and only then is it enabled and tried.
     """
     providers = set(ort.get_available_providers())
-    builtin = [d for d in BUILTIN_DEVICES[:-1] if d.provider in providers]
+    builtin = [
+        d for d in BUILTIN_DEVICES[:-1] if d.provider in providers and device_unusable(d) is None
+    ]
     found = webgpu.discover()
     extra: list[Device] = []
     if found.ep_device is not None:
-        extra.append(_webgpu_device(found))
-    elif offers and webgpu.library_path() is not None:
+        device = _webgpu_device(found)
+        if device_unusable(device) is None:
+            extra.append(device)
+    elif offers and software_offer_problem() is None:
         extra.append(_software_offer())
     return [*builtin, *extra, CPU]
+
+
+def device_unusable(device: Device) -> str | None:
+    """Why no session runs on `device` here (None: one did), tried once per process."""
+    if device is CPU or device.on_request:
+        return None
+
+    def start(model: bytes) -> ort.InferenceSession:
+        return create_session(model, device, session_options(1))
+
+    return device_problem(device.name, device.provider, start)
+
+
+def software_offer_problem() -> str | None:
+    """Why the WebGPU software adapter is not worth offering (None: it may start)."""
+    if webgpu.library_path() is None:
+        return f"the WebGPU plugin is not installed ({webgpu.INSTALL_HINT})"
+    if sys.platform.startswith("linux") and not any(a.is_software for a in vulkan_adapters()):
+        return "no Vulkan driver with a software adapter (Mesa >= 25's lavapipe)"
+    return None
 
 
 # Where each built-in provider can exist at all: no point telling a Linux user about DirectML.
@@ -147,9 +176,22 @@ def unavailable_reasons() -> dict[str, str]:
     }
     if "cuda" in reasons:
         reasons["cuda"] += " (install onnxruntime-gpu in place of onnxruntime)"
+    for d in BUILTIN_DEVICES[:-1]:
+        problem = device_unusable(d) if d.provider in providers else None
+        if problem:
+            reasons[d.name] = problem
     found = webgpu.discover()
     if found.ep_device is None and found.reason:
         reasons["webgpu"] = found.reason
+    elif found.ep_device is not None:
+        device = _webgpu_device(found)
+        problem = device_unusable(device)
+        if problem:
+            reasons[device.name] = problem
+    if found.ep_device is None and webgpu.library_path() is not None:
+        problem = software_offer_problem()
+        if problem:
+            reasons["webgpu-software"] = problem
     return reasons
 
 
@@ -163,7 +205,8 @@ def find_device(name: str) -> Device:
     if wanted not in KNOWN_NAMES:
         raise DeviceError(f"Unknown device '{name}'. Known devices: {', '.join(KNOWN_NAMES)}.")
     reason = unavailable_reasons().get(wanted)
-    if wanted == "webgpu" and webgpu.discover().ep_device is not None:
+    found = webgpu.discover()
+    if wanted == "webgpu" and found.ep_device is not None and found.software:
         reason = "its only adapter is a software one: choose 'webgpu-software'"
     here = ", ".join(d.name for d in available_devices())
     raise DeviceError(
@@ -175,9 +218,13 @@ def find_device(name: str) -> Device:
 
 def _software_webgpu() -> Device:
     found = webgpu.discover(software=True)
-    if found.ep_device is None:
-        raise DeviceError(f"WebGPU's software adapter is not available here: {found.reason}.")
-    return _webgpu_device(found)
+    problem = found.reason if found.ep_device is None else None
+    device = _webgpu_device(found) if found.ep_device is not None else None
+    if device is not None:
+        problem = device_unusable(device)
+    if device is None or problem:
+        raise DeviceError(f"WebGPU's software adapter is not available here: {problem}.", problem)
+    return device
 
 
 def default_threads() -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
+from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import (
     CPU,
     Device,
@@ -61,6 +63,9 @@ class Engine:
         check_kv_memory(self.info, self.max_context)
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
+        self.constraints = ConstraintCompiler(
+            self.tokenizer.tok, self.info.eos_token_ids, self.info.vocab_size
+        )
         self._use(self._start(find_device(device), threads))
         try:
             self.loop()  # fail early (e.g. out of device memory for the KV buffers)
@@ -120,9 +125,12 @@ class Engine:
         should_stop: Callable[[], bool] | None = None,
         ignore_eos: bool = False,
         top_logprobs: int = 0,
+        output_format: OutputFormat | None = None,
     ) -> Generation:
         """`ignore_eos` runs exactly max_new_tokens (benchmarks compare equal lengths);
-        `top_logprobs` > 0 adds that many most likely tokens to each event."""
+        `top_logprobs` > 0 adds that many most likely tokens to each event; `output_format`
+        constrains the answer (ConstraintError, a ValueError, for one that cannot be used)."""
+        constraint = self.constraints.start(output_format) if output_format else None
         return Generation(
             self.loop(mode),
             prompt_ids,
@@ -131,6 +139,7 @@ class Engine:
             IncrementalDetokenizer(self.tokenizer),
             should_stop,
             top_logprobs,
+            constraint,
         )
 
     def chat(
@@ -140,9 +149,20 @@ class Engine:
         mode: Mode | str | None = None,
         should_stop: Callable[[], bool] | None = None,
         top_logprobs: int = 0,
+        output_format: OutputFormat | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Generation:
-        ids = self.tokenizer.chat_ids(messages, self.max_context)
-        return self.generate_ids(ids, settings, mode, should_stop, top_logprobs=top_logprobs)
+        """`tools` (OpenAI's function entries) go to the chat template, for models whose
+        template describes tools; see chatapp/engine/tool_calls.py for the others."""
+        ids = self.tokenizer.chat_ids(messages, self.max_context, tools=tools)
+        return self.generate_ids(
+            ids,
+            settings,
+            mode,
+            should_stop,
+            top_logprobs=top_logprobs,
+            output_format=output_format,
+        )
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Exact, or for a chat far too long for the context a lower bound above it."""

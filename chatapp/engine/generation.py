@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from chatapp.engine.chat import IncrementalDetokenizer
+from chatapp.engine.constraints import TokenConstraint
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats, StepTiming
@@ -70,6 +71,7 @@ class Generation:
         detokenizer: IncrementalDetokenizer,
         should_stop: Callable[[], bool] | None = None,
         top_logprobs: int = 0,
+        constraint: TokenConstraint | None = None,
     ) -> None:
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty")
@@ -83,6 +85,8 @@ class Generation:
         self.detok = detokenizer
         self.should_stop = should_stop or (lambda: False)
         self.top_logprobs = top_logprobs
+        # Structured output: only tokens the grammar allows are sampled (both loops share this).
+        self.constraint = constraint
         self.stats = RunStats(
             mode=loop.mode,
             device=loop.device.name,
@@ -109,7 +113,12 @@ class Generation:
         limit = min(self.settings.max_new_tokens, loop.tokens_that_fit(0))
         while True:
             t_sample = perf()
-            token = self.sampler(last, history)
+            if self.constraint is None:
+                token = self.sampler(last, history)
+            else:
+                token = self.sampler(self.constraint.masked(last), history)
+                if token not in self.eos_ids:
+                    self.constraint.advance(token)
             logprob = log_softmax_at(last, token, scratch)
             if token in self.eos_ids:
                 stats.finish_reason = "eos"
@@ -134,6 +143,9 @@ class Generation:
             self.text += delta
             yield StepEvent(stats.generated_tokens - 1, token, delta, logprob, timing, latency, top)
             previous = perf()
+            if self.constraint is not None and self.constraint.stopped:
+                stats.finish_reason = "eos"  # the grammar is complete: nothing may follow
+                break
             if stats.generated_tokens >= limit:
                 stats.finish_reason = "length"
                 break

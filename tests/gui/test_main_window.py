@@ -298,11 +298,18 @@ def test_open_gguf_converts_with_progress_then_opens(
 ) -> None:
     window = make_window(["--model", str(tmp_path / "none")])
     out = tmp_path / "converted"
+    plans: list[str] = []
+    labels: list[str] = []
+    window.controller.sig_convert_planned.connect(plans.append)
     assert window.convert_and_open(tiny_gguf, out)
     dialog = window.findChild(QProgressDialog, "convertProgressDialog")
     assert dialog is not None and dialog.isVisible()
+    # connected after the window's own slot: sees the label that slot just set
+    window.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.labelText()))
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         pass
+    assert len(plans) == 1 and plans[0].startswith("tiny-llama.gguf: the model folder takes")
+    assert labels[-1].startswith(plans[0] + "\n")  # from the plan on, above every step
     assert window.controller.model.folder == out
     assert window.findChild(QProgressDialog, "convertProgressDialog") is None or not (
         dialog.isVisible()

@@ -179,7 +179,8 @@ def test_seeded_sampling_is_reproducible(served: Served) -> None:
     [
         ({"messages": []}, "messages", "non-empty list"),
         ({"messages": "hi"}, "messages", "non-empty list"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "must be system"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0]", "tool_call_id"),
+        ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role", "must be"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0]", "string or a list"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
@@ -198,7 +199,11 @@ def test_seeded_sampling_is_reproducible(served: Served) -> None:
         ({"messages": QUESTION, "top_logprobs": 2}, "top_logprobs", "needs logprobs"),
         ({"messages": QUESTION, "logprobs": "yes"}, "logprobs", "true or false"),
         ({"messages": QUESTION, "presence_penalty": 0.5}, "presence_penalty", "not supported"),
-        ({"messages": QUESTION, "tools": [{"type": "function"}]}, "tools", "not supported"),
+        (
+            {"messages": QUESTION, "tools": [{"type": "function"}]},
+            "tools[0].function",
+            "must be an object",
+        ),
         (
             {"messages": QUESTION, "stream_options": {"include_usage": True}},
             "stream_options",

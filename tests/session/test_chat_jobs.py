@@ -157,3 +157,25 @@ def test_measuring_the_context_needs_a_model(host: EngineHost) -> None:
     assert drive(measure_context_job(EngineHost(), request)).result is None
     report = drive(measure_context_job(host, request), request_id=4).result
     assert report.request_id == 4 and report.message_count == 2 and report.fits
+
+
+def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
+    host: EngineHost,
+) -> None:
+    pytest.importorskip("llguidance", reason="JSON answers need llguidance")
+    import json
+    from dataclasses import replace
+
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
+    out = drive(generate_job(host, replace(ask(), json_schema=json.dumps(schema))))
+    assert out.message is None and isinstance(json.loads(out.result.text)["ok"], bool)
+    anything = drive(generate_job(host, replace(ask(), json_schema="")))  # any JSON object
+    assert anything.message is None and anything.result.text.startswith("{")
+    for text, words in (("{nope", "not valid JSON"), ('{"type": "objectx"}', "objectx")):
+        bad = drive(generate_job(host, replace(ask(), json_schema=text)))
+        assert bad.message is not None and words in bad.message and "\n" not in bad.message

@@ -11,6 +11,7 @@ from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
     VARIANTS_CANCELLED,
+    ConvertPlan,
     ConvertRequest,
     EngineHost,
     GraphRead,
@@ -56,7 +57,13 @@ def test_a_conversion_reports_progress_then_reuses_its_result(
     out_dir = tmp_path / "converted"
     first = drive(convert_job(ConvertRequest(tiny_gguf, out_dir)))
     assert first.result == out_dir and (out_dir / "model.onnx").is_file()
-    assert all(isinstance(p, Progress) for p in first.items) and len(first.items) > 2
+    # What it takes, once, before the conversion's own steps; then only progress.
+    plans = [i for i, item in enumerate(first.items) if isinstance(item, ConvertPlan)]
+    assert plans == [1]  # after "checking the source file"
+    plan = first.items[1]
+    assert plan.line.startswith("tiny-llama.gguf: the model folder takes about ")
+    others = first.items[:1] + first.items[2:]
+    assert all(isinstance(p, Progress) for p in others) and len(others) > 2
     again = drive(convert_job(ConvertRequest(tiny_gguf, out_dir)))
     assert again.result == out_dir
     assert [p.message for p in again.items] == ["checking the source file"]  # not converted

@@ -36,6 +36,7 @@ from chatapp.session.chat_jobs import (
 from chatapp.session.context import ContextReport, ContextRequest
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import (
+    ConvertPlan,
     ConvertRequest,
     EngineHost,
     LoadRequest,
@@ -68,6 +69,7 @@ class GenerationOptions:
     settings: SamplingSettings
     mode: Mode
     system_prompt: str = ""
+    json_schema: str | None = None  # the "JSON answer" option (chat_jobs.GenerateRequest)
 
 
 class ChatController(QObject):
@@ -84,6 +86,7 @@ class ChatController(QObject):
     # (another conversation was opened): after every answer request, and on measure_context().
     sig_context = Signal(object)
     sig_convert_progress = Signal(float, str)
+    sig_convert_planned = Signal(str)  # what the conversion will take (disk, memory)
     sig_converted = Signal(object)  # Path
     sig_convert_failed = Signal(str)
     # The chat's backend changed: a RemoteSummary (connected to a server), or None (back to
@@ -299,6 +302,7 @@ class ChatController(QObject):
             tuple(self.conversation.engine_messages(options.system_prompt)),
             options.settings,
             options.mode,
+            options.json_schema,
         )
         handle = self._answer = self.runner.submit(generate_job(self.host, request))
         self._context_id = handle.request_id
@@ -390,6 +394,8 @@ class ChatController(QObject):
 
     @Slot(object)
     def _on_convert_progress(self, batch: YieldedBatch) -> None:
+        for plan in (item for item in batch.items if isinstance(item, ConvertPlan)):
+            emit(self.sig_convert_planned, plan.line)
         progress = [item for item in batch.items if isinstance(item, Progress)]
         if progress:
             emit(self.sig_convert_progress, progress[-1].fraction, progress[-1].message)

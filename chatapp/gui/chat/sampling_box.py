@@ -31,6 +31,7 @@ from chatapp.engine.sampling_defaults import (
     ModelSampling,
     matching_preset,
 )
+from chatapp.gui.chat.json_answer_box import JsonAnswerOption
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
@@ -122,6 +123,9 @@ class SamplingBox(QGroupBox):
         form.addRow("Repetition penalty", self.repetition_spin)
         form.addRow("Max new tokens", self.max_tokens_spin)
         form.addRow("Seed", self.seed_spin)
+        self.json_answer = JsonAnswerOption(self)
+        self.json_answer.sig_changed.connect(self._on_plain_edit)
+        form.addRow(self.json_answer)
         ignore_wheel_unless_focused(*self.spins.values())
         ignore_wheel_unless_focused(self.max_tokens_spin, self.seed_spin)
         for field, spin in self.spins.items():
@@ -243,6 +247,9 @@ class SamplingBox(QGroupBox):
             self.max_tokens_spin.setValue(int(tokens or SamplingSettings().max_new_tokens))
             seed = _number(settings.value("sampling/seed"))
             self.seed_spin.setValue(int(seed) if seed is not None else -1)
+            enabled = str(settings.value("sampling/json_answer", "false")).lower() == "true"
+            schema = settings.value("sampling/json_schema", "")
+            self.json_answer.set_state(enabled, schema if isinstance(schema, str) else "")
         finally:
             self._filling = False
         self._show(save=False)
@@ -261,6 +268,8 @@ class SamplingBox(QGroupBox):
         settings.setValue(f"{OVERRIDES_KEY}/saved", True)
         settings.setValue("sampling/max_new_tokens", self.max_tokens_spin.value())
         settings.setValue("sampling/seed", self.seed_spin.value())
+        settings.setValue("sampling/json_answer", self.json_answer.check.isChecked())
+        settings.setValue("sampling/json_schema", self.json_answer.schema_edit.toPlainText())
 
 
 def _number(value: object) -> float | None:

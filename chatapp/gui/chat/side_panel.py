@@ -362,7 +362,10 @@ class SidePanel(QWidget):
 
     def options(self) -> GenerationOptions:
         return GenerationOptions(
-            self.sampling_settings(), self.mode(), self.system_prompt_edit.toPlainText()
+            self.sampling_settings(),
+            self.mode(),
+            self.system_prompt_edit.toPlainText(),
+            self.sampling_box.json_answer.schema_text(),
         )
 
     def mode(self) -> Mode:

@@ -106,6 +106,8 @@ class ConversionProgressDialog:
         self.label, self.cancel, self.min_width = label, cancel, min_width
         self.dialog: QProgressDialog | None = None
         self.time_left = TimeLeft()
+        self.note = ""  # a first line that stays (what the conversion takes)
+        self._step = ""  # the label's text below the note
 
     def open(self, text: str = "") -> QProgressDialog:
         if self.dialog is None:
@@ -123,14 +125,27 @@ class ConversionProgressDialog:
             dialog.canceled.connect(self.cancel)
             dialog.show()
             self.dialog = dialog
+            self._step = text
             self.time_left.restart()
         return self.dialog
+
+    def set_note(self, note: str) -> None:
+        """A line above the step (what the conversion takes), kept until the dialog closes."""
+        self.note = note
+        if self.dialog is not None:
+            self._show()
 
     def report(self, fraction: float, message: str) -> None:
         dialog = self.open()
         left = self.time_left.text(fraction)
-        dialog.setLabelText(self.label.format(message=message, left=left).rstrip())
+        self._step = self.label.format(message=message, left=left).rstrip()
+        self._show()
         dialog.setValue(int(fraction * 100))
+
+    def _show(self) -> None:
+        assert self.dialog is not None
+        lines = [line for line in (self.note, self._step) if line]
+        self.dialog.setLabelText("\n".join(lines))
 
     def close(self) -> None:
         if self.dialog is not None:
@@ -138,3 +153,4 @@ class ConversionProgressDialog:
             self.dialog.close()
             self.dialog.deleteLater()
             self.dialog = None
+        self.note = self._step = ""

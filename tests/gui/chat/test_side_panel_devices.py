@@ -7,7 +7,7 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
-from chatapp.engine.devices import Device, DeviceError, find_device
+from chatapp.engine.devices import Device, DeviceError, find_device, software_offer_problem
 from chatapp.gui.chat.controller import State
 from chatapp.session import formatting as fmt
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
@@ -87,7 +87,7 @@ def test_the_webgpu_software_adapter_is_offered_and_runs(
     if "webgpu" in names:
         pytest.skip("a hardware WebGPU adapter is offered here instead")
     if "webgpu-software" not in names:
-        pytest.skip("the WebGPU plugin is not installed (pip install 'chatapp[webgpu]')")
+        pytest.skip(f"the WebGPU software adapter is not offered here: {software_offer_problem()}")
     assert "software" in selector.itemText(names.index("webgpu-software"))
     try:
         find_device("webgpu-software")

@@ -78,3 +78,22 @@ def test_conversion_dialog_opens_on_the_first_report_and_cancel_reaches_the_job(
     progress.close()
     assert progress.dialog is None and not dialog.isVisible()
     assert cancelled == [True]  # closing is not cancelling
+
+
+def test_conversion_dialog_keeps_the_plan_above_the_steps(qtbot) -> None:
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    progress = ConversionProgressDialog(
+        parent, "planDialog", "Title", "Step {message}…\n{left}", lambda: None
+    )
+    progress.open("Converting x.gguf…")
+    plan = "x.gguf: the model folder takes about 1.4 GB of disk (80 GB free); ..."
+    progress.set_note(plan)
+    dialog = progress.dialog
+    assert dialog is not None and dialog.labelText() == f"{plan}\nConverting x.gguf…"
+    progress.report(0.1, "layer 1/22")
+    assert dialog.labelText() == f"{plan}\nStep layer 1/22…"
+    progress.close()
+    progress.report(0.0, "tokenizer")  # a later conversion starts without the old plan
+    assert progress.dialog is not None and progress.dialog.labelText() == "Step tokenizer…"
+    progress.close()

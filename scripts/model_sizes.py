@@ -1,0 +1,194 @@
+"""Models of real size: write shaped GGUFs, convert them, answer with them; one markdown table.
+
+    .venv/bin/python scripts/model_sizes.py [--shapes 1b,3b,8b] [--type Q4_K_M] [--dir DIR]
+                                            [--keep] [--no-answer]
+
+For each shape (scripts/shaped_gguf.py: random weights in TinyLlama-1.1B / Llama-3.2-3B /
+Llama-3-8B shapes, SmolLM2's vocabulary) it writes the GGUF when DIR lacks it, converts it in a
+fresh process (time, peak RSS), then opens the folder and answers in another fresh process: the
+bench prompt (42 tokens with the chat template) and 64 greedy new tokens, end-of-text ignored,
+2 threads. Peak RSS is the process's own VmHWM (Linux; ru_maxrss elsewhere): after loading, and
+after answering. An answer is skipped when MemAvailable is below twice the folder. The folder is
+removed afterwards unless --keep. Not part of CI: minutes per shape, gigabytes of disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from scripts.shaped_gguf import SHAPES, write_shaped_gguf  # noqa: E402
+
+PROMPT = "What is the capital of France? Answer in one sentence."
+NEW_TOKENS = 64
+
+
+def peak_bytes() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def convert_child(gguf: str, out: str) -> None:
+    from chatapp.convert.converter import ConvertOptions, convert_gguf
+
+    plan: list[str] = []
+    started = time.perf_counter()
+    convert_gguf(
+        gguf,
+        out,
+        ConvertOptions(overwrite=True),
+        preflight=lambda p: plan.append(p.line(Path(gguf).name)),
+    )
+    seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "peak": peak_bytes(), "plan": plan[0]}))
+
+
+def answer_child(folder: str) -> None:
+    from chatapp.engine.bench import bench_prompt_ids, fixed_length
+    from chatapp.engine.engine import Engine
+
+    started = time.perf_counter()
+    engine = Engine(folder, threads=2)
+    load_s = time.perf_counter() - started
+    load_peak = peak_bytes()
+    ids = bench_prompt_ids(engine, PROMPT, None)
+    stats = fixed_length(engine, ids, "iobinding", NEW_TOKENS).run()
+    print(
+        json.dumps(
+            {
+                "load_s": load_s,
+                "load_peak": load_peak,
+                "answer_peak": peak_bytes(),
+                "prompt_tokens": len(ids),
+                "new_tokens": stats.generated_tokens,
+                "ttft_s": stats.ttft_s,
+                "tokens_per_s": stats.tokens_per_s,
+            }
+        )
+    )
+
+
+def child(*args: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, __file__, "--child", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"{args[0]} failed:\n{result.stderr[-3000:]}")
+    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def available_memory() -> int | None:
+    from chatapp.convert.needs import available_memory
+
+    return available_memory()
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def load_average() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
+
+
+def measure(shape: str, preset: str, folder: Path, keep: bool, answer: bool) -> dict[str, Any]:
+    gguf = folder / f"llama-{shape}-{preset.lower()}.gguf"
+    if not gguf.is_file():
+        print(f"writing {gguf}", file=sys.stderr, flush=True)
+        tmp = gguf.with_name(gguf.name + ".writing")
+        write_shaped_gguf(tmp, SHAPES[shape], preset)
+        tmp.replace(gguf)
+    out = folder / f"llama-{shape}-{preset.lower()}.converted"
+    row: dict[str, Any] = {"shape": SHAPES[shape].name, "gguf": gguf.stat().st_size}
+    row["convert_load"] = load_average()
+    conv = child("convert", str(gguf), str(out))
+    print(conv["plan"], file=sys.stderr, flush=True)
+    row.update(convert_s=conv["seconds"], convert_peak=conv["peak"], folder=folder_bytes(out))
+    available = available_memory()
+    if answer and (available is None or available > 2 * row["folder"]):
+        row["answer_load"] = load_average()
+        row.update(child("answer", str(out)))
+    elif answer:
+        row["skipped"] = f"answer skipped: {gb(available or 0)} available"
+    if not keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| shape | GGUF | convert: time, peak RSS | folder (x GGUF) | load: time, peak RSS "
+        "| answering: peak RSS | tokens/s (64 new) | TTFT (42-token prompt) | load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        convert = f"{r['convert_s']:.0f} s, {gb(r['convert_peak'])}"
+        folder = f"{gb(r['folder'])} ({r['folder'] / r['gguf']:.2f}x)"
+        if "answer_peak" in r:
+            load = f"{r['load_s']:.1f} s, {gb(r['load_peak'])}"
+            answer = gb(r["answer_peak"])
+            speed, ttft = f"{r['tokens_per_s']:.1f}", f"{r['ttft_s'] * 1000:.0f} ms"
+            loads = f"{r['convert_load']} / {r['answer_load']}"
+        else:
+            load = answer = speed = ttft = r.get("skipped", "-")
+            loads = r["convert_load"]
+        lines.append(
+            f"| {r['shape']} | {gb(r['gguf'])} | {convert} | {folder} | {load} | {answer} "
+            f"| {speed} | {ttft} | {loads} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        kind, *args = sys.argv[2:]
+        convert_child(*args) if kind == "convert" else answer_child(*args)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="1b,3b,8b")
+    parser.add_argument("--type", default="Q4_K_M")
+    parser.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")))
+    parser.add_argument("--keep", action="store_true", help="keep the converted folders")
+    parser.add_argument("--no-answer", action="store_true", help="convert only")
+    args = parser.parse_args()
+    rows = []
+    for shape in args.shapes.split(","):
+        rows.append(measure(shape, args.type, args.dir, args.keep, not args.no_answer))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -107,7 +107,7 @@ static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row
 }
 
 static const size_t kRowsPerTask = 16;
-static const size_t kTileRows = 64;  // weight rows dequantized per Gemm in the float path
+static const size_t kPromptTileRows = 256;  // weight rows dequantized per Gemm in a prompt
 
 struct StepJob {
   const FormatInfo* info;
@@ -222,9 +222,7 @@ struct GgufMatMulKernel {
     ctx.ParallelFor(step_task, tasks, 0, &job);
   }
 
-  // Several rows: tiles of weight rows, each dequantized to float32 and multiplied by ONNX
-  // Runtime's Gemm, one task per tile (one parallel section per call: a section per tile cost
-  // more in thread hand-offs than the work on prompts of tens of tokens).
+  // Several rows (a prompt): see prompt().
   struct PromptJob {
     GgufMatMulKernel* self;
     OrtKernelContext* context;
@@ -235,46 +233,42 @@ struct GgufMatMulKernel {
     size_t tile;
   };
 
-  static void prompt_task(void* data, size_t task) {
+  static void dequant_rows_task(void* data, size_t row) {
     auto* job = static_cast<PromptJob*>(data);
-    job->self->prompt_tile(*job, task * job->tile);
+    GgufMatMulKernel* self = job->self;
+    const uint8_t* src = job->wb + row * self->row_bytes;
+    float* dst = job->y + row * size_t(self->k);  // y is the tile's float buffer here
+    if (g_isa == Isa::Scalar)
+      dequantize_row(*self->info, src, int(self->k), dst);
+    else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(self->info->format, src, int(self->k), dst))
+      dequantize_row_avx2(*self->info, src, int(self->k), dst);
   }
 
-  void prompt_tile(const PromptJob& job, size_t start) {
-    size_t rows = std::min(job.tile, size_t(n) - start);
-    // Reused per thread: a fresh buffer this size is a fresh mapping, page faults included.
-    thread_local std::vector<float> weights, part;
-    if (weights.size() < rows * size_t(k)) weights.resize(rows * size_t(k));
-    if (part.size() < job.m * rows) part.resize(job.m * rows);
-    for (size_t r = 0; r < rows; ++r) {
-      const uint8_t* src = job.wb + (start + r) * row_bytes;
-      float* dst = weights.data() + r * size_t(k);
-      if (g_isa == Isa::Scalar)
-        dequantize_row(*info, src, int(k), dst);
-      else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(info->format, src, int(k), dst))
-        dequantize_row_avx2(*info, src, int(k), dst);
-    }
-    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-    std::vector<int64_t> a_shape{int64_t(job.m), k}, b_shape{int64_t(rows), k};
-    std::vector<int64_t> c_shape{int64_t(job.m), int64_t(rows)};
-    Ort::Value a_value = Ort::Value::CreateTensor<float>(cpu, const_cast<float*>(job.x), job.m * size_t(k),
-                                                         a_shape.data(), a_shape.size());
-    Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),
-                                                         b_shape.data(), b_shape.size());
-    Ort::Value c_value = Ort::Value::CreateTensor<float>(cpu, part.data(), job.m * rows,
-                                                         c_shape.data(), c_shape.size());
-    const OrtValue* inputs[] = {a_value, b_value};
-    OrtValue* outputs[] = {c_value};
-    gemm.Invoke(job.context, inputs, 2, outputs, 1);
-    for (size_t r = 0; r < job.m; ++r)
-      std::copy(part.data() + r * rows, part.data() + (r + 1) * rows, job.y + r * size_t(n) + start);
-  }
-
+  // Tiles of weight rows: dequantized by all threads, then one Gemm (ONNX Runtime spreads it
+  // over the threads itself).
   void prompt(Ort::KernelContext& ctx, OrtKernelContext* context, const float* x, size_t m,
               const uint8_t* wb, float* y) {
-    PromptJob job{this, context, x, m, wb, y, std::min(size_t(n), kTileRows)};
-    size_t tiles = (size_t(n) + job.tile - 1) / job.tile;
-    ctx.ParallelFor(prompt_task, tiles, 0, &job);
+    size_t tile = std::min(size_t(n), kPromptTileRows);
+    std::vector<float> weights(tile * size_t(k)), part(m * tile);
+    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+    std::vector<int64_t> a_shape{int64_t(m), k};
+    Ort::Value a_value = Ort::Value::CreateTensor<float>(cpu, const_cast<float*>(x), m * size_t(k),
+                                                         a_shape.data(), a_shape.size());
+    for (size_t start = 0; start < size_t(n); start += tile) {
+      size_t rows = std::min(tile, size_t(n) - start);
+      PromptJob job{this, context, x, m, wb + start * row_bytes, weights.data(), tile};
+      ctx.ParallelFor(dequant_rows_task, rows, 0, &job);
+      std::vector<int64_t> b_shape{int64_t(rows), k}, c_shape{int64_t(m), int64_t(rows)};
+      Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),
+                                                           b_shape.data(), b_shape.size());
+      Ort::Value c_value = Ort::Value::CreateTensor<float>(cpu, part.data(), m * rows,
+                                                           c_shape.data(), c_shape.size());
+      const OrtValue* inputs[] = {a_value, b_value};
+      OrtValue* outputs[] = {c_value};
+      gemm.Invoke(context, inputs, 2, outputs, 1);
+      for (size_t r = 0; r < m; ++r)
+        std::copy(part.data() + r * rows, part.data() + (r + 1) * rows, y + r * size_t(n) + start);
+    }
   }
 };
 

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.chatapp-installed
 
-.PHONY: run test prepare lint package package-test cuda clean
+.PHONY: run test prepare lint package package-test cuda clean native
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,10 +17,15 @@ $(STAMP): pyproject.toml
 prepare: $(STAMP)
 	$(BIN)/chatapp prepare
 
-run: prepare
+# The GGUF kernels as an ONNX Runtime custom-op library (native/, docs/converter.md "Native
+# kernels"); skipped with one line where there is no C++ compiler or no headers.
+native:
+	sh native/build.sh
+
+run: prepare native
 	$(BIN)/chatapp
 
-test: prepare
+test: prepare native
 	$(BIN)/ruff check chatapp tests scripts
 	$(BIN)/mypy
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -rs
@@ -33,7 +38,7 @@ lint: $(STAMP)
 # Self-contained packages in dist/: the PyInstaller folder, a .deb and a .tar.gz with the
 # prepared default model inside (packaging/README.md). Needs the [package] extra (PyInstaller).
 # PACKAGE_ARGS="--no-deb --no-tar": only the app folder (~2 min instead of ~7), e.g. for CI.
-package: prepare
+package: prepare native
 	$(BIN)/python -c "import PyInstaller" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[package]'
 	$(BIN)/python packaging/build.py $(PACKAGE_ARGS)
 

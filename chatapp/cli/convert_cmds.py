@@ -64,6 +64,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="static layout: tokens per run (default 1)",
     )
+    conv.add_argument(
+        "--native",
+        action="store_true",
+        help="projections as their raw GGUF blocks on chatapp's native kernels (CPU only; "
+        "needs `make native`): the folder holds the GGUF's bytes per weight",
+    )
     conv.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     conv.set_defaults(func=run_convert)
 
@@ -81,6 +87,7 @@ def run_convert(args: argparse.Namespace) -> int:
         kv_layout=args.kv_layout,
         window=args.window,
         overwrite=args.force,
+        native=args.native,
     )
     if not args.force:
         from chatapp.store.model_library import earlier_conversion

@@ -34,6 +34,7 @@ from chatapp.convert.model_configs import (
     generation_config,
     hf_config,
 )
+from chatapp.convert.native_graph import declare_native_domain
 from chatapp.convert.needs import Preflight
 from chatapp.convert.output_folder import (
     MANIFEST_FILE,
@@ -72,6 +73,9 @@ class ConvertOptions:
     kv_layout: str = "dynamic"  # "dynamic" | "static" (fixed shapes; needs context_length)
     window: int = 1  # static layout: tokens per run
     overwrite: bool = False
+    # Projections as raw GGUF blocks on chatapp's native kernels (native/; CPU only, needs the
+    # library at run time): the folder holds the GGUF's bytes per weight.
+    native: bool = False
 
     def validate(self) -> None:
         if self.context_length is not None and not 0 < self.context_length <= MAX_CONTEXT:
@@ -188,7 +192,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         attention=opts.attention,
         static_window=opts.window if opts.kv_layout == "static" else None,
     )
-    reader = ModelWeights(model, family)
+    reader = ModelWeights(model, family, native=opts.native)
     features = family.features(reader)
 
     steps = BuildProgress(model, 0.13, 0.96, report, opts.lm_head_int8)
@@ -215,6 +219,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     try:
         builder.g.stream_to(external)
         onnx_model = builder.build(weights)  # reports through the weights' callbacks above
+        declare_native_domain(onnx_model)
         external.finish(onnx_model)
     finally:
         external.close()

@@ -25,6 +25,7 @@ from onnx import TensorProto, numpy_helper
 
 from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWindowAttention
 from chatapp.convert.features import ArchFeatures, plain_features
+from chatapp.convert.gguf_blocks import GgufWeight
 from chatapp.convert.gguf_file import LlamaSpec
 from chatapp.convert.int8_levels import (
     LEVELS,
@@ -38,6 +39,7 @@ from chatapp.convert.int8_levels import (
     nbits_inputs,
 )
 from chatapp.convert.llama_weights import LayerWeights
+from chatapp.convert.native_graph import native_gather, native_matmul
 from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.prompt_dequant import dequantized_matmul
@@ -139,6 +141,8 @@ class LlamaGraphBuilder:
     ) -> str:
         g = self.g
         level = self.options.accuracy_level if accuracy_level is None else accuracy_level
+        if isinstance(w, GgufWeight):  # raw GGUF blocks: the native kernels (native_graph.py)
+            return native_matmul(g, x, w, name)
         if isinstance(w, FloatWeight):
             return g.op1("MatMul", [x, g.const(f"{name}.weight_t", w.w.T.copy())])
         if level == 0 and levels and int8_levels_apply(w):
@@ -178,6 +182,8 @@ class LlamaGraphBuilder:
         return g.op1("MatMul", [sums, g.const(f"{name}.block_mins_t", w.mins.T.copy())])
 
     def embed(self, ids: str, w: Weight) -> str:
+        if isinstance(w, GgufWeight):
+            return native_gather(self.g, ids, w)
         return embed_tokens(self.g, ids, w)
 
     def rms(self, x: str, gamma: np.ndarray, name: str) -> str:
@@ -269,6 +275,8 @@ class LlamaGraphBuilder:
             # Reads its 8-bit codes (30 MB on the default model), not a float32 copy (113 MB).
             levels = (STEP_LEVELS, LEVELS) if self.single_token else LEVELS
             return self.linear(hidden, w, "lm_head", accuracy_level=0, levels=levels)
+        if isinstance(w, GgufWeight):
+            return self.linear(hidden, w, "lm_head")
         # Float heads, and 4-bit cells of 16 (Q2_K/Q3_K), which the levels do not take:
         # 8-bit MatMulNBits has no fast float path on CPU, a float MatMul is exact and faster.
         return self.linear(hidden, FloatWeight(w.dequantize()), "lm_head")

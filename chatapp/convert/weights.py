@@ -18,6 +18,7 @@ import numpy as np
 
 from chatapp.convert import quant_formats
 from chatapp.convert.errors import ConversionError
+from chatapp.convert.gguf_blocks import GgufWeight, concat_gguf
 from chatapp.convert.gguf_file import GGUFTensor
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
@@ -129,12 +130,14 @@ class FloatWeight:
         return FloatWeight(self.w[index])
 
 
-Weight = NBitsWeight | FloatWeight
+Weight = NBitsWeight | FloatWeight | GgufWeight  # GgufWeight: raw blocks, native kernels
 
 
 def concat_rows(parts: list[Weight]) -> Weight | None:
     """Stack weights along N (fused QKV, gate+up); None when their formats differ."""
     first = parts[0]
+    if any(isinstance(p, GgufWeight) for p in parts):
+        return concat_gguf(list(parts))
     if all(isinstance(p, FloatWeight) for p in parts):
         return FloatWeight(np.concatenate([p.w for p in parts]))  # type: ignore[union-attr]
     if not all(isinstance(p, NBitsWeight) for p in parts):

@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from chatapp.convert.int8_levels import float_kernel_copy
-from chatapp.engine import webgpu
+from chatapp.engine import native_kernels, webgpu
 from chatapp.engine.device_probe import device_problem
 from chatapp.engine.errors import first_line
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
@@ -255,6 +255,7 @@ def create_session(
     model: Path | bytes, device: Device, opts: ort.SessionOptions
 ) -> ort.InferenceSession:
     """A session on `device` (CPU for the ops the device lacks); raises what the provider raises."""
+    native_kernels.register_if_needed(model, device.provider == CPU.provider, device.label, opts)
     if device.provider != CPU.provider and isinstance(model, Path):
         copy = float_kernel_copy(model)  # int8 levels hold on the CPU only; no If
         if copy is not None:

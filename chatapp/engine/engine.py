@@ -31,6 +31,7 @@ from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
 from chatapp.engine.packed_cache import DATA, packed_graph, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
@@ -101,6 +102,8 @@ class Engine:
             graph = self._cpu_graph() if device is CPU else self.info.onnx_path
             with released_while_loading(self.mapped_files):
                 return start_session(graph, device, threads)
+        except NativeKernelsUnavailable:  # already a sentence that says what to do
+            raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             raise ModelError(
                 f"onnxruntime cannot run {self.info.onnx_path.name} ({first_line(exc)})."
@@ -128,8 +131,8 @@ class Engine:
     def _cpu_graph(self) -> Path:
         """The graph a CPU session runs: for a big model its copy with packed weights saved
         (engine/packed_cache.py), else the folder's own."""
-        if not wanted(self.memory):
-            return self.info.onnx_path
+        if not wanted(self.memory) or needs_native(self.info.onnx_path):
+            return self.info.onnx_path  # native kernels read the GGUF bytes: nothing is packed
         with released_while_loading(self.memory.mapped_files):  # saving packs on the heap
             graph = packed_graph(self.info.onnx_path, self.memory, session_options(self.threads))
         if graph is None:

@@ -16,8 +16,9 @@ import onnx
 from onnx.external_data_helper import uses_external_data
 
 # Ops that read one row per token of a table: which of their inputs are such tables
-# (GatherBlockQuantized gathers its scales and zero points by row with the codes).
-_GATHERS = {"Gather": (0,), "GatherBlockQuantized": (0, 2, 3)}
+# (GatherBlockQuantized gathers its scales and zero points by row with the codes; the native
+# GgufGather reads rows of the GGUF's own blocks).
+_GATHERS = {"Gather": (0,), "GatherBlockQuantized": (0, 2, 3), "GgufGather": (0,)}
 # chatapp's step/prompt If (convert/step_split.py): a decode step runs only its `then` branch.
 _STEP_SPLIT = ("layers/step_or_prompt", "then_branch")
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.features import ArchFeatures
+from chatapp.convert.gguf_blocks import native_weight
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.weights import Weight, to_weight, unpermute_rope_rows
@@ -137,16 +138,24 @@ def _unknown_message(model: GGUFModel, arch: str, names: list[str]) -> str:
 class ModelWeights:
     """Reads a family's weights layer by layer and remembers every tensor it read."""
 
-    def __init__(self, model: GGUFModel, family: Family) -> None:
+    def __init__(self, model: GGUFModel, family: Family, native: bool = False) -> None:
         self.model, self.family = model, family
         self.read: set[str] = set()
+        self.native = native  # projections in their raw GGUF blocks (native kernels)
 
     def tensor(self, name: str) -> Any:
         self.read.add(name)
         return self.model.tensor(name)
 
     def matrix(self, name: str) -> Weight:
-        return to_weight(self.tensor(name))
+        t = self.tensor(name)
+        if (
+            self.native
+            and len(t.shape) == 2
+            and (kept := native_weight(t.qtype, t.data, *t.shape)) is not None
+        ):
+            return kept
+        return to_weight(t)
 
     def vector(self, name: str, size: int | None = None) -> np.ndarray:
         values = np.asarray(self.tensor(name).data, dtype=np.float32).reshape(-1)

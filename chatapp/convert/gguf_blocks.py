@@ -1,0 +1,76 @@
+"""GGUF weights kept as their raw block bytes, for the native kernels (native/, "Native kernels" in
+docs/converter.md).
+
+A `GgufWeight` is a [N, K] matrix as the GGUF file stores it: N rows of K / block_values blocks,
+uint8 [N, row bytes]. The graph hands those bytes to the custom operator `chatapp.gguf.GgufMatMul`
+unchanged, so the folder holds the GGUF's bytes per weight and a decode step reads no more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gguf
+import numpy as np
+
+NATIVE_DOMAIN = "chatapp.gguf"
+NATIVE_OP = "GgufMatMul"
+NATIVE_GATHER = "GgufGather"
+# Formats the library has kernels for: (weights per block, bytes per block).
+NATIVE_FORMATS: dict[str, tuple[int, int]] = {
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q8_0": (32, 34),
+    "Q4_K": (256, 144),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+    "IQ4_XS": (256, 136),
+}
+
+
+@dataclass(frozen=True)
+class GgufWeight:
+    """A [N, K] matrix in its GGUF blocks: `raw` is uint8 [N, K / block_values * block_bytes]."""
+
+    qtype: str
+    raw: np.ndarray
+    k: int
+
+    @property
+    def n(self) -> int:
+        return int(self.raw.shape[0])
+
+    def rows(self, index: np.ndarray) -> GgufWeight:
+        """The same weight with its output rows reordered (rows are whole blocks: exact)."""
+        return GgufWeight(self.qtype, self.raw[index], self.k)
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 matrix (gguf-py's dequantization: exact, as products of an f16 scale and
+        a small integer are)."""
+        qtype = gguf.GGMLQuantizationType[self.qtype]
+        return np.asarray(gguf.quants.dequantize(self.raw, qtype), dtype=np.float32)
+
+
+def native_weight(qtype: str, raw: np.ndarray, n: int, k: int) -> GgufWeight | None:
+    """The GGUF rows as a GgufWeight when the library has a kernel for `qtype`, else None."""
+    if qtype not in NATIVE_FORMATS:
+        return None
+    values, size = NATIVE_FORMATS[qtype]
+    if k % values:
+        return None
+    rows = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n, k // values * size)
+    return GgufWeight(qtype, rows, k)
+
+
+def concat_gguf(parts: list[object]) -> GgufWeight | None:
+    """Stack GGUF weights of one format and width along N; None when they differ."""
+    if not all(isinstance(p, GgufWeight) for p in parts):
+        return None
+    first = parts[0]
+    assert isinstance(first, GgufWeight)
+    ws = [p for p in parts if isinstance(p, GgufWeight)]
+    if any((w.qtype, w.k) != (first.qtype, first.k) for w in ws):
+        return None
+    return GgufWeight(first.qtype, np.concatenate([w.raw for w in ws]), first.k)

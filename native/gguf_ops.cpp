@@ -1,0 +1,391 @@
+// ONNX Runtime custom operators that multiply float32 activations by GGUF-quantized weights
+// kept as their raw GGUF block bytes (docs/converter.md, "Native kernels").
+//
+//   chatapp.gguf.GgufMatMul(A float [..., K], W uint8 [N, row bytes]) -> float [..., N]
+//   chatapp.gguf.GgufGather(W uint8 [N, row bytes], ids int64 [...]) -> float [..., K]
+//     attributes: qtype (string: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), K, N
+//
+// One row (a decode step): the row is quantized to int16 per block of 32 (as exact as the stock
+// graph's two int8 levels) and every weight row is an integer dot product (AVX2 vpmaddwd, or
+// AVX-512 VNNI vpdpwssd), four weight rows at a time, spread over the session's intra-op threads. Several rows (a prompt): tiles of weight rows are dequantized to
+// float32 and multiplied by ONNX Runtime's own Gemm (the float path, as exact as float32).
+// The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
+// avx2 asks for less (tests use it to cover every path on one machine).
+
+#define ORT_API_MANUAL_INIT
+#include <onnxruntime_cxx_api.h>
+#undef ORT_API_MANUAL_INIT
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gguf_blocks.h"
+
+namespace chatapp_gguf {
+
+// An activation row in int16 per block of 32: x ~ s q (dot_kernels.inc).
+struct QuantizedRow {
+  int16_t* q;
+  float* s;
+  float* xsum;  // float sum of x per block of 32 (for block minimums)
+};
+
+struct QuantizedStorage {
+  std::vector<int16_t> codes;
+  std::vector<float> floats;
+  QuantizedRow row{};
+  explicit QuantizedStorage(int k) : codes(size_t(k)), floats(2 * size_t(k / 32)) {
+    row = {codes.data(), floats.data(), floats.data() + k / 32};
+  }
+};
+
+// How far ahead of the block being read each weight row is prefetched: four rows are read at
+// once, more streams than the hardware prefetcher follows well.
+static const int kPrefetchBytes = 1024;
+
+#define ISA avx2
+#define TARGET __attribute__((target("avx2,fma,f16c")))
+#define DOT16(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(w, x))
+#include "dot_kernels.inc"
+#undef ISA
+#undef TARGET
+#undef DOT16
+
+#define ISA avx512
+#define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define DOT16(acc, w, x) _mm256_dpwssd_epi32(acc, w, x)
+#include "dot_kernels.inc"
+#undef ISA
+#undef TARGET
+#undef DOT16
+
+enum class Isa { Scalar, Avx2, Avx512 };
+
+static Isa detect_isa() {
+  __builtin_cpu_init();
+  Isa best = Isa::Scalar;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::Avx2;
+  if (best == Isa::Avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    best = Isa::Avx512;
+  const char* asked = std::getenv("CHATAPP_GGUF_ISA");
+  if (asked != nullptr) {
+    std::string a(asked);
+    if (a == "scalar") return Isa::Scalar;
+    if (a == "avx2" && best != Isa::Scalar) return Isa::Avx2;
+  }
+  return best;
+}
+
+static Isa g_isa = Isa::Scalar;
+
+static const char* isa_name(Isa isa) {
+  return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
+}
+
+// The exact float product of one row (the scalar fallback: dequantize a block, multiply).
+static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row_bytes, const float* x,
+                            int k, float* out, size_t begin, size_t end) {
+  std::vector<float> block(info.block_values);
+  for (size_t n = begin; n < end; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    float total = 0.0f;
+    for (int b = 0; b < k / info.block_values; ++b) {
+      dequantize_block(info.format, row + size_t(b) * info.block_bytes, block.data());
+      const float* xb = x + size_t(b) * info.block_values;
+      for (int i = 0; i < info.block_values; ++i) total += block[i] * xb[i];
+    }
+    out[n] = total;
+  }
+}
+
+static const size_t kRowsPerTask = 16;
+static const size_t kPromptTileRows = 256;  // weight rows dequantized per Gemm in a prompt
+
+struct StepJob {
+  const FormatInfo* info;
+  const uint8_t* w;
+  size_t row_bytes;
+  const QuantizedRow* a;
+  const float* x;
+  int k;
+  size_t n;
+  float* out;
+};
+
+static void step_task(void* data, size_t task) {
+  auto* job = static_cast<StepJob*>(data);
+  size_t begin = task * kRowsPerTask, end = std::min(job->n, begin + kRowsPerTask);
+  switch (g_isa) {
+    case Isa::Avx512:
+      rows_dot_avx512(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
+      break;
+    case Isa::Avx2:
+      rows_dot_avx2(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
+      break;
+    case Isa::Scalar:
+      rows_dot_scalar(*job->info, job->w, job->row_bytes, job->x, job->k, job->out, begin, end);
+      break;
+  }
+}
+
+// The portable dequantization compiled again for AVX2 (the compiler vectorizes its loops).
+__attribute__((target("avx2,fma,f16c"), flatten)) static void dequantize_row_avx2(
+    const FormatInfo& info, const uint8_t* row, int k, float* out) {
+  dequantize_row(info, row, k, out);
+}
+
+
+struct GgufMatMulKernel {
+  const FormatInfo* info = nullptr;
+  int64_t k = 0, n = 0;
+  size_t row_bytes = 0;
+  Ort::Op gemm{nullptr};
+
+  GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
+    Ort::ConstKernelInfo ki(kernel_info);
+    std::string qtype = ki.GetAttribute<std::string>("qtype");
+    info = format_info(qtype);
+    if (info == nullptr) throw std::runtime_error("GgufMatMul: unsupported qtype " + qtype);
+    k = ki.GetAttribute<int64_t>("K");
+    n = ki.GetAttribute<int64_t>("N");
+    if (k <= 0 || n <= 0 || k % info->block_values != 0)
+      throw std::runtime_error("GgufMatMul: K must be a positive multiple of the block size");
+    row_bytes = size_t(k / info->block_values) * info->block_bytes;
+    // A standalone operator gets no defaults: every attribute is spelled out.
+    int64_t trans_a = 0, trans_b = 1;
+    float alpha = 1.0f, beta = 0.0f;
+    Ort::OpAttr attrs[] = {
+        Ort::OpAttr("transA", &trans_a, 1, OrtOpAttrType::ORT_OP_ATTR_INT),
+        Ort::OpAttr("transB", &trans_b, 1, OrtOpAttrType::ORT_OP_ATTR_INT),
+        Ort::OpAttr("alpha", &alpha, 1, OrtOpAttrType::ORT_OP_ATTR_FLOAT),
+        Ort::OpAttr("beta", &beta, 1, OrtOpAttrType::ORT_OP_ATTR_FLOAT),
+    };
+    const char* type_names[] = {"T"};
+    ONNXTensorElementDataType types[] = {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT};
+    gemm = Ort::Op::Create(kernel_info, "Gemm", "", 13, type_names, types, 1, attrs, 4, 2, 1);
+  }
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
+    try {
+      Compute(context);
+      return nullptr;
+    } catch (const std::exception& e) {
+      return Ort::GetApi().CreateStatus(ORT_RUNTIME_EXCEPTION, e.what());
+    }
+  }
+
+  void Compute(OrtKernelContext* context) {
+    Ort::KernelContext ctx(context);
+    Ort::ConstValue a = ctx.GetInput(0);
+    Ort::ConstValue w = ctx.GetInput(1);
+    std::vector<int64_t> shape = a.GetTensorTypeAndShapeInfo().GetShape();
+    std::vector<int64_t> w_shape = w.GetTensorTypeAndShapeInfo().GetShape();
+    if (shape.empty() || shape.back() != k)
+      throw std::runtime_error("GgufMatMul: the input's last dimension is not K");
+    if (w_shape.size() != 2 || w_shape[0] != n || size_t(w_shape[1]) != row_bytes)
+      throw std::runtime_error("GgufMatMul: the weight is not [N, K / block * block bytes]");
+    size_t m = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) m *= size_t(shape[i]);
+    std::vector<int64_t> out_shape = shape;
+    out_shape.back() = n;
+    Ort::UnownedValue out = ctx.GetOutput(0, out_shape);
+    float* y = out.GetTensorMutableData<float>();
+    const float* x = a.GetTensorData<float>();
+    const uint8_t* wb = w.GetTensorData<uint8_t>();
+    if (m == 0) return;
+    if (m == 1) {
+      step(ctx, x, wb, y);
+    } else {
+      prompt(ctx, context, x, m, wb, y);
+    }
+  }
+
+  void step(Ort::KernelContext& ctx, const float* x, const uint8_t* wb, float* y) {
+    thread_local std::unique_ptr<QuantizedStorage> storage;
+    if (g_isa != Isa::Scalar) {
+      if (!storage || storage->codes.size() < size_t(k)) storage = std::make_unique<QuantizedStorage>(int(k));
+      if (g_isa == Isa::Avx512)
+        quantize_row_avx512(x, int(k), &storage->row);
+      else
+        quantize_row_avx2(x, int(k), &storage->row);
+    }
+    StepJob job{info, wb, row_bytes, g_isa != Isa::Scalar ? &storage->row : nullptr, x, int(k), size_t(n), y};
+    size_t tasks = (size_t(n) + kRowsPerTask - 1) / kRowsPerTask;
+    ctx.ParallelFor(step_task, tasks, 0, &job);
+  }
+
+  // Several rows (a prompt): see prompt().
+  struct PromptJob {
+    GgufMatMulKernel* self;
+    OrtKernelContext* context;
+    const float* x;
+    size_t m;
+    const uint8_t* wb;
+    float* y;
+    size_t tile;
+  };
+
+  static void dequant_rows_task(void* data, size_t row) {
+    auto* job = static_cast<PromptJob*>(data);
+    GgufMatMulKernel* self = job->self;
+    const uint8_t* src = job->wb + row * self->row_bytes;
+    float* dst = job->y + row * size_t(self->k);  // y is the tile's float buffer here
+    if (g_isa == Isa::Scalar)
+      dequantize_row(*self->info, src, int(self->k), dst);
+    else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(self->info->format, src, int(self->k), dst))
+      dequantize_row_avx2(*self->info, src, int(self->k), dst);
+  }
+
+  // Tiles of weight rows: dequantized by all threads, then one Gemm (ONNX Runtime spreads it
+  // over the threads itself).
+  void prompt(Ort::KernelContext& ctx, OrtKernelContext* context, const float* x, size_t m,
+              const uint8_t* wb, float* y) {
+    size_t tile = std::min(size_t(n), kPromptTileRows);
+    std::vector<float> weights(tile * size_t(k)), part(m * tile);
+    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+    std::vector<int64_t> a_shape{int64_t(m), k};
+    Ort::Value a_value = Ort::Value::CreateTensor<float>(cpu, const_cast<float*>(x), m * size_t(k),
+                                                         a_shape.data(), a_shape.size());
+    for (size_t start = 0; start < size_t(n); start += tile) {
+      size_t rows = std::min(tile, size_t(n) - start);
+      PromptJob job{this, context, x, m, wb + start * row_bytes, weights.data(), tile};
+      ctx.ParallelFor(dequant_rows_task, rows, 0, &job);
+      std::vector<int64_t> b_shape{int64_t(rows), k}, c_shape{int64_t(m), int64_t(rows)};
+      Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),
+                                                           b_shape.data(), b_shape.size());
+      Ort::Value c_value = Ort::Value::CreateTensor<float>(cpu, part.data(), m * rows,
+                                                           c_shape.data(), c_shape.size());
+      const OrtValue* inputs[] = {a_value, b_value};
+      OrtValue* outputs[] = {c_value};
+      gemm.Invoke(context, inputs, 2, outputs, 1);
+      for (size_t r = 0; r < m; ++r)
+        std::copy(part.data() + r * rows, part.data() + (r + 1) * rows, y + r * size_t(n) + start);
+    }
+  }
+};
+
+struct GgufMatMulOp : Ort::CustomOpBase<GgufMatMulOp, GgufMatMulKernel, true> {
+  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
+    try {
+      *kernel = new GgufMatMulKernel(api, info);
+      return nullptr;
+    } catch (const std::exception& e) {
+      return api.CreateStatus(ORT_INVALID_ARGUMENT, e.what());
+    }
+  }
+  const char* GetName() const { return "GgufMatMul"; }
+  const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
+  size_t GetInputTypeCount() const { return 2; }
+  ONNXTensorElementDataType GetInputType(size_t index) const {
+    return index == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+  }
+  size_t GetOutputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
+};
+
+// Rows of a GGUF matrix by index, dequantized exactly (the token embedding):
+//   chatapp.gguf.GgufGather(W uint8 [N, row bytes], ids int64 [...]) -> float [..., K]
+struct GgufGatherKernel {
+  const FormatInfo* info = nullptr;
+  int64_t k = 0, n = 0;
+  size_t row_bytes = 0;
+
+  GgufGatherKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
+    Ort::ConstKernelInfo ki(kernel_info);
+    std::string qtype = ki.GetAttribute<std::string>("qtype");
+    info = format_info(qtype);
+    if (info == nullptr) throw std::runtime_error("GgufGather: unsupported qtype " + qtype);
+    k = ki.GetAttribute<int64_t>("K");
+    n = ki.GetAttribute<int64_t>("N");
+    if (k <= 0 || n <= 0 || k % info->block_values != 0)
+      throw std::runtime_error("GgufGather: K must be a positive multiple of the block size");
+    row_bytes = size_t(k / info->block_values) * info->block_bytes;
+  }
+
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) {
+    try {
+      Ort::KernelContext ctx(context);
+      Ort::ConstValue w = ctx.GetInput(0);
+      Ort::ConstValue ids = ctx.GetInput(1);
+      std::vector<int64_t> w_shape = w.GetTensorTypeAndShapeInfo().GetShape();
+      if (w_shape.size() != 2 || w_shape[0] != n || size_t(w_shape[1]) != row_bytes)
+        throw std::runtime_error("GgufGather: the weight is not [N, K / block * block bytes]");
+      std::vector<int64_t> shape = ids.GetTensorTypeAndShapeInfo().GetShape();
+      size_t count = ids.GetTensorTypeAndShapeInfo().GetElementCount();
+      shape.push_back(k);
+      float* y = ctx.GetOutput(0, shape).GetTensorMutableData<float>();
+      const int64_t* index = ids.GetTensorData<int64_t>();
+      const uint8_t* wb = w.GetTensorData<uint8_t>();
+      for (size_t i = 0; i < count; ++i) {
+        int64_t row = index[i] < 0 ? index[i] + n : index[i];
+        if (row < 0 || row >= n) throw std::runtime_error("GgufGather: an index is out of range");
+        dequantize_row(*info, wb + size_t(row) * row_bytes, int(k), y + i * size_t(k));
+      }
+      return nullptr;
+    } catch (const std::exception& e) {
+      return Ort::GetApi().CreateStatus(ORT_RUNTIME_EXCEPTION, e.what());
+    }
+  }
+};
+
+struct GgufGatherOp : Ort::CustomOpBase<GgufGatherOp, GgufGatherKernel, true> {
+  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
+    try {
+      *kernel = new GgufGatherKernel(api, info);
+      return nullptr;
+    } catch (const std::exception& e) {
+      return api.CreateStatus(ORT_INVALID_ARGUMENT, e.what());
+    }
+  }
+  const char* GetName() const { return "GgufGather"; }
+  const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
+  size_t GetInputTypeCount() const { return 2; }
+  ONNXTensorElementDataType GetInputType(size_t index) const {
+    return index == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  }
+  size_t GetOutputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
+};
+
+}  // namespace chatapp_gguf
+
+static const char* kDomain = "chatapp.gguf";
+
+extern "C" {
+
+__attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
+                                                                                const OrtApiBase* api) {
+  Ort::InitApi(api->GetApi(ORT_API_VERSION));
+  chatapp_gguf::g_isa = chatapp_gguf::detect_isa();
+  static chatapp_gguf::GgufMatMulOp matmul;
+  static chatapp_gguf::GgufGatherOp gather;
+  try {
+    static Ort::CustomOpDomain domain(kDomain);
+    static bool added = false;
+    if (!added) {
+      domain.Add(&matmul);
+      domain.Add(&gather);
+      added = true;
+    }
+    Ort::UnownedSessionOptions session_options(options);
+    session_options.Add(domain);
+  } catch (const std::exception& e) {
+    return Ort::GetApi().CreateStatus(ORT_FAIL, e.what());
+  }
+  return nullptr;
+}
+
+// Which instruction set the kernels use on this machine (for tests and `chatapp bench`).
+__attribute__((visibility("default"))) const char* chatapp_gguf_isa() {
+  return chatapp_gguf::isa_name(chatapp_gguf::detect_isa());
+}
+
+}

@@ -1,0 +1,85 @@
+"""CPU time per decode step and per prompt token of model folders, one thread, interleaved.
+
+On a shared, busy machine wall-clock tokens/s mostly measure the other processes; the CPU time a
+single-threaded session spends per step (time.process_time) is what the graph itself costs. Each
+folder runs in its own process per repeat; ratios are medians of per-repeat ratios against the
+first folder.
+
+    .venv/bin/python scripts/step_cpu_cost.py STOCK_FOLDER NATIVE_FOLDER [--prompt 42] [--steps 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def child(folder: str, prompt: int, steps: int) -> None:
+    import time
+
+    from chatapp.engine.bench import bench_prompt_ids
+    from chatapp.engine.engine import Engine
+
+    engine = Engine(Path(folder), threads=1, mode="iobinding")
+    ids = bench_prompt_ids(
+        engine, "What is the capital of France?", prompt if prompt > 60 else None
+    )
+    loop = engine.loop()
+    loop.reset()
+    loop.forward(ids[:8])  # warm-up: sessions allocate on their first runs
+    loop.forward([ids[8]])
+    loop.reset()
+    start = time.process_time()
+    out = loop.forward(ids)
+    prefill = time.process_time() - start
+    token = int(out.logits.argmax())
+    start = time.process_time()
+    for _ in range(steps):
+        token = int(loop.forward([token]).logits.argmax())
+    step = (time.process_time() - start) / steps
+    print(json.dumps({"prefill_ms": prefill * 1e3, "step_ms": step * 1e3}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folders", nargs="+")
+    parser.add_argument("--prompt", type=int, default=42)
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--child", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        child(args.folders[0], args.prompt, args.steps)
+        return
+    results: dict[str, list[dict[str, float]]] = {f: [] for f in args.folders}
+    for _ in range(args.repeats):
+        for folder in args.folders:
+            cmd = [sys.executable, __file__, folder, "--child", "--prompt", str(args.prompt)]
+            out = subprocess.run([*cmd, "--steps", str(args.steps)], capture_output=True, text=True)
+            line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-300:]
+            results[folder].append(json.loads(line))
+            load = Path("/proc/loadavg").read_text().split()[:3]
+            print(folder, results[folder][-1], "load", " ".join(load), flush=True)
+    base = results[args.folders[0]]
+    print(f"| folder | prompt {args.prompt}: CPU ms | ratio | step CPU ms | step speed ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for folder, runs in results.items():
+        pre = statistics.median(r["prefill_ms"] for r in runs)
+        step = statistics.median(r["step_ms"] for r in runs)
+        pre_ratio = statistics.median(
+            b["prefill_ms"] / r["prefill_ms"] for b, r in zip(base, runs, strict=True)
+        )
+        step_ratio = statistics.median(
+            b["step_ms"] / r["step_ms"] for b, r in zip(base, runs, strict=True)
+        )
+        print(f"| {folder} | {pre:.0f} | {pre_ratio:.2f}x | {step:.1f} | {step_ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

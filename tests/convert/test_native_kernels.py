@@ -1,0 +1,145 @@
+"""chatapp.gguf.GgufMatMul (native/) against a numpy dequantization of the same GGUF blocks.
+
+Every format with a kernel, odd shapes, one row (the integer path) and several (the float path),
+on each instruction set this machine offers (CHATAPP_GGUF_ISA asks for less). Skipped when the
+library is not built (`make native`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import gguf
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_FORMATS, NATIVE_OP
+from chatapp.engine.native_kernels import library_isa, library_path
+from tests.tiny_model import K_QUANT_SCALE_FIELDS, random_kquant
+
+LIBRARY = library_path()
+pytestmark = pytest.mark.skipif(LIBRARY is None, reason="native kernels not built (make native)")
+ISAS = ["scalar", "best"]
+
+
+def gguf_blocks(qtype: str, n: int, k: int, seed: int = 0) -> np.ndarray:
+    """Raw GGUF bytes [n, row bytes]: gguf-py's quantizer where it has one, else random blocks."""
+    rng = np.random.default_rng(seed)
+    if qtype in K_QUANT_SCALE_FIELDS or qtype in ("Q4_K", "Q6_K"):
+        return random_kquant(n, k, qtype, rng)
+    w = rng.normal(0.0, 0.5, size=(n, k)).astype(np.float32)
+    return np.asarray(gguf.quants.quantize(w, gguf.GGMLQuantizationType[qtype]))
+
+
+def dequantized(qtype: str, raw: np.ndarray) -> np.ndarray:
+    return gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype]).astype(np.float64)
+
+
+def matmul_model(qtype: str, raw: np.ndarray, k: int) -> onnx.ModelProto:
+    node = helper.make_node(
+        NATIVE_OP, ["x", "w"], ["y"], domain=NATIVE_DOMAIN, qtype=qtype, K=k, N=raw.shape[0]
+    )
+    graph = helper.make_graph(
+        [node],
+        "gguf_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "rows", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(raw, "w")],
+    )
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NATIVE_DOMAIN, 1)],
+    )
+
+
+@pytest.fixture(params=ISAS)
+def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The library reads CHATAPP_GGUF_ISA when a session registers it."""
+    if request.param == "scalar":
+        monkeypatch.setenv("CHATAPP_GGUF_ISA", "scalar")
+    else:
+        monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
+    yield request.param
+
+
+def session(model: onnx.ModelProto, threads: int = 2) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.register_custom_ops_library(str(LIBRARY))
+    return ort.InferenceSession(
+        model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"]
+    )
+
+
+def step_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """What int16 activations per block of 32 may leave out: max|x_b| / 65534 per element,
+    summed with |w| (plus float32 rounding of the sums)."""
+    k = x.shape[-1]
+    blocks = np.abs(x).reshape(*x.shape[:-1], k // 32, 32).max(-1) / 65534.0
+    per_element = np.repeat(blocks, 32, axis=-1)
+    return per_element @ np.abs(w).T + 1e-6 * (np.abs(x) @ np.abs(w).T)
+
+
+def activations(rows: int, k: int, seed: int = 1) -> np.ndarray:
+    """Normal values with the hard cases in row 0: an outlier of 300, a block of 1e-6 values,
+    an all-zero block."""
+    x = np.random.default_rng(seed).normal(size=(rows, k)).astype(np.float32)
+    x[0, 3] = 300.0
+    x[0, 32:64] *= 1e-6
+    if k >= 96:
+        x[0, 64:96] = 0.0
+    return x
+
+
+def widths(qtype: str) -> list[int]:
+    values = NATIVE_FORMATS[qtype][0]
+    return [values, 3 * values] if values == 256 else [32, 96, 576]
+
+
+@pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
+def test_one_row_is_within_the_int16_bound(qtype: str, isa: str) -> None:
+    for k in widths(qtype):
+        for n in (1, 5, 37):  # 4-row groups, their remainder, several tasks
+            raw = gguf_blocks(qtype, n, k, seed=n)
+            w = dequantized(qtype, raw)
+            x = activations(1, k)
+            got = session(matmul_model(qtype, raw, k)).run(None, {"x": x[None]})[0][0]
+            want = x.astype(np.float64) @ w.T
+            bound = step_bound(x, w)
+            assert got.shape == want.shape
+            assert np.all(np.abs(got - want) <= bound), (qtype, isa, k, n)
+
+
+@pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
+def test_several_rows_take_the_float_path(qtype: str, isa: str) -> None:
+    k = widths(qtype)[-1]
+    raw = gguf_blocks(qtype, 131, k)  # more rows than one tile of 64, and a partial tile
+    w = dequantized(qtype, raw)
+    x = activations(6, k).reshape(2, 3, k)
+    got = session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0]
+    want = x.astype(np.float64) @ w.T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).T
+    assert got.shape == (2, 3, 131)
+    assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, isa)
+
+
+def test_one_thread_and_two_agree() -> None:
+    raw = gguf_blocks("Q4_K", 70, 512)
+    x = activations(1, 512)[None]
+    one = session(matmul_model("Q4_K", raw, 512), threads=1).run(None, {"x": x})[0]
+    two = session(matmul_model("Q4_K", raw, 512), threads=2).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(one, two)  # each row is computed the same way by any thread
+
+
+def test_the_library_names_its_instruction_set() -> None:
+    assert library_isa() in ("avx512vnni", "avx2", "scalar")
+
+
+def test_a_weight_of_the_wrong_size_is_an_error() -> None:
+    raw = gguf_blocks("Q8_0", 4, 64)
+    model = matmul_model("Q8_0", raw, 96)  # K says 3 blocks a row, the bytes hold 2
+    with pytest.raises(Exception, match="weight is not"):
+        session(model).run(None, {"x": np.zeros((1, 1, 96), np.float32)})

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.preflight import Header
+from chatapp.system_memory import available_memory
 
 # Bytes the converter writes per weight, by GGUF type (cells + scales + minimums + zero points).
 BYTES_PER_WEIGHT = {
@@ -114,18 +115,6 @@ def estimate(header: Header, int8_head: bool = False) -> Needs:
     carry = LAYER_CARRY_BYTES * max(per_layer.values(), default=0)
     memory = FIXED_MEMORY + carry + max(head_memory, PAIR_BYTES * largest_pair)
     return Needs(disk=int(disk * DISK_MARGIN), memory=int(memory * MEMORY_MARGIN))
-
-
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux); None where the system does not say."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def free_disk(folder: Path) -> int:

@@ -11,10 +11,10 @@ inside numpy or onnxruntime.
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from chatapp.engine.errors import EngineError
+from chatapp.system_memory import physical_memory
 
 if TYPE_CHECKING:  # the command line imports this module; it must stay light
     from chatapp.engine.model import ModelInfo
@@ -51,32 +51,3 @@ def check_kv_memory(info: ModelInfo, context: int) -> None:
             f"The KV cache for {context} tokens of {info.name} would take {need >> 20} MB, "
             f"more than half of this computer's {total >> 20} MB; choose a smaller context."
         )
-
-
-def physical_memory() -> int | None:
-    """Bytes of RAM, or None when the platform does not say."""
-    try:
-        if sys.platform == "win32":
-            import ctypes
-
-            class _Status(ctypes.Structure):
-                _fields_ = [
-                    ("length", ctypes.c_ulong),
-                    ("load", ctypes.c_ulong),
-                    ("total", ctypes.c_ulonglong),
-                    ("available", ctypes.c_ulonglong),
-                    ("total_page", ctypes.c_ulonglong),
-                    ("available_page", ctypes.c_ulonglong),
-                    ("total_virtual", ctypes.c_ulonglong),
-                    ("available_virtual", ctypes.c_ulonglong),
-                    ("available_extended", ctypes.c_ulonglong),
-                ]
-
-            status = _Status()
-            status.length = ctypes.sizeof(_Status)
-            if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
-                return int(status.total)
-            return None
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None

@@ -14,8 +14,6 @@ compares it with measured peaks.
 from __future__ import annotations
 
 import math
-import os
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from chatapp.engine.errors import ModelError
 from chatapp.engine.folder_files import load_onnx_graph
 from chatapp.engine.model import ModelInfo
 from chatapp.engine.variants import external_data_files
+from chatapp.system_memory import available_memory, physical_memory
 from chatapp.units import fmt_bytes
 
 # Python, ONNX Runtime's libraries and arena, the tokenizer, a 512-token prompt piece's
@@ -147,29 +146,6 @@ def _initializer_sizes(proto: onnx.ModelProto) -> dict[str, int]:
     return sizes
 
 
-def available_memory() -> int | None:
-    """Bytes a new allocation can take without swapping (Linux: MemAvailable; Windows:
-    available physical memory); None where the platform does not say."""
-    try:
-        if sys.platform.startswith("linux"):
-            return _meminfo("MemAvailable")
-        if sys.platform == "win32":
-            return _windows_memory()[1]
-        return None  # macOS and the BSDs count free pages only, which ignores the file cache
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def physical_memory() -> int | None:
-    """Bytes of RAM, or None when the platform does not say."""
-    try:
-        if sys.platform == "win32":
-            return _windows_memory()[0]
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def check_memory(estimate: MemoryEstimate, name: str, freed: int = 0) -> None:
     """Refuse a model that will not fit: against the memory available now plus `freed` (what
     closing the current model gives back), or where that is unknown, all of the RAM."""
@@ -186,35 +162,3 @@ def check_memory(estimate: MemoryEstimate, name: str, freed: int = 0) -> None:
             f"{name} needs about {fmt_bytes(estimate.total)} of memory ({estimate.parts()}) "
             f"but {fmt_bytes(room)} {what}; close other programs or choose a smaller model."
         )
-
-
-def _meminfo(field: str) -> int | None:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key == field:
-            return int(value.split()[0]) * 1024  # kB
-    return None
-
-
-def _windows_memory() -> tuple[int, int]:
-    """(total, available) physical memory."""
-    import ctypes
-
-    class _Status(ctypes.Structure):
-        _fields_ = [
-            ("length", ctypes.c_ulong),
-            ("load", ctypes.c_ulong),
-            ("total", ctypes.c_ulonglong),
-            ("available", ctypes.c_ulonglong),
-            ("total_page", ctypes.c_ulonglong),
-            ("available_page", ctypes.c_ulonglong),
-            ("total_virtual", ctypes.c_ulonglong),
-            ("available_virtual", ctypes.c_ulonglong),
-            ("available_extended", ctypes.c_ulonglong),
-        ]
-
-    status = _Status()
-    status.length = ctypes.sizeof(_Status)
-    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
-        raise OSError("GlobalMemoryStatusEx failed")
-    return int(status.total), int(status.available)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from chatapp.cli.engine_cmds import resolve_model
+from chatapp.server.token_text import byte_decoder
 
 CHARACTER = {
     "$defs": {"Armor": {"enum": ["leather", "chainmail", "plate"], "type": "string"}},
@@ -137,25 +138,12 @@ def llguidance_library(tok: Any) -> Library:
     )
 
 
-def gpt2_byte_table() -> dict[str, int]:
-    """Byte-level BPE's printable stand-in for each byte, reversed (a fixed public mapping)."""
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
 def outlines_library(tok: Any) -> Library:
     import outlines_core
     from outlines_core.json_schema import build_regex_from_schema
 
     started = time.perf_counter()
-    byte_of = gpt2_byte_table()
+    byte_of = byte_decoder()
     vocabulary: dict[bytes, list[int]] = {}
     specials = set(tok.all_special_tokens)
     for text, token in tok.get_vocab().items():

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
         command = llamacpp_command(port)
     else:
         command = chatapp_command(port, request.getfixturevalue("default_model_dir"))
+    with running_server(command, port) as url:
+        yield url
+
+
+@contextmanager
+def running_server(command: list[str], port: int) -> Iterator[str]:
+    """The server `command` starts, once it answers /v1/models; stopped on the way out."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:

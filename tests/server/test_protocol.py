@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.remote.test_engine_servers import _wait_until_up, free_port, llamacpp_command
+from tests.remote.test_engine_servers import free_port, llamacpp_command, running_server
 
 openai = pytest.importorskip("openai", reason="the openai package is in the dev extra")
 
@@ -89,18 +88,8 @@ def target(
             *(sys.executable, "-m", "chatapp", "serve", "--model", str(model), "--quiet"),
             *("--port", str(port), "--threads", "1", "--mode", "naive"),
         ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_up(process, url)
+    with running_server(command, port) as url:
         yield Target(request.param, url)
-    finally:
-        process.terminate()
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
 
 
 # ---- shapes ------------------------------------------------------------------------------

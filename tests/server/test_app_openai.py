@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,17 +10,11 @@ import pytest
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
-from tests.serving import Served, serving, slow_down
+from tests.serving import serving, slow_down
 
 openai = pytest.importorskip("openai", reason="the openai package is in the dev extra")
 
 HELLO = [{"role": "user", "content": "hello"}]
-
-
-@pytest.fixture(scope="module")
-def client(served: Served) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=served.api, api_key="unused", max_retries=0) as c:
-        yield c
 
 
 def expected_text(reference: Engine, n: int) -> str:

@@ -9,7 +9,6 @@ answer ends well inside max_tokens whatever the model prefers.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,17 +43,6 @@ PET_SCHEMA: dict[str, Any] = {
     "required": ["colour", "sizes", "note"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def client(served: Served) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=served.api, api_key="unused", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def model(served: Served) -> str:
-    return served.worker.card.id
 
 
 def assert_pet_schema(value: Any) -> None:

@@ -67,17 +67,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield s
 
 
-@pytest.fixture(scope="module")
-def client(served: Served) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=served.api, api_key="unused", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def model(served: Served) -> str:
-    return served.worker.card.id
-
-
 def check_call(call: Any) -> None:
     assert call.type == "function" and call.id.startswith("call_")
     arguments = json.loads(call.function.arguments)

@@ -55,7 +55,7 @@ def _mapped(suffix: str) -> float:
 
 
 def chatapp_child(folder: str, new: int, threads: int) -> dict[str, Any]:
-    from chatapp.engine.bench import bench_prompt_ids, fixed_length
+    from chatapp.engine.bench.run import bench_prompt_ids, fixed_length
     from chatapp.engine.engine import Engine
 
     started = time.perf_counter()

@@ -6,10 +6,10 @@
 Without --gguf, writes a random-weight GGUF of each llama.cpp preset in a real model's shape
 (scripts/shaped_gguf.py), converts it with the defaults, and prints, per GGUF type, the bytes one
 decode step reads in the GGUF (llama.cpp reads the file's own blocks) and in the folder (every
-initializer a one-token run uses, one row of a gathered embedding: chatapp/engine/floor.py), then
-the totals and both files' sizes. Folder initializers are matched to GGUF tensors by the
-projection names the converter gives them (fused q/k/v and gate/up split by rows); what matches
-no tensor (RoPE tables, shape constants) is "other".
+initializer a one-token run uses, one row of a gathered embedding:
+chatapp/engine/bench/floor.py), then the totals and both files' sizes. Folder initializers are
+matched to GGUF tensors by the projection names the converter gives them (fused q/k/v and gate/up
+split by rows); what matches no tensor (RoPE tables, shape constants) is "other".
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ for path in (ROOT, Path(__file__).resolve().parent):
 import numpy as np  # noqa: E402
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf  # noqa: E402
-from chatapp.engine import floor  # noqa: E402
+from chatapp.engine.bench import floor  # noqa: E402
 
 PRESETS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_XS")
 # ONNX projection name -> the GGUF roles it holds (fused ones hold several).

@@ -24,7 +24,7 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.default_model import bundled_gguf
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.engine import native_kernels
-from chatapp.engine.bench import filler_text
+from chatapp.engine.bench.run import filler_text
 from chatapp.engine.chat import ChatTokenizer
 from chatapp.engine.sampling import token_logprobs
 from tests.convert.reference import ReferenceModel

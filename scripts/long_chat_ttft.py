@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp.convert.default_model import default_model_dir
-from chatapp.engine.bench import filler_text
+from chatapp.engine.bench.run import filler_text
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY

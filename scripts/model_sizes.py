@@ -64,7 +64,7 @@ def convert_child(gguf: str, out: str) -> None:
 
 
 def answer_child(folder: str) -> None:
-    from chatapp.engine.bench import bench_prompt_ids, fixed_length
+    from chatapp.engine.bench.run import bench_prompt_ids, fixed_length
     from chatapp.engine.engine import Engine
 
     started = time.perf_counter()

@@ -26,7 +26,7 @@ PROMPT = "What is the capital of France? Answer in one sentence."
 def child(folder: str, length: int, mode: str, threads: int) -> None:
     import resource
 
-    from chatapp.engine.bench import bench_prompt_ids, fixed_length
+    from chatapp.engine.bench.run import bench_prompt_ids, fixed_length
     from chatapp.engine.engine import Engine
 
     engine = Engine(folder, mode=mode, threads=threads)

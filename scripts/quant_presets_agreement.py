@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chatapp.convert.converter import convert_gguf
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.preflight import read_header, type_name
-from chatapp.engine.bench import filler_text
+from chatapp.engine.bench.run import filler_text
 from chatapp.engine.chat import ChatTokenizer
 from scripts.converter_agreement import decode_step_ms, empty_feeds
 from tests.convert.reference import ReferenceModel

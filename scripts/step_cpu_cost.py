@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def child(folder: str, prompt: int, steps: int) -> None:
     import time
 
-    from chatapp.engine.bench import bench_prompt_ids
+    from chatapp.engine.bench.run import bench_prompt_ids
     from chatapp.engine.engine import Engine
 
     engine = Engine(Path(folder), threads=1, mode="iobinding")

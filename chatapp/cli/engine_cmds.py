@@ -304,8 +304,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from chatapp.engine.bench import BenchConfig, run_bench_suite
-    from chatapp.engine.bench_report import markdown_report
+    from chatapp.engine.bench.report import markdown_report
+    from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
     config = BenchConfig(
         model_dir=resolve_model(args.model),
@@ -336,7 +336,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def run_variants(args: argparse.Namespace) -> int:
-    from chatapp.engine.model import folder_variants
+    from chatapp.engine.model_folder.model import folder_variants
 
     folder = resolve_model(args.model)
     if not folder.is_dir():

@@ -11,7 +11,7 @@ from typing import Any
 
 from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
-from chatapp.engine.folder_files import check_tokenizer_files, optional_inside, read_json_file
+from chatapp.engine.model_folder.files import check_tokenizer_files, optional_inside, read_json_file
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
 
 # Used when a model folder has no chat template of its own (base models).

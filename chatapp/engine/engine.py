@@ -29,7 +29,7 @@ from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
-from chatapp.engine.model import ModelInfo, open_model_folder
+from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
 from chatapp.engine.packed_cache import DATA, packed_graph, saved_already, wanted

@@ -17,7 +17,7 @@ from chatapp.engine.errors import EngineError
 from chatapp.system_memory import physical_memory
 
 if TYPE_CHECKING:  # the command line imports this module; it must stay light
-    from chatapp.engine.model import ModelInfo
+    from chatapp.engine.model_folder.model import ModelInfo
 
 THREADS_PER_CPU = 4
 

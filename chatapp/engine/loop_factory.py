@@ -6,7 +6,7 @@ import onnxruntime as ort
 
 from chatapp.engine.devices import Device
 from chatapp.engine.loops import IOBindingLoop, KVLoop, NaiveLoop
-from chatapp.engine.model import KVLayout, ModelInfo
+from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
 

@@ -29,7 +29,7 @@ import onnxruntime as ort
 
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.errors import DeviceFailure
-from chatapp.engine.model import KVLayout, ModelInfo
+from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.tensor_types import (
     download,

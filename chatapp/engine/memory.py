@@ -21,9 +21,9 @@ import onnx
 
 from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.errors import ModelError
-from chatapp.engine.folder_files import load_onnx_graph
-from chatapp.engine.model import ModelInfo
-from chatapp.engine.variants import external_data_files
+from chatapp.engine.model_folder.files import load_onnx_graph
+from chatapp.engine.model_folder.model import ModelInfo
+from chatapp.engine.model_folder.variants import external_data_files
 from chatapp.system_memory import available_memory, physical_memory
 from chatapp.units import fmt_bytes
 

@@ -22,7 +22,7 @@ from onnx import helper
 
 from chatapp.engine.devices import Device, create_session, session_options
 from chatapp.engine.loops import KVLoop, Step, crossing
-from chatapp.engine.model import ModelInfo
+from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.tensor_types import ort_element_type
 

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.variants import Variant, candidate_files
+from chatapp.engine.model_folder.variants import Variant, candidate_files
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.session.model_jobs import GraphRead, variants_job

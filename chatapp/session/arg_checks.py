@@ -87,7 +87,7 @@ def sweep(text: str) -> list[int]:
 
 def peers(value: str) -> str:
     """Comma-separated peer names, checked before a model is loaded."""
-    from chatapp.engine.bench_peers import PEER_NAMES
+    from chatapp.engine.bench.peers import PEER_NAMES
 
     names = [n.strip() for n in value.split(",") if n.strip()]
     unknown = [n for n in names if n not in PEER_NAMES]

@@ -13,14 +13,14 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from chatapp.engine.bench import (
+from chatapp.engine.bench.run import (
     bench_prompt_ids,
     interleaved,
     loop_pair,
     result_header,
     run_interleaved,
 )
-from chatapp.engine.bench_stats import compare_runs, summarize
+from chatapp.engine.bench.stats import compare_runs, summarize
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
@@ -74,7 +74,7 @@ class StepFigures:
 @dataclass(frozen=True)
 class LoopFinished:
     loop: str
-    summary: dict[str, Any]  # bench_stats.summarize() of this loop's run
+    summary: dict[str, Any]  # bench.stats.summarize() of this loop's run
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class CompareFinished:
 @dataclass(frozen=True)
 class SweepPoint:
     context_tokens: int
-    point: dict[str, Any]  # bench_stats.compare_runs() at this context
+    point: dict[str, Any]  # bench.stats.compare_runs() at this context
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine, engine_context, resident_need
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.memory import check_memory, estimate_memory
-from chatapp.engine.model import open_model_folder
+from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.model_folder.sampling_defaults import ModelSampling, model_sampling
+from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
 from chatapp.engine.resident import return_freed_heap
-from chatapp.engine.sampling_defaults import ModelSampling, model_sampling
-from chatapp.engine.variants import Variant, list_variants
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
 

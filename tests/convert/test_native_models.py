@@ -16,9 +16,9 @@ from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine import native_kernels
+from chatapp.engine.bench.floor import onnx_weight_bytes_per_step
 from chatapp.engine.devices import CPU, Device, start_session
 from chatapp.engine.engine import Engine
-from chatapp.engine.floor import onnx_weight_bytes_per_step
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, library_path, needs_native
 from chatapp.engine.sampling import SamplingSettings
 from tests.convert import test_graph

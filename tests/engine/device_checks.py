@@ -9,7 +9,7 @@ import numpy as np
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.loops import KVLoop, Step
-from chatapp.engine.model import ModelInfo
+from chatapp.engine.model_folder.model import ModelInfo
 
 PROMPT = [int(x) for x in np.random.default_rng(7).integers(3, 260, size=23)]
 FOLLOW_UP = [*PROMPT[:15], 17, 18, 19, 20]  # diverges from PROMPT: the cache must be cut

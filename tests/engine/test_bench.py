@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.bench import (
+from chatapp.engine.bench.report import markdown_report
+from chatapp.engine.bench.run import (
     BenchConfig,
     bench_prompt_ids,
     interleaved,
@@ -16,8 +17,7 @@ from chatapp.engine.bench import (
     run_bench_suite,
     run_interleaved,
 )
-from chatapp.engine.bench_report import markdown_report
-from chatapp.engine.bench_stats import summarize
+from chatapp.engine.bench.stats import summarize
 from chatapp.engine.engine import Engine
 
 

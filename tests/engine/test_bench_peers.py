@@ -10,12 +10,16 @@ import numpy as np
 import onnx
 import pytest
 
-from chatapp.engine import floor
-from chatapp.engine.bench import BenchConfig, busy_warning, run_bench_suite
-from chatapp.engine.bench_peers import peer_point
-from chatapp.engine.bench_report import markdown_report
+from chatapp.engine.bench import floor
+from chatapp.engine.bench.llamacpp_peer import (
+    DEFAULT_WAIT_POLICY,
+    LlamaCppPeer,
+    describe_wait_policy,
+)
+from chatapp.engine.bench.peers import peer_point
+from chatapp.engine.bench.report import markdown_report
+from chatapp.engine.bench.run import BenchConfig, busy_warning, run_bench_suite
 from chatapp.engine.errors import EngineError
-from chatapp.engine.llamacpp_peer import DEFAULT_WAIT_POLICY, LlamaCppPeer, describe_wait_policy
 from chatapp.engine.metrics import RunStats
 from chatapp.units import fmt_bytes
 
@@ -121,7 +125,7 @@ def test_busy_machine_is_reported_as_busy(
 
 
 def markdown_report_conditions(before: list[float], after: list[float], warning: str) -> str:
-    from chatapp.engine.bench_report import _conditions
+    from chatapp.engine.bench.report import _conditions
 
     result = {
         "load_average": {"before": before, "after": after, "cores": 2, "busy_warning": warning}

@@ -10,7 +10,6 @@ import pytest
 
 from chatapp.engine import memory
 from chatapp.engine.engine import Engine
-from chatapp.engine.folder_files import load_onnx_graph
 from chatapp.engine.memory import (
     RUNTIME_OVERHEAD,
     MemoryRefusal,
@@ -18,7 +17,8 @@ from chatapp.engine.memory import (
     estimate_memory,
     packed_bytes,
 )
-from chatapp.engine.model import open_model_folder
+from chatapp.engine.model_folder.files import load_onnx_graph
+from chatapp.engine.model_folder.model import open_model_folder
 
 
 def with_external_data(folder: Path, out: Path) -> Path:

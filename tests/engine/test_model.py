@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model import KVLayout, onnx_candidates, open_model_folder
+from chatapp.engine.model_folder.model import KVLayout, onnx_candidates, open_model_folder
 
 
 def copy_folder(src: Path, dst: Path) -> Path:

@@ -12,7 +12,7 @@ from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import packed_cache
 from chatapp.engine.engine import Engine, resident_need
 from chatapp.engine.memory import estimate_memory
-from chatapp.engine.model import open_model_folder
+from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.engine.packed_cache import ENV_VAR, cache_root
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.test_memory import with_external_data

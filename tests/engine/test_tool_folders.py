@@ -27,7 +27,7 @@ import pytest
 
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model import KVLayout, folder_variants, open_model_folder
+from chatapp.engine.model_folder.model import KVLayout, folder_variants, open_model_folder
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.device_checks import Trace, greedy_trace
 

@@ -14,7 +14,7 @@ import pytest
 
 from chatapp.engine.devices import CPU, Device, DeviceError, find_device
 from chatapp.engine.engine import Engine
-from chatapp.engine.model import KVLayout
+from chatapp.engine.model_folder.model import KVLayout
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.device_checks import (
     FOLLOW_UP,

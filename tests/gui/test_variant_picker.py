@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QDialog
 
-from chatapp.engine import variants
+from chatapp.engine.model_folder import variants
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.variant_picker import VariantPicker, has_choice

@@ -13,7 +13,7 @@ from chatapp.engine import memory
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.memory import estimate_memory
-from chatapp.engine.model import open_model_folder
+from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,

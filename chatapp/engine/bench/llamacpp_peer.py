@@ -5,7 +5,7 @@ llama-cpp-python is an optional extra (`[llamacpp]`; it compiles llama.cpp for ~
 environment as it is, so with no OMP_WAIT_POLICY set libgomp spins its idle threads a while
 (GOMP_SPINCOUNT, 300,000 rounds) and then sleeps. Forcing PASSIVE made llama.cpp 3.4x slower on
 a quiet machine and the comparison unfair; a busy machine is reported as busy instead
-(bench.py). The child says which OpenMP settings it got, and the report names them.
+(run.py). The child says which OpenMP settings it got, and the report names them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chatapp.engine import llamacpp_child
+from chatapp.engine.bench import llamacpp_child
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 

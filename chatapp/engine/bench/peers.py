@@ -12,14 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from chatapp.engine import floor
-from chatapp.engine.bench_stats import ratio, summarize_peer
+from chatapp.engine.bench import floor
+from chatapp.engine.bench.stats import ratio, summarize_peer
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import MODES
 
 if TYPE_CHECKING:
-    from chatapp.engine.bench import BenchConfig
+    from chatapp.engine.bench.run import BenchConfig
     from chatapp.engine.engine import Engine
 
 PEER_NAMES = ("genai", "llamacpp")
@@ -39,7 +39,7 @@ class _Genai:
     name = "genai"
 
     def __init__(self, folder: Path, threads: int | None) -> None:
-        from chatapp.engine.genai_peer import GenaiPeer
+        from chatapp.engine.bench.genai_peer import GenaiPeer
 
         self.peer = GenaiPeer(folder, threads)
         self.run = self.peer.run
@@ -58,7 +58,7 @@ class _LlamaCpp:
     name = "llamacpp"
 
     def __init__(self, gguf: Path, threads: int | None, n_ctx: int, python: str | None) -> None:
-        from chatapp.engine.llamacpp_peer import LlamaCppPeer
+        from chatapp.engine.bench.llamacpp_peer import LlamaCppPeer
 
         self.gguf = gguf
         self.peer = LlamaCppPeer(gguf, threads, n_ctx, python)

@@ -15,9 +15,9 @@ from typing import Any
 import onnxruntime as ort
 
 from chatapp import __version__
-from chatapp.engine import floor
-from chatapp.engine.bench_peers import Peer, open_peers, peer_point, physical_floor
-from chatapp.engine.bench_stats import compare_runs
+from chatapp.engine.bench import floor
+from chatapp.engine.bench.peers import Peer, open_peers, peer_point, physical_floor
+from chatapp.engine.bench.stats import compare_runs
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError

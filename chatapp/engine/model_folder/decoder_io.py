@@ -14,8 +14,8 @@ from typing import Any
 
 import onnx
 
-from chatapp.engine.config_values import section
 from chatapp.engine.errors import ModelError
+from chatapp.engine.model_folder.config_values import section
 
 USE_CACHE_BRANCH = "use_cache_branch"  # legacy Optimum merged decoders
 LOGITS_POSITIONS = "logits_positions"  # chatapp's converter (convert/llama_graph.py)

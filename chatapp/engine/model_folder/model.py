@@ -11,7 +11,8 @@ import numpy as np
 import onnx
 
 from chatapp.convert.onnx_graph import all_nodes
-from chatapp.engine.config_values import (
+from chatapp.engine.errors import FolderFileError, ModelError
+from chatapp.engine.model_folder.config_values import (
     MAX_HEAD_DIM,
     MAX_HEADS,
     MAX_LAYERS,
@@ -21,7 +22,7 @@ from chatapp.engine.config_values import (
     token_ids,
     whole_number,
 )
-from chatapp.engine.decoder_io import (
+from chatapp.engine.model_folder.decoder_io import (
     KVTensor,
     ModelIO,
     decoder_names,
@@ -31,15 +32,13 @@ from chatapp.engine.decoder_io import (
     model_io,
     value_dims,
 )
-from chatapp.engine.errors import FolderFileError, ModelError
-from chatapp.engine.folder_files import (
+from chatapp.engine.model_folder.files import (
     check_tokenizer_files,
     load_onnx_graph,
     read_json_file,
     resolve_inside,
 )
-from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
-from chatapp.engine.variants import (
+from chatapp.engine.model_folder.variants import (
     Variant,
     candidate_files,
     describe_variant,
@@ -47,6 +46,7 @@ from chatapp.engine.variants import (
     read_candidate,
     variant_order,
 )
+from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
 
 __all__ = ["KVLayout", "KVTensor", "ModelIO", "ModelInfo", "open_model_folder"]
 
@@ -115,7 +115,7 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
 
     Without `onnx_file`: the graph genai_config.json names, else the most precise graph that
     this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first.
-    Every file it names is opened only inside the folder (see folder_files): a graph or an
+    Every file it names is opened only inside the folder (see model_folder/files.py): a graph or an
     external data file that is missing, a link out or not a regular file refuses the folder
     rather than being skipped for the next graph.
     """

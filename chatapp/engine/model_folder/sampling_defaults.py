@@ -15,7 +15,7 @@ from typing import Any
 
 from chatapp.convert.output_folder import MANIFEST_FILE
 from chatapp.engine.errors import ModelError
-from chatapp.engine.folder_files import read_json_file
+from chatapp.engine.model_folder.files import read_json_file
 from chatapp.engine.sampling import SamplingSettings
 
 GENERATION_CONFIG = "generation_config.json"

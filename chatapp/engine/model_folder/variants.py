@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.errors import ModelError
-from chatapp.engine.folder_files import load_onnx_graph, resolve_inside
+from chatapp.engine.model_folder.files import load_onnx_graph, resolve_inside
 
 # Most precise first. int4 with float32 activations (q4) is more precise than with float16 (q4f16).
 PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4")
@@ -71,7 +71,7 @@ class Variant:
 
 def candidate_files(folder: Path) -> list[Path]:
     """Every .onnx entry at the top of the folder and in onnx/ but sub-folders. Links and
-    special files count too: they are refused by name when checked (folder_files), rather
+    special files count too: they are refused by name when checked (files.py), rather
     than skipped in silence."""
     found: list[Path] = []
     for sub in (folder, folder / "onnx"):
@@ -154,7 +154,7 @@ def read_candidate(
     folder: Path, path: Path
 ) -> tuple[Path | None, onnx.ModelProto | None, ModelError | None]:
     """(the regular file inside the folder, its graph without external weights, why not):
-    the path and file checks of folder_files come first, so nothing outside is read."""
+    the path and file checks of files.py come first, so nothing outside is read."""
     try:
         real = resolve_inside(folder, path.relative_to(folder), folder.name)
     except ModelError as exc:

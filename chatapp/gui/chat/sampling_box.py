@@ -2,9 +2,10 @@
 above the detailed values, a line saying where the values come from, and "Reset to model
 defaults".
 
-Each loaded model suggests its sampling (chatapp/engine/sampling_defaults.py). A value the user
-sets, by hand or by picking a preset, is theirs: it is saved and kept when another model is
-opened; the values the user never touched follow the model. Reset forgets the user's values.
+Each loaded model suggests its sampling (chatapp/engine/model_folder/sampling_defaults.py). A
+value the user sets, by hand or by picking a preset, is theirs: it is saved and kept when another
+model is opened; the values the user never touched follow the model. Reset forgets the user's
+values.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.sampling_defaults import (
+from chatapp.engine.model_folder.sampling_defaults import (
     PRESET_LABELS,
     PRESET_TIPS,
     PRESETS,
@@ -31,6 +31,7 @@ from chatapp.engine.sampling_defaults import (
     ModelSampling,
     matching_preset,
 )
+from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.json_answer_box import JsonAnswerOption
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme

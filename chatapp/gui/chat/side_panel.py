@@ -26,9 +26,9 @@ from PySide6.QtWidgets import (
 
 from chatapp.engine.devices import Device, available_devices
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.sampling_defaults import ModelSampling
 from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox

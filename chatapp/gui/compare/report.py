@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chatapp.engine.bench_report import markdown_report
+from chatapp.engine.bench.report import markdown_report
 from chatapp.engine.modes import MODES, Mode
 
 CHART_SIZE = (900, 420)

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.bench_report import where_time_goes
+from chatapp.engine.bench.report import where_time_goes
 from chatapp.engine.modes import Mode
 from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from chatapp.engine.model_folder.sampling_defaults import PRESETS, ModelSampling
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.sampling_defaults import PRESETS, ModelSampling
 from chatapp.gui.chat.sampling_box import OVERRIDES_KEY, SamplingBox
 
 SUGGESTED = ModelSampling(

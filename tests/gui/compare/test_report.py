@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
-from chatapp.engine.bench import BenchConfig, run_bench_suite
+from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 from chatapp.gui.compare.report import CHART_SIZE, write_report
 
 

@@ -21,12 +21,12 @@ from chatapp import __version__
 from chatapp.convert import needs
 from chatapp.convert.architectures import SUPPORTED_ARCHITECTURES
 from chatapp.convert.build_progress import BuildProgress
+from chatapp.convert.decoder_graph import GraphOptions, LlamaGraphBuilder, WeightSource
+from chatapp.convert.decoder_weights import LayerWeights
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.external_data import ExternalData, save_graph
 from chatapp.convert.families import ModelWeights, family_of
 from chatapp.convert.gguf_file import GGUFModel
-from chatapp.convert.llama_graph import GraphOptions, LlamaGraphBuilder, WeightSource
-from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.model_configs import (
     EXTERNAL_DATA_FILE,
     MODEL_FILE,

@@ -24,6 +24,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWindowAttention
+from chatapp.convert.decoder_weights import LayerWeights
 from chatapp.convert.features import ArchFeatures, plain_features
 from chatapp.convert.gguf_blocks import GgufWeight
 from chatapp.convert.gguf_file import LlamaSpec
@@ -38,7 +39,6 @@ from chatapp.convert.int8_levels import (
     levels_product,
     nbits_inputs,
 )
-from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.native_graph import native_gather, native_matmul
 from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph

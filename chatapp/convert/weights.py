@@ -3,7 +3,7 @@
 Every GGUF type handled here maps *exactly* onto w = scale * (q - zero_point) + min per block:
 Q4_0, Q4_1, Q8_0 directly; the K-quants by unpacking their sub-block scales (Q4_K -> 4 bit,
 Q5_K -> 8 bit, Q6_K -> 8 bit with 16-wide blocks). `min` is not something MatMulNBits has, so
-the graph adds it back as blocksum(x) @ min^T (see llama_graph.py); this keeps the fast integer
+the graph adds it back as blocksum(x) @ min^T (see decoder_graph.py); this keeps the fast integer
 path. 8-bit codes are shifted to sit around MatMulNBits' default zero point 128 wherever the
 format's own zero point is a constant (Q5_K: 0, Q6_K: 32), so no zero-point tensor is stored
 (1/16 byte per weight less for Q6_K's 16-wide blocks, 1/32 for Q5_K's).

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatapp.engine.chat import Message
-from chatapp.store.context_policy import fit_to_context
+from chatapp.session.context_policy import fit_to_context
 
 # The answer's room is "max new tokens", but never more than this share of the context: with a
 # 512-token model and max new tokens at 2048, a full reserve would leave no room for any history.
 MAX_RESERVE_SHARE = 0.5
 # When the chat outgrows the context, cut down to this share of it at once and keep the cut
-# until it fills again (store/context_policy.py): answers in between reuse the cached prompt,
+# until it fills again (context_policy.py): answers in between reuse the cached prompt,
 # so a full re-read (seconds at 8k tokens) comes once per cut instead of on every answer.
 LOW_WATER_SHARE = 0.5
 POLICY_TEXT = (

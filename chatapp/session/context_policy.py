@@ -2,9 +2,9 @@
 
 Pure functions, no Qt, no tokenizer of its own: the caller passes `count_tokens`, which renders
 a message list with the model's chat template and counts the ids (for example
-`lambda ms: len(chat_tokenizer.chat_ids(ms))`). It lives in `store/` beside the history it
-trims, although it is as much engine policy: it only needs `.role`/`.content`, so
-`chatapp.engine.chat.Message` and the GUI's `ChatMessage` both work.
+`lambda ms: len(chat_tokenizer.chat_ids(ms))`). It lives in `session/` beside its one user,
+`context.py`; it only needs `.role`/`.content`, so `chatapp.engine.chat.Message` and the GUI's
+`ChatMessage` both work.
 
 A *turn* is a user message and everything after it up to the next user message (normally one
 answer). Turns are dropped whole, oldest first, so the model never sees an answer without its

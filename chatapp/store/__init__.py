@@ -1,6 +1,5 @@
 """Chat history in SQLite (standard `sqlite3`, no Qt): see `history` for the policies."""
 
-from chatapp.store.context_policy import ContextFit, Turn, fit_to_context
 from chatapp.store.errors import (
     ConversationNotFoundError,
     ImportFormatError,
@@ -28,7 +27,6 @@ from chatapp.store.recovery import Recovery
 
 __all__ = [
     "Alternative",
-    "ContextFit",
     "ConversationDraft",
     "ConversationInfo",
     "ConversationNotFoundError",
@@ -48,8 +46,6 @@ __all__ = [
     "StoreError",
     "StoredConversation",
     "StoredMessage",
-    "Turn",
     "default_history_path",
-    "fit_to_context",
     "open_default_store",
 ]

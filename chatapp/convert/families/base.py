@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chatapp.convert.decoder_weights import LayerWeights
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.features import ArchFeatures
 from chatapp.convert.gguf_blocks import native_weight
 from chatapp.convert.gguf_file import GGUFModel
-from chatapp.convert.llama_weights import LayerWeights
 from chatapp.convert.weights import Weight, to_weight, unpermute_rope_rows
 
 LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)$")

@@ -18,7 +18,7 @@ from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.config_values import section
 
 USE_CACHE_BRANCH = "use_cache_branch"  # legacy Optimum merged decoders
-LOGITS_POSITIONS = "logits_positions"  # chatapp's converter (convert/llama_graph.py)
+LOGITS_POSITIONS = "logits_positions"  # chatapp's converter (convert/decoder_graph.py)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from onnx import TensorProto
 
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.features import ArchFeatures, LayerAttention, plain_features
-from chatapp.convert.gguf_file import LlamaSpec
+from chatapp.convert.gguf_file import DecoderSpec
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.rope import Rope
 
@@ -41,7 +41,7 @@ class AttentionIO:
     position_ids: bool
 
 
-def dynamic_io(spec: LlamaSpec, position_ids: bool) -> AttentionIO:
+def dynamic_io(spec: DecoderSpec, position_ids: bool) -> AttentionIO:
     """onnxruntime-genai / Optimum shapes: batch, new tokens and cache lengths all dynamic."""
     return AttentionIO(
         ids_shape=["batch_size", "sequence_length"],
@@ -60,7 +60,7 @@ class GQAAttention:
     def __init__(
         self,
         g: OnnxGraph,
-        spec: LlamaSpec,
+        spec: DecoderSpec,
         context_length: int,
         features: ArchFeatures | None = None,
     ) -> None:
@@ -158,7 +158,7 @@ class StandardAttention:
     def __init__(
         self,
         g: OnnxGraph,
-        spec: LlamaSpec,
+        spec: DecoderSpec,
         context_length: int,
         features: ArchFeatures | None = None,
     ) -> None:
@@ -356,7 +356,7 @@ class StaticWindowAttention(StandardAttention):
     def __init__(
         self,
         g: OnnxGraph,
-        spec: LlamaSpec,
+        spec: DecoderSpec,
         context_length: int,
         window: int,
         features: ArchFeatures | None = None,

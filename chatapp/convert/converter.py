@@ -21,7 +21,7 @@ from chatapp import __version__
 from chatapp.convert import needs
 from chatapp.convert.architectures import SUPPORTED_ARCHITECTURES
 from chatapp.convert.build_progress import BuildProgress
-from chatapp.convert.decoder_graph import GraphOptions, LlamaGraphBuilder, WeightSource
+from chatapp.convert.decoder_graph import DecoderGraphBuilder, GraphOptions, WeightSource
 from chatapp.convert.decoder_weights import LayerWeights
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.external_data import ExternalData, save_graph
@@ -214,7 +214,7 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
     weights = WeightSource(
         embedding=embedding, lm_head=lm_head, final_norm=reader.final_norm, layer=layer
     )
-    builder = LlamaGraphBuilder(spec, graph_opts, features)
+    builder = DecoderGraphBuilder(spec, graph_opts, features)
     external = ExternalData(tmp / EXTERNAL_DATA_FILE, EXTERNAL_DATA_THRESHOLD)
     try:
         builder.g.stream_to(external)

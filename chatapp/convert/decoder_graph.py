@@ -27,7 +27,7 @@ from chatapp.convert.attention import GQAAttention, StandardAttention, StaticWin
 from chatapp.convert.decoder_weights import LayerWeights
 from chatapp.convert.features import ArchFeatures, plain_features
 from chatapp.convert.gguf_blocks import GgufWeight
-from chatapp.convert.gguf_file import LlamaSpec
+from chatapp.convert.gguf_file import DecoderSpec
 from chatapp.convert.int8_levels import (
     LEVELS,
     STEP_LEVELS,
@@ -70,8 +70,8 @@ class GraphOptions:
 
 
 @dataclass
-class _Way:
-    """One way through the layers: its running tensors, its levels, and where its nodes go
+class LayerPath:
+    """One path through the layers: its running tensors, its levels, and where its nodes go
     (None: this graph; a list: the body of a branch of the step/prompt If)."""
 
     hidden: str
@@ -79,8 +79,8 @@ class _Way:
     levels: int
     nodes: list[onnx.NodeProto] | None = None
     prefix: str = ""
-    # The prompt way of a split graph: 8-bit weights dequantized at run time from the step
-    # way's codes (prompt_dequant.py) instead of a second copy as 4-bit halves.
+    # The prompt path of a split graph: 8-bit weights dequantized at run time from the step
+    # path's codes (prompt_dequant.py) instead of a second copy as 4-bit halves.
     dequantize_8bit: bool = False
 
 
@@ -94,15 +94,16 @@ class WeightSource:
     layer: Callable[[int], LayerWeights]
 
 
-class LlamaGraphBuilder:
+class DecoderGraphBuilder:
     def __init__(
-        self, spec: LlamaSpec, options: GraphOptions, features: ArchFeatures | None = None
+        self, spec: DecoderSpec, options: GraphOptions, features: ArchFeatures | None = None
     ) -> None:
         self.spec = spec
         self.options = options
         self.features = features or plain_features(spec)
         self.g = OnnxGraph()
-        self.way = _Way("", "", levels=0)  # this graph's own; _through() switches while building
+        # This graph's own path; _through() switches to another while building.
+        self.path = LayerPath("", "", levels=0)
         self.single_token: str | None = None  # the step/prompt condition, when split
         ctx, f = options.context_length, self.features
         self.attn: GQAAttention | StandardAttention
@@ -124,8 +125,8 @@ class LlamaGraphBuilder:
         levels: int | tuple[int, int] | None = None,
     ) -> str:
         """x @ w^T (+ bias); `levels` int8 rows (0: none; a pair: in steps, in prompts), by
-        default the current way's."""
-        count = self.way.levels if levels is None else levels
+        default the current path's."""
+        count = self.path.levels if levels is None else levels
         y = self._matmul(x, w, name, accuracy_level, count)
         if bias is None:
             return y
@@ -151,7 +152,7 @@ class LlamaGraphBuilder:
             if w.mins is None:
                 return y
             return g.op1("Add", [y, self._block_offsets(block_sums(g, xb), w, name)])
-        if level == 0 and w.bits == 8 and self.way.dequantize_8bit:
+        if level == 0 and w.bits == 8 and self.path.dequantize_8bit:
             y = dequantized_matmul(g, x, w, name)
         else:
             cells, x_in = w, x
@@ -267,7 +268,7 @@ class LlamaGraphBuilder:
 
     def head(self, hidden: str, w: Weight) -> str:
         """The output projection: on exact int8 levels when the weight takes them (three, or
-        the step way's two in single-token steps when the layers are split), else as the
+        the step path's two in single-token steps when the layers are split), else as the
         options say."""
         if self.options.lm_head_int8:
             return self.linear(hidden, w, "lm_head", accuracy_level=4)
@@ -310,12 +311,12 @@ class LlamaGraphBuilder:
             hidden = self.rms(hidden, lw.post_ffn_norm, f"layers.{i}.post_feedforward_norm")
         return hidden, residual
 
-    def _ways(self, x: str, first: LayerWeights) -> list[_Way]:
+    def _layer_paths(self, x: str, first: LayerWeights) -> list[LayerPath]:
         """How the layers are built: once, or twice under the step/prompt If (step_split.py)
         when single-token steps would take the int8 levels the first layer's weights allow."""
         o = self.options
         if o.int8_levels == "all":
-            return [_Way(x, x, levels=LEVELS)]
+            return [LayerPath(x, x, levels=LEVELS)]
         takes_levels = any(
             isinstance(w, NBitsWeight) and int8_levels_apply(w)
             for w in (first.q, first.k, first.v, first.o, first.gate, first.up, first.down)
@@ -326,41 +327,41 @@ class LlamaGraphBuilder:
             or not isinstance(self.attn, GQAAttention)
             or not takes_levels
         ):
-            return [_Way(x, x, levels=0)]
+            return [LayerPath(x, x, levels=0)]
         return [
-            _Way(x, x, levels=STEP_LEVELS, nodes=[], prefix="step/"),
-            _Way(x, x, levels=0, nodes=[], prefix="prompt/", dequantize_8bit=True),
+            LayerPath(x, x, levels=STEP_LEVELS, nodes=[], prefix="step/"),
+            LayerPath(x, x, levels=0, nodes=[], prefix="prompt/", dequantize_8bit=True),
         ]
 
     @contextmanager
-    def _through(self, way: _Way) -> Iterator[None]:
-        """Build into `way` (its node list, a branch body, or this graph; its levels; its
-        presents' prefix), then back to the way before."""
-        before, self.way = self.way, way
-        self._name_presents(way.prefix)
+    def _through(self, path: LayerPath) -> Iterator[None]:
+        """Build into `path` (its node list, a branch body, or this graph; its levels; its
+        presents' prefix), then back to the path before."""
+        before, self.path = self.path, path
+        self._name_presents(path.prefix)
         try:
-            if way.nodes is None:
+            if path.nodes is None:
                 yield
             else:
-                with self.g.collecting(way.nodes):
+                with self.g.collecting(path.nodes):
                     yield
         finally:
-            self.way = before
+            self.path = before
             self._name_presents(before.prefix)
 
     def _name_presents(self, prefix: str) -> None:
         if isinstance(self.attn, GQAAttention):
             self.attn.present_prefix = prefix
 
-    def _join(self, ways: list[_Way], ids: str) -> str:
-        """The If that runs the step way for one new token and the prompt way otherwise."""
-        g, step, prompt = self.g, ways[0], ways[1]
+    def _join(self, paths: list[LayerPath], ids: str) -> str:
+        """The If that runs the step path for one new token and the prompt path otherwise."""
+        g, step, prompt = self.g, paths[0], paths[1]
         self.single_token = single_token(g, ids)
         presents = [f"present.{i}.{k}" for i in range(self.spec.n_layers) for k in ("key", "value")]
 
-        def body(way: _Way, name: str) -> onnx.GraphProto:
-            assert way.nodes is not None
-            return branch(way.nodes, name, [way.hidden] + [way.prefix + p for p in presents])
+        def body(path: LayerPath, name: str) -> onnx.GraphProto:
+            assert path.nodes is not None
+            return branch(path.nodes, name, [path.hidden] + [path.prefix + p for p in presents])
 
         final = g.unique("layers/final_hidden")
         g.op(
@@ -399,20 +400,20 @@ class LlamaGraphBuilder:
         if self.features.embed_scale != 1.0:
             scale = np.array(self.features.embed_scale, np.float32)
             x = g.op1("Mul", [x, g.const("embed_scale", scale)])
-        ways: list[_Way] = []
+        paths: list[LayerPath] = []
         for i in range(spec.n_layers):
             lw = source.layer(i)
             if i == 0:
-                ways = self._ways(x, lw)
-            for way in ways:
-                with self._through(way):
-                    way.hidden, way.residual = self._layer(way.hidden, way.residual, lw, i)
+                paths = self._layer_paths(x, lw)
+            for path in paths:
+                with self._through(path):
+                    path.hidden, path.residual = self._layer(path.hidden, path.residual, lw, i)
             report((i + 1) / (spec.n_layers + 1), f"layer {i + 1}/{spec.n_layers}")
         final_norm = source.final_norm()
-        for way in ways:
-            with self._through(way):
-                way.hidden, _ = self.skip_rms(way.hidden, way.residual, final_norm, "final_norm")
-        final = ways[0].hidden if len(ways) == 1 else self._join(ways, ids)
+        for path in paths:
+            with self._through(path):
+                path.hidden, _ = self.skip_rms(path.hidden, path.residual, final_norm, "final_norm")
+        final = paths[0].hidden if len(paths) == 1 else self._join(paths, ids)
         if not self.options.static_window:  # a window's logits are few already
             final = g.op1("Gather", [final, self.logits_rows(ids)], axis=1)
         logits = self.head(final, source.lm_head())

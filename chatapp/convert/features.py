@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chatapp.convert.gguf_file import LlamaSpec
+from chatapp.convert.gguf_file import DecoderSpec
 from chatapp.convert.rope import Rope, frequencies
 
 ACTIVATIONS = ("silu", "gelu_tanh")
@@ -40,7 +40,7 @@ class ArchFeatures:
 
 
 def plain_features(
-    spec: LlamaSpec, rope_factors: np.ndarray | None = None, attn_factor: float = 1.0
+    spec: DecoderSpec, rope_factors: np.ndarray | None = None, attn_factor: float = 1.0
 ) -> ArchFeatures:
     """A Llama decoder: one RoPE for every layer, full causal attention scaled by 1/sqrt(D)."""
     dims = spec.head_dim
@@ -50,5 +50,5 @@ def plain_features(
     return ArchFeatures(ropes=(rope,), layers=(layer,) * spec.n_layers)
 
 
-def linear_factor(spec: LlamaSpec) -> float:
+def linear_factor(spec: DecoderSpec) -> float:
     return spec.rope_scaling_factor if spec.rope_scaling_type == "linear" else 1.0

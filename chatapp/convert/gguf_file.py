@@ -17,7 +17,7 @@ from chatapp.convert.validate import check_metadata, check_spec
 
 
 @dataclass(frozen=True)
-class LlamaSpec:
+class DecoderSpec:
     """The hyper-parameters a Llama-style decoder needs, read from GGUF metadata."""
 
     architecture: str
@@ -91,7 +91,7 @@ class GGUFModel:
 
 def _spec_from_metadata(
     meta: dict[str, Any], tensors: dict[str, GGUFTensor], path: Path
-) -> LlamaSpec:
+) -> DecoderSpec:
     arch = str(meta.get("general.architecture", "unknown"))
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ConversionError(unsupported_message(path.name, arch))
@@ -122,7 +122,7 @@ def _spec_from_metadata(
     tokens = meta.get("tokenizer.ggml.tokens")
     vocab = int(meta.get(f"{arch}.vocab_size", len(tokens) if tokens else 0))
     n_layers = int(need("block_count"))
-    return LlamaSpec(
+    return DecoderSpec(
         architecture=arch,
         name=str(meta.get("general.name", path.stem)),
         n_layers=n_layers,

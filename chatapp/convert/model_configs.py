@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatapp.convert.gguf_file import LlamaSpec
+from chatapp.convert.gguf_file import DecoderSpec
 from chatapp.convert.tokenizer_families import END_OF_TURN_TEXTS
 
 MODEL_FILE = "model.onnx"
@@ -37,7 +37,7 @@ def _special(meta: dict[str, Any], kind: str, fallback: int | None) -> int | Non
     return fallback if value is None else int(value)
 
 
-def hf_config(spec: LlamaSpec, meta: dict[str, Any], context_length: int) -> dict[str, Any]:
+def hf_config(spec: DecoderSpec, meta: dict[str, Any], context_length: int) -> dict[str, Any]:
     eos = eos_token_ids(meta)
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -77,7 +77,7 @@ def generation_config(meta: dict[str, Any], context_length: int) -> dict[str, An
 
 
 def genai_config(
-    spec: LlamaSpec, meta: dict[str, Any], context_length: int, shared_buffer: bool = True
+    spec: DecoderSpec, meta: dict[str, Any], context_length: int, shared_buffer: bool = True
 ) -> dict[str, Any]:
     """onnxruntime-genai's description of the same folder (its builder's format)."""
     eos = eos_token_ids(meta)

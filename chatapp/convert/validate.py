@@ -58,7 +58,7 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 class SpecLike(Protocol):
-    """The hyper-parameters every decoder spec has (LlamaSpec and the families beside it).
+    """The hyper-parameters every decoder spec has (DecoderSpec and the families beside it).
     Read-only properties, so that frozen dataclasses match."""
 
     @property

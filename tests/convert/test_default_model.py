@@ -21,7 +21,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.default_model import bundled_gguf
 from chatapp.convert.errors import ConversionError
-from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
+from chatapp.convert.gguf_file import DecoderSpec, GGUFModel
 from tests.convert.reference import ReferenceModel
 
 pytestmark = pytest.mark.default_model
@@ -66,7 +66,7 @@ def new_session(folder: Path) -> ort.InferenceSession:
     )
 
 
-def empty_pasts(spec: LlamaSpec) -> dict[str, np.ndarray]:
+def empty_pasts(spec: DecoderSpec) -> dict[str, np.ndarray]:
     empty = np.zeros((1, spec.n_kv_heads, 0, spec.head_dim), np.float32)
     return {
         f"past_key_values.{i}.{k}": empty for i in range(spec.n_layers) for k in ("key", "value")
@@ -81,7 +81,7 @@ def chat_prompt(tok: PreTrainedTokenizerBase, question: str) -> list[int]:
     return [int(i) for i in ids]
 
 
-def greedy_answer(folder: Path, spec: LlamaSpec, question: str, max_new: int = 24) -> str:
+def greedy_answer(folder: Path, spec: DecoderSpec, question: str, max_new: int = 24) -> str:
     """Greedy decoding with the KV cache: prefill, then one token at a time."""
     tok = AutoTokenizer.from_pretrained(str(folder))
     eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]

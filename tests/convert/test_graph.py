@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.convert.gguf_file import GGUFModel, LlamaSpec
+from chatapp.convert.gguf_file import DecoderSpec, GGUFModel
 from chatapp.convert.int8_levels import (
     LEVELS,
     NODE_SUFFIX,
@@ -41,7 +41,7 @@ class Converted:
         self.gguf = write_tiny_gguf(tmp_path / "tiny.gguf", **gguf_args)
         self.folder = convert_gguf(self.gguf, tmp_path / "model", options)
         self.model = GGUFModel(self.gguf)
-        self.spec: LlamaSpec = self.model.spec
+        self.spec: DecoderSpec = self.model.spec
         self.session = new_session(self.folder)
 
     def reference(self) -> ReferenceModel:
@@ -89,11 +89,11 @@ def new_session(folder: Path) -> ort.InferenceSession:
     )
 
 
-def past_names(spec: LlamaSpec) -> list[str]:
+def past_names(spec: DecoderSpec) -> list[str]:
     return [f"past_key_values.{i}.{k}" for i in range(spec.n_layers) for k in ("key", "value")]
 
 
-def present_names(spec: LlamaSpec) -> list[str]:
+def present_names(spec: DecoderSpec) -> list[str]:
     return [f"present.{i}.{k}" for i in range(spec.n_layers) for k in ("key", "value")]
 
 

@@ -14,7 +14,8 @@ pieces are put together here with the ``tokenizers`` library directly.
 Supported:
 
 * ``tokenizer.ggml.model == "gpt2"``: byte-level BPE with the merges from the file, and one of the
-  pre-tokenizers in ``_BYTE_LEVEL_PRE`` (``tokenizer.ggml.pre``; a missing one means ``default``).
+  pre-tokenizers in ``pre_tokenizers.BYTE_LEVEL_PRE`` (``tokenizer.ggml.pre``; a missing one means
+  ``default``).
 * ``tokenizer.ggml.model == "llama"``: SentencePiece-style BPE (Llama 2, Mistral, TinyLlama): merges
   ranked by the token scores, byte fallback to ``<0xXX>`` tokens, ``▁`` for spaces and a ``▁`` in
   front of every run of text when ``tokenizer.ggml.add_space_prefix`` says so (the default).
@@ -33,6 +34,7 @@ from tokenizers import pre_tokenizers as pre
 from transformers import PreTrainedTokenizerFast
 
 from chatapp.convert.errors import ConversionError
+from chatapp.convert.pre_tokenizers import BYTE_LEVEL_PRE
 from chatapp.convert.tokenizer_families import (
     END_OF_TURN_TEXTS,
     rstrip,
@@ -50,94 +52,6 @@ class TokenizerConversionError(ConversionError, ValueError):
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 
 _SPM_SPACE = "\u2581"  # "▁", SentencePiece's stand-in for a space
-
-# Pre-tokenizer split patterns, as llama.cpp applies them (llama-vocab.cpp) and as the models'
-# own tokenizer.json files spell them. GPT-2's pattern is the one ByteLevel(use_regex=True) has
-# built in, so it needs no entry of its own.
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# Qwen2 is Llama 3's pattern with single digits.
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-# GPT-4o's (o200k) split and Mistral's Tekken, as llama.cpp runs them: a word is letters that are
-# not a-z then letters that are not A-Z (or the reverse), so "CamelCase" is two words. llama.cpp's
-# classes are narrower than tiktoken's (combining marks are not letters there, any letter outside
-# ASCII counts as both cases) and change Devanagari's words; llama.cpp's ids are the ones to match.
-# Lookaheads rather than class intersection ([\p{L}&&[^a-z]]), which only some regex engines know:
-# the written tokenizer.json stays readable by other tokenizers libraries.
-_UPPERISH = r"(?:(?=\p{L})[^a-z])"
-_LOWERISH = r"(?:(?=\p{L})[^A-Z])"
-_CONTRACTION = r"(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?"
-
-
-def _cased_words_split(contraction: str, digits: str) -> str:
-    word = r"[^\r\n\p{L}\p{N}]?"
-    return (
-        f"{word}{_UPPERISH}*{_LOWERISH}+{contraction}|{word}{_UPPERISH}+{_LOWERISH}*{contraction}"
-        rf"|{digits}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-    )
-
-
-_GPT4O_SPLIT = _cased_words_split(_CONTRACTION, r"\p{N}{1,3}")
-_TEKKEN_SPLIT = _cased_words_split("", r"\p{N}")
-
-
-@dataclass(frozen=True)
-class _BytePre:
-    """How one ``tokenizer.ggml.pre`` value splits text before byte-level BPE."""
-
-    split: str | None  # a regex applied before the byte mapping; None = GPT-2's own pattern
-    digits_alone: bool = False  # every digit its own piece first (StarCoder's family)
-    ignore_merges: bool = False  # a piece that is already a token is taken whole (Llama 3)
-    add_bos: bool = False  # llama.cpp's default when the file has no add_bos_token key
-
-
-_GPT2_PRE = _BytePre(split=None)
-_STARCODER_PRE = _BytePre(split=None, digits_alone=True)
-_LLAMA3_PRE = _BytePre(split=_LLAMA3_SPLIT, ignore_merges=True, add_bos=True)
-_QWEN2_PRE = _BytePre(split=_QWEN2_SPLIT)
-_GPT4O_PRE = _BytePre(split=_GPT4O_SPLIT)
-_TEKKEN_PRE = _BytePre(split=_TEKKEN_SPLIT, ignore_merges=True, add_bos=True)
-_LLAMA3_MERGING_PRE = _BytePre(split=_LLAMA3_SPLIT)  # Llama 3's split, merges always applied
-
-# Only names whose llama.cpp handling (split, ignore_merges, add_bos default) is one of the shapes
-# above; each was checked against llama.cpp's ids (docs/converter.md).
-_BYTE_LEVEL_PRE: dict[str, _BytePre] = {
-    # llama.cpp's own "default" is a legacy pattern it warns degrades quality; the files that say
-    # it (or nothing) came from GPT-2-style tokenizers, so GPT-2's split is the honest choice.
-    "default": _GPT2_PRE,
-    "gpt-2": _GPT2_PRE,
-    "phi-2": _GPT2_PRE,
-    "mpt": _GPT2_PRE,
-    "olmo": _GPT2_PRE,
-    "jais": _GPT2_PRE,
-    "exaone4": _GPT2_PRE,
-    "smollm": _STARCODER_PRE,
-    "starcoder": _STARCODER_PRE,
-    "refact": _STARCODER_PRE,
-    "codeshell": _STARCODER_PRE,
-    "command-r": _STARCODER_PRE,
-    "exaone": _STARCODER_PRE,
-    "llama-bpe": _LLAMA3_PRE,
-    "llama3": _LLAMA3_PRE,
-    "llama-v3": _LLAMA3_PRE,
-    "falcon3": _LLAMA3_PRE,
-    "pixtral": _LLAMA3_PRE,
-    "dbrx": _LLAMA3_MERGING_PRE,
-    "smaug-bpe": _LLAMA3_MERGING_PRE,
-    "qwen2": _QWEN2_PRE,
-    "deepseek-r1-qwen": _QWEN2_PRE,  # DeepSeek-R1's Qwen distills
-    "stablelm2": _QWEN2_PRE,
-    "megrez": _QWEN2_PRE,
-    "gpt-4o": _GPT4O_PRE,  # Phi-4-mini
-    "llama4": _GPT4O_PRE,
-    "tekken": _TEKKEN_PRE,  # Mistral Nemo, Mistral Small 3
-}
 
 _SUPPORTED_MODELS = ("gpt2", "llama")
 
@@ -208,10 +122,10 @@ def _read_vocab(meta: Mapping[str, Any]) -> _GgufVocab:
         )
 
     pre_name = str(meta.get("tokenizer.ggml.pre") or "default")
-    if model == "gpt2" and pre_name not in _BYTE_LEVEL_PRE:
+    if model == "gpt2" and pre_name not in BYTE_LEVEL_PRE:
         raise TokenizerConversionError(
             f"The GGUF file's pre-tokenizer {pre_name!r} (tokenizer model 'gpt2') is not supported "
-            f"(supported: {', '.join(repr(p) for p in sorted(_BYTE_LEVEL_PRE))})."
+            f"(supported: {', '.join(repr(p) for p in sorted(BYTE_LEVEL_PRE))})."
         )
 
     raw_tokens = meta.get("tokenizer.ggml.tokens")
@@ -251,7 +165,7 @@ def _read_vocab(meta: Mapping[str, Any]) -> _GgufVocab:
     # llama.cpp's defaults when a key is absent: SentencePiece vocabularies put <unk>, <s>, </s>
     # at 0, 1, 2 and add BOS; byte-level ones have no fixed ids and add BOS only for Llama 3.
     spm = model == "llama"
-    default_add_bos = True if spm else _BYTE_LEVEL_PRE[pre_name].add_bos
+    default_add_bos = True if spm else BYTE_LEVEL_PRE[pre_name].add_bos
     arch = meta.get("general.architecture")
     context = meta.get(f"{arch}.context_length") if arch is not None else None
     template = meta.get("tokenizer.chat_template")
@@ -365,7 +279,7 @@ def _post_processor(vocab: _GgufVocab) -> processors.TemplateProcessing:
 def _byte_level_tokenizer(vocab: _GgufVocab) -> Tokenizer:
     token_ids = _vocab_dict(vocab.tokens)
     assert vocab.merges is not None
-    style = _BYTE_LEVEL_PRE[vocab.pre]
+    style = BYTE_LEVEL_PRE[vocab.pre]
     tokenizer = Tokenizer(
         models.BPE(
             vocab=token_ids,

@@ -303,12 +303,24 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> Path | None:
+    """The GGUF llama.cpp runs: the one named, or the bundled file the default model came from
+    (found here, above both the engine and the converter)."""
+    if named is not None or "llamacpp" not in peers:
+        return named
+    from chatapp.convert.default_model import FOLDER_NAME, bundled_gguf
+
+    return bundled_gguf() if model_dir.expanduser().name == FOLDER_NAME else None
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from chatapp.engine.bench.report import markdown_report
     from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
+    model_dir = resolve_model(args.model)
+    peers = tuple(p.strip() for p in args.peer.split(",") if p.strip())
     config = BenchConfig(
-        model_dir=resolve_model(args.model),
+        model_dir=model_dir,
         onnx_file=args.onnx_file,
         device=args.device,
         prompt=args.prompt,
@@ -317,8 +329,8 @@ def run_bench(args: argparse.Namespace) -> int:
         threads=args.threads,
         max_context=args.context,
         context_tokens=args.context_tokens,
-        peers=tuple(p.strip() for p in args.peer.split(",") if p.strip()),
-        peer_gguf=args.peer_gguf,
+        peers=peers,
+        peer_gguf=llama_gguf(args.peer_gguf, model_dir, peers),
         peer_python=args.peer_python,
         sweep=args.sweep or [],
         floor=not args.no_floor,

@@ -37,7 +37,6 @@ from chatapp.convert.model_configs import (
 from chatapp.convert.native_graph import declare_native_domain
 from chatapp.convert.needs import Preflight
 from chatapp.convert.output_folder import (
-    MANIFEST_FILE,
     PARTIAL_MARKER,
     check_destination,
     check_source,
@@ -47,6 +46,7 @@ from chatapp.convert.output_folder import (
 from chatapp.convert.preflight import check_convertible
 from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES, Weight
+from chatapp.folder_format.manifest import MANIFEST_FILE
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
 CONVERTER_VERSION = "8"

@@ -44,9 +44,9 @@ from chatapp.convert.nibble_split import two_nibbles
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.prompt_dequant import dequantized_matmul
 from chatapp.convert.quant_embedding import embed_tokens
-from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
 from chatapp.convert.step_split import branch, single_token
 from chatapp.convert.weights import FloatWeight, NBitsWeight, Weight, concat_rows
+from chatapp.folder_format.graph import STEP_OR_PROMPT_NODE
 
 Progress = Callable[[float, str], None]
 LOGITS_POSITIONS = "logits_positions"
@@ -368,7 +368,7 @@ class DecoderGraphBuilder:
             "If",
             [self.single_token],
             [final, *presents],
-            name=SPLIT_NODE,
+            name=STEP_OR_PROMPT_NODE,
             then_branch=body(step, "step"),
             else_branch=body(prompt, "prompt"),
         )

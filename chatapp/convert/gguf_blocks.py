@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import gguf
 import numpy as np
 
-NATIVE_DOMAIN = "chatapp.gguf"
+# Defined below convert and engine (both name it); exported here beside the op names.
+from chatapp.folder_format.graph import NATIVE_DOMAIN as NATIVE_DOMAIN
+
 NATIVE_OP = "GgufMatMul"
 NATIVE_GATHER = "GgufGather"
 # Formats the library has kernels for: (weights per block, bytes per block).

@@ -16,15 +16,12 @@ on the default model, max |logit diff| from the numpy reference 1e-4, as with fl
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import onnx
 from onnx import TensorProto
 
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
-from chatapp.convert.step_split import inline_prompt_branch
 from chatapp.convert.weights import NBitsWeight
+from chatapp.folder_format.graph import LEVELS_NODE_SUFFIX
 
 LEVELS = 3
 # Decode steps (step_split.py): two levels, x = c1 + r with the kernel rounding r, an error of
@@ -35,35 +32,6 @@ STEP_LEVELS = 2
 # in those blocks: 32 (Q4/Q5/Q8/IQ4 formats) and, for 8-bit weights, Q6_K's 16 (checked in
 # tests/convert/test_int8_levels.py; 4-bit cells of 16, Q2_K/Q3_K, keep the float path).
 BLOCKS = {4: (32,), 8: (16, 32)}
-# Names the MatMulNBits nodes fed with levels, so a device session can find them.
-NODE_SUFFIX = "/int8_levels"
-
-
-def levels_projection(node: onnx.NodeProto) -> str | None:
-    """The projection a MatMulNBits node on int8 levels computes ("lm_head"); None for others."""
-    if node.op_type != "MatMulNBits" or not node.name.endswith(NODE_SUFFIX):
-        return None
-    return node.name.removesuffix(NODE_SUFFIX)
-
-
-def float_kernel_copy(model_path: Path) -> bytes | None:
-    """The model with its level nodes on accuracy_level 0 and its step/prompt If replaced by
-    the prompt branch (step_split.py); None when it has neither.
-
-    Only ONNX Runtime's CPU kernel quantizes activations in blocks of 32 as the levels assume;
-    WebGPU's int8 (DP4A) path uses its own blocks, so there the three rows would be rounded
-    again (max |logit diff| 0.38 measured). On float kernels the rows still sum to x.
-    Weights in an external file stay there: a session on the copy is told the model's folder
-    (engine/devices.py).
-    """
-    model = onnx.load(str(model_path), load_external_data=False)
-    found = inline_prompt_branch(model)
-    for node in model.graph.node:
-        if levels_projection(node):
-            for attr in node.attribute:
-                if attr.name == "accuracy_level":
-                    attr.i, found = 0, True
-    return model.SerializeToString() if found else None
 
 
 def int8_levels_apply(w: NBitsWeight) -> bool:
@@ -139,7 +107,7 @@ def levels_product(g: OnnxGraph, rows: str, w: NBitsWeight, name: str) -> str:
         inputs,
         1,
         MS_DOMAIN,
-        name=f"{name}{NODE_SUFFIX}",
+        name=f"{name}{LEVELS_NODE_SUFFIX}",
         K=w.k,
         N=w.n,
         bits=w.bits,

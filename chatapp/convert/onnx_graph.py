@@ -17,17 +17,6 @@ MS_DOMAIN = "com.microsoft"
 ONNX_OPSET = 21
 
 
-def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """The graph's nodes and, after each, those of its subgraphs (an If's branches)."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from all_nodes(attr.g)
-            for sub in attr.graphs:
-                yield from all_nodes(sub)
-
-
 class OnnxGraph:
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.convert.errors import ConversionError
+from chatapp.folder_format.manifest import MANIFEST_FILE
 
-MANIFEST_FILE = "chatapp-manifest.json"
 PARTIAL_MARKER = "chatapp-partial.json"
 _LEFTOVER = re.compile(r"^\..+\.(partial|old)-(\d+)(?:-[A-Za-z0-9_]+)?$")
 

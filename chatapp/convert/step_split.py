@@ -4,6 +4,8 @@ The exact int8 levels (int8_levels.py) make a decode step's projections ~1.6x fa
 prompt's rows are compute-bound there (levels x tokens int8 rows), and the float kernel is the
 faster one for them. So the layers are built twice under one If on the number of new tokens:
 the `then` branch (one token) with levels, the `else` branch (a prompt) on the float kernel.
+The If is named `folder_format.graph.STEP_OR_PROMPT_NODE`; device sessions inline its prompt
+branch (`inline_prompt_branch` there).
 Both branches read the same initializers from the outer graph (ONNX Runtime packs each node's
 weights for its own kernel); the embedding and the output projection are outside, built once.
 """
@@ -15,8 +17,6 @@ import onnx
 from onnx import helper
 
 from chatapp.convert.onnx_graph import OnnxGraph
-
-NODE_NAME = "layers/step_or_prompt"
 
 
 def single_token(g: OnnxGraph, ids: str) -> str:
@@ -30,28 +30,3 @@ def branch(nodes: list[onnx.NodeProto], name: str, outputs: list[str]) -> onnx.G
     shape inference."""
     outs = [helper.make_empty_tensor_value_info(o) for o in outputs]
     return helper.make_graph(nodes, name, [], outs)
-
-
-def inline_prompt_branch(model: onnx.ModelProto) -> bool:
-    """Replace the step/prompt If with its prompt branch (in place); False when the model has
-    none.
-
-    Device sessions use this: an If runs on the CPU in most providers, which would move every
-    layer's KV cache through the host at each step; the prompt branch serves steps too."""
-    graph = model.graph
-    for index, node in enumerate(graph.node):
-        if node.op_type == "If" and node.name == NODE_NAME:
-            body = next(a.g for a in node.attribute if a.name == "else_branch")
-            rename = {o.name: outer for o, outer in zip(body.output, node.output, strict=True)}
-            inlined = []
-            for inner in body.node:
-                copy = onnx.NodeProto()
-                copy.CopyFrom(inner)
-                copy.input[:] = [rename.get(i, i) for i in inner.input]
-                copy.output[:] = [rename.get(o, o) for o in inner.output]
-                inlined.append(copy)
-            del graph.node[index]
-            for offset, inner in enumerate(inlined):
-                graph.node.insert(index + offset, inner)
-            return True
-    return False

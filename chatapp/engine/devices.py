@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from chatapp.convert.int8_levels import float_kernel_copy
 from chatapp.engine import native_kernels, webgpu
 from chatapp.engine.device_probe import device_problem
 from chatapp.engine.errors import first_line
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
+from chatapp.folder_format.graph import float_kernel_copy
 
 
 @dataclass(frozen=True)

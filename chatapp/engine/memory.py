@@ -19,11 +19,11 @@ from pathlib import Path
 
 import onnx
 
-from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import load_onnx_graph
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.model_folder.variants import external_data_files
+from chatapp.folder_format.graph import all_nodes
 from chatapp.system_memory import available_memory, physical_memory
 from chatapp.units import fmt_bytes
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-from chatapp.convert.gguf_blocks import NATIVE_DOMAIN
 from chatapp.engine.errors import ModelError
+from chatapp.folder_format.graph import NATIVE_DOMAIN
 
 LIBRARY_NAME = "libchatapp_gguf.so"
 LIBRARY_ENV = "CHATAPP_NATIVE_LIB"  # a path, for a library built elsewhere

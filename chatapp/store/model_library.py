@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.convert.converter import ConvertOptions, is_verified_copy, sha256_file
-from chatapp.convert.output_folder import MANIFEST_FILE, made_by_chatapp, read_json
+from chatapp.convert.output_folder import made_by_chatapp, read_json
 from chatapp.engine.model_folder.variants import candidate_files, split_name
+from chatapp.folder_format.manifest import MANIFEST_FILE
 
 # llama.cpp's quantization names as they appear in GGUF file names.
 _GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.I)

@@ -18,9 +18,9 @@ from chatapp.convert.families import FAMILIES as CONVERTER_FAMILIES
 from chatapp.convert.families import ModelWeights
 from chatapp.convert.families.gemma import Gemma2, Gemma3
 from chatapp.convert.gguf_file import GGUFModel
-from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.folder_format.graph import all_nodes
 from tests.convert.reference import ReferenceModel
 from tests.tiny_families import FAMILIES, write_family_gguf
 

@@ -15,15 +15,14 @@ from onnx import TensorProto
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import DecoderSpec, GGUFModel
-from chatapp.convert.int8_levels import (
-    LEVELS,
-    NODE_SUFFIX,
-    STEP_LEVELS,
+from chatapp.convert.int8_levels import LEVELS, STEP_LEVELS
+from chatapp.folder_format.graph import (
+    LEVELS_NODE_SUFFIX,
+    STEP_OR_PROMPT_NODE,
+    all_nodes,
     float_kernel_copy,
     levels_projection,
 )
-from chatapp.convert.onnx_graph import all_nodes
-from chatapp.convert.step_split import NODE_NAME as SPLIT_NODE
 from tests.convert.reference import ReferenceModel
 from tests.tiny_model import write_tiny_gguf
 
@@ -235,7 +234,7 @@ def test_steps_take_the_step_branch(tmp_path: Path) -> None:
     assert len(runs) == 2 and runs[0] == start and prompt_done > 0
 
     def levelled(names: list[str]) -> set[str]:
-        return {n for n in names if n.startswith("layers.") and NODE_SUFFIX in n}
+        return {n for n in names if n.startswith("layers.") and LEVELS_NODE_SUFFIX in n}
 
     prompt = levelled([e["name"] for e in ran if e["ts"] < runs[1]])
     step = levelled([e["name"] for e in ran if e["ts"] >= runs[1]])
@@ -438,7 +437,7 @@ def test_graph_uses_fused_contrib_ops(tiny_model_dir: Path, tiny_gguf: Path) -> 
     spec = GGUFModel(tiny_gguf).spec
     model = onnx.load(str(tiny_model_dir / "model.onnx"), load_external_data=False)
     # The main graph and the prompt branch: what a prompt runs (steps: the step branch).
-    split = next(n for n in model.graph.node if n.name == SPLIT_NODE)
+    split = next(n for n in model.graph.node if n.name == STEP_OR_PROMPT_NODE)
     prompt = next(a.g for a in split.attribute if a.name == "else_branch")
     nodes = [*model.graph.node, *prompt.node]
     count: dict[tuple[str, str], int] = {}

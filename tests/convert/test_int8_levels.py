@@ -13,13 +13,13 @@ from onnx import TensorProto
 from chatapp.convert.int8_levels import (
     LEVELS,
     blocked,
-    float_kernel_copy,
     level_rows,
     levels_product,
     nbits_inputs,
 )
-from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph, all_nodes
+from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.weights import NBitsWeight, to_weight
+from chatapp.folder_format.graph import all_nodes, float_kernel_copy
 from tests.convert.test_weights import quantized, tensor
 
 ROWS, COLS = 48, 160

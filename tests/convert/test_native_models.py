@@ -14,13 +14,13 @@ import pytest
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP
 from chatapp.convert.gguf_file import GGUFModel
-from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine import native_kernels
 from chatapp.engine.bench.floor import onnx_weight_bytes_per_step
 from chatapp.engine.devices import CPU, Device, start_session
 from chatapp.engine.engine import Engine
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, library_path, needs_native
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.folder_format.graph import all_nodes
 from tests.convert import test_graph
 from tests.convert.test_graph import STEP_TOLERANCE, Converted, assert_matches_reference
 from tests.convert.test_graph import reference_logits as reference_of

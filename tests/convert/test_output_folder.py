@@ -16,7 +16,8 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf, is_verified_copy
 from chatapp.convert.errors import ConversionError
-from chatapp.convert.output_folder import MANIFEST_FILE, PARTIAL_MARKER, clean_leftovers
+from chatapp.convert.output_folder import PARTIAL_MARKER, clean_leftovers
+from chatapp.folder_format.manifest import MANIFEST_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 FORCE = ConvertOptions(overwrite=True)

@@ -20,9 +20,9 @@ from onnx import numpy_helper
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_file import GGUFTensor
 from chatapp.convert.nibble_split import two_nibbles
-from chatapp.convert.onnx_graph import all_nodes
 from chatapp.convert.quant_formats import IQ4_GRID
 from chatapp.convert.weights import NBitsWeight, concat_rows, to_weight, unpermute_rope_rows
+from chatapp.folder_format.graph import all_nodes
 from tests.convert.reference import ReferenceModel
 from tests.convert.test_families import assert_matches, full_pass, prompt
 from tests.convert.test_graph import (

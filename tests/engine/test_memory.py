@@ -68,7 +68,7 @@ def test_each_kernel_packs_its_own_copy(tiny_model_dir: Path) -> None:
 
 
 def _all(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    from chatapp.convert.onnx_graph import all_nodes
+    from chatapp.folder_format.graph import all_nodes
 
     return list(all_nodes(graph))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,7 +20,6 @@ from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import MODES
 
 if TYPE_CHECKING:
-    from chatapp.engine.bench.run import BenchConfig
     from chatapp.engine.engine import Engine
 
 PEER_NAMES = ("genai", "llamacpp")
@@ -80,33 +80,34 @@ class _LlamaCpp:
         self.peer.close()
 
 
-def peer_gguf(config: BenchConfig, engine: Engine) -> Path:
-    """The GGUF llama.cpp runs: the one named, or the bundled file the default model came from."""
-    if config.peer_gguf is not None:
-        return config.peer_gguf
-    from chatapp.convert.default_model import FOLDER_NAME, bundled_gguf
-
-    if engine.info.folder.name == FOLDER_NAME:
-        return bundled_gguf()
-    raise EngineError(
-        "llama.cpp runs a GGUF file: name the one this model came from (--peer-gguf)."
-    )
+@dataclass(frozen=True)
+class PeerSettings:
+    names: tuple[str, ...]  # PEER_NAMES to run beside the loops
+    threads: int | None
+    # The GGUF llama.cpp runs (for the default model the command line names its bundled file).
+    gguf: Path | None = None
+    python: str | None = None  # a Python with llama-cpp-python (default: this one)
 
 
 @contextmanager
 def open_peers(
-    config: BenchConfig, engine: Engine, n_ctx: int, report: Callable[[str], None]
+    settings: PeerSettings, engine: Engine, n_ctx: int, report: Callable[[str], None]
 ) -> Iterator[list[Peer]]:
     """Start the configured peers (each closed on the way out, whatever happens)."""
     peers: list[Peer] = []
     try:
-        for name in config.peers:
+        for name in settings.names:
             if name == "genai":
-                peers.append(_Genai(engine.info.folder, config.threads))
+                peers.append(_Genai(engine.info.folder, settings.threads))
                 report("with onnxruntime-genai on the same folder, a run beside each repeat")
             elif name == "llamacpp":
-                gguf = peer_gguf(config, engine)
-                peers.append(_LlamaCpp(gguf, config.threads, n_ctx, config.peer_python))
+                gguf = settings.gguf
+                if gguf is None:
+                    raise EngineError(
+                        "llama.cpp runs a GGUF file: name the one this model came from "
+                        "(--peer-gguf)."
+                    )
+                peers.append(_LlamaCpp(gguf, settings.threads, n_ctx, settings.python))
                 report(f"with llama.cpp on {gguf.name} in its own process, beside each repeat")
             else:
                 raise EngineError(f"Unknown peer '{name}': {', '.join(PEER_NAMES)}.")

@@ -16,7 +16,13 @@ import onnxruntime as ort
 
 from chatapp import __version__
 from chatapp.engine.bench import floor
-from chatapp.engine.bench.peers import Peer, open_peers, peer_point, physical_floor
+from chatapp.engine.bench.peers import (
+    Peer,
+    PeerSettings,
+    open_peers,
+    peer_point,
+    physical_floor,
+)
 from chatapp.engine.bench.stats import compare_runs
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
@@ -44,7 +50,7 @@ class BenchConfig:
     max_context: int | None = None
     context_tokens: int | None = None  # pad the prompt with real text to about this length
     peers: tuple[str, ...] = ()  # "genai", "llamacpp": other systems, a run beside each repeat
-    peer_gguf: Path | None = None  # llama.cpp's GGUF (default: the bundled one, for its model)
+    peer_gguf: Path | None = None  # llama.cpp's GGUF (the CLI names the default model's own)
     peer_python: str | None = None  # a Python with llama-cpp-python (default: this one)
     sweep: list[int] = field(default_factory=list)
     floor: bool = True  # measure read bandwidth and print each system's share of the ceiling
@@ -201,7 +207,8 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
     # Sweep points past the allocated context are skipped, before any prompt is built for them.
     sweep = [t for t in config.sweep if t < engine.max_context]
     longest = max([len(ids), *[t + 64 for t in sweep]]) + n + 8
-    with open_peers(config, engine, longest, report) as peers:
+    settings = PeerSettings(config.peers, config.threads, config.peer_gguf, config.peer_python)
+    with open_peers(settings, engine, longest, report) as peers:
         result: dict[str, Any] = {
             **result_header(engine, n, config.repeats),
             "peers": {p.name: p.describe() for p in peers},

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.errors import FolderFileError, ModelError
 from chatapp.engine.model_folder.config_values import (
     MAX_HEAD_DIM,
@@ -47,6 +46,7 @@ from chatapp.engine.model_folder.variants import (
     variant_order,
 )
 from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
+from chatapp.folder_format.graph import all_nodes
 
 __all__ = ["KVLayout", "KVTensor", "ModelIO", "ModelInfo", "open_model_folder"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from chatapp.convert.output_folder import MANIFEST_FILE
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import read_json_file
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.folder_format.manifest import MANIFEST_FILE
 
 GENERATION_CONFIG = "generation_config.json"
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")

@@ -17,9 +17,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
-from chatapp.convert.onnx_graph import all_nodes
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import load_onnx_graph, resolve_inside
+from chatapp.folder_format.graph import all_nodes
 
 # Most precise first. int4 with float32 activations (q4) is more precise than with float16 (q4f16).
 PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import onnxruntime as ort
 
 from chatapp.engine.devices import Device
@@ -10,11 +12,19 @@ from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
 
-LOOPS: dict[tuple[bool, Mode], type[KVLoop]] = {
-    (False, Mode.NAIVE): NaiveLoop,
-    (False, Mode.IOBINDING): IOBindingLoop,
-    (True, Mode.NAIVE): NaiveStaticLoop,
-    (True, Mode.IOBINDING): IOBindingStaticLoop,
+
+class LoopKind(NamedTuple):
+    """What decides the loop class: fixed-shape (static-window) graphs need loops of their own."""
+
+    static_window: bool
+    mode: Mode
+
+
+LOOPS: dict[LoopKind, type[KVLoop]] = {
+    LoopKind(static_window=False, mode=Mode.NAIVE): NaiveLoop,
+    LoopKind(static_window=False, mode=Mode.IOBINDING): IOBindingLoop,
+    LoopKind(static_window=True, mode=Mode.NAIVE): NaiveStaticLoop,
+    LoopKind(static_window=True, mode=Mode.IOBINDING): IOBindingStaticLoop,
 }
 
 
@@ -22,5 +32,5 @@ def make_loop(
     mode: Mode, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
 ) -> KVLoop:
     """The loop for `mode` that fits the model's KV layout."""
-    static = info.layout is KVLayout.STATIC_WINDOW
-    return LOOPS[static, mode](session, info, device, max_context)
+    kind = LoopKind(static_window=info.layout is KVLayout.STATIC_WINDOW, mode=mode)
+    return LOOPS[kind](session, info, device, max_context)

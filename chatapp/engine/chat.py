@@ -13,6 +13,7 @@ from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
 from chatapp.engine.model_folder.files import check_tokenizer_files, optional_inside, read_json_file
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
+from chatapp.error_text import first_line
 
 # Used when a model folder has no chat template of its own (base models).
 FALLBACK_TEMPLATE = (
@@ -103,7 +104,7 @@ class ChatTokenizer:
             )
         except Exception as exc:
             raise ModelError(
-                f"The tokenizer in {folder.name} could not be loaded ({_first_line(exc)})."
+                f"The tokenizer in {folder.name} could not be loaded ({first_line(exc)})."
             ) from exc
         source = _template_source(getattr(self.tok, "chat_template", None))
         self.has_template = bool(source)
@@ -239,7 +240,7 @@ class ChatTokenizer:
         except ModelError:
             raise
         except Exception as exc:  # a template may reject e.g. a system role
-            raise ModelError(f"The model's chat template failed: {_first_line(exc)}") from exc
+            raise ModelError(f"The model's chat template failed: {first_line(exc)}") from exc
 
 
 def _with_valid_text(message: Message) -> Message:
@@ -287,11 +288,6 @@ def _special_tokens(tok: Any) -> dict[str, Any]:
         elif value is not None:
             out[key] = str(value)
     return out
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 class IncrementalDetokenizer:

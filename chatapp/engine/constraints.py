@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from chatapp.error_text import first_line
+
 MAX_SCHEMA_CHARS = 256 * 1024  # a schema is a request field: bounded like one
 MISSING_LIBRARY = (
     "Structured output needs the llguidance package, which is not installed "
@@ -193,14 +195,9 @@ class ConstraintCompiler:
         try:
             grammar = grammar_text(fmt)
         except ValueError as exc:
-            raise ConstraintError(f"The schema is not valid: {_first_line(exc)}") from exc
+            raise ConstraintError(f"The schema is not valid: {first_line(exc)}") from exc
         matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
         if matcher.is_error():
             what = "grammar" if fmt.kind == "lark" else "JSON schema"
-            raise ConstraintError(f"The {what} cannot be used: {_first_line(matcher.get_error())}")
+            raise ConstraintError(f"The {what} cannot be used: {first_line(matcher.get_error())}")
         return TokenConstraint(matcher, self._vocab)
-
-
-def _first_line(value: object) -> str:
-    lines = str(value).strip().splitlines()
-    return lines[0][:300] if lines else "unknown error"

@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from chatapp.engine.errors import first_line
+from chatapp.error_text import STATUS_LINE, first_line
 
 _lock = threading.Lock()
 _results: dict[str, str | None] = {}  # device key -> None (runs) or why it does not
@@ -76,8 +76,8 @@ def explain(error: BaseException, native_output: str) -> str:
     if "webgpu adapter" in lowered or "requestadapterstatus" in lowered:
         return "no Vulkan driver offers a usable adapter (a GPU driver, or Mesa >= 25's lavapipe)"
     if "libcudnn" in lowered or "libcublas" in lowered or "libcudart" in lowered:
-        return f"a CUDA library is missing ({first_line(error)})"
-    return f"it failed to start ({first_line(error)})"
+        return f"a CUDA library is missing ({first_line(error, STATUS_LINE)})"
+    return f"it failed to start ({first_line(error, STATUS_LINE)})"
 
 
 @contextlib.contextmanager

@@ -17,8 +17,8 @@ import onnxruntime as ort
 
 from chatapp.engine import native_kernels, webgpu
 from chatapp.engine.device_probe import device_problem
-from chatapp.engine.errors import first_line
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
+from chatapp.error_text import STATUS_LINE, first_line
 from chatapp.folder_format.graph import float_kernel_copy
 
 
@@ -283,7 +283,9 @@ def start_session(model_path: Path, device: Device, threads: int | None = None) 
     try:
         session = create_session(model_path, device, session_options(threads))
     except Exception as exc:  # providers fail in many ways (drivers, memory, unsupported ops)
-        reason = f"{device.label} failed to start ({first_line(exc)}); running on the CPU."
+        reason = (
+            f"{device.label} failed to start ({first_line(exc, STATUS_LINE)}); running on the CPU."
+        )
         return cpu_session(model_path, threads, reason)
     if device.provider not in session.get_providers():
         reason = f"{device.label} is not usable with this model; running on the CPU."

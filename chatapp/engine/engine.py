@@ -22,7 +22,6 @@ from chatapp.engine.errors import (
     DeviceFailure,
     EngineError,
     ModelError,
-    first_line,
 )
 from chatapp.engine.generation import Generation
 from chatapp.engine.guards import check_context, check_kv_memory, check_threads
@@ -35,6 +34,7 @@ from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
 from chatapp.engine.packed_cache import DATA, packed_graph, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.error_text import STATUS_LINE, first_line
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
 # does not reserve gigabytes for a chat that will use a few thousand tokens.
@@ -105,9 +105,8 @@ class Engine:
         except NativeKernelsUnavailable:  # already a sentence that says what to do
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
-            raise ModelError(
-                f"onnxruntime cannot run {self.info.onnx_path.name} ({first_line(exc)})."
-            ) from exc
+            name, why = self.info.onnx_path.name, first_line(exc, STATUS_LINE)
+            raise ModelError(f"onnxruntime cannot run {name} ({why}).") from exc
 
     def _use(self, started: StartedSession) -> None:
         self.session = started.session

@@ -1,5 +1,7 @@
 """Errors the engine raises; each message is a sentence a user can act on."""
 
+from chatapp.error_text import STATUS_LINE, first_line
+
 
 class EngineError(Exception):
     """Base class: anything that stops a generation or a model from loading."""
@@ -33,10 +35,4 @@ class DeviceFailure(EngineError):
         self, device_label: str, cause: BaseException, during: str = "during the answer"
     ) -> None:
         self.device_label = device_label
-        super().__init__(f"{device_label} failed {during} ({first_line(cause)}).")
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message, short enough for a status line."""
-    lines = str(exc).strip().splitlines()
-    return lines[0][:200] if lines else type(exc).__name__
+        super().__init__(f"{device_label} failed {during} ({first_line(cause, STATUS_LINE)}).")

@@ -16,7 +16,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from chatapp.engine.errors import first_line
+from chatapp.error_text import STATUS_LINE, first_line
 
 PROVIDER = "WebGpuExecutionProvider"
 SOFTWARE_ENV = "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"
@@ -92,7 +92,9 @@ def _discover(mode: str) -> Discovery:
         try:
             ort.register_execution_provider_library(_LIBRARY_NAME, path)
         except Exception as exc:  # an incompatible onnxruntime, a missing Vulkan loader...
-            return Discovery(None, False, f"the WebGPU plugin did not load ({first_line(exc)})")
+            return Discovery(
+                None, False, f"the WebGPU plugin did not load ({first_line(exc, STATUS_LINE)})"
+            )
         finally:
             # Read when the plugin is registered; restored so that child processes (a
             # benchmark peer, a second window) do not inherit the choice.

@@ -32,6 +32,7 @@ from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineErr
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.tool_calls import StreamPiece, ToolCallStream, ToolPlan
+from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
 from chatapp.server.stops import StopBuffer
@@ -196,7 +197,7 @@ class EngineWorker:
             self._serve(job)
         except Exception as exc:  # a bug must not end the thread every request waits on
             traceback.print_exc(file=sys.stderr)
-            _send(job, Failed(ApiError(500, f"Internal error: {_first_line(exc)}")))
+            _send(job, Failed(ApiError(500, f"Internal error: {first_line(exc)}")))
         finally:
             self._current = None
             with self._lock:
@@ -263,7 +264,7 @@ class EngineWorker:
             return
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
-            self._fail(job, started, stats, ApiError(500, f"Generation failed: {_first_line(exc)}"))
+            self._fail(job, started, stats, ApiError(500, f"Generation failed: {first_line(exc)}"))
             return
         assert stats is not None
         finish = "stop" if stops.stopped or stats.finish_reason != "length" else "length"
@@ -366,7 +367,7 @@ class EngineWorker:
         try:
             self.engine.fall_back_to_cpu(f"{failure} Running on the CPU.")
         except Exception as exc:
-            self.log(f"the model could not be restarted on the CPU: {_first_line(exc)}")
+            self.log(f"the model could not be restarted on the CPU: {first_line(exc)}")
         self.card = self._card()
 
     def _record(self, job: Job, started: float, reason: str, tokens: int) -> None:
@@ -417,8 +418,3 @@ def _piece_delta(piece: StreamPiece, tokens: tuple[TokenOut, ...]) -> Delta:
 
 def _floor(logprob: float) -> float:
     return logprob if logprob > LOGPROB_FLOOR else LOGPROB_FLOOR
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__

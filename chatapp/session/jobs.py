@@ -14,6 +14,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatapp.error_text import first_line
+
+NO_DETAILS = "no details"  # an error without a message, after its type name
 JobResult = Generator[Any, None, Any] | Any
 """What a job function returns: a generator (its items stream out, its return value is the
 result) or, for work that reports through `JobControl.put`, the result itself."""
@@ -66,15 +69,9 @@ class Job:
     flush_interval_s: float | None = None
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (at most 300 characters)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else "no details"
-
-
 def failed(what: str, exc: BaseException) -> str:
     """'<what> failed: <Type>: <first line>' for an error nobody foresaw."""
-    return f"{what} failed: {type(exc).__name__}: {first_line(exc)}"
+    return f"{what} failed: {type(exc).__name__}: {first_line(exc, empty=NO_DETAILS)}"
 
 
 def one_line(text: str) -> str:

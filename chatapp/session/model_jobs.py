@@ -24,8 +24,9 @@ from chatapp.engine.model_folder.sampling_defaults import ModelSampling, model_s
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
 from chatapp.engine.resident import return_freed_heap
+from chatapp.error_text import first_line
 from chatapp.remote.engine import RemoteEngine
-from chatapp.session.jobs import Job, JobAborted, JobControl, failed, first_line
+from chatapp.session.jobs import NO_DETAILS, Job, JobAborted, JobControl, failed
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,11 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
     def explain(exc: BaseException) -> str:
         # onnxruntime raises its own types for broken graphs: name the type for those.
         expected = isinstance(exc, EngineError | DeviceError | OSError)
-        detail = _sentence(exc) if expected else f"{type(exc).__name__}: {first_line(exc)}"
+        detail = (
+            _sentence(exc)
+            if expected
+            else f"{type(exc).__name__}: {first_line(exc, empty=NO_DETAILS)}"
+        )
         return f"Could not open the model in {request.model_dir}: {detail}"
 
     return Job("model load", run, explain, (EngineError, DeviceError, OSError))
@@ -157,7 +162,9 @@ def cpu_fallback_job(host: EngineHost, reason: str) -> Job:
     return Job(
         "CPU fallback",
         run,
-        lambda exc: f"The model could not be restarted on the CPU: {first_line(exc)}",
+        lambda exc: (
+            f"The model could not be restarted on the CPU: {first_line(exc, empty=NO_DETAILS)}"
+        ),
     )
 
 
@@ -204,7 +211,11 @@ def _open_engine(request: LoadRequest) -> tuple[Engine, str | None]:
 
 
 def _sentence(exc: BaseException) -> str:
-    text = str(exc) if isinstance(exc, EngineError | DeviceError) else first_line(exc)
+    text = (
+        str(exc)
+        if isinstance(exc, EngineError | DeviceError)
+        else first_line(exc, empty=NO_DETAILS)
+    )
     return text if text.endswith((".", "!", "?")) else text + "."
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from chatapp.engine.engine import Engine
 from chatapp.server.app import ShutdownNotice, build_app
 from chatapp.server.runner import ServerThread, bind
-from chatapp.server.worker import EngineWorker, JobRecord
+from chatapp.server.worker import EngineWorker, RequestRecord
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Served:
             assert time.monotonic() < deadline, "the server never got there"
             time.sleep(0.005)
 
-    def wait_for_records(self, count: int, timeout: float = 30.0) -> list[JobRecord]:
+    def wait_for_records(self, count: int, timeout: float = 30.0) -> list[RequestRecord]:
         """The first `count` finished jobs, once there are that many (bounded wait)."""
         deadline = time.monotonic() + timeout
         while len(self.worker.records) < count:

@@ -6,8 +6,8 @@ tells a handler when the client disconnects. Server-sent events are `data: ...\n
 simple to need a library. FastAPI would add pydantic models we do not need; aiohttp brings its
 own C extensions and a second HTTP stack beside httpx2 (the client side).
 
-Each request is watched for the client going away (uvicorn's `http.disconnect`): the job is
-then cancelled, and the engine stops within one step, whether the job runs or still waits.
+Each request is watched for the client going away (uvicorn's `http.disconnect`): the request is
+then cancelled, and the engine stops within one step, whether it runs or still waits.
 """
 
 from __future__ import annotations
@@ -31,7 +31,14 @@ from chatapp.server.errors import ApiError, invalid
 from chatapp.server.request_body import GenerationRequest, parse_chat, parse_completion
 from chatapp.server.responses import Answer, sse
 from chatapp.server.security import AccessPolicy
-from chatapp.server.worker import Delta, Done, EngineWorker, Failed, Job, JobEvent
+from chatapp.server.worker import (
+    Delta,
+    Done,
+    EngineWorker,
+    Failed,
+    RequestEvent,
+    ServedRequest,
+)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -75,7 +82,7 @@ class _ShuttingDown:
 
 
 SHUTTING_DOWN = _ShuttingDown()
-StreamEvent = JobEvent | _ShuttingDown
+StreamEvent = RequestEvent | _ShuttingDown
 
 
 def build_app(
@@ -149,25 +156,25 @@ async def _answer(
     # clients send "gpt-3.5-turbo" and the like by default.
     events: asyncio.Queue[StreamEvent] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    job = Job(req, lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
-    worker.submit(job)
+    served = ServedRequest(req, lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
+    worker.submit(served)
     notice.listen(loop, events)
-    watcher = asyncio.create_task(_cancel_on_disconnect(request.receive, job))
+    watcher = asyncio.create_task(_cancel_on_disconnect(request.receive, served))
     streaming = False
 
     def close() -> None:
-        _close(job, watcher)
+        _close(served, watcher)
         notice.forget(loop, events)
 
     try:
-        first = await events.get()  # the job waits its turn in the queue until then
+        first = await events.get()  # the request waits its turn in the queue until then
         if isinstance(first, Failed):
             raise first.error
         if isinstance(first, _ShuttingDown):
             raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
         answer = Answer(req, worker.card.id, chat)
         if req.stream:
-            streaming = True  # from here the stream owns the job and the watcher
+            streaming = True  # from here the stream owns the request and the watcher
             return EventStream(_stream(answer, events), on_close=close)
         return await _whole(answer, events)
     finally:
@@ -208,7 +215,7 @@ async def _stream(answer: Answer, events: asyncio.Queue[StreamEvent]) -> AsyncIt
             # The status line has gone out: the error travels in the stream (as vLLM does).
             yield sse(event.error.body())
             break
-        elif isinstance(event, _ShuttingDown):  # on_close cancels the job
+        elif isinstance(event, _ShuttingDown):  # on_close cancels the request
             yield sse(ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down").body())
             break
     yield sse("[DONE]")
@@ -236,22 +243,22 @@ class EventStream(StreamingResponse):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
-            pass  # the client went away mid-send: on_close cancels the job
+            pass  # the client went away mid-send: on_close cancels the request
         finally:
             self.on_close()
 
 
-async def _cancel_on_disconnect(receive: Receive, job: Job) -> None:
+async def _cancel_on_disconnect(receive: Receive, served: ServedRequest) -> None:
     """The only reader of `receive` once the body is read: waits for the client to leave."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            job.cancel()
+            served.cancel()
             return
 
 
-def _close(job: Job, watcher: asyncio.Task[None]) -> None:
-    job.cancel()  # a no-op once the job has finished
+def _close(served: ServedRequest, watcher: asyncio.Task[None]) -> None:
+    served.cancel()  # a no-op once it has finished
     watcher.cancel()
 
 

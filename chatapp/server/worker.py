@@ -1,21 +1,21 @@
 """The one thread that owns the Engine: requests wait in a queue and run one at a time.
 
 The engine is single-stream (one KV cache per loop), so two generations must never overlap.
-The HTTP side hands in a `Job` with a `deliver` callback (thread-safe, e.g. onto an asyncio
-queue) and gets back `Started`, then `Delta`s, then `Done` or `Failed`. A job whose
-`cancelled` flag is set (the client went away) stops within one step of the loop.
+The HTTP side hands in a `ServedRequest` with a `deliver` callback (thread-safe, e.g. onto an
+asyncio queue) and gets back `Started`, then `Delta`s, then `Done` or `Failed`. A request
+whose `cancelled` flag is set (the client went away) stops within one step of the loop.
 
-By default the worker runs its own thread. With `dispatch`, it starts none: `submit` hands
-each job to `dispatch` (from the HTTP thread), and whoever owns the engine calls
-`run_job(job)` on its own thread, or `discard(job, error)` for one that will never run (the
-window's "Serve this model" runs jobs on its JobRunner, between chat answers).
+By default each request is answered by a `Job` (session/jobs.py) on the worker's own
+`JobThread`, the way the window runs its jobs. With `dispatch`, it starts no thread: `submit`
+hands each request to `dispatch` (from the HTTP thread), and whoever owns the engine calls
+`answer(request)` on its own thread, or `discard(request, error)` for one that will never run
+(the window's "Serve this model" answers on its JobRunner, between chat answers).
 """
 
 from __future__ import annotations
 
 import builtins
 import itertools
-import queue
 import sys
 import threading
 import time
@@ -37,6 +37,7 @@ from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
 from chatapp.server.stops import StopBuffer
 from chatapp.server.token_text import TokenText
+from chatapp.session.jobs import Job, JobControl, JobThread
 
 perf = time.perf_counter
 LOGPROB_FLOOR = -9999.0  # OpenAI's stand-in for "practically impossible" (JSON has no -inf)
@@ -76,13 +77,15 @@ class Failed:
     error: ApiError
 
 
-JobEvent = Started | Delta | Done | Failed
+RequestEvent = Started | Delta | Done | Failed
 
 
 @dataclass
-class Job:
+class ServedRequest:
+    """One HTTP request for the engine, with the way back to its client."""
+
     request: GenerationRequest
-    deliver: Callable[[JobEvent], object]  # its return value is ignored
+    deliver: Callable[[RequestEvent], object]  # its return value is ignored
     id: int = field(default_factory=itertools.count(1).__next__)
     cancelled: threading.Event = field(default_factory=threading.Event)
     queued_at: float = field(default_factory=perf)
@@ -92,8 +95,8 @@ class Job:
 
 
 @dataclass(frozen=True)
-class JobRecord:
-    """What became of a job (kept for the log and the tests)."""
+class RequestRecord:
+    """What became of a request (kept for the log and the tests)."""
 
     id: int
     queued_at: float
@@ -124,159 +127,158 @@ class EngineWorker:
         served_name: str | None = None,
         max_queue: int = 16,
         log: Callable[[str], None] | None = None,
-        dispatch: Callable[[Job], None] | None = None,
+        dispatch: Callable[[ServedRequest], None] | None = None,
     ) -> None:
         self.engine = engine
         self.default_mode = default_mode
         self.served_name = served_name or engine.info.name
         self.max_queue = max_queue
         self.log = log or (lambda line: None)
-        self.records: deque[JobRecord] = deque(maxlen=256)
+        self.records: deque[RequestRecord] = deque(maxlen=256)
         self.card = self._card()
-        self._queue: queue.Queue[Job | None] = queue.Queue()
-        self._waiting = 0  # jobs submitted and not yet finished
+        # Submitted and not finished, in order: the one generating and those waiting.
+        self._submitted: dict[int, ServedRequest] = {}
         self._lock = threading.Lock()
-        self._current: Job | None = None
+        self._current: ServedRequest | None = None
         self._token_text = TokenText(engine.tokenizer.tok)
         self._dispatch = dispatch
-        self._thread: threading.Thread | None = None
-        if dispatch is None:
-            self._thread = threading.Thread(target=self._run, name="chatapp-engine", daemon=True)
-            self._thread.start()
+        self._thread = JobThread("chatapp-engine") if dispatch is None else None
 
     # ---- any thread ------------------------------------------------------------------
     @property
     def pending(self) -> int:
         """Requests submitted and not finished: the one generating and those waiting."""
         with self._lock:
-            return self._waiting
+            return len(self._submitted)
 
     @property
-    def running(self) -> Job | None:
-        """The job generating now, if any."""
+    def running(self) -> ServedRequest | None:
+        """The request generating now, if any."""
         return self._current
 
-    def waiting_jobs(self) -> list[Job]:
-        """The jobs in the queue, not the one generating (a snapshot)."""
-        with self._queue.mutex:
-            return [job for job in self._queue.queue if job is not None]
-
-    def submit(self, job: Job) -> None:
+    def waiting_requests(self) -> list[ServedRequest]:
+        """The requests in the queue, not the one generating (a snapshot)."""
         with self._lock:
-            if self._waiting >= self.max_queue:
+            current = self._current
+            return [r for r in self._submitted.values() if r is not current]
+
+    def submit(self, request: ServedRequest) -> None:
+        with self._lock:
+            if len(self._submitted) >= self.max_queue:
                 raise ApiError(
                     503,
-                    f"The server is busy: {self._waiting} requests are waiting; try again later.",
+                    f"The server is busy: {len(self._submitted)} requests are waiting; "
+                    "try again later.",
                     code="queue_full",
                 )
-            self._waiting += 1
+            self._submitted[request.id] = request
         if self._dispatch is None:
-            self._queue.put(job)
+            assert self._thread is not None
+            self._thread.submit(self.job_for(request))
             return
         try:
-            self._dispatch(job)
+            self._dispatch(request)
         except BaseException:
-            with self._lock:
-                self._waiting -= 1
+            self._finished(request)
             raise
 
+    def job_for(self, request: ServedRequest) -> Job:
+        """The job that answers `request` on the engine's thread; stopped before it starts (the
+        worker closing), it answers that the server is shutting down."""
+
+        def run(control: JobControl) -> None:
+            if control.stopped:
+                _send(request, Failed(ApiError(503, "The server is shutting down.")))
+                self._finished(request)
+                return
+            self.answer(request)
+
+        return Job("served request", run)
+
     def close(self, timeout: float = 10.0) -> None:
-        """Cancel what runs and what waits, then end the thread (if the worker has one)."""
+        """Cancel what runs, then end the thread (if the worker has one) once the requests
+        queued before have run; those submitted later are told the server is shutting down."""
         current = self._current
         if current is not None:
             current.cancel()
         if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
+            self._thread.close(timeout)
 
     # ---- the thread that owns the engine -----------------------------------------------
-    def run_job(self, job: Job) -> None:
-        """Answer one job on the calling thread, which must be the engine's owner."""
-        self._current = job
+    def answer(self, request: ServedRequest) -> None:
+        """Answer one request on the calling thread, which must be the engine's owner."""
+        self._current = request
         try:
-            self._serve(job)
+            self._serve(request)
         except Exception as exc:  # a bug must not end the thread every request waits on
             traceback.print_exc(file=sys.stderr)
-            _send(job, Failed(ApiError(500, f"Internal error: {first_line(exc)}")))
+            _send(request, Failed(ApiError(500, f"Internal error: {first_line(exc)}")))
         finally:
             self._current = None
-            with self._lock:
-                self._waiting -= 1
+            self._finished(request)
 
-    def discard(self, job: Job, error: ApiError) -> None:
-        """Answer a dispatched job that will never run (the owner stops serving)."""
-        _send(job, Failed(error))
+    def discard(self, request: ServedRequest, error: ApiError) -> None:
+        """Answer a dispatched request that will never run (the owner stops serving)."""
+        _send(request, Failed(error))
+        self._finished(request)
+
+    def _finished(self, request: ServedRequest) -> None:
         with self._lock:
-            self._waiting -= 1
+            self._submitted.pop(request.id, None)
 
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                self._drain()
-                return
-            self.run_job(job)
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if job is not None:
-                _send(job, Failed(ApiError(503, "The server is shutting down.")))
-
-    def _serve(self, job: Job) -> None:
+    def _serve(self, served: ServedRequest) -> None:
         started = perf()
-        if job.cancelled.is_set():  # the client left while waiting
-            _send(job, Failed(ApiError(499, "The client closed the request.")))
-            self._record(job, started, "cancelled", 0)
+        if served.cancelled.is_set():  # the client left while waiting
+            _send(served, Failed(ApiError(499, "The client closed the request.")))
+            self._record(served, started, "cancelled", 0)
             return
-        stops: StopBuffer[TokenOut | None] = StopBuffer(job.request.stop)
+        stops: StopBuffer[TokenOut | None] = StopBuffer(served.request.stop)
         stats: RunStats | None = None
-        plan = self._tool_plan(job.request)
+        plan = self._tool_plan(served.request)
         calls = plan.stream() if plan is not None and plan.active else None
         try:
-            gen = self._open(job, lambda: stops.stopped or job.cancelled.is_set(), plan)
+            gen = self._open(served, lambda: stops.stopped or served.cancelled.is_set(), plan)
             stats = gen.stats
-            if not _send(job, Started(len(gen.prompt_ids))):
-                job.cancel()
+            if not _send(served, Started(len(gen.prompt_ids))):
+                served.cancel()
             streamed = ""
             for event in gen:
                 streamed += event.text
-                self._push(job, stops, event.text, self._token_out(event), calls)
+                self._push(served, stops, event.text, self._token_out(event), calls)
             if gen.text.startswith(streamed) and len(gen.text) > len(streamed):
                 # The detokenizer's last partial character comes out at the end.
-                self._push(job, stops, gen.text[len(streamed) :], None, calls)
+                self._push(served, stops, gen.text[len(streamed) :], None, calls)
             text, items = stops.flush()
-            self._deliver(job, text, tuple(t for t in items if t is not None), calls)
+            self._deliver(served, text, tuple(t for t in items if t is not None), calls)
             if calls is not None:
                 for piece in calls.finish():
-                    _send(job, _piece_delta(piece, ()))
+                    _send(served, _piece_delta(piece, ()))
         except ApiError as exc:
-            self._fail(job, started, stats, exc)
+            self._fail(served, started, stats, exc)
             return
         except DeviceFailure as exc:
             self._fail(
-                job, started, stats, ApiError(500, f"{exc} The next request runs on the CPU.")
+                served, started, stats, ApiError(500, f"{exc} The next request runs on the CPU.")
             )
             self._fall_back_to_cpu(exc)
             return
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
-            self._fail(job, started, stats, ApiError(500, f"Generation failed: {first_line(exc)}"))
+            self._fail(
+                served, started, stats, ApiError(500, f"Generation failed: {first_line(exc)}")
+            )
             return
         assert stats is not None
         finish = "stop" if stops.stopped or stats.finish_reason != "length" else "length"
         made = calls.calls() if calls is not None else ()
         if made and finish == "stop":
             finish = "tool_calls"
-        figures = self._figures(stats, started - job.queued_at)
-        self._record(job, started, stats.finish_reason, stats.generated_tokens)
-        gone = job.cancelled.is_set()  # before Done: the receiver cancels when it closes
-        _send(job, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
+        figures = self._figures(stats, started - served.queued_at)
+        self._record(served, started, stats.finish_reason, stats.generated_tokens)
+        gone = served.cancelled.is_set()  # before Done: the receiver cancels when it closes
+        _send(served, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
         self.log(
-            f"request {job.id}: {stats.prompt_tokens} prompt + {stats.generated_tokens} tokens, "
+            f"request {served.id}: {stats.prompt_tokens} prompt + {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, {stats.mode}, "
             f"{'client gone' if gone else finish}"
         )
@@ -291,8 +293,10 @@ class EngineWorker:
             req.tools, req.tool_choice, tokenizer.template_source, tokenizer.supports_tools
         )
 
-    def _open(self, job: Job, should_stop: Callable[[], bool], plan: ToolPlan | None) -> Generation:
-        req = job.request
+    def _open(
+        self, served: ServedRequest, should_stop: Callable[[], bool], plan: ToolPlan | None
+    ) -> Generation:
+        req = served.request
         try:
             if req.messages is not None:
                 if plan is None:
@@ -329,28 +333,32 @@ class EngineWorker:
 
     def _push(
         self,
-        job: Job,
+        served: ServedRequest,
         stops: StopBuffer[TokenOut | None],
         text: str,
         token: TokenOut | None,
         calls: ToolCallStream | None,
     ) -> None:
         released, items = stops.push(text, token)
-        if not self._deliver(job, released, tuple(t for t in items if t is not None), calls):
-            job.cancel()
+        if not self._deliver(served, released, tuple(t for t in items if t is not None), calls):
+            served.cancel()
 
     def _deliver(
-        self, job: Job, text: str, tokens: tuple[TokenOut, ...], calls: ToolCallStream | None
+        self,
+        served: ServedRequest,
+        text: str,
+        tokens: tuple[TokenOut, ...],
+        calls: ToolCallStream | None,
     ) -> bool:
         """Send text as content, or (with tools) as content or tool call pieces."""
         if calls is None:
-            return not (text or tokens) or _send(job, Delta(text, tokens))
+            return not (text or tokens) or _send(served, Delta(text, tokens))
         pieces = calls.push(text) if text else []
         if not pieces:
-            return not tokens or _send(job, Delta("", tokens))
+            return not tokens or _send(served, Delta("", tokens))
         sent = True
         for i, piece in enumerate(pieces):
-            sent = _send(job, _piece_delta(piece, tokens if i == 0 else ())) and sent
+            sent = _send(served, _piece_delta(piece, tokens if i == 0 else ())) and sent
         return sent
 
     def _token_out(self, event: StepEvent) -> TokenOut:
@@ -358,10 +366,12 @@ class EngineWorker:
         top = tuple((*self._token_text(i), _floor(lp)) for i, lp in event.top_logprobs)
         return TokenOut(token, raw, _floor(event.logprob), top)
 
-    def _fail(self, job: Job, started: float, stats: RunStats | None, error: ApiError) -> None:
-        _send(job, Failed(error))
-        self._record(job, started, "error", stats.generated_tokens if stats else 0)
-        self.log(f"request {job.id}: failed: {error.message}")
+    def _fail(
+        self, served: ServedRequest, started: float, stats: RunStats | None, error: ApiError
+    ) -> None:
+        _send(served, Failed(error))
+        self._record(served, started, "error", stats.generated_tokens if stats else 0)
+        self.log(f"request {served.id}: failed: {error.message}")
 
     def _fall_back_to_cpu(self, failure: DeviceFailure) -> None:
         try:
@@ -370,9 +380,9 @@ class EngineWorker:
             self.log(f"the model could not be restarted on the CPU: {first_line(exc)}")
         self.card = self._card()
 
-    def _record(self, job: Job, started: float, reason: str, tokens: int) -> None:
-        record = JobRecord(
-            job.id, job.queued_at, started, perf(), reason, tokens, job.cancelled.is_set()
+    def _record(self, served: ServedRequest, started: float, reason: str, tokens: int) -> None:
+        record = RequestRecord(
+            served.id, served.queued_at, started, perf(), reason, tokens, served.cancelled.is_set()
         )
         self.records.append(record)
 
@@ -401,10 +411,10 @@ class EngineWorker:
         )
 
 
-def _send(job: Job, event: JobEvent) -> bool:
+def _send(served: ServedRequest, event: RequestEvent) -> bool:
     """Deliver; False when the receiving side is gone (its event loop closed)."""
     try:
-        job.deliver(event)
+        served.deliver(event)
     except RuntimeError:
         return False
     return True

@@ -1,22 +1,33 @@
 """Work that runs off the GUI thread, described without Qt: a job is a function of a
-`JobControl`, usually a generator.
+`JobControl`, usually a generator. One vocabulary for the window and the server.
 
-The GUI's `JobRunner` (chatapp/gui/common/workers.py) runs jobs one at a time on its worker
-thread and turns what they do into signals: every yielded item goes out (batched in time), the
-return value is the result, `JobAborted` means "stopped", any other exception is an error that
-the user sees as one line (`Job.explain`) and the log keeps with its traceback. The functions
-here never see a signal, so they can be tested, and reused, without Qt.
+`run_job` runs one job and says what it did to a `JobListener`: every yielded item goes out
+(batched in time), the return value is the result, `JobAborted` means "stopped", any other
+exception is an error that the user sees as one line (`Job.explain`) and the log keeps with
+its traceback. Two runners run jobs one at a time, in order, through it: the GUI's `JobRunner`
+(chatapp/gui/common/workers.py), on a QThread, turns what they do into signals; `JobThread`
+below, on a thread of its own without Qt, is the server's engine thread. The jobs never see a
+signal, so they can be tested, and reused, without Qt.
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
+import logging
+import queue
+import threading
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from chatapp.error_text import first_line
 
+FLUSH_INTERVAL_S = 0.03  # a fast model must not flood the receiver (the GUI's event queue)
 NO_DETAILS = "no details"  # an error without a message, after its type name
+log = logging.getLogger(__name__)
+perf = time.perf_counter
 JobResult = Generator[Any, None, Any] | Any
 """What a job function returns: a generator (its items stream out, its return value is the
 result) or, for work that reports through `JobControl.put`, the result itself."""
@@ -76,3 +87,194 @@ def failed(what: str, exc: BaseException) -> str:
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class JobError:
+    """How a job failed: one line for the user; the log has the traceback."""
+
+    request_id: int
+    message: str  # one line for the user
+    partial: Any = None  # what the job left in `JobControl.partial`, if anything
+    kind: type[BaseException] = Exception  # the exception's class (its traceback is logged)
+    detail: str = ""  # the exception's own message
+
+
+class JobListener(Protocol):
+    """What a runner does with what a job does; called on the job's thread. Exactly one of
+    finished, errored and aborted ends every job, after the items it yielded."""
+
+    def started(self, request_id: int) -> None: ...
+
+    def yielded(self, request_id: int, items: tuple[Any, ...], snapshot: Any) -> None: ...
+
+    def finished(self, request_id: int, result: Any) -> None: ...
+
+    def errored(self, error: JobError) -> None: ...
+
+    def aborted(self, request_id: int, message: str) -> None: ...
+
+
+def run_job(
+    job: Job,
+    request_id: int,
+    stopped: Callable[[], bool],
+    listener: JobListener,
+    flush_interval_s: float = FLUSH_INTERVAL_S,
+) -> None:
+    """Run `job` on the calling thread; exceptions never leave it (they go to `listener`)."""
+    pending: list[Any] = []
+    last_flush = -float("inf")
+
+    def flush() -> None:
+        nonlocal last_flush
+        last_flush = perf()
+        if pending:
+            snapshot = control.snapshot() if control.snapshot is not None else None
+            listener.yielded(request_id, tuple(pending), snapshot)
+            pending.clear()
+
+    interval = flush_interval_s if job.flush_interval_s is None else job.flush_interval_s
+
+    def put(item: Any) -> None:
+        pending.append(item)
+        if perf() - last_flush >= interval:
+            flush()
+
+    control = JobControl(request_id, stopped, put, flush)
+    listener.started(request_id)
+    started = perf()
+    try:
+        result = job.run(control)
+        if inspect.isgenerator(result):
+            result = _drain(result, put)
+        flush()
+    except JobAborted as exc:
+        flush()
+        log.info("%s %d stopped: %s", job.name, request_id, exc)
+        listener.aborted(request_id, one_line(str(exc)))
+    except Exception as exc:
+        flush()  # what was made before the fault stays visible
+        message = _explain(job, exc)
+        if isinstance(exc, job.expected):  # a refusal foreseen: one line is the whole story
+            log.warning("%s %d: %s", job.name, request_id, message)
+        else:
+            log.error("%s %d: %s", job.name, request_id, message, exc_info=exc)
+        listener.errored(JobError(request_id, message, control.partial, type(exc), str(exc)))
+    else:
+        log.debug("%s %d finished in %.3f s", job.name, request_id, perf() - started)
+        listener.finished(request_id, result)
+
+
+def _explain(job: Job, exc: Exception) -> str:
+    try:
+        return one_line(job.explain(exc))
+    except Exception:  # the explanation must not be what kills the runner
+        log.exception("explaining a %s failure failed", job.name)
+        return failed(job.name.capitalize(), exc)
+
+
+def _drain(generator: Generator[Any, Any, Any], put: Callable[[Any], None]) -> Any:
+    """Send every item out; the generator's return value is the job's result."""
+    while True:
+        try:
+            item = next(generator)
+        except StopIteration as stop:
+            return stop.value
+        put(item)
+
+
+class StopFlags:
+    """Written by any thread, read by the running job between steps. Set membership and int
+    stores are atomic under the GIL, and a flag, once set, is never cleared."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self.through = 0  # every request up to this one (shutdown)
+
+    def __call__(self, request_id: int) -> bool:
+        return request_id <= self.through or request_id in self.ids
+
+
+class _Unheard:
+    """A listener for jobs that report on their own (the server's answer their clients)."""
+
+    def started(self, request_id: int) -> None:
+        pass
+
+    def yielded(self, request_id: int, items: tuple[Any, ...], snapshot: Any) -> None:
+        pass
+
+    def finished(self, request_id: int, result: Any) -> None:
+        pass
+
+    def errored(self, error: JobError) -> None:
+        pass
+
+    def aborted(self, request_id: int, message: str) -> None:
+        pass
+
+
+class JobThread:
+    """Runs jobs one at a time, in the order submitted, on a thread of its own (no Qt).
+
+    `close()` lets the jobs queued before it run, then ends the thread; a job submitted after
+    it still runs, with its stop flag set, so that it ends at once in its own way (the server
+    answers "shutting down")."""
+
+    def __init__(
+        self,
+        name: str,
+        listener: JobListener | None = None,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+    ) -> None:
+        self.listener: JobListener = listener or _Unheard()
+        self.flush_interval_s = flush_interval_s
+        self._ids = itertools.count(1)
+        self._stopped = StopFlags()
+        self._queue: queue.Queue[tuple[int, Job] | None] = queue.Queue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> int:
+        """Queue `job`; returns its request id (for `request_stop`)."""
+        request_id = next(self._ids)
+        if self._closed:
+            self._stopped.ids.add(request_id)
+        self._queue.put((request_id, job))
+        return request_id
+
+    def waiting(self) -> list[Job]:
+        """The jobs in the queue, not the one running (a snapshot)."""
+        with self._queue.mutex:
+            return [item[1] for item in self._queue.queue if item is not None]
+
+    def request_stop(self, request_id: int) -> None:
+        """Callable from any thread; the job reads it between steps."""
+        self._stopped.ids.add(request_id)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Run what is queued, then end the thread (waiting at most `timeout` seconds)."""
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            self._run(*item)
+        while True:  # submitted while closing: each ends at once, stopped
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self._stopped.ids.add(item[0])
+                self._run(*item)
+
+    def _run(self, request_id: int, job: Job) -> None:
+        stopped = self._stopped
+        run_job(job, request_id, lambda: stopped(request_id), self.listener, self.flush_interval_s)

@@ -101,7 +101,7 @@ def test_a_server_that_waits_too_long_times_out(tiny_model_dir: Path) -> None:
             worker = served.worker
             served.wait_until(  # the client's leaving reached the server
                 lambda: any(
-                    j.cancelled.is_set() for j in [worker.running, *worker.waiting_jobs()] if j
+                    j.cancelled.is_set() for j in [worker.running, *worker.waiting_requests()] if j
                 )
             )
             gate.set()

@@ -98,7 +98,7 @@ def test_second_request_waits_for_the_first_and_both_are_right(
     served.wait_until(lambda: served.worker.pending == 1)
     second = threading.Thread(target=_stream_text, args=(served, results, "second", 30))
     second.start()
-    served.wait_until(lambda: len(served.worker.waiting_jobs()) == 1)
+    served.wait_until(lambda: len(served.worker.waiting_requests()) == 1)
     gate.set()  # ... until the second request is queued behind it
     first.join(60)
     second.join(60)
@@ -124,7 +124,7 @@ def test_a_queued_request_whose_client_left_never_runs(
             timeout=httpx2.Timeout(30, read=0.3),
             trust_env=False,
         )
-    served.wait_until(lambda: all(j.cancelled.is_set() for j in served.worker.waiting_jobs()))
+    served.wait_until(lambda: all(j.cancelled.is_set() for j in served.worker.waiting_requests()))
     gate.set()
     runner.join(60)
     first, queued = served.wait_for_records(2)

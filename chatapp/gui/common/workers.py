@@ -1,8 +1,9 @@
 """One way to run work off the GUI thread (napari's generator worker is the model).
 
 `JobRunner` owns a QThread and runs `Job`s (chatapp/session/jobs.py) on it one at a time, in
-the order they were submitted; so two jobs never use the engine at once. `submit` returns a
-`JobHandle` at once, whose signals arrive on the GUI thread:
+the order they were submitted; so two jobs never use the engine at once. What a job does is
+`session.jobs.run_job`'s, as on the server's `JobThread`; this module turns it into signals.
+`submit` returns a `JobHandle` at once, whose signals arrive on the GUI thread:
 
     sig_started()            the job began
     sig_yielded(batch)       a YieldedBatch: the items yielded (or `put`) since the last one,
@@ -18,23 +19,19 @@ waits for the worker. Like Spyder's workers, exceptions never leave the worker t
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 import threading
-import time
-from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from chatapp.gui.common.qtcompat import emit
-from chatapp.session.jobs import Job, JobAborted, JobControl, failed, one_line
+from chatapp.session.jobs import FLUSH_INTERVAL_S, Job, JobError, StopFlags, run_job
 
-FLUSH_INTERVAL_S = 0.03  # a fast model must not flood the GUI's event queue
+__all__ = ["FLUSH_INTERVAL_S", "JobError", "JobHandle", "JobRunner", "YieldedBatch"]
 log = logging.getLogger(__name__)
-perf = time.perf_counter
 
 
 @dataclass(frozen=True)
@@ -42,15 +39,6 @@ class YieldedBatch:
     request_id: int
     items: tuple[Any, ...]
     snapshot: Any = None  # what the job's `JobControl.snapshot` said at this flush
-
-
-@dataclass(frozen=True)
-class JobError:
-    request_id: int
-    message: str  # one line for the user
-    partial: Any = None  # what the job left in `JobControl.partial`, if anything
-    kind: type[BaseException] = Exception  # the exception's class (its traceback is logged)
-    detail: str = ""  # the exception's own message
 
 
 class JobHandle(QObject):
@@ -74,18 +62,6 @@ class JobHandle(QObject):
         self.runner.request_stop(self.request_id)
 
 
-class _StopFlags:
-    """Written by the GUI thread, read by the worker between steps. Set membership and int
-    stores are atomic under the GIL, and a flag, once set, is never cleared."""
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-        self.through = 0  # every request up to this one (shutdown)
-
-    def __call__(self, request_id: int) -> bool:
-        return request_id <= self.through or request_id in self.ids
-
-
 class _Worker(QObject):
     """Lives in the runner's thread; its slot runs one job."""
 
@@ -95,75 +71,33 @@ class _Worker(QObject):
     sig_errored = Signal(object)  # JobError
     sig_aborted = Signal(int, str)
 
-    def __init__(self, stopped: _StopFlags, flush_interval_s: float) -> None:
+    def __init__(self, stopped: StopFlags, flush_interval_s: float) -> None:
         super().__init__()
         self.stopped = stopped
         self.flush_interval_s = flush_interval_s
 
     @Slot(int, object)
     def run(self, request_id: int, job: Job) -> None:
-        pending: list[Any] = []
-        last_flush = -float("inf")
-
-        def flush() -> None:
-            nonlocal last_flush
-            last_flush = perf()
-            if pending:
-                snapshot = control.snapshot() if control.snapshot is not None else None
-                emit(self.sig_yielded, YieldedBatch(request_id, tuple(pending), snapshot))
-                pending.clear()
-
-        interval = self.flush_interval_s if job.flush_interval_s is None else job.flush_interval_s
-
-        def put(item: Any) -> None:
-            pending.append(item)
-            if perf() - last_flush >= interval:
-                flush()
-
-        control = JobControl(request_id, lambda: self.stopped(request_id), put, flush)
         # Python sees a QThread as "Dummy-N": give the log the thread's Qt name.
         threading.current_thread().name = QThread.currentThread().objectName() or "JobRunner"
+        stopped = self.stopped
+        run_job(job, request_id, lambda: stopped(request_id), self, self.flush_interval_s)
+
+    # ---- session.jobs.JobListener: on the worker thread, out as signals -------------------
+    def started(self, request_id: int) -> None:
         emit(self.sig_started, request_id)
-        started = perf()
-        try:
-            result = job.run(control)
-            if inspect.isgenerator(result):
-                result = _drain(result, put)
-            flush()
-        except JobAborted as exc:
-            flush()
-            log.info("%s %d stopped: %s", job.name, request_id, exc)
-            emit(self.sig_aborted, request_id, one_line(str(exc)))
-        except Exception as exc:
-            flush()  # what was made before the fault stays visible
-            message = self._explain(job, exc)
-            if isinstance(exc, job.expected):  # a refusal foreseen: one line is the whole story
-                log.warning("%s %d: %s", job.name, request_id, message)
-            else:
-                log.error("%s %d: %s", job.name, request_id, message, exc_info=exc)
-            error = JobError(request_id, message, control.partial, type(exc), str(exc))
-            emit(self.sig_errored, error)
-        else:
-            log.debug("%s %d finished in %.3f s", job.name, request_id, perf() - started)
-            emit(self.sig_finished, request_id, result)
 
-    @staticmethod
-    def _explain(job: Job, exc: Exception) -> str:
-        try:
-            return one_line(job.explain(exc))
-        except Exception:  # the explanation must not be what kills the worker
-            log.exception("explaining a %s failure failed", job.name)
-            return failed(job.name.capitalize(), exc)
+    def yielded(self, request_id: int, items: tuple[Any, ...], snapshot: Any) -> None:
+        emit(self.sig_yielded, YieldedBatch(request_id, items, snapshot))
 
+    def finished(self, request_id: int, result: Any) -> None:
+        emit(self.sig_finished, request_id, result)
 
-def _drain(generator: Generator[Any, Any, Any], put: Callable[[Any], None]) -> Any:
-    """Send every item out; the generator's return value is the job's result."""
-    while True:
-        try:
-            item = next(generator)
-        except StopIteration as stop:
-            return stop.value
-        put(item)
+    def errored(self, error: JobError) -> None:
+        emit(self.sig_errored, error)
+
+    def aborted(self, request_id: int, message: str) -> None:
+        emit(self.sig_aborted, request_id, message)
 
 
 class JobRunner(QObject):
@@ -181,7 +115,7 @@ class JobRunner(QObject):
         self._ids = itertools.count(1)
         self._last_id = 0
         self._handles: dict[int, JobHandle] = {}
-        self._stopped = _StopFlags()
+        self._stopped = StopFlags()
         self._worker = _Worker(self._stopped, flush_interval_s)
         self.worker_thread = QThread()
         self.worker_thread.setObjectName(name)

@@ -30,8 +30,7 @@ from chatapp.session.model_jobs import EngineHost
 
 if TYPE_CHECKING:
     from chatapp.server.runner import ServerThread
-    from chatapp.server.worker import EngineWorker
-    from chatapp.server.worker import Job as ServedJob
+    from chatapp.server.worker import EngineWorker, ServedRequest
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"  # only programs on this machine (docs/server.md: other addresses need a key)
@@ -64,7 +63,7 @@ class WindowServer(QObject):
         self._worker: EngineWorker | None = None
         self._server: ServerThread | None = None
         self._lock = threading.Lock()
-        self._waiting: dict[int, ServedJob] = {}  # dispatched, not yet run
+        self._waiting: dict[int, ServedRequest] = {}  # dispatched, not yet run
         self._closed = True
         self._starting = False
         self._sig_dispatch.connect(self._submit)
@@ -161,7 +160,7 @@ class WindowServer(QObject):
         emit(self.sig_stopped)
 
     # ---- requests ---------------------------------------------------------------------------
-    def _dispatch(self, job: ServedJob) -> None:
+    def _dispatch(self, job: ServedRequest) -> None:
         """uvicorn's thread: queue the request for the GUI thread to submit."""
         from chatapp.server.errors import ApiError
 
@@ -172,18 +171,18 @@ class WindowServer(QObject):
         emit(self._sig_dispatch, job)
 
     @Slot(object)
-    def _submit(self, job: ServedJob) -> None:
+    def _submit(self, job: ServedRequest) -> None:
         if self._worker is None:
             return  # stopped meanwhile: stop() answered it
         handle = self.runner.submit(Job("served request", self._runner_for(job, self._worker)))
         handle.sig_finished.connect(self._on_answered)
 
-    def _runner_for(self, job: ServedJob, worker: EngineWorker) -> Callable[[JobControl], None]:
+    def _runner_for(self, job: ServedRequest, worker: EngineWorker) -> Callable[[JobControl], None]:
         def run(_control: JobControl) -> None:  # the worker thread, which owns the engine
             with self._lock:
                 if self._waiting.pop(job.id, None) is None:
                     return  # answered by stop() already
-            worker.run_job(job)
+            worker.answer(job)
 
         return run
 

@@ -1,0 +1,200 @@
+"""run_job and JobThread: the job vocabulary the window's JobRunner and the server share."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from chatapp.error_text import first_line
+from chatapp.session.jobs import (
+    Job,
+    JobAborted,
+    JobControl,
+    JobError,
+    JobThread,
+    failed,
+    run_job,
+)
+
+WAIT_S = 10.0  # bounded waits: a broken runner fails the test instead of hanging it
+
+
+@dataclass
+class Heard:
+    """A JobListener that records what it was told, in order."""
+
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def started(self, request_id: int) -> None:
+        self.events.append(("started", request_id))
+
+    def yielded(self, request_id: int, items: tuple[Any, ...], snapshot: Any) -> None:
+        self.events.append(("yielded", items))
+
+    def finished(self, request_id: int, result: Any) -> None:
+        self.events.append(("finished", result))
+        self.done.set()
+
+    def errored(self, error: JobError) -> None:
+        self.events.append(("errored", error))
+        self.done.set()
+
+    def aborted(self, request_id: int, message: str) -> None:
+        self.events.append(("aborted", message))
+        self.done.set()
+
+    def items(self) -> list[Any]:
+        return [item for kind, batch in self.events if kind == "yielded" for item in batch]
+
+
+def counting(n: int) -> Job:
+    def run(_control: JobControl) -> Generator[int, None, str]:
+        yield from range(n)
+        return "done"
+
+    return Job("counting", run)
+
+
+def test_a_generator_job_yields_its_items_then_its_result() -> None:
+    heard = Heard()
+    run_job(counting(5), 7, lambda: False, heard, flush_interval_s=0.0)
+    assert heard.events[0] == ("started", 7)
+    assert heard.items() == [0, 1, 2, 3, 4]
+    assert heard.events[-1] == ("finished", "done")
+
+
+def test_items_are_batched_until_the_interval_passes() -> None:
+    heard = Heard()
+    run_job(counting(50), 1, lambda: False, heard, flush_interval_s=3600.0)
+    batches = [batch for kind, batch in heard.events if kind == "yielded"]
+    # The first item goes out at once (nothing was sent yet), the rest at the end.
+    assert batches == [(0,), tuple(range(1, 50))]
+
+
+def test_a_stopped_job_ends_as_aborted_with_one_line() -> None:
+    def run(control: JobControl) -> Generator[int, None, None]:
+        yield 1
+        if control.stopped:
+            raise JobAborted("Stopped\n  by the user.")
+
+    heard = Heard()
+    run_job(Job("stoppable", run), 1, lambda: True, heard)
+    assert heard.items() == [1]  # what it made before stopping still goes out
+    assert heard.events[-1] == ("aborted", "Stopped by the user.")
+
+
+def test_a_failure_is_one_line_for_the_user_with_the_partial_result(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def run(control: JobControl) -> None:
+        control.partial = "half an answer"
+        raise ValueError("bad input\nsecond line")
+
+    heard = Heard()
+    job = Job("broken", run, lambda exc: failed("Answering", exc), expected=(ValueError,))
+    run_job(job, 3, lambda: False, heard)
+    kind, error = heard.events[-1]
+    assert kind == "errored"
+    assert error == JobError(3, "Answering failed: ValueError: bad input", "half an answer",
+                             ValueError, "bad input\nsecond line")  # fmt: skip
+    # Expected: a warning without a traceback.
+    assert [r.exc_info for r in caplog.records if r.levelname == "WARNING"] == [None]
+
+
+def test_an_explanation_that_fails_still_gives_one_line() -> None:
+    def explain(exc: BaseException) -> str:
+        raise RuntimeError("the explanation broke")
+
+    def run(_control: JobControl) -> None:
+        raise KeyError("k")
+
+    heard = Heard()
+    run_job(Job("lookup", run, explain), 1, lambda: False, heard)
+    error = heard.events[-1][1]
+    assert error.message == "Lookup failed: KeyError: 'k'"
+
+
+def test_first_line_keeps_one_line_within_the_limit() -> None:
+    assert first_line(ValueError("a\nb"), 300) == "a"
+    assert first_line(ValueError("x" * 400), 200) == "x" * 200
+    assert first_line(ValueError()) == "ValueError"
+    assert first_line(ValueError(), empty="no details") == "no details"
+    assert first_line("") == "unknown error"
+
+
+def test_the_job_thread_runs_jobs_in_order_one_at_a_time() -> None:
+    heard = Heard()
+    order: list[str] = []
+    running = threading.Lock()
+    release = threading.Event()
+
+    def job(name: str) -> Job:
+        def run(_control: JobControl) -> str:
+            assert running.acquire(blocking=False), "two jobs at once"
+            try:
+                if name == "first":
+                    assert release.wait(WAIT_S)
+                order.append(name)
+                return name
+            finally:
+                running.release()
+
+        return Job(name, run)
+
+    thread = JobThread("test-jobs", heard)
+    try:
+        thread.submit(job("first"))
+        second = job("second")
+        thread.submit(second)
+        assert second in thread.waiting()  # queued behind the first
+        release.set()
+    finally:
+        thread.close(WAIT_S)
+    assert order == ["first", "second"]
+    assert [e[1] for e in heard.events if e[0] == "finished"] == ["first", "second"]
+
+
+def test_a_job_submitted_while_closing_runs_stopped() -> None:
+    release = threading.Event()
+    seen: list[bool] = []
+
+    def late(control: JobControl) -> None:
+        seen.append(control.stopped)
+
+    heard = Heard()
+    thread = JobThread("test-jobs", heard)
+    thread.submit(Job("first", lambda _control: release.wait(WAIT_S)))
+    thread.close(timeout=0)  # returns at once: the first job still runs
+    thread.submit(Job("late", late))
+    release.set()
+    thread.close(WAIT_S)
+    assert seen == [True]  # it ran, told to stop (the server answers "shutting down")
+    assert [e[1] for e in heard.events if e[0] == "finished"] == [True, None]
+
+
+def test_request_stop_reaches_the_running_job() -> None:
+    started = threading.Event()
+
+    def run(control: JobControl) -> str:
+        started.set()
+        for _ in range(int(WAIT_S * 100)):
+            if control.stopped:
+                raise JobAborted("stopped")
+            threading.Event().wait(0.01)
+        return "ran to the end"
+
+    heard = Heard()
+    thread = JobThread("test-jobs", heard)
+    try:
+        request_id = thread.submit(Job("long", run))
+        assert started.wait(WAIT_S)
+        thread.request_stop(request_id)
+        assert heard.done.wait(WAIT_S)
+    finally:
+        thread.close(WAIT_S)
+    assert heard.events[-1] == ("aborted", "stopped")

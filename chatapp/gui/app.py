@@ -27,7 +27,7 @@ from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.model_library import last_model
+from chatapp.gui.models.library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
 from chatapp.session import arg_checks as checks

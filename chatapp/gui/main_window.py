@@ -35,15 +35,15 @@ from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
 from chatapp.gui.menus import RECENT_KEY, WindowMenus
-from chatapp.gui.model_library import (
+from chatapp.gui.models.library import (
     ModelsDialog,
     last_load_seconds,
     load_key,
     remember_last_model,
     remember_load_seconds,
 )
+from chatapp.gui.models.variant_picker import VariantPicker, has_choice
 from chatapp.gui.status_bar import BusyIndicator, StatusBar
-from chatapp.gui.variant_picker import VariantPicker, has_choice
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation

@@ -100,7 +100,7 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
 @pytest.fixture
 def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[GenerateRequest]:
     """Every GenerateRequest a window's controller submits from now on (what the model sees)."""
-    from chatapp.gui.chat import controller
+    from chatapp.session import chat_session as controller
 
     requests: list[GenerateRequest] = []
     real = controller.generate_job

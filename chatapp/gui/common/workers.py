@@ -24,33 +24,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from chatapp.gui.common.qtcompat import emit
-from chatapp.session.jobs import Job, JobAborted, JobControl, failed, one_line
+from chatapp.session.jobs import Job, JobAborted, JobControl, one_line
+from chatapp.session.running import JobError, JobWatcher, YieldedBatch, explain
+
+__all__ = ["JobError", "JobHandle", "JobRunner", "YieldedBatch"]
 
 FLUSH_INTERVAL_S = 0.03  # a fast model must not flood the GUI's event queue
 log = logging.getLogger(__name__)
 perf = time.perf_counter
-
-
-@dataclass(frozen=True)
-class YieldedBatch:
-    request_id: int
-    items: tuple[Any, ...]
-    snapshot: Any = None  # what the job's `JobControl.snapshot` said at this flush
-
-
-@dataclass(frozen=True)
-class JobError:
-    request_id: int
-    message: str  # one line for the user
-    partial: Any = None  # what the job left in `JobControl.partial`, if anything
-    kind: type[BaseException] = Exception  # the exception's class (its traceback is logged)
-    detail: str = ""  # the exception's own message
 
 
 class JobHandle(QObject):
@@ -136,7 +122,7 @@ class _Worker(QObject):
             emit(self.sig_aborted, request_id, one_line(str(exc)))
         except Exception as exc:
             flush()  # what was made before the fault stays visible
-            message = self._explain(job, exc)
+            message = explain(job, exc)
             if isinstance(exc, job.expected):  # a refusal foreseen: one line is the whole story
                 log.warning("%s %d: %s", job.name, request_id, message)
             else:
@@ -146,14 +132,6 @@ class _Worker(QObject):
         else:
             log.debug("%s %d finished in %.3f s", job.name, request_id, perf() - started)
             emit(self.sig_finished, request_id, result)
-
-    @staticmethod
-    def _explain(job: Job, exc: Exception) -> str:
-        try:
-            return one_line(job.explain(exc))
-        except Exception:  # the explanation must not be what kills the worker
-            log.exception("explaining a %s failure failed", job.name)
-            return failed(job.name.capitalize(), exc)
 
 
 def _drain(generator: Generator[Any, Any, Any], put: Callable[[Any], None]) -> Any:
@@ -210,6 +188,16 @@ class JobRunner(QObject):
         handle = JobHandle(self, request_id, job.name)
         self._handles[request_id] = handle
         emit(self._sig_run, request_id, job)
+        return handle
+
+    def watch(self, job: Job, watcher: JobWatcher) -> JobHandle:
+        """Queue `job` with its callbacks (the application core's `Submit`, session/running.py):
+        they run on this thread, as the handle's signals arrive."""
+        handle = self.submit(job)
+        handle.sig_yielded.connect(watcher.on_yielded)
+        handle.sig_finished.connect(watcher.on_finished)
+        handle.sig_errored.connect(watcher.on_errored)
+        handle.sig_aborted.connect(watcher.on_aborted)
         return handle
 
     def request_stop(self, request_id: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Slot
 from PySide6.QtGui import QCloseEvent, QDesktopServices
@@ -49,6 +50,8 @@ from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary
 
+F = TypeVar("F")
+
 
 class MainWindow(QMainWindow):
     def __init__(
@@ -64,21 +67,27 @@ class MainWindow(QMainWindow):
         self.onnx_file: str | None = None  # and the graph in it, if one was named
         self._load_key: str | None = None  # the load under way, to remember how long it took
         self._shut_down = False
-        # Called first when the window shuts down, while the worker still runs (the server of
-        # "Serve this model" stops there: its requests are jobs on the worker).
+        # What features subscribe to (see "features" below): called first when the window
+        # shuts down, while the worker still runs (the server of "Serve this model" stops
+        # there: its requests are jobs on the worker) ...
         self.before_shutdown: list[Callable[[], None]] = []
+        # ... and asked, in turn, before the chat shown is replaced by an empty one or another
+        # ("new chat", "open", "import", "close"); the history asks about unsaved messages.
+        self.leave_checks: list[Callable[[str], bool]] = []
+        self._features: list[object] = []
         self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
-        # Asked before the chat shown is replaced by an empty one; the history installs a
-        # check for unsaved messages (gui/history/unsaved.py).
-        self.may_leave_chat: Callable[[str], bool] = lambda _why: True
 
         # One worker thread and one owner of the engine for the chat and the comparison view:
         # their jobs queue on the same runner, so they never use the engine at once.
         self.runner = JobRunner("EngineWorkerThread", parent=self)
+        # Work that never touches the engine (conversions, reading a folder's graphs, starting
+        # the server) runs on its own thread: it never waits behind an answer, nor blocks
+        # this one.
+        self.tools = JobRunner("ToolWorkerThread", parent=self)
         self.host = EngineHost()
-        self.controller = ChatController(self.runner, self.host, self)
+        self.controller = ChatController(self.runner, self.host, self, self.tools)
         self.convert_progress = ConversionProgressDialog(
             self,
             "convertProgressDialog",
@@ -135,6 +144,7 @@ class MainWindow(QMainWindow):
         self.open_log_action = self.menus.open_log_action
         self.data_places_action = self.menus.data_places_action
         self.view_options = self.menus.view_options
+        self.view_options.add_pane(side_scroll, "side")
         self._build_status_bar()
         self.side_panel.restore(settings)
         self._restore_geometry()
@@ -142,10 +152,28 @@ class MainWindow(QMainWindow):
         self._on_state_changed(self.controller.state)
         self.chat_view.prompt_edit.setFocus()
 
-    # ---- composition hooks (the history's list, the comparison's tab) -----------------------
-    def set_conversation_list(self, widget: QWidget) -> None:
-        """Put a conversation list on the left (history issue)."""
+    # ---- features (history, remote): what they plug into ---------------------------------
+    # A feature is installed from outside (gui/app.py: install_history, install_remote): it
+    # adds its menus (`menus.add_menu`, `menus.add_file_actions`), panes (`add_pane`) and
+    # tabs (`add_view`), subscribes to `before_shutdown` and `leave_checks`, and registers
+    # itself (`add_feature`) so that others and tests find it by its class.
+    def add_feature(self, feature: object) -> None:
+        self._features.append(feature)
+
+    def feature(self, kind: type[F]) -> F | None:
+        """The installed feature of class `kind`, if any."""
+        return next((f for f in self._features if isinstance(f, kind)), None)
+
+    def may_leave_chat(self, why: str) -> bool:
+        """Whether the chat shown may go away (`why`: "new chat", "open", "import",
+        "close"): every check agrees; the first that says no ends the asking."""
+        return all(check(why) for check in self.leave_checks)
+
+    def add_pane(self, widget: QWidget) -> None:
+        """Put a pane (the history's conversation list) on the left; View > Conversation
+        list shows or hides it."""
         self.conversation_list = widget
+        self.view_options.add_pane(widget, "list")
         self.splitter.insertWidget(0, widget)
         for index, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(index, stretch)
@@ -421,7 +449,7 @@ class MainWindow(QMainWindow):
         thread) and asks which first. True when the load or the picker started."""
         if not has_choice(folder):
             return self.open_model(folder)
-        picker = VariantPicker(self.runner, folder, self)
+        picker = VariantPicker(self.tools, folder, self)
         picker.sig_chosen.connect(lambda graph: self.open_model(folder, onnx_file=graph))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()
@@ -473,7 +501,7 @@ class MainWindow(QMainWindow):
         geometry.save(self.settings, self, self.splitter)
         self.convert_progress.close()
         self.compare_view.stop()  # a running comparison ends after its step
-        self.controller.shutdown()
+        self.controller.shutdown()  # both runners
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.shutdown()

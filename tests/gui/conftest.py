@@ -116,7 +116,9 @@ def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[GenerateRequest]:
 def answer_unsaved(window: MainWindow, answer: str) -> list[tuple[str, str]]:
     """Answer "this chat is not saved" questions with `answer`; returns the questions asked."""
     asked: list[tuple[str, str]] = []
-    ui = getattr(window, "history", None)
+    from chatapp.gui.history.ui import HistoryUi
+
+    ui = window.feature(HistoryUi)
     if ui is not None:
 
         def ask(title: str, text: str, _discard: str) -> str:

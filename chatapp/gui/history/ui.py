@@ -49,7 +49,7 @@ class HistoryUi(QObject):
             parent=self,
         )
         self.panel = HistoryPanel(window)
-        window.set_conversation_list(self.panel)
+        window.add_pane(self.panel)
         self._query = ""
         self._shown: Conversation | None = None
         # Dialogs, replaceable in tests.
@@ -65,7 +65,8 @@ class HistoryUi(QObject):
         self.poll_timer.setInterval(POLL_INTERVAL_MS)
         self.poll_timer.timeout.connect(self.poll)
 
-        self.unsaved = UnsavedGuard(self)  # marks, retries, asks before a chat goes away
+        # Marks, retries, asks before a chat goes away.
+        self.unsaved = UnsavedGuard(window, self.controller, self._ask_export_path)
         self._build_menu()
         self._connect()
         window.installEventFilter(self)
@@ -79,13 +80,7 @@ class HistoryUi(QObject):
     # ---- building -----------------------------------------------------------------------------
     def _build_menu(self) -> None:
         w = self.window
-        menu = w.menuBar().addMenu("&Conversation")
-        help_action = next(
-            (a for a in w.menuBar().actions() if a.text().replace("&", "") == "Help"), None
-        )
-        if help_action is not None:  # before Help, where people look for it
-            w.menuBar().insertMenu(help_action, menu)
-        self.menu = menu
+        menu = self.menu = w.menus.add_menu("&Conversation")
 
         def action(
             text: str,
@@ -375,6 +370,9 @@ class HistoryUi(QObject):
         self.controller.close()
 
     # ---- dialogs (replaceable) ------------------------------------------------------------------
+    def _ask_export_path(self, caption: str, suggested: str, filters: str) -> str | None:
+        return self.ask_save_path(caption, suggested, filters)  # as replaced by a test
+
     def _confirm(self, title: str, text: str) -> bool:
         box = QMessageBox(QMessageBox.Icon.Question, title, text, parent=self.window)
         box.setObjectName("confirmDeleteBox")
@@ -398,7 +396,7 @@ class HistoryUi(QObject):
 
 def install_history(window: MainWindow, opened: OpenedHistory) -> HistoryUi:
     ui = HistoryUi(window, opened)
-    window.history = ui  # type: ignore[attr-defined]
+    window.add_feature(ui)  # window.feature(HistoryUi) finds it
     return ui
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QMessageBox
 
-from chatapp.gui.history.records import snapshot
+from chatapp.session.history_records import snapshot
 from chatapp.store import export
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ from chatapp.gui.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation
-from chatapp.session.model_jobs import EngineHost, ModelSummary
+from chatapp.session.model_jobs import EngineHost, ModelSummary, device_probe_job
 
 F = TypeVar("F")
 
@@ -147,6 +147,8 @@ class MainWindow(QMainWindow):
         self.view_options.add_pane(side_scroll, "side")
         self._build_status_bar()
         self.side_panel.restore(settings)
+        probe = self.tools.submit(device_probe_job())
+        probe.sig_finished.connect(self.side_panel.set_devices)
         self._restore_geometry()
         self._connect()
         self._on_state_changed(self.controller.state)

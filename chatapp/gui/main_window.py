@@ -506,6 +506,9 @@ class MainWindow(QMainWindow):
         self.controller.shutdown()  # both runners
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if not self._shut_down and not self.may_leave_chat("close"):
+            event.ignore()  # the window stays, with its messages
+            return
         self.shutdown()
         super().closeEvent(event)
 

@@ -70,6 +70,7 @@ class HistoryUi(QObject):
         self._build_menu()
         self._connect()
         window.installEventFilter(self)
+        window.before_shutdown.append(self.shutdown)  # closing asks first: leave_checks
         self.refresh()
         self._update_actions()
         if self.controller.enabled:
@@ -353,14 +354,8 @@ class HistoryUi(QObject):
         return self.controller.poll_external_changes()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.window:
-            if event.type() == QEvent.Type.WindowActivate:
-                self.poll()
-            elif event.type() == QEvent.Type.Close:
-                if not self.unsaved.may_leave("close"):
-                    event.ignore()  # the window stays, with its messages
-                    return True
-                self.shutdown()
+        if watched is self.window and event.type() == QEvent.Type.WindowActivate:
+            self.poll()
         return False
 
     def shutdown(self) -> None:

@@ -7,7 +7,6 @@ the whole width while it is shown.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -31,11 +30,11 @@ from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
-from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
 from chatapp.gui.menus import RECENT_KEY, WindowMenus
+from chatapp.gui.models.conversion import GgufConversion
 from chatapp.gui.models.library import (
     ModelsDialog,
     last_load_seconds,
@@ -88,13 +87,14 @@ class MainWindow(QMainWindow):
         self.tools = JobRunner("ToolWorkerThread", parent=self)
         self.host = EngineHost()
         self.controller = ChatController(self.runner, self.host, self, self.tools)
-        self.convert_progress = ConversionProgressDialog(
+        self.conversion = GgufConversion(
             self,
-            "convertProgressDialog",
-            "Open GGUF",
-            "Converting for ONNX Runtime: {message}…\n{left}",
-            self.controller.cancel_conversion,
+            self.controller,
+            lambda text, ms: self.statusBar().showMessage(text, ms),
+            self.show_message,
+            self.open_model,
         )
+        self.convert_progress = self.conversion.progress
         self.chat_view = ChatView(self)
         self.side_panel = SidePanel(self)
         self.banner = MessageBanner(self)
@@ -217,10 +217,6 @@ class MainWindow(QMainWindow):
         c.sig_answer_finished.connect(self._on_answer_finished)
         c.sig_answer_failed.connect(self._on_answer_failed)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
-        c.sig_convert_progress.connect(self._on_convert_progress)
-        c.sig_convert_planned.connect(self.convert_progress.set_note)
-        c.sig_converted.connect(self._on_converted)
-        c.sig_convert_failed.connect(self._on_convert_failed)
         self.compare_view.sig_running.connect(self._on_compare_running)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         panel.sig_mode_changed.connect(self._on_mode_changed)
@@ -251,30 +247,8 @@ class MainWindow(QMainWindow):
         return started
 
     def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
-        """Convert a GGUF file in the worker (with a progress dialog), then open the result."""
-        gguf = Path(gguf).expanduser()
-        target = Path(out_dir) if out_dir else models_dir() / _folder_name(gguf)
-        if not self.controller.convert_gguf(gguf, target):
-            return False
-        self.convert_progress.open(f"Converting {gguf.name} for ONNX Runtime…")
-        self.statusBar().showMessage(f"Converting {gguf.name}…")
-        return True
-
-    @Slot(float, str)
-    def _on_convert_progress(self, fraction: float, message: str) -> None:
-        if self.convert_progress.dialog is not None:  # not after Cancel or the end
-            self.convert_progress.report(fraction, message)
-
-    @Slot(object)
-    def _on_converted(self, folder: Path) -> None:
-        self.convert_progress.close()
-        self.statusBar().showMessage(f"Converted into {folder}", 5000)
-        self.open_model(folder)
-
-    @Slot(str)
-    def _on_convert_failed(self, message: str) -> None:
-        self.convert_progress.close()
-        self.show_message(message, "error")
+        """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
+        return self.conversion.convert_and_open(gguf, out_dir)
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
@@ -515,8 +489,3 @@ class MainWindow(QMainWindow):
 
 def _open_in_file_manager(folder: Path) -> bool:
     return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
-
-
-def _folder_name(gguf: Path) -> str:
-    """A model folder name from a GGUF file name (safe on every file system)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", gguf.stem).strip("-.") or "model"

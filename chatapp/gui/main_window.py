@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.datadir import models_dir
+from chatapp.engine.devices import CPU
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
@@ -149,6 +150,7 @@ class MainWindow(QMainWindow):
         self.side_panel.restore(settings)
         probe = self.tools.submit(device_probe_job())
         probe.sig_finished.connect(self.side_panel.set_devices)
+        probe.sig_errored.connect(lambda _error: self.side_panel.set_devices([CPU]))  # logged
         self._restore_geometry()
         self._connect()
         self._on_state_changed(self.controller.state)

@@ -344,3 +344,41 @@ def test_the_command_line_and_the_gui_package_load_no_qt() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def _gui_graph_with_type_checking_imports() -> dict[str, set[str]]:
+    """The GUI's import graph, `if TYPE_CHECKING:` imports included: a feature names the
+    window's type through a protocol or the window itself, never the other way round."""
+    gui = {m for m in modules() if _in(m, "chatapp.gui")}
+    graph: dict[str, set[str]] = {m: set() for m in gui}
+    for module in gui:
+        tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, modules()[module].name == "__init__.py", node)
+                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            else:
+                continue
+            for target in targets:
+                found = internal(target)
+                if found in gui and found != module:
+                    graph[module].add(found)
+    return graph
+
+
+def test_the_gui_has_no_import_cycles_even_under_type_checking() -> None:
+    assert find_cycles(_gui_graph_with_type_checking_imports()) == []
+
+
+def test_features_do_not_add_attributes_to_the_window() -> None:
+    """Features register with the window (add_feature, menus.add_menu, add_pane, the hooks'
+    lists) instead of setting attributes on it that its type does not declare."""
+    hits = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((PACKAGE / "gui").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "type: ignore[attr-defined" in line
+    ]
+    assert hits == [], "\n".join(hits)

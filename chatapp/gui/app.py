@@ -1,8 +1,9 @@
 """Start the desktop app: QApplication on a qasync (asyncio) event loop, then the startup
 coroutine: prepare the default model on first run (with a progress dialog), then load it.
 
-Long work never runs on the GUI thread: preparing and loading the model are jobs on the
-window's JobRunner (chatapp/gui/common/workers.py), and the coroutine awaits their signals.
+Long work never runs on the GUI thread: preparing the model is a job on the window's tool
+runner, loading it one on the engine runner (chatapp/gui/common/workers.py), and the coroutine
+awaits their signals.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.model_library import last_model
+from chatapp.gui.models.library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
 from chatapp.session import arg_checks as checks
@@ -240,11 +241,12 @@ async def prepare_default_model_async(window: MainWindow) -> Path | None:
     """Make sure the default model is there; converts it (about 8 s) on first run, with a
     progress dialog. Returns the folder, or None after telling the user what went wrong.
 
-    The conversion is a job on the window's runner (its worker thread), like all long work."""
+    The conversion is a job on the window's tool runner (its own thread), like all long work
+    that does not use the engine."""
     window.statusBar().showMessage("Checking the default model…")
     window.chat_view.set_hint("Preparing the default model…")
     window.busy.start("Preparing the default model")
-    handle = window.runner.submit(prepare_default_model_job())
+    handle = window.tools.submit(prepare_default_model_job())
     folders: list[Path] = []
     problems: list[tuple[str, str]] = []  # (message, banner level)
     dialog = _PreparationDialog(window, handle.stop)

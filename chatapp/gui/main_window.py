@@ -7,9 +7,9 @@ the whole width while it is shown.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Slot
 from PySide6.QtGui import QCloseEvent, QDesktopServices
@@ -25,29 +25,32 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.datadir import models_dir
+from chatapp.engine.devices import CPU
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
-from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
 from chatapp.gui.menus import RECENT_KEY, WindowMenus
-from chatapp.gui.model_library import (
+from chatapp.gui.models.conversion import GgufConversion
+from chatapp.gui.models.library import (
     ModelsDialog,
     last_load_seconds,
     load_key,
     remember_last_model,
     remember_load_seconds,
 )
+from chatapp.gui.models.variant_picker import VariantPicker, has_choice
 from chatapp.gui.status_bar import BusyIndicator, StatusBar
-from chatapp.gui.variant_picker import VariantPicker, has_choice
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation
-from chatapp.session.model_jobs import EngineHost, ModelSummary
+from chatapp.session.model_jobs import EngineHost, ModelSummary, device_probe_job
+
+F = TypeVar("F")
 
 
 class MainWindow(QMainWindow):
@@ -64,28 +67,35 @@ class MainWindow(QMainWindow):
         self.onnx_file: str | None = None  # and the graph in it, if one was named
         self._load_key: str | None = None  # the load under way, to remember how long it took
         self._shut_down = False
-        # Called first when the window shuts down, while the worker still runs (the server of
-        # "Serve this model" stops there: its requests are jobs on the worker).
+        # What features subscribe to (see "features" below): called first when the window
+        # shuts down, while the worker still runs (the server of "Serve this model" stops
+        # there: its requests are jobs on the worker) ...
         self.before_shutdown: list[Callable[[], None]] = []
+        # ... and asked, in turn, before the chat shown is replaced by an empty one or another
+        # ("new chat", "open", "import", "close"); the history asks about unsaved messages.
+        self.leave_checks: list[Callable[[str], bool]] = []
+        self._features: list[object] = []
         self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
-        # Asked before the chat shown is replaced by an empty one; the history installs a
-        # check for unsaved messages (gui/history/unsaved.py).
-        self.may_leave_chat: Callable[[str], bool] = lambda _why: True
 
         # One worker thread and one owner of the engine for the chat and the comparison view:
         # their jobs queue on the same runner, so they never use the engine at once.
         self.runner = JobRunner("EngineWorkerThread", parent=self)
+        # Work that never touches the engine (conversions, reading a folder's graphs, starting
+        # the server) runs on its own thread: it never waits behind an answer, nor blocks
+        # this one.
+        self.tools = JobRunner("ToolWorkerThread", parent=self)
         self.host = EngineHost()
-        self.controller = ChatController(self.runner, self.host, self)
-        self.convert_progress = ConversionProgressDialog(
+        self.controller = ChatController(self.runner, self.host, self, self.tools)
+        self.conversion = GgufConversion(
             self,
-            "convertProgressDialog",
-            "Open GGUF",
-            "Converting for ONNX Runtime: {message}…\n{left}",
-            self.controller.cancel_conversion,
+            self.controller,
+            lambda text, ms: self.statusBar().showMessage(text, ms),
+            self.show_message,
+            self.open_model,
         )
+        self.convert_progress = self.conversion.progress
         self.chat_view = ChatView(self)
         self.side_panel = SidePanel(self)
         self.banner = MessageBanner(self)
@@ -135,17 +145,39 @@ class MainWindow(QMainWindow):
         self.open_log_action = self.menus.open_log_action
         self.data_places_action = self.menus.data_places_action
         self.view_options = self.menus.view_options
+        self.view_options.add_pane(side_scroll, "side")
         self._build_status_bar()
         self.side_panel.restore(settings)
+        probe = self.tools.submit(device_probe_job())
+        probe.sig_finished.connect(self.side_panel.set_devices)
+        probe.sig_errored.connect(lambda _error: self.side_panel.set_devices([CPU]))  # logged
         self._restore_geometry()
         self._connect()
         self._on_state_changed(self.controller.state)
         self.chat_view.prompt_edit.setFocus()
 
-    # ---- composition hooks (the history's list, the comparison's tab) -----------------------
-    def set_conversation_list(self, widget: QWidget) -> None:
-        """Put a conversation list on the left (history issue)."""
+    # ---- features (history, remote): what they plug into ---------------------------------
+    # A feature is installed from outside (gui/app.py: install_history, install_remote): it
+    # adds its menus (`menus.add_menu`, `menus.add_file_actions`), panes (`add_pane`) and
+    # tabs (`add_view`), subscribes to `before_shutdown` and `leave_checks`, and registers
+    # itself (`add_feature`) so that others and tests find it by its class.
+    def add_feature(self, feature: object) -> None:
+        self._features.append(feature)
+
+    def feature(self, kind: type[F]) -> F | None:
+        """The installed feature of class `kind`, if any."""
+        return next((f for f in self._features if isinstance(f, kind)), None)
+
+    def may_leave_chat(self, why: str) -> bool:
+        """Whether the chat shown may go away (`why`: "new chat", "open", "import",
+        "close"): every check agrees; the first that says no ends the asking."""
+        return all(check(why) for check in self.leave_checks)
+
+    def add_pane(self, widget: QWidget) -> None:
+        """Put a pane (the history's conversation list) on the left; View > Conversation
+        list shows or hides it."""
         self.conversation_list = widget
+        self.view_options.add_pane(widget, "list")
         self.splitter.insertWidget(0, widget)
         for index, stretch in enumerate((0, 1, 0)):
             self.splitter.setStretchFactor(index, stretch)
@@ -187,10 +219,6 @@ class MainWindow(QMainWindow):
         c.sig_answer_finished.connect(self._on_answer_finished)
         c.sig_answer_failed.connect(self._on_answer_failed)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
-        c.sig_convert_progress.connect(self._on_convert_progress)
-        c.sig_convert_planned.connect(self.convert_progress.set_note)
-        c.sig_converted.connect(self._on_converted)
-        c.sig_convert_failed.connect(self._on_convert_failed)
         self.compare_view.sig_running.connect(self._on_compare_running)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         panel.sig_mode_changed.connect(self._on_mode_changed)
@@ -221,30 +249,8 @@ class MainWindow(QMainWindow):
         return started
 
     def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
-        """Convert a GGUF file in the worker (with a progress dialog), then open the result."""
-        gguf = Path(gguf).expanduser()
-        target = Path(out_dir) if out_dir else models_dir() / _folder_name(gguf)
-        if not self.controller.convert_gguf(gguf, target):
-            return False
-        self.convert_progress.open(f"Converting {gguf.name} for ONNX Runtime…")
-        self.statusBar().showMessage(f"Converting {gguf.name}…")
-        return True
-
-    @Slot(float, str)
-    def _on_convert_progress(self, fraction: float, message: str) -> None:
-        if self.convert_progress.dialog is not None:  # not after Cancel or the end
-            self.convert_progress.report(fraction, message)
-
-    @Slot(object)
-    def _on_converted(self, folder: Path) -> None:
-        self.convert_progress.close()
-        self.statusBar().showMessage(f"Converted into {folder}", 5000)
-        self.open_model(folder)
-
-    @Slot(str)
-    def _on_convert_failed(self, message: str) -> None:
-        self.convert_progress.close()
-        self.show_message(message, "error")
+        """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
+        return self.conversion.convert_and_open(gguf, out_dir)
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
@@ -421,7 +427,7 @@ class MainWindow(QMainWindow):
         thread) and asks which first. True when the load or the picker started."""
         if not has_choice(folder):
             return self.open_model(folder)
-        picker = VariantPicker(self.runner, folder, self)
+        picker = VariantPicker(self.tools, folder, self)
         picker.sig_chosen.connect(lambda graph: self.open_model(folder, onnx_file=graph))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()
@@ -473,17 +479,15 @@ class MainWindow(QMainWindow):
         geometry.save(self.settings, self, self.splitter)
         self.convert_progress.close()
         self.compare_view.stop()  # a running comparison ends after its step
-        self.controller.shutdown()
+        self.controller.shutdown()  # both runners
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if not self._shut_down and not self.may_leave_chat("close"):
+            event.ignore()  # the window stays, with its messages
+            return
         self.shutdown()
         super().closeEvent(event)
 
 
 def _open_in_file_manager(folder: Path) -> bool:
     return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
-
-
-def _folder_name(gguf: Path) -> str:
-    """A model folder name from a GGUF file name (safe on every file system)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", gguf.stem).strip("-.") or "model"

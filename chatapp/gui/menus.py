@@ -5,15 +5,16 @@ About), with the handlers that only the menus reach."""
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import onnxruntime as ort
 import PySide6
 from PySide6.QtCore import QObject, Slot, qVersion
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMenu, QMenuBar, QMessageBox, QTabWidget
 
 from chatapp import __version__
 from chatapp.datadir import logs_dir, models_dir
@@ -23,19 +24,45 @@ from chatapp.gui.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
 
 if TYPE_CHECKING:
+    from PySide6.QtCore import QSettings
+
     from chatapp.gui.chat.controller import ChatController
-    from chatapp.gui.main_window import MainWindow
 
 RECENT_KEY = "models/recent"
 
 
-class WindowMenus(QObject):
-    """Builds the menu bar of `window` and keeps its actions (the window enables them)."""
+class MenuHost(Protocol):
+    """What the menus ask of the window (MainWindow is one): they never import it."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    settings: QSettings
+    model_dir: Path | None
+    tabs: QTabWidget
+    controller: ChatController
+    open_folder: Callable[[Path], bool]
+
+    def menuBar(self) -> QMenuBar: ...
+    def close(self) -> bool: ...
+    def new_chat(self) -> None: ...
+    def show_compare_view(self) -> None: ...
+    def show_models_dialog(self) -> object: ...
+    def open_model_folder(self, folder: Path) -> bool: ...
+    def open_model(
+        self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
+    ) -> bool: ...
+    def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool: ...
+    def show_message(self, text: str, level: str = "error") -> None: ...
+    def show_panes(self) -> None: ...
+
+
+class WindowMenus(QObject):
+    """Builds the menu bar of `window` and keeps its actions (the window enables them).
+    Features add theirs with `add_menu` and `add_file_actions`."""
+
+    def __init__(self, window: MenuHost) -> None:
+        bar = self.bar = window.menuBar()
+        self.top = bar.window()  # the window as a widget: what dialogs and actions hang on
+        super().__init__(self.top)
         self.window = window
-        bar = window.menuBar()
         file_menu = self.file_menu = bar.addMenu("&File")
         self.open_folder_action = self._action(
             "Open model &folder…", self._on_open_folder, QKeySequence.StandardKey.Open
@@ -64,14 +91,14 @@ class WindowMenus(QObject):
             "C&ompare loops", window.show_compare_view, QKeySequence("Ctrl+2")
         )
         view_menu.addActions([self.show_chat_action, self.compare_action])
-        self.view_options = ViewOptions(window, view_menu, window.settings)
+        self.view_options = ViewOptions(self.top, view_menu, window.settings, window.show_panes)
 
-        help_menu = bar.addMenu("&Help")
+        help_menu = self.help_menu = bar.addMenu("&Help")
         self.open_log_action = self._action("Open &log folder", self._on_open_log_folder)
         self.open_log_action.setStatusTip("The folder of chatapp.log: what went wrong, in detail")
         help_menu.addAction(self.open_log_action)
         self.data_places_action = add_data_places_action(
-            window, help_menu, lambda folder: window.open_folder(folder)
+            self.top, help_menu, lambda folder: window.open_folder(folder)
         )
         help_menu.addAction(self._action("&About chatapp", self._on_about))
         self.rebuild_recent_menu()
@@ -82,25 +109,38 @@ class WindowMenus(QObject):
         slot: object,
         shortcut: QKeySequence | QKeySequence.StandardKey | None = None,
     ) -> QAction:
-        action = QAction(text, self.window)
+        action = QAction(text, self.top)
         if shortcut is not None:
             action.setShortcut(shortcut)
         action.triggered.connect(slot)
         return action
+
+    # ---- what features add ---------------------------------------------------------------
+    def add_menu(self, title: str) -> QMenu:
+        """A menu of its own for a feature, before Help (where people look for it)."""
+        menu = QMenu(title, self.top)
+        self.bar.insertMenu(self.help_menu.menuAction(), menu)
+        return menu
+
+    def add_file_actions(self, actions: list[QAction]) -> None:
+        """A feature's actions in the File menu, above New chat, with a separator after them."""
+        for action in actions:
+            self.file_menu.insertAction(self.new_chat_action, action)
+        self.file_menu.insertSeparator(self.new_chat_action)
 
     # ---- File -----------------------------------------------------------------------------
     @Slot()
     def _on_open_folder(self) -> None:
         window = self.window
         start = str(window.model_dir.parent if window.model_dir else models_dir())
-        folder = QFileDialog.getExistingDirectory(window, "Open model folder", start)
+        folder = QFileDialog.getExistingDirectory(self.top, "Open model folder", start)
         if folder:
             window.open_model_folder(Path(folder))
 
     @Slot()
     def _on_open_gguf(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self.window,
+            self.top,
             "Open GGUF model",
             str(Path.home()),
             "GGUF models (*.gguf);;All files (*)",
@@ -136,7 +176,7 @@ class WindowMenus(QObject):
 
     @Slot()
     def _on_about(self) -> None:
-        QMessageBox.about(self.window, "About chatapp", about_text(self.window.controller))
+        QMessageBox.about(self.top, "About chatapp", about_text(self.window.controller))
 
 
 def about_text(controller: ChatController) -> str:

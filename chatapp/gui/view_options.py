@@ -4,7 +4,7 @@ a first start the panels that do not fit the screen beside the chat start hidden
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QSettings, QTimer, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
@@ -12,9 +12,6 @@ from PySide6.QtWidgets import QMenu, QWidget
 
 from chatapp.gui.common.geometry import available_area, keep_on_screen
 from chatapp.gui.common.theme import THEME_KEY, THEME_LABELS, THEMES, apply_theme, saved_theme
-
-if TYPE_CHECKING:
-    from chatapp.gui.main_window import MainWindow
 
 LIST_KEY = "view/conversation_list"
 SIDE_KEY = "view/side_panel"
@@ -25,10 +22,18 @@ WIDTH_FOR_BOTH_PANELS = 1020
 
 
 class ViewOptions(QObject):
-    def __init__(self, window: MainWindow, menu: QMenu, settings: QSettings) -> None:
+    def __init__(
+        self,
+        window: QWidget,
+        menu: QMenu,
+        settings: QSettings,
+        show_panes: Callable[[], None],
+    ) -> None:
         super().__init__(window)
         self.window = window
         self.settings = settings
+        self.show_panes = show_panes  # the window lays its panes out again
+        self._panes: dict[QWidget, QAction] = {}  # each pane beside the chat, by its toggle
         menu.addSeparator()
         self.list_action = self._toggle(menu, "Conversation &list", "Ctrl+B", LIST_KEY)
         self.side_action = self._toggle(menu, "&Side panel", "Ctrl+Alt+B", SIDE_KEY)
@@ -71,17 +76,19 @@ class ViewOptions(QObject):
                 action.setChecked(False)
                 action.blockSignals(False)
 
+    def add_pane(self, widget: QWidget, side: str) -> None:
+        """`widget` is shown or hidden by the toggle of its `side` ("list" on the left, "side"
+        on the right)."""
+        self._panes[widget] = self.list_action if side == "list" else self.side_action
+
     def wanted(self, widget: QWidget) -> bool:
         """Whether the user wants `widget` (a pane beside the chat) shown."""
-        if widget is self.window.side_scroll:
-            return self.side_action.isChecked()
-        if widget is self.window.conversation_list:
-            return self.list_action.isChecked()
-        return True
+        action = self._panes.get(widget)
+        return action is None or action.isChecked()
 
     def _on_toggled(self, key: str, on: bool) -> None:
         self.settings.setValue(key, on)
-        self.window.show_panes()
+        self.show_panes()
         # A pane shown may widen the window past the screen's edge: bring it back once the
         # layout has settled.
         QTimer.singleShot(0, lambda: keep_on_screen(self.window))

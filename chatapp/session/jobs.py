@@ -155,7 +155,7 @@ def run_job(
         listener.aborted(request_id, one_line(str(exc)))
     except Exception as exc:
         flush()  # what was made before the fault stays visible
-        message = _explain(job, exc)
+        message = explain(job, exc)
         if isinstance(exc, job.expected):  # a refusal foreseen: one line is the whole story
             log.warning("%s %d: %s", job.name, request_id, message)
         else:
@@ -166,7 +166,7 @@ def run_job(
         listener.finished(request_id, result)
 
 
-def _explain(job: Job, exc: Exception) -> str:
+def explain(job: Job, exc: Exception) -> str:
     try:
         return one_line(job.explain(exc))
     except Exception:  # the explanation must not be what kills the runner

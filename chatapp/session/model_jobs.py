@@ -231,6 +231,14 @@ class GraphRead:
 VARIANTS_CANCELLED = "Reading the model's graphs was cancelled."
 
 
+def device_probe_job() -> Job:
+    """The devices a session starts on here, CPU last (engine/device_probe.py runs a tiny graph
+    on each, once per process: about a second with a GPU)."""
+    from chatapp.engine.devices import available_devices
+
+    return Job("device probe", lambda _control: available_devices(offers=True))
+
+
 def variants_job(folder: Path) -> Job:
     """The ONNX graphs `folder` offers (size, precision), most precise first: a list of
     Variant. Yields a GraphRead before each graph; stopping ends it between graphs. A folder

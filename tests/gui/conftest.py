@@ -100,7 +100,7 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
 @pytest.fixture
 def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[GenerateRequest]:
     """Every GenerateRequest a window's controller submits from now on (what the model sees)."""
-    from chatapp.gui.chat import controller
+    from chatapp.session import chat_session as controller
 
     requests: list[GenerateRequest] = []
     real = controller.generate_job
@@ -116,7 +116,9 @@ def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[GenerateRequest]:
 def answer_unsaved(window: MainWindow, answer: str) -> list[tuple[str, str]]:
     """Answer "this chat is not saved" questions with `answer`; returns the questions asked."""
     asked: list[tuple[str, str]] = []
-    ui = getattr(window, "history", None)
+    from chatapp.gui.history.ui import HistoryUi
+
+    ui = window.feature(HistoryUi)
     if ui is not None:
 
         def ask(title: str, text: str, _discard: str) -> str:

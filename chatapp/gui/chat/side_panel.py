@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.devices import Device, available_devices
+from chatapp.engine.devices import CPU, Device
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.modes import Mode
@@ -306,17 +306,18 @@ class SidePanel(QWidget):
         row = QFormLayout()
         self.device_selector = QComboBox(box)
         self.device_selector.setObjectName("deviceSelector")
-        self._devices: list[Device] = available_devices(offers=True)
         # Adapter names can be long ("llvmpipe (LLVM 15.0.6, 256 bits)"): the box keeps the
         # panel's width and the open list and each item's tooltip show the whole name.
         self.device_selector.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
         self.device_selector.setMinimumContentsLength(18)
-        for device in self._devices:
-            self.device_selector.addItem(device.label, device.name)
-            index = self.device_selector.count() - 1
-            self.device_selector.setItemData(index, device.label, Qt.ItemDataRole.ToolTipRole)
+        # The CPU until the window's device probe (a job on its tool thread) says what runs
+        # here; meanwhile the device asked for (saved, or --device) is kept as it is.
+        self.devices_known = False
+        self._wanted_device = "cpu"
+        self.set_devices([CPU])
+        self.devices_known = False
         self.device_selector.currentIndexChanged.connect(self._on_device_index_changed)
         row.addRow("Device", self.device_selector)
         self.threads_spin = QSpinBox(box)
@@ -386,10 +387,26 @@ class SidePanel(QWidget):
             self._settings = settings
 
     def device(self) -> str:
+        if not self.devices_known:
+            return self._wanted_device
         return str(self.device_selector.currentData() or "cpu")
+
+    def set_devices(self, devices: list[Device]) -> None:
+        """The devices that run here (CPU last), with the one asked for selected if it is
+        among them; no reload is asked for."""
+        self.devices_known = True
+        self.device_selector.blockSignals(True)
+        self.device_selector.clear()
+        for device in devices:
+            self.device_selector.addItem(device.label, device.name)
+            index = self.device_selector.count() - 1
+            self.device_selector.setItemData(index, device.label, Qt.ItemDataRole.ToolTipRole)
+        self.device_selector.blockSignals(False)
+        self.set_device(self._wanted_device)
 
     def set_device(self, name: str) -> None:
         """Select `name` without asking for a reload (the caller loads the model itself)."""
+        self._wanted_device = name.lower()
         index = self.device_selector.findData(name.lower())
         self.device_selector.blockSignals(True)
         self.device_selector.setCurrentIndex(

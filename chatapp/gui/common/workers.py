@@ -22,23 +22,16 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.jobs import FLUSH_INTERVAL_S, Job, JobError, StopFlags, run_job
+from chatapp.session.running import JobWatcher, YieldedBatch
 
 __all__ = ["FLUSH_INTERVAL_S", "JobError", "JobHandle", "JobRunner", "YieldedBatch"]
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class YieldedBatch:
-    request_id: int
-    items: tuple[Any, ...]
-    snapshot: Any = None  # what the job's `JobControl.snapshot` said at this flush
 
 
 class JobHandle(QObject):
@@ -144,6 +137,16 @@ class JobRunner(QObject):
         handle = JobHandle(self, request_id, job.name)
         self._handles[request_id] = handle
         emit(self._sig_run, request_id, job)
+        return handle
+
+    def watch(self, job: Job, watcher: JobWatcher) -> JobHandle:
+        """Queue `job` with its callbacks (the application core's `Submit`, session/running.py):
+        they run on this thread, as the handle's signals arrive."""
+        handle = self.submit(job)
+        handle.sig_yielded.connect(watcher.on_yielded)
+        handle.sig_finished.connect(watcher.on_finished)
+        handle.sig_errored.connect(watcher.on_errored)
+        handle.sig_aborted.connect(watcher.on_aborted)
         return handle
 
     def request_stop(self, request_id: int) -> None:

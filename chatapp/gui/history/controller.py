@@ -1,94 +1,22 @@
-"""The history glue: keeps the SQLite store (chatapp.store) in step with the chat controller's
-Conversation. No widgets here; `history_ui` puts a list and menus on it.
-
-When things are written (every write is committed before the call returns):
-- a conversation is created lazily, with its first user message, in one transaction; an empty
-  "New chat" is never stored, so the list does not fill up with empty chats;
-- the user message when it is sent (the answer request starts);
-- the answer when it is finished (or stopped, or failed after writing something), with its
-  figures. A kill mid-answer therefore loses that unfinished answer and nothing else;
-- regenerate: the old answer stays stored until the new one exists, then both change in one
-  transaction (`replace_after`), so a kill mid-regenerate keeps the old answer;
-- edit: the new text and the removal of every later message are committed when the edited
-  message is sent (the user asked for that); the new answer is added when finished.
-
-All of this is one `sync()`: make the stored messages equal the messages in memory, where each
-ChatMessage carries the id of its stored row. Stored messages are only ever deleted when this
-window knew them (loaded or wrote them): if another chatapp instance added messages to the
-same conversation meanwhile, ours continue in a copy instead of deleting theirs, and if it
-deleted the conversation, ours are saved again as a new one. Nothing is lost either way.
-
-When a save fails (another process keeps the file locked, a full disk, a history that became
-read-only) the messages stay in memory: `failure` says why, `unsaved_indices()` which
-messages the store lacks (the transcript marks them), and `retry()` (a timer of the window)
-syncs again, with a short lock timeout so that a locked file does not freeze the window,
-until it works; then the user is told. Showing another chat or closing asks first (ui.py).
-"""
+"""The history's Qt face: `HistorySync` (session/history_sync.py, no Qt) keeps the SQLite store
+in step with the chat's Conversation; this adapter feeds it the chat controller's signals and
+turns what it tells into signals of its own. No widgets here; `history/ui.py` puts a list and
+menus on it."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import TypeVar
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from chatapp.gui.chat.controller import ChatController, State
+from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.history.records import (
-    Signature,
-    conversation_from_store,
-    figures_for_store,
-    memory_signature,
-    stored_signature,
-)
-from chatapp.session.conversation import ChatMessage, Conversation
-from chatapp.store import (
-    Alternative,
-    ConversationDraft,
-    ConversationInfo,
-    ConversationNotFoundError,
-    HistoryStore,
-    MessageDraft,
-    ReadOnlyStoreError,
-    SchemaTooNewError,
-    SearchHit,
-    StoredConversation,
-    StoredMessage,
-    StoreError,
-    open_default_store,
-)
-from chatapp.store.read_only import unwritable_reason
+from chatapp.session.conversation import Conversation
+from chatapp.session.history_records import OpenedHistory, open_history
+from chatapp.session.history_sync import HistoryObserver, HistorySync
+from chatapp.store import ConversationInfo, HistoryStore, SearchHit
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-RETRY_BUSY_TIMEOUT_S = 0.1  # how long a retry waits for another process's lock
-NORMAL_BUSY_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class OpenedHistory:
-    store: HistoryStore | None
-    notice: str | None  # for the window: a recovered file, or why history is off
-    level: str = "warning"  # stays up until dismissed (a loaded model clears errors)
-
-
-def open_history(opener: Callable[[], HistoryStore] = open_default_store) -> OpenedHistory:
-    """Open the default history; never raises (the app runs without history if it must)."""
-    try:
-        store = opener()
-    except SchemaTooNewError as exc:
-        return OpenedHistory(None, f"{exc} Chats are not saved in this session.")
-    except StoreError as exc:
-        return OpenedHistory(None, f"{exc} Chats are not saved in this session.")
-    notice = store.recovery.message() if store.recovery is not None else None
-    if store.read_only:  # shown read-only rather than hidden (issue 12)
-        notice = store.read_only_message()
-    return OpenedHistory(store, notice, "warning")
+__all__ = ["HistoryController", "OpenedHistory", "open_history"]
 
 
 class HistoryController(QObject):
@@ -106,421 +34,91 @@ class HistoryController(QObject):
     ) -> None:
         super().__init__(parent)
         self.chat = chat
-        self.store = store
-        self.system_prompt = system_prompt
-        self._known: set[int] = set()  # stored message ids this window has seen
-        self._saved: dict[int, Signature] = {}  # what the store holds for each message we know
-        self.failure: str | None = None  # why the last save failed; None while all is saved
-        self._opening = False
+        self.sync_core = HistorySync(chat.session, store, system_prompt, _Signals(self))
         chat.sig_answer_started.connect(self._on_answer_started)
         chat.sig_conversation_changed.connect(self._on_conversation_changed)
 
-    @property
-    def enabled(self) -> bool:
-        return self.store is not None
-
-    @property
-    def read_only(self) -> bool:
-        return self.store is not None and self.store.read_only
-
-    def unsaved_indices(self) -> list[int]:
-        """Conversation indices of the messages the history does not hold as shown: none
-        while saving works (each change is saved at once); after a failure, the new ones and
-        the changed ones. With no history at all, every message."""
-        messages = self.chat.conversation.messages
-        if self.store is None:
-            return list(range(len(messages)))
-        if self.failure is None:
-            return []
-        return [
-            i
-            for i, m in enumerate(messages)
-            if m.id is None or self._saved.get(m.id) != memory_signature(m)
-        ]
-
-    @property
-    def current_id(self) -> int | None:
-        return self.chat.conversation.id
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-            self.store = None
-
-    # ---- reading ------------------------------------------------------------------------------
-    def conversations(self) -> list[ConversationInfo]:
-        if self.store is None:
-            return []
-        return self._guarded(self.store.list_conversations) or []
-
-    def search(self, query: str) -> list[SearchHit]:
-        if self.store is None:
-            return []
-        store = self.store
-        return self._guarded(lambda: store.search(query)) or []
-
-    def export_text(self, conversation_id: int, kind: str) -> str | None:
-        """The conversation as "markdown" or "json" text; None (and a message) on failure."""
-        store = self.store
-        if store is None:
-            return None
-        export = store.export_markdown if kind == "markdown" else store.export_json
-        return self._guarded(lambda: export(conversation_id))
-
-    # ---- actions --------------------------------------------------------------------------------
-    def open(self, conversation_id: int) -> bool:
-        """Show a stored conversation; continuing it sends its messages as the history."""
-        if self.store is None or self.chat.state is State.GENERATING:
-            return False
-        if conversation_id == self.current_id:
-            return True
-        store = self.store
-        stored = self._guarded(lambda: store.load_conversation(conversation_id))
-        if stored is None:
-            emit(self.sig_list_changed)  # it may have gone (another instance deleted it)
-            return False
-        return self._show(stored)
-
-    def _show(self, stored: StoredConversation) -> bool:
-        self._opening = True
-        try:
-            shown = self.chat.set_conversation(conversation_from_store(stored))
-        finally:
-            self._opening = False
-        if shown:
-            self._known = {m.id for m in stored.messages}
-            self._saved = {m.id: stored_signature(m) for m in stored.messages}
-            emit(self.sig_current_changed, stored.id)
-            emit(self.sig_unsaved_changed)
-        return shown
-
-    def new_chat(self) -> bool:
-        if not self.chat.new_chat():
-            return False
-        self._known = set()
-        emit(self.sig_current_changed, None)
-        return True
-
-    def retry(self) -> bool:
-        """Try the failed save again (a timer calls this); True once everything is saved."""
-        if self.failure is None:
-            return True
-        if self.chat.state is State.GENERATING:
-            return False  # the answer's end saves everything
-        self._reopen_if_writable()
-        self.sync()
-        return self.failure is None
-
-    def _reopen_if_writable(self) -> None:
-        """A history opened read-only whose file can be written now: open it for writing."""
-        store = self.store
-        if store is None or not store.read_only or unwritable_reason(store.path) is not None:
-            return
-        try:
-            reopened = HistoryStore(store.path)
-        except StoreError:
-            return
-        if reopened.read_only:
-            reopened.close()
-            return
-        store.close()
-        self.store = reopened
-        emit(self.sig_list_changed)
-
-    def rename(self, conversation_id: int, title: str) -> bool:
-        title = " ".join(title.split())
-        if self.store is None or not title:
-            return False
-        store = self.store
-        done = self._succeeded(lambda: store.rename_conversation(conversation_id, title))
-        emit(self.sig_list_changed)
-        return done
-
-    def delete(self, conversation_id: int) -> bool:
-        """Delete it (no questions: the caller confirms); the chat empties if it was shown."""
-        if self.store is None:
-            return False
-        if conversation_id == self.current_id:
-            if self.chat.state is State.GENERATING:
-                return False
-            self.new_chat()
-        store = self.store
-        done = self._guarded(lambda: store.delete_conversation(conversation_id))
-        emit(self.sig_list_changed)
-        return bool(done)
-
-    def import_file(self, path: str, show: bool = True) -> int | None:
-        """Add a JSON export as a new conversation (and open it); returns its id. A failure
-        is one message naming the file, whatever went wrong."""
-        if self.store is None:
-            return None
-        store = self.store
-        name = Path(path).name
-        try:
-            stored = store.import_file(path)
-        except StoreError as exc:
-            emit(self.sig_message, f"Could not import {name}: {exc}", "error")
-            return None
-        except (ValueError, MemoryError, RecursionError) as exc:  # not expected; still said
-            log.warning("import of %s failed", path, exc_info=True)
-            emit(self.sig_message, f"Could not import {name}: {type(exc).__name__}.", "error")
-            return None
-        emit(self.sig_list_changed)
-        if show and self.chat.state is not State.GENERATING:
-            self._show(stored)
-        return stored.id
-
-    def poll_external_changes(self) -> bool:
-        """Re-read after another instance wrote; True when it did. Cheap: call it often."""
-        store = self.store
-        if store is None:
-            return False
-        try:
-            if not store.has_external_changes():
-                return False
-        except StoreError:
-            return False
-        emit(self.sig_list_changed)
-        conv = self.chat.conversation
-        if conv.id is None or self.chat.state is State.GENERATING:
-            return True
-        try:
-            stored = store.load_conversation(conv.id)
-        except ConversationNotFoundError:
-            conv.id = None
-            for message in conv.messages:
-                message.id = None
-            self._known = set()
-            emit(self.sig_current_changed, None)
-            emit(
-                self.sig_message,
-                "This conversation was deleted in another chatapp window. It stays here, and "
-                "is saved again as a new conversation if you continue it.",
-                "info",
-            )
-            return True
-        except StoreError as exc:
-            emit(self.sig_message, str(exc), "error")
-            return True
-        ours = [(m.id, m.role, memory_signature(m)) for m in conv.messages]
-        theirs = [(m.id, m.role, stored_signature(m)) for m in stored.messages]
-        if ours != theirs and not self.unsaved_indices():
-            self._show(stored)  # the other window continued this conversation: show it
-        return True
-
-    # ---- keeping the store in step ------------------------------------------------------------
     @Slot(object)
     def _on_answer_started(self, _options: object) -> None:
-        self.sync(starting=True)
+        self.sync_core.on_answer_started()
 
     @Slot(object)
     def _on_conversation_changed(self, _conversation: Conversation) -> None:
-        if not self._opening and self.chat.state is not State.GENERATING:
-            self.sync()
+        self.sync_core.on_conversation_changed()
+
+    # ---- the core's state and requests (session/history_sync.py says what each does) -------
+    @property
+    def store(self) -> HistoryStore | None:
+        return self.sync_core.store
+
+    @property
+    def failure(self) -> str | None:
+        return self.sync_core.failure
+
+    @property
+    def enabled(self) -> bool:
+        return self.sync_core.enabled
+
+    @property
+    def read_only(self) -> bool:
+        return self.sync_core.read_only
+
+    @property
+    def current_id(self) -> int | None:
+        return self.sync_core.current_id
+
+    def unsaved_indices(self) -> list[int]:
+        return self.sync_core.unsaved_indices()
+
+    def close(self) -> None:
+        self.sync_core.close()
+
+    def conversations(self) -> list[ConversationInfo]:
+        return self.sync_core.conversations()
+
+    def search(self, query: str) -> list[SearchHit]:
+        return self.sync_core.search(query)
+
+    def export_text(self, conversation_id: int, kind: str) -> str | None:
+        return self.sync_core.export_text(conversation_id, kind)
+
+    def open(self, conversation_id: int) -> bool:
+        return self.sync_core.open(conversation_id)
+
+    def new_chat(self) -> bool:
+        return self.sync_core.new_chat()
+
+    def retry(self) -> bool:
+        return self.sync_core.retry()
+
+    def rename(self, conversation_id: int, title: str) -> bool:
+        return self.sync_core.rename(conversation_id, title)
+
+    def delete(self, conversation_id: int) -> bool:
+        return self.sync_core.delete(conversation_id)
+
+    def import_file(self, path: str, show: bool = True) -> int | None:
+        return self.sync_core.import_file(path, show)
+
+    def poll_external_changes(self) -> bool:
+        return self.sync_core.poll_external_changes()
 
     def sync(self, starting: bool = False) -> None:
-        """Make the stored conversation equal the one in memory (see the module docstring).
+        self.sync_core.sync(starting)
 
-        `starting`: an answer is about to be written. If memory ends with an unchanged stored
-        question and the store has more after it (regenerate), the store keeps it for now.
-        """
-        store = self.store
-        conv = self.chat.conversation
-        if store is None:
-            emit(self.sig_unsaved_changed)
-            return
-        try:
-            self._sync(store, conv, starting)
-        except StoreError as exc:
-            self._failed(store, exc)
-        else:
-            self._succeeded_saving(store)
 
-    def _failed(self, store: HistoryStore, exc: StoreError) -> None:
-        first = self.failure is None
-        self.failure = str(exc)
-        if first and isinstance(exc, ReadOnlyStoreError):
-            emit(
-                self.sig_message,
-                "This chat is not saved: the chat history is read-only. Its messages stay "
-                "here, marked “not saved”; closing the window offers to export them.",
-                "warning",
-            )
-        elif first:
-            # Retries must not freeze the window for the whole lock timeout each time.
-            with contextlib.suppress(StoreError):
-                store.set_busy_timeout(RETRY_BUSY_TIMEOUT_S)
-            emit(
-                self.sig_message,
-                f"{exc} The messages not saved stay here, marked “not saved”; chatapp tries "
-                "again every few seconds.",
-                "error",
-            )
-        emit(self.sig_unsaved_changed)
+class _Signals(HistoryObserver):
+    def __init__(self, controller: HistoryController) -> None:
+        self.c = controller
 
-    def _succeeded_saving(self, store: HistoryStore) -> None:
-        if self.failure is None:
-            return
-        self.failure = None
-        with contextlib.suppress(StoreError):
-            store.set_busy_timeout(NORMAL_BUSY_TIMEOUT_S)
-        emit(self.sig_message, "The chat history works again: every message is saved.", "info")
-        emit(self.sig_unsaved_changed)
+    def list_changed(self) -> None:
+        emit(self.c.sig_list_changed)
 
-    def _sync(self, store: HistoryStore, conv: Conversation, starting: bool) -> None:
-        if conv.id is None:
-            if conv.messages:
-                self._save_as_new(store, conv)
-            return
-        try:
-            stored = store.load_conversation(conv.id)
-        except ConversationNotFoundError:
-            if conv.messages:
-                self._save_as_new(
-                    store,
-                    conv,
-                    "This conversation was deleted in another chatapp window; it was "
-                    "saved again as a new conversation.",
-                )
-            else:
-                conv.id = None
-                emit(self.sig_current_changed, None)
-            return
-        stored = self._sync_versions(store, conv, stored)
-        self._sync_messages(store, conv, stored, starting)
+    def current_changed(self, conversation_id: int | None) -> None:
+        emit(self.c.sig_current_changed, conversation_id)
 
-    def _sync_versions(
-        self, store: HistoryStore, conv: Conversation, stored: StoredConversation
-    ) -> StoredConversation:
-        """Answers that show another of their versions than the store does: select it there
-        (the message keeps its id, nothing else changes)."""
-        changed = False
-        for mem, row in zip(conv.messages, stored.messages, strict=False):
-            if mem.id != row.id:
-                break
-            ours, theirs = memory_signature(mem), stored_signature(row)
-            if ours != theirs and ours[2] == theirs[2]:
-                store.select_alternative(row.id, mem.version)
-                self._saved[row.id] = ours
-                changed = True
-        return store.load_conversation(stored.id) if changed else stored
+    def message(self, text: str, level: str) -> None:
+        emit(self.c.sig_message, text, level)
 
-    def _sync_messages(
-        self,
-        store: HistoryStore,
-        conv: Conversation,
-        stored_conversation: StoredConversation,
-        starting: bool,
-    ) -> None:
-        stored = stored_conversation.messages
-        mem = conv.messages
-        same = 0
-        while (
-            same < min(len(mem), len(stored))
-            and mem[same].id == stored[same].id
-            and mem[same].content == stored[same].content
-        ):
-            same += 1
-        if same == len(mem) == len(stored):
-            return  # in step
-        if starting and same == len(mem) and mem and mem[-1].role == "user":
-            return  # regenerate: the old answer stays until the new one exists
-        edited = same < min(len(mem), len(stored)) and mem[same].id == stored[same].id
-        doomed = stored[same + 1 :] if edited else stored[same:]
-        if any(m.id not in self._known for m in doomed):
-            # Another instance wrote to this conversation meanwhile: keep theirs, and ours.
-            self._save_as_new(
-                store,
-                conv,
-                "This conversation was changed in another chatapp window at the same time; "
-                "yours continues in a copy.",
-                title=f"{stored_conversation.title} (copy)",
-            )
-            return
-        if edited:
-            added = store.replace_after(
-                stored[same].id, self._drafts(mem[same + 1 :]), new_content=mem[same].content
-            )
-            self._saved[stored[same].id] = memory_signature(mem[same])
-            self._assign(mem[same + 1 :], added)
-        elif same > 0:
-            added = store.replace_after(stored[same - 1].id, self._drafts(mem[same:]))
-            self._assign(mem[same:], added)
-        elif not mem:
-            # Its only messages were taken back (the first question failed): it is gone again.
-            store.delete_conversation(stored_conversation.id)
-            conv.id = None
-            self._known = set()
-            emit(self.sig_current_changed, None)
-        elif not stored:
-            added = [
-                store.append_message(stored_conversation.id, d.role, d.content, d.figures)
-                for d in self._drafts(mem)
-            ]
-            self._assign(mem, added)
-        else:
-            self._save_as_new(store, conv)
-            return
-        emit(self.sig_list_changed)
-
-    def _save_as_new(
-        self, store: HistoryStore, conv: Conversation, note: str = "", title: str | None = None
-    ) -> None:
-        now = datetime.now(UTC)
-        stored = store.add_conversation(
-            ConversationDraft(
-                title=title or conv.title,
-                created=now,
-                updated=now,
-                model=self._model_name(),
-                system_prompt=self.system_prompt(),
-                messages=tuple(self._drafts(conv.messages)),
-            )
-        )
-        conv.id = stored.id
-        self._known = set()
-        self._assign(conv.messages, stored.messages)
-        emit(self.sig_list_changed)
-        emit(self.sig_current_changed, stored.id)
-        if note:
-            emit(self.sig_message, note, "info")
-
-    def _drafts(self, messages: Sequence[ChatMessage]) -> list[MessageDraft]:
-        model = self._model_name()
-        return [
-            MessageDraft(
-                m.role,  # type: ignore[arg-type]
-                m.content,
-                figures_for_store(m.figures, model),
-                alternatives=tuple(
-                    Alternative(o.content, figures_for_store(o.figures, model)) for o in m.others
-                ),
-                version=m.version,
-            )
-            for m in messages
-        ]
-
-    def _assign(self, messages: Sequence[ChatMessage], stored: Sequence[StoredMessage]) -> None:
-        for message, row in zip(messages, stored, strict=True):
-            message.id = row.id
-            self._known.add(row.id)
-            self._saved[row.id] = stored_signature(row)
-
-    def _model_name(self) -> str | None:
-        return self.chat.backend.name if self.chat.backend is not None else None
-
-    def _succeeded(self, call: Callable[[], object]) -> bool:
-        """Run `call`; False (and a message) when the store failed."""
-        try:
-            call()
-        except StoreError as exc:
-            emit(self.sig_message, str(exc), "error")
-            return False
-        return True
-
-    def _guarded(self, call: Callable[[], T]) -> T | None:
-        try:
-            return call()
-        except StoreError as exc:
-            emit(self.sig_message, str(exc), "error")
-            return None
+    def unsaved_changed(self) -> None:
+        emit(self.c.sig_unsaved_changed)

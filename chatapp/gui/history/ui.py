@@ -49,7 +49,7 @@ class HistoryUi(QObject):
             parent=self,
         )
         self.panel = HistoryPanel(window)
-        window.set_conversation_list(self.panel)
+        window.add_pane(self.panel)
         self._query = ""
         self._shown: Conversation | None = None
         # Dialogs, replaceable in tests.
@@ -65,10 +65,12 @@ class HistoryUi(QObject):
         self.poll_timer.setInterval(POLL_INTERVAL_MS)
         self.poll_timer.timeout.connect(self.poll)
 
-        self.unsaved = UnsavedGuard(self)  # marks, retries, asks before a chat goes away
+        # Marks, retries, asks before a chat goes away.
+        self.unsaved = UnsavedGuard(window, self.controller, self._ask_export_path)
         self._build_menu()
         self._connect()
         window.installEventFilter(self)
+        window.before_shutdown.append(self.shutdown)  # closing asks first: leave_checks
         self.refresh()
         self._update_actions()
         if self.controller.enabled:
@@ -79,13 +81,7 @@ class HistoryUi(QObject):
     # ---- building -----------------------------------------------------------------------------
     def _build_menu(self) -> None:
         w = self.window
-        menu = w.menuBar().addMenu("&Conversation")
-        help_action = next(
-            (a for a in w.menuBar().actions() if a.text().replace("&", "") == "Help"), None
-        )
-        if help_action is not None:  # before Help, where people look for it
-            w.menuBar().insertMenu(help_action, menu)
-        self.menu = menu
+        menu = self.menu = w.menus.add_menu("&Conversation")
 
         def action(
             text: str,
@@ -358,14 +354,8 @@ class HistoryUi(QObject):
         return self.controller.poll_external_changes()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.window:
-            if event.type() == QEvent.Type.WindowActivate:
-                self.poll()
-            elif event.type() == QEvent.Type.Close:
-                if not self.unsaved.may_leave("close"):
-                    event.ignore()  # the window stays, with its messages
-                    return True
-                self.shutdown()
+        if watched is self.window and event.type() == QEvent.Type.WindowActivate:
+            self.poll()
         return False
 
     def shutdown(self) -> None:
@@ -375,6 +365,9 @@ class HistoryUi(QObject):
         self.controller.close()
 
     # ---- dialogs (replaceable) ------------------------------------------------------------------
+    def _ask_export_path(self, caption: str, suggested: str, filters: str) -> str | None:
+        return self.ask_save_path(caption, suggested, filters)  # as replaced by a test
+
     def _confirm(self, title: str, text: str) -> bool:
         box = QMessageBox(QMessageBox.Icon.Question, title, text, parent=self.window)
         box.setObjectName("confirmDeleteBox")
@@ -398,7 +391,7 @@ class HistoryUi(QObject):
 
 def install_history(window: MainWindow, opened: OpenedHistory) -> HistoryUi:
     ui = HistoryUi(window, opened)
-    window.history = ui  # type: ignore[attr-defined]
+    window.add_feature(ui)  # window.feature(HistoryUi) finds it
     return ui
 
 

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QMessageBox
 
-from chatapp.gui.history.records import snapshot
+from chatapp.session.history_records import snapshot
 from chatapp.store import export
 
 if TYPE_CHECKING:
-    from chatapp.gui.history.ui import HistoryUi
+    from chatapp.gui.history.controller import HistoryController
+    from chatapp.gui.main_window import MainWindow
 
 RETRY_MS = 3000
 EXPORT_FILTERS = "Markdown (*.md);;chatapp JSON export (*.json)"
@@ -35,18 +36,23 @@ Answer = str
 
 
 class UnsavedGuard(QObject):
-    def __init__(self, ui: HistoryUi) -> None:
-        super().__init__(ui)
-        self.ui = ui
-        self.window = ui.window
-        self.controller = ui.controller
+    def __init__(
+        self,
+        window: MainWindow,
+        controller: HistoryController,
+        ask_save_path: Callable[[str, str, str], str | None],
+    ) -> None:
+        super().__init__(controller)
+        self.window = window
+        self.controller = controller
+        self.ask_save_path = ask_save_path  # caption, suggested path, filters
         self.ask: Callable[[str, str, str], Answer] = self._ask  # title, text, discard label
         self.retry_timer = QTimer(self)
         self.retry_timer.setInterval(RETRY_MS)
         self.retry_timer.timeout.connect(self.retry)
         self.controller.sig_unsaved_changed.connect(self.update)
         self.window.controller.sig_conversation_changed.connect(lambda _c: self.update())
-        self.window.may_leave_chat = self.may_leave
+        window.leave_checks.append(self.may_leave)
 
     def reason(self) -> str:
         c = self.controller
@@ -103,7 +109,7 @@ class UnsavedGuard(QObject):
         conversation = chat.conversation
         name = _safe_name(conversation.title) + ".md"
         folder = Path(str(self.window.settings.value("history/export_dir", "") or Path.home()))
-        path = self.ui.ask_save_path("Export the unsaved chat", str(folder / name), EXPORT_FILTERS)
+        path = self.ask_save_path("Export the unsaved chat", str(folder / name), EXPORT_FILTERS)
         if not path:
             return None
         target = Path(path)

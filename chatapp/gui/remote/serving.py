@@ -7,8 +7,11 @@ JobRunner, the one thread that owns the engine, so served requests and the chat'
 turns in arrival order and never touch the engine at once. While a request is answered, an
 answer asked for in the window waits, and the other way round.
 
-Threads: uvicorn's thread calls `dispatch` (through the worker's `submit`); a queued signal
-carries the request to the GUI thread, which submits the job; the worker thread answers it.
+Threads: the request side is made on the engine's thread (it reads the engine), the socket is
+bound and uvicorn started on the window's tool thread (starting waits until it listens, up to
+30 s: never on the GUI thread, never behind an answer). uvicorn's thread calls `dispatch`
+(through the worker's `submit`); a queued signal carries the request to the GUI thread, which
+submits the job; the engine's thread answers it.
 A request that was dispatched but never reached the worker when serving stops is answered
 503 at once rather than left waiting.
 """
@@ -53,9 +56,16 @@ class WindowServer(QObject):
     sig_answered = Signal(int)  # requests answered since it started
     _sig_dispatch = Signal(object)  # a served Job, from uvicorn's thread to this one
 
-    def __init__(self, runner: JobRunner, host: EngineHost, parent: QObject | None = None):
+    def __init__(
+        self,
+        runner: JobRunner,
+        host: EngineHost,
+        parent: QObject | None = None,
+        tools: JobRunner | None = None,
+    ):
         super().__init__(parent)
         self.runner = runner
+        self.tools = tools or runner  # where the HTTP server starts
         self.host = host
         self.port = DEFAULT_PORT  # tests use 0 (a free port)
         self.serving: Serving | None = None
@@ -66,6 +76,7 @@ class WindowServer(QObject):
         self._waiting: dict[int, ServedRequest] = {}  # dispatched, not yet run
         self._closed = True
         self._starting = False
+        self._cancelled = False  # stop() came while the server was starting
         self._sig_dispatch.connect(self._submit)
 
     @property
@@ -93,6 +104,7 @@ class WindowServer(QObject):
             )
             return False
         self._starting = True
+        self._cancelled = False
         wanted = self.port if port is None else port
 
         def make_worker(_control: JobControl) -> EngineWorker:
@@ -107,10 +119,23 @@ class WindowServer(QObject):
         return True
 
     def _listen(self, worker: EngineWorker, port: int) -> None:
+        """Bind and start uvicorn on the tool thread; sig_started or sig_failed then."""
+        if self._cancelled:
+            self._starting = False
+            worker.close()
+            return
+        handle = self.tools.submit(
+            Job("server start", lambda _control: self._start_http(worker, port), _start_failed)
+        )
+        handle.sig_finished.connect(self._on_listening)
+        handle.sig_errored.connect(self._on_setup_failed)
+
+    def _start_http(self, worker: EngineWorker, port: int) -> ServerThread | None:
+        """The tool thread: listen on `port` (any free one if it is taken); None if stop()
+        came meanwhile."""
         from chatapp.server.app import ShutdownNotice, build_app
         from chatapp.server.runner import PortUnavailable, ServerThread, bind
 
-        self._starting = False
         try:
             try:
                 sock = bind(HOST, port)
@@ -118,19 +143,36 @@ class WindowServer(QObject):
                 if port == 0:
                     raise
                 sock = bind(HOST, 0)  # the usual port is taken (another server): any free one
-            self._closed = False
+            with self._lock:
+                self._closed = False
+            self._worker = worker  # before a first request can reach _submit
             shutdown = ShutdownNotice()  # stopping ends open streams at once, with a word
             app = build_app(worker, shutdown=shutdown)
-            self._server = ServerThread.start(app, sock, on_exit=shutdown.trigger)
-        except (PortUnavailable, RuntimeError, OSError) as exc:
-            self._closed = True
+            server = ServerThread.start(app, sock, on_exit=shutdown.trigger)
+        except BaseException:
+            with self._lock:
+                self._closed = True
+            self._worker = None
             worker.close()
-            emit(self.sig_failed, f"Could not start serving: {exc}")
-            return
-        self._worker = worker
+            raise
+        with self._lock:
+            if not self._cancelled:
+                self._server = server
+                return server
+        self._worker = None
+        worker.close()
+        server.stop()
+        return None
+
+    @Slot(object)
+    def _on_listening(self, server: ServerThread | None) -> None:
+        self._starting = False
+        worker = self._worker
+        if server is None or worker is None:
+            return  # stopped while starting
         self.answered = 0
-        actual = int(self._server.url.rsplit(":", 1)[1])
-        self.serving = Serving(f"{self._server.url}/v1", worker.card.id, actual)
+        actual = int(server.url.rsplit(":", 1)[1])
+        self.serving = Serving(f"{server.url}/v1", worker.card.id, actual)
         log.info("serving %s at %s", worker.card.id, self.serving.url)
         emit(self.sig_started, self.serving)
 
@@ -140,7 +182,12 @@ class WindowServer(QObject):
         emit(self.sig_failed, error.message)
 
     def stop(self) -> None:
-        """Stop listening: waiting requests get a 503, the running one stops within a step."""
+        """Stop listening: waiting requests get a 503, the running one stops within a step.
+        While the server is starting, it stops as soon as it has started."""
+        with self._lock:
+            if self._starting and self._server is None:
+                self._cancelled = True
+                self._closed = True
         worker, server = self._worker, self._server
         if worker is None or server is None:
             return
@@ -191,3 +238,11 @@ class WindowServer(QObject):
         if self.serving is not None:
             self.answered += 1
             emit(self.sig_answered, self.answered)
+
+
+def _start_failed(exc: BaseException) -> str:
+    from chatapp.server.runner import PortUnavailable
+
+    if isinstance(exc, PortUnavailable | RuntimeError | OSError):
+        return f"Could not start serving: {exc}"
+    return failed("Starting the server", exc)

@@ -48,7 +48,7 @@ class RemoteUi(QObject):
         self.window = window
         self.chat = window.controller
         self.figures = RemoteFigures(window.side_panel)
-        self.server = WindowServer(window.runner, window.host, self)
+        self.server = WindowServer(window.runner, window.host, self, window.tools)
         self.timeouts = Timeouts()  # tests shorten them
         self.listing_timeouts = LISTING_TIMEOUTS
         # API keys by address: this session's, and those the user asked to remember.
@@ -77,10 +77,7 @@ class RemoteUi(QObject):
             "their requests take turns with the chat"
         )
         self.serve_action.toggled.connect(self._on_serve_toggled)
-        menu, before = w.file_menu, w.new_chat_action
-        for action in (self.connect_action, self.disconnect_action, self.serve_action):
-            menu.insertAction(before, action)
-        menu.insertSeparator(before)
+        w.menus.add_file_actions([self.connect_action, self.disconnect_action, self.serve_action])
 
     def _build_status(self) -> None:
         bar = self.window.statusBar()
@@ -289,5 +286,5 @@ class RemoteUi(QObject):
 
 def install_remote(window: MainWindow) -> RemoteUi:
     ui = RemoteUi(window)
-    window.remote_ui = ui  # type: ignore[attr-defined]
+    window.add_feature(ui)  # window.feature(RemoteUi) finds it
     return ui

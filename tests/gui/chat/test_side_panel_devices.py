@@ -82,6 +82,7 @@ def test_the_webgpu_software_adapter_is_offered_and_runs(
     qtbot, make_window, varied_model_dir: Path
 ) -> None:
     window = make_window(["--model", str(varied_model_dir)])
+    qtbot.waitUntil(lambda: window.side_panel.devices_known, timeout=ANSWER_TIMEOUT_MS)
     selector = window.side_panel.device_selector
     names = [selector.itemData(i) for i in range(selector.count())]
     if "webgpu" in names:

@@ -258,3 +258,27 @@ def test_a_fast_token_stream_from_the_tiny_model_arrives_in_few_batches(
     # first token is not held back.
     assert len(tokens[0].token_ids) == 1
     assert len(batches) < 60
+
+
+def test_watch_calls_the_watcher_on_the_gui_thread_as_the_core_expects(
+    qtbot, runner: JobRunner
+) -> None:
+    from chatapp.session.running import JobWatcher
+
+    events: list[tuple[str, object]] = []
+    threads: set[QThread] = set()
+
+    def note(kind: str) -> object:
+        def add(value: object) -> None:
+            threads.add(QThread.currentThread())
+            events.append((kind, value))
+
+        return add
+
+    watcher = JobWatcher(note("yielded"), note("finished"), note("errored"), note("aborted"))  # type: ignore[arg-type]
+    handle = runner.watch(counting_job(3), watcher)
+    wait_done(qtbot, handle)
+    kinds = [kind for kind, _ in events]
+    assert kinds[-1] == "finished" and set(kinds[:-1]) == {"yielded"}
+    assert [i for kind, b in events if kind == "yielded" for i in b.items] == [0, 1, 2]  # type: ignore[attr-defined]
+    assert threads == {QThread.currentThread()}

@@ -46,7 +46,7 @@ def _known(report: object) -> bool:
 
 
 def history(window: MainWindow) -> HistoryUi:
-    return window.history  # type: ignore[attr-defined]
+    return window.feature(HistoryUi)
 
 
 def stored(path: Path) -> list[tuple[str, list[tuple[str, str, Figures | None]]]]:

@@ -12,6 +12,7 @@ from PySide6.QtCore import QUrl
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
 from chatapp.store import HistoryStore
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
@@ -84,7 +85,7 @@ def test_regenerate_keeps_versions_switchable_saved_exported_and_imported(
     assert window.conversation.messages[1].content == contents[1]
 
     # Reopened (as after a restart), exported as JSON and imported: the versions come along.
-    ui = window.history  # type: ignore[attr-defined]
+    ui = window.feature(HistoryUi)
     conversation_id = window.conversation.id
     window.new_chat_action.trigger()
     assert ui.open(conversation_id)

@@ -16,6 +16,7 @@ import pytest
 
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
+from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
 from chatapp.store import HistoryStore
 from chatapp.store.errors import wrap
@@ -65,7 +66,7 @@ def test_a_full_disk_keeps_the_chat_marks_it_asks_and_saves_it_later(
     qtbot, make_window, tiny_model_dir: Path, history_file: Path, disk: dict[str, bool]
 ) -> None:
     window = loaded(make_window, tiny_model_dir)
-    ui = window.history  # type: ignore[attr-defined]
+    ui = window.feature(HistoryUi)
     send_and_wait(qtbot, window, "saved question")
     disk["full"] = True
     long = "a question the history cannot save"
@@ -116,7 +117,7 @@ def test_a_read_only_history_is_shown_read_only_and_offers_an_export(
 
     monkeypatch.setattr(os, "access", access)
     window = loaded(make_window, tiny_model_dir)
-    ui = window.history  # type: ignore[attr-defined]
+    ui = window.feature(HistoryUi)
     assert ui.panel.titles() == ["an old chat"]  # shown, not hidden
     assert ui.panel.read_only_label.isVisible()
     assert not ui.import_action.isEnabled() and not ui.delete_action.isEnabled()
@@ -152,7 +153,7 @@ def test_import_failures_are_said_in_the_window(
     make_window, tiny_model_dir: Path, tmp_path: Path, name: str, content, says: str
 ) -> None:
     window = loaded(make_window, tiny_model_dir)
-    ui = window.history  # type: ignore[attr-defined]
+    ui = window.feature(HistoryUi)
     path = tmp_path / name  # a name with markup in it is shown as text (banner.py)
     if content is not None:
         path.write_bytes(content)

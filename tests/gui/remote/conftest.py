@@ -34,7 +34,9 @@ def window(make_window: WindowFactory, tiny_model_dir: Path) -> MainWindow:
 
 
 def remote_ui(window: MainWindow) -> RemoteUi:
-    return window.remote_ui  # type: ignore[attr-defined,no-any-return]
+    ui = window.feature(RemoteUi)
+    assert ui is not None
+    return ui
 
 
 def fetch(qtbot, dialog: ConnectDialog, url: str, key: str = "") -> None:

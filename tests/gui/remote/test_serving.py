@@ -160,3 +160,34 @@ def test_a_new_model_is_served_at_the_same_address(
     models = in_thread(qtbot, lambda: httpx2.get(f"{again.url}/models", trust_env=False).json())
     assert [m["id"] for m in models["data"]] == ["varied-llama"]
     assert ui.serve_action.isChecked()
+
+
+def test_serving_turned_off_while_the_server_starts_leaves_nothing_listening(
+    qtbot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uvicorn starts on the window's tool thread; hold it there until the toggle is off.
+    from chatapp.server import runner
+
+    gate, urls = threading.Event(), []
+    real_start = runner.ServerThread.start
+
+    def held_start(app: Any, sock: Any, **kwargs: Any) -> Any:
+        assert threading.current_thread() is not threading.main_thread()
+        gate.wait(30)
+        server = real_start(app, sock, **kwargs)
+        urls.append(server.url)
+        return server
+
+    monkeypatch.setattr(runner.ServerThread, "start", held_start)
+    ui = remote_ui(window)
+    started: list[object] = []
+    ui.server.sig_started.connect(started.append)
+    ui.serve_action.trigger()
+    assert ui.server.active
+    qtbot.waitUntil(lambda: ui.server.worker is not None, timeout=LOAD_TIMEOUT_MS)
+    ui.serve_action.trigger()  # off, before the server listens
+    gate.set()
+    qtbot.waitUntil(lambda: not ui.server.active, timeout=LOAD_TIMEOUT_MS)
+    assert started == [] and ui.server.serving is None and not ui.serve_action.isChecked()
+    assert urls and refused(f"{urls[0]}/v1")
+    send_and_wait(qtbot, window, "still answering")  # the chat goes on

@@ -10,6 +10,7 @@ from pathlib import Path
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
+from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.figures import LOOP_TIP, NOT_AVAILABLE
 from chatapp.gui.remote.ui import COMPARE_UNAVAILABLE
@@ -54,7 +55,7 @@ def test_a_remote_chat_lands_in_the_transcript_history_and_export(
     assert stored_answers(history_file) == [(expected.text, "varied-llama", "remote", "remote")]
     conv_id = window.conversation.id
     assert conv_id is not None
-    exported = window.history.controller.export_text(conv_id, "markdown")  # type: ignore[attr-defined]
+    exported = window.feature(HistoryUi).controller.export_text(conv_id, "markdown")
     assert exported is not None and expected.text in exported and "varied-llama" in exported
     # The line under the answer names the server, not a loop and a device.
     line = fmt.figures_line(answer.figures)

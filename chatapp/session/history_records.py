@@ -1,14 +1,24 @@
-"""Conversations between the store and the window: ChatMessage <-> StoredMessage, and the
-signature that tells whether the store holds a message as it is shown."""
+"""Conversations between the store and the window: opening the history, ChatMessage <->
+StoredMessage, and the signature that tells whether the store holds a message as it is shown."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.session.conversation import AnswerVersion, ChatMessage, Conversation
-from chatapp.store import Alternative, ConversationInfo, StoredConversation, StoredMessage
+from chatapp.store import (
+    Alternative,
+    ConversationInfo,
+    HistoryStore,
+    SchemaTooNewError,
+    StoredConversation,
+    StoredMessage,
+    StoreError,
+    open_default_store,
+)
 
 Signature = tuple[str, int, tuple[str, ...]]  # a message's text, shown version, all versions
 
@@ -63,3 +73,24 @@ def snapshot(
         conversation.id or 0, conversation.title, now, now, model, system_prompt, len(messages)
     )
     return StoredConversation(info, messages)
+
+
+@dataclass(frozen=True)
+class OpenedHistory:
+    store: HistoryStore | None
+    notice: str | None  # for the window: a recovered file, or why history is off
+    level: str = "warning"  # stays up until dismissed (a loaded model clears errors)
+
+
+def open_history(opener: Callable[[], HistoryStore] = open_default_store) -> OpenedHistory:
+    """Open the default history; never raises (the app runs without history if it must)."""
+    try:
+        store = opener()
+    except SchemaTooNewError as exc:
+        return OpenedHistory(None, f"{exc} Chats are not saved in this session.")
+    except StoreError as exc:
+        return OpenedHistory(None, f"{exc} Chats are not saved in this session.")
+    notice = store.recovery.message() if store.recovery is not None else None
+    if store.read_only:  # shown read-only rather than hidden (issue 12)
+        notice = store.read_only_message()
+    return OpenedHistory(store, notice, "warning")

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.gui.model_library import (
+from chatapp.gui.models.library import (
     KEEP_LOAD_TIMES,
     LAST_FOLDER_KEY,
     LOAD_SECONDS_KEY,

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QDialog
 from chatapp.engine.model_folder import variants
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.workers import JobRunner
-from chatapp.gui.variant_picker import VariantPicker, has_choice
+from chatapp.gui.models.variant_picker import VariantPicker, has_choice
 from tests.gui.conftest import ANSWER_TIMEOUT_MS
 
 

@@ -1,6 +1,6 @@
 """File > Models: the prepared models (size on disk, source, precision), opened or removed
 from one list; the last model used, which the next start opens again; and how long each model
-took to load (the status bar's time left). The variant picker is gui/variant_picker.py."""
+took to load (the status bar's time left). The variant picker is gui/models/variant_picker.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Models: File > Models (the library, load times kept) and the variant picker."""

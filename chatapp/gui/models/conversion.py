@@ -1,0 +1,73 @@
+"""File > Open GGUF: the conversion (a job of the chat controller, on the window's tool runner),
+its progress dialog, then the converted folder opened."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QWidget
+
+from chatapp.datadir import models_dir
+from chatapp.gui.chat.controller import ChatController
+from chatapp.gui.common.progress import ConversionProgressDialog
+
+
+class GgufConversion(QObject):
+    def __init__(
+        self,
+        window: QWidget,
+        controller: ChatController,
+        status: Callable[[str, int], None],  # a status-bar line for that many ms (0: kept)
+        show_message: Callable[[str, str], None],  # the banner: text, level
+        open_model: Callable[[Path], object],
+    ) -> None:
+        super().__init__(window)
+        self.controller = controller
+        self.status = status
+        self.show_message = show_message
+        self.open_model = open_model
+        self.progress = ConversionProgressDialog(
+            window,
+            "convertProgressDialog",
+            "Open GGUF",
+            "Converting for ONNX Runtime: {message}…\n{left}",
+            controller.cancel_conversion,
+        )
+        controller.sig_convert_progress.connect(self._on_progress)
+        controller.sig_convert_planned.connect(self.progress.set_note)
+        controller.sig_converted.connect(self._on_converted)
+        controller.sig_convert_failed.connect(self._on_failed)
+
+    def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
+        """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
+        gguf = Path(gguf).expanduser()
+        target = Path(out_dir) if out_dir else models_dir() / folder_name(gguf)
+        if not self.controller.convert_gguf(gguf, target):
+            return False
+        self.progress.open(f"Converting {gguf.name} for ONNX Runtime…")
+        self.status(f"Converting {gguf.name}…", 0)
+        return True
+
+    @Slot(float, str)
+    def _on_progress(self, fraction: float, message: str) -> None:
+        if self.progress.dialog is not None:  # not after Cancel or the end
+            self.progress.report(fraction, message)
+
+    @Slot(object)
+    def _on_converted(self, folder: Path) -> None:
+        self.progress.close()
+        self.status(f"Converted into {folder}", 5000)
+        self.open_model(folder)
+
+    @Slot(str)
+    def _on_failed(self, message: str) -> None:
+        self.progress.close()
+        self.show_message(message, "error")
+
+
+def folder_name(gguf: Path) -> str:
+    """A model folder name from a GGUF file name (safe on every file system)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", gguf.stem).strip("-.") or "model"

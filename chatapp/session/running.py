@@ -1,0 +1,130 @@
+"""How the application core hands a `Job` to a worker and hears back, without Qt.
+
+The core (chat_session.py, history_sync.py) never owns a thread. It is given a `Submit`: a
+function that queues a job on some worker and calls the `JobWatcher`'s callbacks later, on the
+thread that submitted it. The window passes its `JobRunner.watch` (gui/common/workers.py:
+Qt signals carry the outcome back to the GUI thread); the core's tests pass `InlineRunner`
+(runs the job at once, on the caller's thread).
+
+What a watcher hears, in order: zero or more `on_yielded(YieldedBatch)`, then exactly one of
+`on_finished(value)`, `on_errored(JobError)`, `on_aborted(message)`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from chatapp.session.jobs import Job, JobAborted, JobControl, JobError, explain, one_line
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class YieldedBatch:
+    request_id: int
+    items: tuple[Any, ...]
+    snapshot: Any = None  # what the job's `JobControl.snapshot` said at this flush
+
+
+def _ignore(_value: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class JobWatcher:
+    """The callbacks of one submitted job; those left out are not called."""
+
+    on_yielded: Callable[[YieldedBatch], None] = _ignore
+    on_finished: Callable[[Any], None] = _ignore
+    on_errored: Callable[[JobError], None] = _ignore
+    on_aborted: Callable[[str], None] = _ignore
+
+
+class RunningJob(Protocol):
+    """A submitted job as its submitter sees it."""
+
+    @property
+    def request_id(self) -> int: ...
+
+    def stop(self) -> None:
+        """Ask the job to stop after its current step (returns at once)."""
+
+
+Submit = Callable[[Job, JobWatcher], RunningJob]
+
+
+@dataclass(eq=False)
+class _Inline:
+    request_id: int
+    stopped: bool = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class InlineRunner:
+    """A `Submit` without a worker (tests, scripts): jobs queue until `drain()` runs them in
+    order on the calling thread, as a worker would, calling the watchers as they go.
+    `stop_after` stops every job after that many items (to test stopping)."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self._ids = itertools.count(1)
+        self.stop_after = stop_after
+        self.queue: list[tuple[Job, JobWatcher, _Inline]] = []
+        self.names: list[str] = []  # the jobs run, in order
+
+    def __call__(self, job: Job, watcher: JobWatcher) -> RunningJob:
+        running = _Inline(next(self._ids))
+        self.queue.append((job, watcher, running))
+        return running
+
+    def drain(self) -> int:
+        """Run every queued job (and those they queue); returns how many ran."""
+        count = 0
+        while self.queue:
+            self._run(*self.queue.pop(0))
+            count += 1
+        return count
+
+    def _run(self, job: Job, watcher: JobWatcher, running: _Inline) -> None:
+        self.names.append(job.name)
+        items: list[Any] = []
+        control = JobControl(running.request_id, lambda: running.stopped, items.append, _nothing)
+        try:
+            result = job.run(control)
+            if inspect.isgenerator(result):
+                while True:
+                    try:
+                        items.append(next(result))
+                    except StopIteration as stop:
+                        result = stop.value
+                        break
+                    if self.stop_after is not None and len(items) >= self.stop_after:
+                        running.stopped = True
+        except JobAborted as exc:
+            _flush(running, control, items, watcher)
+            watcher.on_aborted(one_line(str(exc)))
+        except Exception as exc:
+            _flush(running, control, items, watcher)
+            message = explain(job, exc)
+            error = JobError(running.request_id, message, control.partial, type(exc), str(exc))
+            watcher.on_errored(error)
+        else:
+            _flush(running, control, items, watcher)
+            watcher.on_finished(result)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _flush(running: _Inline, control: JobControl, items: list[Any], watcher: JobWatcher) -> None:
+    if items:
+        snapshot = control.snapshot() if control.snapshot is not None else None
+        watcher.on_yielded(YieldedBatch(running.request_id, tuple(items), snapshot))
+        items.clear()

@@ -48,7 +48,10 @@ from chatapp.system_memory import available_memory
 log = logging.getLogger(__name__)
 
 ENV_VAR = "CHATAPP_PACKED_CACHE"
-MIN_WEIGHT_BYTES = 512 << 20  # below this the second packed copy costs little
+# Below this the second packed copy costs little, and mapping costs time: the default model
+# (230 MB) from a copy answered 297 against 352 MiB, with prompts 1.5x slower (faulting the
+# copy back in) and decode 0.8x (docs/converter.md).
+MIN_WEIGHT_BYTES = 512 << 20
 DISK_MARGIN = 1 << 30  # leave this much free after writing the copy
 GRAPH = "model.onnx"
 DATA = "model.onnx.data"

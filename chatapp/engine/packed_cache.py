@@ -187,6 +187,8 @@ def packed_graph(
     on_disk = sum(f.stat().st_size for f in (onnx_path, *estimate.mapped_files))
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
+        # Named first, so that a folder of copies without it is one that nothing will use.
+        (folder.parent / SOURCE).write_text(str(onnx_path.resolve()), encoding="utf-8")
         free = shutil.disk_usage(folder.parent).free
         if free < on_disk + estimate.packed + DISK_MARGIN:
             log.info("no room for a packed copy of %s (%d bytes free)", onnx_path, free)
@@ -201,7 +203,6 @@ def packed_graph(
         try:
             _save(onnx_path, work, opts)
             work.rename(folder)
-            (folder.parent / SOURCE).write_text(str(onnx_path.resolve()), encoding="utf-8")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     except Exception:  # a runtime without the option, a full disk: pack on the heap instead
@@ -239,11 +240,15 @@ def _alive(pid: int) -> bool:
 
 
 def _forget_removed_models() -> None:
-    """Delete the copies of graphs that are no longer there (a model removed or moved)."""
-    for source in cache_root().glob(f"*/{SOURCE}"):
+    """Delete the copies of graphs that are no longer there (a model removed or moved), and
+    folders of copies that name no graph (left by an older version of this cache)."""
+    for copies in cache_root().iterdir():
+        source = copies / SOURCE
         try:
-            if not Path(source.read_text(encoding="utf-8")).is_file():
-                shutil.rmtree(source.parent, ignore_errors=True)
+            if not copies.is_dir():
+                continue
+            if not source.is_file() or not Path(source.read_text(encoding="utf-8")).is_file():
+                shutil.rmtree(copies, ignore_errors=True)
         except OSError:
             continue
 

@@ -175,6 +175,10 @@ def test_the_copies_of_a_removed_model_go_when_another_is_made(
     Engine(first, threads=1, max_context=64)
     assert len(list(cache_root().iterdir())) == 1
     shutil.rmtree(first)  # the model is removed from the library
-    Engine(with_external_data(tiny_model_dir, tmp_path / "second"), threads=1, max_context=64)
+    unnamed = cache_root() / "0123456789abcdef" / "fedcba9876543210"  # an older cache's copy
+    unnamed.mkdir(parents=True)
+    second_graph = with_external_data(tiny_model_dir, tmp_path / "second") / "model.onnx"
+    Engine(second_graph.parent, threads=1, max_context=64)
     sources = [p.read_text() for p in cache_root().glob("*/source.txt")]
     assert sources == [str((tmp_path / "second" / "model.onnx").resolve())]
+    assert [p.name for p in cache_root().iterdir()] == [packed_cache._source_key(second_graph)]

@@ -16,11 +16,12 @@ models on Linux (where the release works) when the disk has room. `CHATAPP_PACKE
 it off.
 
 Packing both kernels' copies on the heap to save them is what made a first load cost twice a
-later one (1B shape: 2.65 GB against 1.26 GB), so the copy is saved by a child process
+later one (1B shape: 2.65 GB against 1.3 GB), so the copy is saved by a child process
 (`python -m chatapp.engine.packed_cache GRAPH`): at the end of a conversion (`prepare_folder`),
 or on the first load of a folder made elsewhere (`packed_copy`). The child's peak is both
-kernels' copies (1B: 1.68 GB for ~10 s), the app's stays that of a later load. A child that is
-stopped or killed leaves only its `.writing-PID-*` folder, which the next save removes.
+kernels' copies (1B: 1.7 GB, for 10 s on a quiet machine), the app's stays that of a later
+load. A child that is stopped or killed leaves only its `.writing-PID-*` folder, which the next
+save removes.
 """
 
 from __future__ import annotations

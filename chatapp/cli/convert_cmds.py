@@ -112,6 +112,10 @@ def run_convert(args: argparse.Namespace) -> int:
         out = convert_gguf(args.gguf, args.out_dir, opts, bar, preflight=say_needs)
     finally:
         bar.close()
+    from chatapp.engine.packed_cache import prepare_folder
+
+    # A big model's first load then maps this copy instead of packing it (docs/converter.md).
+    prepare_folder(out, say=lambda line: print(f"chatapp: {line}", file=sys.stderr, flush=True))
     print(out)
     return 0
 

@@ -14,7 +14,6 @@ from chatapp.engine.devices import (
     StartedSession,
     cpu_session,
     find_device,
-    session_options,
     start_session,
 )
 from chatapp.engine.errors import (
@@ -31,7 +30,7 @@ from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
-from chatapp.engine.packed_cache import DATA, packed_graph, saved_already, wanted
+from chatapp.engine.packed_cache import DATA, packed_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.error_text import STATUS_LINE, first_line
@@ -129,11 +128,11 @@ class Engine:
 
     def _cpu_graph(self) -> Path:
         """The graph a CPU session runs: for a big model its copy with packed weights saved
-        (engine/packed_cache.py), else the folder's own."""
+        (engine/packed_cache.py; saved by a child process the first time), else the folder's
+        own."""
         if not wanted(self.memory) or needs_native(self.info.onnx_path):
             return self.info.onnx_path  # native kernels read the GGUF bytes: nothing is packed
-        with released_while_loading(self.memory.mapped_files):  # saving packs on the heap
-            graph = packed_graph(self.info.onnx_path, self.memory, session_options(self.threads))
+        graph = packed_copy(self.info.onnx_path, self.memory, self.threads)
         if graph is None:
             return self.info.onnx_path
         self.mapped_files = (graph.parent / DATA,)

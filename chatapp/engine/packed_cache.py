@@ -14,33 +14,51 @@ when it saves), so it lives in the data folder's cache under a key of the ONNX R
 the CPU's flags and the source files' sizes and times, and is made only for CPU sessions of big
 models on Linux (where the release works) when the disk has room. `CHATAPP_PACKED_CACHE=0` turns
 it off.
+
+Packing both kernels' copies on the heap to save them is what made a first load cost twice a
+later one (1B shape: 2.65 GB against 1.3 GB), so the copy is saved by a child process
+(`python -m chatapp.engine.packed_cache GRAPH`): at the end of a conversion (`prepare_folder`),
+or on the first load of a folder made elsewhere (`packed_copy`). The child's peak is both
+kernels' copies (1B: 1.7 GB, for 10 s on a quiet machine), the app's stays that of a later
+load. A child that is stopped or killed leaves only its `.writing-PID-*` folder, which the next
+save removes.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import onnxruntime as ort
 
 from chatapp.datadir import data_dir
-from chatapp.engine.memory import MemoryEstimate
+from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate, estimate_memory
+from chatapp.system_memory import available_memory
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "CHATAPP_PACKED_CACHE"
-MIN_WEIGHT_BYTES = 512 << 20  # below this the second packed copy costs little
+# Below this the second packed copy costs little, and mapping costs time: the default model
+# (230 MB) from a copy answered 297 against 352 MiB, with prompts 1.5x slower (faulting the
+# copy back in) and decode 0.8x (docs/converter.md).
+MIN_WEIGHT_BYTES = 512 << 20
 DISK_MARGIN = 1 << 30  # leave this much free after writing the copy
 GRAPH = "model.onnx"
 DATA = "model.onnx.data"
 SOURCE = "source.txt"  # beside a graph's copies: the graph they were made from
+WORK_PREFIX = ".writing-"  # + the writing process's id: a copy being saved
+POLL_S = 0.2  # how often a parent waiting for the child checks whether to stop
 
 
 def cache_root() -> Path:
@@ -57,8 +75,105 @@ def wanted(estimate: MemoryEstimate) -> bool:
 
 def saved_already(onnx_path: Path, estimate: MemoryEstimate) -> bool:
     """Whether this machine's packed copy of `onnx_path` is there (loading only maps it)."""
-    folder = cache_root() / _source_key(onnx_path) / _machine_key(onnx_path, estimate)
+    folder = _copy_folder(onnx_path, estimate)
     return (folder / GRAPH).is_file() and (folder / DATA).is_file()
+
+
+def packed_copy(
+    onnx_path: Path,
+    estimate: MemoryEstimate,
+    threads: int | None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Path | None:
+    """The packed copy of `onnx_path` for this machine, saved first by a child process where it
+    is missing; None where it could not be saved (the caller packs on the heap as before)."""
+    if not saved_already(onnx_path, estimate):
+        save_in_child(onnx_path, threads, should_stop)
+    if not saved_already(onnx_path, estimate):
+        return None
+    return _copy_folder(onnx_path, estimate) / GRAPH
+
+
+def prepare_folder(
+    folder: Path,
+    threads: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Path | None:
+    """After a conversion: save the folder's packed copy now, so that its first load maps it
+    (`say` hears one line before the work starts). None where the folder wants none (small,
+    native kernels, not Linux, turned off) or it cannot be made now (too little memory free
+    for the child, a stop, a failure: the first load tries again). Never raises."""
+    from chatapp.engine.model_folder.model import open_model_folder
+    from chatapp.engine.native_kernels import needs_native
+
+    try:
+        info = open_model_folder(folder)
+        estimate = estimate_memory(info, 1)  # the KV cache plays no part in the copy
+        if not wanted(estimate) or needs_native(info.onnx_path):
+            return None
+        if saved_already(info.onnx_path, estimate):
+            return _copy_folder(info.onnx_path, estimate) / GRAPH
+        available = available_memory()
+        if available is not None and available < estimate.packed + RUNTIME_OVERHEAD:
+            log.info("too little memory free to save the packed copy of %s now", folder)
+            return None
+        if say is not None:
+            say("saving ONNX Runtime's packed weights for this computer (loading then maps them)")
+        return packed_copy(info.onnx_path, estimate, threads, should_stop)
+    except Exception:  # an optional step: the folder itself is complete
+        log.exception("could not prepare the packed copy of %s", folder)
+        return None
+
+
+def save_in_child(
+    onnx_path: Path, threads: int | None, should_stop: Callable[[], bool] | None = None
+) -> bool:
+    """Save the packed copy in a child process; True when it says it did. `should_stop` is
+    asked every POLL_S: the child is then killed and what it wrote removed."""
+    import chatapp
+
+    code = str(Path(chatapp.__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH", "")) if p)
+    command = [*_child_command(), str(onnx_path), "--threads", str(threads or 0)]
+    started = time.perf_counter()
+    try:
+        child = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    except OSError:
+        log.exception("could not start the process that saves the packed weights")
+        return False
+    try:
+        while True:
+            try:
+                out, err = child.communicate(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if should_stop is not None and should_stop():
+                    log.info("saving the packed copy of %s was stopped", onnx_path)
+                    _stop(child, onnx_path)
+                    return False
+    except BaseException:  # Ctrl+C, the app closing: the child goes too
+        _stop(child, onnx_path)
+        raise
+    if child.returncode != 0:
+        log.warning(
+            "saving the packed copy of %s failed (%d): %s",
+            onnx_path,
+            child.returncode,
+            err.strip()[-2000:],
+        )
+        _remove_abandoned(cache_root() / _source_key(onnx_path))
+        return False
+    log.info(
+        "packed copy of %s saved in %.1f s: %s",
+        onnx_path,
+        time.perf_counter() - started,
+        out.strip().splitlines()[-1] if out.strip() else "",
+    )
+    return True
 
 
 def packed_graph(
@@ -67,25 +182,28 @@ def packed_graph(
     """The packed copy of `onnx_path` for this machine, made now if missing (with `opts`, the
     session options it will run with); None where it cannot be made (no room, a runtime that
     cannot save), and the caller packs on the heap as before."""
-    folder = cache_root() / _source_key(onnx_path) / _machine_key(onnx_path, estimate)
+    folder = _copy_folder(onnx_path, estimate)
     if (folder / GRAPH).is_file() and (folder / DATA).is_file():
         return folder / GRAPH
     on_disk = sum(f.stat().st_size for f in (onnx_path, *estimate.mapped_files))
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
+        # Named first, so that a folder of copies without it is one that nothing will use.
+        (folder.parent / SOURCE).write_text(str(onnx_path.resolve()), encoding="utf-8")
         free = shutil.disk_usage(folder.parent).free
         if free < on_disk + estimate.packed + DISK_MARGIN:
             log.info("no room for a packed copy of %s (%d bytes free)", onnx_path, free)
             return None
         _forget_removed_models()
+        _remove_abandoned(folder.parent)
         for stale in folder.parent.iterdir():  # the copies of older versions of this file
-            if stale.name != SOURCE:
+            if stale.name != SOURCE and not stale.name.startswith(WORK_PREFIX):
                 shutil.rmtree(stale, ignore_errors=True)
-        work = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder.parent))
+        prefix = f"{WORK_PREFIX}{os.getpid()}-"
+        work = Path(tempfile.mkdtemp(prefix=prefix, dir=folder.parent))
         try:
             _save(onnx_path, work, opts)
             work.rename(folder)
-            (folder.parent / SOURCE).write_text(str(onnx_path.resolve()), encoding="utf-8")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     except Exception:  # a runtime without the option, a full disk: pack on the heap instead
@@ -94,12 +212,44 @@ def packed_graph(
     return folder / GRAPH
 
 
+def _stop(child: subprocess.Popen[str], onnx_path: Path) -> None:
+    child.kill()
+    child.communicate()
+    _remove_abandoned(cache_root() / _source_key(onnx_path))
+
+
+def _child_command() -> list[str]:
+    return [sys.executable, "-m", __name__]
+
+
+def _remove_abandoned(parent: Path) -> None:
+    """Delete what writers that are gone (stopped, killed) left in `parent`."""
+    for work in parent.glob(f"{WORK_PREFIX}*"):
+        pid = work.name[len(WORK_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or not _alive(int(pid)):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: alive
+        return True
+    return True
+
+
 def _forget_removed_models() -> None:
-    """Delete the copies of graphs that are no longer there (a model removed or moved)."""
-    for source in cache_root().glob(f"*/{SOURCE}"):
+    """Delete the copies of graphs that are no longer there (a model removed or moved), and
+    folders of copies that name no graph (left by an older version of this cache)."""
+    for copies in cache_root().iterdir():
+        source = copies / SOURCE
         try:
-            if not Path(source.read_text(encoding="utf-8")).is_file():
-                shutil.rmtree(source.parent, ignore_errors=True)
+            if not copies.is_dir():
+                continue
+            if not source.is_file() or not Path(source.read_text(encoding="utf-8")).is_file():
+                shutil.rmtree(copies, ignore_errors=True)
         except OSError:
             continue
 
@@ -114,6 +264,10 @@ def _save(onnx_path: Path, out: Path, opts: ort.SessionOptions) -> None:
     opts.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
     session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     del session
+
+
+def _copy_folder(onnx_path: Path, estimate: MemoryEstimate) -> Path:
+    return cache_root() / _source_key(onnx_path) / _machine_key(onnx_path, estimate)
 
 
 def _source_key(onnx_path: Path) -> str:
@@ -141,3 +295,29 @@ def _cpu_flags() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def _child_main(argv: list[str]) -> int:
+    """The child `save_in_child` starts: save the copy, print the graph and this process's
+    peak resident memory."""
+    from chatapp.engine.devices import session_options
+    from chatapp.engine.model_folder.model import open_model_folder
+    from chatapp.engine.resident import released_while_loading, resident_memory
+
+    parser = argparse.ArgumentParser(description="Save a graph's packed weights copy.")
+    parser.add_argument("graph", type=Path)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    info = open_model_folder(args.graph.parent, args.graph.name)
+    estimate = estimate_memory(info, 1)
+    opts = session_options(args.threads or None)
+    with released_while_loading(estimate.mapped_files):  # saving reads each weight once
+        graph = packed_graph(info.onnx_path, estimate, opts)
+    peak = resident_memory().get("peak", 0)
+    print(json.dumps({"graph": str(graph) if graph else None, "peak": peak}), flush=True)
+    return 0 if graph is not None else 1
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(_child_main(sys.argv[1:]))

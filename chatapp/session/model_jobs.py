@@ -281,6 +281,7 @@ def convert_job(request: ConvertRequest) -> Job:
     """Convert a GGUF file into a model folder (reusing a verified earlier copy); yields
     Progress, returns the folder. Stopping abandons it (the converter cleans up)."""
     from chatapp.convert.converter import ConvertOptions, convert_gguf
+    from chatapp.engine.packed_cache import prepare_folder
     from chatapp.store.model_library import earlier_conversion
 
     def run(control: JobControl) -> Path:
@@ -297,6 +298,13 @@ def convert_job(request: ConvertRequest) -> Job:
             ConvertOptions(overwrite=True),
             report,
             preflight=lambda plan: control.put(ConvertPlan(plan.line(request.gguf.name))),
+        )
+        # The folder is complete; a big model's first load then maps this copy instead of
+        # packing it. Cancel here skips the copy (the first load makes it), not the folder.
+        prepare_folder(
+            request.out_dir,
+            should_stop=lambda: control.stopped,
+            say=lambda line: control.put(Progress(1.0, line)),
         )
         return request.out_dir
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from chatapp import system_memory
 from chatapp.engine import memory
 from chatapp.engine.engine import Engine
 from chatapp.engine.memory import (
@@ -108,8 +109,8 @@ def test_without_an_available_figure_the_whole_memory_is_the_limit(
 
 
 def test_available_memory_is_read_where_the_platform_says() -> None:
-    available = memory.available_memory()
-    total = memory.physical_memory()
+    available = system_memory.available_memory()
+    total = system_memory.physical_memory()
     assert total is not None and total > 0
     if available is not None:
         assert 0 < available <= total

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from chatapp.engine import packed_cache
 from chatapp.engine.engine import Engine, resident_need
 from chatapp.engine.memory import estimate_memory
 from chatapp.engine.model_folder.model import open_model_folder
-from chatapp.engine.packed_cache import ENV_VAR, cache_root
+from chatapp.engine.packed_cache import ENV_VAR, cache_root, prepare_folder
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.test_memory import with_external_data
 
@@ -73,20 +74,80 @@ def test_a_model_without_external_weights_runs_from_its_own_graph(
     assert not cache_root().exists()
 
 
+# A child that starts writing the copy and then dies (killed by the system, a full disk).
+DYING_CHILD = """
+import os, pathlib, sys, time
+graph = pathlib.Path(sys.argv[1])
+work = pathlib.Path(os.environ["CHATAPP_TEST_SOURCE_FOLDER"]) / f".writing-{os.getpid()}-x"
+work.mkdir(parents=True)
+(work / "model.onnx.data").write_bytes(b"half")
+if os.environ.get("CHATAPP_TEST_HANG"):
+    time.sleep(60)
+os._exit(9)
+"""
+
+
+def dying_child(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch, hang: bool = False
+) -> None:
+    script = tmp_path / "dying_child.py"
+    script.write_text(DYING_CHILD)
+    source = cache_root() / packed_cache._source_key(folder / "model.onnx")
+    monkeypatch.setenv("CHATAPP_TEST_SOURCE_FOLDER", str(source))
+    if hang:
+        monkeypatch.setenv("CHATAPP_TEST_HANG", "1")
+    monkeypatch.setattr(packed_cache, "_child_command", lambda: [sys.executable, str(script)])
+
+
 def test_a_failed_save_falls_back_to_packing_on_the_heap(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = with_external_data(tiny_model_dir, tmp_path / "external")
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
     monkeypatch.setenv(ENV_VAR, "1")
-
-    def failing(*_args: object) -> None:
-        raise RuntimeError("no such option")
-
-    monkeypatch.setattr(packed_cache, "_save", failing)
+    dying_child(tmp_path, folder, monkeypatch)
     engine = Engine(folder, threads=1, max_context=64)
     assert engine.mapped_files == engine.memory.mapped_files
     assert [p.name for p in cache_root().rglob("*") if p.is_file()] == []  # nothing half-written
+
+
+def test_a_stopped_save_leaves_nothing_and_the_next_one_completes(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    with monkeypatch.context() as patched:
+        dying_child(tmp_path, folder, patched, hang=True)
+        source = cache_root() / packed_cache._source_key(folder / "model.onnx")
+        started = time.monotonic()
+
+        def stop_once_writing() -> bool:
+            return any(source.glob(".writing-*")) or time.monotonic() - started > 30
+
+        assert prepare_folder(folder, threads=1, should_stop=stop_once_writing) is None
+        assert time.monotonic() - started < 30  # stopped, not waited for
+        assert [p for p in cache_root().rglob("*") if p.is_file()] == []
+    # a copy abandoned by a writer that is gone is removed by the next save
+    abandoned = source / ".writing-999999999-x"
+    abandoned.mkdir(parents=True)
+    graph = prepare_folder(folder, threads=1)
+    assert graph is not None and graph.is_file()
+    assert not abandoned.exists()
+    engine = Engine(folder, threads=1, max_context=64)
+    assert engine.mapped_files == (graph.parent / packed_cache.DATA,)
+
+
+def test_a_conversion_prepares_nothing_for_a_small_model_or_when_turned_off(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert prepare_folder(folder) is None  # far below the size a copy is made for
+    monkeypatch.setenv(ENV_VAR, "0")
+    assert prepare_folder(folder) is None
+    assert not cache_root().exists()
 
 
 def test_once_the_copy_is_saved_the_estimate_counts_one_kernels_copies(
@@ -114,6 +175,10 @@ def test_the_copies_of_a_removed_model_go_when_another_is_made(
     Engine(first, threads=1, max_context=64)
     assert len(list(cache_root().iterdir())) == 1
     shutil.rmtree(first)  # the model is removed from the library
-    Engine(with_external_data(tiny_model_dir, tmp_path / "second"), threads=1, max_context=64)
+    unnamed = cache_root() / "0123456789abcdef" / "fedcba9876543210"  # an older cache's copy
+    unnamed.mkdir(parents=True)
+    second_graph = with_external_data(tiny_model_dir, tmp_path / "second") / "model.onnx"
+    Engine(second_graph.parent, threads=1, max_context=64)
     sources = [p.read_text() for p in cache_root().glob("*/source.txt")]
     assert sources == [str((tmp_path / "second" / "model.onnx").resolve())]
+    assert [p.name for p in cache_root().iterdir()] == [packed_cache._source_key(second_graph)]

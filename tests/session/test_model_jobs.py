@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.convert import default_model
+from chatapp.convert import converter, default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
-from chatapp.engine import memory
+from chatapp.engine import memory, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.memory import estimate_memory
@@ -30,6 +30,7 @@ from chatapp.session.model_jobs import (
     prepare_default_model_job,
     variants_job,
 )
+from tests.engine.test_memory import with_external_data
 from tests.session.drive import drive
 
 
@@ -74,6 +75,31 @@ def test_a_conversion_reports_progress_then_reuses_its_result(
     again = drive(convert_job(ConvertRequest(tiny_gguf, out_dir)))
     assert again.result == out_dir
     assert [p.message for p in again.items] == ["checking the source file"]  # not converted
+
+
+def test_a_conversion_ends_by_saving_the_packed_copy_its_first_load_maps(
+    tiny_gguf: Path, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(packed_cache.ENV_VAR, "1")  # the tiny model is below the size it needs
+
+    def convert_with_external_weights(_gguf: Path, out: Path, *_a: object, **_k: object) -> Path:
+        return with_external_data(tiny_model_dir, out)  # as a big model's folder is written
+
+    monkeypatch.setattr(converter, "convert_gguf", convert_with_external_weights)
+    out = drive(convert_job(ConvertRequest(tiny_gguf, tmp_path / "converted")))
+    assert out.result == tmp_path / "converted"
+    last = out.items[-1]
+    assert isinstance(last, Progress) and "packed weights" in last.message
+    saved = list(packed_cache.cache_root().glob("*/*/model.onnx"))
+    assert len(saved) == 1
+
+    def no_second_save(*_args: object) -> bool:
+        raise AssertionError("the first load saved the copy again")
+
+    monkeypatch.setattr(packed_cache, "save_in_child", no_second_save)
+    engine = Engine(tmp_path / "converted", threads=1, max_context=64)
+    assert engine.mapped_files == (saved[0].parent / packed_cache.DATA,)
 
 
 def test_the_same_gguf_under_another_folder_name_is_not_converted_again(

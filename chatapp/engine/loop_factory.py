@@ -8,11 +8,14 @@ from chatapp.engine.devices import Device
 from chatapp.engine.loops import IOBindingLoop, KVLoop, NaiveLoop
 from chatapp.engine.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
+from chatapp.engine.nocache import NoCacheLoop, NoCacheStaticLoop
 from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
 
 LOOPS: dict[tuple[bool, Mode], type[KVLoop]] = {
+    (False, Mode.NOCACHE): NoCacheLoop,
     (False, Mode.NAIVE): NaiveLoop,
     (False, Mode.IOBINDING): IOBindingLoop,
+    (True, Mode.NOCACHE): NoCacheStaticLoop,
     (True, Mode.NAIVE): NaiveStaticLoop,
     (True, Mode.IOBINDING): IOBindingStaticLoop,
 }

@@ -76,7 +76,7 @@ def test_summary_and_table(engine: Engine) -> None:
         "speedup_latency": 1.05,
     }
     table = markdown_report(result)
-    assert "| naive |" in table and "| IO-Binding |" in table
+    assert "| Naive |" in table and "| IO-Binding |" in table
     assert "**1.10x** tokens/s" in table
 
 

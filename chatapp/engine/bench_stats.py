@@ -39,6 +39,7 @@ def summarize(runs: list[RunStats]) -> dict[str, Any]:
         "repeats": len(runs),
         "tokens_per_s_all": [r.tokens_per_s for r in runs],
         "answer_s_all": answers,
+        "latency_p50_s_all": [r.latency_percentile(50) for r in runs],
         "first_run": runs[0].to_dict(),
     }
 

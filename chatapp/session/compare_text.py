@@ -229,7 +229,8 @@ def caching_speedup(result: dict[str, Any], mode: Mode) -> Ratio | None:
 
 
 def _growth_sentences(result: dict[str, Any], loops: list[Mode]) -> list[str]:
-    grew, flat = [], []
+    grew: list[tuple[Mode, Spread, Spread]] = []
+    flat: list[tuple[Mode, Spread, Spread]] = []
     for mode in loops:
         steps = step_ms(result[mode])
         if len(steps) < MIN_STEPS_FOR_TREND:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatapp.engine.modes import MODES, Mode
+from chatapp.units import fmt_bytes
 
 MIN_FOR_QUARTILES = 4  # fewer values: their range stands for the spread
 MIN_STEPS_FOR_TREND = 8  # decode steps an answer needs before its growth is judged
@@ -289,3 +290,31 @@ def sweep_sentences(points: Sequence[dict[str, Any]]) -> list[str]:
         )
         sentences.append(f"IO-Binding against Naive by context: {listed}; {verdict}.")
     return sentences
+
+
+def moved_per_token(summary: dict[str, Any]) -> float:
+    transfer = summary.get("transfer") or {}
+    return float(transfer.get("h2d_bytes_per_token", 0) + transfer.get("d2h_bytes_per_token", 0))
+
+
+def device_sentence(result: dict[str, Any]) -> str:
+    """What crossed between host and device per token, as the table's rows show it."""
+    loops = loops_in(result)
+    device = result.get("device_label") or result.get("device") or "this device"
+    if not result.get("device_own_memory"):
+        return (
+            f"On the {device} the model works in the host's memory: 0 bytes per token cross "
+            "between host and device in any loop, so what caching saves here is compute."
+        )
+    moved = ", ".join(f"{m.label} {fmt_bytes(moved_per_token(result[m]))}" for m in loops)
+    return f"On {device}, host↔device per token (both ways): {moved}."
+
+
+def explanation(result: dict[str, Any] | None, sweep: Sequence[dict[str, Any]]) -> str:
+    """The view's whole explanation: the comparison on screen, then its sweep; redone whenever
+    either changes, so no sentence outlives the numbers it came from."""
+    sentences: list[str] = []
+    if result is not None and loops_in(result) and "first_run" in result[loops_in(result)[0]]:
+        sentences += [*comparison_sentences(result), device_sentence(result)]
+    sentences += sweep_sentences(sweep)
+    return "\n".join(sentences)

@@ -247,7 +247,8 @@ def _growth_sentences(result: dict[str, Any], loops: list[Mode]) -> list[str]:
             + (" (each step re-reads the whole sequence)." if not mode.caches else ".")
         )
     if flat:
-        names = " and ".join(m.label for m, _, _ in flat)
+        labels = [m.label for m, _, _ in flat]
+        names = ", ".join(labels[:-1]) + " and " + labels[-1] if len(labels) > 1 else labels[0]
         values = "; ".join(f"{m.label} {f.text()} → {s.text()}" for m, f, s in flat)
         sentences.append(
             f"{names}: no steady growth along the answer (first quarter → last: {values})."

@@ -16,7 +16,7 @@ from typing import Any
 
 from PySide6.QtCharts import QChartView
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QPainter, QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -404,6 +404,16 @@ class CompareView(QWidget):
     def _explain(self) -> None:
         """The sentences, from the comparison and the sweep now on screen (and nothing else)."""
         self.explanation.setText(explanation(self.compared, self.sweep_points))
+        self._fit_explanation()
+
+    def _fit_explanation(self) -> None:
+        # A word-wrapped label in a scrolled grid gets one line's height unless told its own.
+        label = self.explanation
+        label.setMinimumHeight(label.heightForWidth(label.width()) if label.text() else 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_explanation()
 
     def _on_sweep_point(self, point: SweepPoint) -> None:
         self.sweep_points.append(point.point)

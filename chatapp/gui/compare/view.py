@@ -127,7 +127,8 @@ class CompareView(QWidget):
         self.caching_button.setObjectName("compareCachingButton")
         self.caching_button.setToolTip(
             f"The write-up's figure: the three loops once over {SEED_TOKENS} new tokens, and "
-            "how much faster the whole answer is with a cache"
+            "how much faster the whole answer is with a cache (minutes on a slow machine: "
+            "without a cache every token costs more than the last; Stop ends it)"
         )
         self.sweep_edit = QLineEdit(DEFAULT_SWEEP, self)
         self.sweep_edit.setObjectName("sweepContexts")

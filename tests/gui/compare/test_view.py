@@ -261,3 +261,18 @@ def test_titles_and_the_table_fit_at_800_by_500(
     table = view.table
     rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
     assert table.height() >= rows + table.horizontalHeader().height()  # no box inside the box
+
+
+def test_the_caching_button_runs_the_three_loops_over_200_tokens(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    _window, view = open_compare(make_window, tiny_model_dir)
+    view.nocache_check.setChecked(False)
+    view.caching_button.click()
+    assert view.nocache_check.isChecked() and view.tokens_spin.value() == 200
+    qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
+    result = view.result
+    assert result is not None and result["max_new_tokens"] == 200 and result["repeats"] == 1
+    assert set(result["caching_speedup"]) == {"naive", "iobinding"}
+    assert view.caching_chart.title().startswith("200 tokens: ")
+    assert view.latency_chart.lines["nocache"].count() == 199

@@ -135,17 +135,18 @@ def _loop_ratios(result: dict[str, Any]) -> list[str]:
 
 
 def _sweep_table(sweep: list[dict[str, Any]]) -> list[str]:
-    modes = [m for m in MODES if m in sweep[0]]
-    ratio = "speedup" if "speedup_tokens_per_s" in sweep[0] else None
+    # A sweep may leave no cache out of its longer contexts: cells say "–" there.
+    modes = [m for m in MODES if any(m in point for point in sweep)]
+    ratio = "speedup" if all("speedup_tokens_per_s" in p for p in sweep) else None
     head = ["context (tokens)", *[f"{m.label} tok/s" for m in modes]]
     head += [ratio] if ratio else []
     head += [f"{m.label} host↔device / token" for m in modes]
     lines = ["", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for point in sweep:
         cells = [str(point["prompt_tokens"])]
-        cells += [f"{point[m]['tokens_per_s']:.1f}" for m in modes]
+        cells += [f"{point[m]['tokens_per_s']:.1f}" if m in point else "–" for m in modes]
         cells += [f"{point['speedup_tokens_per_s']:.2f}x"] if ratio else []
-        cells += [fmt_bytes(_per_token(point[m])[3]) for m in modes]
+        cells += [fmt_bytes(_per_token(point[m])[3]) if m in point else "–" for m in modes]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

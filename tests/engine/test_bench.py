@@ -102,6 +102,7 @@ def test_a_sweep_table_marks_the_points_a_loop_left_out() -> None:
     figures = {
         "tokens_per_s": 10.0,
         "transfer": {"h2d_bytes_per_token": 0, "d2h_bytes_per_token": 0},
+        **dict.fromkeys(("run_s_per_token", "host_s_per_token", "sample_s_per_token"), 0.001),
     }
     short = {"prompt_tokens": 128, "nocache": figures, "naive": figures, "iobinding": figures}
     long = {"prompt_tokens": 2048, "naive": figures, "iobinding": figures}  # no cache left out

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import nocache
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode, mode_label
@@ -16,8 +18,10 @@ from chatapp.engine.nocache import (
     NoCacheLoop,
     capped_new_tokens,
 )
+from chatapp.engine.packed_cache import ENV_VAR as PACKED_ENV_VAR
 from chatapp.engine.sampling import SamplingSettings
 from tests.convert.test_graph import STEP_TOLERANCE
+from tests.engine.test_memory import with_external_data
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +115,19 @@ def test_modes_carry_their_labels_and_order() -> None:
     assert not Mode.NOCACHE.caches and Mode.NAIVE.caches
     assert mode_label("nocache") == "No cache" and mode_label("remote") == "remote"
     assert all(m.description.endswith(".") for m in MODES)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="packed copies: Linux only")
+def test_no_cache_on_a_packed_weight_copy_gives_the_cached_tokens(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model running from a saved packed copy (engine/packed_cache.py) releases the mapped
+    pages around prompts; every no-cache step is a prompt-sized run."""
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(PACKED_ENV_VAR, "1")  # the tiny model is far below the size it is for
+    packed = Engine(folder, threads=1, max_context=128)
+    assert packed.mapped_files != packed.memory.mapped_files
+    prompt = list(range(3, 40))
+    tokens = {mode: run_ids(packed, prompt, mode, 16) for mode in MODES}
+    assert tokens[Mode.NOCACHE] == tokens[Mode.NAIVE] == tokens[Mode.IOBINDING]

@@ -31,11 +31,9 @@ def main() -> None:
     contexts = [int(c) for c in args.contexts.split(",")]
     session = create_session(info.onnx_path, CPU, session_options())
     print(f"{info.describe()}; KV {fmt_bytes(info.kv_bytes_per_token())} per token of context")
-    print(
-        "| context | naive host→device | naive device→host | IO-Binding host→device "
-        "| IO-Binding device→host |"
-    )
-    print("|---:|---:|---:|---:|---:|")
+    heads = [f"{m.label} {way}" for m in MODES for way in ("host→device", "device→host")]
+    print("| context | " + " | ".join(heads) + " |")
+    print("|---:|" + "---:|" * len(heads))
     for context in contexts:
         row = []
         for mode in MODES:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import arg_checks as checks
 
@@ -102,12 +102,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     var.add_argument("--json", action="store_true", help="print JSON instead of text")
     var.set_defaults(func=run_variants)
 
-    bench = sub.add_parser("bench", help="both loops on one prompt: medians and a table")
+    bench = sub.add_parser("bench", help="the loops on one prompt: medians and a table")
     add_model_args(bench)
     bench.add_argument(
         "--prompt", type=checks.text, default="Explain what a KV cache is in a few sentences."
     )
     bench.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128)
+    bench.add_argument(
+        "--modes",
+        type=checks.modes,
+        default=CACHED_MODES,
+        help="the loops to run, comma-separated: nocache, naive, iobinding (default: "
+        "naive,iobinding; nocache's time per token grows with the length)",
+    )
     bench.add_argument(
         "--repeats", type=checks.whole(1, checks.MAX_REPEATS, "a repeat count"), default=3
     )
@@ -325,6 +332,7 @@ def run_bench(args: argparse.Namespace) -> int:
         device=args.device,
         prompt=args.prompt,
         max_new_tokens=args.max_new_tokens,
+        modes=tuple(Mode(m) for m in args.modes),
         repeats=args.repeats,
         threads=args.threads,
         max_context=args.context,

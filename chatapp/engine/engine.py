@@ -1,8 +1,9 @@
-"""Engine: one model on one device, both loops, chat and raw generation. No Qt here."""
+"""Engine: one model on one device, its three loops, chat and raw generation. No Qt here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
+from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
@@ -177,8 +179,12 @@ class Engine:
         `top_logprobs` > 0 adds that many most likely tokens to each event; `output_format`
         constrains the answer (ConstraintError, a ValueError, for one that cannot be used)."""
         constraint = self.constraints.start(output_format) if output_format else None
+        loop = self.loop(mode)
+        if not loop.mode.caches and not ignore_eos:  # its cost grows with the square of the length
+            limit = capped_new_tokens(len(prompt_ids), settings.max_new_tokens)
+            settings = replace(settings, max_new_tokens=limit)
         return Generation(
-            self.loop(mode),
+            loop,
             prompt_ids,
             settings,
             () if ignore_eos else self.info.eos_token_ids,

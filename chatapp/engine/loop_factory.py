@@ -10,6 +10,7 @@ from chatapp.engine.devices import Device
 from chatapp.engine.loops import IOBindingLoop, KVLoop, NaiveLoop
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
+from chatapp.engine.nocache import NoCacheLoop, NoCacheStaticLoop
 from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
 
 
@@ -21,8 +22,10 @@ class LoopKind(NamedTuple):
 
 
 LOOPS: dict[LoopKind, type[KVLoop]] = {
+    LoopKind(static_window=False, mode=Mode.NOCACHE): NoCacheLoop,
     LoopKind(static_window=False, mode=Mode.NAIVE): NaiveLoop,
     LoopKind(static_window=False, mode=Mode.IOBINDING): IOBindingLoop,
+    LoopKind(static_window=True, mode=Mode.NOCACHE): NoCacheStaticLoop,
     LoopKind(static_window=True, mode=Mode.NAIVE): NaiveStaticLoop,
     LoopKind(static_window=True, mode=Mode.IOBINDING): IOBindingStaticLoop,
 }

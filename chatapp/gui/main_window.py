@@ -294,7 +294,7 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def _on_mode_changed(self, mode: str) -> None:
-        self.statusBar().showMessage(f"The next answer uses the {fmt.mode_label(mode)} loop.", 5000)
+        self.statusBar().showMessage(fmt.next_answer_loop(mode), 8000)
 
     # ---- chat -----------------------------------------------------------------------------
     @property

@@ -98,6 +98,22 @@ def peers(value: str) -> str:
     return ",".join(names)
 
 
+def modes(value: str) -> tuple[str, ...]:
+    """Comma-separated loop names (`chatapp bench --modes nocache,naive,iobinding`), in the
+    order the loops are listed, each once."""
+    from chatapp.engine.modes import MODES
+
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown loop {_quote(unknown[0])}; choose from {', '.join(MODES)}"
+        )
+    if not names:
+        raise argparse.ArgumentTypeError(f"name at least one loop of {', '.join(MODES)}")
+    return tuple(m for m in MODES if m in names)
+
+
 def text(value: str) -> str:
     """Text as the user typed it; bytes that are not UTF-8 arrive as lone surrogates."""
     try:

@@ -1,10 +1,12 @@
-"""Both loops on one prompt, and the context sweep, for the comparison view. No Qt.
+"""The loops on one prompt, and the context sweep, for the comparison view. No Qt.
 
 The comparison job yields Progress lines, one StepFigures per decode step of each loop (the
-loops run in lockstep, one token each in turn, so a busy machine slows both alike) and a
-LoopFinished per loop; it returns CompareFinished. The sweep yields SweepPoints and returns
-SweepFinished. Results have the shape of `chatapp bench --json`, so the view's Export writes
-the same report as `chatapp bench --report`.
+loops run in lockstep, one token each in turn, so a busy machine slows them alike) and a
+LoopFinished per loop; it returns CompareFinished. The loop without a cache is optional (its
+time per token grows with the length); in a sweep it runs only up to NOCACHE_SWEEP_MAX tokens
+of context, where one of its tokens costs about a prompt of that length. The sweep yields
+SweepPoints and returns SweepFinished. Results have the shape of `chatapp bench --json`, so
+the view's Export writes the same report as `chatapp bench --report`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
-from chatapp.engine.modes import MODES
+from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.nocache import SEQUENCE_CAP
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 
@@ -33,6 +36,7 @@ WARMUP_TOKENS = 4
 # The charts redraw once per batch of steps. On a 2-core machine every redraw takes CPU from
 # the loops being measured: 30 ms batches (the chat's) cost them ~20% of their tokens/s.
 CHART_FLUSH_S = 0.25
+NOCACHE_SWEEP_MAX = SEQUENCE_CAP
 COMPARISON_STOPPED = "Comparison stopped."
 SWEEP_STOPPED = "Sweep stopped."
 
@@ -43,6 +47,7 @@ class CompareRequest:
     system_prompt: str = ""
     max_new_tokens: int = 64
     repeats: int = 3  # the first streams live; medians and min-max come from all of them
+    modes: tuple[Mode, ...] = MODES
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,13 @@ class SweepRequest:
     contexts: tuple[int, ...]
     max_new_tokens: int = 32
     repeats: int = 1
+    modes: tuple[Mode, ...] = MODES
+
+    def modes_at(self, context_tokens: int) -> tuple[Mode, ...]:
+        """The loops a point runs: no cache only where its steps stay affordable."""
+        if context_tokens + self.max_new_tokens <= NOCACHE_SWEEP_MAX:
+            return self.modes
+        return tuple(m for m in self.modes if m.caches) or self.modes
 
 
 @dataclass(frozen=True)
@@ -102,13 +114,14 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
         ids = engine.tokenizer.chat_ids(
             [*messages, Message("user", request.prompt)], engine.max_context
         )
-        yield ProgressLine("Warming up both loops…", 0.0)
+        modes = request.modes
+        yield ProgressLine(f"Warming up {_loops(modes)}…", 0.0)
         control.flush()
-        run_interleaved(engine, ids, WARMUP_TOKENS)
+        run_interleaved(engine, ids, WARMUP_TOKENS, modes=modes)
         repeats = max(1, request.repeats)
-        yield ProgressLine(f"Run 1/{repeats}: both loops, one token each in turn…", 0.0)
-        first = yield from _run_streaming(engine, ids, request.max_new_tokens, control)
-        runs: dict[str, list[RunStats]] = {m: [first[m]] for m in MODES}
+        yield ProgressLine(f"Run 1/{repeats}: {_loops(modes)}, one token each in turn…", 0.0)
+        first = yield from _run_streaming(engine, ids, request.max_new_tokens, control, modes)
+        runs: dict[str, list[RunStats]] = {m: [first[m]] for m in modes}
         for r in range(2, repeats + 1):
             yield ProgressLine(f"Run {r}/{repeats} (the one above was run 1)…", (r - 1) / repeats)
             control.flush()
@@ -117,14 +130,15 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
                 engine,
                 ids,
                 request.max_new_tokens,
-                MODES[(r - 1) % len(MODES)],
+                modes[(r - 1) % len(modes)],
                 should_stop=lambda: control.stopped,
+                modes=modes,
             )
             if any(s.finish_reason == "stop" for s in more.values()):
                 raise JobAborted(COMPARISON_STOPPED)
-            for mode in MODES:
+            for mode in modes:
                 runs[mode].append(more[mode])
-        for mode in MODES:
+        for mode in modes:
             yield LoopFinished(mode, summarize(runs[mode]))
         header = result_header(engine, request.max_new_tokens, repeats=repeats)
         return CompareFinished({**header, **compare_runs(runs, len(ids))})
@@ -138,11 +152,15 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
     )
 
 
+def _loops(modes: tuple[Mode, ...]) -> str:
+    return "both loops" if len(modes) == 2 else f"the {len(modes)} loops"
+
+
 def _run_streaming(
-    engine: Engine, ids: list[int], n: int, control: JobControl
+    engine: Engine, ids: list[int], n: int, control: JobControl, modes: tuple[Mode, ...]
 ) -> Generator[StepFigures, None, dict[str, RunStats]]:
-    """Both loops in lockstep (fair on a busy machine), yielding each decode step's figures."""
-    gens = loop_pair(engine, ids, n, should_stop=lambda: control.stopped)
+    """The loops in lockstep (fair on a busy machine), yielding each decode step's figures."""
+    gens = loop_pair(engine, ids, n, should_stop=lambda: control.stopped, modes=modes)
     for mode, event in interleaved(gens):
         if event.index > 0:
             t = event.timing
@@ -163,8 +181,14 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
     def run(control: JobControl) -> Generator[object, None, SweepFinished]:
         engine = host.require()
         repeats = max(1, request.repeats)
-        # A run's cost grows with its context: weigh each step by the tokens it goes through.
-        weights = [target + request.max_new_tokens for target in request.contexts]
+        # A run's cost grows with its context: weigh each step by the tokens it goes through,
+        # and a point with no cache by more (each of its tokens re-reads the context, in one
+        # batched run: measured here at 2-4x a cached point's time for 32 tokens at 512).
+        weights = [
+            (target + request.max_new_tokens)
+            * (4 if Mode.NOCACHE in request.modes_at(target) else 1)
+            for target in request.contexts
+        ]
         total, done = float(sum(weights)) * repeats, 0.0
         for number, target in enumerate(request.contexts, start=1):
             weight = weights[number - 1]
@@ -184,11 +208,18 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
                 continue
             if control.stopped:
                 raise JobAborted(SWEEP_STOPPED)
-            runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
+            modes = request.modes_at(target)
+            runs: dict[str, list[RunStats]] = {m: [] for m in modes}
+            left_out = (
+                " (no cache left out: past "
+                f"{NOCACHE_SWEEP_MAX} tokens each of its tokens costs a long prompt)"
+                if set(request.modes) - set(modes)
+                else ""
+            )
             for r in range(repeats):
                 run_text = f", run {r + 1}/{repeats}" if repeats > 1 else ""
                 yield ProgressLine(
-                    f"Context {target} ({number}/{len(request.contexts)}{run_text})…",
+                    f"Context {target} ({number}/{len(request.contexts)}{run_text})…{left_out}",
                     done / total,
                 )
                 control.flush()
@@ -196,12 +227,13 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
                     engine,
                     ids,
                     request.max_new_tokens,
-                    MODES[r % len(MODES)],
+                    modes[r % len(modes)],
                     should_stop=lambda: control.stopped,
+                    modes=modes,
                 )
                 if any(s.finish_reason == "stop" for s in stats.values()):
                     raise JobAborted(SWEEP_STOPPED)
-                for mode in MODES:
+                for mode in modes:
                     runs[mode].append(stats[mode])
                 done += weight
             yield SweepPoint(target, {**compare_runs(runs, len(ids)), "context_tokens": target})

@@ -5,20 +5,29 @@ from __future__ import annotations
 
 import math
 
+from chatapp.engine import modes
 from chatapp.engine.figures import AnswerFigures
-from chatapp.engine.modes import Mode
+from chatapp.engine.nocache import SEQUENCE_CAP
 from chatapp.units import fmt_bytes
 
 MISSING = "–"
-MODE_LABELS: dict[str, str] = {
-    Mode.NAIVE: "Naive",
-    Mode.IOBINDING: "IO-Binding",
-    "remote": "remote server",  # an answer from a server (chatapp.remote): its loop is unknown
-}
+REMOTE = "remote"  # the "mode" of an answer from a server (chatapp.remote): its loop is unknown
 
 
 def mode_label(mode: str) -> str:
-    return MODE_LABELS.get(mode, mode)
+    """A loop as people read it (Mode.label: "No cache", "Naive", "IO-Binding")."""
+    return "remote server" if mode == REMOTE else modes.mode_label(mode)
+
+
+def next_answer_loop(mode: str) -> str:
+    """What choosing a loop means for the next answer (the status bar says it)."""
+    text = f"The next answer uses the {mode_label(mode)} loop."
+    if mode in modes.MODES and not modes.Mode(mode).caches:
+        text += (
+            " Every token re-reads the whole conversation, so each takes longer than the last;"
+            f" answers stop at {SEQUENCE_CAP} tokens of conversation."
+        )
+    return text
 
 
 def rate(tokens_per_s: float | None) -> str:

@@ -19,7 +19,7 @@ UTF-8 JSON object::
           {"role": "user", "content": "Hi", "created": "<ISO 8601>"},
           {"role": "assistant", "content": "Hello!", "created": "<ISO 8601>",
            "figures": {                        # optional, assistant only; each key optional
-             "mode": "naive" | "iobinding", "device": str, "tokens_per_s": float,
+             "mode": "nocache" | "naive" | "iobinding", "device": str, "tokens_per_s": float,
              "ttft_s": float, "perplexity": float, "prompt_perplexity": float,
              "prompt_tokens": int, "reused_tokens": int, "generated_tokens": int,
              "context_length": int, "finish_reason": "eos" | "length" | "stop" | "error",
@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, TypeGuard, cast
 
 from chatapp import __version__
-from chatapp.engine.modes import Mode
+from chatapp.engine.modes import MODES, mode_label
 from chatapp.store.errors import ImportFormatError, ImportTooLargeError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,
@@ -99,7 +99,6 @@ class ImportLimits:
 LIMITS = ImportLimits()
 MAX_SQLITE_INT = (1 << 63) - 1
 
-_MODE_LABELS: dict[str, str] = {Mode.NAIVE: "naive loop", Mode.IOBINDING: "IO-Binding loop"}
 _FINISH_LABELS = {
     "eos": "finished",
     "length": "hit the token limit",
@@ -462,7 +461,7 @@ def figures_line(fig: Figures) -> str:
     if fig.device:
         parts.append(fig.device)
     if fig.mode:
-        parts.append(_MODE_LABELS.get(fig.mode, fig.mode))
+        parts.append(f"{mode_label(fig.mode)} loop" if fig.mode in MODES else fig.mode)
     if fig.tokens_per_s is not None:
         parts.append(f"{fig.tokens_per_s:.1f} tokens/s")
     if fig.ttft_s is not None:

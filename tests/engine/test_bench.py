@@ -76,7 +76,7 @@ def test_summary_and_table(engine: Engine) -> None:
         "speedup_latency": 1.05,
     }
     table = markdown_report(result)
-    assert "| naive |" in table and "| IO-Binding |" in table
+    assert "| Naive |" in table and "| IO-Binding |" in table
     assert "**1.10x** tokens/s" in table
 
 
@@ -94,3 +94,20 @@ def test_genai_runs_beside_each_repeat(tiny_model_dir: Path) -> None:
     assert result["iobinding_vs_genai"] == pytest.approx(ratios[1])  # a ratio per repeat
     assert result["genai_same_tokens"] is True  # the same greedy tokens from the same folder
     assert "| onnxruntime-genai |" in markdown_report(result)
+
+
+def test_a_sweep_table_marks_the_points_a_loop_left_out() -> None:
+    from chatapp.engine.bench.report import _sweep_table
+
+    figures = {
+        "tokens_per_s": 10.0,
+        "transfer": {"h2d_bytes_per_token": 0, "d2h_bytes_per_token": 0},
+        **dict.fromkeys(("run_s_per_token", "host_s_per_token", "sample_s_per_token"), 0.001),
+    }
+    short = {"prompt_tokens": 128, "nocache": figures, "naive": figures, "iobinding": figures}
+    long = {"prompt_tokens": 2048, "naive": figures, "iobinding": figures}  # no cache left out
+    for point in (short, long):
+        point["speedup_tokens_per_s"] = 1.0
+    rows = _sweep_table([short, long])
+    assert "No cache tok/s" in rows[1]
+    assert rows[-1].startswith("| 2048 | – | 10.0 | 10.0 | 1.00x | – |")

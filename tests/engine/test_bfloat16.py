@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
 from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tensor_types import BFLOAT16, as_float32, host_copy, host_value
 
@@ -77,7 +78,7 @@ def test_bfloat16_types_are_read_from_the_graph(folders: dict[str, Path]) -> Non
 def test_both_loops_agree_and_follow_float32(folders: dict[str, Path]) -> None:
     ids = [7, 90, 33, 180, 41, 12, 250, 99]
     reference = engine(folders["fp32"], "naive").loop().forward(ids, all_logits=True).logits
-    for mode in ("naive", "iobinding"):
+    for mode in MODES:
         loop = engine(folders["bf16"], mode).loop()
         first = loop.forward(ids[:5], all_logits=True)
         assert first.logits.dtype == BFLOAT16  # kept in the model's type until sampled
@@ -89,9 +90,9 @@ def test_both_loops_agree_and_follow_float32(folders: dict[str, Path]) -> None:
         np.testing.assert_allclose(got, reference, atol=0.05 * np.abs(reference).max())
     tokens = {
         mode: engine(folders["bf16"], mode).generate_ids(ids, greedy(20), ignore_eos=True).run()
-        for mode in ("naive", "iobinding")
+        for mode in MODES
     }
-    assert tokens["naive"].token_ids == tokens["iobinding"].token_ids
+    assert tokens["naive"].token_ids == tokens["iobinding"].token_ids == tokens["nocache"].token_ids
     assert len(tokens["naive"].token_ids) == 20
     assert np.isfinite(tokens["iobinding"].prompt_perplexity)
 

@@ -51,7 +51,7 @@ def test_devices_never_offers_a_device_that_cannot_start() -> None:
         assert "Vulkan driver" in data["unavailable"]["webgpu-software"]
 
 
-@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+@pytest.mark.parametrize("mode", ["nocache", "naive", "iobinding"])
 def test_generate_json_has_every_field(tiny_model_dir: Path, mode: str) -> None:
     out = chatapp(
         "generate",
@@ -89,9 +89,9 @@ def test_generate_json_has_every_field(tiny_model_dir: Path, mode: str) -> None:
     assert len(data["latencies_s"]) == len(data["token_ids"]) - 1
 
 
-def test_generate_same_tokens_in_both_modes(tiny_model_dir: Path) -> None:
+def test_generate_same_tokens_in_every_mode(tiny_model_dir: Path) -> None:
     ids = []
-    for mode in ("naive", "iobinding"):
+    for mode in ("nocache", "naive", "iobinding"):
         out = chatapp(
             "generate",
             "--model",
@@ -106,7 +106,7 @@ def test_generate_same_tokens_in_both_modes(tiny_model_dir: Path) -> None:
             "--json",
         )
         ids.append(json.loads(out.stdout)["token_ids"])
-    assert ids[0] == ids[1]
+    assert ids[0] == ids[1] == ids[2]
 
 
 def test_bench_reports_both_loops(tiny_model_dir: Path) -> None:
@@ -142,6 +142,44 @@ def test_bench_reports_both_loops(tiny_model_dir: Path) -> None:
         assert row["weight_bytes_per_step"] > 0 and row["share_of_ceiling"] > 0
 
 
+def test_bench_runs_the_loops_named_by_modes(tiny_model_dir: Path) -> None:
+    out = chatapp(
+        "bench",
+        "--model",
+        str(tiny_model_dir),
+        "--modes",
+        "iobinding,nocache,naive",
+        "--max-new-tokens",
+        "6",
+        "--repeats",
+        "2",
+        "--no-floor",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["same_tokens"] is True
+    assert all(data[m]["tokens_per_s"] > 0 for m in ("nocache", "naive", "iobinding"))
+    assert set(data["caching_speedup"]) == {"naive", "iobinding"}
+    assert all(x > 0 for x in data["caching_speedup"].values())
+    alone = chatapp(
+        "bench",
+        "--model",
+        str(tiny_model_dir),
+        "--modes",
+        "nocache",
+        "--max-new-tokens",
+        "4",
+        "--repeats",
+        "1",
+        "--no-floor",
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert "| No cache |" in alone.stdout and "| Naive |" not in alone.stdout
+    bad = chatapp("bench", "--model", str(tiny_model_dir), "--modes", "fast")
+    assert bad.returncode == 2 and "unknown loop 'fast'" in bad.stderr
+
+
 def test_bench_prints_a_markdown_table(tiny_model_dir: Path) -> None:
     out = chatapp(
         "bench",
@@ -154,7 +192,7 @@ def test_bench_prints_a_markdown_table(tiny_model_dir: Path) -> None:
         "--no-floor",
     )
     assert out.returncode == 0, out.stderr
-    assert "| naive |" in out.stdout and "| IO-Binding |" in out.stdout
+    assert "| Naive |" in out.stdout and "| IO-Binding |" in out.stdout
     assert "IO-Binding / naive:" in out.stdout
     assert "On the CPU" in out.stdout  # where each loop's time goes, in words
     assert "Physical floor" not in out.stdout

@@ -14,6 +14,7 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.default_model import bundled_gguf
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
 
 pytestmark = pytest.mark.default_model
@@ -46,6 +47,7 @@ def test_all_forms_and_loops_agree(default_model_dir: Path, other_forms: dict[st
     reference = answer(default_model_dir, "iobinding")
     assert len(reference) > 5
     assert answer(default_model_dir, "naive") == reference
+    assert answer(default_model_dir, "nocache") == reference
     for name, folder in other_forms.items():
-        for mode in ("naive", "iobinding"):
+        for mode in MODES:
             assert answer(folder, mode) == reference, (name, mode)

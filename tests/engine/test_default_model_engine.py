@@ -8,6 +8,7 @@ import pytest
 
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
 
 pytestmark = pytest.mark.default_model
@@ -21,7 +22,7 @@ def engine(default_model_dir: Path) -> Engine:
 
 def test_capital_of_france_in_both_loops(engine: Engine) -> None:
     answers = {}
-    for mode in ("naive", "iobinding"):
+    for mode in MODES:
         engine.reset()
         gen = engine.chat([Message("user", "What is the capital of France?")], GREEDY_48, mode)
         stats = gen.run()
@@ -29,7 +30,7 @@ def test_capital_of_france_in_both_loops(engine: Engine) -> None:
         assert "Paris" in gen.text
         assert stats.finish_reason == "eos"
         assert 1.0 <= stats.perplexity < 3.0  # the model is sure of this answer
-    assert answers["naive"] == answers["iobinding"]
+    assert answers["naive"] == answers["iobinding"] == answers["nocache"]
 
 
 def test_second_turn_reuses_the_first(engine: Engine) -> None:

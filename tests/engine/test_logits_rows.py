@@ -13,6 +13,7 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
 from chatapp.engine.generation import PROMPT_SAMPLE, prompt_sample
 from chatapp.engine.loops import IOBindingLoop
+from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings, token_logprobs
 
 CONTEXT = 320
@@ -57,7 +58,7 @@ def test_the_graph_returns_the_rows_named_and_every_row_by_default(tiny_model_di
 
 
 @pytest.mark.parametrize("kind", ["gqa", "standard", "static-w4", "genai-int4", "optimum"])
-@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+@pytest.mark.parametrize("mode", MODES)
 def test_rows_equal_the_all_positions_logits(
     folders: dict[str, Path], kind: str, mode: str
 ) -> None:
@@ -129,7 +130,7 @@ def test_prompt_perplexity_is_scored_on_the_sample(folders: dict[str, Path]) -> 
 
 
 @pytest.mark.parametrize("kind", ["gqa", "static-w4", "genai-int4", "optimum"])
-@pytest.mark.parametrize("mode", ["naive", "iobinding"])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_prompt_in_pieces_gives_the_same_logits(
     folders: dict[str, Path], kind: str, mode: str
 ) -> None:

@@ -15,6 +15,7 @@ import pytest
 from chatapp.engine.devices import CPU, Device, DeviceError, find_device
 from chatapp.engine.engine import Engine
 from chatapp.engine.model_folder.model import KVLayout
+from chatapp.engine.modes import CACHED_MODES
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.device_checks import (
     FOLLOW_UP,
@@ -60,7 +61,7 @@ def test_both_loops_give_the_cpu_tokens_on_webgpu(
     reference = greedy_trace(cpu.loop("naive"), PROMPT, 16)
     follow_ref = greedy_trace(cpu.loop("naive"), FOLLOW_UP, 8)
     assert len(set(reference.tokens)) > 4
-    for mode in ("naive", "iobinding"):
+    for mode in CACHED_MODES:
         loop = gpu.loop(mode)
         trace = greedy_trace(loop, PROMPT, 16)
         assert trace.tokens == reference.tokens, mode
@@ -68,6 +69,30 @@ def test_both_loops_give_the_cpu_tokens_on_webgpu(
         np.testing.assert_allclose(trace.logits, reference.logits, atol=2e-3, rtol=1e-3)
         # A second turn that diverges from the cached prefix (cut, or restart when static).
         assert greedy_trace(loop, FOLLOW_UP, 8).tokens == follow_ref.tokens, mode
+
+
+# WebGPU's GroupQueryAttention gives other logits than the CPU's for the rows past the eighth
+# of a run over 32 tokens or more (the naive loop's prefill of a 39-token prompt too: up to 2.1
+# apart, where the first eight rows agree to 1e-6); the no-cache loop runs such a sequence every
+# step. Until that is understood its check stays below 32 tokens of sequence.
+SHORT_PROMPT = PROMPT[:12]
+
+
+@pytest.mark.parametrize("layout", ["shared-buffer", "concat", "static-w1", "static-w3"])
+def test_the_loop_without_a_cache_gives_the_cpu_tokens_on_webgpu(
+    webgpu: Device, layouts: dict[str, Path], layout: str
+) -> None:
+    cpu, gpu = engines(layouts[layout], webgpu)
+    reference = greedy_trace(cpu.loop("naive"), SHORT_PROMPT, 16)
+    trace = greedy_trace(gpu.loop("nocache"), SHORT_PROMPT, 16)
+    assert trace.tokens == reference.tokens
+    # The whole sequence in one run sums in another order than one token at a time.
+    np.testing.assert_allclose(trace.logits, reference.logits, atol=5e-3, rtol=1e-3)
+    if gpu.info.layout is not KVLayout.STATIC_WINDOW:
+        # Only the ids, the mask (and positions) go in, one row of logits comes out: no KV.
+        # (A static graph's past is a fixed-size input: zeros go in and presents come out.)
+        kv = gpu.info.kv_bytes_per_token() * len(SHORT_PROMPT)
+        assert all(s.h2d_bytes < kv and s.d2h_bytes < kv for s in trace.steps)
 
 
 def test_iobinding_keeps_the_kv_on_the_device(webgpu: Device, layouts: dict[str, Path]) -> None:

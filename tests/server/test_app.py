@@ -53,7 +53,7 @@ def test_models_lists_the_served_model(served: Served) -> None:
     assert one.json()["id"] == "varied-llama"
 
 
-@pytest.mark.parametrize("loop", ["naive", "iobinding"])
+@pytest.mark.parametrize("loop", ["nocache", "naive", "iobinding"])
 def test_chat_answer_equals_the_engine_and_carries_the_figures(
     served: Served, reference: Engine, loop: str
 ) -> None:
@@ -209,7 +209,7 @@ def test_seeded_sampling_is_reproducible(served: Served) -> None:
             "stream_options",
             "only",
         ),
-        ({"messages": QUESTION, "chatapp": {"loop": "fast"}}, "chatapp.loop", "one of naive"),
+        ({"messages": QUESTION, "chatapp": {"loop": "fast"}}, "chatapp.loop", "one of nocache"),
     ],
 )
 def test_bad_chat_requests_get_a_400_naming_the_field(

@@ -197,8 +197,8 @@ def test_markdown_shows_every_version_numbered(store: HistoryStore) -> None:
     assert shown < text.index("#### Other versions (2)")
     assert text.index("#### Other versions (2)") < text.index("> **Version 1 of 3** · 2026")
     assert text.index("> **Version 1 of 3**") < text.index("> first answer")
-    assert text.index("> first answer") < text.index("> *naive loop · 10.0 tokens/s*")
-    assert text.index("> *naive loop") < text.index("> **Version 3 of 3**")
+    assert text.index("> first answer") < text.index("> *Naive loop · 10.0 tokens/s*")
+    assert text.index("> *Naive loop") < text.index("> **Version 3 of 3**")
     assert text.index("> **Version 3 of 3**") < text.index("> third answer")
     assert "123.5 tokens/s" in text.split("> third answer")[1]  # its figures came along
 

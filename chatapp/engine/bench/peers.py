@@ -146,7 +146,7 @@ def physical_floor(engine: Engine, peers: list[Peer], result: dict[str, Any]) ->
     ours = floor.onnx_weight_bytes_per_step(engine.info.onnx_path)
     systems: dict[str, dict[str, Any]] = {}
     ceiling = floor.ceiling_tokens_per_s(ours, kv, bandwidth)
-    for mode in MODES:
+    for mode in (m for m in MODES if m in result):
         systems[mode] = _share(ours, kv, ceiling, result[mode]["tokens_per_s"])
     if "genai" in result:
         systems["genai"] = _share(ours, kv, ceiling, result["genai"]["tokens_per_s"])

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.units import fmt_bytes
 
-LOOP_LABELS = {
-    Mode.NAIVE: "naive",
-    Mode.IOBINDING: "IO-Binding",
-    "genai": "onnxruntime-genai",
-    "llamacpp": "llama.cpp",
-}
+LOOP_LABELS = {m: m.label for m in MODES} | {"genai": "onnxruntime-genai", "llamacpp": "llama.cpp"}
 PEERS = ("genai", "llamacpp")
 
 
@@ -49,8 +44,8 @@ def where_time_goes(result: dict[str, Any]) -> str:
             f"On the {device} the model's memory is the host's, so neither loop moves anything "
             "across a bus (0 bytes per token). What IO-Binding saves is inside the run: the naive "
             "loop's graph copies the whole KV cache into a new present tensor every step "
-            f"({n_run:.1f} vs {i_run:.1f} ms per token at {context} tokens of context), "
-            f"which grows with the context: {speedup:.2f}x here."
+            f"(mean run time {n_run:.1f} vs {i_run:.1f} ms per token at {context} tokens of "
+            f"context; the copy is as long as the context): {speedup:.2f}x the tokens/s here."
         )
     return (
         f"On {device} the naive loop moves every layer's KV cache to the host and back: "
@@ -98,12 +93,7 @@ def markdown_report(result: dict[str, Any]) -> str:
             + (f"{share * 100:.1f}% | " if share is not None else "n/a | ")
             + moved
         )
-    lines += [
-        "",
-        f"IO-Binding / naive: **{result['speedup_tokens_per_s']:.2f}x** tokens/s, "
-        f"{result['speedup_latency']:.2f}x lower p50 latency; same tokens: "
-        f"{'yes' if result['same_tokens'] else 'NO'}",
-    ]
+    lines += ["", *_loop_ratios(result)]
     for peer in (p for p in PEERS if p in result):
         lines.append(
             f"IO-Binding / {LOOP_LABELS[peer]}: **{result[f'iobinding_vs_{peer}']:.2f}x** "
@@ -115,26 +105,50 @@ def markdown_report(result: dict[str, Any]) -> str:
             )
             + f"; same tokens: {'yes' if result.get(f'{peer}_same_tokens') else 'NO'}"
         )
-    if "run_s_per_token" in result[Mode.NAIVE]:
+    cached = all(m in result for m in CACHED_MODES)
+    if cached and "run_s_per_token" in result[Mode.NAIVE]:
         lines += ["", where_time_goes(result)]
     lines += _conditions(result)
     lines += _floor_table(result.get("floor"))
     sweep = result.get("sweep", [])
     if sweep:
-        lines += [
-            "",
-            "| context (tokens) | naive tok/s | IO-Binding tok/s | speedup "
-            "| naive host↔device / token | IO-Binding host↔device / token |",
-            "|---:|---:|---:|---:|---:|---:|",
-        ]
-    for point in sweep:
-        per_token = [_per_token(point[m])[3] for m in MODES]
-        lines.append(
-            f"| {point['prompt_tokens']} | {point[Mode.NAIVE]['tokens_per_s']:.1f} | "
-            f"{point[Mode.IOBINDING]['tokens_per_s']:.1f} | {point['speedup_tokens_per_s']:.2f}x | "
-            f"{fmt_bytes(per_token[0])} | {fmt_bytes(per_token[1])} |"
-        )
+        lines += _sweep_table(sweep)
     return "\n".join(lines)
+
+
+def _loop_ratios(result: dict[str, Any]) -> list[str]:
+    """The loops against each other: IO-Binding over naive, caching over no cache."""
+    same = f"same tokens: {'yes' if result['same_tokens'] else 'NO'}"
+    lines = []
+    if "speedup_tokens_per_s" in result:
+        lines.append(
+            f"IO-Binding / naive: **{result['speedup_tokens_per_s']:.2f}x** tokens/s, "
+            f"{result['speedup_latency']:.2f}x lower p50 latency; {same}"
+        )
+    for mode, speedup in (result.get("caching_speedup") or {}).items():
+        lines.append(
+            f"{Mode(mode).label} / no cache: **{speedup:.2f}x** faster over the whole answer "
+            f"({result['max_new_tokens']} new tokens, first token included; median of the "
+            f"repeats' ratios); {same}"
+        )
+    return lines or [same[0].upper() + same[1:]]
+
+
+def _sweep_table(sweep: list[dict[str, Any]]) -> list[str]:
+    # A sweep may leave no cache out of its longer contexts: cells say "–" there.
+    modes = [m for m in MODES if any(m in point for point in sweep)]
+    ratio = "speedup" if all("speedup_tokens_per_s" in p for p in sweep) else None
+    head = ["context (tokens)", *[f"{m.label} tok/s" for m in modes]]
+    head += [ratio] if ratio else []
+    head += [f"{m.label} host↔device / token" for m in modes]
+    lines = ["", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for point in sweep:
+        cells = [str(point["prompt_tokens"])]
+        cells += [f"{point[m]['tokens_per_s']:.1f}" if m in point else "–" for m in modes]
+        cells += [f"{point['speedup_tokens_per_s']:.2f}x"] if ratio else []
+        cells += [fmt_bytes(_per_token(point[m])[3]) if m in point else "–" for m in modes]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _conditions(result: dict[str, Any]) -> list[str]:

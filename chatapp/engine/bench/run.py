@@ -1,4 +1,4 @@
-"""Headless benchmark: both loops on the same prompt, warm-up, alternating repeats, medians."""
+"""Headless benchmark: the loops on the same prompt, warm-up, alternating repeats, medians."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import CACHED_MODES, Mode
 from chatapp.engine.sampling import GREEDY
 
 Progress = Callable[[str], None]
@@ -45,6 +45,7 @@ class BenchConfig:
     device: str = "cpu"
     prompt: str = "Explain what a KV cache is in a few sentences."
     max_new_tokens: int = 128
+    modes: tuple[Mode, ...] = CACHED_MODES  # the loops to run, in MODES order
     repeats: int = 3
     threads: int | None = None
     max_context: int | None = None
@@ -88,14 +89,18 @@ def fixed_length(
 
 
 def loop_pair(
-    engine: Engine, ids: list[int], n: int, should_stop: Callable[[], bool] | None = None
+    engine: Engine,
+    ids: list[int],
+    n: int,
+    should_stop: Callable[[], bool] | None = None,
+    modes: Sequence[Mode] = CACHED_MODES,
 ) -> dict[str, Generation]:
     """One fixed-length greedy generation per loop, on cold caches, ready to run."""
-    return {m: fixed_length(engine, ids, m, n, should_stop) for m in MODES}
+    return {m: fixed_length(engine, ids, m, n, should_stop) for m in modes}
 
 
 def interleaved(
-    gens: dict[str, Generation], first: str = MODES[0]
+    gens: dict[str, Generation], first: str | None = None
 ) -> Iterator[tuple[str, StepEvent]]:
     """Run the generations in lockstep, one step each in turn, yielding (mode, event).
 
@@ -107,6 +112,7 @@ def interleaved(
     fixed order the second loop took all of it: IO-Binding 0.72-0.93x of naive in the
     window against 1.04x in `chatapp bench`).
     """
+    first = first if first in gens else next(iter(gens))
     order = [first, *[m for m in gens if m != first]]
     iterators = {m: iter(gens[m]) for m in order}
     while iterators:
@@ -126,11 +132,12 @@ def run_interleaved(
     engine: Engine,
     ids: list[int],
     n: int,
-    first: str = MODES[0],
+    first: str | None = None,
     should_stop: Callable[[], bool] | None = None,
+    modes: Sequence[Mode] = CACHED_MODES,
 ) -> dict[str, RunStats]:
-    """Both loops in lockstep to the end; their figures by mode."""
-    gens = loop_pair(engine, ids, n, should_stop)
+    """The loops in lockstep to the end; their figures by mode."""
+    gens = loop_pair(engine, ids, n, should_stop, modes)
     for _ in interleaved(gens, first):
         pass
     return {m: g.stats for m, g in gens.items()}
@@ -143,26 +150,28 @@ def bench_point(
     repeats: int,
     progress: Progress,
     peers: Sequence[Peer] = (),
+    modes: Sequence[Mode] = CACHED_MODES,
 ) -> dict[str, Any]:
-    """Both loops on `ids`: a warm-up, then `repeats` interleaved runs (who leads alternates).
+    """The loops on `ids`: a warm-up, then `repeats` interleaved runs (who leads alternates).
 
     Each peer (onnxruntime-genai, llama.cpp) runs once per repeat right beside the pair, before
     it and after it in turn, so that each repeat gives a ratio measured under the same load.
     """
-    run_interleaved(engine, ids, min(8, n))
+    run_interleaved(engine, ids, min(8, n), modes=modes)
     for peer in peers:
         peer.run(ids, min(8, n))
-    runs: dict[str, list[RunStats]] = {m: [] for m in MODES}
+    runs: dict[str, list[RunStats]] = {m: [] for m in modes}
     peer_runs: dict[str, list[RunStats]] = {p.name: [] for p in peers}
     for r in range(repeats):
         before = r % 2 == 0
         for peer in peers if before else ():
             peer_runs[peer.name].append(peer.run(ids, n))
-        for mode, stats in run_interleaved(engine, ids, n, MODES[r % len(MODES)]).items():
+        lead = modes[r % len(modes)]
+        for mode, stats in run_interleaved(engine, ids, n, lead, modes=modes).items():
             runs[mode].append(stats)
         for peer in () if before else peers:
             peer_runs[peer.name].append(peer.run(ids, n))
-        latest = {m: runs[m][-1] for m in MODES} | {k: v[-1] for k, v in peer_runs.items()}
+        latest = {m: runs[m][-1] for m in modes} | {k: v[-1] for k, v in peer_runs.items()}
         progress(
             f"  repeat {r + 1}/{repeats}: "
             + ", ".join(
@@ -179,6 +188,8 @@ def bench_point(
 
 def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> dict[str, Any]:
     report = progress or (lambda _m: None)
+    if config.peers and Mode.IOBINDING not in config.modes:
+        raise EngineError("Peers are compared with the IO-Binding loop: add iobinding to --modes.")
     load_before = _load_average()
     engine = Engine(
         config.model_dir,
@@ -212,7 +223,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         result: dict[str, Any] = {
             **result_header(engine, n, config.repeats),
             "peers": {p.name: p.describe() for p in peers},
-            **bench_point(engine, ids, n, config.repeats, report, peers),
+            **bench_point(engine, ids, n, config.repeats, report, peers, config.modes),
         }
         if config.sweep:
             result["sweep"] = []
@@ -224,7 +235,9 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
                     report(f"context {target}: skipped, longer than the allocated context")
                     continue
                 report(f"context {target} ({len(sweep_ids)} tokens)")
-                point = bench_point(engine, sweep_ids, n, config.repeats, report, peers)
+                point = bench_point(
+                    engine, sweep_ids, n, config.repeats, report, peers, config.modes
+                )
                 point["context_tokens"] = target
                 result["sweep"].append(point)
         if config.floor:

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
-from chatapp.engine.modes import Mode
+from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.chat.sampling_box import SamplingBox
@@ -50,7 +50,7 @@ LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Sto
 
 
 def segment_style(c: ThemeColors) -> str:
-    """The two segments in the palette's colours: the checked one in the selection colour."""
+    """The segments in the palette's colours: the checked one in the selection colour."""
     return f"""
 QPushButton {{ border: 1px solid {c.border.name()}; padding: 5px 10px;
     background: {c.base.name()}; color: {c.base_text.name()}; }}
@@ -59,53 +59,64 @@ QPushButton:checked {{ background: {c.accent.name()}; color: {c.accent_text.name
 QPushButton:disabled {{ color: {c.disabled.name()}; }}
 QPushButton:checked:disabled {{ background: {c.accent_disabled.name()};
     color: {c.accent_disabled_text.name()}; border-color: {c.accent_disabled.name()}; }}
-QPushButton#modeNaiveButton {{
+QPushButton[segment="first"] {{
     border-top-left-radius: 5px; border-bottom-left-radius: 5px; border-right: none; }}
-QPushButton#modeIOBindingButton {{
+QPushButton[segment="middle"] {{ border-right: none; }}
+QPushButton[segment="last"] {{
     border-top-right-radius: 5px; border-bottom-right-radius: 5px; }}
 """
 
 
+def mode_button_name(mode: Mode) -> str:
+    """The object name of a loop's button, from its label: "modeNoCacheButton", ..."""
+    words = mode.label.replace("-", " ").split()
+    return "mode" + "".join(w[:1].upper() + w[1:] for w in words) + "Button"
+
+
 class LoopToggle(QWidget):
-    """A two-button segmented control: Naive | IO-Binding."""
+    """A segmented control with one button per loop, in Mode's order: No cache | Naive |
+    IO-Binding."""
 
     sig_mode_changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.naive_button = QPushButton("Naive", self)
-        self.naive_button.setObjectName("modeNaiveButton")
-        self.naive_button.setToolTip("session.run with numpy arrays; KV copied through the host")
-        self.iobinding_button = QPushButton("IO-Binding", self)
-        self.iobinding_button.setObjectName("modeIOBindingButton")
-        self.iobinding_button.setToolTip("KV buffers bound once on the device and kept there")
+        self.buttons: dict[Mode, QPushButton] = {}
         self.group = QButtonGroup(self)
         self.group.setExclusive(True)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        for button in (self.naive_button, self.iobinding_button):
+        for mode in MODES:
+            button = QPushButton(mode.label, self)
+            button.setObjectName(mode_button_name(mode))
+            button.setToolTip(mode.description)
+            last = len(MODES) - 1
+            button.setProperty(
+                "segment",
+                "first" if mode.order == 0 else "last" if mode.order == last else "middle",
+            )
             button.setCheckable(True)
             button.setCursor(Qt.CursorShape.PointingHandCursor)
             self.group.addButton(button)
             layout.addWidget(button, 1)
+            self.buttons[mode] = button
+        self.naive_button = self.buttons[Mode.NAIVE]
+        self.iobinding_button = self.buttons[Mode.IOBINDING]
         on_theme(self, lambda c: self.setStyleSheet(segment_style(c)))
         self.iobinding_button.setChecked(True)
         self.group.buttonToggled.connect(self._on_toggled)
 
     def mode(self) -> Mode:
-        return Mode.NAIVE if self.naive_button.isChecked() else Mode.IOBINDING
+        return next((m for m, b in self.buttons.items() if b.isChecked()), Mode.IOBINDING)
 
     def set_mode(self, mode: str) -> None:
-        (self.naive_button if mode == Mode.NAIVE else self.iobinding_button).setChecked(True)
+        self.buttons[Mode(mode) if mode in MODES else Mode.IOBINDING].setChecked(True)
 
     def set_locked(self, locked: bool) -> None:
-        for button, tip in (
-            (self.naive_button, "session.run with numpy arrays; KV copied through the host"),
-            (self.iobinding_button, "KV buffers bound once on the device and kept there"),
-        ):
+        for mode, button in self.buttons.items():
             button.setEnabled(not locked)
-            button.setToolTip(LOCKED_TIP if locked else tip)
+            button.setToolTip(LOCKED_TIP if locked else mode.description)
 
     @Slot(QAbstractButton, bool)
     def _on_toggled(self, _button: QAbstractButton, checked: bool) -> None:
@@ -437,7 +448,7 @@ class SidePanel(QWidget):
         server runs its own); None: usable again."""
         self._loop_unavailable = reason
         self.loop_box.setEnabled(reason is None)  # a disabled box greys every control in it
-        controls = (self.loop_toggle.naive_button, self.loop_toggle.iobinding_button)
+        controls = tuple(self.loop_toggle.buttons.values())
         for widget in (*controls, self.device_selector, self.threads_spin):
             if reason is not None:
                 self._local_tips.setdefault(widget, widget.toolTip())

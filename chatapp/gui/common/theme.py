@@ -34,7 +34,11 @@ _AMBER, _RED, _BLUE, _GREEN = (
     QColor("#2563eb"),
     QColor("#2e7d32"),
 )
-_LOOP_HUES = {"naive": QColor("#d1495b"), "iobinding": QColor("#00798c")}
+_LOOP_HUES = {
+    "nocache": QColor("#7b5ea7"),
+    "naive": QColor("#d1495b"),
+    "iobinding": QColor("#00798c"),
+}
 _PART_HUES = {"run": QColor("#30638e"), "host": QColor("#edae49"), "sample": QColor("#8e8e8e")}
 
 

@@ -1,4 +1,4 @@
-"""QtCharts of the two loops side by side; filled live by the comparison view, or all at once
+"""QtCharts of the loops side by side; filled live by the comparison view, or all at once
 from a benchmark result by the headless report."""
 
 from __future__ import annotations
@@ -7,19 +7,20 @@ import math
 from collections.abc import Sequence
 
 from PySide6.QtCharts import (
+    QAbstractBarSeries,
     QAreaSeries,
     QBarCategoryAxis,
-    QBarSeries,
     QBarSet,
     QChart,
     QLineSeries,
     QScatterSeries,
+    QStackedBarSeries,
     QValueAxis,
 )
 from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QPainter, QPen
 
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import MODES
 from chatapp.gui.common.chart_style import (
     EmptyHint,
     mark_outliers,
@@ -30,10 +31,10 @@ from chatapp.gui.common.chart_style import (
 from chatapp.gui.common.theme import ThemeColors, colors
 
 LOOPS = MODES
-LOOP_LABELS: dict[str, str] = {Mode.NAIVE: "naive", Mode.IOBINDING: "IO-Binding"}
+LOOP_LABELS: dict[str, str] = {m: m.label for m in MODES}
 PART_LABELS = {"run": "run (onnxruntime)", "host": "host preparation", "sample": "sampling"}
 RENDER_HINT = QPainter.RenderHint.Antialiasing
-RUN_HINT = "Run both loops to fill this chart"
+RUN_HINT = "Run the loops to fill this chart"
 SWEEP_HINT = "Run a context sweep to fill this chart"
 
 
@@ -111,7 +112,7 @@ class LoopLinesChart(QChart):
         self.hint = EmptyHint(self, hint, (self.x_axis, self.y_axis))
         self._min_x = min_x
         self._max_x = min_x
-        self._values: list[float] = []
+        self._values: dict[str, list[float]] = {loop: [] for loop in LOOPS}
         self.apply_colors(colors())
 
     def apply_colors(self, c: ThemeColors) -> None:
@@ -126,31 +127,36 @@ class LoopLinesChart(QChart):
         for series in (*self.lines.values(), *self.outliers.values()):
             series.clear()
         self._max_x = self._min_x
-        self._values = []
+        self._values = {loop: [] for loop in LOOPS}
         self._rescale()
         self.hint.set_empty(True)
 
     def append(self, loop: str, x: float, y: float) -> None:
         self.lines[loop].append(x, y)
         self._max_x = max(self._max_x, x)
-        self._values.append(y)
+        self._values[loop].append(y)
         self._rescale()
         self.hint.set_empty(False)
 
     def _rescale(self) -> None:
         _nice_range(self.x_axis, self._max_x * 1.02)
-        # A spike (another program, a page fault) must not flatten both lines: the scale
-        # ignores the top 5 % and marks those points on the top edge.
-        _nice_range(self.y_axis, robust_top(self._values, 1.0) * 1.05)
+        # A spike (another program, a page fault) must not flatten the lines: the scale ignores
+        # each line's top 5 % and marks those points on the top edge. Per line, so that the
+        # no-cache loop's steady climb is its own top, not the others' spikes.
+        top = max(robust_top(values, 1.0) for values in self._values.values())
+        _nice_range(self.y_axis, top * 1.05)
         for loop, series in self.lines.items():
             mark_outliers(series, self.outliers[loop], self.y_axis.max())
 
 
 class LatencyLinesChart(LoopLinesChart):
-    """Per-token latency over the generation, one line per loop."""
+    """Each token's cost along the answer, one line per loop: it grows without a cache (each
+    step re-reads the whole sequence) and stays flat with one."""
 
     def __init__(self) -> None:
-        super().__init__("Time between tokens", "token", "ms", width=1.6, min_x=8.0)
+        super().__init__(
+            "Time per token along the answer", "token of the answer", "ms", width=1.6, min_x=8.0
+        )
 
     def set_series(self, loop: str, latencies_ms: Sequence[float]) -> None:
         for i, value in enumerate(latencies_ms, start=1):
@@ -237,19 +243,23 @@ class StepSplitChart(QChart):
 
 
 class PairBarChart(QChart):
-    """One figure (tokens/s or TTFT) for both loops, side by side."""
+    """One figure (tokens/s, TTFT, the whole answer's time) per loop, side by side, each bar in
+    its loop's colour: one stacked set per loop with a value only in its own category (a zero
+    draws nothing, label included)."""
 
     def __init__(self, title: str, unit: str) -> None:
         super().__init__()
         _setup(self, title, legend=False)
-        self.bars = QBarSeries()
+        self.bars = QStackedBarSeries()
         self.bars.setLabelsVisible(True)
         self.bars.setLabelsFormat("@value")
-        self.bar = QBarSet(unit)
-        self.bar.append([0.0, 0.0])
-        # One set, two bars: the second is "selected" only to give it the other loop's color.
-        self.bar.selectBar(1)
-        self.bars.append(self.bar)
+        self.bars.setLabelsPosition(QAbstractBarSeries.LabelsPosition.LabelsInsideEnd)
+        self.sets: dict[str, QBarSet] = {}
+        for loop in LOOPS:
+            bar = QBarSet(LOOP_LABELS[loop])
+            bar.append([0.0] * len(LOOPS))
+            self.bars.append(bar)
+            self.sets[loop] = bar
         self.addSeries(self.bars)
         self.categories = QBarCategoryAxis()
         self.categories.append([LOOP_LABELS[loop] for loop in LOOPS])
@@ -280,17 +290,17 @@ class PairBarChart(QChart):
     def apply_colors(self, c: ThemeColors) -> None:
         style_chart(self, c)
         self.spread_axis.setVisible(False)
-        naive, iobinding = c.loops[Mode.NAIVE], c.loops[Mode.IOBINDING]
-        self.bar.setColor(naive)
-        self.bar.setBorderColor(naive)
-        self.bar.setSelectedColor(iobinding)
-        self.bar.setLabelColor(c.base_text)
+        for loop, bar in self.sets.items():
+            bar.setColor(c.loops[loop])
+            bar.setBorderColor(c.loops[loop])
+            bar.setLabelColor(c.base)  # inside the bar: the loop colours contrast with it
         for line in self.spreads.values():
             line.setPen(QPen(c.base_text, 1.6))
         self.hint.style(c)
 
     def set_value(self, loop: str, value: float) -> None:
-        self.bar.replace(LOOPS.index(loop), round(value, 1))
+        # three significant figures: a 0.04 s answer must not be drawn as nothing
+        self.sets[loop].replace(LOOPS.index(loop), float(f"{value:.3g}"))
         self._rescale()
 
     def set_spread(self, loop: str, low: float, high: float) -> None:
@@ -307,22 +317,28 @@ class PairBarChart(QChart):
             line.clear()
         self._high = dict.fromkeys(LOOPS, 0.0)
 
+    def clear(self) -> None:
+        self.clear_spread()
+        for loop in LOOPS:
+            self.set_value(loop, 0.0)
+
     def _rescale(self) -> None:
-        top = max([self.bar.at(i) for i in range(self.bar.count())] + list(self._high.values()))
+        values = [self.value(loop) for loop in LOOPS]
+        top = max(values + list(self._high.values()))
         _nice_range(self.y_axis, max(1.0, top * 1.2))
         self.hint.set_empty(top <= 0)
         self.bars.setLabelsVisible(top > 0)
 
     def value(self, loop: str) -> float:
-        return float(self.bar.at(LOOPS.index(loop)))
+        return float(self.sets[loop].at(LOOPS.index(loop)))
 
 
 class SweepChart(LoopLinesChart):
-    """Decode tokens/s of both loops against the context length."""
+    """Decode tokens/s of the loops against the context length."""
 
     def __init__(self) -> None:
         super().__init__(
-            "Decode speed as the context grows",
+            "Decode speed by context",
             "tokens in the context",
             "tokens/s",
             width=2.0,
@@ -338,7 +354,7 @@ class SweepChart(LoopLinesChart):
 class TransferChart(LoopLinesChart):
     """Bytes crossing host <-> device per decode token, against the context length."""
 
-    TITLE = "Host↔device per token as the context grows"
+    TITLE = "Host↔device bytes per token"
 
     def __init__(self) -> None:
         super().__init__(
@@ -356,6 +372,4 @@ class TransferChart(LoopLinesChart):
 
     def set_shared_memory(self, shared: bool) -> None:
         """On the CPU both lines are zero: the title says why instead of leaving a puzzle."""
-        self.setTitle(
-            f"{self.TITLE}: 0 on the CPU (host memory, nothing crosses)" if shared else self.TITLE
-        )
+        self.setTitle(f"{self.TITLE}: 0 on the CPU" if shared else self.TITLE)

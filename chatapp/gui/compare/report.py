@@ -16,6 +16,7 @@ from typing import Any
 
 from chatapp.engine.bench.report import markdown_report
 from chatapp.engine.modes import MODES, Mode
+from chatapp.session.compare_text import caching_speedup
 
 CHART_SIZE = (900, 420)
 
@@ -52,39 +53,50 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
     )
 
     charts: dict[str, Any] = {}
+    loops = [loop for loop in LOOPS if loop in result]
     latency = LatencyLinesChart()
-    splits = {loop: StepSplitChart(loop) for loop in LOOPS}
+    splits = {loop: StepSplitChart(loop) for loop in loops}
     speed = PairBarChart("Decode speed (median)", "tokens/s")
     ttft = PairBarChart("Time to first token (median)", "ms")
+    answer = PairBarChart(caching_title(result), "s")
     tallest = 0.0
-    for loop in LOOPS:
+    for loop in loops:
         summary = result[loop]
         run = summary["first_run"]
         latency.set_series(loop, [x * 1000 for x in run["latencies_s"]])
         for step in run["steps"]:
             parts = (step["run_s"] * 1000, step["host_s"] * 1000, step["sample_s"] * 1000)
             splits[loop].append(*parts)
-            tallest = max(tallest, sum(parts))
+            if Mode(loop).caches:  # the cached loops on one scale; no cache on its own
+                tallest = max(tallest, sum(parts))
         speed.set_value(loop, summary["tokens_per_s"])
         ttft.set_value(loop, summary["ttft_s"] * 1000)
+        if "answer_s" in summary:
+            answer.set_value(loop, summary["answer_s"])
         spread = summary.get("spread")
         if spread and summary.get("repeats", 1) > 1:
             speed.set_spread(loop, *spread["tokens_per_s"])
             ttft.set_spread(loop, *(x * 1000 for x in spread["ttft_s"]))
-    for chart in splits.values():
-        chart.set_y_max(tallest)
+            if "answer_s" in spread:
+                answer.set_spread(loop, *spread["answer_s"])
+    for loop, chart in splits.items():
+        if Mode(loop).caches:
+            chart.set_y_max(tallest)
     light = colors(light_palette())  # a report reads the same whatever the window's theme
-    themed: tuple[Any, ...] = (latency, *splits.values(), speed, ttft)
+    themed: tuple[Any, ...] = (latency, *splits.values(), speed, ttft, answer)
     for each in themed:
         each.apply_colors(light)
     charts["latency"] = latency
-    charts["split_naive"], charts["split_iobinding"] = splits[Mode.NAIVE], splits[Mode.IOBINDING]
+    for loop, chart in splits.items():
+        charts[f"split_{loop}"] = chart
     charts["tokens_per_s"], charts["ttft"] = speed, ttft
+    if Mode.NOCACHE in result:
+        charts["answer"] = answer
     if result.get("sweep"):
         sweep, transfer = SweepChart(), TransferChart()
         transfer.set_shared_memory(not result.get("device_own_memory"))
         for point in result["sweep"]:
-            for loop in LOOPS:
+            for loop in (m for m in LOOPS if m in point):
                 sweep.add_point(loop, point["prompt_tokens"], point[loop]["tokens_per_s"])
                 moved = point[loop]["transfer"]
                 total = moved["h2d_bytes_per_token"] + moved["d2h_bytes_per_token"]
@@ -93,6 +105,18 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
         transfer.apply_colors(light)
         charts["sweep"], charts["transfer"] = sweep, transfer
     return charts
+
+
+def caching_title(result: dict[str, Any]) -> str:
+    """The whole-answer chart's title: the speed-up the sentences state, or that there is
+    none; short enough for a chart 260 px wide."""
+    tokens = result.get("max_new_tokens", 0)
+    ratio = caching_speedup(result, Mode.IOBINDING) or caching_speedup(result, Mode.NAIVE)
+    if ratio is None:
+        return f"Whole answer, {tokens} tokens"
+    if not ratio.measurable:
+        return f"{tokens} tokens: no measurable difference"
+    return f"{tokens} tokens: caching {ratio.value:.1f}x faster"
 
 
 def render_chart(chart: Any, path: Path, size: tuple[int, int] = CHART_SIZE) -> Path:
@@ -123,7 +147,7 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
                 "d2h_bytes",
             ]
         )
-        for loop in MODES:
+        for loop in (m for m in MODES if m in result):
             run = result[loop]["first_run"]
             for i, (lat, step) in enumerate(zip(run["latencies_s"], run["steps"], strict=True), 1):
                 writer.writerow(
@@ -159,7 +183,7 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
         )
         points = [result, *result.get("sweep", [])]
         for point in points:
-            for loop in MODES:
+            for loop in (m for m in MODES if m in point):
                 r = point[loop]
                 writer.writerow(
                     [
@@ -181,9 +205,9 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
 
 
 IMAGE_CAPTIONS = {
-    "latency": "Time between tokens, one line per loop",
-    "split_naive": "Naive loop: run / host preparation / sampling per token",
-    "split_iobinding": "IO-Binding loop: run / host preparation / sampling per token",
+    "latency": "Time per token along the answer, one line per loop",
+    **{f"split_{m}": f"{m.label} loop: run / host preparation / sampling per token" for m in MODES},
+    "answer": "The whole answer's time per loop: caching's speed-up",
     "tokens_per_s": "Decode tokens/s",
     "ttft": "Time to first token",
     "sweep": "Decode tokens/s against the context length",

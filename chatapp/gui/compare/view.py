@@ -1,9 +1,11 @@
-"""The comparison view: both loops on one prompt, drawn live, plus a context sweep and export.
+"""The comparison view: the loops on one prompt, drawn live, plus a context sweep and export.
 
 Runs are jobs (chatapp/session/compare_jobs.py) on the window's JobRunner, the thread that
 runs the chat's answers, with the window's one engine; this widget only draws what comes back.
-The result has the shape of `chatapp bench --json`, so Export writes the same report as
-`chatapp bench --report`.
+The loop without a cache is optional (a checkbox): its time per token grows with the length.
+Every sentence under the controls comes from chatapp/session/compare_text.py, computed from the
+runs on screen and redone after each comparison and sweep. The result has the shape of
+`chatapp bench --json`, so Export writes the same report as `chatapp bench --report`.
 """
 
 from __future__ import annotations
@@ -14,32 +16,28 @@ from typing import Any
 
 from PySide6.QtCharts import QChartView
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QPainter, QResizeEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
     QScrollArea,
     QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from chatapp.engine.bench.report import where_time_goes
-from chatapp.engine.modes import Mode
+from chatapp.engine.modes import MODES, Mode
 from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, on_theme
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.gui.compare.charts import (
-    LOOP_LABELS,
     LOOPS,
     LatencyLinesChart,
     PairBarChart,
@@ -47,7 +45,9 @@ from chatapp.gui.compare.charts import (
     SweepChart,
     TransferChart,
 )
-from chatapp.session.arg_checks import MAX_CONTEXT, MAX_SWEEP_POINTS
+from chatapp.gui.compare.inputs import MAX_PROMPT_CHARS, parse_contexts
+from chatapp.gui.compare.report import caching_title
+from chatapp.gui.compare.table import SummaryTable
 from chatapp.session.compare_jobs import (
     CompareFinished,
     CompareRequest,
@@ -60,58 +60,15 @@ from chatapp.session.compare_jobs import (
     compare_job,
     sweep_job,
 )
+from chatapp.session.compare_text import explanation
 from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
-from chatapp.units import fmt_bytes
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 DEFAULT_SWEEP = "128,512,1024,2048"
-TABLE_ROWS = (
-    ("tokens/s", "tokens_per_s", 1.0, "{:.1f}"),
-    ("time to first token (ms)", "ttft_s", 1000.0, "{:.0f}"),
-    ("p50 latency (ms)", "latency_p50_s", 1000.0, "{:.1f}"),
-    ("p95 latency (ms)", "latency_p95_s", 1000.0, "{:.1f}"),
-    ("host preparation share", "host_prep_share", 100.0, "{:.1f}%"),
-    ("host→device per token", "h2d_bytes_per_token", 0.0, "bytes"),
-    ("device→host per token", "d2h_bytes_per_token", 0.0, "bytes"),
-)
-
-# Bytes one decode step reads from the model's weights: why a model is as fast as it is.
-WEIGHTS_ROW_LABEL = "weights read per token"
-
-
-def table_text(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
-    """A summary figure as the table shows it: the median, and the repeats' range if several."""
-    if fmt == "bytes":
-        return fmt_bytes(summary["transfer"][key])
-    text = fmt.format(summary[key] * scale)
-    low, high = (summary.get("spread") or {}).get(key, (None, None))
-    if low is not None and summary.get("repeats", 1) > 1:
-        text += f" ({fmt.format(low * scale)}–{fmt.format(high * scale)})"
-    return text
-
-
-MAX_PROMPT_CHARS = 4_000  # the prompt line: a benchmark question, not a document
-
-
-def parse_contexts(text: str) -> tuple[int, ...]:
-    """'128, 512,1024' -> (128, 512, 1024); ValueError with a readable message otherwise.
-    At most MAX_SWEEP_POINTS lengths, each at most MAX_CONTEXT (the command line's limits):
-    a pasted list of thousands, or a 5000-digit number, is refused before any work."""
-    parts = [p for p in text.replace(" ", "").split(",") if p]
-    if len(parts) > MAX_SWEEP_POINTS:
-        raise ValueError(f"at most {MAX_SWEEP_POINTS} context lengths")
-    values = []
-    for part in parts:
-        shown = part if len(part) <= 12 else part[:11] + "…"
-        if not (part.isascii() and part.isdigit()) or len(part) > 9 or int(part) < 16:
-            raise ValueError(f"'{shown}' is not a context length (a whole number of at least 16)")
-        if int(part) > MAX_CONTEXT:
-            raise ValueError(f"{part} is more than any model's context ({MAX_CONTEXT})")
-        values.append(int(part))
-    if not values:
-        raise ValueError("give at least one context length, e.g. 128,512,1024")
-    return tuple(sorted(set(values)))
+SEED_TOKENS = 200  # the write-up's figure: caching's speed-up over a 200-token sample
+# The chat's export folder: both exports start where the last one went (else home).
+EXPORT_DIR_KEY = "history/export_dir"
 
 
 class CompareView(QWidget):
@@ -124,6 +81,7 @@ class CompareView(QWidget):
         self.host = host
         self.job: JobHandle | None = None  # the comparison or sweep running (or last run)
         self.result: dict[str, Any] | None = None
+        self.compared: dict[str, Any] | None = None  # the last comparison (not a sweep's stand-in)
         self.sweep_points: list[dict[str, Any]] = []
         self._running = False
         self._can_run = False
@@ -144,20 +102,34 @@ class CompareView(QWidget):
         self.tokens_spin.setValue(64)
         self.tokens_spin.setToolTip(
             "Tokens each loop generates (greedy; end-of-text ignored so "
-            "both loops do the same work)"
+            "every loop does the same work)"
         )
         self.repeats_spin = QSpinBox(self)
         self.repeats_spin.setObjectName("compareRepeats")
         self.repeats_spin.setRange(1, 9)
         self.repeats_spin.setValue(3)
         self.repeats_spin.setToolTip(
-            "Runs of both loops: the figures are medians, the bars and the table show the range"
+            "Runs of the loops: the figures are medians, the bars and the table show the range"
         )
         ignore_wheel_unless_focused(self.tokens_spin, self.repeats_spin)
-        self.run_button = QPushButton("Run both loops", self)
+        self.nocache_check = QCheckBox(Mode.NOCACHE.label, self)
+        self.nocache_check.setObjectName("compareNoCache")
+        self.nocache_check.setChecked(True)
+        self.nocache_check.setToolTip(
+            f"{Mode.NOCACHE.description} The slowest loop by far; in a sweep it runs only "
+            "on the shorter contexts."
+        )
+        self.run_button = QPushButton("Run the loops", self)
         self.run_button.setObjectName("compareRunButton")
         self.stop_button = QPushButton("Stop", self)
         self.stop_button.setObjectName("compareStopButton")
+        self.caching_button = QPushButton(f"Caching over {SEED_TOKENS} tokens", self)
+        self.caching_button.setObjectName("compareCachingButton")
+        self.caching_button.setToolTip(
+            f"The write-up's figure: the three loops once over {SEED_TOKENS} new tokens, and "
+            "how much faster the whole answer is with a cache (minutes on a slow machine: "
+            "without a cache every token costs more than the last; Stop ends it)"
+        )
         self.sweep_edit = QLineEdit(DEFAULT_SWEEP, self)
         self.sweep_edit.setObjectName("sweepContexts")
         self.sweep_edit.setToolTip("Context lengths (tokens of real text before the prompt)")
@@ -166,47 +138,44 @@ class CompareView(QWidget):
         self.export_button = QPushButton("Export…", self)
         self.export_button.setObjectName("compareExportButton")
         self.export_button.setToolTip("PNG charts, CSV and JSON of every number, Markdown report")
-        self.status = QLabel("Compare the naive and IO-Binding loops on one prompt.", self)
+        self.status = QLabel("Compare the loops (no cache, naive, IO-Binding) on one prompt.", self)
         self.status.setTextFormat(Qt.TextFormat.PlainText)  # it quotes errors and input
         self.status.setObjectName("compareStatus")
         self.status.setWordWrap(True)
         self.progress = ProgressWithTimeLeft(self)
         self.progress.setObjectName("compareProgress")
-        self._steps_per_run = 1  # decode steps of both loops in one run (the first streams)
+        self._steps_per_run = 1  # decode steps of all loops in one run (the first streams)
         self._runs = 1
         self.explanation = QLabel("", self)
         self.explanation.setObjectName("compareExplanation")
+        self.explanation.setTextFormat(Qt.TextFormat.PlainText)
         self.explanation.setWordWrap(True)
+        self.explanation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.latency_chart = LatencyLinesChart()
         self.split_charts: dict[str, StepSplitChart] = {
             loop: StepSplitChart(loop) for loop in LOOPS
         }
+        self.caching_chart = PairBarChart("Whole answer", "s")
         self.speed_chart = PairBarChart("Decode speed", "tokens/s")
         self.ttft_chart = PairBarChart("Time to first token", "ms")
         self.sweep_chart = SweepChart()
         self.transfer_chart = TransferChart()
-        self.table = QTableWidget(len(TABLE_ROWS) + 2, 3, self)
-        self.table.setObjectName("compareTable")
-        self.table.setHorizontalHeaderLabels(
-            [LOOP_LABELS[Mode.NAIVE], LOOP_LABELS[Mode.IOBINDING], "ratio"]
-        )
-        self.table.setVerticalHeaderLabels(
-            [r[0] for r in TABLE_ROWS] + ["same tokens", WEIGHTS_ROW_LABEL]
-        )
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table = SummaryTable(self)
 
+        prompt_row = QHBoxLayout()
+        prompt_row.addWidget(QLabel("Prompt", self))
+        prompt_row.addWidget(self.prompt_edit, 1)
         controls = QHBoxLayout()
-        controls.addWidget(QLabel("Prompt", self))
-        controls.addWidget(self.prompt_edit, 1)
         controls.addWidget(QLabel("Tokens", self))
         controls.addWidget(self.tokens_spin)
         controls.addWidget(QLabel("Runs", self))
         controls.addWidget(self.repeats_spin)
+        controls.addWidget(self.nocache_check)
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
+        controls.addWidget(self.caching_button)
+        controls.addStretch(1)
         sweep_row = QHBoxLayout()
         sweep_row.addWidget(QLabel("Contexts", self))
         sweep_row.addWidget(self.sweep_edit, 1)
@@ -214,18 +183,21 @@ class CompareView(QWidget):
         sweep_row.addWidget(self.export_button)
 
         grid = QGridLayout()
-        grid.addWidget(self._view(self.latency_chart), 0, 0, 1, 2)
-        grid.addWidget(self._view(self.split_charts[Mode.NAIVE]), 1, 0)
-        grid.addWidget(self._view(self.split_charts[Mode.IOBINDING]), 1, 1)
-        grid.addWidget(self._view(self.speed_chart), 2, 0)
-        grid.addWidget(self._view(self.ttft_chart), 2, 1)
-        grid.addWidget(self._view(self.sweep_chart), 3, 0)
-        grid.addWidget(self._view(self.transfer_chart), 3, 1)
-        grid.addWidget(self.table, 4, 0, 1, 2)
-        for row in range(5):
+        grid.addWidget(self.explanation, 0, 0, 1, 2)
+        grid.addWidget(self._view(self.latency_chart), 1, 0, 1, 2)
+        grid.addWidget(self._view(self.caching_chart), 2, 0)
+        grid.addWidget(self._view(self.speed_chart), 2, 1)
+        grid.addWidget(self._view(self.ttft_chart), 3, 0)
+        grid.addWidget(self._view(self.split_charts[Mode.NOCACHE]), 3, 1)
+        grid.addWidget(self._view(self.split_charts[Mode.NAIVE]), 4, 0)
+        grid.addWidget(self._view(self.split_charts[Mode.IOBINDING]), 4, 1)
+        grid.addWidget(self._view(self.sweep_chart), 5, 0)
+        grid.addWidget(self._view(self.transfer_chart), 5, 1)
+        grid.addWidget(self.table, 6, 0, 1, 2)
+        for row in range(1, 6):
             grid.setRowStretch(row, 1)
 
-        # The charts scroll: the view must not force a window taller than a laptop screen.
+        # The charts, the sentences and the table scroll: the view must fit a laptop screen.
         charts = QWidget(self)
         charts.setLayout(grid)
         scroll = QScrollArea(self)
@@ -234,15 +206,16 @@ class CompareView(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         layout = QVBoxLayout(self)
+        layout.addLayout(prompt_row)
         layout.addLayout(controls)
         layout.addLayout(sweep_row)
         layout.addWidget(self.status)
         layout.addWidget(self.progress)
-        layout.addWidget(self.explanation)
         layout.addWidget(scroll, 1)
 
         on_theme(self, self._on_theme)
         self.run_button.clicked.connect(self.run_comparison)
+        self.caching_button.clicked.connect(self.run_caching_figure)
         self.stop_button.clicked.connect(self.stop)
         self.sweep_button.clicked.connect(self.run_sweep)
         self.export_button.clicked.connect(self._on_export_clicked)
@@ -251,6 +224,7 @@ class CompareView(QWidget):
         charts: tuple[Any, ...] = (
             self.latency_chart,
             *self.split_charts.values(),
+            self.caching_chart,
             self.speed_chart,
             self.ttft_chart,
             self.sweep_chart,
@@ -282,8 +256,8 @@ class CompareView(QWidget):
 
     def _update_buttons(self) -> None:
         idle = self._can_run and not self._running
-        self.run_button.setEnabled(idle)
-        self.sweep_button.setEnabled(idle)
+        for button in (self.run_button, self.caching_button, self.sweep_button):
+            button.setEnabled(idle)
         self.stop_button.setEnabled(self._running)
         self.export_button.setEnabled(not self._running and self.result is not None)
         tip = "" if idle else "Needs a loaded model and no answer or comparison in progress."
@@ -294,30 +268,46 @@ class CompareView(QWidget):
     def running(self) -> bool:
         return self._running
 
+    def modes(self) -> tuple[Mode, ...]:
+        """The loops a run takes: the cached two, and no cache when its box is ticked."""
+        return tuple(m for m in MODES if m.caches or self.nocache_check.isChecked())
+
     # ---- actions --------------------------------------------------------------------------
     @Slot()
     def run_comparison(self) -> bool:
         if self._running or not self._can_run:
             return False
         prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
-        self.result = None
+        modes = self.modes()
+        self.result = self.compared = None
         self.latency_chart.clear()
         for chart in self.split_charts.values():
             chart.clear()
-        for bars in (self.speed_chart, self.ttft_chart):
-            bars.clear_spread()
-            for loop in LOOPS:
-                bars.set_value(loop, 0.0)
-        self.table.clearContents()
-        self.explanation.setText("")
+        for bars in (self.caching_chart, self.speed_chart, self.ttft_chart):
+            bars.clear()
+        self.caching_chart.setTitle("Whole answer")
+        self.table.set_loops(list(modes))
+        self._explain()
         request = CompareRequest(
-            prompt, self.system_prompt(), self.tokens_spin.value(), self.repeats_spin.value()
+            prompt,
+            self.system_prompt(),
+            self.tokens_spin.value(),
+            self.repeats_spin.value(),
+            modes,
         )
-        self._steps_per_run = max(1, 2 * (request.max_new_tokens - 1))
+        self._steps_per_run = max(1, len(modes) * (request.max_new_tokens - 1))
         self._runs = max(1, request.repeats)
         self._start(compare_job(self.host, request), self._on_finished)
         self.status.setText("Starting…")
         return True
+
+    @Slot()
+    def run_caching_figure(self) -> bool:
+        """The write-up's figure: every loop once over SEED_TOKENS new tokens."""
+        self.tokens_spin.setValue(SEED_TOKENS)
+        self.repeats_spin.setValue(1)
+        self.nocache_check.setChecked(True)
+        return self.run_comparison()
 
     @Slot()
     def run_sweep(self) -> bool:
@@ -331,9 +321,10 @@ class CompareView(QWidget):
         self.sweep_points = []
         self.sweep_chart.clear()
         self.transfer_chart.clear()
+        self._explain()
         prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
         tokens = min(self.tokens_spin.value(), 64)
-        request = SweepRequest(prompt, contexts, tokens, self.repeats_spin.value())
+        request = SweepRequest(prompt, contexts, tokens, self.repeats_spin.value(), self.modes())
         self._start(sweep_job(self.host, request), self._on_sweep_finished)
         return True
 
@@ -372,14 +363,18 @@ class CompareView(QWidget):
             # The first run streams its steps: the bar moves with them.
             drawn = sum(chart.count for chart in self.split_charts.values())
             self.progress.set_fraction(min(1.0, drawn / self._steps_per_run) / self._runs)
-            tallest = max(c.y_max for c in self.split_charts.values())
-            for chart in self.split_charts.values():
-                chart.set_y_max(tallest)  # one scale for both loops
+            # The cached loops on one scale, so their heights compare; no cache, whose steps
+            # grow far taller, on its own.
+            cached = [c for loop, c in self.split_charts.items() if Mode(loop).caches]
+            tallest = max(c.y_max for c in cached)
+            for chart in cached:
+                chart.set_y_max(tallest)
 
     def _on_loop_finished(self, done: LoopFinished) -> None:
         summary = done.summary
         spread = summary.get("spread") or {}
         for chart, key, scale in (
+            (self.caching_chart, "answer_s", 1.0),
             (self.speed_chart, "tokens_per_s", 1.0),
             (self.ttft_chart, "ttft_s", 1000.0),
         ):
@@ -387,36 +382,44 @@ class CompareView(QWidget):
             if summary.get("repeats", 1) > 1 and key in spread:
                 low, high = spread[key]
                 chart.set_spread(done.loop, low * scale, high * scale)
-        column = LOOPS.index(done.loop)
-        for row, (_label, key, scale, fmt) in enumerate(TABLE_ROWS):
-            self._cell(row, column, table_text(summary, key, scale, fmt))
+        self.table.fill_loop(Mode(done.loop), summary)
 
     @Slot(object)
     def _on_finished(self, done: CompareFinished) -> None:
         self.result = dict(done.result)
+        self.compared = dict(done.result)
         if self.sweep_points:
             self.result["sweep"] = list(self.sweep_points)
         r = done.result
-        self._cell(0, 2, f"{r['speedup_tokens_per_s']:.2f}x")
-        self._cell(2, 2, f"{r['speedup_latency']:.2f}x lower")
-        self._cell(len(TABLE_ROWS), 2, "yes" if r["same_tokens"] else "NO")
-        # Both loops run the same folder: a step reads the same weights (docs/engine.md).
-        weights = r.get("weight_bytes_per_step")
-        for column in range(len(LOOPS)):
-            self._cell(len(TABLE_ROWS) + 1, column, fmt_bytes(weights) if weights else "n/a")
+        self.table.fill_result(r)
+        self.caching_chart.setTitle(caching_title(r))
         self._set_running(False)
+        loops = ", ".join(m.label for m in MODES if m in r)
         self.status.setText(
-            f"IO-Binding vs naive: {r['speedup_tokens_per_s']:.2f}x tokens/s, "
-            f"{r['speedup_latency']:.2f}x lower median latency; same tokens: "
-            f"{'yes' if r['same_tokens'] else 'no'} ({r['prompt_tokens']} prompt tokens, "
-            f"{r['max_new_tokens']} generated, {r['device']}, median of {r['repeats']} runs)."
+            f"Done: {loops} on {r['device']}, {r['prompt_tokens']} prompt tokens, "
+            f"{r['max_new_tokens']} generated, {r['repeats']} run(s); same tokens: "
+            f"{'yes' if r['same_tokens'] else 'no'}."
         )
-        self.explanation.setText(where_time_goes(r))
+        self._explain()
+
+    def _explain(self) -> None:
+        """The sentences, from the comparison and the sweep now on screen (and nothing else)."""
+        self.explanation.setText(explanation(self.compared, self.sweep_points))
+        self._fit_explanation()
+
+    def _fit_explanation(self) -> None:
+        # A word-wrapped label in a scrolled grid gets one line's height unless told its own.
+        label = self.explanation
+        label.setMinimumHeight(label.heightForWidth(label.width()) if label.text() else 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_explanation()
 
     def _on_sweep_point(self, point: SweepPoint) -> None:
         self.sweep_points.append(point.point)
         context = point.point["prompt_tokens"]
-        for loop in LOOPS:
+        for loop in (m for m in LOOPS if m in point.point):
             summary = point.point[loop]
             self.sweep_chart.add_point(loop, context, summary["tokens_per_s"])
             transfer = summary["transfer"]
@@ -435,6 +438,7 @@ class CompareView(QWidget):
         self.transfer_chart.set_shared_memory(not done.header.get("device_own_memory"))
         self._set_running(False)
         self.status.setText(f"Context sweep done: {len(self.sweep_points)} points.")
+        self._explain()
 
     @Slot(object)
     def _on_errored(self, error: JobError) -> None:
@@ -445,20 +449,28 @@ class CompareView(QWidget):
         self._set_running(False)
         self.status.setText(message)
 
-    def _cell(self, row: int, column: int, text: str) -> None:
-        item = QTableWidgetItem(text)
-        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.table.setItem(row, column, item)
-
     # ---- export ---------------------------------------------------------------------------
+    def _settings(self) -> Any:
+        return getattr(self.window(), "settings", None)
+
+    def export_start_folder(self) -> str:
+        """Where the chat's export went last, else the home folder."""
+        settings = self._settings()
+        last = str(settings.value(EXPORT_DIR_KEY, "") or "") if settings is not None else ""
+        return last if last and Path(last).is_dir() else str(Path.home())
+
     def _ask_folder(self) -> str:
-        return QFileDialog.getExistingDirectory(self, "Export the comparison into a folder")
+        return QFileDialog.getExistingDirectory(
+            self, "Export the comparison into a folder", self.export_start_folder()
+        )
 
     @Slot()
     def _on_export_clicked(self) -> None:
         folder = self.choose_export_folder()
-        if folder:
-            self.export(Path(folder))
+        if folder and self.export(Path(folder)) is not None:
+            settings = self._settings()
+            if settings is not None:
+                settings.setValue(EXPORT_DIR_KEY, str(Path(folder).parent))
 
     def export(self, folder: Path) -> Path | None:
         """Write the report (PNG charts, CSV, JSON, Markdown) into `folder`."""

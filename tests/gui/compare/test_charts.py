@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCharts import QBarSeries, QLineSeries
+from PySide6.QtCharts import QLineSeries, QStackedBarSeries
 
 from chatapp.gui.compare.charts import LOOPS, LatencyLinesChart, PairBarChart, SweepChart
 
@@ -21,9 +21,20 @@ def test_line_charts_keep_qchart_series(qapp) -> None:
 def test_bar_charts_keep_qchart_series(qapp) -> None:
     chart = PairBarChart("Decode speed", "tokens/s")
     listed = chart.series()  # the bars, and the lines that draw the repeats' ranges
-    assert chart.bars in listed and isinstance(chart.bars, QBarSeries)
+    assert chart.bars in listed and isinstance(chart.bars, QStackedBarSeries)
     chart.set_value("iobinding", 12.34)
     assert chart.value("iobinding") == 12.3 and chart.value("naive") == 0.0
+    # One set per loop, its value only in its own category: each bar in its loop's colour.
+    assert [chart.sets[loop].at(LOOPS.index("iobinding")) for loop in LOOPS] == [0.0, 0.0, 12.3]
+
+
+def test_a_steady_climb_is_not_drawn_as_outliers(qapp) -> None:
+    chart = LatencyLinesChart()
+    for i in range(1, 101):
+        chart.append("nocache", float(i), 10.0 + 2.0 * i)  # no cache: every token costs more
+        chart.append("iobinding", float(i), 12.0 + (i % 3))
+    assert chart.y_axis.max() >= 210  # the whole climb fits
+    assert chart.outliers["nocache"].count() == 0
 
 
 def test_empty_charts_show_a_hint_not_axes(qapp) -> None:

@@ -94,3 +94,22 @@ def test_headless_cli_report(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "r" / "report.md").is_file()
     assert (tmp_path / "r" / "sweep.png").stat().st_size > 5000
+
+
+def test_a_report_with_no_cache_has_its_charts_and_the_speed_up(
+    tiny_model_dir: Path, tmp_path: Path, qapp: object
+) -> None:
+    from chatapp.engine.modes import MODES
+
+    config = BenchConfig(
+        model_dir=tiny_model_dir, max_new_tokens=10, repeats=2, threads=1, modes=MODES, floor=False
+    )
+    result = run_bench_suite(config)
+    files = write_report(result, tmp_path / "report")
+    names = {p.name for p in files.images}
+    assert {"split_nocache.png", "answer.png", "split_naive.png"} <= names
+    markdown = files.markdown.read_text()
+    assert "| No cache |" in markdown and "No cache loop: run / host" in markdown
+    assert "IO-Binding / no cache:" in markdown and "faster over the whole answer" in markdown
+    with (files.folder / "tokens.csv").open() as fh:
+        assert {r["loop"] for r in csv.DictReader(fh)} == {"nocache", "naive", "iobinding"}

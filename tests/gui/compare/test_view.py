@@ -1,4 +1,4 @@
-"""The comparison view: both loops drawn live, table filled, sweep, export, stop."""
+"""The comparison view: the loops drawn live, table filled, sweep, export, stop."""
 
 from __future__ import annotations
 
@@ -44,24 +44,34 @@ def test_comparison_fills_charts_and_table(
     with qtbot.waitSignal(view.job.sig_finished, timeout=RUN_TIMEOUT_MS):
         pass
     qtbot.waitUntil(lambda: not view.running, timeout=5000)
-    assert sum(seen_steps) == 2 * 15  # every decode step of both loops arrived, in batches
-    for loop in ("naive", "iobinding"):
+    assert sum(seen_steps) == 3 * 15  # every decode step of every loop arrived, in batches
+    for loop in ("nocache", "naive", "iobinding"):
         assert view.latency_chart.lines[loop].count() == 15
         assert view.split_charts[loop].edges[1].count() == 15
         assert view.speed_chart.value(loop) > 0
         assert view.ttft_chart.value(loop) > 0
     assert view.result is not None and view.result["same_tokens"] is True
     table = view.table
-    assert float(table.item(0, 0).text()) > 0  # naive tokens/s
-    assert float(table.item(0, 1).text()) > 0  # IO-Binding tokens/s
-    assert table.item(0, 2).text().endswith("x")
-    assert table.item(table.rowCount() - 2, 2).text() == "yes"
-    # The last row: the weight bytes a decode step reads, the same folder for both loops.
+    headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    assert headers == ["No cache", "Naive", "IO-Binding", "IO-Binding / Naive"]
+    assert float(table.item(2, 1).text()) > 0  # naive tokens/s
+    assert float(table.item(2, 2).text()) > 0  # IO-Binding tokens/s
+    assert table.item(2, 3).text().endswith("x (means)")
+    assert table.item(table.rowCount() - 2, 3).text() == "yes"
+    # The last row: the weight bytes a decode step reads, the same folder for every loop.
     weights = view.result["weight_bytes_per_step"]
     assert weights > 0
-    for column in (0, 1):
+    for column in (0, 1, 2):
         assert table.item(table.rowCount() - 1, column).text() == fmt_bytes(weights)
-    assert "IO-Binding vs naive" in view.status.text()
+    assert view.status.text().startswith("Done: No cache, Naive, IO-Binding on cpu")
+    # Every sentence is made from these runs: the per-token medians are the table's.
+    text = view.explanation.text()
+    for column, label in enumerate(("No cache", "Naive", "IO-Binding")):
+        median, spread = table.item(0, column).text().split(" ", 1)  # "39.9 (1.4–51.3)"
+        assert f"{label} {median} ms {spread}" in text
+    assert "Caching's speed-up over the whole 16-token answer" in text
+    assert view.caching_chart.title().startswith("16 tokens: caching")
+    assert view.caching_chart.value("nocache") > 0
     assert window.chat_view.send_button.isEnabled()
     # The charts take the whole width; the chat's panels return with the chat tab.
     assert not window.side_scroll.isVisible()
@@ -113,7 +123,7 @@ def test_repeats_give_medians_ranges_and_where_the_time_goes(
     low, high = result["naive"]["spread"]["tokens_per_s"]
     assert low <= result["naive"]["tokens_per_s"] <= high
     assert "–" in view.table.item(0, 0).text()  # the median and the range of the runs
-    assert view.table.item(5, 0).text() == "0 B"  # host->device on the CPU
+    assert view.table.item(7, 0).text() == "0 B"  # host->device on the CPU
     assert view.speed_chart.spreads["naive"].count() == 6  # an "I" drawn over the bar
     explanation = view.explanation.text()
     assert "CPU" in explanation and "0 bytes per token" in explanation
@@ -196,3 +206,73 @@ def test_comparison_runs_on_every_layout(
     )
     assert result["same_tokens"] is True
     assert result["naive"]["tokens_per_s"] > 0 and result["iobinding"]["tokens_per_s"] > 0
+
+
+def test_without_no_cache_two_loops_run_and_a_sweep_redoes_the_sentences(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    _window, view = open_compare(make_window, tiny_model_dir)
+    view.nocache_check.setChecked(False)
+    view.tokens_spin.setValue(8)
+    view.repeats_spin.setValue(1)
+    assert view.run_comparison()
+    qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
+    assert view.result is not None and "nocache" not in view.result
+    assert view.table.columnCount() == 3  # Naive, IO-Binding, the ratio
+    assert view.latency_chart.lines["nocache"].count() == 0
+    before = view.explanation.text()
+    assert "Caching" not in before and "IO-Binding" in before
+    view.sweep_edit.setText("32, 64, 96")
+    assert view.run_sweep()
+    qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
+    after = view.explanation.text()
+    assert after.startswith(before.split("\n")[0])  # the comparison's sentences stay
+    assert "IO-Binding against Naive by context" in after  # and the sweep's are added
+    assert "at 32" not in before
+
+
+def test_export_starts_where_the_chat_export_went(
+    make_window: WindowFactory, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    window, view = open_compare(make_window, tiny_model_dir)
+    window.settings.remove("history/export_dir")
+    assert view.export_start_folder() == str(Path.home())
+    window.settings.setValue("history/export_dir", str(tmp_path))
+    assert view.export_start_folder() == str(tmp_path)
+    window.settings.setValue("history/export_dir", str(tmp_path / "gone"))
+    assert view.export_start_folder() == str(Path.home())
+
+
+def test_titles_and_the_table_fit_at_800_by_500(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    from PySide6.QtCharts import QChartView
+    from PySide6.QtGui import QFontMetrics
+
+    window, view = open_compare(make_window, tiny_model_dir)
+    window.resize(800, 500)
+    view.transfer_chart.set_shared_memory(True)  # the longest title it can have
+    view.caching_chart.setTitle("2048 tokens: no measurable difference")  # the longest
+    qtbot.waitUntil(lambda: view.width() <= 800)
+    for chart_view in view.findChildren(QChartView):
+        chart = chart_view.chart()
+        width = QFontMetrics(chart.titleFont()).horizontalAdvance(chart.title())
+        assert width <= chart_view.width() - 16, (chart.title(), chart_view.width())
+    table = view.table
+    rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
+    assert table.height() >= rows + table.horizontalHeader().height()  # no box inside the box
+
+
+def test_the_caching_button_runs_the_three_loops_over_200_tokens(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    _window, view = open_compare(make_window, tiny_model_dir)
+    view.nocache_check.setChecked(False)
+    view.caching_button.click()
+    assert view.nocache_check.isChecked() and view.tokens_spin.value() == 200
+    qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
+    result = view.result
+    assert result is not None and result["max_new_tokens"] == 200 and result["repeats"] == 1
+    assert set(result["caching_speedup"]) == {"naive", "iobinding"}
+    assert view.caching_chart.title().startswith("200 tokens: ")
+    assert view.latency_chart.lines["nocache"].count() == 199

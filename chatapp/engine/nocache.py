@@ -1,0 +1,135 @@
+"""The loop without a KV cache: the first write-up's starting point, kept to be measured.
+
+Every step runs the whole sequence so far (prompt and the tokens generated until now) through
+the same graph, with an empty past (past length 0) and the mask and positions of the whole
+sequence; the presents the graph returns are dropped. Its greedy tokens equal the cached
+loops' (the same computation, redone), and its cost per token grows with the length where the
+cached loops' stays flat: that growth is what a KV cache saves (docs/engine.md).
+
+NoCacheLoop        dynamic layouts (shared-buffer, concat): one `session.run` per step over
+                   the whole sequence, numpy feeds, only the logits fetched (on a device, the
+                   presents never come back to the host).
+NoCacheStaticLoop  static-window graphs have no empty past: their shapes are fixed. "No cache"
+                   there means starting over every step: zeroed past, all slots free, then the
+                   whole sequence window by window, as a new conversation's prompt would run.
+                   The work per step grows with the windows the sequence fills.
+
+An answer in this loop stops at SEQUENCE_CAP tokens of sequence (prompt and answer), or after
+MIN_ANSWER tokens where the prompt is longer already; benchmarks (which ask for exact lengths)
+are not capped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from chatapp.engine.devices import Device
+from chatapp.engine.loops import KVLoop, Step, crossing
+from chatapp.engine.model_folder.model import ModelInfo
+from chatapp.engine.modes import Mode
+from chatapp.engine.static_window import NaiveStaticLoop
+from chatapp.engine.tensor_types import needs_ortvalues, run_with_host_arrays
+
+perf = time.perf_counter
+
+# Each step costs about as much as a prompt of the sequence's length: on the default model on a
+# 2-core machine a 1k-token sequence takes about 2 s per token, 4.5 s at 2k. So a chat answer
+# without a cache stops at 1024 tokens of sequence; a longer prompt still gets MIN_ANSWER tokens.
+SEQUENCE_CAP = 1024
+MIN_ANSWER = 16
+
+
+def capped_new_tokens(prompt_tokens: int, asked: int) -> int:
+    """How many new tokens an answer without a cache may have."""
+    return min(asked, max(MIN_ANSWER, SEQUENCE_CAP - prompt_tokens))
+
+
+class NoCacheLoop(KVLoop):
+    mode = Mode.NOCACHE
+
+    def __init__(
+        self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
+    ) -> None:
+        super().__init__(session, info, device, max_context)
+        self._logits_name = [self.io.logits]  # the presents are computed and dropped
+        empty: np.ndarray = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
+        self._empty_past = {t.past_name: empty for t in info.kv}
+        self._ortvalue_io = needs_ortvalues(info.kv_dtype, info.logits_dtype)
+
+    def prepare(self, prompt: Sequence[int]) -> int:
+        """Nothing is reused: the whole prompt runs (as every step will)."""
+        self.cached = []
+        return 0
+
+    def _truncate(self, keep: int) -> None:
+        pass  # no KV is kept: `cached` (the tokens) is all there is
+
+    def _forward_ids(self, ids: list[int], wanted: list[int] | None) -> Step:
+        # No pieces: a piece after the first would need the cache this loop does not keep.
+        return self._charge_pending(self._run(ids, wanted))
+
+    def _forward(self, new_ids: list[int], past_len: int, wanted: list[int] | None) -> Step:
+        t0 = perf()
+        io = self.io
+        sequence = [*self.cached, *new_ids]
+        total = len(sequence)
+        # The rows asked for, as positions of the whole sequence.
+        rows = [past_len + r for r in wanted] if wanted is not None else [total - 1]
+        feeds: dict[str, np.ndarray] = {
+            io.input_ids: np.asarray([sequence], dtype=np.int64),
+            io.attention_mask: np.ones((1, total), dtype=np.int64),
+        }
+        if io.logits_positions:
+            feeds[io.logits_positions] = np.asarray(rows, dtype=np.int64)
+        if io.position_ids:
+            feeds[io.position_ids] = self._positions(0, total)
+        if io.use_cache_branch:  # legacy merged decoders: no past, every time
+            feeds[io.use_cache_branch] = np.array([False])
+        feeds.update(self._empty_past)
+        t1 = perf()
+        if self._ortvalue_io:
+            outputs = run_with_host_arrays(self.session, self._logits_name, feeds)
+        else:
+            outputs = self.session.run(self._logits_name, feeds, self._run_options(len(new_ids)))
+        t2 = perf()
+        logits = outputs[0][0]
+        if not io.logits_positions:  # the graph returned every row of the sequence
+            logits = logits[rows]
+        picked = logits[-1] if wanted is None else logits
+        t3 = perf()
+        return Step(
+            picked,
+            (t1 - t0) + (t3 - t2),
+            t2 - t1,
+            crossing(self.device, list(feeds.values())),
+            crossing(self.device, outputs),
+        )
+
+
+class NoCacheStaticLoop(NaiveStaticLoop):
+    mode = Mode.NOCACHE
+
+    def prepare(self, prompt: list[int] | tuple[int, ...]) -> int:  # type: ignore[override]
+        self.reset()
+        return 0
+
+    def fits(self, prompt_tokens: int) -> bool:
+        return self.slots_needed(prompt_tokens) < self.slots
+
+    def tokens_that_fit(self, new_tokens: int) -> int:
+        # The whole sequence is packed into windows again each step: no padded window per token.
+        return max(0, self.slots - len(self.cached) - new_tokens)
+
+    def _check_room(self, n: int) -> None:
+        if self.slots_needed(len(self.cached) + n) > self.slots:
+            raise ValueError("the sequence is longer than the model's fixed context")
+
+    def _forward(self, new_ids: list[int], past_len: int, wanted: list[int] | None) -> Step:
+        sequence = [*self.cached, *new_ids]
+        self._truncate(0)  # start over: zeroed past, every slot free
+        rows = None if wanted is None else [past_len + r for r in wanted]
+        return super()._forward(sequence, 0, rows)

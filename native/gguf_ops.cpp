@@ -30,41 +30,67 @@
 
 namespace chatapp_gguf {
 
-// An activation row in int16 per block of 32: x ~ s q (dot_kernels.inc).
+// An activation row in int8 per block of 32: x ~ s q (dot_kernels.inc).
 struct QuantizedRow {
-  int16_t* q;
-  float* s;
-  float* xsum;  // float sum of x per block of 32 (for block minimums)
+  int8_t* q;        // k codes
+  float* s;         // k / 32 block scales
+  float* sq;        // k / 32: s x sum(q) of the block (zero points, block minimums)
+  int16_t* qsum16;  // k / 16: sum(q) per 16 (Q6_K's zero point under its per-16 scales)
 };
 
 struct QuantizedStorage {
-  std::vector<int16_t> codes;
+  std::vector<int8_t> codes;
   std::vector<float> floats;
+  std::vector<int16_t> sums;
   QuantizedRow row{};
-  explicit QuantizedStorage(int k) : codes(size_t(k)), floats(2 * size_t(k / 32)) {
-    row = {codes.data(), floats.data(), floats.data() + k / 32};
+  explicit QuantizedStorage(int k) : codes(size_t(k)), floats(2 * size_t(k / 32)), sums(size_t(k / 16)) {
+    row = {codes.data(), floats.data(), floats.data() + k / 32, sums.data()};
   }
 };
 
-// How far ahead of the block being read each weight row is prefetched: four rows are read at
+// How far ahead of the block being read each weight row is prefetched: several rows are read at
 // once, more streams than the hardware prefetcher follows well.
-static const int kPrefetchBytes = 1024;
+#ifndef CHATAPP_PREFETCH
+#define CHATAPP_PREFETCH 4096
+#endif
+static const int kPrefetchBytes = CHATAPP_PREFETCH;
+
+// The portable quantization (the scalar path): the same arithmetic as the vector ones, so every
+// path multiplies by the same rounded activations.
+static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
+  for (int b = 0; b < k / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int sums[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      int q = int(std::nearbyint(x[32 * b + i] * inv));  // ties to even, as cvtps2dq
+      out->q[32 * b + i] = int8_t(q);
+      sums[i / 16] += q;
+    }
+    out->s[b] = amax / 127.0f;
+    out->sq[b] = out->s[b] * float(sums[0] + sums[1]);
+    out->qsum16[2 * b] = int16_t(sums[0]);
+    out->qsum16[2 * b + 1] = int16_t(sums[1]);
+  }
+}
 
 #define ISA avx2
 #define TARGET __attribute__((target("avx2,fma,f16c")))
-#define DOT16(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(w, x))
+#define DOT4(acc, u, s) \
+  _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT16
+#undef DOT4
 
 #define ISA avx512
 #define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define DOT16(acc, w, x) _mm256_dpwssd_epi32(acc, w, x)
+#define DOT4(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT16
+#undef DOT4
 
 enum class Isa { Scalar, Avx2, Avx512 };
 
@@ -90,17 +116,22 @@ static const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
 }
 
-// The exact float product of one row (the scalar fallback: dequantize a block, multiply).
-static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row_bytes, const float* x,
-                            int k, float* out, size_t begin, size_t end) {
+// The scalar fallback: dequantized weights times the same rounded activations (s q) as the vector
+// paths, block by block.
+static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row_bytes,
+                            const QuantizedRow& a, int k, float* out, size_t begin, size_t end) {
   std::vector<float> block(info.block_values);
   for (size_t n = begin; n < end; ++n) {
     const uint8_t* row = w + n * row_bytes;
     float total = 0.0f;
     for (int b = 0; b < k / info.block_values; ++b) {
       dequantize_block(info.format, row + size_t(b) * info.block_bytes, block.data());
-      const float* xb = x + size_t(b) * info.block_values;
-      for (int i = 0; i < info.block_values; ++i) total += block[i] * xb[i];
+      for (int i = 0; i < info.block_values; i += 32) {
+        int ab = (b * info.block_values + i) / 32;
+        float part = 0.0f;
+        for (int j = 0; j < 32; ++j) part += block[i + j] * float(a.q[32 * ab + j]);
+        total += part * a.s[ab];
+      }
     }
     out[n] = total;
   }
@@ -114,7 +145,6 @@ struct StepJob {
   const uint8_t* w;
   size_t row_bytes;
   const QuantizedRow* a;
-  const float* x;
   int k;
   size_t n;
   float* out;
@@ -131,7 +161,7 @@ static void step_task(void* data, size_t task) {
       rows_dot_avx2(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
       break;
     case Isa::Scalar:
-      rows_dot_scalar(*job->info, job->w, job->row_bytes, job->x, job->k, job->out, begin, end);
+      rows_dot_scalar(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
       break;
   }
 }
@@ -210,14 +240,14 @@ struct GgufMatMulKernel {
 
   void step(Ort::KernelContext& ctx, const float* x, const uint8_t* wb, float* y) {
     thread_local std::unique_ptr<QuantizedStorage> storage;
-    if (g_isa != Isa::Scalar) {
-      if (!storage || storage->codes.size() < size_t(k)) storage = std::make_unique<QuantizedStorage>(int(k));
-      if (g_isa == Isa::Avx512)
-        quantize_row_avx512(x, int(k), &storage->row);
-      else
-        quantize_row_avx2(x, int(k), &storage->row);
-    }
-    StepJob job{info, wb, row_bytes, g_isa != Isa::Scalar ? &storage->row : nullptr, x, int(k), size_t(n), y};
+    if (!storage || storage->codes.size() < size_t(k)) storage = std::make_unique<QuantizedStorage>(int(k));
+    if (g_isa == Isa::Avx512)
+      quantize_row_avx512(x, int(k), &storage->row);
+    else if (g_isa == Isa::Avx2)
+      quantize_row_avx2(x, int(k), &storage->row);
+    else
+      quantize_row_scalar(x, int(k), &storage->row);
+    StepJob job{info, wb, row_bytes, &storage->row, int(k), size_t(n), y};
     size_t tasks = (size_t(n) + kRowsPerTask - 1) / kRowsPerTask;
     ctx.ParallelFor(step_task, tasks, 0, &job);
   }

@@ -30,26 +30,31 @@
 
 namespace chatapp_gguf {
 
-// An activation row in int8 per block of 32: x ~ s q (dot_kernels.inc).
+// An activation row in int16 per block of 32, as two int8 levels: x ~ s (255 hi + lo)
+// (dot_kernels.inc).
+static const float kLevels = 32512.0f;  // 127 x 256: the largest |q| whose levels fit int8
 struct QuantizedRow {
-  int8_t* q;        // k codes
-  float* s;         // k / 32 block scales
-  float* sq;        // k / 32: s x sum(q) of the block (zero points, block minimums)
-  int16_t* qsum16;  // k / 16: sum(q) per 16 (Q6_K's zero point under its per-16 scales)
+  int8_t* hi;  // k high levels
+  int8_t* lo;  // k low levels
+  float* s;    // k / 32 block scales
+  float* sq;   // k / 32: s x sum(q) of the block (block minimums)
 };
 
 struct QuantizedStorage {
+  int k;
   std::vector<int8_t> codes;
   std::vector<float> floats;
-  std::vector<int16_t> sums;
   QuantizedRow row{};
-  explicit QuantizedStorage(int k) : codes(size_t(k)), floats(2 * size_t(k / 32)), sums(size_t(k / 16)) {
-    row = {codes.data(), floats.data(), floats.data() + k / 32, sums.data()};
+  explicit QuantizedStorage(int width) : k(width), codes(2 * size_t(k)), floats(2 * size_t(k / 32)) {
+    row = {codes.data(), codes.data() + k, floats.data(), floats.data() + k / 32};
   }
 };
 
-// How far ahead of the block being read each weight row is prefetched: several rows are read at
-// once, more streams than the hardware prefetcher follows well.
+// One activation block's two levels in registers.
+struct ActBlock {
+  __m256i hi, lo;
+};
+
 #ifndef CHATAPP_PREFETCH
 #define CHATAPP_PREFETCH 4096
 #endif
@@ -61,36 +66,43 @@ static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
   for (int b = 0; b < k / 32; ++b) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
-    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int sums[2] = {0, 0};
+    float inv = amax > 0.0f ? kLevels / amax : 0.0f;
+    float sum = 0.0f;
     for (int i = 0; i < 32; ++i) {
-      int q = int(std::nearbyint(x[32 * b + i] * inv));  // ties to even, as cvtps2dq
-      out->q[32 * b + i] = int8_t(q);
-      sums[i / 16] += q;
+      float q = std::nearbyint(x[32 * b + i] * inv);  // ties to even, as the vector rounding
+      float h = std::nearbyint(q / 255.0f);
+      out->hi[32 * b + i] = int8_t(h);
+      out->lo[32 * b + i] = int8_t(q - 255.0f * h);
+      sum += q;
     }
-    out->s[b] = amax / 127.0f;
-    out->sq[b] = out->s[b] * float(sums[0] + sums[1]);
-    out->qsum16[2 * b] = int16_t(sums[0]);
-    out->qsum16[2 * b + 1] = int16_t(sums[1]);
+    out->s[b] = amax / kLevels;
+    out->sq[b] = out->s[b] * sum;
   }
 }
 
 #define ISA avx2
 #define TARGET __attribute__((target("avx2,fma,f16c")))
-#define DOT4(acc, u, s) \
-  _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#define DOT_LEVELS(u, x)                                                                       \
+  _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, (x).hi), _mm256_set1_epi16(255)), \
+                   _mm256_madd_epi16(_mm256_maddubs_epi16(u, (x).lo), _mm256_set1_epi16(1)))
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT4
+#undef DOT_LEVELS
 
+// VNNI: vpdpbusd per level, the high one times 255 (x 256 less itself) in between.
 #define ISA avx512
 #define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define DOT4(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#define DOT_LEVELS(u, x) dot_levels_avx512(u, x)
+TARGET static inline __m256i dot_levels_avx512(__m256i u, const ActBlock& x) {
+  __m256i high = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x.hi);
+  high = _mm256_sub_epi32(_mm256_slli_epi32(high, 8), high);
+  return _mm256_dpbusd_epi32(high, u, x.lo);
+}
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT4
+#undef DOT_LEVELS
 
 enum class Isa { Scalar, Avx2, Avx512 };
 
@@ -129,7 +141,8 @@ static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row
       for (int i = 0; i < info.block_values; i += 32) {
         int ab = (b * info.block_values + i) / 32;
         float part = 0.0f;
-        for (int j = 0; j < 32; ++j) part += block[i + j] * float(a.q[32 * ab + j]);
+        for (int j = 0; j < 32; ++j)
+          part += block[i + j] * float(255 * a.hi[32 * ab + j] + a.lo[32 * ab + j]);
         total += part * a.s[ab];
       }
     }
@@ -240,7 +253,7 @@ struct GgufMatMulKernel {
 
   void step(Ort::KernelContext& ctx, const float* x, const uint8_t* wb, float* y) {
     thread_local std::unique_ptr<QuantizedStorage> storage;
-    if (!storage || storage->codes.size() < size_t(k)) storage = std::make_unique<QuantizedStorage>(int(k));
+    if (!storage || storage->k < k) storage = std::make_unique<QuantizedStorage>(int(k));
     if (g_isa == Isa::Avx512)
       quantize_row_avx512(x, int(k), &storage->row);
     else if (g_isa == Isa::Avx2)

@@ -81,17 +81,21 @@ def session(model: onnx.ModelProto, threads: int = 2) -> ort.InferenceSession:
     )
 
 
+LEVELS = np.float32(32512)  # 127 x 256: the largest |q| whose two int8 levels fit
+
+
 def rounded(x: np.ndarray) -> np.ndarray:
-    """What a step multiplies by: x rounded to int8 per block of 32, s = max|x| / 127 (the
-    kernels' own float32 arithmetic, ties to even)."""
+    """What a step multiplies by: x rounded to int16 per block of 32, s = max|x| / 32512 (the
+    kernels' own float32 arithmetic, ties to even), held as two int8 levels q = 255 hi + lo."""
     k = x.shape[-1]
     blocks = x.reshape(*x.shape[:-1], k // 32, 32).astype(np.float32)
     amax = np.abs(blocks).max(-1, keepdims=True)
     safe = np.where(amax > 0, amax, np.float32(1))
-    inv = np.where(amax > 0, np.float32(127) / safe, np.float32(0)).astype(np.float32)
+    inv = np.where(amax > 0, LEVELS / safe, np.float32(0)).astype(np.float32)
     q = np.rint(blocks * inv)
-    assert np.abs(q).max() <= 127
-    return (q * (amax / np.float32(127))).reshape(x.shape).astype(np.float64)
+    high = np.rint(q / np.float32(255))
+    assert np.abs(high).max() <= 127 and np.abs(q - 255 * high).max() <= 127
+    return (q * (amax / LEVELS)).reshape(x.shape).astype(np.float64)
 
 
 def float_terms(x_rounded: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -106,10 +110,10 @@ def float_terms(x_rounded: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def step_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """What int8 activations per block of 32 may leave out: half a level, max|x_b| / 254, per
+    """What int16 activations per block of 32 may leave out: half a step, max|x_b| / 65024, per
     element, summed with |w| (plus float32 rounding of the sums)."""
     k = x.shape[-1]
-    blocks = np.abs(x).reshape(*x.shape[:-1], k // 32, 32).max(-1) / 254.0
+    blocks = np.abs(x).reshape(*x.shape[:-1], k // 32, 32).max(-1) / 65024.0
     per_element = np.repeat(blocks, 32, axis=-1)
     return per_element @ np.abs(w).T + 1e-6 * (np.abs(x) @ np.abs(w).T)
 
@@ -131,9 +135,9 @@ def widths(qtype: str) -> list[int]:
 
 
 @pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
-def test_one_row_is_the_product_with_int8_activations(qtype: str, isa: str) -> None:
+def test_one_row_is_the_product_with_int16_activations(qtype: str, isa: str) -> None:
     """Every path computes W . x_rounded, up to float32 sums (the integer dot products are
-    exact), and so stays within half an int8 level per element of the float product."""
+    exact), and so stays within half an int16 step per element of the float product."""
     for k in widths(qtype):
         for n in (1, 5, 37):  # 4-row groups, their remainder, several tasks
             raw = gguf_blocks(qtype, n, k, seed=n)

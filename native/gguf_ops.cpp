@@ -6,9 +6,11 @@
 //     attributes: qtype (string: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), K, N
 //
 // One row (a decode step): the row is quantized to int16 per block of 32 (as exact as the stock
-// graph's two int8 levels) and every weight row is an integer dot product (AVX2 vpmaddwd, or
-// AVX-512 VNNI vpdpwssd), four weight rows at a time, spread over the session's intra-op threads. Several rows (a prompt): tiles of weight rows are dequantized to
-// float32 and multiplied by ONNX Runtime's own Gemm (the float path, as exact as float32).
+// graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
+// product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
+// four weight rows at a time, spread over the session's intra-op threads. Several rows (a
+// prompt): tiles of weight rows are dequantized to float32 and multiplied by ONNX Runtime's own
+// Gemm (the float path, as exact as float32).
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 

@@ -57,10 +57,16 @@ struct ActBlock {
   __m256i hi, lo;
 };
 
+// Step kernels read CHATAPP_ROWS weight rows together and prefetch each one the next group's
+// distance ahead (at least CHATAPP_PREFETCH bytes): the group's rows are adjacent, so they read
+// as one forward stream. Prefetching a fixed 1 KB ahead of each row stayed inside the group and
+// ran the big matrices 2-3x slower. Both are -D knobs for experiments (native_step_bench.py).
 #ifndef CHATAPP_PREFETCH
 #define CHATAPP_PREFETCH 4096
 #endif
-static const int kPrefetchBytes = CHATAPP_PREFETCH;
+#ifndef CHATAPP_ROWS
+#define CHATAPP_ROWS 4
+#endif
 
 // The portable quantization (the scalar path): the same arithmetic as the vector ones, so every
 // path multiplies by the same rounded activations.

@@ -6,9 +6,11 @@
 //     attributes: qtype (string: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), K, N
 //
 // One row (a decode step): the row is quantized to int16 per block of 32 (as exact as the stock
-// graph's two int8 levels) and every weight row is an integer dot product (AVX2 vpmaddwd, or
-// AVX-512 VNNI vpdpwssd), four weight rows at a time, spread over the session's intra-op threads. Several rows (a prompt): tiles of weight rows are dequantized to
-// float32 and multiplied by ONNX Runtime's own Gemm (the float path, as exact as float32).
+// graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
+// product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
+// four weight rows at a time, spread over the session's intra-op threads. Several rows (a
+// prompt): tiles of weight rows are dequantized to float32 and multiplied by ONNX Runtime's own
+// Gemm (the float path, as exact as float32).
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 
@@ -30,41 +32,85 @@
 
 namespace chatapp_gguf {
 
-// An activation row in int16 per block of 32: x ~ s q (dot_kernels.inc).
+// An activation row in int16 per block of 32, as two int8 levels: x ~ s (255 hi + lo)
+// (dot_kernels.inc).
+static const float kLevels = 32512.0f;  // 127 x 256: the largest |q| whose levels fit int8
 struct QuantizedRow {
-  int16_t* q;
-  float* s;
-  float* xsum;  // float sum of x per block of 32 (for block minimums)
+  int8_t* hi;  // k high levels
+  int8_t* lo;  // k low levels
+  float* s;    // k / 32 block scales
+  float* sq;   // k / 32: s x sum(q) of the block (block minimums)
 };
 
 struct QuantizedStorage {
-  std::vector<int16_t> codes;
+  int k;
+  std::vector<int8_t> codes;
   std::vector<float> floats;
   QuantizedRow row{};
-  explicit QuantizedStorage(int k) : codes(size_t(k)), floats(2 * size_t(k / 32)) {
-    row = {codes.data(), floats.data(), floats.data() + k / 32};
+  explicit QuantizedStorage(int width) : k(width), codes(2 * size_t(k)), floats(2 * size_t(k / 32)) {
+    row = {codes.data(), codes.data() + k, floats.data(), floats.data() + k / 32};
   }
 };
 
-// How far ahead of the block being read each weight row is prefetched: four rows are read at
-// once, more streams than the hardware prefetcher follows well.
-static const int kPrefetchBytes = 1024;
+// One activation block's two levels in registers.
+struct ActBlock {
+  __m256i hi, lo;
+};
+
+// Step kernels read CHATAPP_ROWS weight rows together and prefetch each one the next group's
+// distance ahead (at least CHATAPP_PREFETCH bytes): the group's rows are adjacent, so they read
+// as one forward stream. Prefetching a fixed 1 KB ahead of each row stayed inside the group and
+// ran the big matrices 2-3x slower. Both are -D knobs for experiments (native_step_bench.py).
+#ifndef CHATAPP_PREFETCH
+#define CHATAPP_PREFETCH 4096
+#endif
+#ifndef CHATAPP_ROWS
+#define CHATAPP_ROWS 4
+#endif
+
+// The portable quantization (the scalar path): the same arithmetic as the vector ones, so every
+// path multiplies by the same rounded activations.
+static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
+  for (int b = 0; b < k / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    float inv = amax > 0.0f ? kLevels / amax : 0.0f;
+    float sum = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      float q = std::nearbyint(x[32 * b + i] * inv);  // ties to even, as the vector rounding
+      float h = std::nearbyint(q / 255.0f);
+      out->hi[32 * b + i] = int8_t(h);
+      out->lo[32 * b + i] = int8_t(q - 255.0f * h);
+      sum += q;
+    }
+    out->s[b] = amax / kLevels;
+    out->sq[b] = out->s[b] * sum;
+  }
+}
 
 #define ISA avx2
 #define TARGET __attribute__((target("avx2,fma,f16c")))
-#define DOT16(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(w, x))
+#define DOT_LEVELS(u, x)                                                                       \
+  _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, (x).hi), _mm256_set1_epi16(255)), \
+                   _mm256_madd_epi16(_mm256_maddubs_epi16(u, (x).lo), _mm256_set1_epi16(1)))
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT16
+#undef DOT_LEVELS
 
+// VNNI: vpdpbusd per level, the high one times 255 (x 256 less itself) in between.
 #define ISA avx512
 #define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define DOT16(acc, w, x) _mm256_dpwssd_epi32(acc, w, x)
+#define DOT_LEVELS(u, x) dot_levels_avx512(u, x)
+TARGET static inline __m256i dot_levels_avx512(__m256i u, const ActBlock& x) {
+  __m256i high = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x.hi);
+  high = _mm256_sub_epi32(_mm256_slli_epi32(high, 8), high);
+  return _mm256_dpbusd_epi32(high, u, x.lo);
+}
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT16
+#undef DOT_LEVELS
 
 enum class Isa { Scalar, Avx2, Avx512 };
 
@@ -90,17 +136,23 @@ static const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
 }
 
-// The exact float product of one row (the scalar fallback: dequantize a block, multiply).
-static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row_bytes, const float* x,
-                            int k, float* out, size_t begin, size_t end) {
+// The scalar fallback: dequantized weights times the same rounded activations (s q) as the vector
+// paths, block by block.
+static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row_bytes,
+                            const QuantizedRow& a, int k, float* out, size_t begin, size_t end) {
   std::vector<float> block(info.block_values);
   for (size_t n = begin; n < end; ++n) {
     const uint8_t* row = w + n * row_bytes;
     float total = 0.0f;
     for (int b = 0; b < k / info.block_values; ++b) {
       dequantize_block(info.format, row + size_t(b) * info.block_bytes, block.data());
-      const float* xb = x + size_t(b) * info.block_values;
-      for (int i = 0; i < info.block_values; ++i) total += block[i] * xb[i];
+      for (int i = 0; i < info.block_values; i += 32) {
+        int ab = (b * info.block_values + i) / 32;
+        float part = 0.0f;
+        for (int j = 0; j < 32; ++j)
+          part += block[i + j] * float(255 * a.hi[32 * ab + j] + a.lo[32 * ab + j]);
+        total += part * a.s[ab];
+      }
     }
     out[n] = total;
   }
@@ -114,7 +166,6 @@ struct StepJob {
   const uint8_t* w;
   size_t row_bytes;
   const QuantizedRow* a;
-  const float* x;
   int k;
   size_t n;
   float* out;
@@ -131,7 +182,7 @@ static void step_task(void* data, size_t task) {
       rows_dot_avx2(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
       break;
     case Isa::Scalar:
-      rows_dot_scalar(*job->info, job->w, job->row_bytes, job->x, job->k, job->out, begin, end);
+      rows_dot_scalar(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
       break;
   }
 }
@@ -210,14 +261,14 @@ struct GgufMatMulKernel {
 
   void step(Ort::KernelContext& ctx, const float* x, const uint8_t* wb, float* y) {
     thread_local std::unique_ptr<QuantizedStorage> storage;
-    if (g_isa != Isa::Scalar) {
-      if (!storage || storage->codes.size() < size_t(k)) storage = std::make_unique<QuantizedStorage>(int(k));
-      if (g_isa == Isa::Avx512)
-        quantize_row_avx512(x, int(k), &storage->row);
-      else
-        quantize_row_avx2(x, int(k), &storage->row);
-    }
-    StepJob job{info, wb, row_bytes, g_isa != Isa::Scalar ? &storage->row : nullptr, x, int(k), size_t(n), y};
+    if (!storage || storage->k < k) storage = std::make_unique<QuantizedStorage>(int(k));
+    if (g_isa == Isa::Avx512)
+      quantize_row_avx512(x, int(k), &storage->row);
+    else if (g_isa == Isa::Avx2)
+      quantize_row_avx2(x, int(k), &storage->row);
+    else
+      quantize_row_scalar(x, int(k), &storage->row);
+    StepJob job{info, wb, row_bytes, &storage->row, int(k), size_t(n), y};
     size_t tasks = (size_t(n) + kRowsPerTask - 1) / kRowsPerTask;
     ctx.ParallelFor(step_task, tasks, 0, &job);
   }

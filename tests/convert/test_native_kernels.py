@@ -1,8 +1,9 @@
 """chatapp.gguf.GgufMatMul (native/) against a numpy dequantization of the same GGUF blocks.
 
 Every format with a kernel, odd shapes, one row (the integer path) and several (the float path),
-on each instruction set this machine offers (CHATAPP_GGUF_ISA asks for less). Skipped when the
-library is not built (`make native`).
+on each instruction set this machine offers (CHATAPP_GGUF_ISA asks for less: every path a CPU
+has is checked against the same numpy reference, so an AVX-512 machine checks its VNNI kernels,
+its AVX2 ones and the scalar ones alike). Skipped when the library is not built (`make native`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from tests.tiny_model import K_QUANT_SCALE_FIELDS, random_kquant
 
 LIBRARY = library_path()
 pytestmark = pytest.mark.skipif(LIBRARY is None, reason="native kernels not built (make native)")
-ISAS = ["scalar", "best"]
+BEST = library_isa()
+# every path this CPU can run: the forced ones, then the library's own choice when it is another
+ISAS = (
+    ["scalar"]
+    + (["avx2"] if BEST in ("avx2", "avx512vnni") else [])
+    + (["best"] if BEST == "avx512vnni" else [])
+)
 
 
 def gguf_blocks(qtype: str, n: int, k: int, seed: int = 0) -> np.ndarray:
@@ -58,8 +65,8 @@ def matmul_model(qtype: str, raw: np.ndarray, k: int) -> onnx.ModelProto:
 @pytest.fixture(params=ISAS)
 def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The library reads CHATAPP_GGUF_ISA when a session registers it."""
-    if request.param == "scalar":
-        monkeypatch.setenv("CHATAPP_GGUF_ISA", "scalar")
+    if request.param in ("scalar", "avx2"):
+        monkeypatch.setenv("CHATAPP_GGUF_ISA", request.param)
     else:
         monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
     yield request.param
@@ -74,11 +81,39 @@ def session(model: onnx.ModelProto, threads: int = 2) -> ort.InferenceSession:
     )
 
 
-def step_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """What int16 activations per block of 32 may leave out: max|x_b| / 65534 per element,
-    summed with |w| (plus float32 rounding of the sums)."""
+LEVELS = np.float32(32512)  # 127 x 256: the largest |q| whose two int8 levels fit
+
+
+def rounded(x: np.ndarray) -> np.ndarray:
+    """What a step multiplies by: x rounded to int16 per block of 32, s = max|x| / 32512 (the
+    kernels' own float32 arithmetic, ties to even), held as two int8 levels q = 255 hi + lo."""
     k = x.shape[-1]
-    blocks = np.abs(x).reshape(*x.shape[:-1], k // 32, 32).max(-1) / 65534.0
+    blocks = x.reshape(*x.shape[:-1], k // 32, 32).astype(np.float32)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    safe = np.where(amax > 0, amax, np.float32(1))
+    inv = np.where(amax > 0, LEVELS / safe, np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv)
+    high = np.rint(q / np.float32(255))
+    assert np.abs(high).max() <= 127 and np.abs(q - 255 * high).max() <= 127
+    return (q * (amax / LEVELS)).reshape(x.shape).astype(np.float64)
+
+
+def float_terms(x_rounded: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The size of the float terms a kernel sums: per block of 32, |x| summed times 4 max|w|
+    (a block minimum m and the code part d c of w = d c + m are each at most 2-3 max|w| when
+    the block's codes spread, and they are summed separately: their cancellation is the
+    format's, as in llama.cpp)."""
+    k = x_rounded.shape[-1]
+    x_blocks = np.abs(x_rounded).reshape(k // 32, 32).sum(-1)
+    w_blocks = np.abs(w).reshape(w.shape[0], k // 32, 32).max(-1)
+    return 4.0 * (w_blocks @ x_blocks)
+
+
+def step_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """What int16 activations per block of 32 may leave out: half a step, max|x_b| / 65024, per
+    element, summed with |w| (plus float32 rounding of the sums)."""
+    k = x.shape[-1]
+    blocks = np.abs(x).reshape(*x.shape[:-1], k // 32, 32).max(-1) / 65024.0
     per_element = np.repeat(blocks, 32, axis=-1)
     return per_element @ np.abs(w).T + 1e-6 * (np.abs(x) @ np.abs(w).T)
 
@@ -100,17 +135,22 @@ def widths(qtype: str) -> list[int]:
 
 
 @pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
-def test_one_row_is_within_the_int16_bound(qtype: str, isa: str) -> None:
+def test_one_row_is_the_product_with_int16_activations(qtype: str, isa: str) -> None:
+    """Every path computes W . x_rounded, up to float32 sums (the integer dot products are
+    exact), and so stays within half an int16 step per element of the float product."""
     for k in widths(qtype):
         for n in (1, 5, 37):  # 4-row groups, their remainder, several tasks
             raw = gguf_blocks(qtype, n, k, seed=n)
             w = dequantized(qtype, raw)
             x = activations(1, k)
             got = session(matmul_model(qtype, raw, k)).run(None, {"x": x[None]})[0][0]
-            want = x.astype(np.float64) @ w.T
-            bound = step_bound(x, w)
+            x_rounded = rounded(x)
+            want = x_rounded @ w.T
+            float_sums = 1e-5 * float_terms(x_rounded, w) + 1e-30
             assert got.shape == want.shape
-            assert np.all(np.abs(got - want) <= bound), (qtype, isa, k, n)
+            assert np.all(np.abs(got - want) <= float_sums), (qtype, isa, k, n)
+            exact = x.astype(np.float64) @ w.T
+            assert np.all(np.abs(got - exact) <= step_bound(x, w)), (qtype, isa, k, n)
 
 
 @pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))

@@ -127,6 +127,29 @@ def test_busy_machine_is_reported_as_busy(
         assert warning in report
 
 
+@pytest.mark.parametrize(
+    ("load_before", "others", "busy"),
+    [
+        # a run right after another: the load average still counts it, the measure does not
+        ([2.4, 1.2, 0.6], (0.1, 0.2), False),
+        ([0.2, 0.2, 0.2], (1.2, 0.3), True),  # other work took a core before the run
+        ([0.2, 0.2, 0.2], (0.1, 0.9), True),  # and during it
+        ([0.2, 0.2, 0.2], (None, 0.9), True),
+    ],
+)
+def test_measured_other_work_decides_over_the_load_average(
+    load_before: list[float],
+    others: tuple[float | None, float | None],
+    busy: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    warning = busy_warning(load_before, [load_before[0] + 2.0, 1.0, 0.5], 2, others)
+    assert (warning is not None) == busy
+    if warning:
+        assert "other work took" in warning and "2 cores" in warning
+
+
 def markdown_report_conditions(before: list[float], after: list[float], warning: str) -> str:
     from chatapp.engine.bench.report import _conditions
 

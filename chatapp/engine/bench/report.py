@@ -162,6 +162,12 @@ def _conditions(result: dict[str, Any]) -> list[str]:
             f"{', '.join(map(str, load.get('after') or []))} after{cores}, "
             f"{result.get('threads') or 'all'} threads per system."
         )
+    others = load.get("others_cores") or {}
+    if others.get("before") is not None or others.get("during") is not None:
+        lines.append(
+            f"Other work: {others.get('before', '?')} cores before the run, "
+            f"{others.get('during', '?')} during it (the machine's busy time less this run's)."
+        )
     if load.get("busy_warning"):
         lines.append(f"**{load['busy_warning']}**")
     llama = (result.get("peers") or {}).get("llamacpp")

@@ -15,6 +15,7 @@ from typing import Any
 import onnxruntime as ort
 
 from chatapp import __version__
+from chatapp.engine import cpu_share
 from chatapp.engine.bench import floor
 from chatapp.engine.bench.peers import (
     Peer,
@@ -191,6 +192,8 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
     if config.peers and Mode.IOBINDING not in config.modes:
         raise EngineError("Peers are compared with the IO-Binding loop: add iobinding to --modes.")
     load_before = _load_average()
+    others_before = cpu_share.others_now()
+    run_start = cpu_share.sample()
     engine = Engine(
         config.model_dir,
         config.device,
@@ -212,7 +215,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
             f"{engine.max_context} tokens."
         )
     report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
-    warning = busy_warning(load_before, [], engine.threads)
+    warning = busy_warning(load_before, [], engine.threads, (others_before, None))
     if warning:
         report(warning)
     # Sweep points past the allocated context are skipped, before any prompt is built for them.
@@ -244,35 +247,56 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
             report("measuring this machine's read bandwidth for the physical floor")
             result["floor"] = physical_floor(engine, peers, result)
     load_after = _load_average()
+    others = (others_before, cpu_share.others_cores(run_start, cpu_share.sample()))
     result["load_average"] = {
         "before": load_before,
         "after": load_after,
         "cores": os.cpu_count(),
-        "busy_warning": busy_warning(load_before, load_after, engine.threads),
+        "others_cores": {"before": others[0], "during": others[1]},
+        "busy_warning": busy_warning(load_before, load_after, engine.threads, others),
     }
     return result
 
 
-def busy_warning(before: list[float], after: list[float], threads: int | None) -> str | None:
+def busy_warning(
+    before: list[float],
+    after: list[float],
+    threads: int | None,
+    others: tuple[float | None, float | None] = (None, None),
+) -> str | None:
     """A sentence when other work competed for the cores a run needs, else None.
 
-    The 1-minute load before the run is other work; after it, it also counts the run's own
-    threads. Either leaving fewer cores than the run's threads (by more than BUSY_SLACK) means
-    every system measured less than it would alone (llama.cpp's spinning OpenMP threads lose
-    the most), so the report says so rather than changing how any system runs.
+    `others` is other processes' CPU use in cores, measured just before the run and during it
+    (cpu_share: the machine's busy time less this process's and its peers'). Where it could not
+    be measured, the load averages stand in: the 1-minute load before the run, and after it less
+    the run's own threads; but a load average still counts a run that ended a minute ago, so
+    back-to-back runs read it as other work. Other work leaving fewer cores than the run's
+    threads (by more than BUSY_SLACK) means every system measured less than it would alone
+    (llama.cpp's spinning OpenMP threads lose the most), so the report says so rather than
+    changing how any system runs.
     """
     cores = os.cpu_count() or 1
     need = threads or cores
     spare = cores - need + BUSY_SLACK
-    others = [x for x in (before[:1] + [y - need for y in after[:1]]) if x > spare]
-    if not others:
-        return None
+    measured = [x for x in others if x is not None]
+    if measured:
+        if max(measured) <= spare:
+            return None
+        during = f", {others[1]} during the run" if others[1] is not None else ""
+        seen = f"other work took {others[0]} cores before the run{during}"
+    else:
+        estimates = [x for x in (before[:1] + [y - need for y in after[:1]]) if x > spare]
+        if not estimates:
+            return None
+        seen = (
+            f"load average {before[0] if before else '?'} before, "
+            f"{after[0] if after else '?'} after"
+        )
     return (
-        f"Warning: the machine was busy (load average {before[0] if before else '?'} before, "
-        f"{after[0] if after else '?'} after, on {cores} cores; the runs use {need} threads): "
-        "every system got less than its cores, so tokens/s are low and ratios less certain "
-        "(llama.cpp's spinning OpenMP threads lose the most; OMP_WAIT_POLICY=PASSIVE suits a "
-        "busy machine)."
+        f"Warning: the machine was busy ({seen}, on {cores} cores; the runs use {need} "
+        "threads): every system got less than its cores, so tokens/s are low and ratios less "
+        "certain (llama.cpp's spinning OpenMP threads lose the most; OMP_WAIT_POLICY=PASSIVE "
+        "suits a busy machine)."
     )
 
 

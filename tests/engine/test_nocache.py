@@ -19,23 +19,14 @@ from chatapp.engine.nocache import (
     capped_new_tokens,
 )
 from chatapp.engine.packed_cache import ENV_VAR as PACKED_ENV_VAR
-from chatapp.engine.sampling import SamplingSettings
 from tests.convert.test_graph import STEP_TOLERANCE
+from tests.engine.test_loops import greedy, run_ids
 from tests.engine.test_memory import with_external_data
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir: Path) -> Engine:
     return Engine(tiny_model_dir, threads=1, max_context=256)
-
-
-def greedy(n: int) -> SamplingSettings:
-    return SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=n)
-
-
-def run_ids(engine: Engine, ids: list[int], mode: str, n: int) -> list[int]:
-    engine.loop(mode).reset()
-    return engine.generate_ids(ids, greedy(n), mode, ignore_eos=True).run().token_ids
 
 
 @pytest.mark.parametrize(

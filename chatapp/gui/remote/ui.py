@@ -281,7 +281,7 @@ class RemoteUi(QObject):
 
     def shutdown(self) -> None:
         """Stop serving before the worker thread ends (the window's before_shutdown)."""
-        self.server.stop()
+        self.server.stop(wait=True)
 
 
 def install_remote(window: MainWindow) -> RemoteUi:

@@ -34,7 +34,6 @@ from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.compare.view import CompareView
-from chatapp.gui.menus import RECENT_KEY, WindowMenus
 from chatapp.gui.models.conversion import GgufConversion
 from chatapp.gui.models.library import (
     ModelsDialog,
@@ -44,7 +43,8 @@ from chatapp.gui.models.library import (
     remember_load_seconds,
 )
 from chatapp.gui.models.variant_picker import VariantPicker, has_choice
-from chatapp.gui.status_bar import BusyIndicator, StatusBar
+from chatapp.gui.window.menus import RECENT_KEY, WindowMenus
+from chatapp.gui.window.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage, Conversation

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QMenuBar, QMessageBox, QTabWid
 from chatapp import __version__
 from chatapp.datadir import logs_dir, models_dir
 from chatapp.gui.common.settings import string_list
-from chatapp.gui.data_places import add_data_places_action
-from chatapp.gui.view_options import ViewOptions
+from chatapp.gui.window.data_places import add_data_places_action
+from chatapp.gui.window.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chatapp.gui.chat.controller import State
-from chatapp.gui.menus import RECENT_KEY, about_text
+from chatapp.gui.window.menus import RECENT_KEY, about_text
 
 
 def _texts(menu) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from chatapp.gui.common.theme import apply_theme, colors
-from chatapp.gui.view_options import LIST_KEY, SIDE_KEY
+from chatapp.gui.window.view_options import LIST_KEY, SIDE_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 

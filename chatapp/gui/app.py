@@ -25,6 +25,7 @@ from chatapp.engine.modes import MODES
 from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
+from chatapp.gui.compare.feature import install_compare
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
@@ -142,13 +143,17 @@ def application(qt_args: list[str] | None = None) -> QApplication:
 
 def create_window(args: argparse.Namespace) -> MainWindow:
     """The window with the command line's choices preselected; no model requested yet."""
-    window = MainWindow(open_settings())
+    features: list[Callable[[MainWindow], object]] = [
+        # View > Compare loops: the two loops measured on the loaded model.
+        install_compare,
+        # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside
+        # and the window says where, a file from a newer chatapp turns history off this run.
+        lambda window: install_history(window, open_history()),
+        # File > Connect to server… and Serve this model (docs/server.md, "The window").
+        install_remote,
+    ]
+    window = MainWindow(open_settings(), features=features)
     window.side_panel.preselect(args.mode, args.device)
-    # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside and
-    # the window says where, a file from a newer chatapp turns history off for this run.
-    install_history(window, open_history())
-    # File > Connect to server… and Serve this model (docs/server.md, "The window").
-    install_remote(window)
     return window
 
 

@@ -7,17 +7,16 @@ the whole width while it is shown.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Slot
-from PySide6.QtGui import QCloseEvent, QDesktopServices
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QScrollArea,
-    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -33,7 +32,6 @@ from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
-from chatapp.gui.compare.view import CompareView
 from chatapp.gui.models.conversion import GgufConversion
 from chatapp.gui.models.library import (
     ModelsDialog,
@@ -58,7 +56,10 @@ class MainWindow(QMainWindow):
         self,
         settings: QSettings,
         parent: QWidget | None = None,
+        features: Sequence[Callable[[MainWindow], object]] = (),
     ) -> None:
+        """`features`: what plugs in (gui/app.py's FEATURES: the comparison, the history,
+        the remote server), each called with the finished frame, in order."""
         super().__init__(parent)
         self.setObjectName("mainWindow")
         self.setWindowTitle("chatapp")
@@ -74,7 +75,11 @@ class MainWindow(QMainWindow):
         # ... and asked, in turn, before the chat shown is replaced by an empty one or another
         # ("new chat", "open", "import", "close"); the history asks about unsaved messages.
         self.leave_checks: list[Callable[[str], bool]] = []
+        # ... and asked when the controls are set: a feature at work (a comparison) holds
+        # the chat as an answer does.
+        self.busy_checks: list[Callable[[], bool]] = []
         self._features: list[object] = []
+        self._whole_width: list[QWidget] = []  # tabs shown without the side panes
         self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
@@ -110,12 +115,6 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         self.tabs.setTabBarAutoHide(True)
         self.tabs.addTab(chat_page, "Chat")
-        self.compare_view = CompareView(self.runner, self.host, self)
-        self.compare_view.system_prompt = lambda: self.side_panel.system_prompt_edit.toPlainText()
-        self.compare_tab = self.add_view(self.compare_view, "Compare loops")
-        # Its controls must not widen the chat page (a small screen keeps both side panes):
-        # the comparison gets the whole window when shown.
-        self.compare_view.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
         side_scroll = QScrollArea(self)
         side_scroll.setObjectName("sidePanelScroll")
@@ -140,7 +139,6 @@ class MainWindow(QMainWindow):
         self.file_menu = self.menus.file_menu
         self.recent_menu = self.menus.recent_menu
         self.new_chat_action = self.menus.new_chat_action
-        self.compare_action = self.menus.compare_action
         self.show_chat_action = self.menus.show_chat_action
         self.open_log_action = self.menus.open_log_action
         self.data_places_action = self.menus.data_places_action
@@ -155,12 +153,16 @@ class MainWindow(QMainWindow):
         self._connect()
         self._on_state_changed(self.controller.state)
         self.chat_view.prompt_edit.setFocus()
+        for install in features:
+            install(self)
 
-    # ---- features (history, remote): what they plug into ---------------------------------
-    # A feature is installed from outside (gui/app.py: install_history, install_remote): it
-    # adds its menus (`menus.add_menu`, `menus.add_file_actions`), panes (`add_pane`) and
-    # tabs (`add_view`), subscribes to `before_shutdown` and `leave_checks`, and registers
-    # itself (`add_feature`) so that others and tests find it by its class.
+    # ---- features (compare, history, remote): what they plug into ------------------------
+    # A feature is an install function the window calls from its `features` list (gui/app.py
+    # names them; the window never imports one): it adds its menus (`menus.add_menu`,
+    # `menus.add_file_actions`), panes (`add_pane`) and tabs (`add_view`), subscribes to
+    # `before_shutdown`, `leave_checks` and `busy_checks`, says things with `notify` and
+    # `show_message`, and registers itself (`add_feature`) so that others and tests find it
+    # by its class. tests/test_architecture.py lists the window names a feature may use.
     def add_feature(self, feature: object) -> None:
         self._features.append(feature)
 
@@ -184,9 +186,36 @@ class MainWindow(QMainWindow):
         self._restore_splitter()  # a saved layout with the list in it, or the default
         self.show_panes()
 
-    def add_view(self, widget: QWidget, title: str) -> int:
-        """Add a tab next to the chat (e.g. "Compare loops"); the tab bar then appears."""
-        return self.tabs.addTab(widget, title)
+    def add_view(
+        self,
+        widget: QWidget,
+        title: str,
+        action_text: str,
+        shortcut: QKeySequence | None = None,
+        whole_width: bool = False,
+    ) -> tuple[int, QAction]:
+        """Add a tab next to the chat (e.g. "Compare loops"; the tab bar then appears) and
+        its View menu action; `whole_width`: the panes beside the chat hide while it shows."""
+        index = self.tabs.addTab(widget, title)
+        if whole_width:
+            self._whole_width.append(widget)
+        action = self.menus.add_view_action(
+            action_text, lambda: self.tabs.setCurrentIndex(index), shortcut
+        )
+        return index, action
+
+    def refresh_controls(self) -> None:
+        """Enable what the chat's state and the features' busy_checks allow (a feature calls
+        this when its own work starts or ends)."""
+        self._on_state_changed(self.controller.state)
+
+    def system_prompt(self) -> str:
+        """The chat's system prompt as typed (the comparison uses it too)."""
+        return self.side_panel.system_prompt_edit.toPlainText()
+
+    def notify(self, text: str, timeout_ms: int = 0) -> None:
+        """A passing line in the status bar (0: until the next one)."""
+        self.statusBar().showMessage(text, timeout_ms)
 
     # ---- building -----------------------------------------------------------------------
     def _build_status_bar(self) -> None:
@@ -219,7 +248,6 @@ class MainWindow(QMainWindow):
         c.sig_answer_finished.connect(self._on_answer_finished)
         c.sig_answer_failed.connect(self._on_answer_failed)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
-        self.compare_view.sig_running.connect(self._on_compare_running)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         panel.sig_mode_changed.connect(self._on_mode_changed)
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
@@ -361,9 +389,6 @@ class MainWindow(QMainWindow):
         self.chat_view.show_messages(conversation.messages)
         self._on_state_changed(self.controller.state)
 
-    def show_compare_view(self) -> None:
-        self.tabs.setCurrentIndex(self.compare_tab)
-
     @Slot(int)
     def _on_tab_changed(self, _index: int) -> None:
         self.show_panes()
@@ -371,22 +396,15 @@ class MainWindow(QMainWindow):
     def show_panes(self) -> None:
         """The panes beside the chat the View menu asks for; the comparison's charts get the
         whole width."""
-        chat = self.tabs.currentIndex() != self.compare_tab
+        chat = self.tabs.currentWidget() not in self._whole_width
         for i in range(self.splitter.count()):
             widget = self.splitter.widget(i)
             if widget is not None and widget is not self.tabs:
                 widget.setVisible(chat and self.view_options.wanted(widget))
 
-    @Slot(bool)
-    def _on_compare_running(self, _running: bool) -> None:
-        self._on_state_changed(self.controller.state)
-
     @Slot(object)
     def _on_state_changed(self, state: State) -> None:
-        comparing = self.compare_view.running
-        # The comparison runs both loops of a local model: not a remote server's.
-        self.compare_view.set_available(state is State.READY and self.controller.remote is None)
-        if comparing:
+        if any(busy() for busy in self.busy_checks):
             state = State.GENERATING  # the chat waits for the comparison, like for an answer
         ready, generating = state is State.READY, state is State.GENERATING
         busy = state in (State.LOADING, State.CONVERTING)
@@ -478,7 +496,6 @@ class MainWindow(QMainWindow):
             hook()
         geometry.save(self.settings, self, self.splitter)
         self.convert_progress.close()
-        self.compare_view.stop()  # a running comparison ends after its step
         self.controller.shutdown()  # both runners
 
     def closeEvent(self, event: QCloseEvent) -> None:

@@ -35,10 +35,6 @@ if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
 
 RECENT_SERVERS_KEY = "remote/recent"
-COMPARE_UNAVAILABLE = (
-    "The comparison is not available with a remote server: it runs both loops of a model on "
-    "this machine, and a server shows neither. Disconnect (File menu) to compare."
-)
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
@@ -54,7 +50,6 @@ class RemoteUi(QObject):
         # API keys by address: this session's, and those the user asked to remember.
         self.keys: dict[str, str] = saved_keys(window.settings)
         self.dialog: ConnectDialog | None = None
-        self._compare_status = window.compare_view.status.text()
         self._build_menu()
         self._build_status()
         self._connect()
@@ -178,14 +173,12 @@ class RemoteUi(QObject):
         if remote is not None:
             w.model_label.setText(f"{remote.name} · {remote.server}")
             w.setWindowTitle(f"{remote.name} ({remote.server}) — chatapp")
-            w.compare_view.status.setText(COMPARE_UNAVAILABLE)
             w.statusBar().showMessage(f"Connected: answers come from {remote.description}.", 8000)
             if remote.notice:
                 w.show_message(remote.notice, "warning")
             elif w.banner.level in ("error", "info"):
                 w.banner.dismiss()
         else:
-            w.compare_view.status.setText(self._compare_status)
             model = self.chat.model
             if model is not None:
                 w.model_label.setText(f"{model.name} · {model.device_label}")

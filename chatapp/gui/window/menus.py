@@ -43,7 +43,6 @@ class MenuHost(Protocol):
     def menuBar(self) -> QMenuBar: ...
     def close(self) -> bool: ...
     def new_chat(self) -> None: ...
-    def show_compare_view(self) -> None: ...
     def show_models_dialog(self) -> object: ...
     def open_model_folder(self, folder: Path) -> bool: ...
     def open_model(
@@ -83,15 +82,13 @@ class WindowMenus(QObject):
         file_menu.addSeparator()
         file_menu.addAction(self._action("&Quit", window.close, QKeySequence.StandardKey.Quit))
 
-        view_menu = bar.addMenu("&View")
+        view_menu = self.view_menu = bar.addMenu("&View")
         self.show_chat_action = self._action(
             "&Chat", lambda: window.tabs.setCurrentIndex(0), QKeySequence("Ctrl+1")
         )
-        self.compare_action = self._action(
-            "C&ompare loops", window.show_compare_view, QKeySequence("Ctrl+2")
-        )
-        view_menu.addActions([self.show_chat_action, self.compare_action])
+        view_menu.addAction(self.show_chat_action)
         self.view_options = ViewOptions(self.top, view_menu, window.settings, window.show_panes)
+        self._views_end = view_menu.actions()[1]  # the options' separator: views go above it
 
         help_menu = self.help_menu = bar.addMenu("&Help")
         self.open_log_action = self._action("Open &log folder", self._on_open_log_folder)
@@ -121,6 +118,14 @@ class WindowMenus(QObject):
         menu = QMenu(title, self.top)
         self.bar.insertMenu(self.help_menu.menuAction(), menu)
         return menu
+
+    def add_view_action(
+        self, text: str, slot: object, shortcut: QKeySequence | None = None
+    ) -> QAction:
+        """View > `text` for a feature's tab (Compare loops), below Chat."""
+        action = self._action(text, slot, shortcut)
+        self.view_menu.insertAction(self._views_end, action)
+        return action
 
     def add_file_actions(self, actions: list[QAction]) -> None:
         """A feature's actions in the File menu, above New chat, with a separator after them."""

@@ -29,6 +29,7 @@ from chatapp.gui.compare.feature import install_compare
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
+from chatapp.gui.models.feature import install_models
 from chatapp.gui.models.library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
@@ -146,6 +147,8 @@ def create_window(args: argparse.Namespace) -> MainWindow:
     features: list[Callable[[MainWindow], object]] = [
         # View > Compare loops: the two loops measured on the loaded model.
         install_compare,
+        # File > Open model folder / Open GGUF / Models: variants, conversion, the library.
+        install_models,
         # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside
         # and the window says where, a file from a newer chatapp turns history off this run.
         lambda window: install_history(window, open_history()),

@@ -23,24 +23,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.datadir import models_dir
 from chatapp.engine.devices import CPU
-from chatapp.gui.chat.controller import ChatController, State
+from chatapp.engine.modes import Mode
+from chatapp.gui.chat.controller import ChatController, GenerationOptions, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
-from chatapp.gui.models.conversion import GgufConversion
 from chatapp.gui.models.library import (
-    ModelsDialog,
     last_load_seconds,
     load_key,
     remember_last_model,
     remember_load_seconds,
 )
-from chatapp.gui.models.variant_picker import VariantPicker, has_choice
 from chatapp.gui.window.menus import RECENT_KEY, WindowMenus
 from chatapp.gui.window.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
@@ -93,14 +90,6 @@ class MainWindow(QMainWindow):
         self.tools = JobRunner("ToolWorkerThread", parent=self)
         self.host = EngineHost()
         self.controller = ChatController(self.runner, self.host, self, self.tools)
-        self.conversion = GgufConversion(
-            self,
-            self.controller,
-            lambda text, ms: self.statusBar().showMessage(text, ms),
-            self.show_message,
-            self.open_model,
-        )
-        self.convert_progress = self.conversion.progress
         self.chat_view = ChatView(self)
         self.side_panel = SidePanel(self)
         self.banner = MessageBanner(self)
@@ -217,6 +206,32 @@ class MainWindow(QMainWindow):
         """A passing line in the status bar (0: until the next one)."""
         self.statusBar().showMessage(text, timeout_ms)
 
+    def add_status_widget(self, widget: QWidget) -> None:
+        """A feature's widget at the left of the status bar's permanent ones."""
+        self.statusBar().insertPermanentWidget(0, widget)
+
+    def dismiss_message(self) -> None:
+        """Hide the banner when it told of a problem or gave a tip (warnings stay)."""
+        if self.banner.level in ("error", "info"):
+            self.banner.dismiss()
+
+    def show_backend(self, line: str, title: str) -> None:
+        """What answers: the status bar's model line and the window title."""
+        self.model_label.setText(line)
+        self.setWindowTitle(title)
+
+    def show_context(self, used: int, total: int) -> None:
+        """The side panel's context bar: tokens the next answer sends, of `total`."""
+        self.side_panel.set_context(used, total)
+
+    def chat_options(self) -> GenerationOptions:
+        """The sampling, mode and system prompt the side panel holds for the next answer."""
+        return self.side_panel.options()
+
+    def loop_mode(self) -> Mode:
+        """The loop the side panel asks for (the server of Serve this model defaults to it)."""
+        return self.side_panel.mode()
+
     # ---- building -----------------------------------------------------------------------
     def _build_status_bar(self) -> None:
         bar = StatusBar(self)
@@ -275,10 +290,6 @@ class MainWindow(QMainWindow):
             expected = last_load_seconds(self.settings, self._load_key)
             self.busy.start(f"Loading {folder.name}", expected)
         return started
-
-    def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
-        """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
-        return self.conversion.convert_and_open(gguf, out_dir)
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
@@ -439,26 +450,6 @@ class MainWindow(QMainWindow):
         """Inline banner over the chat (never a blocking dialog: the app keeps going)."""
         self.banner.show_message(text, level)
 
-    # ---- models (File menu) ---------------------------------------------------------------
-    def open_model_folder(self, folder: Path) -> bool:
-        """Open `folder`; when it holds several graphs, a picker reads them (off the GUI
-        thread) and asks which first. True when the load or the picker started."""
-        if not has_choice(folder):
-            return self.open_model(folder)
-        picker = VariantPicker(self.tools, folder, self)
-        picker.sig_chosen.connect(lambda graph: self.open_model(folder, onnx_file=graph))
-        picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        picker.open()
-        return True
-
-    @Slot()
-    def show_models_dialog(self) -> ModelsDialog:
-        dialog = ModelsDialog(models_dir(), self.model_dir, self)
-        dialog.sig_open.connect(self.open_model_folder)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.open()
-        return dialog
-
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:
         if not geometry.restore(self, self.settings.value(geometry.WINDOW_KEY)):
@@ -495,7 +486,6 @@ class MainWindow(QMainWindow):
         for hook in self.before_shutdown:
             hook()
         geometry.save(self.settings, self, self.splitter)
-        self.convert_progress.close()
         self.controller.shutdown()  # both runners
 
     def closeEvent(self, event: QCloseEvent) -> None:

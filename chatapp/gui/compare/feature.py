@@ -48,7 +48,7 @@ class CompareFeature(QObject):
         self._update()
 
     def show(self) -> None:
-        self.window.tabs.setCurrentIndex(self.tab)
+        self.action.trigger()
 
     @Slot()
     def _update(self, _state: object = None) -> None:

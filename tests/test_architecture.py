@@ -387,7 +387,7 @@ def test_features_do_not_add_attributes_to_the_window() -> None:
 # What a feature (gui/<package>/) may use of MainWindow: the frame's declared interface (what
 # it runs on, what it is told, what it says, what it plugs into; docs/architecture.md,
 # "The core and its faces") ...
-FEATURE_PACKAGES = ("compare", "history", "models", "remote")
+FEATURE_PACKAGES = ("chat", "compare", "history", "models", "remote")
 WINDOW_API = frozenset(
     {
         # what it runs on and reads

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QApplication
 
 from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
+from chatapp.gui.chat.feature import install_chat
 from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
@@ -145,6 +146,9 @@ def application(qt_args: list[str] | None = None) -> QApplication:
 def create_window(args: argparse.Namespace) -> MainWindow:
     """The window with the command line's choices preselected; no model requested yet."""
     features: list[Callable[[MainWindow], object]] = [
+        # The answers' flow between the prompt box, the controller and the side panel (first:
+        # it shows an answer before the history stores it).
+        install_chat,
         # View > Compare loops: the two loops measured on the loaded model.
         install_compare,
         # File > Open model folder / Open GGUF / Models: variants, conversion, the library.

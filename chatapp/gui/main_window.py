@@ -41,8 +41,7 @@ from chatapp.gui.models.library import (
 from chatapp.gui.window.menus import RECENT_KEY, WindowMenus
 from chatapp.gui.window.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
-from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
-from chatapp.session.conversation import ChatMessage, Conversation
+from chatapp.session.conversation import Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary, device_probe_job
 
 F = TypeVar("F")
@@ -244,24 +243,11 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         c, chat, panel = self.controller, self.chat_view, self.side_panel
-        chat.sig_send.connect(self._on_send)
-        chat.sig_stop.connect(c.stop)
-        chat.sig_regenerate.connect(self._on_regenerate)
-        chat.sig_new_chat.connect(self.new_chat)
-        chat.sig_copied.connect(self._on_copied)
-        # Transcript: versions of an answer, copied code, where a hovered link goes.
-        chat.sig_version_requested.connect(c.select_version)
-        chat.sig_code_copied.connect(lambda: self.statusBar().showMessage("Copied the code.", 3000))
-        chat.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        chat.sig_new_chat.connect(self.new_chat)  # the answers' flow: gui/chat/feature.py
         c.sig_state_changed.connect(self._on_state_changed)
         c.sig_model_loaded.connect(self._on_model_loaded)
         c.sig_backend_changed.connect(lambda _remote: self._on_state_changed(c.state))
         c.sig_load_failed.connect(self._on_load_failed)
-        c.sig_answer_started.connect(self._on_answer_started)
-        c.sig_answer_delta.connect(self._on_answer_delta)
-        c.sig_stats.connect(self._on_stats)
-        c.sig_answer_finished.connect(self._on_answer_finished)
-        c.sig_answer_failed.connect(self._on_answer_failed)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         panel.sig_mode_changed.connect(self._on_mode_changed)
@@ -340,18 +326,6 @@ class MainWindow(QMainWindow):
     def conversation(self) -> Conversation:
         return self.controller.conversation
 
-    @Slot(str)
-    def _on_send(self, text: str) -> None:
-        if self.controller.send(text, self.side_panel.options()):
-            self.chat_view.set_prompt_text("")
-            self.chat_view.prompt_edit.setFocus()  # after a click on Send, keep typing
-        elif self.controller.state is State.NO_MODEL:
-            self.show_message("No model is loaded: open a model folder from the File menu.", "info")
-
-    @Slot()
-    def _on_regenerate(self) -> None:
-        self.controller.regenerate(self.side_panel.options())
-
     @Slot()
     def new_chat(self) -> None:
         if self.controller.state is State.GENERATING or not self.may_leave_chat("new chat"):
@@ -361,39 +335,6 @@ class MainWindow(QMainWindow):
             backend = self.controller.backend
             total = backend.max_context if backend is not None else 0
             self.side_panel.set_context(0, total)
-
-    @Slot(int)
-    def _on_copied(self, index: int) -> None:
-        self.statusBar().showMessage(f"Copied message {index + 1} to the clipboard.", 3000)
-
-    @Slot(object)
-    def _on_answer_started(self, _options: object) -> None:
-        if self.banner.level in ("error", "info"):
-            self.banner.dismiss()
-        self.chat_view.show_messages(self.conversation.messages)
-        self.chat_view.begin_answer()
-        self.side_panel.start_answer()
-
-    @Slot(object)
-    def _on_answer_delta(self, batch: TokenBatch) -> None:
-        self.chat_view.append_answer(batch.text)
-        self.side_panel.add_latencies(batch.first_index, batch.latencies_s)
-
-    @Slot(object)
-    def _on_stats(self, snapshot: StatsSnapshot) -> None:
-        self.side_panel.show_stats(snapshot.figures)
-
-    @Slot(object)
-    def _on_answer_finished(self, message: ChatMessage) -> None:
-        if message.figures is not None:
-            self.side_panel.show_stats(message.figures)
-            self.statusBar().showMessage(fmt.figures_line(message.figures), 10000)
-
-    @Slot(str, str)
-    def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
-        if restored_prompt and not self.chat_view.prompt_text().strip():
-            self.chat_view.set_prompt_text(restored_prompt)
-        self.show_message(message, "error")
 
     @Slot(object)
     def _on_conversation_changed(self, conversation: Conversation) -> None:

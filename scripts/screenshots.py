@@ -53,6 +53,7 @@ def main() -> int:
     os.environ.pop("CHATAPP_SETTINGS", None)
     from chatapp.gui.app import application, build_window
     from chatapp.gui.chat.controller import State
+    from chatapp.gui.compare.feature import CompareFeature
 
     app = application()
     window = build_window(["--model", str(model)])
@@ -83,8 +84,10 @@ def main() -> int:
         "answer": answer,
     }
     if args.compare is not None:
-        view = window.compare_view
-        window.show_compare_view()
+        compare = window.feature(CompareFeature)
+        assert compare is not None
+        view = compare.view
+        compare.show()
         view.tokens_spin.setValue(32)
         view.repeats_spin.setValue(1)
         view.run_comparison()

@@ -382,3 +382,78 @@ def test_features_do_not_add_attributes_to_the_window() -> None:
         if "type: ignore[attr-defined" in line
     ]
     assert hits == [], "\n".join(hits)
+
+
+# What a feature (gui/<package>/) may use of MainWindow: the frame's declared interface (what
+# it runs on, what it is told, what it says, what it plugs into; docs/architecture.md,
+# "The core and its faces") ...
+FEATURE_PACKAGES = ("chat", "compare", "history", "models", "remote")
+WINDOW_API = frozenset(
+    {
+        # what it runs on and reads
+        "settings", "runner", "tools", "host", "controller",
+        "chat_options", "system_prompt", "loop_mode", "model_dir", "open_model",
+        # what it plugs into
+        "menus", "add_pane", "add_view", "add_status_widget", "add_feature", "feature",
+        "before_shutdown", "leave_checks", "busy_checks", "refresh_controls",
+        "new_chat", "installEventFilter",
+        # what it says
+        "notify", "show_message", "dismiss_message", "show_backend", "show_context",
+    }
+)  # fmt: skip
+# ... and, until the chat is a feature of its own, the chat's two widgets: the history's edit
+# mode, unsaved marks and context bar; the remote server's box in the side panel.
+CHAT_WIDGETS = frozenset({"chat_view", "side_panel"})
+
+
+def _window_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, attribute) for each attribute read on the window: `self.window.X`, or `X` on a
+    name that is a parameter typed MainWindow or bound to `self.window`."""
+
+    def is_self_window(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "window"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        )
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            if "MainWindow" in ast.unparse(node.annotation):
+                names.add(node.arg)
+        elif isinstance(node, ast.Assign) and is_self_window(node.value):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        if is_self_window(base) or (isinstance(base, ast.Name) and base.id in names):
+            yield node.lineno, node.attr
+
+
+def test_features_use_only_the_windows_declared_interface() -> None:
+    wrong = []
+    for package in FEATURE_PACKAGES:
+        for path in sorted((PACKAGE / "gui" / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for line, attr in _window_uses(tree):
+                if attr not in WINDOW_API | CHAT_WIDGETS:
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: window.{attr}")
+    assert wrong == [], "declare it on MainWindow and list it in WINDOW_API:\n" + "\n".join(wrong)
+
+
+def test_the_window_interface_check_sees_reads() -> None:
+    source = (
+        "class F:\n"
+        "    def __init__(self, window: MainWindow) -> None:\n"
+        "        self.window = window\n"
+        "        window.statusBar()\n"
+        "    def later(self) -> None:\n"
+        "        w = self.window\n"
+        "        w.model_label.setText('x')\n"
+        "        self.window.tabs.setCurrentIndex(1)\n"
+    )
+    used = {attr for _line, attr in _window_uses(ast.parse(source))}
+    assert {"statusBar", "model_label", "tabs"} <= used

@@ -22,12 +22,15 @@ from PySide6.QtWidgets import QApplication
 
 from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
+from chatapp.gui.chat.feature import install_chat
 from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.workers import YieldedBatch
+from chatapp.gui.compare.feature import install_compare
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
+from chatapp.gui.models.feature import install_models
 from chatapp.gui.models.library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
@@ -142,13 +145,22 @@ def application(qt_args: list[str] | None = None) -> QApplication:
 
 def create_window(args: argparse.Namespace) -> MainWindow:
     """The window with the command line's choices preselected; no model requested yet."""
-    window = MainWindow(open_settings())
+    features: list[Callable[[MainWindow], object]] = [
+        # The answers' flow between the prompt box, the controller and the side panel (first:
+        # it shows an answer before the history stores it).
+        install_chat,
+        # View > Compare loops: the two loops measured on the loaded model.
+        install_compare,
+        # File > Open model folder / Open GGUF / Models: variants, conversion, the library.
+        install_models,
+        # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside
+        # and the window says where, a file from a newer chatapp turns history off this run.
+        lambda window: install_history(window, open_history()),
+        # File > Connect to server… and Serve this model (docs/server.md, "The window").
+        install_remote,
+    ]
+    window = MainWindow(open_settings(), features=features)
     window.side_panel.preselect(args.mode, args.device)
-    # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside and
-    # the window says where, a file from a newer chatapp turns history off for this run.
-    install_history(window, open_history())
-    # File > Connect to server… and Serve this model (docs/server.md, "The window").
-    install_remote(window)
     return window
 
 

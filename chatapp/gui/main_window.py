@@ -7,47 +7,41 @@ the whole width while it is shown.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Slot
-from PySide6.QtGui import QCloseEvent, QDesktopServices
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QScrollArea,
-    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from chatapp.datadir import models_dir
 from chatapp.engine.devices import CPU
-from chatapp.gui.chat.controller import ChatController, State
+from chatapp.engine.modes import Mode
+from chatapp.gui.chat.controller import ChatController, GenerationOptions, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.common.workers import JobRunner
-from chatapp.gui.compare.view import CompareView
-from chatapp.gui.menus import RECENT_KEY, WindowMenus
-from chatapp.gui.models.conversion import GgufConversion
 from chatapp.gui.models.library import (
-    ModelsDialog,
     last_load_seconds,
     load_key,
     remember_last_model,
     remember_load_seconds,
 )
-from chatapp.gui.models.variant_picker import VariantPicker, has_choice
-from chatapp.gui.status_bar import BusyIndicator, StatusBar
+from chatapp.gui.window.menus import RECENT_KEY, WindowMenus
+from chatapp.gui.window.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
-from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
-from chatapp.session.conversation import ChatMessage, Conversation
+from chatapp.session.conversation import Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary, device_probe_job
 
 F = TypeVar("F")
@@ -58,7 +52,10 @@ class MainWindow(QMainWindow):
         self,
         settings: QSettings,
         parent: QWidget | None = None,
+        features: Sequence[Callable[[MainWindow], object]] = (),
     ) -> None:
+        """`features`: what plugs in (gui/app.py's FEATURES: the comparison, the history,
+        the remote server), each called with the finished frame, in order."""
         super().__init__(parent)
         self.setObjectName("mainWindow")
         self.setWindowTitle("chatapp")
@@ -74,7 +71,11 @@ class MainWindow(QMainWindow):
         # ... and asked, in turn, before the chat shown is replaced by an empty one or another
         # ("new chat", "open", "import", "close"); the history asks about unsaved messages.
         self.leave_checks: list[Callable[[str], bool]] = []
+        # ... and asked when the controls are set: a feature at work (a comparison) holds
+        # the chat as an answer does.
+        self.busy_checks: list[Callable[[], bool]] = []
         self._features: list[object] = []
+        self._whole_width: list[QWidget] = []  # tabs shown without the side panes
         self.conversation_list: QWidget | None = None  # the history's, once installed
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
@@ -88,14 +89,6 @@ class MainWindow(QMainWindow):
         self.tools = JobRunner("ToolWorkerThread", parent=self)
         self.host = EngineHost()
         self.controller = ChatController(self.runner, self.host, self, self.tools)
-        self.conversion = GgufConversion(
-            self,
-            self.controller,
-            lambda text, ms: self.statusBar().showMessage(text, ms),
-            self.show_message,
-            self.open_model,
-        )
-        self.convert_progress = self.conversion.progress
         self.chat_view = ChatView(self)
         self.side_panel = SidePanel(self)
         self.banner = MessageBanner(self)
@@ -110,12 +103,6 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         self.tabs.setTabBarAutoHide(True)
         self.tabs.addTab(chat_page, "Chat")
-        self.compare_view = CompareView(self.runner, self.host, self)
-        self.compare_view.system_prompt = lambda: self.side_panel.system_prompt_edit.toPlainText()
-        self.compare_tab = self.add_view(self.compare_view, "Compare loops")
-        # Its controls must not widen the chat page (a small screen keeps both side panes):
-        # the comparison gets the whole window when shown.
-        self.compare_view.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
         side_scroll = QScrollArea(self)
         side_scroll.setObjectName("sidePanelScroll")
@@ -140,7 +127,6 @@ class MainWindow(QMainWindow):
         self.file_menu = self.menus.file_menu
         self.recent_menu = self.menus.recent_menu
         self.new_chat_action = self.menus.new_chat_action
-        self.compare_action = self.menus.compare_action
         self.show_chat_action = self.menus.show_chat_action
         self.open_log_action = self.menus.open_log_action
         self.data_places_action = self.menus.data_places_action
@@ -155,12 +141,16 @@ class MainWindow(QMainWindow):
         self._connect()
         self._on_state_changed(self.controller.state)
         self.chat_view.prompt_edit.setFocus()
+        for install in features:
+            install(self)
 
-    # ---- features (history, remote): what they plug into ---------------------------------
-    # A feature is installed from outside (gui/app.py: install_history, install_remote): it
-    # adds its menus (`menus.add_menu`, `menus.add_file_actions`), panes (`add_pane`) and
-    # tabs (`add_view`), subscribes to `before_shutdown` and `leave_checks`, and registers
-    # itself (`add_feature`) so that others and tests find it by its class.
+    # ---- features (compare, history, remote): what they plug into ------------------------
+    # A feature is an install function the window calls from its `features` list (gui/app.py
+    # names them; the window never imports one): it adds its menus (`menus.add_menu`,
+    # `menus.add_file_actions`), panes (`add_pane`) and tabs (`add_view`), subscribes to
+    # `before_shutdown`, `leave_checks` and `busy_checks`, says things with `notify` and
+    # `show_message`, and registers itself (`add_feature`) so that others and tests find it
+    # by its class. tests/test_architecture.py lists the window names a feature may use.
     def add_feature(self, feature: object) -> None:
         self._features.append(feature)
 
@@ -184,9 +174,62 @@ class MainWindow(QMainWindow):
         self._restore_splitter()  # a saved layout with the list in it, or the default
         self.show_panes()
 
-    def add_view(self, widget: QWidget, title: str) -> int:
-        """Add a tab next to the chat (e.g. "Compare loops"); the tab bar then appears."""
-        return self.tabs.addTab(widget, title)
+    def add_view(
+        self,
+        widget: QWidget,
+        title: str,
+        action_text: str,
+        shortcut: QKeySequence | None = None,
+        whole_width: bool = False,
+    ) -> tuple[int, QAction]:
+        """Add a tab next to the chat (e.g. "Compare loops"; the tab bar then appears) and
+        its View menu action; `whole_width`: the panes beside the chat hide while it shows."""
+        index = self.tabs.addTab(widget, title)
+        if whole_width:
+            self._whole_width.append(widget)
+        action = self.menus.add_view_action(
+            action_text, lambda: self.tabs.setCurrentIndex(index), shortcut
+        )
+        return index, action
+
+    def refresh_controls(self) -> None:
+        """Enable what the chat's state and the features' busy_checks allow (a feature calls
+        this when its own work starts or ends)."""
+        self._on_state_changed(self.controller.state)
+
+    def system_prompt(self) -> str:
+        """The chat's system prompt as typed (the comparison uses it too)."""
+        return self.side_panel.system_prompt_edit.toPlainText()
+
+    def notify(self, text: str, timeout_ms: int = 0) -> None:
+        """A passing line in the status bar (0: until the next one)."""
+        self.statusBar().showMessage(text, timeout_ms)
+
+    def add_status_widget(self, widget: QWidget) -> None:
+        """A feature's widget at the left of the status bar's permanent ones."""
+        self.statusBar().insertPermanentWidget(0, widget)
+
+    def dismiss_message(self) -> None:
+        """Hide the banner when it told of a problem or gave a tip (warnings stay)."""
+        if self.banner.level in ("error", "info"):
+            self.banner.dismiss()
+
+    def show_backend(self, line: str, title: str) -> None:
+        """What answers: the status bar's model line and the window title."""
+        self.model_label.setText(line)
+        self.setWindowTitle(title)
+
+    def show_context(self, used: int, total: int) -> None:
+        """The side panel's context bar: tokens the next answer sends, of `total`."""
+        self.side_panel.set_context(used, total)
+
+    def chat_options(self) -> GenerationOptions:
+        """The sampling, mode and system prompt the side panel holds for the next answer."""
+        return self.side_panel.options()
+
+    def loop_mode(self) -> Mode:
+        """The loop the side panel asks for (the server of Serve this model defaults to it)."""
+        return self.side_panel.mode()
 
     # ---- building -----------------------------------------------------------------------
     def _build_status_bar(self) -> None:
@@ -200,26 +243,12 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         c, chat, panel = self.controller, self.chat_view, self.side_panel
-        chat.sig_send.connect(self._on_send)
-        chat.sig_stop.connect(c.stop)
-        chat.sig_regenerate.connect(self._on_regenerate)
-        chat.sig_new_chat.connect(self.new_chat)
-        chat.sig_copied.connect(self._on_copied)
-        # Transcript: versions of an answer, copied code, where a hovered link goes.
-        chat.sig_version_requested.connect(c.select_version)
-        chat.sig_code_copied.connect(lambda: self.statusBar().showMessage("Copied the code.", 3000))
-        chat.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        chat.sig_new_chat.connect(self.new_chat)  # the answers' flow: gui/chat/feature.py
         c.sig_state_changed.connect(self._on_state_changed)
         c.sig_model_loaded.connect(self._on_model_loaded)
         c.sig_backend_changed.connect(lambda _remote: self._on_state_changed(c.state))
         c.sig_load_failed.connect(self._on_load_failed)
-        c.sig_answer_started.connect(self._on_answer_started)
-        c.sig_answer_delta.connect(self._on_answer_delta)
-        c.sig_stats.connect(self._on_stats)
-        c.sig_answer_finished.connect(self._on_answer_finished)
-        c.sig_answer_failed.connect(self._on_answer_failed)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
-        self.compare_view.sig_running.connect(self._on_compare_running)
         self.tabs.currentChanged.connect(self._on_tab_changed)
         panel.sig_mode_changed.connect(self._on_mode_changed)
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
@@ -247,10 +276,6 @@ class MainWindow(QMainWindow):
             expected = last_load_seconds(self.settings, self._load_key)
             self.busy.start(f"Loading {folder.name}", expected)
         return started
-
-    def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
-        """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
-        return self.conversion.convert_and_open(gguf, out_dir)
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
@@ -301,18 +326,6 @@ class MainWindow(QMainWindow):
     def conversation(self) -> Conversation:
         return self.controller.conversation
 
-    @Slot(str)
-    def _on_send(self, text: str) -> None:
-        if self.controller.send(text, self.side_panel.options()):
-            self.chat_view.set_prompt_text("")
-            self.chat_view.prompt_edit.setFocus()  # after a click on Send, keep typing
-        elif self.controller.state is State.NO_MODEL:
-            self.show_message("No model is loaded: open a model folder from the File menu.", "info")
-
-    @Slot()
-    def _on_regenerate(self) -> None:
-        self.controller.regenerate(self.side_panel.options())
-
     @Slot()
     def new_chat(self) -> None:
         if self.controller.state is State.GENERATING or not self.may_leave_chat("new chat"):
@@ -323,46 +336,10 @@ class MainWindow(QMainWindow):
             total = backend.max_context if backend is not None else 0
             self.side_panel.set_context(0, total)
 
-    @Slot(int)
-    def _on_copied(self, index: int) -> None:
-        self.statusBar().showMessage(f"Copied message {index + 1} to the clipboard.", 3000)
-
-    @Slot(object)
-    def _on_answer_started(self, _options: object) -> None:
-        if self.banner.level in ("error", "info"):
-            self.banner.dismiss()
-        self.chat_view.show_messages(self.conversation.messages)
-        self.chat_view.begin_answer()
-        self.side_panel.start_answer()
-
-    @Slot(object)
-    def _on_answer_delta(self, batch: TokenBatch) -> None:
-        self.chat_view.append_answer(batch.text)
-        self.side_panel.add_latencies(batch.first_index, batch.latencies_s)
-
-    @Slot(object)
-    def _on_stats(self, snapshot: StatsSnapshot) -> None:
-        self.side_panel.show_stats(snapshot.figures)
-
-    @Slot(object)
-    def _on_answer_finished(self, message: ChatMessage) -> None:
-        if message.figures is not None:
-            self.side_panel.show_stats(message.figures)
-            self.statusBar().showMessage(fmt.figures_line(message.figures), 10000)
-
-    @Slot(str, str)
-    def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
-        if restored_prompt and not self.chat_view.prompt_text().strip():
-            self.chat_view.set_prompt_text(restored_prompt)
-        self.show_message(message, "error")
-
     @Slot(object)
     def _on_conversation_changed(self, conversation: Conversation) -> None:
         self.chat_view.show_messages(conversation.messages)
         self._on_state_changed(self.controller.state)
-
-    def show_compare_view(self) -> None:
-        self.tabs.setCurrentIndex(self.compare_tab)
 
     @Slot(int)
     def _on_tab_changed(self, _index: int) -> None:
@@ -371,22 +348,15 @@ class MainWindow(QMainWindow):
     def show_panes(self) -> None:
         """The panes beside the chat the View menu asks for; the comparison's charts get the
         whole width."""
-        chat = self.tabs.currentIndex() != self.compare_tab
+        chat = self.tabs.currentWidget() not in self._whole_width
         for i in range(self.splitter.count()):
             widget = self.splitter.widget(i)
             if widget is not None and widget is not self.tabs:
                 widget.setVisible(chat and self.view_options.wanted(widget))
 
-    @Slot(bool)
-    def _on_compare_running(self, _running: bool) -> None:
-        self._on_state_changed(self.controller.state)
-
     @Slot(object)
     def _on_state_changed(self, state: State) -> None:
-        comparing = self.compare_view.running
-        # The comparison runs both loops of a local model: not a remote server's.
-        self.compare_view.set_available(state is State.READY and self.controller.remote is None)
-        if comparing:
+        if any(busy() for busy in self.busy_checks):
             state = State.GENERATING  # the chat waits for the comparison, like for an answer
         ready, generating = state is State.READY, state is State.GENERATING
         busy = state in (State.LOADING, State.CONVERTING)
@@ -420,26 +390,6 @@ class MainWindow(QMainWindow):
     def show_message(self, text: str, level: str = "error") -> None:
         """Inline banner over the chat (never a blocking dialog: the app keeps going)."""
         self.banner.show_message(text, level)
-
-    # ---- models (File menu) ---------------------------------------------------------------
-    def open_model_folder(self, folder: Path) -> bool:
-        """Open `folder`; when it holds several graphs, a picker reads them (off the GUI
-        thread) and asks which first. True when the load or the picker started."""
-        if not has_choice(folder):
-            return self.open_model(folder)
-        picker = VariantPicker(self.tools, folder, self)
-        picker.sig_chosen.connect(lambda graph: self.open_model(folder, onnx_file=graph))
-        picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        picker.open()
-        return True
-
-    @Slot()
-    def show_models_dialog(self) -> ModelsDialog:
-        dialog = ModelsDialog(models_dir(), self.model_dir, self)
-        dialog.sig_open.connect(self.open_model_folder)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.open()
-        return dialog
 
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:
@@ -477,8 +427,6 @@ class MainWindow(QMainWindow):
         for hook in self.before_shutdown:
             hook()
         geometry.save(self.settings, self, self.splitter)
-        self.convert_progress.close()
-        self.compare_view.stop()  # a running comparison ends after its step
         self.controller.shutdown()  # both runners
 
     def closeEvent(self, event: QCloseEvent) -> None:

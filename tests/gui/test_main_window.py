@@ -16,6 +16,7 @@ from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.main_window import MainWindow
+from chatapp.gui.models.feature import ModelsFeature
 from chatapp.session import model_jobs
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
 
@@ -316,7 +317,7 @@ def test_open_gguf_converts_with_progress_then_opens(
     plans: list[str] = []
     labels: list[str] = []
     window.controller.sig_convert_planned.connect(plans.append)
-    assert window.convert_and_open(tiny_gguf, out)
+    assert models_feature(window).convert_and_open(tiny_gguf, out)
     dialog = window.findChild(QProgressDialog, "convertProgressDialog")
     assert dialog is not None and dialog.isVisible()
     # connected after the window's own slot: sees the label that slot just set
@@ -386,3 +387,9 @@ def test_a_replaced_model_is_freed(qtbot, make_window, tiny_model_dir) -> None:
     assert window.host.engine is not None
     assert engine_ref() is None
     assert held_ref() is None
+
+
+def models_feature(window: MainWindow) -> ModelsFeature:
+    feature = window.feature(ModelsFeature)
+    assert feature is not None
+    return feature

@@ -45,7 +45,7 @@ class HistoryUi(QObject):
         self.controller = HistoryController(
             self.chat,
             opened.store,
-            system_prompt=lambda: window.side_panel.system_prompt_edit.toPlainText(),
+            system_prompt=window.system_prompt,
             parent=self,
         )
         self.panel = HistoryPanel(window)
@@ -113,7 +113,7 @@ class HistoryUi(QObject):
     def _connect(self) -> None:
         c, h, p, w = self.chat, self.controller, self.panel, self.window
         p.sig_open.connect(self.open)
-        p.sig_new.connect(w.new_chat_action.trigger)
+        p.sig_new.connect(w.new_chat)
         p.sig_rename.connect(h.rename)
         p.sig_delete.connect(self.delete)
         p.sig_export.connect(self.export)
@@ -160,7 +160,7 @@ class HistoryUi(QObject):
     @Slot(int)
     def open(self, conversation_id: int) -> bool:
         if self.chat.state is State.GENERATING:
-            self.window.statusBar().showMessage(
+            self.window.notify(
                 "Wait for the answer (or stop it) before opening another conversation.", 5000
             )
             self.panel.set_current(self.controller.current_id)
@@ -203,7 +203,7 @@ class HistoryUi(QObject):
         ):
             return False
         if current:
-            self.window.new_chat_action.trigger()
+            self.window.new_chat()
         return self.controller.delete(conversation_id)
 
     @Slot()
@@ -243,7 +243,7 @@ class HistoryUi(QObject):
             self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
             return None
         self.window.settings.setValue(EXPORT_DIR_KEY, str(target.parent))
-        self.window.statusBar().showMessage(f"Exported to {target}", 8000)
+        self.window.notify(f"Exported to {target}", 8000)
         return target
 
     def export_current(self, kind: str) -> Path | None:
@@ -272,7 +272,7 @@ class HistoryUi(QObject):
         conversation_id = self.controller.import_file(path, show=show)
         if conversation_id is not None:
             where = "" if show else " (in the list)"
-            self.window.statusBar().showMessage(f"Imported {Path(path).name}{where}", 8000)
+            self.window.notify(f"Imported {Path(path).name}{where}", 8000)
         return conversation_id
 
     @Slot()
@@ -282,7 +282,7 @@ class HistoryUi(QObject):
         text = self.controller.export_text(self.controller.current_id, "markdown")
         if text is not None:
             QGuiApplication.clipboard().setText(text)
-            self.window.statusBar().showMessage("Copied the conversation as Markdown.", 3000)
+            self.window.notify("Copied the conversation as Markdown.", 3000)
 
     # ---- editing a sent message -----------------------------------------------------------------
     @Slot()
@@ -296,7 +296,7 @@ class HistoryUi(QObject):
 
     @Slot(int, str)
     def _on_edit_submitted(self, index: int, text: str) -> None:
-        if self.chat.edit(index, text, self.window.side_panel.options()):
+        if self.chat.edit(index, text, self.window.chat_options()):
             self.window.chat_view.finish_edit()
 
     # ---- context figures ------------------------------------------------------------------------
@@ -304,7 +304,7 @@ class HistoryUi(QObject):
     def measure(self) -> None:
         """Ask the worker what of this conversation the next answer would send."""
         if self.chat.state is State.READY:
-            self.chat.measure_context(self.window.side_panel.options())
+            self.chat.measure_context(self.window.chat_options())
 
     @Slot(object)
     def _on_context(self, report: ContextReport | None) -> None:

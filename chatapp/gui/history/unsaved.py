@@ -118,7 +118,7 @@ class UnsavedGuard(QObject):
         stored = snapshot(
             conversation,
             model=chat.model.name if chat.model is not None else None,
-            system_prompt=self.window.side_panel.system_prompt_edit.toPlainText(),
+            system_prompt=self.window.system_prompt(),
             now=datetime.now(UTC),
         )
         text = (
@@ -131,7 +131,7 @@ class UnsavedGuard(QObject):
         except OSError as exc:
             self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
             return None
-        self.window.statusBar().showMessage(f"Exported the chat to {target}", 8000)
+        self.window.notify(f"Exported the chat to {target}", 8000)
         return target
 
     def _ask(self, title: str, text: str, discard: str) -> Answer:

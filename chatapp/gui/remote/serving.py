@@ -9,7 +9,8 @@ answer asked for in the window waits, and the other way round.
 
 Threads: the request side is made on the engine's thread (it reads the engine), the socket is
 bound and uvicorn started on the window's tool thread (starting waits until it listens, up to
-30 s: never on the GUI thread, never behind an answer). uvicorn's thread calls `dispatch`
+30 s: never on the GUI thread, never behind an answer), and stopped there too (its end waits
+up to 10 s for open streams). uvicorn's thread calls `dispatch`
 (through the worker's `submit`); a queued signal carries the request to the GUI thread, which
 submits the job; the engine's thread answers it.
 A request that was dispatched but never reached the worker when serving stops is answered
@@ -181,9 +182,12 @@ class WindowServer(QObject):
         self._starting = False
         emit(self.sig_failed, error.message)
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = False) -> None:
         """Stop listening: waiting requests get a 503, the running one stops within a step.
-        While the server is starting, it stops as soon as it has started."""
+        While the server is starting, it stops as soon as it has started. uvicorn's end
+        (up to 10 s with open streams) is awaited on the tool thread, queued before any new
+        start there (so a restart finds the port free); `wait`: here (the window closing,
+        when the tool thread is about to end)."""
         with self._lock:
             if self._starting and self._server is None:
                 self._cancelled = True
@@ -200,7 +204,10 @@ class WindowServer(QObject):
         for job in waiting:
             worker.discard(job, ApiError(503, "The window stopped serving this model."))
         worker.close()  # cancels the request being answered, if any
-        server.stop()
+        if wait:
+            server.stop()
+        else:
+            self.tools.submit(Job("server stop", lambda _control: server.stop()))
         self._worker = self._server = None
         self.serving = None
         log.info("stopped serving")

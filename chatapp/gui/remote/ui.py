@@ -35,10 +35,6 @@ if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
 
 RECENT_SERVERS_KEY = "remote/recent"
-COMPARE_UNAVAILABLE = (
-    "The comparison is not available with a remote server: it runs both loops of a model on "
-    "this machine, and a server shows neither. Disconnect (File menu) to compare."
-)
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
@@ -54,7 +50,6 @@ class RemoteUi(QObject):
         # API keys by address: this session's, and those the user asked to remember.
         self.keys: dict[str, str] = saved_keys(window.settings)
         self.dialog: ConnectDialog | None = None
-        self._compare_status = window.compare_view.status.text()
         self._build_menu()
         self._build_status()
         self._connect()
@@ -80,7 +75,6 @@ class RemoteUi(QObject):
         w.menus.add_file_actions([self.connect_action, self.disconnect_action, self.serve_action])
 
     def _build_status(self) -> None:
-        bar = self.window.statusBar()
         self.serving_label = QLabel("", self.window)
         self.serving_label.setObjectName("servingLabel")
         self.copy_button = QToolButton(self.window)
@@ -89,7 +83,7 @@ class RemoteUi(QObject):
         self.copy_button.setAutoRaise(True)
         self.copy_button.clicked.connect(self.copy_url)
         for widget in (self.serving_label, self.copy_button):
-            bar.insertPermanentWidget(0, widget)
+            self.window.add_status_widget(widget)
             widget.hide()
         self.copy_button.setToolTip("Copy the server's base URL for an OpenAI-compatible client")
 
@@ -153,7 +147,7 @@ class RemoteUi(QObject):
         if remember is not None:  # the key was checked: Connect needs the server's model list
             save_key(self.window.settings, request.url, request.api_key if remember else None)
         remember_recent(self.window.settings, RECENT_SERVERS_KEY, request.url)
-        self.window.statusBar().showMessage(f"Connecting to {request.url}…")
+        self.window.notify(f"Connecting to {request.url}…")
         return True
 
     @Slot()
@@ -176,25 +170,22 @@ class RemoteUi(QObject):
         w = self.window
         self.figures.set_remote(remote)
         if remote is not None:
-            w.model_label.setText(f"{remote.name} · {remote.server}")
-            w.setWindowTitle(f"{remote.name} ({remote.server}) — chatapp")
-            w.compare_view.status.setText(COMPARE_UNAVAILABLE)
-            w.statusBar().showMessage(f"Connected: answers come from {remote.description}.", 8000)
+            w.show_backend(
+                f"{remote.name} · {remote.server}", f"{remote.name} ({remote.server}) — chatapp"
+            )
+            w.notify(f"Connected: answers come from {remote.description}.", 8000)
             if remote.notice:
                 w.show_message(remote.notice, "warning")
-            elif w.banner.level in ("error", "info"):
-                w.banner.dismiss()
+            else:
+                w.dismiss_message()
         else:
-            w.compare_view.status.setText(self._compare_status)
             model = self.chat.model
             if model is not None:
-                w.model_label.setText(f"{model.name} · {model.device_label}")
-                w.setWindowTitle(f"{model.name} — chatapp")
-                w.statusBar().showMessage(f"Answers come from {model.name} again.", 8000)
-                w.side_panel.set_context(0, model.max_context)
+                w.show_backend(f"{model.name} · {model.device_label}", f"{model.name} — chatapp")
+                w.notify(f"Answers come from {model.name} again.", 8000)
+                w.show_context(0, model.max_context)
             else:
-                w.model_label.setText("No model")
-                w.setWindowTitle("chatapp")
+                w.show_backend("No model", "chatapp")
         self._update_actions()
 
     @Slot(object)
@@ -214,17 +205,17 @@ class RemoteUi(QObject):
     @Slot(bool)
     def _on_serve_toggled(self, checked: bool) -> None:
         if checked and not self.server.active:
-            if not self.server.start(self.window.side_panel.mode()):
+            if not self.server.start(self.window.loop_mode()):
                 self._set_serve_checked(False)
             else:
-                self.window.statusBar().showMessage("Starting the server…")
+                self.window.notify("Starting the server…")
         elif not checked:
             self.server.stop()
 
     @Slot(object)
     def _on_serving_started(self, serving: Serving) -> None:
         self._show_serving()
-        self.window.statusBar().showMessage(
+        self.window.notify(
             f"Serving {serving.model} at {serving.url} for programs on this machine; their "
             "requests take turns with the chat.",
             10000,
@@ -254,7 +245,7 @@ class RemoteUi(QObject):
         self._set_serve_checked(False)
         self.serving_label.hide()
         self.copy_button.hide()
-        self.window.statusBar().showMessage("Stopped serving.", 5000)
+        self.window.notify("Stopped serving.", 5000)
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
@@ -263,7 +254,7 @@ class RemoteUi(QObject):
         if serving is not None:
             self.server.stop()
             self._set_serve_checked(True)
-            self.server.start(self.window.side_panel.mode(), serving.port)
+            self.server.start(self.window.loop_mode(), serving.port)
         self._update_actions()
 
     def _set_serve_checked(self, checked: bool) -> None:
@@ -277,11 +268,11 @@ class RemoteUi(QObject):
         clipboard = QGuiApplication.clipboard()
         if serving is not None and clipboard is not None:
             clipboard.setText(serving.url)
-            self.window.statusBar().showMessage(f"Copied {serving.url}", 3000)
+            self.window.notify(f"Copied {serving.url}", 3000)
 
     def shutdown(self) -> None:
         """Stop serving before the worker thread ends (the window's before_shutdown)."""
-        self.server.stop()
+        self.server.stop(wait=True)
 
 
 def install_remote(window: MainWindow) -> RemoteUi:

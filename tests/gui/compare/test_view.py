@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtWidgets import QWidget
 
 from chatapp.gui.chat.controller import State
+from chatapp.gui.compare.feature import CompareFeature
 from chatapp.gui.compare.view import CompareView, parse_contexts
 from chatapp.session.compare_jobs import StepFigures
 from chatapp.units import fmt_bytes
@@ -20,7 +21,9 @@ RUN_TIMEOUT_MS = 120_000
 def open_compare(make_window: WindowFactory, model: Path) -> tuple[object, CompareView]:
     window = make_window(["--model", str(model)])
     assert window.controller.state is State.READY
-    window.show_compare_view()
+    feature = window.feature(CompareFeature)
+    assert feature is not None
+    feature.show()
     view = window.findChild(QWidget, "compareView")
     assert isinstance(view, CompareView)
     assert window.tabs.currentWidget() is view

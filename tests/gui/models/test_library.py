@@ -8,6 +8,8 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.gui.main_window import MainWindow
+from chatapp.gui.models.feature import ModelsFeature
 from chatapp.gui.models.library import (
     KEEP_LOAD_TIMES,
     LAST_FOLDER_KEY,
@@ -69,7 +71,7 @@ def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     qtbot, make_window, models: Path, tiny_model_dir: Path, settings_file: Path
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    dialog = window.show_models_dialog()
+    dialog = models_feature(window).show_models_dialog()
     dialog.select("tiny-llama")
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         dialog.open_button.click()
@@ -97,3 +99,9 @@ def test_load_times_are_kept_per_model_graph_and_device(tmp_path: Path) -> None:
     assert last_load_seconds(settings, cpu) is None
     remember_load_seconds(settings, cpu, 2.0)
     assert last_load_seconds(settings, cpu) == 2.0
+
+
+def models_feature(window: MainWindow) -> ModelsFeature:
+    feature = window.feature(ModelsFeature)
+    assert feature is not None
+    return feature

@@ -14,6 +14,8 @@ from PySide6.QtWidgets import QDialog
 from chatapp.engine.model_folder import variants
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.workers import JobRunner
+from chatapp.gui.main_window import MainWindow
+from chatapp.gui.models.feature import ModelsFeature
 from chatapp.gui.models.variant_picker import VariantPicker, has_choice
 from tests.gui.conftest import ANSWER_TIMEOUT_MS
 
@@ -122,14 +124,14 @@ def test_opening_a_folder_with_variants_asks_which(
     qtbot, make_window, tiny_model_dir: Path, three_graphs: Path
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.open_model_folder(three_graphs)  # the picker opened
+    assert models_feature(window).open_model_folder(three_graphs)  # the picker opened
     picker = window.findChild(VariantPicker, "variantPicker")
     assert picker is not None and picker.isVisible()
     qtbot.waitUntil(lambda: not picker.reading, timeout=10_000)
     picker.reject()  # closed: nothing opens
     qtbot.wait(50)
     assert window.controller.model.folder == tiny_model_dir
-    assert window.open_model_folder(three_graphs)
+    assert models_feature(window).open_model_folder(three_graphs)
     qtbot.waitUntil(
         lambda: (
             (p := window.findChild(VariantPicker, "variantPicker")) is not None
@@ -144,5 +146,13 @@ def test_opening_a_folder_with_variants_asks_which(
         picker.open_button.click()
     assert window.controller.model.folder == three_graphs
     assert window.controller.model.onnx_file == "onnx/model_q4.onnx"
-    assert window.open_model_folder(tiny_model_dir)  # one graph: no picker, it loads
+    assert models_feature(window).open_model_folder(
+        tiny_model_dir
+    )  # one graph: no picker, it loads
     assert window.controller.state is State.LOADING
+
+
+def models_feature(window: MainWindow) -> ModelsFeature:
+    feature = window.feature(ModelsFeature)
+    assert feature is not None
+    return feature

@@ -148,6 +148,29 @@ def test_closing_the_window_stops_the_server(qtbot, window: MainWindow) -> None:
     assert remote_ui(window).server.serving is None
 
 
+def test_serving_turned_off_waits_for_uvicorn_on_the_tool_thread(
+    qtbot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uvicorn's end waits up to 10 s for open streams: never on the GUI thread.
+    from chatapp.server import runner
+
+    stopped_on: list[threading.Thread] = []
+    real_stop = runner.ServerThread.stop
+
+    def recorded_stop(self: Any, timeout: float = 10.0) -> None:
+        real_stop(self, timeout)
+        stopped_on.append(threading.current_thread())
+
+    monkeypatch.setattr(runner.ServerThread, "stop", recorded_stop)
+    serving = start_serving(qtbot, window)
+    ui = remote_ui(window)
+    ui.serve_action.trigger()  # off
+    assert ui.server.serving is None and not ui.serve_action.isChecked()
+    qtbot.waitUntil(lambda: bool(stopped_on), timeout=LOAD_TIMEOUT_MS)
+    assert stopped_on[0] is not threading.main_thread()
+    assert refused(serving.url)
+
+
 def test_a_new_model_is_served_at_the_same_address(
     qtbot, window: MainWindow, varied_model_dir: Path
 ) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
+from chatapp.gui.compare.feature import COMPARE_UNAVAILABLE, CompareFeature
 from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.figures import LOOP_TIP, NOT_AVAILABLE
-from chatapp.gui.remote.ui import COMPARE_UNAVAILABLE
 from chatapp.session import formatting as fmt
 from chatapp.store import HistoryStore
 from tests.gui.conftest import LOAD_TIMEOUT_MS, greedy, send_and_wait, set_sampling
@@ -115,7 +115,9 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
 def test_the_comparison_is_unavailable_while_a_server_answers(
     qtbot, window: MainWindow, served: Served
 ) -> None:
-    compare = window.compare_view
+    feature = window.feature(CompareFeature)
+    assert feature is not None
+    compare = feature.view
     assert compare.run_button.isEnabled()
     connect(qtbot, window, served.url)
     assert not compare.run_button.isEnabled() and not compare.sweep_button.isEnabled()

@@ -10,7 +10,7 @@ from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QToolTip
 
 from chatapp.gui.chat.controller import State
-from chatapp.gui.status_bar import BusyIndicator, StatusBar
+from chatapp.gui.window.status_bar import BusyIndicator, StatusBar
 
 LONG = (
     "IO-Binding · CPU · 412.3 tokens/s · first token 38 ms · perplexity 3.41 · 128 tokens · "

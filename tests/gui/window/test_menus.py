@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from chatapp.gui.chat.controller import State
-from chatapp.gui.menus import RECENT_KEY, about_text
+from chatapp.gui.compare.feature import CompareFeature
+from chatapp.gui.window.menus import RECENT_KEY, about_text
 
 
 def _texts(menu) -> list[str]:
@@ -24,8 +25,10 @@ def test_the_menus_and_their_shortcuts(make_window, tiny_model_dir: Path) -> Non
     assert _texts(menus["Help"])[0] == "Open log folder"
     assert _texts(menus["Help"])[-1] == "About chatapp"
     assert window.menus.open_gguf_action.shortcut().toString() == "Ctrl+Shift+O"
-    window.compare_action.trigger()
-    assert window.tabs.currentIndex() == window.compare_tab
+    compare = window.feature(CompareFeature)
+    assert compare is not None and compare.action.shortcut().toString() == "Ctrl+2"
+    compare.action.trigger()
+    assert window.tabs.currentIndex() == compare.tab
     window.show_chat_action.trigger()
     assert window.tabs.currentIndex() == 0
 

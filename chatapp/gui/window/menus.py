@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import onnxruntime as ort
 import PySide6
-from PySide6.QtCore import QObject, Slot, qVersion
+from PySide6.QtCore import QObject, Signal, Slot, qVersion
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMenuBar, QMessageBox, QTabWidget
 
 from chatapp import __version__
 from chatapp.datadir import logs_dir, models_dir
+from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.settings import string_list
-from chatapp.gui.data_places import add_data_places_action
-from chatapp.gui.view_options import ViewOptions
+from chatapp.gui.window.data_places import add_data_places_action
+from chatapp.gui.window.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
 
 if TYPE_CHECKING:
@@ -43,20 +44,20 @@ class MenuHost(Protocol):
     def menuBar(self) -> QMenuBar: ...
     def close(self) -> bool: ...
     def new_chat(self) -> None: ...
-    def show_compare_view(self) -> None: ...
-    def show_models_dialog(self) -> object: ...
-    def open_model_folder(self, folder: Path) -> bool: ...
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
     ) -> bool: ...
-    def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool: ...
     def show_message(self, text: str, level: str = "error") -> None: ...
     def show_panes(self) -> None: ...
 
 
 class WindowMenus(QObject):
     """Builds the menu bar of `window` and keeps its actions (the window enables them).
-    Features add theirs with `add_menu` and `add_file_actions`."""
+    Features add theirs with `add_menu` and `add_file_actions`, and answer the File menu's
+    opening actions (the models feature: sig_open_folder, sig_open_gguf, models_action)."""
+
+    sig_open_folder = Signal(object)  # Path: a folder the user chose
+    sig_open_gguf = Signal(object)  # Path: a GGUF file the user chose
 
     def __init__(self, window: MenuHost) -> None:
         bar = self.bar = window.menuBar()
@@ -70,7 +71,7 @@ class WindowMenus(QObject):
         self.open_gguf_action = self._action(
             "Open &GGUF…", self._on_open_gguf, QKeySequence("Ctrl+Shift+O")
         )
-        self.models_action = self._action("&Models…", window.show_models_dialog)
+        self.models_action = self._action("&Models…")
         self.models_action.setStatusTip("The prepared models: size, source, precision; remove")
         file_menu.addActions([self.open_folder_action, self.open_gguf_action, self.models_action])
         self.recent_menu = file_menu.addMenu("&Recent models")
@@ -83,15 +84,13 @@ class WindowMenus(QObject):
         file_menu.addSeparator()
         file_menu.addAction(self._action("&Quit", window.close, QKeySequence.StandardKey.Quit))
 
-        view_menu = bar.addMenu("&View")
+        view_menu = self.view_menu = bar.addMenu("&View")
         self.show_chat_action = self._action(
             "&Chat", lambda: window.tabs.setCurrentIndex(0), QKeySequence("Ctrl+1")
         )
-        self.compare_action = self._action(
-            "C&ompare loops", window.show_compare_view, QKeySequence("Ctrl+2")
-        )
-        view_menu.addActions([self.show_chat_action, self.compare_action])
+        view_menu.addAction(self.show_chat_action)
         self.view_options = ViewOptions(self.top, view_menu, window.settings, window.show_panes)
+        self._views_end = view_menu.actions()[1]  # the options' separator: views go above it
 
         help_menu = self.help_menu = bar.addMenu("&Help")
         self.open_log_action = self._action("Open &log folder", self._on_open_log_folder)
@@ -106,13 +105,14 @@ class WindowMenus(QObject):
     def _action(
         self,
         text: str,
-        slot: object,
+        slot: object = None,
         shortcut: QKeySequence | QKeySequence.StandardKey | None = None,
     ) -> QAction:
         action = QAction(text, self.top)
         if shortcut is not None:
             action.setShortcut(shortcut)
-        action.triggered.connect(slot)
+        if slot is not None:
+            action.triggered.connect(slot)
         return action
 
     # ---- what features add ---------------------------------------------------------------
@@ -121,6 +121,14 @@ class WindowMenus(QObject):
         menu = QMenu(title, self.top)
         self.bar.insertMenu(self.help_menu.menuAction(), menu)
         return menu
+
+    def add_view_action(
+        self, text: str, slot: object, shortcut: QKeySequence | None = None
+    ) -> QAction:
+        """View > `text` for a feature's tab (Compare loops), below Chat."""
+        action = self._action(text, slot, shortcut)
+        self.view_menu.insertAction(self._views_end, action)
+        return action
 
     def add_file_actions(self, actions: list[QAction]) -> None:
         """A feature's actions in the File menu, above New chat, with a separator after them."""
@@ -135,7 +143,7 @@ class WindowMenus(QObject):
         start = str(window.model_dir.parent if window.model_dir else models_dir())
         folder = QFileDialog.getExistingDirectory(self.top, "Open model folder", start)
         if folder:
-            window.open_model_folder(Path(folder))
+            emit(self.sig_open_folder, Path(folder))
 
     @Slot()
     def _on_open_gguf(self) -> None:
@@ -146,7 +154,7 @@ class WindowMenus(QObject):
             "GGUF models (*.gguf);;All files (*)",
         )
         if path:
-            self.window.convert_and_open(path)
+            emit(self.sig_open_gguf, Path(path))
 
     @Slot()
     def rebuild_recent_menu(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from chatapp.gui.common.settings import SETTINGS_ENV
-from chatapp.gui.data_places import data_places, show_data_places
+from chatapp.gui.window.data_places import data_places, show_data_places
 
 
 def test_every_place_is_under_the_data_folder(

@@ -14,7 +14,8 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from chatapp.gui.common.theme import apply_theme, colors
-from chatapp.gui.view_options import LIST_KEY, SIDE_KEY
+from chatapp.gui.compare.feature import CompareFeature
+from chatapp.gui.window.view_options import LIST_KEY, SIDE_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +57,9 @@ def test_panes_hide_and_show_from_the_view_menu(
     options.list_action.trigger()
     assert not window.side_scroll.isVisible() and not window.conversation_list.isVisible()
     assert window.chat_view.prompt_edit.isVisible()
-    window.compare_action.trigger()
+    compare = window.feature(CompareFeature)
+    assert compare is not None
+    compare.action.trigger()
     window.show_chat_action.trigger()
     assert not window.side_scroll.isVisible()  # coming back to the chat keeps the choice
     saved = QSettings(str(settings_file), QSettings.Format.IniFormat)

@@ -1,0 +1,95 @@
+"""The chat as a feature of the window: what the prompt box asks (send, regenerate, stop,
+another version of an answer) goes to the controller, and what the controller tells of an
+answer (started, tokens, figures, finished, failed) goes to the transcript and the side panel.
+It plugs in like the others, through what MainWindow declares (`chat_view` and `side_panel`
+are the chat's own widgets, in the frame's layout); the window keeps the chat's state shown
+in its controls, loading and new chats."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Slot
+
+from chatapp.gui.chat.controller import State
+from chatapp.session import formatting as fmt
+from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
+from chatapp.session.conversation import ChatMessage
+
+if TYPE_CHECKING:
+    from chatapp.gui.main_window import MainWindow
+
+
+class ChatFeature(QObject):
+    """`window.feature(ChatFeature)` finds it."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        c, view = window.controller, window.chat_view
+        self.chat, self.view, self.panel = c, view, window.side_panel
+        view.sig_send.connect(self._on_send)
+        view.sig_stop.connect(c.stop)
+        view.sig_regenerate.connect(self._on_regenerate)
+        view.sig_copied.connect(self._on_copied)
+        # Transcript: versions of an answer, copied code, where a hovered link goes.
+        view.sig_version_requested.connect(c.select_version)
+        view.sig_code_copied.connect(lambda: window.notify("Copied the code.", 3000))
+        view.sig_status.connect(lambda text: window.notify(text, 8000))
+        c.sig_answer_started.connect(self._on_answer_started)
+        c.sig_answer_delta.connect(self._on_answer_delta)
+        c.sig_stats.connect(self._on_stats)
+        c.sig_answer_finished.connect(self._on_answer_finished)
+        c.sig_answer_failed.connect(self._on_answer_failed)
+
+    @Slot(str)
+    def _on_send(self, text: str) -> None:
+        if self.chat.send(text, self.window.chat_options()):
+            self.view.set_prompt_text("")
+            self.view.prompt_edit.setFocus()  # after a click on Send, keep typing
+        elif self.chat.state is State.NO_MODEL:
+            self.window.show_message(
+                "No model is loaded: open a model folder from the File menu.", "info"
+            )
+
+    @Slot()
+    def _on_regenerate(self) -> None:
+        self.chat.regenerate(self.window.chat_options())
+
+    @Slot(int)
+    def _on_copied(self, index: int) -> None:
+        self.window.notify(f"Copied message {index + 1} to the clipboard.", 3000)
+
+    @Slot(object)
+    def _on_answer_started(self, _options: object) -> None:
+        self.window.dismiss_message()
+        self.view.show_messages(self.chat.conversation.messages)
+        self.view.begin_answer()
+        self.panel.start_answer()
+
+    @Slot(object)
+    def _on_answer_delta(self, batch: TokenBatch) -> None:
+        self.view.append_answer(batch.text)
+        self.panel.add_latencies(batch.first_index, batch.latencies_s)
+
+    @Slot(object)
+    def _on_stats(self, snapshot: StatsSnapshot) -> None:
+        self.panel.show_stats(snapshot.figures)
+
+    @Slot(object)
+    def _on_answer_finished(self, message: ChatMessage) -> None:
+        if message.figures is not None:
+            self.panel.show_stats(message.figures)
+            self.window.notify(fmt.figures_line(message.figures), 10000)
+
+    @Slot(str, str)
+    def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
+        if restored_prompt and not self.view.prompt_text().strip():
+            self.view.set_prompt_text(restored_prompt)
+        self.window.show_message(message, "error")
+
+
+def install_chat(window: MainWindow) -> ChatFeature:
+    feature = ChatFeature(window)
+    window.add_feature(feature)
+    return feature

@@ -1,0 +1,67 @@
+"""The comparison as a feature of the window: its tab (View > Compare loops), when it may run,
+and the chat held while it runs. It plugs in through what MainWindow declares (`add_view`,
+`busy_checks`, `before_shutdown`, `refresh_controls`, `add_feature`) and reads the chat only
+through its controller's signals."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QSizePolicy
+
+from chatapp.gui.chat.controller import State
+from chatapp.gui.compare.view import CompareView
+
+if TYPE_CHECKING:
+    from chatapp.gui.main_window import MainWindow
+
+# Shown in the comparison's status line while answers come from a server.
+COMPARE_UNAVAILABLE = (
+    "The comparison is not available with a remote server: it runs both loops of a model on "
+    "this machine, and a server shows neither. Disconnect (File menu) to compare."
+)
+
+
+class CompareFeature(QObject):
+    """Owns the CompareView; `window.feature(CompareFeature)` finds it."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.chat = window.controller
+        self.view = CompareView(window.runner, window.host, window)
+        self.view.system_prompt = window.system_prompt
+        # Its controls must not widen the chat page (a small screen keeps both side panes):
+        # the comparison gets the whole window when shown.
+        self.view.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.tab, self.action = window.add_view(
+            self.view, "Compare loops", "C&ompare loops", QKeySequence("Ctrl+2"), whole_width=True
+        )
+        self._local_status = self.view.status.text()
+        window.busy_checks.append(lambda: self.view.running)
+        window.before_shutdown.append(self.view.stop)  # a running comparison ends after its step
+        self.view.sig_running.connect(lambda _running: window.refresh_controls())
+        self.chat.sig_state_changed.connect(self._update)
+        self.chat.sig_backend_changed.connect(self._on_backend_changed)
+        self._update()
+
+    def show(self) -> None:
+        self.action.trigger()
+
+    @Slot()
+    def _update(self, _state: object = None) -> None:
+        # The comparison runs both loops of a local model: not a remote server's.
+        self.view.set_available(self.chat.state is State.READY and self.chat.remote is None)
+
+    @Slot(object)
+    def _on_backend_changed(self, remote: object) -> None:
+        self.view.status.setText(COMPARE_UNAVAILABLE if remote is not None else self._local_status)
+        self._update()
+
+
+def install_compare(window: MainWindow) -> CompareFeature:
+    feature = CompareFeature(window)
+    window.add_feature(feature)
+    return feature

@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.session.chat_jobs import (
@@ -79,6 +80,7 @@ class ChatController(QObject):
     sig_answer_started = Signal(object)  # GenerationOptions
     sig_answer_delta = Signal(object)  # TokenBatch
     sig_stats = Signal(object)  # StatsSnapshot
+    sig_warm_up = Signal(object)  # WarmUpProgress: the device's first runs, before the answer
     sig_answer_finished = Signal(object)  # ChatMessage (the stored answer)
     sig_answer_failed = Signal(str, str)  # message, prompt text given back to the input box
     sig_conversation_changed = Signal(object)  # Conversation: the hook for the history
@@ -319,6 +321,8 @@ class ChatController(QObject):
         for item in batch.items:
             if isinstance(item, ContextReport):
                 self._on_context(item)
+            elif isinstance(item, WarmUpProgress):
+                emit(self.sig_warm_up, item)
         if tokens:
             delta = TokenBatch.join(batch.request_id, tokens)
             self.streaming_text += delta.text

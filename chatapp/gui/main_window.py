@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.datadir import models_dir
+from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
@@ -184,6 +185,7 @@ class MainWindow(QMainWindow):
         c.sig_answer_started.connect(self._on_answer_started)
         c.sig_answer_delta.connect(self._on_answer_delta)
         c.sig_stats.connect(self._on_stats)
+        c.sig_warm_up.connect(self._on_warm_up)
         c.sig_answer_finished.connect(self._on_answer_finished)
         c.sig_answer_failed.connect(self._on_answer_failed)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
@@ -256,7 +258,13 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{summary.name} — chatapp")
         self.statusBar().showMessage(f"Loaded {summary.description}", 8000)
         self.side_panel.set_fallback_reason(summary.fallback_reason)
-        self.side_panel.set_device_memory(summary.device_own_memory, summary.device_label)
+        self.side_panel.set_device_memory(
+            summary.device_own_memory,
+            summary.device_label,
+            summary.kv_bytes_per_token,
+            summary.device,
+            summary.name,
+        )
         if summary.device != summary.requested_device:
             # Show what runs (the CPU after a fallback); the saved choice stays the user's.
             self.side_panel.preselect(device=summary.device)
@@ -327,7 +335,7 @@ class MainWindow(QMainWindow):
             self.banner.dismiss()
         self.chat_view.show_messages(self.conversation.messages)
         self.chat_view.begin_answer()
-        self.side_panel.start_answer()
+        self.side_panel.begin_answer()
 
     @Slot(object)
     def _on_answer_delta(self, batch: TokenBatch) -> None:
@@ -339,15 +347,25 @@ class MainWindow(QMainWindow):
         self.side_panel.show_stats(snapshot.figures)
 
     @Slot(object)
+    def _on_warm_up(self, progress: WarmUpProgress) -> None:
+        self.side_panel.show_warm_up(progress)
+        self.chat_view.set_hint(
+            "Writing… Esc or Stop ends the answer."
+            if progress.finished
+            else "Preparing the device… (first answer only)"
+        )
+
+    @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:
+        self.side_panel.finish_answer(message.figures)
         if message.figures is not None:
-            self.side_panel.show_stats(message.figures)
             self.statusBar().showMessage(fmt.figures_line(message.figures), 10000)
 
     @Slot(str, str)
     def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
         if restored_prompt and not self.chat_view.prompt_text().strip():
             self.chat_view.set_prompt_text(restored_prompt)
+        self.side_panel.finish_answer(None)
         self.show_message(message, "error")
 
     @Slot(object)

@@ -124,3 +124,31 @@ def _nth(text: str, needle: str, n: int) -> int:
 
 def describe_hidden(count: int) -> str:
     return f"… {count:,} characters not shown here …".replace(",", " ")
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_NO_BREAK_AFTER = re.compile(r"^\s*(\||#{1,6}\s|$)|\\$|  $")  # table rows, headings, blank
+
+
+def keep_line_breaks(markdown: str) -> str:
+    """`markdown` with each single line break inside a paragraph made a hard break: a poem
+    written one line per line stays so (Markdown would join the lines into one paragraph, as
+    no chat reader expects). Code blocks, tables, headings and blank lines are left alone."""
+    lines = markdown.split("\n")
+    fence = ""
+    for i, line in enumerate(lines[:-1]):
+        opened = _FENCE.match(line)
+        if fence:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = ""
+            continue
+        if opened:
+            fence = opened.group(1)
+            continue
+        after = lines[i + 1]
+        if _NO_BREAK_AFTER.search(line) or not after.strip() or _FENCE.match(after):
+            continue
+        if line.startswith(("    ", "\t")) and (i == 0 or not lines[i - 1].strip()):
+            continue  # an indented code block
+        lines[i] = line + "  "
+    return "\n".join(lines)

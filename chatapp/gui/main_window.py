@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from chatapp.datadir import models_dir
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.controller import ChatController, State
+from chatapp.gui.chat.regenerate_note import VARIED_PRESET, same_answer
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.view import ChatView
 from chatapp.gui.common import geometry
@@ -172,6 +173,7 @@ class MainWindow(QMainWindow):
         chat.sig_send.connect(self._on_send)
         chat.sig_stop.connect(c.stop)
         chat.sig_regenerate.connect(self._on_regenerate)
+        chat.regenerate_note.sig_regenerate.connect(self._regenerate_varied)
         chat.sig_new_chat.connect(self.new_chat)
         chat.sig_copied.connect(self._on_copied)
         # Transcript: versions of an answer, copied code, where a hovered link goes.
@@ -313,7 +315,20 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_regenerate(self) -> None:
-        self.controller.regenerate(self.side_panel.options())
+        options = self.side_panel.options()
+        if self.controller.regenerate(options):
+            # Greedy or a fixed seed writes the same text again: say why, offer a way out.
+            preset = self.side_panel.sampling_box.preset()
+            self.chat_view.regenerate_note.offer(same_answer(options.settings, preset))
+
+    @Slot(str)
+    def _regenerate_varied(self, fix: str) -> None:
+        box = self.side_panel.sampling_box
+        if fix == "seed":
+            box.seed_spin.setValue(-1)  # random
+        else:
+            box.use_preset(VARIED_PRESET)
+        self._on_regenerate()
 
     @Slot()
     def new_chat(self) -> None:

@@ -189,6 +189,8 @@ class RemoteUi(QObject):
                 w.banner.dismiss()
         else:
             w.compare_view.status.setText(self._compare_status)
+            if w.banner.level:  # what it says was about the server: gone with it
+                w.banner.dismiss()
             model = self.chat.model
             if model is not None:
                 w.model_label.setText(f"{model.name} · {model.device_label}")

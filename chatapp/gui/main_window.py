@@ -115,7 +115,8 @@ class MainWindow(QMainWindow):
         side_scroll.setWidgetResizable(True)
         side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         side_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        side_scroll.setMinimumWidth(self.side_panel.sizeHint().width() + 16)
+        # Its narrowest, so that a small window keeps a usable chat (view_options.fit_chat).
+        side_scroll.setMinimumWidth(self.side_panel.minimumSizeHint().width() + 16)
         self.side_scroll = side_scroll
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
@@ -488,13 +489,12 @@ class MainWindow(QMainWindow):
         saved = self.settings.value(geometry.SPLITTER_KEY)
         if geometry.restore_splitter(self.splitter, saved):
             return
-        side = max(340, self.side_panel.sizeHint().width() + 24)
-        if self.splitter.count() == 3:  # conversation list | chat | side panel
-            pane = self.splitter.widget(0)
-            left = max(230, pane.sizeHint().width() if pane is not None else 0)
-            self.splitter.setSizes([left, max(400, self.width() - side - left), side])
-        else:
-            self.splitter.setSizes([max(400, self.width() - side), side])
+        # Each pane as wide as it likes, the chat the rest: on a narrow window the panes give
+        # way first, and the list hides while the chat would be too narrow beside it.
+        panes = self.view_options.pane_widths()
+        chat = self.splitter.indexOf(self.tabs)
+        self.splitter.setSizes(geometry.pane_sizes(self.splitter.width(), panes, chat))
+        self.view_options.fit_chat()
 
     def shutdown(self) -> None:
         """Save settings and stop the worker thread (closing the window calls this)."""

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QSettings, QTimer, Slot
+from PySide6.QtCore import QEvent, QObject, QSettings, QTimer, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMenu, QWidget
 
-from chatapp.gui.common.geometry import available_area, keep_on_screen
+from chatapp.gui.common.geometry import (
+    CHAT_MIN_WIDTH,
+    available_area,
+    keep_on_screen,
+    pane_sizes,
+)
 from chatapp.gui.common.theme import THEME_KEY, THEME_LABELS, THEMES, apply_theme, saved_theme
 
 if TYPE_CHECKING:
@@ -22,6 +27,7 @@ SIDE_KEY = "view/side_panel"
 # at least ~420 px beside what is shown.
 WIDTH_FOR_SIDE_PANEL = 780
 WIDTH_FOR_BOTH_PANELS = 1020
+LIST_MIN_WIDTH = 130  # the conversation list, narrowed for the chat: titles elided
 
 
 class ViewOptions(QObject):
@@ -47,6 +53,8 @@ class ViewOptions(QObject):
         self.theme_actions[self.theme].setChecked(True)
         if self.theme != "system":
             apply_theme(self.theme)
+        self._list_fits = True
+        window.installEventFilter(self)  # resizes: keep the chat usable
 
     def _toggle(self, menu: QMenu, text: str, shortcut: str, key: str) -> QAction:
         action = QAction(text, self.window)
@@ -76,8 +84,68 @@ class ViewOptions(QObject):
         if widget is self.window.side_scroll:
             return self.side_action.isChecked()
         if widget is self.window.conversation_list:
-            return self.list_action.isChecked()
+            return self.list_action.isChecked() and self._list_fits
         return True
+
+    # ---- a narrow window: the chat first ------------------------------------------------------
+    def pane_widths(self) -> list[tuple[int, int]]:
+        """(preferred, minimum) width of each pane of the window's splitter, in order."""
+        window = self.window
+        panes = []
+        for i in range(window.splitter.count()):
+            widget = window.splitter.widget(i)
+            if widget is not None and widget is window.conversation_list:
+                preferred = max(230, widget.sizeHint().width())
+                least = max(widget.minimumWidth(), widget.minimumSizeHint().width())
+                panes.append((preferred, max(LIST_MIN_WIDTH, least)))
+            elif widget is window.side_scroll:
+                minimum = widget.minimumWidth()
+                panes.append((max(minimum, window.side_panel.sizeHint().width() + 24), minimum))
+            else:  # the chat
+                panes.append((0, CHAT_MIN_WIDTH))
+        return panes
+
+    def fit_chat(self) -> None:
+        """Hide the conversation list while the window is too narrow for it beside a usable
+        chat (the View menu's choice stays), then narrow the shown panes before the chat."""
+        window = self.window
+        splitter = window.splitter
+        shown = [
+            (i, pane)
+            for i, pane in enumerate(self.pane_widths())
+            if (widget := splitter.widget(i)) is not None
+            and (widget is window.tabs or self.wanted_ignoring_width(widget))
+        ]
+        handles = splitter.handleWidth() * max(0, len(shown) - 1)
+        needed = sum(minimum for _, (_, minimum) in shown) + handles
+        fits = splitter.width() >= needed
+        if fits != self._list_fits:
+            self._list_fits = fits
+            window.show_panes()
+        visible = [
+            (i, pane)
+            for i, pane in shown
+            if (widget := splitter.widget(i)) is not None and widget.isVisibleTo(window)
+        ]
+        chat = next((i for i, _ in visible if splitter.widget(i) is window.tabs), None)
+        sizes = splitter.sizes()
+        if chat is None or sizes[chat] >= CHAT_MIN_WIDTH or len(visible) < 2:
+            return
+        total = sum(sizes[i] for i, _ in visible)
+        wanted = pane_sizes(total, [p for _, p in visible], [i for i, _ in visible].index(chat))
+        for (i, _), width in zip(visible, wanted, strict=True):
+            sizes[i] = width
+        splitter.setSizes(sizes)
+
+    def wanted_ignoring_width(self, widget: QWidget) -> bool:
+        if widget is self.window.conversation_list:
+            return self.list_action.isChecked()
+        return self.wanted(widget)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.window and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self.fit_chat)  # once the splitter has its new width
+        return False
 
     def _on_toggled(self, key: str, on: bool) -> None:
         self.settings.setValue(key, on)

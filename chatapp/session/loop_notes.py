@@ -122,18 +122,17 @@ def cpu_note(kv_bytes_per_token: int, context_tokens: int, measured: bool = True
     """Why Naive and IO-Binding are close on the CPU, and where IO-Binding matters."""
     where = "this answer's" if measured else "a"
     saved = (
-        f" For this model that is about "
+        f": for this model about "
         f"{fmt_bytes(naive_bytes_per_token(kv_bytes_per_token, context_tokens))} per token at "
         f"{where} {context_tokens} tokens of context."
         if kv_bytes_per_token
-        else ""
+        else "."
     )
     return (
         "On the CPU the KV cache stays in the computer's memory with either loop, so "
-        "IO-Binding saves only copies within RAM: Naive and IO-Binding come out close, and a "
-        "few percent either way is noise. IO-Binding matters on a GPU or other accelerator "
-        "with memory of its own, where the naive loop sends the whole KV cache to the host and "
-        f"back for every token.{saved}"
+        "IO-Binding saves only copies within RAM: the two come out close, and a few percent "
+        "either way is noise. IO-Binding matters on a GPU or other accelerator, where the "
+        f"naive loop sends the whole KV cache to the host and back for every token{saved}"
     )
 
 

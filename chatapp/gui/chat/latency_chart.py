@@ -54,7 +54,7 @@ class LatencyChart(QChartView):
         chart.addSeries(self.outliers)
         self.outliers.attachAxis(self.x_axis)
         self.outliers.attachAxis(self.y_axis)
-        self.hint = EmptyHint(chart, "Latencies appear as an answer is written", chart.axes())
+        self.hint = EmptyHint(chart, "Latencies appear\nas an answer is written", chart.axes())
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.setMinimumHeight(124)
         on_theme(self, self._style)

@@ -14,7 +14,15 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtGui import QFont, QResizeEvent
-from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QProgressBar, QSizePolicy, QWidget
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QSizePolicy,
+    QWidget,
+)
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.warm_up import WarmUpProgress
@@ -133,10 +141,15 @@ class LiveFigures(QGroupBox):
         grid.addWidget(self.transfer_value, 8, 0, 1, 2)
         grid.addWidget(self.transfer_note, 9, 0, 1, 2)
         # What happens when the context fills up.
-        grid.addWidget(self._caption("Context used (tokens)", POLICY_TEXT), 10, 0)
+        # Caption and value in one row across both columns: the caption must not set the
+        # first column's width (the panel stays narrow).
+        context_row = QHBoxLayout()
+        context_row.addWidget(self._caption("Context used (tokens)", POLICY_TEXT))
         self.context_value = QLabel(fmt.MISSING, self)
         self.context_value.setObjectName("contextValue")
-        grid.addWidget(self.context_value, 10, 1, Qt.AlignmentFlag.AlignRight)
+        context_row.addStretch(1)
+        context_row.addWidget(self.context_value)
+        grid.addLayout(context_row, 10, 0, 1, 2)
         self.context_bar = QProgressBar(self)
         self.context_bar.setObjectName("contextBar")
         self.context_bar.setTextVisible(False)

@@ -32,7 +32,13 @@ from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, on_theme, warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
-from chatapp.session.loop_notes import LOOP_TIPS, REMOTE, LoadedDevice
+from chatapp.session.loop_notes import (
+    DEVICE_NAMES,
+    LOOP_TIPS,
+    REMOTE,
+    LoadedDevice,
+    device_name,
+)
 
 LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
 
@@ -146,17 +152,23 @@ class SidePanel(QWidget):
         self.loop_toggle.sig_mode_changed.connect(self._on_mode_changed)
         form.addWidget(self.loop_toggle)
         row = QFormLayout()
+        # In a narrow panel the device box goes under its label, at the panel's full width.
+        row.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.device_selector = QComboBox(box)
         self.device_selector.setObjectName("deviceSelector")
         self._devices: list[Device] = available_devices(offers=True)
         # Adapter names can be long ("llvmpipe (LLVM 15.0.6, 256 bits)"): the box keeps the
-        # panel's width and the open list and each item's tooltip show the whole name.
+        # panel's width and each item's tooltip shows the whole name.
         self.device_selector.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
-        self.device_selector.setMinimumContentsLength(18)
+        self.device_selector.setMinimumContentsLength(16)
         for device in self._devices:
-            self.device_selector.addItem(device.label, device.name)
+            # A short name in the box, so that it and its list fit a narrow panel.
+            short = device_name(device.name) if device.name in DEVICE_NAMES else device.label
+            if device.software:
+                short = short.replace(")", ", slow)") if short.endswith(")") else f"{short} (slow)"
+            self.device_selector.addItem(short, device.name)
             index = self.device_selector.count() - 1
             self.device_selector.setItemData(index, device.label, Qt.ItemDataRole.ToolTipRole)
         self.device_selector.currentIndexChanged.connect(self._on_device_index_changed)

@@ -74,7 +74,7 @@ class TranscriptView(TranscriptActions):
         self.setOpenLinks(False)
         self.setOpenExternalLinks(False)
         # Placeholders do not wrap: one short line that fits a narrow chat pane.
-        self.setPlaceholderText("Ask the model something; the answer streams in here.")
+        self.setPlaceholderText("Ask the model something.")
         self.anchorClicked.connect(self._on_anchor_clicked)
         self.colors: TranscriptColors = colors_for(self.palette())
         self._messages: list[ChatMessage] = []

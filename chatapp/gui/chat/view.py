@@ -141,6 +141,7 @@ class ChatView(QWidget):
         self.hint_label.setObjectName("chatHint")
         muted(self.hint_label)
         self.hint_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.hint_label.setWordWrap(True)  # a narrow chat: two lines rather than cut
 
         # Esc also stops when the focus is elsewhere in the window (e.g. on the transcript).
         self._stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)

@@ -43,6 +43,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="PNG of the chat")
     parser.add_argument("--compare", type=Path, default=None, help="PNG of a comparison run")
     parser.add_argument("--no-question", action="store_true", help="the empty window")
+    parser.add_argument(
+        "--both-panes",
+        action="store_true",
+        help="the conversation list and the side panel open (as a user who opened them)",
+    )
     args = parser.parse_args()
     # The prepared default model, without copying it into the fresh data folder.
     from chatapp.convert.default_model import default_model_dir
@@ -51,6 +56,8 @@ def main() -> int:
     data = Path(tempfile.mkdtemp(prefix="chatapp-shots-"))
     os.environ["CHATAPP_DATA_DIR"] = str(data)  # fresh data and settings
     os.environ.pop("CHATAPP_SETTINGS", None)
+    if args.both_panes:
+        (data / "chatapp.ini").write_text("[view]\nconversation_list=true\nside_panel=true\n")
     from chatapp.gui.app import application, build_window
     from chatapp.gui.chat.controller import State
 

@@ -41,10 +41,19 @@ def test_a_device_with_its_own_memory_shows_bytes_per_token(
     assert window.controller.model.device_own_memory
     assert "Emulated GPU" in window.side_panel.transfer_note.text()
     set_sampling(window, greedy(8))
+    warm_ups: list[object] = []
+    window.controller.sig_warm_up.connect(warm_ups.append)
+    box = window.side_panel.figures_box
     for mode_button in ("modeNaiveButton", "modeIOBindingButton"):
         window.findChild(object, mode_button).click()
         send_and_wait(qtbot, window, f"via {mode_button}")
-    naive, iob = (m.figures for m in window.conversation.messages[1::2])
+        # Each loop's first answer on the device warms it up first, shown beside the answer.
+        assert warm_ups and warm_ups[-1].finished
+        assert box.warm_up_note.isVisible() and "not counted" in box.warm_up_note.text()
+        warm_ups.clear()
+    send_and_wait(qtbot, window, "warm already")
+    assert not warm_ups and not box.warm_up_note.isVisible()
+    naive, iob, _warm = (m.figures for m in window.conversation.messages[1::2])
     # The naive loop moves every layer's KV both ways; IO-Binding the token, mask and logits.
     assert naive.mode == "naive" and iob.mode == "iobinding"
     assert naive.h2d_bytes_per_token > 10 * iob.h2d_bytes_per_token > 0

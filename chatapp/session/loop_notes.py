@@ -103,8 +103,8 @@ def transfer_note(fig: AnswerFigures | None, loaded: LoadedDevice) -> str:
         )
     if fig.mode == "iobinding":
         would = (
-            f" The naive loop would move about {fmt_bytes(naive)} per token at this answer's "
-            f"{context} tokens of context."
+            f" The naive loop would move about {fmt_bytes(naive)} per token by the end of this "
+            f"answer ({context} tokens in its KV cache)."
             if naive
             else ""
         )
@@ -120,14 +120,13 @@ def transfer_note(fig: AnswerFigures | None, loaded: LoadedDevice) -> str:
 
 def cpu_note(kv_bytes_per_token: int, context_tokens: int, measured: bool = True) -> str:
     """Why Naive and IO-Binding are close on the CPU, and where IO-Binding matters."""
-    where = "this answer's" if measured else "a"
-    saved = (
-        f": for this model about "
-        f"{fmt_bytes(naive_bytes_per_token(kv_bytes_per_token, context_tokens))} per token at "
-        f"{where} {context_tokens} tokens of context."
-        if kv_bytes_per_token
-        else "."
+    moved = fmt_bytes(naive_bytes_per_token(kv_bytes_per_token, context_tokens))
+    when = (
+        f"by the end of this answer ({context_tokens} tokens in its KV cache)"
+        if measured
+        else f"with {context_tokens} tokens in its KV cache"
     )
+    saved = f": for this model about {moved} per token {when}." if kv_bytes_per_token else "."
     return (
         "On the CPU the KV cache stays in the computer's memory with either loop, so "
         "IO-Binding saves only copies within RAM: the two come out close, and a few percent "

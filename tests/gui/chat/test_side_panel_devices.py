@@ -30,7 +30,7 @@ def test_on_the_cpu_nothing_crosses_and_the_panel_says_why(
     figures = window.conversation.messages[-1].figures
     saved = 2 * window.host.engine.info.kv_bytes_per_token() * figures.tokens_in_context
     assert f"about {fmt_bytes(saved)} per token" in note
-    assert f"{figures.tokens_in_context} tokens of context" in note
+    assert f"({figures.tokens_in_context} tokens in its KV cache)" in note
     assert "host↔device" not in fmt.figures_line(window.conversation.messages[-1].figures)
 
 

@@ -140,8 +140,9 @@ def _before_any_answer(loaded: LoadedDevice) -> str:
         return "A server writes the answers: its loop, device and transfers are its own."
     if not loaded.own_memory:
         return cpu_note(loaded.kv_bytes_per_token, CONTEXT_EXAMPLE, measured=False)
+    label = device_name(loaded.name) if loaded.name in DEVICE_NAMES else loaded.label
     return (
-        f"On {loaded.label} the naive loop moves every layer's KV cache to the host and back "
+        f"On {label} the naive loop moves every layer's KV cache to the host and back "
         "for each token; IO-Binding moves only the token, the mask and the scores."
     )
 

@@ -50,6 +50,8 @@ class WrappedNote(QLabel):
         self.setObjectName(name)
         self.setWordWrap(True)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # Given more height than its lines need (a longer text before), it starts at the top.
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         muted(self)
 
     def resizeEvent(self, event: QResizeEvent) -> None:

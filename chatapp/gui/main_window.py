@@ -375,7 +375,7 @@ class MainWindow(QMainWindow):
     def _on_answer_finished(self, message: ChatMessage) -> None:
         self.side_panel.finish_answer(message.figures)
         if message.figures is not None:
-            self.statusBar().showMessage(fmt.figures_line(message.figures), 10000)
+            self.statusBar().showMessage(fmt.figures_line(message.figures, tokens=False), 10000)
 
     @Slot(str, str)
     def _on_answer_failed(self, message: str, restored_prompt: str) -> None:

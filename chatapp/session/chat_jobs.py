@@ -143,6 +143,11 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             for progress in engine.warm_up(mode):
                 yield progress
                 control.flush()
+                if control.stopped and not progress.finished:  # the next answer warms up
+                    raise EngineError(
+                        "Stopped while the device was being prepared; the question is back in "
+                        "the prompt box."
+                    )
         gen = engine.chat(
             messages, request.settings, mode, should_stop=lambda: control.stopped, **constrained
         )

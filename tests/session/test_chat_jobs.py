@@ -203,3 +203,17 @@ def test_a_device_s_first_answer_warms_it_up_first(
     assert out.result.stats.reused_tokens == 0
     again = drive(generate_job(fresh, ask("again", short)))
     assert not any(isinstance(i, WarmUpProgress) for i in again.items)
+
+
+def test_stop_during_the_warm_up_gives_the_question_back(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "needs_warm_up", lambda loop: not loop.warmed_up)
+    fresh = EngineHost()
+    fresh.engine = Engine(tiny_model_dir, threads=1)
+    out = drive(generate_job(fresh, ask()), stopped=True)
+    assert out.error is not None and "being prepared" in (out.message or "")
+    assert not any(isinstance(i, TokenItem) for i in out.items)
+    assert fresh.engine.needs_warm_up("iobinding")  # not warmed: the next answer does it

@@ -216,7 +216,11 @@ class LiveFigures(QGroupBox):
     def finish_answer(self) -> None:
         """The answer is written: its figures are now the last answer's."""
         self.writing = False
-        if self._warm_timer.isActive():
+        if self._warm_timer.isActive() and self.figures is None:  # stopped while warming up
+            self._warm_timer.stop()
+            self.warm_up_bar.hide()
+            self.warm_up_note.hide()
+        elif self._warm_timer.isActive():
             self._finish_warm_up()
         self._describe()
 

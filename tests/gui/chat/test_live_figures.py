@@ -94,3 +94,13 @@ def test_the_toggle_s_tips_are_plain_words(qtbot) -> None:
         tip = button.toolTip()
         assert tip in LOOP_TIPS.values()
         assert "session.run" not in tip and "numpy" not in tip
+
+
+def test_an_answer_stopped_during_its_warm_up_leaves_no_warm_up_note(qtbot) -> None:
+    panel = make_panel(qtbot)
+    panel.begin_answer()
+    panel.show_warm_up(WarmUpProgress(0, 2, 0.0))
+    panel.finish_answer(None)  # the job was stopped before the first token
+    box = panel.figures_box
+    assert not box.warming_up and not box.warm_up_note.isVisible()
+    assert not box.warm_up_bar.isVisible()

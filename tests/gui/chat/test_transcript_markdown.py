@@ -35,16 +35,16 @@ def show(view: ChatView, answer: str) -> None:
 def test_a_poem_shows_one_line_per_line(view: ChatView) -> None:
     show(view, POEM)
     shown = texts(view)
-    for line in POEM.split("\n"):
-        if line:
-            assert line in shown  # each line its own line, none joined to the next
+    # Each stanza one paragraph, each of its lines on a line of its own (U+2028 in Qt).
+    assert "Roses are red\u2028Violets are blue" in shown
+    assert "Second stanza\u2028ends here" in shown
     assert "Roses are red Violets are blue" not in view.transcript.toPlainText()
 
 
 def test_markdown_still_renders_around_the_kept_breaks(view: ChatView) -> None:
     show(view, MIXED)
     by_text = {b.text(): b for b in blocks(view)}
-    assert {"first", "second"} <= by_text.keys()
+    assert "Lines:\u2028first\u2028second" in by_text
     assert by_text["one"].textList() is not None and by_text["two"].textList() is not None
     # The code block is kept exactly, without the breaks' trailing spaces.
     assert "x = 1" in by_text and "y = 2" in by_text
@@ -59,16 +59,21 @@ def test_a_streamed_answer_keeps_its_line_breaks_too(view: ChatView) -> None:
     view.begin_answer()
     view.append_answer(POEM[:30])
     view.flush()
-    assert "Roses are red" in texts(view)
+    assert any(t.startswith("Roses are red\u2028") for t in texts(view))
 
 
-def test_breaks_are_added_only_inside_paragraphs() -> None:
+def test_breaks_are_kept_only_inside_paragraphs() -> None:
     keep = render_policy.keep_line_breaks
-    assert keep("a\nb") == "a  \nb"
+    br = render_policy.LINE_BREAK
+    assert keep("a\nb\nc") == f"a{br}b{br}c"
     assert keep("a\n\nb") == "a\n\nb"
     assert keep("```\nx\ny\n```") == "```\nx\ny\n```"
-    assert keep("~~~\nx\n```\ny\n~~~\nz\nw") == "~~~\nx\n```\ny\n~~~\nz  \nw"
+    assert keep("~~~\nx\n```\ny\n~~~\nz\nw") == f"~~~\nx\n```\ny\n~~~\nz{br}w"
     assert keep("# Title\ntext") == "# Title\ntext"
+    assert keep("Title\n---") == "Title\n---"  # a heading's underline
+    assert keep("text\n- a\n- b") == "text\n- a\n- b"  # a list after a paragraph
+    assert keep("- item\n  more") == f"- item{br}more"
+    assert keep("> one\n> two") == f"> one{br}two"
     assert keep("| a |\n|---|") == "| a |\n|---|"
     assert keep("    code\n    more") == "    code\n    more"
     assert keep("ends with two  \nnext") == "ends with two  \nnext"

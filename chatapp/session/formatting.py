@@ -62,5 +62,18 @@ def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
     return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device
 
 
+# Short names of the devices an answer records (AnswerFigures.device), as the window shows them.
+DEVICE_NAMES = {
+    "cpu": "CPU",
+    "cuda": "CUDA GPU",
+    "dml": "DirectML GPU",
+    "webgpu": "WebGPU",
+    "webgpu-software": "WebGPU (software)",
+    "remote": "remote",
+}
+
+
 def _device(device: str | None) -> str:
+    if device in DEVICE_NAMES:
+        return DEVICE_NAMES[device]
     return device.upper() if device and len(device) <= 4 else device or ""

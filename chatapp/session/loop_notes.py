@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.session import formatting as fmt
+from chatapp.session.formatting import DEVICE_NAMES
 from chatapp.units import fmt_bytes
 
 REMOTE = "remote"  # an answer from a server (chatapp.remote.engine.REMOTE)
@@ -31,16 +32,6 @@ LOOP_TIPS: dict[str, str] = {
         "IO-Binding: the KV cache stays where the model runs and is updated in place; only the "
         "new token and its scores travel. Faster on a GPU; about the same on the CPU."
     ),
-}
-
-# Short names of the devices an answer records (AnswerFigures.device).
-DEVICE_NAMES = {
-    "cpu": "CPU",
-    "cuda": "CUDA GPU",
-    "dml": "DirectML GPU",
-    "webgpu": "WebGPU",
-    "webgpu-software": "WebGPU (software)",
-    REMOTE: "remote",
 }
 
 CONTEXT_EXAMPLE = 1000  # tokens of context for the example before any answer

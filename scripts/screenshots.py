@@ -5,7 +5,9 @@ server (Xvfb) to see what users see; one window per run, the screen is Xvfb's:
     xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py \\
         --theme dark --out docs/images/chat-dark.png [--compare docs/images/compare.png]
     QT_SCALE_FACTOR=2 xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python \\
-        scripts/screenshots.py --out docs/images/scaled-200.png
+        scripts/screenshots.py --both-panes --out docs/images/scaled-200.png
+    xvfb-run -a -s "-screen 0 800x500x24" .venv/bin/python scripts/screenshots.py \\
+        --theme dark --both-panes --out docs/images/small-800x500-dark.png
 
 It prints the window's and the input box's geometry and the answer, so a run also checks
 that the input box is on the screen.

@@ -37,7 +37,8 @@ TRANSFER_TIP = "Bytes crossing between host and device memory per generated toke
 WARMING = "Preparing the device… {seconds:.0f} s (first answer only)"
 WARMED = (
     "The device's first runs took {seconds:.1f} s before this answer (compiling its programs): "
-    "not counted in its TTFT or tokens/s."
+    "not counted in its figures. A prompt of a length not seen before may still compile some "
+    "within its TTFT."
 )
 
 

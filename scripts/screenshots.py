@@ -5,7 +5,9 @@ server (Xvfb) to see what users see; one window per run, the screen is Xvfb's:
     xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py \\
         --theme dark --out docs/images/chat-dark.png [--compare docs/images/compare.png]
     QT_SCALE_FACTOR=2 xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python \\
-        scripts/screenshots.py --out docs/images/scaled-200.png
+        scripts/screenshots.py --both-panes --out docs/images/scaled-200.png
+    xvfb-run -a -s "-screen 0 800x500x24" .venv/bin/python scripts/screenshots.py \\
+        --theme dark --both-panes --out docs/images/small-800x500-dark.png
 
 It prints the window's and the input box's geometry and the answer, so a run also checks
 that the input box is on the screen.
@@ -43,6 +45,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="PNG of the chat")
     parser.add_argument("--compare", type=Path, default=None, help="PNG of a comparison run")
     parser.add_argument("--no-question", action="store_true", help="the empty window")
+    parser.add_argument(
+        "--both-panes",
+        action="store_true",
+        help="the conversation list and the side panel open (as a user who opened them)",
+    )
     args = parser.parse_args()
     # The prepared default model, without copying it into the fresh data folder.
     from chatapp.convert.default_model import default_model_dir
@@ -51,6 +58,8 @@ def main() -> int:
     data = Path(tempfile.mkdtemp(prefix="chatapp-shots-"))
     os.environ["CHATAPP_DATA_DIR"] = str(data)  # fresh data and settings
     os.environ.pop("CHATAPP_SETTINGS", None)
+    if args.both_panes:
+        (data / "chatapp.ini").write_text("[view]\nconversation_list=true\nside_panel=true\n")
     from chatapp.gui.app import application, build_window
     from chatapp.gui.chat.controller import State
     from chatapp.gui.compare.feature import CompareFeature

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 from chatapp.error_text import STATUS_LINE, first_line
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
@@ -159,6 +160,14 @@ class Engine:
     def set_mode(self, mode: Mode | str) -> None:
         self.loop(mode)
         self.mode = _mode(mode)
+
+    def needs_warm_up(self, mode: Mode | str | None = None) -> bool:
+        """Whether the loop's first answer on this device would compile programs first."""
+        return needs_warm_up(self.loop(mode))
+
+    def warm_up(self, mode: Mode | str | None = None) -> Iterator[WarmUpProgress]:
+        """Compile the device's programs ahead of an answer (engine/warm_up.py)."""
+        return warm_up(self.loop(mode))
 
     def reset(self) -> None:
         """Forget every cached conversation prefix."""

@@ -64,6 +64,7 @@ class KVLoop(ABC):
     # loading the model (SmolLM2: 522 MB, against 818 MB in one piece) at no cost in speed.
     prefill_chunk = 512
     release_weights: Callable[[], object] | None = None  # set by the Engine (packed_cache.py)
+    warmed_up = False  # its device's programs are compiled (engine/warm_up.py)
 
     def __init__(
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int

@@ -110,7 +110,8 @@ class MainWindow(QMainWindow):
         side_scroll.setWidgetResizable(True)
         side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         side_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        side_scroll.setMinimumWidth(self.side_panel.sizeHint().width() + 16)
+        # Its narrowest, so that a small window keeps a usable chat (view_options.fit_chat).
+        side_scroll.setMinimumWidth(self.side_panel.minimumSizeHint().width() + 16)
         self.side_scroll = side_scroll
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
@@ -132,6 +133,7 @@ class MainWindow(QMainWindow):
         self.data_places_action = self.menus.data_places_action
         self.view_options = self.menus.view_options
         self.view_options.add_pane(side_scroll, "side")
+        self.view_options.add_chat(self.splitter, self.tabs)
         self._build_status_bar()
         self.side_panel.restore(settings)
         probe = self.tools.submit(device_probe_job())
@@ -209,9 +211,10 @@ class MainWindow(QMainWindow):
         """A feature's widget at the left of the status bar's permanent ones."""
         self.statusBar().insertPermanentWidget(0, widget)
 
-    def dismiss_message(self) -> None:
-        """Hide the banner when it told of a problem or gave a tip (warnings stay)."""
-        if self.banner.level in ("error", "info"):
+    def dismiss_message(self, *, warnings_too: bool = False) -> None:
+        """Hide the banner when it told of a problem or gave a tip (warnings stay, unless
+        `warnings_too`: what they said is gone, e.g. a server's)."""
+        if self.banner.level in ("error", "info") or (warnings_too and self.banner.level):
             self.banner.dismiss()
 
     def show_backend(self, line: str, title: str) -> None:
@@ -287,7 +290,13 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{summary.name} — chatapp")
         self.statusBar().showMessage(f"Loaded {summary.description}", 8000)
         self.side_panel.set_fallback_reason(summary.fallback_reason)
-        self.side_panel.set_device_memory(summary.device_own_memory, summary.device_label)
+        self.side_panel.set_device_memory(
+            summary.device_own_memory,
+            summary.device_label,
+            summary.kv_bytes_per_token,
+            summary.device,
+            summary.name,
+        )
         if summary.device != summary.requested_device:
             # Show what runs (the CPU after a fallback); the saved choice stays the user's.
             self.side_panel.preselect(device=summary.device)
@@ -411,13 +420,12 @@ class MainWindow(QMainWindow):
         saved = self.settings.value(geometry.SPLITTER_KEY)
         if geometry.restore_splitter(self.splitter, saved):
             return
-        side = max(340, self.side_panel.sizeHint().width() + 24)
-        if self.splitter.count() == 3:  # conversation list | chat | side panel
-            pane = self.splitter.widget(0)
-            left = max(230, pane.sizeHint().width() if pane is not None else 0)
-            self.splitter.setSizes([left, max(400, self.width() - side - left), side])
-        else:
-            self.splitter.setSizes([max(400, self.width() - side), side])
+        # Each pane as wide as it likes, the chat the rest: on a narrow window the panes give
+        # way first, and the list hides while the chat would be too narrow beside it.
+        panes = self.view_options.pane_widths()
+        chat = self.splitter.indexOf(self.tabs)
+        self.splitter.setSizes(geometry.pane_sizes(self.splitter.width(), panes, chat))
+        self.view_options.fit_chat()
 
     def shutdown(self) -> None:
         """Save settings and stop the worker thread (closing the window calls this)."""

@@ -1,9 +1,10 @@
 """Answering a chat: the generation job and the context measurement. No Qt.
 
-The generation job yields the ContextReport (what of the conversation the model sees), then one
-TokenItem per token, and returns an AnswerResult. The GUI receives them in batches and folds
-each batch's tokens into one TokenBatch. The backend is the host's: the local Engine, or a
-connected RemoteEngine, driven the same way (remote_jobs.py has the remote context policy).
+The generation job yields the ContextReport (what of the conversation the model sees), the
+device's warm-up progress on its first answer there (WarmUpProgress), then one TokenItem per
+token, and returns an AnswerResult. The GUI receives them in batches and folds each batch's
+tokens into one TokenBatch. The backend is the host's: the local Engine, or a connected
+RemoteEngine, driven the same way (remote_jobs.py has the remote context policy).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.engine import RemoteEngine, RemoteStats
 from chatapp.remote.errors import RemoteError
 from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
@@ -109,7 +111,9 @@ class AnswerResult:
 
 
 def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
-    def run(control: JobControl) -> Generator[ContextReport | TokenItem, None, AnswerResult]:
+    def run(
+        control: JobControl,
+    ) -> Generator[ContextReport | WarmUpProgress | TokenItem, None, AnswerResult]:
         engine = host.backend()
         constrained: dict[str, Any] = {}
         if request.json_schema is not None:
@@ -133,6 +137,17 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             control.flush()
         # A server's loop is its own (the side panel greys the toggle): none is sent.
         mode = None if isinstance(engine, RemoteEngine) else request.mode
+        if not isinstance(engine, RemoteEngine) and engine.needs_warm_up(mode):
+            # The device's first runs compile its programs: a phase of their own, ahead of
+            # the answer, so its TTFT and tokens/s are the model's (engine/warm_up.py).
+            for progress in engine.warm_up(mode):
+                yield progress
+                control.flush()
+                if control.stopped and not progress.finished:  # the next answer warms up
+                    raise EngineError(
+                        "Stopped while the device was being prepared; the question is back in "
+                        "the prompt box."
+                    )
         gen = engine.chat(
             messages, request.settings, mode, should_stop=lambda: control.stopped, **constrained
         )

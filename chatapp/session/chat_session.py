@@ -22,6 +22,7 @@ from pathlib import Path
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.session.chat_jobs import (
     AnswerResult,
     GenerateRequest,
@@ -83,6 +84,8 @@ class ChatObserver:
     def answer_started(self, options: GenerationOptions) -> None: ...
     def answer_delta(self, batch: TokenBatch) -> None: ...
     def stats(self, snapshot: StatsSnapshot) -> None: ...
+    # The device's first runs before an answer (engine/warm_up.py), not counted in its figures.
+    def warm_up(self, progress: WarmUpProgress) -> None: ...
     def answer_finished(self, message: ChatMessage) -> None: ...
     def answer_failed(self, message: str, restored_prompt: str) -> None: ...
     def conversation_changed(self, conversation: Conversation) -> None: ...
@@ -330,6 +333,9 @@ class ChatSession:
         for item in batch.items:
             if isinstance(item, ContextReport):
                 self._on_context(item)
+            elif isinstance(item, WarmUpProgress):
+                for o in list(self.observers):
+                    o.warm_up(item)
         if tokens:
             delta = TokenBatch.join(batch.request_id, tokens)
             self.streaming_text += delta.text

@@ -48,15 +48,17 @@ def context_usage(used: int, total: int) -> str:
     return f"{used} / {total}" if total else MISSING
 
 
-def figures_line(fig: AnswerFigures) -> str:
-    """The one line under a finished answer."""
+def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
+    """The one line under a finished answer; `tokens=False` leaves out its token count (the
+    transcript shows one beside the answer's name when it knows what it takes of the
+    context)."""
     parts = [
         mode_label(fig.mode) if fig.mode else "",
         "" if fig.device == fig.mode else _device(fig.device),
         f"{rate(fig.tokens_per_s)} tok/s",
         f"TTFT {millis(fig.ttft_s)} ms",
         f"perplexity {perplexity(fig.perplexity)}",
-        f"{fig.generated_tokens or 0} tokens",
+        f"{fig.generated_tokens or 0} tokens" if tokens else "",
     ]
     if fig.transfer_bytes_per_token > 0:
         parts.append(f"host↔device {fmt_bytes(fig.transfer_bytes_per_token)}/token")
@@ -69,5 +71,18 @@ def figures_line(fig: AnswerFigures) -> str:
     return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device
 
 
+# Short names of the devices an answer records (AnswerFigures.device), as the window shows them.
+DEVICE_NAMES = {
+    "cpu": "CPU",
+    "cuda": "CUDA GPU",
+    "dml": "DirectML GPU",
+    "webgpu": "WebGPU",
+    "webgpu-software": "WebGPU (software)",
+    "remote": "remote",
+}
+
+
 def _device(device: str | None) -> str:
+    if device in DEVICE_NAMES:
+        return DEVICE_NAMES[device]
     return device.upper() if device and len(device) <= 4 else device or ""

@@ -102,6 +102,7 @@ class ModelSummary:
     # The sampling the model suggests (generation_config.json or a preset by size).
     sampling: ModelSampling | None = None
     load_seconds: float = 0.0  # how long opening it took (0: not a load, e.g. a CPU fallback)
+    kv_bytes_per_token: int = 0  # the KV cache of one token, all layers (the panel's notes)
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -184,6 +185,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         threads=engine.threads,
         onnx_file=engine.info.onnx_file,
         sampling=model_sampling(engine.info.folder, engine.info.onnx_path.stat().st_size),
+        kv_bytes_per_token=engine.info.kv_bytes_per_token(),
     )
 
 

@@ -99,6 +99,7 @@ class ImportLimits:
 LIMITS = ImportLimits()
 MAX_SQLITE_INT = (1 << 63) - 1
 
+REMOTE = "remote"  # the mode and device of a server's answer (chatapp.remote.engine)
 _FINISH_LABELS = {
     "eos": "finished",
     "length": "hit the token limit",
@@ -456,12 +457,15 @@ def _numbered_others(message: StoredMessage) -> list[tuple[int, Alternative]]:
 def figures_line(fig: Figures) -> str:
     """One line of figures; unknown ones are left out."""
     parts: list[str] = []
-    if fig.model:
-        parts.append(fig.model)
-    if fig.device:
-        parts.append(fig.device)
-    if fig.mode:
-        parts.append(f"{mode_label(fig.mode)} loop" if fig.mode in MODES else fig.mode)
+    if REMOTE in (fig.mode, fig.device):  # a server's answer: its loop and device are its own
+        parts.append(f"remote · {fig.model}" if fig.model else "remote server")
+    else:
+        if fig.model:
+            parts.append(fig.model)
+        if fig.device:
+            parts.append(fig.device)
+        if fig.mode:
+            parts.append(f"{mode_label(fig.mode)} loop" if fig.mode in MODES else fig.mode)
     if fig.tokens_per_s is not None:
         parts.append(f"{fig.tokens_per_s:.1f} tokens/s")
     if fig.ttft_s is not None:

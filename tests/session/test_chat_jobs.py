@@ -119,6 +119,9 @@ class _FakeEngine:
     def count_tokens(self, messages: list[Message]) -> int:  # the context policy counts
         return 4 * len(messages)
 
+    def needs_warm_up(self, _mode: object) -> bool:  # as on the CPU
+        return False
+
     def chat(self, *_args: object, **_kwargs: object) -> _FakeGeneration:
         return self.generation
 
@@ -179,3 +182,38 @@ def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
     for text, words in (("{nope", "not valid JSON"), ('{"type": "objectx"}', "objectx")):
         bad = drive(generate_job(host, replace(ask(), json_schema=text)))
         assert bad.message is not None and words in bad.message and "\n" not in bad.message
+
+
+def test_a_device_s_first_answer_warms_it_up_first(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine import engine as engine_module
+    from chatapp.engine.warm_up import STEPS, WarmUpProgress
+
+    # As on a device that compiles programs (the CPU needs none).
+    monkeypatch.setattr(engine_module, "needs_warm_up", lambda loop: not loop.warmed_up)
+    fresh = EngineHost()
+    fresh.engine = Engine(tiny_model_dir, threads=1)
+    short = SamplingSettings(temperature=0.0, max_new_tokens=4)
+    out = drive(generate_job(fresh, ask(settings=short)))
+    warm = [i for i in out.items if isinstance(i, WarmUpProgress)]
+    assert [p.done for p in warm] == list(range(STEPS + 1))
+    kinds = [type(i).__name__ for i in out.items]
+    assert kinds.index("TokenItem") > kinds.index("WarmUpProgress")  # before the answer
+    assert out.result.stats.reused_tokens == 0
+    again = drive(generate_job(fresh, ask("again", short)))
+    assert not any(isinstance(i, WarmUpProgress) for i in again.items)
+
+
+def test_stop_during_the_warm_up_gives_the_question_back(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "needs_warm_up", lambda loop: not loop.warmed_up)
+    fresh = EngineHost()
+    fresh.engine = Engine(tiny_model_dir, threads=1)
+    out = drive(generate_job(fresh, ask()), stopped=True)
+    assert out.error is not None and "being prepared" in (out.message or "")
+    assert not any(isinstance(i, TokenItem) for i in out.items)
+    assert fresh.engine.needs_warm_up("iobinding")  # not warmed: the next answer does it

@@ -163,3 +163,16 @@ def test_the_valid_base_document_imports(store: HistoryStore) -> None:
 def test_import_of_a_missing_file(store: HistoryStore, tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="Could not read"):
         store.import_file(tmp_path / "nope.json")
+
+
+def test_a_remote_answer_names_the_server_s_model_once() -> None:
+    from chatapp.store.export import figures_line
+    from chatapp.store.models import Figures
+
+    remote = Figures(mode="remote", device="remote", model="SmolLM2", tokens_per_s=40.0)
+    line = figures_line(remote)
+    assert line.startswith("remote · SmolLM2 · 40.0 tokens/s")
+    assert "remote · remote" not in line
+    assert figures_line(Figures(mode="remote", device="remote")) == "remote server"
+    local = figures_line(Figures(mode="naive", device="cpu", model="SmolLM2"))
+    assert local == "SmolLM2 · cpu · Naive loop"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobRunner
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
@@ -35,6 +36,7 @@ class ChatController(QObject):
     sig_answer_started = Signal(object)  # GenerationOptions
     sig_answer_delta = Signal(object)  # TokenBatch
     sig_stats = Signal(object)  # StatsSnapshot
+    sig_warm_up = Signal(object)  # WarmUpProgress: the device's first runs, before the answer
     sig_answer_finished = Signal(object)  # ChatMessage (the stored answer)
     sig_answer_failed = Signal(str, str)  # message, prompt text given back to the input box
     sig_conversation_changed = Signal(object)  # Conversation: the hook for the history
@@ -183,6 +185,9 @@ class _Signals(ChatObserver):
 
     def stats(self, snapshot: StatsSnapshot) -> None:
         emit(self.c.sig_stats, snapshot)
+
+    def warm_up(self, progress: WarmUpProgress) -> None:
+        emit(self.c.sig_warm_up, progress)
 
     def answer_finished(self, message: ChatMessage) -> None:
         emit(self.c.sig_answer_finished, message)

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 
+from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.controller import State
+from chatapp.gui.chat.regenerate_note import VARIED_PRESET, same_answer
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.conversation import ChatMessage
@@ -31,6 +33,7 @@ class ChatFeature(QObject):
         view.sig_send.connect(self._on_send)
         view.sig_stop.connect(c.stop)
         view.sig_regenerate.connect(self._on_regenerate)
+        view.regenerate_note.sig_regenerate.connect(self._regenerate_varied)
         view.sig_copied.connect(self._on_copied)
         # Transcript: versions of an answer, copied code, where a hovered link goes.
         view.sig_version_requested.connect(c.select_version)
@@ -39,6 +42,7 @@ class ChatFeature(QObject):
         c.sig_answer_started.connect(self._on_answer_started)
         c.sig_answer_delta.connect(self._on_answer_delta)
         c.sig_stats.connect(self._on_stats)
+        c.sig_warm_up.connect(self._on_warm_up)
         c.sig_answer_finished.connect(self._on_answer_finished)
         c.sig_answer_failed.connect(self._on_answer_failed)
 
@@ -54,7 +58,20 @@ class ChatFeature(QObject):
 
     @Slot()
     def _on_regenerate(self) -> None:
-        self.chat.regenerate(self.window.chat_options())
+        options = self.window.chat_options()
+        if self.chat.regenerate(options):
+            # Greedy or a fixed seed writes the same text again: say why, offer a way out.
+            preset = self.panel.sampling_box.preset()
+            self.view.regenerate_note.offer(same_answer(options.settings, preset))
+
+    @Slot(str)
+    def _regenerate_varied(self, fix: str) -> None:
+        box = self.panel.sampling_box
+        if fix == "seed":
+            box.seed_spin.setValue(-1)  # random
+        else:
+            box.use_preset(VARIED_PRESET)
+        self._on_regenerate()
 
     @Slot(int)
     def _on_copied(self, index: int) -> None:
@@ -65,7 +82,7 @@ class ChatFeature(QObject):
         self.window.dismiss_message()
         self.view.show_messages(self.chat.conversation.messages)
         self.view.begin_answer()
-        self.panel.start_answer()
+        self.panel.begin_answer()
 
     @Slot(object)
     def _on_answer_delta(self, batch: TokenBatch) -> None:
@@ -77,15 +94,25 @@ class ChatFeature(QObject):
         self.panel.show_stats(snapshot.figures)
 
     @Slot(object)
+    def _on_warm_up(self, progress: WarmUpProgress) -> None:
+        self.panel.show_warm_up(progress)
+        self.view.set_hint(
+            "Writing… Esc or Stop ends the answer."
+            if progress.finished
+            else "Preparing the device… (first answer only)"
+        )
+
+    @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:
+        self.panel.finish_answer(message.figures)
         if message.figures is not None:
-            self.panel.show_stats(message.figures)
-            self.window.notify(fmt.figures_line(message.figures), 10000)
+            self.window.notify(fmt.figures_line(message.figures, tokens=False), 10000)
 
     @Slot(str, str)
     def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
         if restored_prompt and not self.view.prompt_text().strip():
             self.view.set_prompt_text(restored_prompt)
+        self.panel.finish_answer(None)
         self.window.show_message(message, "error")
 
 

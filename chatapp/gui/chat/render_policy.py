@@ -124,3 +124,49 @@ def _nth(text: str, needle: str, n: int) -> int:
 
 def describe_hidden(count: int) -> str:
     return f"… {count:,} characters not shown here …".replace(",", " ")
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+# Lines after which a break is Markdown's own: blank, a heading, a table row, a hard break.
+_ENDS_BLOCK = re.compile(r"^\s*(\||#{1,6}(\s|$)|$)|\\$|  $")
+# Lines that start a block of their own (a list item, heading, quote, table, fence, rule,
+# a setext underline): never joined to the line before.
+_STARTS_BLOCK = re.compile(
+    r"^ {0,3}([-*+]([ \t]|$)|\d{1,9}[.)]([ \t]|$)|#{1,6}(\s|$)|>|\||`{3,}|~{3,}|=+\s*$|"
+    r"([-*_])(\s*\5){2,}\s*$)"
+)
+_QUOTE = re.compile(r"^ {0,3}> ?")
+LINE_BREAK = "\u2028"  # a line break inside a paragraph (Qt: the same block, no paragraph gap)
+
+
+def keep_line_breaks(markdown: str) -> str:
+    """`markdown` with each single line break inside a paragraph kept as a line break: a poem
+    written one line per line stays so, its stanzas still paragraphs (Markdown would join the
+    lines into one paragraph, as no chat reader expects). The lines are joined with U+2028,
+    which Markdown reads as text and Qt draws as a new line in the same paragraph; code
+    blocks, lists, headings, tables and blank lines are left alone."""
+    out: list[str] = []
+    fence = ""
+    joinable = False  # the last line out is paragraph text the next line may continue
+    for line in markdown.split("\n"):
+        opened = _FENCE.match(line)
+        if fence:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = ""
+            out.append(line)
+            continue
+        if opened:
+            fence, joinable = opened.group(1), False
+            out.append(line)
+            continue
+        quote = _QUOTE.match(line)
+        if joinable and quote and _QUOTE.match(out[-1]) and line.strip() != ">":
+            out[-1] += LINE_BREAK + line[quote.end() :]  # the next line of the same quote
+            continue
+        if joinable and line.strip() and not _STARTS_BLOCK.match(line):
+            out[-1] += LINE_BREAK + line.lstrip()
+            continue
+        indented_code = line.startswith(("    ", "\t")) and (not out or not out[-1].strip())
+        joinable = not indented_code and not _ENDS_BLOCK.search(line)
+        out.append(line)
+    return "\n".join(out)

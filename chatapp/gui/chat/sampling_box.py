@@ -54,6 +54,8 @@ class SamplingBox(QGroupBox):
         self.overrides: dict[str, float] = {}
         self._filling = False
         form = QFormLayout(self)
+        # In a narrow panel a field goes under its label rather than widening the panel.
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         # One button per preset, in a row: the one the values equal is shown pressed, whether
         # the model suggested it or the user picked it (the line below says which).
         self.preset_buttons: dict[str, QPushButton] = {}
@@ -107,6 +109,7 @@ class SamplingBox(QGroupBox):
         self.seed_spin = QSpinBox(self)
         self.seed_spin.setObjectName("seedSpin")
         self.seed_spin.setRange(-1, 2**31 - 1)
+        self.seed_spin.setMinimumWidth(self.seed_spin.fontMetrics().horizontalAdvance("0" * 7) + 30)
         self.seed_spin.setSpecialValueText("random")
         self.seed_spin.setValue(-1)
         self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {

@@ -1,24 +1,19 @@
-"""The side panel: live figures, the latency chart, the loop toggle, device and sampling."""
+"""The side panel: the live figures (live_figures.py), the loop toggle, device and threads,
+sampling and the system prompt."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCharts import QChart, QChartView, QLineSeries, QValueAxis
-from PySide6.QtCore import QMargins, QPointF, QSettings, Qt, Signal, Slot
-from PySide6.QtGui import QFont, QPainter, QPen
+from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractButton,
     QButtonGroup,
     QComboBox,
     QFormLayout,
-    QGridLayout,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
-    QProgressBar,
     QPushButton,
-    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -29,22 +24,21 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.controller import GenerationOptions
+from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
-from chatapp.gui.common.chart_style import (
-    EmptyHint,
-    mark_outliers,
-    outlier_series,
-    robust_top,
-    style_chart,
-)
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.theme import ThemeColors, muted, on_theme, warning_label
+from chatapp.gui.common.theme import ThemeColors, on_theme, warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
-from chatapp.session import formatting as fmt
-from chatapp.session.context import POLICY_TEXT
-from chatapp.units import fmt_bytes
+from chatapp.session.formatting import DEVICE_NAMES
+from chatapp.session.loop_notes import (
+    LOOP_TIPS,
+    REMOTE,
+    LoadedDevice,
+    device_name,
+)
 
 LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
 
@@ -52,7 +46,7 @@ LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Sto
 def segment_style(c: ThemeColors) -> str:
     """The segments in the palette's colours: the checked one in the selection colour."""
     return f"""
-QPushButton {{ border: 1px solid {c.border.name()}; padding: 5px 10px;
+QPushButton {{ border: 1px solid {c.border.name()}; padding: 5px 6px;
     background: {c.base.name()}; color: {c.base_text.name()}; }}
 QPushButton:checked {{ background: {c.accent.name()}; color: {c.accent_text.name()};
     border-color: {c.accent.name()}; }}
@@ -90,7 +84,7 @@ class LoopToggle(QWidget):
         for mode in MODES:
             button = QPushButton(mode.label, self)
             button.setObjectName(mode_button_name(mode))
-            button.setToolTip(mode.description)
+            button.setToolTip(LOOP_TIPS.get(mode, mode.description))
             last = len(MODES) - 1
             button.setProperty(
                 "segment",
@@ -116,98 +110,12 @@ class LoopToggle(QWidget):
     def set_locked(self, locked: bool) -> None:
         for mode, button in self.buttons.items():
             button.setEnabled(not locked)
-            button.setToolTip(LOCKED_TIP if locked else mode.description)
+            button.setToolTip(LOCKED_TIP if locked else LOOP_TIPS.get(mode, mode.description))
 
     @Slot(QAbstractButton, bool)
     def _on_toggled(self, _button: QAbstractButton, checked: bool) -> None:
         if checked:
             emit(self.sig_mode_changed, self.mode())
-
-
-class LatencyChart(QChartView):
-    """Per-token latency of the answer being written (ms), one point per decode step."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        chart = QChart()
-        super().__init__(chart, parent)
-        self.setObjectName("latencyChart")
-        self.series = QLineSeries()
-        self.series.setName("latency")
-        chart.addSeries(self.series)
-        chart.legend().hide()
-        chart.setMargins(QMargins(0, 0, 0, 0))
-        chart.setBackgroundRoundness(0)
-        small = QFont(self.font())
-        small.setPointSizeF(max(6.5, self.font().pointSizeF() - 2))
-        self.x_axis = QValueAxis()
-        self.x_axis.setLabelFormat("%d")
-        self.x_axis.setTitleText("token")
-        self.y_axis = QValueAxis()
-        self.y_axis.setLabelFormat("%.0f")
-        self.y_axis.setTitleText("ms")
-        for axis, side in (
-            (self.x_axis, Qt.AlignmentFlag.AlignBottom),
-            (self.y_axis, Qt.AlignmentFlag.AlignLeft),
-        ):
-            axis.setLabelsFont(small)
-            axis.setTitleFont(small)
-            axis.setTickCount(3)
-            chart.addAxis(axis, side)
-            self.series.attachAxis(axis)
-        self.outliers = outlier_series(self.series.color())
-        chart.addSeries(self.outliers)
-        self.outliers.attachAxis(self.x_axis)
-        self.outliers.attachAxis(self.y_axis)
-        self.hint = EmptyHint(chart, "Latencies appear as an answer is written", chart.axes())
-        self.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self.setMinimumHeight(124)
-        on_theme(self, self._style)
-        self.clear()
-
-    def _style(self, c: ThemeColors) -> None:
-        style_chart(self.chart(), c)
-        line = c.loops["iobinding"]
-        self.series.setPen(QPen(line, 1.6))
-        self.outliers.setColor(line)
-        self.outliers.setBorderColor(line)
-        self.hint.style(c)
-
-    def clear(self) -> None:
-        self.series.clear()
-        self.outliers.clear()
-        self._values_ms: list[float] = []
-        self.x_axis.setRange(0, 16)
-        self.y_axis.setRange(0, 50)
-        self.hint.set_empty(True)
-
-    def add(self, first_index: int, latencies_s: Sequence[float]) -> None:
-        points = [
-            QPointF(first_index + i, s * 1000.0)
-            for i, s in enumerate(latencies_s)
-            if first_index + i > 0  # token 0's latency is the TTFT, shown on its own
-        ]
-        if not points:
-            return
-        self.series.append(points)
-        self._values_ms += [p.y() for p in points]
-        last = points[-1].x()
-        self.x_axis.setRange(0, max(16.0, last))
-        # One slow token (a page fault, another program) must not flatten the line: the scale
-        # ignores the top 5 % and marks what is above it at the top edge.
-        top = robust_top(self._values_ms, 10.0)
-        self.y_axis.setRange(0, top)
-        # Round tick labels (0, 20, 40 rather than 0, 23, 46).
-        self.x_axis.applyNiceNumbers()
-        self.y_axis.applyNiceNumbers()
-        mark_outliers(self.series, self.outliers, self.y_axis.max())
-        self.hint.set_empty(False)
-
-    @property
-    def point_count(self) -> int:
-        return self.series.count()
-
-
-TRANSFER_TIP = "Bytes crossing between host and device memory per generated token"
 
 
 class SidePanel(QWidget):
@@ -234,78 +142,18 @@ class SidePanel(QWidget):
         layout.addWidget(self._build_system_prompt(), 1)
 
     # ---- building -------------------------------------------------------------------------
-    def _value_label(self, name: str) -> QLabel:
-        label = QLabel(fmt.MISSING, self)
-        label.setObjectName(name)
-        font = label.font()
-        font.setPointSizeF(font.pointSizeF() + 3)
-        font.setWeight(QFont.Weight.DemiBold)
-        label.setFont(font)
-        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        return label
-
-    def _build_figures(self) -> QGroupBox:
-        box = QGroupBox("Live figures", self)
-        grid = QGridLayout(box)
-        grid.setHorizontalSpacing(12)
-        self.tokens_per_second_value = self._value_label("tokensPerSecondValue")
-        self.ttft_value = self._value_label("ttftValue")
-        self.perplexity_value = self._value_label("perplexityValue")
-        self.prompt_perplexity_value = self._value_label("promptPerplexityValue")
-        cells = (
-            ("Tokens/s", self.tokens_per_second_value, "Decode speed (prefill excluded)"),
-            ("TTFT (ms)", self.ttft_value, "Time to first token: prefill and the first sample"),
-            ("Perplexity", self.perplexity_value, "exp(mean NLL) of the generated tokens"),
-            (
-                "Prompt perplexity",
-                self.prompt_perplexity_value,
-                "The same for the new prompt, from a quarter (at most 64) of its tokens",
-            ),
-        )
-        for i, (caption, value, tip) in enumerate(cells):
-            value.setAccessibleName(caption)
-            label = QLabel(caption, box)
-            muted(label)
-            label.setToolTip(tip)
-            value.setToolTip(tip)
-            grid.addWidget(label, (i // 2) * 2, i % 2)
-            grid.addWidget(value, (i // 2) * 2 + 1, i % 2)
-        transfer_caption = QLabel("Host↔device per token", box)
-        muted(transfer_caption)
-        transfer_caption.setToolTip(TRANSFER_TIP)
-        self.transfer_value = self._value_label("transferValue")
-        self.transfer_value.setAccessibleName("Host↔device per token")
-        self.transfer_value.setToolTip(TRANSFER_TIP)
-        self.transfer_note = QLabel("", box)
-        self.transfer_note.setObjectName("transferNote")
-        self.transfer_note.setWordWrap(True)
-        # Its long text must wrap to the panel, not widen it (the panel's width comes from the
-        # figures and the controls).
-        self.transfer_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        muted(self.transfer_note)
-        grid.addWidget(transfer_caption, 4, 0, 1, 2)
-        grid.addWidget(self.transfer_value, 5, 0, 1, 2)
-        grid.addWidget(self.transfer_note, 6, 0, 1, 2)
-        self._own_memory = False
-        context_caption = QLabel("Context used (tokens)", box)
-        muted(context_caption)
-        context_caption.setToolTip(POLICY_TEXT)  # what happens when the context fills up
-        self.context_value = QLabel(fmt.MISSING, box)
-        self.context_value.setObjectName("contextValue")
-        self.context_bar = QProgressBar(box)
-        self.context_bar.setObjectName("contextBar")
-        self.context_bar.setTextVisible(False)
-        self.context_bar.setMaximumHeight(6)
-        self.context_bar.setRange(0, 1)
-        self.context_bar.setValue(0)
-        grid.addWidget(context_caption, 7, 0)
-        grid.addWidget(self.context_value, 7, 1, Qt.AlignmentFlag.AlignRight)
-        grid.addWidget(self.context_bar, 8, 0, 1, 2)
-        chart_caption = QLabel("Per-token latency", box)
-        muted(chart_caption)
-        grid.addWidget(chart_caption, 9, 0, 1, 2)
-        self.latency_chart = LatencyChart(box)
-        grid.addWidget(self.latency_chart, 10, 0, 1, 2)
+    def _build_figures(self) -> LiveFigures:
+        box = LiveFigures(self)
+        # By their old names: the history, the remote figures and tests read them.
+        self.tokens_per_second_value = box.tokens_per_second_value
+        self.ttft_value = box.ttft_value
+        self.perplexity_value = box.perplexity_value
+        self.prompt_perplexity_value = box.prompt_perplexity_value
+        self.transfer_value = box.transfer_value
+        self.transfer_note = box.transfer_note
+        self.context_value = box.context_value
+        self.context_bar = box.context_bar
+        self.latency_chart = box.latency_chart
         return box
 
     def _build_loop(self) -> QGroupBox:
@@ -315,14 +163,16 @@ class SidePanel(QWidget):
         self.loop_toggle.sig_mode_changed.connect(self._on_mode_changed)
         form.addWidget(self.loop_toggle)
         row = QFormLayout()
+        # In a narrow panel the device box goes under its label, at the panel's full width.
+        row.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.device_selector = QComboBox(box)
         self.device_selector.setObjectName("deviceSelector")
         # Adapter names can be long ("llvmpipe (LLVM 15.0.6, 256 bits)"): the box keeps the
-        # panel's width and the open list and each item's tooltip show the whole name.
+        # panel's width and each item's tooltip shows the whole name.
         self.device_selector.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
-        self.device_selector.setMinimumContentsLength(18)
+        self.device_selector.setMinimumContentsLength(16)
         # The CPU until the window's device probe (a job on its tool thread) says what runs
         # here; meanwhile the device asked for (saved, or --device) is kept as it is.
         self.devices_known = False
@@ -409,7 +259,11 @@ class SidePanel(QWidget):
         self.device_selector.blockSignals(True)
         self.device_selector.clear()
         for device in devices:
-            self.device_selector.addItem(device.label, device.name)
+            # A short name in the box, so that it and its list fit a narrow panel.
+            short = device_name(device.name) if device.name in DEVICE_NAMES else device.label
+            if device.software:
+                short = short.replace(")", ", slow)") if short.endswith(")") else f"{short} (slow)"
+            self.device_selector.addItem(short, device.name)
             index = self.device_selector.count() - 1
             self.device_selector.setItemData(index, device.label, Qt.ItemDataRole.ToolTipRole)
         self.device_selector.blockSignals(False)
@@ -460,54 +314,55 @@ class SidePanel(QWidget):
         self.device_selector.setEnabled(not loading)
         self.threads_spin.setEnabled(not loading)
 
-    # ---- figures --------------------------------------------------------------------------
+    # ---- figures (live_figures.py) ---------------------------------------------------------
     def set_context(self, used: int, total: int) -> None:
-        self.context_value.setText(fmt.context_usage(used, total))
-        self.context_bar.setRange(0, max(1, total))
-        self.context_bar.setValue(min(used, max(1, total)))
+        self.figures_box.set_context(used, total)
 
-    def set_device_memory(self, own_memory: bool, device_label: str) -> None:
-        """Whether the loaded device has memory of its own: what the transfer figure means."""
-        self._own_memory = own_memory
-        self.transfer_value.setText(fmt.MISSING if own_memory else fmt_bytes(0))
-        self.transfer_note.setText(
-            f"On {device_label} the naive loop moves every layer's KV cache to the host and "
-            "back for each token; IO-Binding moves only the token, the mask and the logits."
-            if own_memory
-            else "The CPU works in the host's own memory, so nothing crosses a bus. Pick a GPU "
-            "or WebGPU device to see what the naive loop moves."
+    def set_device_memory(
+        self,
+        own_memory: bool,
+        device_label: str,
+        kv_bytes_per_token: int = 0,
+        device: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        """What the next answer runs on: an answer already shown keeps its own words."""
+        name = device or ("gpu" if own_memory else "cpu")
+        self.figures_box.set_loaded(
+            LoadedDevice(name, device_label, own_memory, kv_bytes_per_token, model)
         )
 
     def start_answer(self) -> None:
-        self.latency_chart.clear()
-        for label in (
-            self.tokens_per_second_value,
-            self.ttft_value,
-            self.perplexity_value,
-            self.prompt_perplexity_value,
-        ):
-            label.setText(fmt.MISSING)
-        if self._own_memory:
-            self.transfer_value.setText(fmt.MISSING)
+        """No answer's figures: a new chat, or another conversation opened."""
+        self.figures_box.start_answer()
         emit(self.sig_figures_shown, None)
 
-    def show_stats(self, s: AnswerFigures) -> None:
-        self.tokens_per_second_value.setText(fmt.rate(s.tokens_per_s))
-        self.ttft_value.setText(fmt.millis(s.ttft_s))
-        self.perplexity_value.setText(fmt.perplexity(s.perplexity))
-        self.prompt_perplexity_value.setText(fmt.perplexity(s.prompt_perplexity))
-        self.set_context(s.tokens_in_context, s.context_length or 0)
-        if (s.generated_tokens or 0) > 1 or not self._own_memory:  # decode steps, not the prompt
-            self.transfer_value.setText(fmt_bytes(s.transfer_bytes_per_token))
-            self.transfer_value.setToolTip(
-                f"{TRANSFER_TIP}\nHost → device {fmt_bytes(s.h2d_bytes_per_token or 0)}, "
-                f"device → host {fmt_bytes(s.d2h_bytes_per_token or 0)} (medians of the decode "
-                "steps)"
+    def begin_answer(self) -> None:
+        """An answer starts: its figures, labelled with the loop and device it runs on."""
+        loaded = self.figures_box.loaded
+        remote = loaded.name == REMOTE
+        self.figures_box.start_answer(
+            AnswerFigures(
+                mode=REMOTE if remote else self.mode(), device=loaded.name, model=loaded.model
             )
+        )
+        emit(self.sig_figures_shown, None)
+
+    def show_warm_up(self, progress: WarmUpProgress) -> None:
+        self.figures_box.show_warm_up(progress)
+
+    def show_stats(self, s: AnswerFigures) -> None:
+        self.figures_box.show_stats(s)
+        emit(self.sig_figures_shown, s)
+
+    def finish_answer(self, s: AnswerFigures | None) -> None:
+        if s is not None:
+            self.figures_box.show_stats(s)
+        self.figures_box.finish_answer()
         emit(self.sig_figures_shown, s)
 
     def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
-        self.latency_chart.add(first_index, latencies_s)
+        self.figures_box.add_latencies(first_index, latencies_s)
 
     # ---- persistence ----------------------------------------------------------------------
     def restore(self, settings: QSettings) -> None:

@@ -13,28 +13,26 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPoint, Qt, QTimer, QUrl, Signal, Slot
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Slot
 from PySide6.QtGui import (
     QColor,
-    QContextMenuEvent,
     QFont,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
 )
-from PySide6.QtWidgets import QMenu, QTextBrowser, QWidget
+from PySide6.QtWidgets import QWidget
 
 from chatapp.gui.chat import code_blocks, render_policy
 from chatapp.gui.chat.colors import TranscriptColors, colors_for
 from chatapp.gui.chat.safe_document import (
     ActionLinks,
     SafeDocument,
-    is_web_link,
     markdown_fragment,
     plain_tip,
 )
-from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.chat.transcript_actions import TranscriptActions
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage
 from chatapp.session.formatting import figures_line
@@ -62,15 +60,7 @@ class _Stream:
     text: str = ""
 
 
-class TranscriptView(QTextBrowser):
-    sig_copy_requested = Signal(int)  # message index
-    sig_edit_requested = Signal(int)  # index of a user message
-    sig_version_requested = Signal(int, int)  # answer index, version to show
-    sig_show_all_requested = Signal(int)  # message index
-    sig_code_copy_requested = Signal(int, int)  # message index, code block number
-    sig_link_clicked = Signal(QUrl)  # a web link in a message (the view asks, then opens it)
-    sig_link_refused = Signal(QUrl)  # any other link in a message: never followed
-
+class TranscriptView(TranscriptActions):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("transcriptView")
@@ -84,7 +74,7 @@ class TranscriptView(QTextBrowser):
         self.setOpenLinks(False)
         self.setOpenExternalLinks(False)
         # Placeholders do not wrap: one short line that fits a narrow chat pane.
-        self.setPlaceholderText("Ask the model something; the answer streams in here.")
+        self.setPlaceholderText("Ask the model something.")
         self.anchorClicked.connect(self._on_anchor_clicked)
         self.colors: TranscriptColors = colors_for(self.palette())
         self._messages: list[ChatMessage] = []
@@ -249,9 +239,12 @@ class TranscriptView(QTextBrowser):
         if message.figures is not None:
             fmt = QTextBlockFormat()
             fmt.setTopMargin(2)
-            self._new_block(fmt).insertText(
-                figures_line(message.figures), self._small_format(self.colors.muted)
-            )
+            line = self._small_format(self.colors.muted)
+            line.setToolTip(self._figures_tip(index, message))
+            # One token count per answer: the header's (what it takes of the context, like
+            # every message's) where it is known, else the figure line's.
+            counted = self._token_tip(index) is not None
+            self._new_block(fmt).insertText(figures_line(message.figures, tokens=not counted), line)
 
     def _insert_body(
         self,
@@ -264,7 +257,7 @@ class TranscriptView(QTextBrowser):
         start = cursor.position()
         if plan.markdown:
             fragment, first_block = markdown_fragment(
-                plan.head + (STREAM_CURSOR if streaming else ""),
+                render_policy.keep_line_breaks(plan.head) + (STREAM_CURSOR if streaming else ""),
                 MARKDOWN,
                 self._small_format(self.colors.muted),
             )
@@ -390,6 +383,19 @@ class TranscriptView(QTextBrowser):
             tip += " It is no longer sent (the context is full)."
         return tokens, tip
 
+    def _figures_tip(self, index: int, message: ChatMessage) -> str:
+        """What the figure line's token count is, and what the answer takes of the context
+        (its text and the template's markers: a few tokens more)."""
+        generated = message.figures.generated_tokens if message.figures is not None else None
+        tip = f"The model wrote {generated or 0} tokens for this answer."
+        context = self._token_tip(index)
+        if context is not None:
+            tip += (
+                f" The {context[0]} beside its name is what it takes of the context: those and "
+                "the chat template's markers around them."
+            )
+        return tip
+
     def _insert_link(self, cursor: QTextCursor, href: str, text: str, tip: str) -> None:
         link = self._small_format(self.colors.muted)
         link.setAnchor(True)
@@ -447,72 +453,3 @@ class TranscriptView(QTextBrowser):
     def loadResource(self, _type: int, _name: QUrl | str) -> object:
         """Nothing a message names is loaded (the document refuses too: safe_document.py)."""
         return None
-
-    # ---- actions ------------------------------------------------------------------------
-    def is_user_message(self, index: int) -> bool:
-        return any(i == index for _, i in self._starts) and self._roles.get(index) == "user"
-
-    def message_at(self, position: int) -> int | None:
-        found = None
-        for start, index in self._starts:
-            if start <= position:
-                found = index
-        return found
-
-    def code_of(self, index: int, number: int) -> str | None:
-        code = self._code.get(index, [])
-        return code[number].code if 0 <= number < len(code) else None
-
-    def code_at(self, position: int) -> tuple[int, int] | None:
-        """(message index, code block number) of the code block drawn at `position`."""
-        index = self.message_at(position)
-        if index is None:
-            return None
-        for number, group in enumerate(self._code.get(index, [])):
-            first, last = group.blocks[0], group.blocks[-1]
-            valid = first.isValid() and last.isValid()
-            if valid and first.position() <= position < last.position() + last.length():
-                return index, number
-        return None
-
-    @Slot(QUrl)
-    def _on_anchor_clicked(self, url: QUrl) -> None:
-        action = self.links.parse(url)
-        if action is None:
-            emit(self.sig_link_clicked if is_web_link(url) else self.sig_link_refused, url)
-            return
-        verb, numbers = action
-        if verb in ("copy", "edit", "show") and len(numbers) == 1:
-            signal = {
-                "copy": self.sig_copy_requested,
-                "edit": self.sig_edit_requested,
-                "show": self.sig_show_all_requested,
-            }[verb]
-            emit(signal, numbers[0])
-        elif verb == "version" and len(numbers) == 2:
-            emit(self.sig_version_requested, numbers[0], numbers[1])
-        elif verb == "code" and len(numbers) == 2:
-            emit(self.sig_code_copy_requested, numbers[0], numbers[1])
-
-    def context_menu(self, position: int, parent_pos: QPoint) -> QMenu:
-        """The standard menu, plus actions for the message (and code block) at `position`."""
-        menu = self.createStandardContextMenu(parent_pos)
-        index = self.message_at(position)
-        code = self.code_at(position)
-        if index is not None and index >= 0:
-            menu.addSeparator()
-            if code is not None:
-                copy_code = menu.addAction("Copy code block")
-                copy_code.triggered.connect(lambda: emit(self.sig_code_copy_requested, *code))
-            action = menu.addAction("Copy this message")
-            action.triggered.connect(lambda: emit(self.sig_copy_requested, index))
-            if self.is_user_message(index):
-                edit = menu.addAction("Edit and resend…")
-                edit.triggered.connect(lambda: emit(self.sig_edit_requested, index))
-        return menu
-
-    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
-        position = self.cursorForPosition(event.pos()).position()
-        menu = self.context_menu(position, event.pos())
-        menu.exec(event.globalPos())
-        menu.deleteLater()

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.gui.chat.message_viewer import MessageViewer
+from chatapp.gui.chat.regenerate_note import RegenerateNote
 from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.chat.transcript import TranscriptView
 from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
@@ -140,6 +141,7 @@ class ChatView(QWidget):
         self.hint_label.setObjectName("chatHint")
         muted(self.hint_label)
         self.hint_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.hint_label.setWordWrap(True)  # a narrow chat: two lines rather than cut
 
         # Esc also stops when the focus is elsewhere in the window (e.g. on the transcript).
         self._stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
@@ -162,6 +164,9 @@ class ChatView(QWidget):
         edit_row.addWidget(self.edit_label, 1)
         edit_row.addWidget(self.edit_cancel_button)
         self.edit_bar.hide()
+        # Shown when Regenerate would write the same answer (greedy, or a fixed seed).
+        self.regenerate_note = RegenerateNote(self)
+        self.new_chat_button.clicked.connect(self.regenerate_note.hide)
 
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
@@ -178,6 +183,7 @@ class ChatView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.regenerate_note)
         layout.addLayout(actions)
         layout.addWidget(self.edit_bar)
         layout.addLayout(entry)
@@ -199,6 +205,7 @@ class ChatView(QWidget):
         self.send_button.setEnabled(can_send)
         self.stop_button.setEnabled(can_stop)
         self.regenerate_button.setEnabled(can_regenerate)
+        self.regenerate_note.set_enabled(can_regenerate)
         self.new_chat_button.setEnabled(can_new_chat)
 
     def set_hint(self, text: str) -> None:
@@ -399,6 +406,7 @@ class ChatView(QWidget):
     def _on_submit(self) -> None:
         text = self.prompt_text()
         if text.strip() and self.send_button.isEnabled():
+            self.regenerate_note.hide()  # a new question: the note was about the last one
             if self.editing is not None:
                 emit(self.sig_edit_submitted, self.editing, text)
             else:

@@ -101,3 +101,26 @@ def splitter_panes(state: QByteArray) -> int:
         return 0
     count = stream.readInt32()
     return count if stream.status() == QDataStream.Status.Ok else 0
+
+
+# ---- the chat between its panes ----------------------------------------------------------------
+CHAT_MIN_WIDTH = 300  # the chat's usable width: a prompt box and its hint still readable
+
+
+def pane_sizes(total: int, panes: list[tuple[int, int]], flexible: int) -> list[int]:
+    """Widths for side-by-side panes given as (preferred, minimum) that share `total`: each
+    gets its preferred width and pane `flexible` (the chat) the rest; when that rest is below
+    the chat's minimum, the other panes give up width toward their minimums, each in
+    proportion to what it can give."""
+    sizes = [preferred for preferred, _ in panes]
+    sizes[flexible] = 0
+    need = panes[flexible][1]
+    short = need - (total - sum(sizes))
+    if short > 0:
+        give = [0 if i == flexible else max(0, p - m) for i, (p, m) in enumerate(panes)]
+        can = sum(give)
+        for i, amount in enumerate(give):
+            if amount:
+                sizes[i] -= min(amount, -(-short * amount // can))  # rounded up
+    sizes[flexible] = max(need, total - sum(sizes))
+    return sizes

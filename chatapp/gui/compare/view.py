@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.engine.modes import MODES, Mode
+from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, on_theme
@@ -67,10 +68,9 @@ from chatapp.session.model_jobs import EngineHost
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 DEFAULT_SWEEP = "128,512,1024,2048"
 SEED_TOKENS = 200  # the write-up's figure: caching's speed-up over a 200-token sample
+
+
 # The chat's export folder: both exports start where the last one went (else home).
-EXPORT_DIR_KEY = "history/export_dir"
-
-
 class CompareView(QWidget):
     sig_running = Signal(bool)  # the main window keeps the chat from sending meanwhile
 
@@ -454,10 +454,9 @@ class CompareView(QWidget):
         return getattr(self.window(), "settings", None)
 
     def export_start_folder(self) -> str:
-        """Where the chat's export went last, else the home folder."""
+        """Where the last export (chat, history or comparison) went, else the home folder."""
         settings = self._settings()
-        last = str(settings.value(EXPORT_DIR_KEY, "") or "") if settings is not None else ""
-        return last if last and Path(last).is_dir() else str(Path.home())
+        return str(export_folder(settings)) if settings is not None else str(Path.home())
 
     def _ask_folder(self) -> str:
         return QFileDialog.getExistingDirectory(
@@ -470,7 +469,7 @@ class CompareView(QWidget):
         if folder and self.export(Path(folder)) is not None:
             settings = self._settings()
             if settings is not None:
-                settings.setValue(EXPORT_DIR_KEY, str(Path(folder).parent))
+                remember_export_folder(settings, Path(folder).parent)
 
     def export(self, folder: Path) -> Path | None:
         """Write the report (PNG charts, CSV, JSON, Markdown) into `folder`."""

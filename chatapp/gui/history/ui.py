@@ -18,6 +18,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from chatapp.gui.chat.controller import State
+from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.gui.history.controller import HistoryController, OpenedHistory
 from chatapp.gui.history.panel import HistoryPanel, Row
 from chatapp.gui.history.unsaved import UnsavedGuard
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 POLL_INTERVAL_MS = 2000  # how often to look for another instance's writes (a cheap PRAGMA)
 MEASURE_DEBOUNCE_MS = 400
-EXPORT_DIR_KEY = "history/export_dir"
 EXPORT_KINDS = {
     "markdown": ("Markdown", ".md", "Markdown (*.md);;All files (*)"),
     "json": ("JSON", ".json", "chatapp JSON export (*.json);;All files (*)"),
@@ -227,7 +227,7 @@ class HistoryUi(QObject):
         label, suffix, filters = EXPORT_KINDS[kind]
         info = next((i for i in self.controller.conversations() if i.id == conversation_id), None)
         name = _file_name(info.title if info is not None else "conversation") + suffix
-        folder = Path(str(self.window.settings.value(EXPORT_DIR_KEY, "") or Path.home()))
+        folder = export_folder(self.window.settings)
         path = self.ask_save_path(f"Export conversation as {label}", str(folder / name), filters)
         if not path:
             return None
@@ -242,7 +242,7 @@ class HistoryUi(QObject):
         except OSError as exc:
             self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
             return None
-        self.window.settings.setValue(EXPORT_DIR_KEY, str(target.parent))
+        remember_export_folder(self.window.settings, target)
         self.window.notify(f"Exported to {target}", 8000)
         return target
 
@@ -253,7 +253,7 @@ class HistoryUi(QObject):
 
     @Slot()
     def import_conversation(self) -> int | None:
-        folder = str(self.window.settings.value(EXPORT_DIR_KEY, "") or Path.home())
+        folder = str(export_folder(self.window.settings))
         path = self.ask_open_path(
             "Import a conversation", folder, "chatapp JSON export (*.json);;All files (*)"
         )

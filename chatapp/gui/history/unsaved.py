@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QMessageBox
 
+from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.session.history_records import snapshot
 from chatapp.store import export
 
@@ -108,7 +109,7 @@ class UnsavedGuard(QObject):
         chat = self.window.controller
         conversation = chat.conversation
         name = _safe_name(conversation.title) + ".md"
-        folder = Path(str(self.window.settings.value("history/export_dir", "") or Path.home()))
+        folder = export_folder(self.window.settings)
         path = self.ask_save_path("Export the unsaved chat", str(folder / name), EXPORT_FILTERS)
         if not path:
             return None
@@ -131,6 +132,7 @@ class UnsavedGuard(QObject):
         except OSError as exc:
             self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
             return None
+        remember_export_folder(self.window.settings, target)
         self.window.notify(f"Exported the chat to {target}", 8000)
         return target
 

@@ -30,6 +30,7 @@ from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.common.theme import muted
 from chatapp.remote.engine import UNAVAILABLE
 from chatapp.session import formatting as fmt
+from chatapp.session.loop_notes import REMOTE, LoadedDevice
 from chatapp.session.remote_jobs import RemoteSummary
 from chatapp.units import fmt_bytes
 
@@ -104,7 +105,7 @@ class RemoteFigures(QObject):
         self._local_tips[panel.prompt_perplexity_value] = panel.prompt_perplexity_value.toolTip()
         self._local_tips[panel.perplexity_value] = panel.perplexity_value.toolTip()
         self._local_tips[panel.transfer_value] = panel.transfer_value.toolTip()
-        self._transfer_note = ""
+        self._local_device = panel.figures_box.loaded
         panel.sig_figures_shown.connect(self._on_figures_shown)
 
     def _build_box(self, panel: SidePanel) -> QGroupBox:
@@ -144,7 +145,13 @@ class RemoteFigures(QObject):
         was_remote, self.remote = self.remote is not None, summary
         remote = summary is not None
         if remote and not was_remote:
-            self._transfer_note = panel.transfer_note.text()
+            self._local_device = panel.figures_box.loaded  # what answers after Disconnect
+        if summary is not None:
+            panel.figures_box.set_loaded(
+                LoadedDevice(REMOTE, f"the server {summary.server}", False, 0, summary.name)
+            )
+        elif was_remote:
+            panel.figures_box.set_loaded(self._local_device)
         panel.set_loop_unavailable(LOOP_TIP if remote else None)
         title = f"{self._loop_title} (the server's)" if remote else self._loop_title
         panel.loop_box.setTitle(title)
@@ -159,7 +166,6 @@ class RemoteFigures(QObject):
             panel.tokens_per_second_value.setToolTip(REMOTE_TIPS["speed"])
             panel.prompt_perplexity_value.setToolTip(PROMPT_PERPLEXITY_TIP)
             panel.transfer_value.setToolTip(TRANSFER_TIP)
-            panel.transfer_note.setText(TRANSFER_TIP)
             self.server_label.setText(f"<b>{_escape(summary.name)}</b> at {summary.server}")
             self.server_caption.setText(
                 "Reported by the server (chatapp serve) for the last answer:"
@@ -173,7 +179,6 @@ class RemoteFigures(QObject):
         else:
             for label in (panel.perplexity_value, panel.context_value):
                 label.setEnabled(True)
-            panel.transfer_note.setText(self._transfer_note)
             panel.transfer_value.setText(fmt.MISSING)  # until the next local answer
             panel.context_value.setText(fmt.MISSING)
             panel.start_answer()

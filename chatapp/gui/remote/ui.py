@@ -179,6 +179,7 @@ class RemoteUi(QObject):
             else:
                 w.dismiss_message()
         else:
+            w.dismiss_message(warnings_too=True)  # what it says was about the server: gone with it
             model = self.chat.model
             if model is not None:
                 w.show_backend(f"{model.name} · {model.device_label}", f"{model.name} — chatapp")

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
-from PySide6.QtGui import QAction
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QMenu, QMessageBox, QWidget
 
 from chatapp.datadir import ENV_VAR, data_dir, logs_dir, models_dir
@@ -56,14 +57,36 @@ def show_data_places(parent: QWidget, open_folder: Callable[[Path], object]) -> 
     box = QMessageBox(QMessageBox.Icon.Information, TITLE, data_places_html(), parent=parent)
     box.setObjectName("dataPlacesDialog")
     box.setTextFormat(box.textFormat().RichText)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # to copy a path
     open_button = box.addButton("Open data folder", QMessageBox.ButtonRole.ActionRole)
     box.addButton(QMessageBox.StandardButton.Close)
-    open_button.clicked.connect(lambda: _open(open_folder))
+    open_button.clicked.connect(lambda: _open(parent, open_folder))
     box.open()
     return box
 
 
-def _open(open_folder: Callable[[Path], object]) -> None:
+def _open(parent: QWidget, open_folder: Callable[[Path], object]) -> QMessageBox | None:
     folder = data_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    open_folder(folder)
+    if open_folder(folder):
+        return None
+    return show_unopened(parent, folder)
+
+
+def show_unopened(parent: QWidget, folder: Path) -> QMessageBox:
+    """The desktop opened no file manager (no xdg-open, say): the path to copy instead."""
+    box = QMessageBox(
+        QMessageBox.Icon.Information,
+        TITLE,
+        f"This desktop could not open a file manager (on Linux that needs xdg-open). The data "
+        f"folder is:\n\n{folder}",
+        parent=parent,
+    )
+    box.setObjectName("dataFolderUnopened")
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    copy = box.addButton("Copy path", QMessageBox.ButtonRole.ActionRole)
+    copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(str(folder)))
+    box.addButton(QMessageBox.StandardButton.Close)
+    box.open()
+    return box

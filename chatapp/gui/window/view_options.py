@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QSettings, QTimer, Slot
+from PySide6.QtCore import QEvent, QObject, QSettings, QTimer, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QMenu, QWidget
+from PySide6.QtWidgets import QMenu, QScrollArea, QSplitter, QWidget
 
-from chatapp.gui.common.geometry import available_area, keep_on_screen
+from chatapp.gui.common.geometry import (
+    CHAT_MIN_WIDTH,
+    available_area,
+    keep_on_screen,
+    pane_sizes,
+)
 from chatapp.gui.common.theme import THEME_KEY, THEME_LABELS, THEMES, apply_theme, saved_theme
 
 LIST_KEY = "view/conversation_list"
@@ -19,6 +24,7 @@ SIDE_KEY = "view/side_panel"
 # at least ~420 px beside what is shown.
 WIDTH_FOR_SIDE_PANEL = 780
 WIDTH_FOR_BOTH_PANELS = 1020
+LIST_MIN_WIDTH = 130  # the conversation list, narrowed for the chat: titles elided
 
 
 class ViewOptions(QObject):
@@ -34,6 +40,8 @@ class ViewOptions(QObject):
         self.settings = settings
         self.show_panes = show_panes  # the window lays its panes out again
         self._panes: dict[QWidget, QAction] = {}  # each pane beside the chat, by its toggle
+        self._splitter: QSplitter | None = None  # the panes and the chat, side by side
+        self._chat: QWidget | None = None
         menu.addSeparator()
         self.list_action = self._toggle(menu, "Conversation &list", "Ctrl+B", LIST_KEY)
         self.side_action = self._toggle(menu, "&Side panel", "Ctrl+Alt+B", SIDE_KEY)
@@ -52,6 +60,8 @@ class ViewOptions(QObject):
         self.theme_actions[self.theme].setChecked(True)
         if self.theme != "system":
             apply_theme(self.theme)
+        self._list_fits = True
+        window.installEventFilter(self)  # resizes: keep the chat usable
 
     def _toggle(self, menu: QMenu, text: str, shortcut: str, key: str) -> QAction:
         action = QAction(text, self.window)
@@ -84,7 +94,79 @@ class ViewOptions(QObject):
     def wanted(self, widget: QWidget) -> bool:
         """Whether the user wants `widget` (a pane beside the chat) shown."""
         action = self._panes.get(widget)
-        return action is None or action.isChecked()
+        if action is None:
+            return True
+        if action is self.list_action:
+            return action.isChecked() and self._list_fits
+        return action.isChecked()
+
+    # ---- a narrow window: the chat first ------------------------------------------------------
+    def add_chat(self, splitter: QSplitter, chat: QWidget) -> None:
+        """The splitter that holds the panes, and the chat in it (kept usable first)."""
+        self._splitter, self._chat = splitter, chat
+
+    def pane_widths(self) -> list[tuple[int, int]]:
+        """(preferred, minimum) width of each pane of the window's splitter, in order."""
+        splitter = self._splitter
+        panes: list[tuple[int, int]] = []
+        for i in range(splitter.count() if splitter is not None else 0):
+            widget = splitter.widget(i) if splitter is not None else None
+            action = self._panes.get(widget) if widget is not None else None
+            if widget is not None and action is self.list_action:
+                preferred = max(230, widget.sizeHint().width())
+                least = max(widget.minimumWidth(), widget.minimumSizeHint().width())
+                panes.append((preferred, max(LIST_MIN_WIDTH, least)))
+            elif widget is not None and action is self.side_action:
+                minimum = widget.minimumWidth()
+                inner = widget.widget() if isinstance(widget, QScrollArea) else widget
+                hint = (inner or widget).sizeHint().width()
+                panes.append((max(minimum, hint + 24), minimum))
+            else:  # the chat
+                panes.append((0, CHAT_MIN_WIDTH))
+        return panes
+
+    def fit_chat(self) -> None:
+        """Hide the conversation list while the window is too narrow for it beside a usable
+        chat (the View menu's choice stays), then narrow the shown panes before the chat."""
+        window, splitter = self.window, self._splitter
+        if splitter is None:
+            return
+        shown = [
+            (i, pane)
+            for i, pane in enumerate(self.pane_widths())
+            if (widget := splitter.widget(i)) is not None
+            and (widget is self._chat or self.wanted_ignoring_width(widget))
+        ]
+        handles = splitter.handleWidth() * max(0, len(shown) - 1)
+        needed = sum(minimum for _, (_, minimum) in shown) + handles
+        fits = splitter.width() >= needed
+        if fits != self._list_fits:
+            self._list_fits = fits
+            self.show_panes()
+        visible = [
+            (i, pane)
+            for i, pane in shown
+            if (widget := splitter.widget(i)) is not None and widget.isVisibleTo(window)
+        ]
+        chat = next((i for i, _ in visible if splitter.widget(i) is self._chat), None)
+        sizes = splitter.sizes()
+        if chat is None or sizes[chat] >= CHAT_MIN_WIDTH or len(visible) < 2:
+            return
+        total = sum(sizes[i] for i, _ in visible)
+        wanted = pane_sizes(total, [p for _, p in visible], [i for i, _ in visible].index(chat))
+        for (i, _), width in zip(visible, wanted, strict=True):
+            sizes[i] = width
+        splitter.setSizes(sizes)
+
+    def wanted_ignoring_width(self, widget: QWidget) -> bool:
+        if self._panes.get(widget) is self.list_action:
+            return self.list_action.isChecked()
+        return self.wanted(widget)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.window and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self.fit_chat)  # once the splitter has its new width
+        return False
 
     def _on_toggled(self, key: str, on: bool) -> None:
         self.settings.setValue(key, on)

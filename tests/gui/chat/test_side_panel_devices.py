@@ -10,6 +10,7 @@ import pytest
 from chatapp.engine.devices import Device, DeviceError, find_device, software_offer_problem
 from chatapp.gui.chat.controller import State
 from chatapp.session import formatting as fmt
+from chatapp.units import fmt_bytes
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
 
 
@@ -21,7 +22,15 @@ def test_on_the_cpu_nothing_crosses_and_the_panel_says_why(
     send_and_wait(qtbot, window, "hello")
     panel = window.side_panel
     assert panel.transfer_value.text() == "0 B"
-    assert "host's own memory" in panel.transfer_note.text()
+    assert panel.figures_box.answer_label.text() == "Last answer: IO-Binding · CPU"
+    note = panel.transfer_note.text()
+    # Why the cached loops are close here, and what IO-Binding would save on a device: the
+    # model's KV bytes per token x the answer's context, down and back up.
+    assert "stays in the computer's memory" in note and "noise" in note
+    figures = window.conversation.messages[-1].figures
+    saved = 2 * window.host.engine.info.kv_bytes_per_token() * figures.tokens_in_context
+    assert f"about {fmt_bytes(saved)} per token" in note
+    assert f"({figures.tokens_in_context} tokens in its KV cache)" in note
     assert "host↔device" not in fmt.figures_line(window.conversation.messages[-1].figures)
 
 
@@ -32,10 +41,19 @@ def test_a_device_with_its_own_memory_shows_bytes_per_token(
     assert window.controller.model.device_own_memory
     assert "Emulated GPU" in window.side_panel.transfer_note.text()
     set_sampling(window, greedy(8))
+    warm_ups: list[object] = []
+    window.controller.sig_warm_up.connect(warm_ups.append)
+    box = window.side_panel.figures_box
     for mode_button in ("modeNaiveButton", "modeIOBindingButton"):
         window.findChild(object, mode_button).click()
         send_and_wait(qtbot, window, f"via {mode_button}")
-    naive, iob = (m.figures for m in window.conversation.messages[1::2])
+        # Each loop's first answer on the device warms it up first, shown beside the answer.
+        assert warm_ups and warm_ups[-1].finished
+        assert box.warm_up_note.isVisible() and "not counted" in box.warm_up_note.text()
+        warm_ups.clear()
+    send_and_wait(qtbot, window, "warm already")
+    assert not warm_ups and not box.warm_up_note.isVisible()
+    naive, iob, _warm = (m.figures for m in window.conversation.messages[1::2])
     # The naive loop moves every layer's KV both ways; IO-Binding the token, mask and logits.
     assert naive.mode == "naive" and iob.mode == "iobinding"
     assert naive.h2d_bytes_per_token > 10 * iob.h2d_bytes_per_token > 0
@@ -72,8 +90,14 @@ def test_a_device_failing_mid_answer_falls_back_to_the_cpu_and_keeps_the_chat(
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
     assert messages[-1].figures.finish_reason == "error"  # what streamed before is kept
     assert "VK_ERROR_DEVICE_LOST" in window.banner.text() and "CPU" in window.banner.text()
-    assert window.side_panel.device() == "cpu" and window.side_panel.transfer_value.text() == "0 B"
+    # The failed answer's figures stay, with its own device's name and words: the CPU loaded
+    # since then answers next.
+    panel = window.side_panel
+    assert panel.device() == "cpu" and panel.transfer_value.text() != "0 B"
+    assert "emulated" in panel.figures_box.answer_label.text()
+    assert "Emulated GPU" not in panel.transfer_note.text()  # the device it ran on is gone
     send_and_wait(qtbot, window, "third question")
+    assert panel.transfer_value.text() == "0 B" and "CPU" in panel.figures_box.answer_label.text()
     assert messages[-1].figures.device == "cpu" and messages[-1].figures.finish_reason != "error"
     assert len(messages) == 6
 

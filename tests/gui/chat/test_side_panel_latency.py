@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatapp.gui.chat.side_panel import LatencyChart
+from chatapp.gui.chat.latency_chart import LatencyChart
 
 
 def test_latency_chart_hint_and_outliers(qtbot) -> None:

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QPushButton
 from chatapp.engine.modes import MODES, Mode
 from chatapp.gui.chat.side_panel import LoopToggle
 from chatapp.session import formatting as fmt
+from chatapp.session.loop_notes import LOOP_TIPS
 from tests.gui.conftest import greedy, send_and_wait, set_sampling
 
 
@@ -24,7 +25,8 @@ def test_the_toggle_follows_modes_order_and_labels(qtbot) -> None:
         "modeIOBindingButton",
     ]
     assert [b.property("segment") for b in shown] == ["first", "middle", "last"]
-    assert all(toggle.buttons[m].toolTip() == m.description for m in MODES)
+    # the toggle speaks plain words (session/loop_notes.py), one tip per loop
+    assert all(toggle.buttons[m].toolTip() == LOOP_TIPS[m] for m in MODES)
     assert toggle.mode() is Mode.IOBINDING
     with qtbot.waitSignal(toggle.sig_mode_changed) as changed:
         toggle.buttons[Mode.NOCACHE].click()

@@ -96,3 +96,17 @@ def test_splitter_widths_come_back_only_with_as_many_panes(qtbot, tmp_path) -> N
     assert all(abs(a - b) <= 6 for a, b in zip(again.sizes(), [100, 350, 150], strict=True))
     assert not restore_splitter(_splitter(qtbot, 2), saved)  # saved before a pane was added
     assert not restore_splitter(again, None) and splitter_panes(QByteArray(b"junk")) == 0
+
+
+def test_pane_sizes_keep_the_chat_usable() -> None:
+    from chatapp.gui.common.geometry import pane_sizes
+
+    panes = [(230, 130), (0, 300), (300, 270)]
+    # Room for all: the panes as preferred, the chat the rest.
+    assert pane_sizes(1200, panes, 1) == [230, 670, 300]
+    # 800x500's window: the panes give way, down to their minimums, before the chat does.
+    narrow = pane_sizes(730, panes, 1)
+    assert narrow[1] >= 300 and narrow[0] >= 130 and narrow[2] >= 270
+    assert sum(narrow) <= 730
+    # Too narrow for all three: the chat keeps its minimum (the caller hides a pane).
+    assert pane_sizes(600, panes, 1) == [130, 300, 270]

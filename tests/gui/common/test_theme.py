@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
-from chatapp.gui.chat.side_panel import LatencyChart, LoopToggle
+from chatapp.gui.chat.latency_chart import LatencyChart
+from chatapp.gui.chat.side_panel import LoopToggle
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.theme import (
     GRAPHIC_CONTRAST,

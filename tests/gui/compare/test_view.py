@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtWidgets import QWidget
 
 from chatapp.gui.chat.controller import State
+from chatapp.gui.common.export_folder import EXPORT_FOLDER_KEY, remember_export_folder
 from chatapp.gui.compare.feature import CompareFeature
 from chatapp.gui.compare.view import CompareView, parse_contexts
 from chatapp.session.compare_jobs import StepFigures
@@ -238,11 +239,12 @@ def test_export_starts_where_the_chat_export_went(
     make_window: WindowFactory, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     window, view = open_compare(make_window, tiny_model_dir)
+    window.settings.remove(EXPORT_FOLDER_KEY)
     window.settings.remove("history/export_dir")
     assert view.export_start_folder() == str(Path.home())
-    window.settings.setValue("history/export_dir", str(tmp_path))
+    remember_export_folder(window.settings, tmp_path / "chat.md")  # a chat export's file
     assert view.export_start_folder() == str(tmp_path)
-    window.settings.setValue("history/export_dir", str(tmp_path / "gone"))
+    window.settings.setValue(EXPORT_FOLDER_KEY, str(tmp_path / "gone"))
     assert view.export_start_folder() == str(Path.home())
 
 

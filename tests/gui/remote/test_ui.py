@@ -142,9 +142,11 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     assert not ui.disconnect_action.isEnabled()
     connect(qtbot, window, served.url)
     assert ui.disconnect_action.isEnabled()
+    window.show_message("The server stopped answering.", "error")  # as a remote failure
     with qtbot.waitSignal(window.controller.sig_backend_changed) as changed:
         ui.disconnect_action.trigger()
     assert changed.args == [None] and window.controller.remote is None
+    assert window.banner.isHidden()  # the server's problem went with it
     panel = window.side_panel
     assert panel.loop_box.isEnabled() and panel.device_selector.isEnabled()
     assert not ui.figures.box.isVisible()

@@ -40,3 +40,24 @@ def test_the_menu_shows_the_places_and_opens_the_folder(
     assert opened == [tmp_path / "data"]
     box.close()
     assert show_data_places(window, opened.append).isVisible()
+
+
+def test_without_a_file_manager_the_path_is_shown_to_copy(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PySide6.QtGui import QGuiApplication
+
+    monkeypatch.setenv("CHATAPP_DATA_DIR", str(tmp_path / "data"))
+    window = make_window(["--model", str(tiny_model_dir)], wait=False)
+    window.open_folder = lambda _folder: False  # as QDesktopServices without xdg-open
+    window.data_places_action.trigger()
+    box = window.findChild(QMessageBox, "dataPlacesDialog")
+    button = next(b for b in box.findChildren(QPushButton) if b.text() == "Open data folder")
+    button.click()
+    qtbot.waitUntil(lambda: window.findChild(QMessageBox, "dataFolderUnopened") is not None)
+    said = window.findChild(QMessageBox, "dataFolderUnopened")
+    assert said.isVisible() and str(tmp_path / "data") in said.text()
+    assert "xdg-open" in said.text()
+    copy = next(b for b in said.findChildren(QPushButton) if b.text() == "Copy path")
+    copy.click()
+    assert QGuiApplication.clipboard().text() == str(tmp_path / "data")

@@ -1,0 +1,272 @@
+"""The live figures: one answer's figures together, labelled with its loop and device.
+
+Every value, the caption over them and the note under the host↔device figure describe the
+same answer: the one being written or the last one shown. Loading another model or device
+changes what the next answer runs on (`set_loaded`), not the words next to an old answer's
+numbers. A device's first answer waits for its warm-up (engine/warm_up.py): shown as a phase of
+its own with its progress, and named beside the answer it preceded, outside its figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from PySide6.QtCore import Qt, QTimer, Slot
+from PySide6.QtGui import QFont, QResizeEvent
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QSizePolicy,
+    QWidget,
+)
+
+from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.warm_up import WarmUpProgress
+from chatapp.gui.chat.latency_chart import LatencyChart
+from chatapp.gui.common.theme import muted
+from chatapp.session import formatting as fmt
+from chatapp.session.context import POLICY_TEXT
+from chatapp.session.loop_notes import LoadedDevice, answer_caption, transfer_note
+from chatapp.units import fmt_bytes
+
+TRANSFER_TIP = "Bytes crossing between host and device memory per generated token"
+WARMING = "Preparing the device… {seconds:.0f} s (first answer only)"
+WARMED = (
+    "The device's first runs took {seconds:.1f} s before this answer (compiling its programs): "
+    "not counted in its figures. A prompt of a length not seen before may still compile some "
+    "within its TTFT."
+)
+
+
+class WrappedNote(QLabel):
+    """A grey note that wraps to the panel's width (never widens it) and keeps the height its
+    lines need there: in a scrolled panel the layout otherwise clips the lines."""
+
+    def __init__(self, name: str, parent: QWidget) -> None:
+        super().__init__("", parent)
+        self.setObjectName(name)
+        self.setWordWrap(True)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # Given more height than its lines need (a longer text before), it starts at the top.
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        muted(self)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        needed = self.heightForWidth(self.width())
+        if needed > 0 and needed != self.minimumHeight():
+            self.setMinimumHeight(needed)
+
+
+class LiveFigures(QGroupBox):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Live figures", parent)
+        self.setObjectName("liveFigures")
+        self.loaded = LoadedDevice()
+        self.figures: AnswerFigures | None = None  # the answer shown
+        self.writing = False
+        self._pending: AnswerFigures | None = None  # the loop and device of one being started
+        self._warm_started = 0.0
+        self._warm_seconds: float | None = None
+        self._warm_timer = QTimer(self)
+        self._warm_timer.setInterval(500)
+        self._warm_timer.timeout.connect(self._tick_warm_up)
+        self._build()
+        self._describe()
+
+    # ---- building -------------------------------------------------------------------------
+    def _value_label(self, name: str, caption: str, tip: str) -> QLabel:
+        label = QLabel(fmt.MISSING, self)
+        label.setObjectName(name)
+        font = label.font()
+        font.setPointSizeF(font.pointSizeF() + 3)
+        font.setWeight(QFont.Weight.DemiBold)
+        label.setFont(font)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        label.setAccessibleName(caption)
+        label.setToolTip(tip)
+        return label
+
+    def _caption(self, text: str, tip: str = "") -> QLabel:
+        label = QLabel(text, self)
+        muted(label)
+        label.setToolTip(tip)
+        return label
+
+    def _build(self) -> None:
+        grid = QGridLayout(self)
+        grid.setHorizontalSpacing(12)
+        self.answer_label = QLabel("", self)
+        self.answer_label.setObjectName("figuresAnswerLabel")
+        self.answer_label.setWordWrap(True)
+        self.answer_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        grid.addWidget(self.answer_label, 0, 0, 1, 2)
+        self.warm_up_bar = QProgressBar(self)
+        self.warm_up_bar.setObjectName("warmUpBar")
+        self.warm_up_bar.setTextVisible(False)
+        self.warm_up_bar.setMaximumHeight(6)
+        self.warm_up_bar.hide()
+        self.warm_up_note = WrappedNote("warmUpNote", self)
+        self.warm_up_note.hide()
+        grid.addWidget(self.warm_up_note, 1, 0, 1, 2)
+        grid.addWidget(self.warm_up_bar, 2, 0, 1, 2)
+        cells = (
+            ("tokensPerSecondValue", "Tokens/s", "Decode speed (prefill excluded)"),
+            ("ttftValue", "TTFT (ms)", "Time to first token: prefill and the first sample"),
+            ("perplexityValue", "Perplexity", "exp(mean NLL) of the generated tokens"),
+            (
+                "promptPerplexityValue",
+                "Prompt perplexity",
+                "The same for the new prompt, from a quarter (at most 64) of its tokens",
+            ),
+        )
+        values = []
+        for i, (name, caption, tip) in enumerate(cells):
+            value = self._value_label(name, caption, tip)
+            values.append(value)
+            row = 3 + (i // 2) * 2
+            grid.addWidget(self._caption(caption, tip), row, i % 2)
+            grid.addWidget(value, row + 1, i % 2)
+        (
+            self.tokens_per_second_value,
+            self.ttft_value,
+            self.perplexity_value,
+            self.prompt_perplexity_value,
+        ) = values
+        caption = "Host↔device per token"
+        self.transfer_value = self._value_label("transferValue", caption, TRANSFER_TIP)
+        self.transfer_note = WrappedNote("transferNote", self)
+        grid.addWidget(self._caption(caption, TRANSFER_TIP), 7, 0, 1, 2)
+        grid.addWidget(self.transfer_value, 8, 0, 1, 2)
+        grid.addWidget(self.transfer_note, 9, 0, 1, 2)
+        # What happens when the context fills up.
+        # Caption and value in one row across both columns: the caption must not set the
+        # first column's width (the panel stays narrow).
+        context_row = QHBoxLayout()
+        context_row.addWidget(self._caption("Context used (tokens)", POLICY_TEXT))
+        self.context_value = QLabel(fmt.MISSING, self)
+        self.context_value.setObjectName("contextValue")
+        context_row.addStretch(1)
+        context_row.addWidget(self.context_value)
+        grid.addLayout(context_row, 10, 0, 1, 2)
+        self.context_bar = QProgressBar(self)
+        self.context_bar.setObjectName("contextBar")
+        self.context_bar.setTextVisible(False)
+        self.context_bar.setMaximumHeight(6)
+        self.context_bar.setRange(0, 1)
+        self.context_bar.setValue(0)
+        grid.addWidget(self.context_bar, 11, 0, 1, 2)
+        grid.addWidget(self._caption("Per-token latency"), 12, 0, 1, 2)
+        self.latency_chart = LatencyChart(self)
+        grid.addWidget(self.latency_chart, 13, 0, 1, 2)
+
+    # ---- what the next answer runs on -------------------------------------------------------
+    def set_loaded(self, loaded: LoadedDevice) -> None:
+        """A model was loaded on a device: an answer already shown keeps its own words."""
+        self.loaded = loaded
+        self._describe()
+
+    # ---- one answer -------------------------------------------------------------------------
+    def start_answer(self, writing: AnswerFigures | None = None) -> None:
+        """Empty figures: an answer starts (`writing`: its loop and device), or none is
+        shown."""
+        self.figures = None
+        self._pending = writing
+        self.writing = writing is not None
+        self._warm_seconds = None
+        self._warm_timer.stop()
+        self.warm_up_bar.hide()
+        self.warm_up_note.hide()
+        self.latency_chart.clear()
+        for label in (
+            self.tokens_per_second_value,
+            self.ttft_value,
+            self.perplexity_value,
+            self.prompt_perplexity_value,
+        ):
+            label.setText(fmt.MISSING)
+        self.transfer_value.setText(fmt.MISSING)  # no answer, no figure
+        self.transfer_value.setToolTip(TRANSFER_TIP)
+        self._describe()
+
+    def show_stats(self, fig: AnswerFigures) -> None:
+        self.figures = fig
+        if self._warm_timer.isActive() and (fig.generated_tokens or 0) > 0:
+            self._finish_warm_up()
+        self.tokens_per_second_value.setText(fmt.rate(fig.tokens_per_s))
+        self.ttft_value.setText(fmt.millis(fig.ttft_s))
+        self.perplexity_value.setText(fmt.perplexity(fig.perplexity))
+        self.prompt_perplexity_value.setText(fmt.perplexity(fig.prompt_perplexity))
+        self.set_context(fig.tokens_in_context, fig.context_length or 0)
+        own = fig.device not in (None, "cpu")
+        if (fig.generated_tokens or 0) > 1 or not own:  # decode steps, not the prompt
+            self.transfer_value.setText(fmt_bytes(fig.transfer_bytes_per_token))
+            self.transfer_value.setToolTip(
+                f"{TRANSFER_TIP}\nHost → device {fmt_bytes(fig.h2d_bytes_per_token or 0)}, "
+                f"device → host {fmt_bytes(fig.d2h_bytes_per_token or 0)} (medians of the "
+                "decode steps)"
+            )
+        else:
+            self.transfer_value.setText(fmt.MISSING)
+        self._describe()
+
+    def finish_answer(self) -> None:
+        """The answer is written: its figures are now the last answer's."""
+        self.writing = False
+        if self._warm_timer.isActive() and self.figures is None:  # stopped while warming up
+            self._warm_timer.stop()
+            self.warm_up_bar.hide()
+            self.warm_up_note.hide()
+        elif self._warm_timer.isActive():
+            self._finish_warm_up()
+        self._describe()
+
+    def _describe(self) -> None:
+        """The caption and the note, from the answer shown (or, before one, the device)."""
+        self.answer_label.setText(answer_caption(self.figures or self._pending, self.writing))
+        self.transfer_note.setText(transfer_note(self.figures, self.loaded))
+
+    # ---- warm-up ----------------------------------------------------------------------------
+    def show_warm_up(self, progress: WarmUpProgress) -> None:
+        """The device's first runs before an answer: a phase of its own, with its progress."""
+        if not self._warm_timer.isActive():
+            self._warm_started = time.monotonic() - progress.elapsed_s
+            self._warm_timer.start()
+        self.warm_up_bar.setRange(0, progress.steps)
+        self.warm_up_bar.setValue(progress.done)
+        self.warm_up_bar.show()
+        self.warm_up_note.show()
+        if progress.finished:
+            self._finish_warm_up(progress.elapsed_s)
+        else:
+            self._tick_warm_up()
+
+    @property
+    def warming_up(self) -> bool:
+        return self._warm_timer.isActive()
+
+    @Slot()
+    def _tick_warm_up(self) -> None:
+        self.warm_up_note.setText(WARMING.format(seconds=time.monotonic() - self._warm_started))
+
+    def _finish_warm_up(self, seconds: float | None = None) -> None:
+        self._warm_timer.stop()
+        self._warm_seconds = (
+            seconds if seconds is not None else time.monotonic() - self._warm_started
+        )
+        self.warm_up_bar.hide()
+        self.warm_up_note.setText(WARMED.format(seconds=self._warm_seconds))
+        self.warm_up_note.show()
+
+    # ---- context and latencies ----------------------------------------------------------------
+    def set_context(self, used: int, total: int) -> None:
+        self.context_value.setText(fmt.context_usage(used, total))
+        self.context_bar.setRange(0, max(1, total))
+        self.context_bar.setValue(min(used, max(1, total)))
+
+    def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
+        self.latency_chart.add(first_index, latencies_s)

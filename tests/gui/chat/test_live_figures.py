@@ -1,0 +1,106 @@
+"""The live figures show one answer at a time, labelled with its loop and device, with the
+words of that device; a device's warm-up is a phase of its own."""
+
+from __future__ import annotations
+
+from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.warm_up import WarmUpProgress
+from chatapp.gui.chat.side_panel import SidePanel
+from chatapp.session import formatting as fmt
+from chatapp.session.loop_notes import LOOP_TIPS, naive_bytes_per_token
+from chatapp.units import fmt_bytes
+
+KV_PER_TOKEN = 46_080  # a small model: 30 layers x 3 KV heads x 64 x K and V x 4 bytes
+WEBGPU_NAIVE = AnswerFigures(
+    mode="naive",
+    device="webgpu-software",
+    tokens_per_s=1.3,
+    ttft_s=6.551,
+    generated_tokens=40,
+    prompt_tokens=60,
+    context_length=8192,
+    h2d_bytes_per_token=4.4e6,
+    d2h_bytes_per_token=4.4e6,
+)
+CPU_IOBINDING = AnswerFigures(
+    mode="iobinding", device="cpu", tokens_per_s=24.8, ttft_s=0.12, generated_tokens=20,
+    prompt_tokens=30, context_length=8192, h2d_bytes_per_token=0, d2h_bytes_per_token=0,
+)  # fmt: skip
+
+
+def make_panel(qtbot) -> SidePanel:
+    panel = SidePanel()
+    qtbot.addWidget(panel)
+    panel.set_device_memory(True, "WebGPU software adapter", KV_PER_TOKEN, "webgpu-software")
+    panel.show()
+    return panel
+
+
+def test_switching_device_keeps_the_answer_s_figures_and_words_together(qtbot) -> None:
+    panel = make_panel(qtbot)
+    panel.begin_answer()
+    assert panel.figures_box.answer_label.text().startswith("This answer:")
+    panel.finish_answer(WEBGPU_NAIVE)
+    shown = (panel.tokens_per_second_value.text(), panel.transfer_value.text())
+    assert shown == ("1.3", "8.8 MB")
+    note = panel.transfer_note.text()
+    assert "naive loop" in note and "8.8 MB" in note
+    # Back to the CPU: the WebGPU answer stays as it was, never with the CPU's explanation.
+    panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
+    assert (panel.tokens_per_second_value.text(), panel.transfer_value.text()) == shown
+    assert panel.figures_box.answer_label.text() == "Last answer: Naive · WebGPU (software)"
+    assert panel.transfer_note.text() == note
+    # The next answer is the CPU's, labelled so, with the CPU's words.
+    panel.begin_answer()
+    assert panel.tokens_per_second_value.text() == fmt.MISSING
+    assert panel.figures_box.answer_label.text() == "This answer: IO-Binding · CPU"
+    panel.finish_answer(CPU_IOBINDING)
+    assert panel.transfer_value.text() == "0 B"
+    cpu_note = panel.transfer_note.text()
+    assert "stays in the computer's memory" in cpu_note and "noise" in cpu_note
+    assert fmt_bytes(naive_bytes_per_token(KV_PER_TOKEN, 50)) in cpu_note  # 30 + 20 tokens
+
+
+def test_a_remote_answer_is_labelled_with_the_server_s_model(qtbot) -> None:
+    panel = make_panel(qtbot)
+    remote = AnswerFigures(mode="remote", device="remote", model="SmolLM2", tokens_per_s=40.0)
+    panel.show_stats(remote)
+    assert panel.figures_box.answer_label.text() == "Last answer: remote · SmolLM2"
+    assert "server" in panel.transfer_note.text()
+
+
+def test_warm_up_is_its_own_phase_and_named_beside_the_answer(qtbot) -> None:
+    panel = make_panel(qtbot)
+    box = panel.figures_box
+    panel.begin_answer()
+    panel.show_warm_up(WarmUpProgress(0, 2, 0.0))
+    assert box.warming_up and box.warm_up_bar.isVisible()
+    assert "Preparing the device" in box.warm_up_note.text()
+    assert "first answer only" in box.warm_up_note.text()
+    panel.show_warm_up(WarmUpProgress(1, 2, 7.0))
+    assert box.warm_up_bar.value() == 1
+    panel.show_warm_up(WarmUpProgress(2, 2, 11.25))
+    assert not box.warming_up and not box.warm_up_bar.isVisible()
+    assert "11.2 s" in box.warm_up_note.text() and "not counted" in box.warm_up_note.text()
+    panel.finish_answer(WEBGPU_NAIVE)
+    assert box.warm_up_note.isVisible()  # beside the answer it preceded
+    panel.begin_answer()
+    assert not box.warm_up_note.isVisible()  # the next answer had none
+
+
+def test_the_toggle_s_tips_are_plain_words(qtbot) -> None:
+    panel = make_panel(qtbot)
+    for button in (panel.loop_toggle.naive_button, panel.loop_toggle.iobinding_button):
+        tip = button.toolTip()
+        assert tip in LOOP_TIPS.values()
+        assert "session.run" not in tip and "numpy" not in tip
+
+
+def test_an_answer_stopped_during_its_warm_up_leaves_no_warm_up_note(qtbot) -> None:
+    panel = make_panel(qtbot)
+    panel.begin_answer()
+    panel.show_warm_up(WarmUpProgress(0, 2, 0.0))
+    panel.finish_answer(None)  # the job was stopped before the first token
+    box = panel.figures_box
+    assert not box.warming_up and not box.warm_up_note.isVisible()
+    assert not box.warm_up_bar.isVisible()

@@ -1,0 +1,95 @@
+"""Both panes open on a small screen (800x500) and at 200% scaling: the chat keeps a usable
+width (the panes narrow first, then the conversation list steps aside), the input hint is
+readable, and the device box shows its whole label with its list inside the window.
+Measured in a fresh process with the offscreen platform's screen set to that size."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chatapp.gui.common.geometry import CHAT_MIN_WIDTH
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json, sys
+from PySide6.QtCore import QPoint, QTimer
+from chatapp.gui.app import application, build_window
+app = application()
+w = build_window(["--model", sys.argv[1]])
+w.show()
+def rect(x):
+    p = x.mapTo(w, QPoint(0, 0))
+    return [p.x(), p.y(), x.width(), x.height()]
+def report():
+    sel, hint = w.side_panel.device_selector, w.chat_view.hint_label
+    w.chat_view.set_hint("Enter sends · Shift+Enter: new line")
+    app.processEvents()
+    items = [sel.itemText(i) for i in range(sel.count())]
+    print(json.dumps({
+        "window": [w.width(), w.height()],
+        "chat": rect(w.chat_view), "prompt": rect(w.chat_view.prompt_edit),
+        "hint": rect(hint), "hint_needs": hint.heightForWidth(hint.width()),
+        "list": w.conversation_list.isVisible(), "side": w.side_scroll.isVisible(),
+        "selector": rect(sel), "side_rect": rect(w.side_scroll),
+        "widest_item": max(sel.fontMetrics().horizontalAdvance(t) for t in items),
+        "popup": sel.view().sizeHintForColumn(0),
+    }))
+    w.close()
+    app.quit()
+QTimer.singleShot(400, report)
+app.exec()
+"""
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "scale"), [(800, 500, "1"), (1366, 768, "2")], ids=["800x500", "200%"]
+)
+def test_both_panes_open_leave_a_usable_chat(
+    tmp_path: Path, tiny_model_dir: Path, width: int, height: int, scale: str
+) -> None:
+    screen = {
+        "synchronousWindowSystemEvents": False,
+        "windowFrameMargins": False,
+        "screens": [
+            {"name": "s", "x": 0, "y": 0, "width": width, "height": height, "dpr": 1,
+             "logicalDpi": 96, "logicalBaseDpi": 96}
+        ],
+    }  # fmt: skip
+    config = tmp_path / "screen.json"
+    config.write_text(json.dumps(screen))
+    data = tmp_path / "data"
+    data.mkdir()
+    # The user opened both panes (a first start on a small screen would hide them).
+    (data / "chatapp.ini").write_text("[view]\nconversation_list=true\nside_panel=true\n")
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": f"offscreen:configfile={config}",
+        "QT_SCALE_FACTOR": scale,
+        "CHATAPP_DATA_DIR": str(data),
+    }
+    env.pop("CHATAPP_SETTINGS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tiny_model_dir)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    window_w = got["window"][0]
+    assert got["side"], got  # the side panel stays: it holds the figures
+    if scale == "1":
+        assert got["list"], got  # 800 px hold both panes beside the chat
+    # The chat is usable: its page at least CHAT_MIN_WIDTH (less its margins).
+    assert got["chat"][2] >= CHAT_MIN_WIDTH - 16, got
+    assert got["prompt"][2] >= 180, got
+    # The hint is whole: wrapped into the height it has, not cut to a letter.
+    assert got["hint"][2] >= 80 and got["hint_needs"] <= got["hint"][3], got
+    # The device box: every label fits the box, the box and its list the window.
+    sx, _sy, sw, _sh = got["selector"]
+    assert got["widest_item"] <= sw - 20, got
+    assert sx + sw <= window_w and sx + max(sw, got["popup"]) <= window_w + 2, got

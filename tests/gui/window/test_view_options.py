@@ -94,12 +94,8 @@ app.exec()
 """
 
 
-@pytest.mark.parametrize(
-    ("width", "height", "scale"), [(800, 500, "1"), (1366, 768, "2")], ids=["800x500", "200%"]
-)
-def test_small_and_scaled_screens_reach_the_input_box(
-    tmp_path: Path, tiny_model_dir: Path, width: int, height: int, scale: str
-) -> None:
+def offscreen_screen(folder: Path, width: int, height: int) -> Path:
+    """A config file for Qt's offscreen platform: one screen of `width` x `height` pixels."""
     screen = {
         "synchronousWindowSystemEvents": False,
         "windowFrameMargins": False,
@@ -108,8 +104,18 @@ def test_small_and_scaled_screens_reach_the_input_box(
              "logicalDpi": 96, "logicalBaseDpi": 96}
         ],
     }  # fmt: skip
-    config = tmp_path / "screen.json"
+    config = folder / "screen.json"
     config.write_text(json.dumps(screen))
+    return config
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "scale"), [(800, 500, "1"), (1366, 768, "2")], ids=["800x500", "200%"]
+)
+def test_small_and_scaled_screens_reach_the_input_box(
+    tmp_path: Path, tiny_model_dir: Path, width: int, height: int, scale: str
+) -> None:
+    config = offscreen_screen(tmp_path, width, height)
     env = {
         **os.environ,
         "QT_QPA_PLATFORM": f"offscreen:configfile={config}",

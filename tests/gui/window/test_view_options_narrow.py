@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from chatapp.gui.common.geometry import CHAT_MIN_WIDTH
+from tests.gui.window.test_view_options import offscreen_screen
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,16 +55,7 @@ app.exec()
 def test_both_panes_open_leave_a_usable_chat(
     tmp_path: Path, tiny_model_dir: Path, width: int, height: int, scale: str
 ) -> None:
-    screen = {
-        "synchronousWindowSystemEvents": False,
-        "windowFrameMargins": False,
-        "screens": [
-            {"name": "s", "x": 0, "y": 0, "width": width, "height": height, "dpr": 1,
-             "logicalDpi": 96, "logicalBaseDpi": 96}
-        ],
-    }  # fmt: skip
-    config = tmp_path / "screen.json"
-    config.write_text(json.dumps(screen))
+    config = offscreen_screen(tmp_path, width, height)
     data = tmp_path / "data"
     data.mkdir()
     # The user opened both panes (a first start on a small screen would hide them).

@@ -12,16 +12,12 @@ What a watcher hears, in order: zero or more `on_yielded(YieldedBatch)`, then ex
 
 from __future__ import annotations
 
-import inspect
 import itertools
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chatapp.session.jobs import Job, JobAborted, JobControl, JobError, explain, one_line
-
-log = logging.getLogger(__name__)
+from chatapp.session.jobs import Job, JobError, run_job
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,8 @@ class _Inline:
 class InlineRunner:
     """A `Submit` without a worker (tests, scripts): jobs queue until `drain()` runs them in
     order on the calling thread, as a worker would, calling the watchers as they go.
-    `stop_after` stops every job after that many items (to test stopping)."""
+    `stop_after` stops every job after that many items (to test stopping; a job with its own
+    flush interval is counted as it flushes)."""
 
     def __init__(self, stop_after: int | None = None) -> None:
         self._ids = itertools.count(1)
@@ -93,38 +90,48 @@ class InlineRunner:
 
     def _run(self, job: Job, watcher: JobWatcher, running: _Inline) -> None:
         self.names.append(job.name)
-        items: list[Any] = []
-        control = JobControl(running.request_id, lambda: running.stopped, items.append, _nothing)
-        try:
-            result = job.run(control)
-            if inspect.isgenerator(result):
-                while True:
-                    try:
-                        items.append(next(result))
-                    except StopIteration as stop:
-                        result = stop.value
-                        break
-                    if self.stop_after is not None and len(items) >= self.stop_after:
-                        running.stopped = True
-        except JobAborted as exc:
-            _flush(running, control, items, watcher)
-            watcher.on_aborted(one_line(str(exc)))
-        except Exception as exc:
-            _flush(running, control, items, watcher)
-            message = explain(job, exc)
-            error = JobError(running.request_id, message, control.partial, type(exc), str(exc))
-            watcher.on_errored(error)
-        else:
-            _flush(running, control, items, watcher)
-            watcher.on_finished(result)
+        # Every item reaches the listener at once (so stop_after counts them); the watcher
+        # hears them as one batch before the job's end, as from a worker's last flush.
+        run_job(
+            job, running.request_id, lambda: running.stopped, _Batched(self, watcher, running), 0.0
+        )
 
 
-def _nothing() -> None:
-    return None
+@dataclass(eq=False)
+class _Batched:
+    """A JobListener that gathers a job's items into one batch for its JobWatcher."""
 
+    runner: InlineRunner
+    watcher: JobWatcher
+    running: _Inline
+    items: list[Any] = field(default_factory=list)
+    snapshot: Any = None
 
-def _flush(running: _Inline, control: JobControl, items: list[Any], watcher: JobWatcher) -> None:
-    if items:
-        snapshot = control.snapshot() if control.snapshot is not None else None
-        watcher.on_yielded(YieldedBatch(running.request_id, tuple(items), snapshot))
-        items.clear()
+    def started(self, request_id: int) -> None:
+        return None
+
+    def yielded(self, request_id: int, items: tuple[Any, ...], snapshot: Any) -> None:
+        self.items.extend(items)
+        self.snapshot = snapshot
+        limit = self.runner.stop_after
+        if limit is not None and len(self.items) >= limit:
+            self.running.stopped = True
+
+    def _flush(self) -> None:
+        if self.items:
+            self.watcher.on_yielded(
+                YieldedBatch(self.running.request_id, tuple(self.items), self.snapshot)
+            )
+            self.items.clear()
+
+    def finished(self, request_id: int, result: Any) -> None:
+        self._flush()
+        self.watcher.on_finished(result)
+
+    def errored(self, error: JobError) -> None:
+        self._flush()
+        self.watcher.on_errored(error)
+
+    def aborted(self, request_id: int, message: str) -> None:
+        self._flush()
+        self.watcher.on_aborted(message)

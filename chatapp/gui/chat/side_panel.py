@@ -175,7 +175,6 @@ class SidePanel(QWidget):
         self.device_selector.setMinimumContentsLength(16)
         # The CPU until the window's device probe (a job on its tool thread) says what runs
         # here; meanwhile the device asked for (saved, or --device) is kept as it is.
-        self.devices_known = False
         self._wanted_device = "cpu"
         self.set_devices([CPU])
         self.devices_known = False

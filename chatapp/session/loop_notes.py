@@ -11,10 +11,8 @@ from dataclasses import dataclass
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.session import formatting as fmt
-from chatapp.session.formatting import DEVICE_NAMES
+from chatapp.session.formatting import DEVICE_NAMES, REMOTE
 from chatapp.units import fmt_bytes
-
-REMOTE = "remote"  # an answer from a server (chatapp.remote.engine.REMOTE)
 
 # The toggle's tooltips: what each loop does, for someone who has not read the code.
 LOOP_TIPS: dict[str, str] = {

@@ -32,10 +32,9 @@ from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, on_theme, warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
-from chatapp.session.formatting import DEVICE_NAMES
+from chatapp.session.formatting import DEVICE_NAMES, REMOTE
 from chatapp.session.loop_notes import (
     LOOP_TIPS,
-    REMOTE,
     LoadedDevice,
     device_name,
 )

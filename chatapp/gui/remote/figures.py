@@ -30,7 +30,8 @@ from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.common.theme import muted
 from chatapp.remote.engine import UNAVAILABLE
 from chatapp.session import formatting as fmt
-from chatapp.session.loop_notes import REMOTE, LoadedDevice
+from chatapp.session.formatting import REMOTE
+from chatapp.session.loop_notes import LoadedDevice
 from chatapp.session.remote_jobs import RemoteSummary
 from chatapp.units import fmt_bytes
 

@@ -56,6 +56,8 @@ class TinyFamily:
     original_context: int = 0
     attn_factor: float = 0.0
     extra_tensors: tuple[str, ...] = ()
+    # Other types for some tensors, by kind ("attn_v", "ffn_down", "output", ...), as presets mix
+    tensor_types: dict[str, str] = field(default_factory=dict)
     tokenizer_pre: str = "default"
     seed: int = 0
     name: str = field(default="")
@@ -172,12 +174,15 @@ class _Tensors:
         self.w, self.s, self.rng = w, s, rng
 
     def matrix(self, name: str, rows: int, cols: int, scale: float, qtype: str) -> None:
+        qtype = self.s.tensor_types.get(name.split(".")[-2], qtype)
         kind = QType[qtype]
         if qtype in K_QUANT_SCALE_FIELDS:
             data = random_kquant(rows, cols, qtype, self.rng)
         else:
             data = _quantize(self.rng.normal(0.0, scale, size=(rows, cols)), kind)
         raw = None if kind in (QType.F32, QType.F16) else kind
+        if kind == QType.BF16:  # gguf-py's bf16 rounding, as bytes (raw types are uint8 rows)
+            data, raw = np.asarray(data).view(np.uint8).reshape(rows, -1), kind
         self.w.add_tensor(name, data, raw_dtype=raw)
 
     def vector(self, name: str, size: int, mean: float = 1.0, spread: float = 0.1) -> None:

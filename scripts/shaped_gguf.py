@@ -3,11 +3,14 @@
     .venv/bin/python scripts/shaped_gguf.py 1b OUT.gguf [--type Q4_K_M] [--seed 0]
     .venv/bin/python scripts/shaped_gguf.py --list
 
-The files follow llama.cpp's conventions for the llama architecture: its tensor names, its
-metadata keys and, per `--type`, the tensor types its quantize presets choose (Q4_K_M: Q4_K
-matrices and embedding, Q6_K output and Q6_K on the attn_v / ffn_down layers llama.cpp's
-`use_more_bits` picks). The tokenizer (vocabulary, merges, chat template) is SmolLM2's, copied from
-the bundled default GGUF, so every shape has a 49,152-token vocabulary.
+The files follow llama.cpp's conventions for the llama architecture (and gemma3 for the Gemma 3
+270M shape): its tensor names, its metadata keys and, per `--type`, the tensor types its quantize
+presets choose (Q4_K_M: Q4_K matrices and embedding, Q6_K output and Q6_K on the attn_v /
+ffn_down layers llama.cpp's `use_more_bits` picks; a matrix whose rows are not whole 256-value
+super-blocks falls back as llama.cpp's quantizer does: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
+IQ4_XS -> IQ4_NL, and such an output or tied embedding is Q8_0). The tokenizer (vocabulary,
+merges, chat template) is SmolLM2's, copied from the bundled default GGUF: 49,152 tokens, padded
+with unused tokens to the shape's vocabulary where it has more (Gemma 3: 262,144).
 
 The codes are random bytes; every block scale is a small finite fp16, so a model built from these
 weights gives finite logits (nonsense tokens). Nothing here is meant to be exact: only sizes and
@@ -42,6 +45,14 @@ class Shape:
     rope_theta: float
     context: int
     tied: bool  # no output.weight: the token embedding doubles as the output matrix
+    arch: str = "llama"  # or "gemma3": Q/K norms, post-norms, sliding window on 5 of 6 layers
+    head_dim: int = 0  # 0: hidden / heads
+    vocab: int = 0  # 0: the tokenizer's; more: its token list padded with unused tokens
+    window: int = 0  # gemma3's sliding window
+
+    @property
+    def head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
 
 
 SHAPES = {
@@ -54,6 +65,23 @@ SHAPES = {
     # Small shapes for tests: a few hundred MB and a few MB of weights.
     "300m": Shape("300M test shape", 8, 1024, 2816, 16, 4, 10000.0, 2048, False),
     "tiny": Shape("tiny test shape", 2, 256, 512, 4, 2, 10000.0, 512, False),
+    # Gemma 3 270M: hidden 640 (not whole super-blocks), 4 heads of 256 / 1 KV, a tied embedding
+    # over 262,144 tokens, window 512 on 5 of every 6 layers.
+    "gemma3-270m": Shape(
+        "Gemma-3-270M shape",
+        18,
+        640,
+        2048,
+        4,
+        1,
+        1000000.0,
+        32768,
+        True,
+        arch="gemma3",
+        head_dim=256,
+        vocab=262144,
+        window=512,
+    ),
 }
 
 Q = gguf.GGMLQuantizationType
@@ -76,11 +104,28 @@ def use_more_bits(layer: int, layers: int) -> bool:
     return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
 
 
-def tensor_type(preset: str, role: str, layer: int, shape: Shape) -> Q:
-    """The type llama.cpp's quantize gives a tensor (the rules for a plain llama model)."""
+# llama.cpp's quantizer, for a matrix whose rows are not whole blocks of the type it chose.
+FALLBACK: dict[Q, Q] = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0, Q.IQ4_XS: Q.IQ4_NL}
+
+
+def tensor_type(preset: str, role: str, layer: int, shape: Shape, cols: int = 0) -> Q:
+    """The type llama.cpp's quantize gives a tensor of `cols` values per row (the rules for a
+    plain llama or gemma3 model: no experts, no importance matrix)."""
+    cols = cols or shape.hidden
+    chosen = _preset_type(preset, role, layer, shape, cols)
+    if cols % gguf.GGML_QUANT_SIZES[chosen][0]:
+        if chosen not in FALLBACK:
+            raise ValueError(f"{preset} has no type for rows of {cols} values")
+        chosen = FALLBACK[chosen]
+    return chosen
+
+
+def _preset_type(preset: str, role: str, layer: int, shape: Shape, cols: int) -> Q:
     base = PRESETS[preset][1]
-    if role == "output":
-        return Q.Q8_0 if base == Q.Q8_0 else Q.Q6_K
+    if role == "output":  # also a tied embedding: the output's rules
+        if base == Q.Q8_0 or cols % gguf.GGML_QUANT_SIZES[base][0]:
+            return Q.Q8_0
+        return Q.Q6_K
     if preset in ("Q4_K_M", "Q5_K_M") and role in ("attn_v", "ffn_down"):
         return Q.Q6_K if use_more_bits(layer, shape.layers) else base
     if preset == "IQ4_XS":
@@ -117,6 +162,7 @@ LAYOUTS: dict[Q, BlockLayout] = {
     Q.Q5_K: BlockLayout(0, 0.00006, 2, 0.0007),
     Q.Q6_K: BlockLayout(208, 0.0002, fix=_small_q6_k_scales),
     Q.IQ4_XS: BlockLayout(0, 0.00003),
+    Q.IQ4_NL: BlockLayout(0, 0.0003),
 }
 
 
@@ -147,8 +193,8 @@ class TensorPlan:
 
 
 def plan(shape: Shape, preset: str, vocab: int) -> list[TensorPlan]:
-    head = shape.hidden // shape.heads
-    kv = head * shape.kv_heads
+    q_rows, kv = shape.head * shape.heads, shape.head * shape.kv_heads
+    gemma = shape.arch == "gemma3"
     embd = "output" if shape.tied else "token_embd"
     out = [
         TensorPlan("token_embd.weight", tensor_type(preset, embd, 0, shape), vocab, shape.hidden)
@@ -156,18 +202,28 @@ def plan(shape: Shape, preset: str, vocab: int) -> list[TensorPlan]:
     for i in range(shape.layers):
 
         def add(role: str, rows: int, cols: int, layer: int = i) -> None:
-            qtype = Q.F32 if role.endswith("norm") else tensor_type(preset, role, layer, shape)
+            if role.endswith("norm"):
+                qtype = Q.F32
+            else:
+                qtype = tensor_type(preset, role, layer, shape, cols)
             out.append(TensorPlan(f"blk.{layer}.{role}.weight", qtype, rows, cols))
 
         add("attn_norm", 1, shape.hidden)
-        add("attn_q", shape.hidden, shape.hidden)
+        add("attn_q", q_rows, shape.hidden)
         add("attn_k", kv, shape.hidden)
         add("attn_v", kv, shape.hidden)
-        add("attn_output", shape.hidden, shape.hidden)
+        if gemma:
+            add("attn_q_norm", 1, shape.head)
+            add("attn_k_norm", 1, shape.head)
+        add("attn_output", shape.hidden, q_rows)
+        if gemma:
+            add("post_attention_norm", 1, shape.hidden)
         add("ffn_norm", 1, shape.hidden)
         add("ffn_gate", shape.ffn, shape.hidden)
         add("ffn_up", shape.ffn, shape.hidden)
         add("ffn_down", shape.hidden, shape.ffn)
+        if gemma:
+            add("post_ffw_norm", 1, shape.hidden)
     out.append(TensorPlan("output_norm.weight", Q.F32, 1, shape.hidden))
     if not shape.tied:
         out.append(
@@ -196,6 +252,24 @@ def tokenizer_fields(
         yield key, field.contents(), vtype, sub
 
 
+def padded_tokenizer(
+    fields: list[tuple[str, object, gguf.GGUFValueType, gguf.GGUFValueType | None]], vocab: int
+) -> list[tuple[str, object, gguf.GGUFValueType, gguf.GGUFValueType | None]]:
+    """The tokenizer with `vocab` tokens: unused ones appended (llama.cpp checks that the
+    embedding has a row per token; unused tokens are never produced by its tokenizer)."""
+    out = []
+    for key, value, vtype, sub in fields:
+        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+            have = list(value)  # type: ignore[call-overload]
+            if key.endswith("tokens"):
+                extra: list[object] = [f"<unused{i}>" for i in range(vocab - len(have))]
+            else:
+                extra = [int(gguf.TokenType.UNUSED)] * (vocab - len(have))
+            value = have + extra
+        out.append((key, value, vtype, sub))
+    return out
+
+
 def default_tokenizer_source() -> Path:
     from chatapp.convert.default_model import bundled_gguf
 
@@ -214,8 +288,10 @@ def write_shaped_gguf(
     source = tokenizer_source or default_tokenizer_source()
     fields = list(tokenizer_fields(source))
     vocab = next(len(v) for k, v, _t, _s in fields if k == "tokenizer.ggml.tokens")  # type: ignore[arg-type]
+    if shape.vocab > vocab:
+        fields, vocab = padded_tokenizer(fields, shape.vocab), shape.vocab
     tensors = plan(shape, preset, vocab)
-    writer = gguf.GGUFWriter(path, "llama")
+    writer = gguf.GGUFWriter(path, shape.arch)
     writer.add_name(f"{shape.name} {preset} (random weights)")
     writer.add_context_length(shape.context)
     writer.add_embedding_length(shape.hidden)
@@ -223,9 +299,15 @@ def write_shaped_gguf(
     writer.add_feed_forward_length(shape.ffn)
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
-    writer.add_rope_dimension_count(shape.hidden // shape.heads)
+    if shape.head_dim:
+        writer.add_key_length(shape.head_dim)
+        writer.add_value_length(shape.head_dim)
+    if shape.window:
+        writer.add_sliding_window(shape.window)
+    if shape.arch == "llama":
+        writer.add_rope_dimension_count(shape.head)
     writer.add_rope_freq_base(shape.rope_theta)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_layer_norm_rms_eps(1e-6 if shape.arch == "gemma3" else 1e-5)
     writer.add_vocab_size(vocab)
     writer.add_file_type(PRESETS[preset][0])
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)

@@ -19,6 +19,7 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.native_kernels import library_path
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.graph import all_nodes
+from scripts.shaped_gguf import SHAPES, Shape, plan, write_shaped_gguf
 from tests.convert.reference import ReferenceModel
 from tests.convert.test_families import CONTEXT, assert_matches, full_pass, prompt
 from tests.convert.test_graph import STEP_TOLERANCE
@@ -181,3 +182,50 @@ def test_every_preset_on_native_kernels(tmp_path: Path, preset: str) -> None:
         stock = {n.op_type for n in all_nodes(graph)} & {"MatMulNBits", "MatMul", "Gather"}
         assert stock, preset
     assert_native_matches(gguf, folder, preset)
+
+
+# --- llama.cpp's Q4_K_M mix for a hidden size of whole 32-blocks only (Gemma 3 270M: 640) ------
+
+SMALL_GEMMA = Shape(
+    "test gemma3",
+    6,
+    320,
+    512,
+    2,
+    1,
+    1e6,
+    256,
+    True,
+    arch="gemma3",
+    head_dim=128,
+    vocab=600,
+    window=8,
+)
+
+
+def test_gemma3_270m_shape_has_llama_cpps_q4_k_m_mix() -> None:
+    """Rows of 640 values are no whole super-blocks: Q4_K falls back to Q5_0, Q6_K to Q8_0, and
+    the tied embedding (the output's rules) is Q8_0; rows of 1024 and 2048 keep K-quants."""
+    shape = SHAPES["gemma3-270m"]
+    types = {t.name: t.qtype.name for t in plan(shape, "Q4_K_M", shape.vocab)}
+    assert types["token_embd.weight"] == "Q8_0" and "output.weight" not in types
+    assert types["blk.3.attn_q.weight"] == types["blk.3.ffn_up.weight"] == "Q5_0"
+    assert types["blk.3.attn_output.weight"] == types["blk.3.ffn_down.weight"] == "Q4_K"
+    more_bits = [i for i in range(18) if types[f"blk.{i}.ffn_down.weight"] == "Q6_K"]
+    assert more_bits == [0, 1, 4, 7, 10, 13, 15, 16, 17]
+    assert [i for i in range(18) if types[f"blk.{i}.attn_v.weight"] == "Q8_0"] == more_bits
+    assert types["blk.0.attn_q_norm.weight"] == "F32"
+
+
+@BUILT
+def test_gemma3_q4_k_m_mix_on_native_kernels(tmp_path: Path, tiny_gguf: Path) -> None:
+    """The mix of the real Gemma 3 270M file (Q5_0, Q8_0, Q4_K, Q6_K in one graph, tied Q8_0
+    head over a token list padded with unused tokens) against the reference."""
+    gguf = tmp_path / "gemma.gguf"
+    write_shaped_gguf(gguf, SMALL_GEMMA, "Q4_K_M", tokenizer_source=tiny_gguf)
+    model = GGUFModel(gguf)
+    assert model.spec.vocab_size == 600
+    assert {t.qtype for t in model.tensors.values()} == {"F32", "Q5_0", "Q8_0", "Q4_K", "Q6_K"}
+    folder = convert_gguf(gguf, tmp_path / "native", NATIVE)
+    assert native_qtypes(folder)[NATIVE_OP] == {"Q5_0", "Q8_0", "Q4_K", "Q6_K"}
+    assert_native_matches(gguf, folder, "gemma3 Q4_K_M mix")

@@ -179,7 +179,7 @@ def test_every_preset_on_native_kernels(tmp_path: Path, preset: str) -> None:
     assert set().union(*found.values()) == with_kernel, found  # every such type on the kernels
     if without:  # ... and the rest on stock nodes in the same graph
         graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-        stock = {n.op_type for n in all_nodes(graph)} & {"MatMulNBits", "MatMul", "Gather"}
+        stock = {n.op_type for n in all_nodes(graph)} & {"MatMulNBits", "MatMul"}
         assert stock, preset
     assert_native_matches(gguf, folder, preset)
 

@@ -5,6 +5,7 @@ not take keeping their stock nodes in the same graph (docs/converter.md, "Native
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.graph import all_nodes
 from scripts.shaped_gguf import SHAPES, Shape, plan, write_shaped_gguf
 from tests.convert.reference import ReferenceModel
-from tests.convert.test_families import CONTEXT, assert_matches, full_pass, prompt
+from tests.convert.test_families import CONTEXT, LAYOUTS, assert_matches, full_pass, prompt
 from tests.convert.test_graph import STEP_TOLERANCE
 from tests.tiny_families import FAMILIES, write_family_gguf
 
@@ -149,6 +150,23 @@ def test_every_family_on_native_kernels(tmp_path: Path, family: str) -> None:
     folder = convert_gguf(gguf, tmp_path / "native", NATIVE)
     assert native_qtypes(folder) == {NATIVE_OP: {"Q8_0"}, NATIVE_GATHER: {"Q8_0"}}
     assert_native_matches(gguf, folder, family)
+
+
+@BUILT
+@pytest.mark.parametrize("layout", [name for name in LAYOUTS if name != "gqa"])
+@pytest.mark.parametrize("family", ["llama-biases", "qwen3", "gemma2", "gemma3", "phi4-mini"])
+def test_every_kv_layout_on_native_kernels(tmp_path: Path, family: str, layout: str) -> None:
+    """Standard attention and the static layouts (one token, or windows of 4) around the same
+    native projections."""
+    gguf = write_family_gguf(tmp_path / "m.gguf", family)
+    folder = convert_gguf(gguf, tmp_path / layout, replace(LAYOUTS[layout], native=True))
+    assert NATIVE_OP in native_qtypes(folder)
+    ids = prompt(16, seed=2)
+    want = ReferenceModel(gguf).logits(ids)
+    got = step_logits(Engine(folder, threads=1, max_context=CONTEXT), ids, "iobinding")
+    scale = float(np.abs(want).max())
+    assert float(np.abs(got - want).max()) <= STEP_TOLERANCE * scale, (family, layout)
+    np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
 
 
 @BUILT

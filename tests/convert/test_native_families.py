@@ -36,7 +36,20 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "Q4_0": ("llama3", {"qtype": "Q4_0", "embed_qtype": "Q4_0"}),
     "Q4_1": ("qwen2", {"qtype": "Q4_1"}),  # tied Q8_0 embedding, as the default model
     "Q5_0": ("gemma2", {"qtype": "Q5_0", "embed_qtype": "Q5_0"}),
-    "Q5_1": ("qwen3", {"qtype": "Q5_1", "tied": False}),  # untied Q8_0 head
+    "Q5_1": (  # Q5_1 embedding, untied Q8_0 head
+        "qwen3",
+        {"qtype": "Q5_1", "embed_qtype": "Q5_1", "tied": False, "tensor_types": {"output": "Q8_0"}},
+    ),
+    "Q4_1 + Q6_K head": (
+        "llama3",
+        {
+            **K_DIMS,
+            "qtype": "Q4_1",
+            "embed_qtype": "Q4_1",
+            "tied": False,
+            "tensor_types": {"output": "Q6_K"},
+        },
+    ),
     "Q8_0 untied head": ("phi3", {"tied": False}),
     "Q4_0 + Q8_0 head": (
         "llama-biases",

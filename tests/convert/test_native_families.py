@@ -89,6 +89,12 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
             "tensor_types": {"output": "Q6_K"},
         },
     ),
+    # Qwen2.5-0.5B's Q4_K_M (hidden 896: no whole super-blocks): Q5_0 with biases, Q8_0 attn_v
+    # on the more-bits layers (q, k, v in three nodes), Q4_K / Q6_K ffn_down, tied Q8_0.
+    "Q4_K_M, rows of 64": (
+        "qwen2",
+        {"ffn": 256, "qtype": "Q5_0", "tensor_types": {"attn_v": "Q8_0", "ffn_down": "Q6_K"}},
+    ),
     # Types without a kernel keep their stock node beside the native ones in one graph.
     "stock types beside": (
         "llama3",

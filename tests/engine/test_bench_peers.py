@@ -24,6 +24,7 @@ from chatapp.engine.bench.report import markdown_report
 from chatapp.engine.bench.run import BenchConfig, busy_warning, run_bench_suite
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
+from chatapp.folder_format.graph import all_nodes
 from chatapp.units import fmt_bytes
 
 FAKE = Path(__file__).parent / "fake_llama_cpp"
@@ -192,15 +193,16 @@ def test_peer_ratio_is_the_median_of_repeat_ratios() -> None:
 def test_weight_bytes_read_per_step(tiny_model_dir: Path, tiny_gguf: Path) -> None:
     graph = onnx.load(str(tiny_model_dir / "model.onnx"), load_external_data=False).graph
     total = sum(len(t.raw_data) for t in graph.initializer if t.raw_data)
-    # The embedding's codes, scales (and zero points) are gathered from, one row per token.
+    # The embedding's codes, scales (and zero points) are gathered from, one row per token, and
+    # so are the rotary caches (a row per position).
+    read_by_rows = {"GatherBlockQuantized": (0, 2, 3), "GroupQueryAttention": (7, 8)}
     tables = {
         n.input[i]
-        for n in graph.node
-        if n.op_type == "GatherBlockQuantized"
-        for i in (0, 2, 3)
+        for n in all_nodes(graph)
+        for i in read_by_rows.get(n.op_type, ())
         if i < len(n.input)
     }
-    assert len(tables) >= 2
+    assert len(tables) >= 4
     table_bytes = sum(len(t.raw_data) for t in graph.initializer if t.name in tables)
     step = floor.onnx_weight_bytes_per_step(tiny_model_dir / "model.onnx")
     # Every weight once, one row of the tables (the tied head shares the scales, read whole);

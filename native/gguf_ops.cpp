@@ -9,8 +9,9 @@
 // graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
 // product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
 // four weight rows at a time, spread over the session's intra-op threads. Several rows (a
-// prompt): tiles of weight rows are dequantized to float32 and multiplied by ONNX Runtime's own
-// Gemm (the float path, as exact as float32).
+// prompt): tasks of 8 weight rows, each dequantized to float32 a 512-value chunk at a time into
+// a buffer that stays in L1, times every activation row with FMA (four weight rows by three
+// activation rows a register tile): float32 products, as exact as the stock graph's prompt.
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 
@@ -50,6 +51,19 @@ struct QuantizedStorage {
   explicit QuantizedStorage(int width) : k(width), codes(2 * size_t(k)), floats(2 * size_t(k / 32)) {
     row = {codes.data(), codes.data() + k, floats.data(), floats.data() + k / 32};
   }
+};
+
+// The prompt path's view of one chunk of a task: `rows` weight rows dequantized to float32 (wf,
+// wstride values a row), values [k0, k0 + len) of K, times all m activation rows x [m, K],
+// added into y[:, col + r] (y is [m, n]).
+struct PromptChunk {
+  const float* wf;
+  int wstride, rows;
+  const float* x;
+  size_t m;
+  int k, k0, len;
+  float* y;
+  size_t n, col;
 };
 
 // One activation block's two levels in registers.
@@ -158,8 +172,24 @@ static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row
   }
 }
 
+// The prompt path's scalar fallback: the same float32 products, summed in order.
+static void prompt_chunk_scalar(const PromptChunk& pc) {
+  for (size_t c = 0; c < pc.m; ++c) {
+    const float* x = pc.x + c * size_t(pc.k) + pc.k0;
+    for (int r = 0; r < pc.rows; ++r) {
+      const float* w = pc.wf + size_t(r) * pc.wstride;
+      float total = 0.0f;
+      for (int i = 0; i < pc.len; ++i) total += w[i] * x[i];
+      pc.y[c * pc.n + pc.col + size_t(r)] += total;
+    }
+  }
+}
+
 static const size_t kRowsPerTask = 16;
-static const size_t kPromptTileRows = 256;  // weight rows dequantized per Gemm in a prompt
+// A prompt task's weight rows, and the values of K dequantized at a time (a multiple of 256:
+// whole super-blocks): 8 x 512 floats are 16 KB, beside three activation rows' 6 KB in L1.
+static const int kPromptRows = 8;
+static const int kPromptChunk = 512;
 
 struct StepJob {
   const FormatInfo* info;
@@ -198,7 +228,6 @@ struct GgufMatMulKernel {
   const FormatInfo* info = nullptr;
   int64_t k = 0, n = 0;
   size_t row_bytes = 0;
-  Ort::Op gemm{nullptr};
 
   GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
     Ort::ConstKernelInfo ki(kernel_info);
@@ -210,18 +239,6 @@ struct GgufMatMulKernel {
     if (k <= 0 || n <= 0 || k % info->block_values != 0)
       throw std::runtime_error("GgufMatMul: K must be a positive multiple of the block size");
     row_bytes = size_t(k / info->block_values) * info->block_bytes;
-    // A standalone operator gets no defaults: every attribute is spelled out.
-    int64_t trans_a = 0, trans_b = 1;
-    float alpha = 1.0f, beta = 0.0f;
-    Ort::OpAttr attrs[] = {
-        Ort::OpAttr("transA", &trans_a, 1, OrtOpAttrType::ORT_OP_ATTR_INT),
-        Ort::OpAttr("transB", &trans_b, 1, OrtOpAttrType::ORT_OP_ATTR_INT),
-        Ort::OpAttr("alpha", &alpha, 1, OrtOpAttrType::ORT_OP_ATTR_FLOAT),
-        Ort::OpAttr("beta", &beta, 1, OrtOpAttrType::ORT_OP_ATTR_FLOAT),
-    };
-    const char* type_names[] = {"T"};
-    ONNXTensorElementDataType types[] = {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT};
-    gemm = Ort::Op::Create(kernel_info, "Gemm", "", 13, type_names, types, 1, attrs, 4, 2, 1);
   }
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) {
@@ -255,7 +272,7 @@ struct GgufMatMulKernel {
     if (m == 1) {
       step(ctx, x, wb, y);
     } else {
-      prompt(ctx, context, x, m, wb, y);
+      prompt(ctx, x, m, wb, y);
     }
   }
 
@@ -275,51 +292,54 @@ struct GgufMatMulKernel {
 
   // Several rows (a prompt): see prompt().
   struct PromptJob {
-    GgufMatMulKernel* self;
-    OrtKernelContext* context;
+    const GgufMatMulKernel* self;
+    const uint8_t* wb;
     const float* x;
     size_t m;
-    const uint8_t* wb;
     float* y;
-    size_t tile;
   };
 
-  static void dequant_rows_task(void* data, size_t row) {
-    auto* job = static_cast<PromptJob*>(data);
-    GgufMatMulKernel* self = job->self;
-    const uint8_t* src = job->wb + row * self->row_bytes;
-    float* dst = job->y + row * size_t(self->k);  // y is the tile's float buffer here
+  // Values [k0, k0 + len) of one weight row to float32 (k0 and len: whole blocks).
+  void dequantize_part(const uint8_t* row, int k0, int len, float* out) const {
+    const uint8_t* src = row + size_t(k0 / info->block_values) * info->block_bytes;
     if (g_isa == Isa::Scalar)
-      dequantize_row(*self->info, src, int(self->k), dst);
-    else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(self->info->format, src, int(self->k), dst))
-      dequantize_row_avx2(*self->info, src, int(self->k), dst);
+      dequantize_row(*info, src, len, out);
+    else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(info->format, src, len, out))
+      dequantize_row_avx2(*info, src, len, out);
   }
 
-  // Tiles of weight rows: dequantized by all threads, then one Gemm (ONNX Runtime spreads it
-  // over the threads itself).
-  void prompt(Ort::KernelContext& ctx, OrtKernelContext* context, const float* x, size_t m,
-              const uint8_t* wb, float* y) {
-    size_t tile = std::min(size_t(n), kPromptTileRows);
-    std::vector<float> weights(tile * size_t(k)), part(m * tile);
-    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-    std::vector<int64_t> a_shape{int64_t(m), k};
-    Ort::Value a_value = Ort::Value::CreateTensor<float>(cpu, const_cast<float*>(x), m * size_t(k),
-                                                         a_shape.data(), a_shape.size());
-    for (size_t start = 0; start < size_t(n); start += tile) {
-      size_t rows = std::min(tile, size_t(n) - start);
-      PromptJob job{this, context, x, m, wb + start * row_bytes, weights.data(), tile};
-      ctx.ParallelFor(dequant_rows_task, rows, 0, &job);
-      std::vector<int64_t> b_shape{int64_t(rows), k}, c_shape{int64_t(m), int64_t(rows)};
-      Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),
-                                                           b_shape.data(), b_shape.size());
-      Ort::Value c_value = Ort::Value::CreateTensor<float>(cpu, part.data(), m * rows,
-                                                           c_shape.data(), c_shape.size());
-      const OrtValue* inputs[] = {a_value, b_value};
-      OrtValue* outputs[] = {c_value};
-      gemm.Invoke(context, inputs, 2, outputs, 1);
-      for (size_t r = 0; r < m; ++r)
-        std::copy(part.data() + r * rows, part.data() + (r + 1) * rows, y + r * size_t(n) + start);
+  // One task: kPromptRows weight rows, dequantized kPromptChunk values at a time into a buffer
+  // that stays in L1, times every activation row.
+  static void prompt_task(void* data, size_t task) {
+    auto* job = static_cast<PromptJob*>(data);
+    const GgufMatMulKernel* self = job->self;
+    size_t n = size_t(self->n), begin = task * kPromptRows;
+    int rows = int(std::min(n - begin, size_t(kPromptRows)));
+    alignas(32) float wf[kPromptRows * kPromptChunk];
+    for (size_t c = 0; c < job->m; ++c) std::fill_n(job->y + c * n + begin, rows, 0.0f);
+    int k = int(self->k);
+    for (int k0 = 0; k0 < k; k0 += kPromptChunk) {
+      int len = std::min(kPromptChunk, k - k0);
+      for (int r = 0; r < rows; ++r)
+        self->dequantize_part(job->wb + (begin + size_t(r)) * self->row_bytes, k0, len,
+                              wf + r * kPromptChunk);
+      PromptChunk pc{wf, kPromptChunk, rows, job->x, job->m, k, k0, len, job->y, n, begin};
+      if (g_isa == Isa::Avx512)
+        prompt_chunk_avx512(pc);
+      else if (g_isa == Isa::Avx2)
+        prompt_chunk_avx2(pc);
+      else
+        prompt_chunk_scalar(pc);
     }
+  }
+
+  // Tasks of kPromptRows weight rows spread over the session's threads: each dequantizes its
+  // rows once per call, a chunk at a time, and multiplies them by every activation row (FMA,
+  // four weight rows by three activation rows a register tile).
+  void prompt(Ort::KernelContext& ctx, const float* x, size_t m, const uint8_t* wb, float* y) {
+    PromptJob job{this, wb, x, m, y};
+    size_t tasks = (size_t(n) + kPromptRows - 1) / kPromptRows;
+    ctx.ParallelFor(prompt_task, tasks, 0, &job);
   }
 };
 

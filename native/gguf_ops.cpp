@@ -187,9 +187,17 @@ static void prompt_chunk_scalar(const PromptChunk& pc) {
 
 static const size_t kRowsPerTask = 16;
 // A prompt task's weight rows, and the values of K dequantized at a time (a multiple of 256:
-// whole super-blocks): 8 x 512 floats are 16 KB, beside three activation rows' 6 KB in L1.
-static const int kPromptRows = 8;
-static const int kPromptChunk = 512;
+// whole super-blocks): 16 x 256 floats are 16 KB, beside three activation rows' 3 KB in L1.
+static const int kPromptRows = 16;
+static const size_t kGemmTileRows = 256;  // weight rows dequantized per Gemm in a long prompt
+
+// Prompts of at least this many rows take the Gemm path; CHATAPP_GGUF_GEMM_ROWS=N, read when a
+// session creates its kernels, changes it (tests cover both paths; 2 sends every prompt to Gemm).
+static size_t prompt_gemm_rows() {
+  const char* asked = std::getenv("CHATAPP_GGUF_GEMM_ROWS");
+  return asked != nullptr ? size_t(std::strtoull(asked, nullptr, 10)) : size_t(64);
+}
+static const int kPromptChunk = 256;
 
 struct StepJob {
   const FormatInfo* info;
@@ -228,6 +236,8 @@ struct GgufMatMulKernel {
   const FormatInfo* info = nullptr;
   int64_t k = 0, n = 0;
   size_t row_bytes = 0;
+  Ort::Op gemm{nullptr};
+  size_t gemm_rows = prompt_gemm_rows();
 
   GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
     Ort::ConstKernelInfo ki(kernel_info);
@@ -239,6 +249,18 @@ struct GgufMatMulKernel {
     if (k <= 0 || n <= 0 || k % info->block_values != 0)
       throw std::runtime_error("GgufMatMul: K must be a positive multiple of the block size");
     row_bytes = size_t(k / info->block_values) * info->block_bytes;
+    // A standalone operator gets no defaults: every attribute is spelled out.
+    int64_t trans_a = 0, trans_b = 1;
+    float alpha = 1.0f, beta = 0.0f;
+    Ort::OpAttr attrs[] = {
+        Ort::OpAttr("transA", &trans_a, 1, OrtOpAttrType::ORT_OP_ATTR_INT),
+        Ort::OpAttr("transB", &trans_b, 1, OrtOpAttrType::ORT_OP_ATTR_INT),
+        Ort::OpAttr("alpha", &alpha, 1, OrtOpAttrType::ORT_OP_ATTR_FLOAT),
+        Ort::OpAttr("beta", &beta, 1, OrtOpAttrType::ORT_OP_ATTR_FLOAT),
+    };
+    const char* type_names[] = {"T"};
+    ONNXTensorElementDataType types[] = {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT};
+    gemm = Ort::Op::Create(kernel_info, "Gemm", "", 13, type_names, types, 1, attrs, 4, 2, 1);
   }
 
   OrtStatusPtr ComputeV2(OrtKernelContext* context) {
@@ -272,7 +294,10 @@ struct GgufMatMulKernel {
     if (m == 1) {
       step(ctx, x, wb, y);
     } else {
-      prompt(ctx, x, m, wb, y);
+      if (m < gemm_rows)
+        prompt(ctx, x, m, wb, y);
+      else
+        prompt_gemm(ctx, context, x, m, wb, y);
     }
   }
 
@@ -340,6 +365,47 @@ struct GgufMatMulKernel {
     PromptJob job{this, wb, x, m, y};
     size_t tasks = (size_t(n) + kPromptRows - 1) / kPromptRows;
     ctx.ParallelFor(prompt_task, tasks, 0, &job);
+  }
+
+  // Long prompts: 256-row tiles of the weight dequantized to float32 by all threads, then one
+  // ONNX Runtime Gemm per tile (which spreads itself over the threads). MLAS's packed kernel
+  // beats the tiles above once there are enough rows to amortize its packing; below that the
+  // two barriers a tile costs dominate (docs/converter.md, "Prompt kernels").
+  struct TileJob {
+    const GgufMatMulKernel* self;
+    const uint8_t* wb;
+    float* weights;
+  };
+
+  static void dequant_rows_task(void* data, size_t row) {
+    auto* job = static_cast<TileJob*>(data);
+    const GgufMatMulKernel* self = job->self;
+    self->dequantize_part(job->wb + row * self->row_bytes, 0, int(self->k), job->weights + row * size_t(self->k));
+  }
+
+  void prompt_gemm(Ort::KernelContext& ctx, OrtKernelContext* context, const float* x, size_t m,
+                   const uint8_t* wb, float* y) {
+    size_t tile = std::min(size_t(n), kGemmTileRows);
+    std::vector<float> weights(tile * size_t(k)), part(m * tile);
+    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+    std::vector<int64_t> a_shape{int64_t(m), k};
+    Ort::Value a_value = Ort::Value::CreateTensor<float>(cpu, const_cast<float*>(x), m * size_t(k),
+                                                         a_shape.data(), a_shape.size());
+    for (size_t start = 0; start < size_t(n); start += tile) {
+      size_t rows = std::min(tile, size_t(n) - start);
+      TileJob job{this, wb + start * row_bytes, weights.data()};
+      ctx.ParallelFor(dequant_rows_task, rows, 0, &job);
+      std::vector<int64_t> b_shape{int64_t(rows), k}, c_shape{int64_t(m), int64_t(rows)};
+      Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),
+                                                           b_shape.data(), b_shape.size());
+      Ort::Value c_value = Ort::Value::CreateTensor<float>(cpu, part.data(), m * rows,
+                                                           c_shape.data(), c_shape.size());
+      const OrtValue* inputs[] = {a_value, b_value};
+      OrtValue* outputs[] = {c_value};
+      gemm.Invoke(context, inputs, 2, outputs, 1);
+      for (size_t r = 0; r < m; ++r)
+        std::copy(part.data() + r * rows, part.data() + (r + 1) * rows, y + r * size_t(n) + start);
+    }
   }
 };
 

@@ -187,7 +187,7 @@ static void prompt_chunk_scalar(const PromptChunk& pc) {
 
 static const size_t kRowsPerTask = 16;
 // A prompt task's weight rows, and the values of K dequantized at a time (a multiple of 256:
-// whole super-blocks): 16 x 256 floats are 16 KB, beside three activation rows' 3 KB in L1.
+// whole super-blocks): 16 x 256 floats are 16 KB, packed again [k][16] for the tiles.
 static const int kPromptRows = 16;
 static const size_t kGemmTileRows = 256;  // weight rows dequantized per Gemm in a long prompt
 
@@ -333,34 +333,43 @@ struct GgufMatMulKernel {
       dequantize_row_avx2(*info, src, len, out);
   }
 
-  // One task: kPromptRows weight rows, dequantized kPromptChunk values at a time into a buffer
-  // that stays in L1, times every activation row.
+  // One task: kPromptRows weight rows, dequantized kPromptChunk values at a time and packed
+  // [k][16] in buffers that stay in L1, times every activation row.
   static void prompt_task(void* data, size_t task) {
     auto* job = static_cast<PromptJob*>(data);
     const GgufMatMulKernel* self = job->self;
-    size_t n = size_t(self->n), begin = task * kPromptRows;
+    size_t n = size_t(self->n), m = job->m, begin = task * kPromptRows;
     int rows = int(std::min(n - begin, size_t(kPromptRows)));
     alignas(32) float wf[kPromptRows * kPromptChunk];
-    for (size_t c = 0; c < job->m; ++c) std::fill_n(job->y + c * n + begin, rows, 0.0f);
+    alignas(32) float packed[kPromptRows * kPromptChunk];
+    std::vector<float> spare;  // [m, 16] for the last task of a matrix whose N is not a multiple of 16
+    if (rows < kPromptRows) {
+      spare.assign(m * kPromptRows, 0.0f);
+      std::fill(wf + rows * kPromptChunk, wf + kPromptRows * kPromptChunk, 0.0f);
+    }
+    for (size_t c = 0; c < m; ++c) std::fill_n(job->y + c * n + begin, rows, 0.0f);
     int k = int(self->k);
     for (int k0 = 0; k0 < k; k0 += kPromptChunk) {
       int len = std::min(kPromptChunk, k - k0);
       for (int r = 0; r < rows; ++r)
         self->dequantize_part(job->wb + (begin + size_t(r)) * self->row_bytes, k0, len,
                               wf + r * kPromptChunk);
-      PromptChunk pc{wf, kPromptChunk, rows, job->x, job->m, k, k0, len, job->y, n, begin};
+      PromptChunk pc{wf, kPromptChunk, rows, job->x, m, k, k0, len, job->y, n, begin};
       if (g_isa == Isa::Avx512)
-        prompt_chunk_avx512(pc);
+        prompt_chunk_avx512(pc, packed, spare.data());
       else if (g_isa == Isa::Avx2)
-        prompt_chunk_avx2(pc);
+        prompt_chunk_avx2(pc, packed, spare.data());
       else
         prompt_chunk_scalar(pc);
     }
+    if (rows < kPromptRows && g_isa != Isa::Scalar)
+      for (size_t c = 0; c < m; ++c)
+        std::copy_n(spare.data() + c * kPromptRows, rows, job->y + c * n + begin);
   }
 
   // Tasks of kPromptRows weight rows spread over the session's threads: each dequantizes its
   // rows once per call, a chunk at a time, and multiplies them by every activation row (FMA,
-  // four weight rows by three activation rows a register tile).
+  // six activation rows by sixteen weight rows a register tile).
   void prompt(Ort::KernelContext& ctx, const float* x, size_t m, const uint8_t* wb, float* y) {
     PromptJob job{this, wb, x, m, y};
     size_t tasks = (size_t(n) + kPromptRows - 1) / kPromptRows;

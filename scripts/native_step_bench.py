@@ -127,8 +127,8 @@ def main() -> None:
         load = f.read().split()[:3]
     kind = "CPU time" if args.cpu else "wall time"
     print(
-        f"threads {args.threads}, {args.rows} rows, {kind}, min of {args.rounds} rounds x {args.calls} calls, "
-        f"load {load}"
+        f"threads {args.threads}, {args.rows} rows, {kind}, "
+        f"min of {args.rounds} rounds x {args.calls} calls, load {load}"
     )
     header = "".join(f"{'lib ' + str(j):>12}" for j in range(len(args.lib)))
     print(f"{'matrix':<18}{'x':>4}{header}   (us per call)")

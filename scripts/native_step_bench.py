@@ -62,7 +62,7 @@ def random_blocks(qtype: str, n: int, k: int, rng: np.random.Generator) -> np.nd
     raw = rng.integers(0, 256, size=(n * k // values, size), dtype=np.uint8)
     scale_at = {"Q4_K": (0, 2), "Q6_K": (208,), "Q4_1": (0, 2), "Q8_0": (0,)}.get(qtype, (0,))
     for at in scale_at:
-        half = rng.uniform(1e-3, 1e-2, size=raw.shape[0]).astype(np.float16)
+        half = np.asarray(rng.uniform(1e-3, 1e-2, size=raw.shape[0]), dtype=np.float16)
         raw[:, at : at + 2] = half.view(np.uint8).reshape(-1, 2)
     return raw.reshape(n, -1)
 

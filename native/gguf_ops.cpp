@@ -9,9 +9,10 @@
 // graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
 // product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
 // four weight rows at a time, spread over the session's intra-op threads. Several rows (a
-// prompt): tasks of 8 weight rows, each dequantized to float32 a 512-value chunk at a time into
-// a buffer that stays in L1, times every activation row with FMA (four weight rows by three
-// activation rows a register tile): float32 products, as exact as the stock graph's prompt.
+// prompt), float32 products as exact as the stock graph's prompt: under 64 rows, tasks of 16
+// weight rows dequantized 256 values at a time into L1, packed [k][16], times every activation
+// row (six rows by sixteen weight rows a register tile, FMA); from 64 rows, 256-row tiles
+// dequantized by all threads, then ONNX Runtime's own Gemm.
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 

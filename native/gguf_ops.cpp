@@ -190,6 +190,7 @@ static const size_t kRowsPerTask = 16;
 // A prompt task's weight rows, and the values of K dequantized at a time (a multiple of 256:
 // whole super-blocks): 16 x 256 floats are 16 KB, packed again [k][16] for the tiles.
 static const int kPromptRows = 16;
+static const int kPromptChunk = 256;
 static const size_t kGemmTileRows = 256;  // weight rows dequantized per Gemm in a long prompt
 
 // Prompts of at least this many rows take the Gemm path; CHATAPP_GGUF_GEMM_ROWS=N, read when a
@@ -198,7 +199,6 @@ static size_t prompt_gemm_rows() {
   const char* asked = std::getenv("CHATAPP_GGUF_GEMM_ROWS");
   return asked != nullptr ? size_t(std::strtoull(asked, nullptr, 10)) : size_t(64);
 }
-static const int kPromptChunk = 256;
 
 struct StepJob {
   const FormatInfo* info;

@@ -9,8 +9,10 @@
 // graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
 // product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
 // four weight rows at a time, spread over the session's intra-op threads. Several rows (a
-// prompt): tiles of weight rows are dequantized to float32 and multiplied by ONNX Runtime's own
-// Gemm (the float path, as exact as float32).
+// prompt), float32 products as exact as the stock graph's prompt: under 64 rows, tasks of 16
+// weight rows dequantized 256 values at a time into L1, packed [k][16], times every activation
+// row (six rows by sixteen weight rows a register tile, FMA); from 64 rows, 256-row tiles
+// dequantized by all threads, then ONNX Runtime's own Gemm.
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 
@@ -50,6 +52,19 @@ struct QuantizedStorage {
   explicit QuantizedStorage(int width) : k(width), codes(2 * size_t(k)), floats(2 * size_t(k / 32)) {
     row = {codes.data(), codes.data() + k, floats.data(), floats.data() + k / 32};
   }
+};
+
+// The prompt path's view of one chunk of a task: `rows` weight rows dequantized to float32 (wf,
+// wstride values a row), values [k0, k0 + len) of K, times all m activation rows x [m, K],
+// added into y[:, col + r] (y is [m, n]).
+struct PromptChunk {
+  const float* wf;
+  int wstride, rows;
+  const float* x;
+  size_t m;
+  int k, k0, len;
+  float* y;
+  size_t n, col;
 };
 
 // One activation block's two levels in registers.
@@ -158,8 +173,32 @@ static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row
   }
 }
 
+// The prompt path's scalar fallback: the same float32 products, summed in order.
+static void prompt_chunk_scalar(const PromptChunk& pc) {
+  for (size_t c = 0; c < pc.m; ++c) {
+    const float* x = pc.x + c * size_t(pc.k) + pc.k0;
+    for (int r = 0; r < pc.rows; ++r) {
+      const float* w = pc.wf + size_t(r) * pc.wstride;
+      float total = 0.0f;
+      for (int i = 0; i < pc.len; ++i) total += w[i] * x[i];
+      pc.y[c * pc.n + pc.col + size_t(r)] += total;
+    }
+  }
+}
+
 static const size_t kRowsPerTask = 16;
-static const size_t kPromptTileRows = 256;  // weight rows dequantized per Gemm in a prompt
+// A prompt task's weight rows, and the values of K dequantized at a time (a multiple of 256:
+// whole super-blocks): 16 x 256 floats are 16 KB, packed again [k][16] for the tiles.
+static const int kPromptRows = 16;
+static const int kPromptChunk = 256;
+static const size_t kGemmTileRows = 256;  // weight rows dequantized per Gemm in a long prompt
+
+// Prompts of at least this many rows take the Gemm path; CHATAPP_GGUF_GEMM_ROWS=N, read when a
+// session creates its kernels, changes it (tests cover both paths; 2 sends every prompt to Gemm).
+static size_t prompt_gemm_rows() {
+  const char* asked = std::getenv("CHATAPP_GGUF_GEMM_ROWS");
+  return asked != nullptr ? size_t(std::strtoull(asked, nullptr, 10)) : size_t(64);
+}
 
 struct StepJob {
   const FormatInfo* info;
@@ -199,6 +238,7 @@ struct GgufMatMulKernel {
   int64_t k = 0, n = 0;
   size_t row_bytes = 0;
   Ort::Op gemm{nullptr};
+  size_t gemm_rows = prompt_gemm_rows();
 
   GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
     Ort::ConstKernelInfo ki(kernel_info);
@@ -255,7 +295,10 @@ struct GgufMatMulKernel {
     if (m == 1) {
       step(ctx, x, wb, y);
     } else {
-      prompt(ctx, context, x, m, wb, y);
+      if (m < gemm_rows)
+        prompt(ctx, x, m, wb, y);
+      else
+        prompt_gemm(ctx, context, x, m, wb, y);
     }
   }
 
@@ -275,31 +318,84 @@ struct GgufMatMulKernel {
 
   // Several rows (a prompt): see prompt().
   struct PromptJob {
-    GgufMatMulKernel* self;
-    OrtKernelContext* context;
+    const GgufMatMulKernel* self;
+    const uint8_t* wb;
     const float* x;
     size_t m;
-    const uint8_t* wb;
     float* y;
-    size_t tile;
+  };
+
+  // Values [k0, k0 + len) of one weight row to float32 (k0 and len: whole blocks).
+  void dequantize_part(const uint8_t* row, int k0, int len, float* out) const {
+    const uint8_t* src = row + size_t(k0 / info->block_values) * info->block_bytes;
+    if (g_isa == Isa::Scalar)
+      dequantize_row(*info, src, len, out);
+    else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(info->format, src, len, out))
+      dequantize_row_avx2(*info, src, len, out);
+  }
+
+  // One task: kPromptRows weight rows, dequantized kPromptChunk values at a time and packed
+  // [k][16] in buffers that stay in L1, times every activation row.
+  static void prompt_task(void* data, size_t task) {
+    auto* job = static_cast<PromptJob*>(data);
+    const GgufMatMulKernel* self = job->self;
+    size_t n = size_t(self->n), m = job->m, begin = task * kPromptRows;
+    int rows = int(std::min(n - begin, size_t(kPromptRows)));
+    alignas(32) float wf[kPromptRows * kPromptChunk];
+    alignas(32) float packed[kPromptRows * kPromptChunk];
+    std::vector<float> spare;  // [m, 16] for the last task of a matrix whose N is not a multiple of 16
+    if (rows < kPromptRows) {
+      spare.assign(m * kPromptRows, 0.0f);
+      std::fill(wf + rows * kPromptChunk, wf + kPromptRows * kPromptChunk, 0.0f);
+    }
+    for (size_t c = 0; c < m; ++c) std::fill_n(job->y + c * n + begin, rows, 0.0f);
+    int k = int(self->k);
+    for (int k0 = 0; k0 < k; k0 += kPromptChunk) {
+      int len = std::min(kPromptChunk, k - k0);
+      for (int r = 0; r < rows; ++r)
+        self->dequantize_part(job->wb + (begin + size_t(r)) * self->row_bytes, k0, len,
+                              wf + r * kPromptChunk);
+      PromptChunk pc{wf, kPromptChunk, rows, job->x, m, k, k0, len, job->y, n, begin};
+      if (g_isa == Isa::Avx512)
+        prompt_chunk_avx512(pc, packed, spare.data());
+      else if (g_isa == Isa::Avx2)
+        prompt_chunk_avx2(pc, packed, spare.data());
+      else
+        prompt_chunk_scalar(pc);
+    }
+    if (rows < kPromptRows && g_isa != Isa::Scalar)
+      for (size_t c = 0; c < m; ++c)
+        std::copy_n(spare.data() + c * kPromptRows, rows, job->y + c * n + begin);
+  }
+
+  // Tasks of kPromptRows weight rows spread over the session's threads: each dequantizes its
+  // rows once per call, a chunk at a time, and multiplies them by every activation row (FMA,
+  // six activation rows by sixteen weight rows a register tile).
+  void prompt(Ort::KernelContext& ctx, const float* x, size_t m, const uint8_t* wb, float* y) {
+    PromptJob job{this, wb, x, m, y};
+    size_t tasks = (size_t(n) + kPromptRows - 1) / kPromptRows;
+    ctx.ParallelFor(prompt_task, tasks, 0, &job);
+  }
+
+  // Long prompts: 256-row tiles of the weight dequantized to float32 by all threads, then one
+  // ONNX Runtime Gemm per tile (which spreads itself over the threads). MLAS's packed kernel
+  // beats the tiles above once there are enough rows to amortize its packing; below that the
+  // two barriers a tile costs dominate (docs/converter.md, "Prompt kernels").
+  struct TileJob {
+    const GgufMatMulKernel* self;
+    const uint8_t* wb;
+    float* weights;
   };
 
   static void dequant_rows_task(void* data, size_t row) {
-    auto* job = static_cast<PromptJob*>(data);
-    GgufMatMulKernel* self = job->self;
-    const uint8_t* src = job->wb + row * self->row_bytes;
-    float* dst = job->y + row * size_t(self->k);  // y is the tile's float buffer here
-    if (g_isa == Isa::Scalar)
-      dequantize_row(*self->info, src, int(self->k), dst);
-    else if (!(g_isa == Isa::Avx512 ? dequant_row_avx512 : dequant_row_avx2)(self->info->format, src, int(self->k), dst))
-      dequantize_row_avx2(*self->info, src, int(self->k), dst);
+    auto* job = static_cast<TileJob*>(data);
+    const GgufMatMulKernel* self = job->self;
+    self->dequantize_part(job->wb + row * self->row_bytes, 0, int(self->k), job->weights + row * size_t(self->k));
   }
 
-  // Tiles of weight rows: dequantized by all threads, then one Gemm (ONNX Runtime spreads it
-  // over the threads itself).
-  void prompt(Ort::KernelContext& ctx, OrtKernelContext* context, const float* x, size_t m,
-              const uint8_t* wb, float* y) {
-    size_t tile = std::min(size_t(n), kPromptTileRows);
+  void prompt_gemm(Ort::KernelContext& ctx, OrtKernelContext* context, const float* x, size_t m,
+                   const uint8_t* wb, float* y) {
+    size_t tile = std::min(size_t(n), kGemmTileRows);
     std::vector<float> weights(tile * size_t(k)), part(m * tile);
     Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
     std::vector<int64_t> a_shape{int64_t(m), k};
@@ -307,7 +403,7 @@ struct GgufMatMulKernel {
                                                          a_shape.data(), a_shape.size());
     for (size_t start = 0; start < size_t(n); start += tile) {
       size_t rows = std::min(tile, size_t(n) - start);
-      PromptJob job{this, context, x, m, wb + start * row_bytes, weights.data(), tile};
+      TileJob job{this, wb + start * row_bytes, weights.data()};
       ctx.ParallelFor(dequant_rows_task, rows, 0, &job);
       std::vector<int64_t> b_shape{int64_t(rows), k}, c_shape{int64_t(m), int64_t(rows)};
       Ort::Value b_value = Ort::Value::CreateTensor<float>(cpu, weights.data(), rows * size_t(k),

@@ -1,12 +1,14 @@
-"""Decode-step cost of the native GGUF kernels (native/), one operator at a time.
+"""Decode-step and prompt cost of the native GGUF kernels (native/), one operator at a time.
 
-Runs chatapp.gguf.GgufMatMul on one activation row for the matrices of a model shape (random,
-well-formed GGUF blocks), each library given with --lib in its own session, interleaved round by
-round; prints the minimum of the rounds (robust to a busy machine) per matrix, the per-token sum
-for the shape, and the GB/s that sum reads. Example:
+Runs chatapp.gguf.GgufMatMul on --rows activation rows (1: a decode step; more: a prompt) for the
+matrices of a model shape (random, well-formed GGUF blocks), each library given with --lib in its
+own session, interleaved round by round; prints the minimum of the rounds (robust to a busy
+machine) per matrix, the per-token (or per-prompt) sum for the shape, and the GB/s that sum reads.
+Example:
 
     PYTHONPATH=. .venv/bin/python scripts/native_step_bench.py \
         --lib native/build/libchatapp_gguf.so --lib /tmp/old.so --shape 1b --threads 1 --cpu
+    PYTHONPATH=. .venv/bin/python scripts/native_step_bench.py --rows 42 --calls 1 ...
 """
 
 from __future__ import annotations
@@ -60,19 +62,19 @@ def random_blocks(qtype: str, n: int, k: int, rng: np.random.Generator) -> np.nd
     raw = rng.integers(0, 256, size=(n * k // values, size), dtype=np.uint8)
     scale_at = {"Q4_K": (0, 2), "Q6_K": (208,), "Q4_1": (0, 2), "Q8_0": (0,)}.get(qtype, (0,))
     for at in scale_at:
-        half = rng.uniform(1e-3, 1e-2, size=raw.shape[0]).astype(np.float16)
+        half = np.asarray(rng.uniform(1e-3, 1e-2, size=raw.shape[0]), dtype=np.float16)
         raw[:, at : at + 2] = half.view(np.uint8).reshape(-1, 2)
     return raw.reshape(n, -1)
 
 
-def session(lib: str, m: Matrix, raw: np.ndarray, threads: int) -> ort.InferenceSession:
+def session(lib: str, m: Matrix, raw: np.ndarray, threads: int, rows: int) -> ort.InferenceSession:
     node = helper.make_node(
         NATIVE_OP, ["x", "w"], ["y"], domain=NATIVE_DOMAIN, qtype=m.qtype, K=m.k, N=m.n
     )
     graph = helper.make_graph(
         [node],
         "step",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m.k])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, m.k])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(raw, "w")],
     )
@@ -95,6 +97,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5, help="calls per round (timed together)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
+        "--rows", type=int, default=1, help="activation rows per call (1: a step; more: a prompt)"
+    )
+    parser.add_argument(
         "--cpu",
         action="store_true",
         help="time the process's CPU time instead of wall time (with --threads 1: the kernel's "
@@ -106,8 +111,8 @@ def main() -> None:
     sessions = []
     for m in matrices:
         raw = random_blocks(m.qtype, m.n, m.k, rng)
-        x = {"x": rng.normal(size=(1, m.k)).astype(np.float32)}
-        sessions.append([(session(lib, m, raw, args.threads), x) for lib in args.lib])
+        x = {"x": rng.normal(size=(args.rows, m.k)).astype(np.float32)}
+        sessions.append([(session(lib, m, raw, args.threads, args.rows), x) for lib in args.lib])
     clock = time.process_time if args.cpu else time.perf_counter
     best = np.full((len(matrices), len(args.lib)), np.inf)
     for _ in range(args.rounds):
@@ -122,8 +127,8 @@ def main() -> None:
         load = f.read().split()[:3]
     kind = "CPU time" if args.cpu else "wall time"
     print(
-        f"threads {args.threads}, {kind}, min of {args.rounds} rounds x {args.calls} calls, "
-        f"load {load}"
+        f"threads {args.threads}, {args.rows} rows, {kind}, "
+        f"min of {args.rounds} rounds x {args.calls} calls, load {load}"
     )
     header = "".join(f"{'lib ' + str(j):>12}" for j in range(len(args.lib)))
     print(f"{'matrix':<18}{'x':>4}{header}   (us per call)")
@@ -137,7 +142,8 @@ def main() -> None:
     )
     for j, lib in enumerate(args.lib):
         total = float(counts @ best[:, j])
-        print(f"lib {j}: {total * 1e3:.2f} ms per token, {nbytes / total / 1e9:.1f} GB/s  {lib}")
+        per = "token" if args.rows == 1 else f"{args.rows}-row prompt"
+        print(f"lib {j}: {total * 1e3:.2f} ms per {per}, {nbytes / total / 1e9:.1f} GB/s  {lib}")
 
 
 if __name__ == "__main__":

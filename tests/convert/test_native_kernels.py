@@ -1,6 +1,7 @@
 """chatapp.gguf.GgufMatMul (native/) against a numpy dequantization of the same GGUF blocks.
 
-Every format with a kernel, odd shapes, one row (the integer path) and several (the float path),
+Every format with a kernel, odd shapes, one row (the integer path) and several (the float paths:
+the library's tiles for short prompts, ONNX Runtime's Gemm for long ones),
 on each instruction set this machine offers (CHATAPP_GGUF_ISA asks for less: every path a CPU
 has is checked against the same numpy reference, so an AVX-512 machine checks its VNNI kernels,
 its AVX2 ones and the scalar ones alike). Skipped when the library is not built (`make native`).
@@ -153,25 +154,55 @@ def test_one_row_is_the_product_with_int16_activations(qtype: str, isa: str) -> 
             assert np.all(np.abs(got - exact) <= step_bound(x, w)), (qtype, isa, k, n)
 
 
+GEMM_ROWS = 64  # the library's default: prompts of this many rows or more take the Gemm tiles
+
+
 @pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
-def test_several_rows_take_the_float_path(qtype: str, isa: str) -> None:
+@pytest.mark.parametrize("rows", [2, 7, GEMM_ROWS - 1, GEMM_ROWS, GEMM_ROWS + 5])
+def test_several_rows_are_the_float_product(
+    qtype: str, rows: int, isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both prompt paths (the library's own tiles below GEMM_ROWS, ONNX Runtime's Gemm from
+    there) multiply by the exactly dequantized weights in float32: within 1e-5 of sum |x||w|.
+    131 weight rows: eight whole tasks of 16 and a partial one; 2..69 activation rows: every
+    tile height (six rows a tile) and both sides of the threshold."""
+    monkeypatch.delenv("CHATAPP_GGUF_GEMM_ROWS", raising=False)
     k = widths(qtype)[-1]
-    raw = gguf_blocks(qtype, 131, k)  # more rows than one tile of 64, and a partial tile
+    raw = gguf_blocks(qtype, 131, k)
     w = dequantized(qtype, raw)
-    x = activations(6, k).reshape(2, 3, k)
+    x = activations(rows, k)[None]
     got = session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0]
     want = x.astype(np.float64) @ w.T
     scale = np.abs(x).astype(np.float64) @ np.abs(w).T
-    assert got.shape == (2, 3, 131)
-    assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, isa)
+    assert got.shape == (1, rows, 131)
+    assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, isa, rows)
 
 
-def test_one_thread_and_two_agree() -> None:
+@pytest.mark.parametrize("gemm_rows", ["2", "1000"])
+def test_the_threshold_picks_the_path(gemm_rows: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CHATAPP_GGUF_GEMM_ROWS moves the threshold (2: every prompt on Gemm; 1000: none), and
+    either path gives the float product of shapes with batch dimensions and odd K."""
+    monkeypatch.setenv("CHATAPP_GGUF_GEMM_ROWS", gemm_rows)
+    for qtype, n in (("Q4_1", 37), ("Q6_K", 16), ("Q8_0", 3)):
+        k = widths(qtype)[1]
+        raw = gguf_blocks(qtype, n, k)
+        w = dequantized(qtype, raw)
+        x = activations(10, k).reshape(2, 5, k)
+        got = session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0]
+        want = x.astype(np.float64) @ w.T
+        scale = np.abs(x).astype(np.float64) @ np.abs(w).T
+        assert got.shape == (2, 5, n)
+        assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, gemm_rows)
+
+
+@pytest.mark.parametrize("rows", [1, 9])
+def test_one_thread_and_two_agree(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHATAPP_GGUF_GEMM_ROWS", raising=False)
     raw = gguf_blocks("Q4_K", 70, 512)
-    x = activations(1, 512)[None]
+    x = activations(rows, 512)[None]
     one = session(matmul_model("Q4_K", raw, 512), threads=1).run(None, {"x": x})[0]
     two = session(matmul_model("Q4_K", raw, 512), threads=2).run(None, {"x": x})[0]
-    np.testing.assert_array_equal(one, two)  # each row is computed the same way by any thread
+    np.testing.assert_array_equal(one, two)  # each output is computed the same way by any thread
 
 
 def test_the_library_names_its_instruction_set() -> None:

@@ -15,7 +15,7 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.engine import native_kernels
-from chatapp.engine.bench.floor import onnx_weight_bytes_per_step
+from chatapp.engine.bench.floor import onnx_step_bytes
 from chatapp.engine.devices import CPU, Device, start_session
 from chatapp.engine.engine import Engine
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, library_path, needs_native
@@ -147,21 +147,17 @@ def test_a_device_session_falls_back_to_the_cpu_with_the_reason(
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_a_step_reads_the_gguf_bytes_of_its_matrices(tmp_path: Path, mix: str) -> None:
     """bench's floor counts a tied table once, whole (the head reads it), an untied embedding as
-    one row: the matrices cost a step exactly their GGUF bytes (the rest of a tiny model is norms
-    and RoPE tables)."""
+    one row: the native nodes' weights cost a step exactly their matrices' GGUF bytes."""
     gguf = write_tiny_gguf(tmp_path / "t.gguf", **MIXES[mix])
     folder = convert_gguf(gguf, tmp_path / "n", NATIVE)
     graph = onnx.load(str(folder / "model.onnx")).graph
     native_inputs = {i for n in graph.node if n.domain == NATIVE_DOMAIN for i in n.input}
-    others = sum(
-        onnx.numpy_helper.to_array(t).nbytes
-        for t in graph.initializer
-        if t.name not in native_inputs
-    )
+    read = onnx_step_bytes(folder / "model.onnx")
+    native_read = sum(size for name, size in read.items() if name in native_inputs)
     model = GGUFModel(gguf)
     matrices = [t for t in model.tensors.values() if len(t.shape) == 2]
     step_bytes = sum(np.asarray(t.data).nbytes for t in matrices)
     if "output.weight" in model.tensors:  # untied: the embedding is gathered, one row a step
         table = np.asarray(model.tensor("token_embd.weight").data)
         step_bytes -= table.nbytes - table.nbytes // model.tensor("token_embd.weight").shape[0]
-    assert onnx_weight_bytes_per_step(folder / "model.onnx") - others == step_bytes
+    assert native_read == step_bytes

@@ -45,6 +45,22 @@ SHAPES: dict[str, list[Matrix]] = {
         Matrix("down (Q6_K)", "Q6_K", 2048, 5632, 10),
         Matrix("output (Q6_K)", "Q6_K", 32000, 2048, 1),
     ],
+    # Gemma-3-270M, llama.cpp's Q4_K_M mix for rows of 640 (scripts/shaped_gguf.py gemma3-270m)
+    "gemma": [
+        Matrix("q (Q5_0)", "Q5_0", 1024, 640, 18),
+        Matrix("k (Q5_0)", "Q5_0", 256, 640, 18),
+        Matrix("v (Q5_0)", "Q5_0", 256, 640, 9),
+        Matrix("v (Q8_0)", "Q8_0", 256, 640, 9),
+        Matrix("o (Q4_K)", "Q4_K", 640, 1024, 18),
+        Matrix("gate+up (Q5_0)", "Q5_0", 2 * 2048, 640, 18),
+        Matrix("down (Q4_K)", "Q4_K", 640, 2048, 9),
+        Matrix("down (Q6_K)", "Q6_K", 640, 2048, 9),
+        Matrix("output (Q8_0)", "Q8_0", 262144, 640, 1),
+    ],
+    # One 4096 x 640 matrix (cache-resident: the kernels' own cost) in each 32-wide format
+    "formats": [
+        Matrix(f"4096x640 ({q})", q, 4096, 640, 1) for q in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+    ],
     # SmolLM2-135M, the default model: Q4_1 layers, tied Q8_0 head
     "default": [
         Matrix("q+k+v (Q4_1)", "Q4_1", 576 + 192 + 192, 576, 30),

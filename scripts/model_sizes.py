@@ -11,9 +11,9 @@ process: the bench prompt (42 tokens with the chat template) and 64 greedy new t
 end-of-text ignored, 2 threads. --graph is `chatapp convert --graph` (default auto: the native
 graph where chatapp's GGUF kernels run here); the answer runs the graph a CPU session picks.
 Peak RSS is the process's own VmHWM (Linux; ru_maxrss elsewhere): after loading, and after
-answering. An answer is skipped when MemAvailable is below twice the folder. The folder is removed afterwards unless --keep (the packed copy, in the data
-folder's cache, goes when the next one is saved). Not part of CI: minutes per shape, gigabytes
-of disk.
+answering. An answer is skipped when MemAvailable is below twice the folder. The folder is removed
+afterwards unless --keep (the packed copy, in the data folder's cache, goes when the next one is
+saved). Not part of CI: minutes per shape, gigabytes of disk.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from chatapp.cli.main import main
-from chatapp.convert import needs
+from chatapp.convert import default_model, needs
 from chatapp.convert.converter import (
     NATIVE_MODEL_FILE,
     ConvertOptions,
@@ -20,6 +20,7 @@ from chatapp.convert.converter import (
     read_manifest,
 )
 from chatapp.convert.preflight import read_header
+from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine.chat import Message
 from chatapp.engine.devices import Device, start_session
 from chatapp.engine.engine import Engine
@@ -236,3 +237,35 @@ def test_the_default_models_graphs_answer_alike_in_both_loops(default_model_dir:
             answers[name, mode] = (gen.text, ids)
     assert len(set(answers.values())) == 1, answers
     assert "Paris" in answers["model.onnx", "naive"][0]
+
+
+def test_a_folder_of_the_previous_converter_version_still_opens(gguf: Path, tmp_path: Path) -> None:
+    folder = convert_gguf(gguf, tmp_path / "m", ConvertOptions())
+    manifest_path = folder / "chatapp-manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["converter_version"] = "8"  # as version 8 wrote it: a native flag, no graphs
+    manifest["options"] = {**manifest["options"], "native": False}
+    del manifest["options"]["graph"], manifest["graphs"]
+    manifest_path.write_text(json.dumps(manifest))
+    assert Engine(folder, threads=1, max_context=64).info.onnx_file == "model.onnx"
+
+
+def test_prepare_rebuilds_a_default_folder_without_both_graphs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    folder = default_model.models_dir() / default_model.FOLDER_NAME
+    folder.mkdir(parents=True)
+    monkeypatch.setattr(default_model, "bundled_gguf", lambda: tmp_path / "x.gguf")
+    monkeypatch.setattr(default_model, "sha256_file", lambda _p: "0" * 64)
+    monkeypatch.setattr(default_model, "is_verified_copy", lambda _f, _s: True)
+    converted: list[ConvertOptions] = []
+    monkeypatch.setattr(
+        default_model, "convert_gguf", lambda _g, _f, opts, _p: converted.append(opts)
+    )
+    for graph, rebuilt in (("stock", True), ("both", False)):
+        manifest = {"options": {"graph": graph}}
+        monkeypatch.setattr(default_model, "read_manifest", lambda _f, m=manifest: m)
+        converted.clear()
+        assert default_model.prepare_default_model()[1] is rebuilt
+        assert [o.graph for o in converted] == (["both"] if rebuilt else [])

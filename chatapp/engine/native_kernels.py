@@ -22,7 +22,6 @@ from chatapp.folder_format.native_library import LIBRARY_ENV as LIBRARY_ENV
 from chatapp.folder_format.native_library import LIBRARY_NAME as LIBRARY_NAME
 from chatapp.folder_format.native_library import library_candidates as library_candidates
 
-
 NOT_BUILT = "it needs chatapp's GGUF kernels, which are not built here (`make native`)"
 
 

@@ -22,7 +22,7 @@ from chatapp.convert.converter import (
 from chatapp.convert.preflight import read_header
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine.chat import Message
-from chatapp.engine.devices import Device, start_session
+from chatapp.engine.devices import Device, DeviceError, start_session
 from chatapp.engine.engine import Engine
 from chatapp.engine.model_folder.model import folder_variants, open_model_folder
 from chatapp.engine.native_kernels import (
@@ -269,3 +269,13 @@ def test_prepare_rebuilds_a_default_folder_without_both_graphs(
         converted.clear()
         assert default_model.prepare_default_model()[1] is rebuilt
         assert [o.graph for o in converted] == (["both"] if rebuilt else [])
+
+
+def test_a_real_device_runs_the_stock_graph_of_a_folder_with_both(both: Path) -> None:
+    """Software WebGPU (Vulkan on the CPU) where this machine has it: a device, not the CPU."""
+    try:
+        engine = Engine(both, "webgpu-software", threads=1, max_context=64)
+    except DeviceError as exc:
+        pytest.skip(f"no software WebGPU here: {exc}")
+    assert engine.info.onnx_file == "model.onnx"
+    assert engine.device.name == "webgpu-software" and engine.fallback_reason is None

@@ -1,18 +1,19 @@
 """Models of real size: write shaped GGUFs, convert them, answer with them; one markdown table.
 
     .venv/bin/python scripts/model_sizes.py [--shapes 1b,3b,8b] [--type Q4_K_M] [--dir DIR]
-                                            [--keep] [--no-answer]
+                                            [--graph auto|native|stock|both] [--keep] [--no-answer]
 
 For each shape (scripts/shaped_gguf.py: random weights in TinyLlama-1.1B / Llama-3.2-3B /
 Llama-3-8B shapes, SmolLM2's vocabulary) it writes the GGUF when DIR lacks it, converts it in a
 fresh process (time, peak RSS; then, as `chatapp convert` does, ONNX Runtime's packed weights
 saved by a child process: its time and peak), then opens the folder and answers in another fresh
 process: the bench prompt (42 tokens with the chat template) and 64 greedy new tokens,
-end-of-text ignored, 2 threads. Peak RSS is the process's own VmHWM (Linux; ru_maxrss
-elsewhere): after loading, and after answering. An answer is skipped when MemAvailable is below
-twice the folder. The folder is removed afterwards unless --keep (the packed copy, in the data
-folder's cache, goes when the next one is saved). Not part of CI: minutes per shape, gigabytes
-of disk.
+end-of-text ignored, 2 threads. --graph is `chatapp convert --graph` (default auto: the native
+graph where chatapp's GGUF kernels run here); the answer runs the graph a CPU session picks.
+Peak RSS is the process's own VmHWM (Linux; ru_maxrss elsewhere): after loading, and after
+answering. An answer is skipped when MemAvailable is below twice the folder. The folder is removed
+afterwards unless --keep (the packed copy, in the data folder's cache, goes when the next one is
+saved). Not part of CI: minutes per shape, gigabytes of disk.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def peak_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def convert_child(gguf: str, out: str) -> None:
+def convert_child(gguf: str, out: str, graph: str = "auto") -> None:
     from chatapp.convert.converter import ConvertOptions, convert_gguf
 
     plan: list[str] = []
@@ -59,7 +60,7 @@ def convert_child(gguf: str, out: str) -> None:
     convert_gguf(
         gguf,
         out,
-        ConvertOptions(overwrite=True),
+        ConvertOptions(overwrite=True, graph=graph),
         preflight=lambda p: plan.append(p.line(Path(gguf).name)),
     )
     seconds = time.perf_counter() - started
@@ -144,17 +145,19 @@ def load_average() -> str:
         return "?"
 
 
-def measure(shape: str, preset: str, folder: Path, keep: bool, answer: bool) -> dict[str, Any]:
+def measure(
+    shape: str, preset: str, folder: Path, keep: bool, answer: bool, graph: str = "auto"
+) -> dict[str, Any]:
     gguf = folder / f"llama-{shape}-{preset.lower()}.gguf"
     if not gguf.is_file():
         print(f"writing {gguf}", file=sys.stderr, flush=True)
         tmp = gguf.with_name(gguf.name + ".writing")
         write_shaped_gguf(tmp, SHAPES[shape], preset)
         tmp.replace(gguf)
-    out = folder / f"llama-{shape}-{preset.lower()}.converted"
-    row: dict[str, Any] = {"shape": SHAPES[shape].name, "gguf": gguf.stat().st_size}
+    out = folder / f"llama-{shape}-{preset.lower()}.{graph}.converted"
+    row: dict[str, Any] = {"shape": f"{SHAPES[shape].name} ({graph})", "gguf": gguf.stat().st_size}
     row["convert_load"] = load_average()
-    conv = child("convert", str(gguf), str(out))
+    conv = child("convert", str(gguf), str(out), graph)
     print(conv["plan"], file=sys.stderr, flush=True)
     row.update(convert_s=conv["seconds"], convert_peak=conv["peak"], folder=folder_bytes(out))
     row.update({k: conv[k] for k in ("packed_s", "packed_peak") if k in conv})
@@ -205,12 +208,14 @@ def main() -> None:
     parser.add_argument("--shapes", default="1b,3b,8b")
     parser.add_argument("--type", default="Q4_K_M")
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")))
+    parser.add_argument("--graph", default="auto", choices=("auto", "native", "stock", "both"))
     parser.add_argument("--keep", action="store_true", help="keep the converted folders")
     parser.add_argument("--no-answer", action="store_true", help="convert only")
     args = parser.parse_args()
     rows = []
     for shape in args.shapes.split(","):
-        rows.append(measure(shape, args.type, args.dir, args.keep, not args.no_answer))
+        answer = not args.no_answer
+        rows.append(measure(shape, args.type, args.dir, args.keep, answer, args.graph))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(table(rows))
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from chatapp.cli.progress import ProgressBar
-from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.convert.converter import GRAPHS, ConvertOptions, convert_gguf
 from chatapp.convert.needs import Preflight
 from chatapp.session import arg_checks as checks
 
@@ -65,10 +65,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="static layout: tokens per run (default 1)",
     )
     conv.add_argument(
+        "--graph",
+        choices=GRAPHS,
+        default="auto",
+        help="native: projections as their raw GGUF blocks on chatapp's GGUF kernels (CPU "
+        "only, needs `make native`; about the GGUF's size); stock: ONNX Runtime's operators "
+        "(every device); both: stock model.onnx and native model_gguf.onnx; auto (default): "
+        "native where the kernels run here, else stock",
+    )
+    conv.add_argument(
         "--native",
-        action="store_true",
-        help="projections as their raw GGUF blocks on chatapp's native kernels (CPU only; "
-        "needs `make native`): the folder holds the GGUF's bytes per weight",
+        dest="graph",
+        action="store_const",
+        const="native",
+        help="the same as --graph native",
     )
     conv.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     conv.set_defaults(func=run_convert)
@@ -87,8 +97,8 @@ def run_convert(args: argparse.Namespace) -> int:
         kv_layout=args.kv_layout,
         window=args.window,
         overwrite=args.force,
-        native=args.native,
-    )
+        graph=args.graph,
+    ).resolved()
     if not args.force:
         from chatapp.store.model_library import earlier_conversion
 

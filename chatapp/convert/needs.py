@@ -5,8 +5,9 @@ The sizes follow what the converter writes per weight of each GGUF type (weights
 quant_formats.py): 4-bit cells plus a float32 scale (and minimum) per 32 weights, 8-bit cells
 for the 5-, 6- and 8-bit formats, float32 for float tensors, and the output projection as a
 float32 matrix when its blocks cannot take the int8 levels (16-wide blocks: Q6_K, Q2_K, Q3_K).
-The estimate is checked against real folders in tests/convert/test_needs.py and
-scripts/model_sizes.py; it errs a few percent high.
+A native graph (`--graph native`) holds the GGUF's blocks themselves: about the GGUF's size; a
+folder with both graphs the sum. The estimate is checked against real folders in
+tests/convert/test_needs.py and scripts/model_sizes.py; it errs a few percent high.
 
 Memory: the converter streams (external_data.py), so its peak is a fixed part (the interpreter,
 onnx, the tokenizer: ~160 MB measured), the decoded weights of about one layer that stay alive
@@ -45,6 +46,18 @@ BYTES_PER_WEIGHT = {
     "IQ4_NL": 1.125,
     "IQ4_XS": 1.125,
 }
+# Bytes a native graph writes per weight: the GGUF's blocks as they are.
+NATIVE_BYTES_PER_WEIGHT = {
+    "Q4_0": 18 / 32,
+    "Q4_1": 20 / 32,
+    "Q5_0": 22 / 32,
+    "Q5_1": 24 / 32,
+    "Q8_0": 34 / 32,
+    "Q4_K": 144 / 256,
+    "Q5_K": 176 / 256,
+    "Q6_K": 210 / 256,
+    "IQ4_XS": 136 / 256,
+}
 # Output projections of these types become a float32 MatMul (no int8 levels for their blocks).
 FLOAT_HEAD_TYPES = ("F32", "F16", "BF16", "Q6_K", "Q2_K", "Q3_K")
 FIXED_MEMORY = 200_000_000  # the interpreter, numpy, onnx and the tokenizer's libraries
@@ -80,8 +93,45 @@ def _type_name(type_id: int) -> str:
     return type_name(type_id)
 
 
-def estimate(header: Header, int8_head: bool = False) -> Needs:
-    """The folder's size and the peak memory of converting the file `header` describes."""
+def estimate(
+    header: Header, int8_head: bool = False, graphs: tuple[tuple[str, bool], ...] = ()
+) -> Needs:
+    """The folder's size and the peak memory of converting the file `header` describes into
+    `graphs` ((file, native) pairs, converter.graphs_to_write; none: the stock graph alone).
+    Graphs are written one after the other, so their sizes add and the peak is the larger."""
+    stock = _stock_estimate(header, int8_head)
+    if not graphs:
+        return stock
+    parts = [_native_estimate(header) if native else stock for _, native in graphs]
+    shared = 2 * header.data_start + (16 << 20)  # the tokenizer files, written once
+    disk = sum(p.disk for p in parts) - (len(parts) - 1) * int(shared * DISK_MARGIN)
+    return Needs(disk=disk, memory=max(p.memory for p in parts))
+
+
+def _native_estimate(header: Header) -> Needs:
+    """A native graph holds the GGUF's own bytes (its blocks unchanged, float tensors as float32
+    where they are not matrices the kernels take), and converting it decodes no matrix: the
+    fixed part, the bytes of a layer kept while the next is read and the largest tensor."""
+    types = {t.name: _type_name(t.type_id) for t in header.tensors}
+    disk = 0.0
+    largest = 0.0
+    per_layer: dict[str, float] = {}
+    for t in header.tensors:
+        n = _elements(t.shape)
+        kind = types[t.name]
+        per_weight = NATIVE_BYTES_PER_WEIGHT.get(kind, BYTES_PER_WEIGHT.get(kind, 4.0))
+        disk += n * per_weight
+        largest = max(largest, n * per_weight)
+        if t.name.startswith("blk."):
+            layer = t.name.split(".")[1]
+            per_layer[layer] = per_layer.get(layer, 0.0) + n * per_weight
+    disk += 2 * header.data_start + (16 << 20)
+    memory = FIXED_MEMORY + 2 * max(per_layer.values(), default=0.0) + 2 * largest
+    return Needs(disk=int(disk * DISK_MARGIN), memory=int(memory * MEMORY_MARGIN))
+
+
+def _stock_estimate(header: Header, int8_head: bool) -> Needs:
+    """The stock graph's folder and conversion peak."""
     types = {t.name: _type_name(t.type_id) for t in header.tensors}
     shapes = {t.name: t.shape for t in header.tensors}
     tied = "output.weight" not in shapes

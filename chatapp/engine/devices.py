@@ -290,6 +290,8 @@ def start_session(model_path: Path, device: Device, threads: int | None = None) 
         return StartedSession(create_session(model_path, CPU, session_options(threads)), CPU, None)
     try:
         session = create_session(model_path, device, session_options(threads))
+    except native_kernels.NativeKernelsUnavailable as exc:  # a native-only folder: its fix
+        return cpu_session(model_path, threads, f"{exc} Running on the CPU.")
     except Exception as exc:  # providers fail in many ways (drivers, memory, unsupported ops)
         reason = (
             f"{device.label} failed to start ({first_line(exc, STATUS_LINE)}); running on the CPU."

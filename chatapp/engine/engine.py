@@ -49,12 +49,17 @@ def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
     return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
 
 
+def is_cpu(device: str) -> bool:
+    """Whether the device named on the command line or in the panel is the CPU (a native graph
+    of the folder is then preferred: model_folder/model.py)."""
+    return device.strip().lower() == CPU.name
+
+
 def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> MemoryEstimate:
     """What loading and answering will hold at their peak: one kernel's packed copies where a
     CPU session maps a packed copy already saved, else (packing on the heap, or saving that
     copy first) both kernels'."""
-    on_cpu = device.strip().lower() == CPU.name
-    if on_cpu and wanted(estimate) and saved_already(info.onnx_path, estimate):
+    if is_cpu(device) and wanted(estimate) and saved_already(info.onnx_path, estimate):
         return estimate.one_kernel_resident()
     return estimate
 
@@ -78,7 +83,7 @@ class Engine:
     ) -> None:
         check_threads(threads)
         check_context(max_context)
-        self.info: ModelInfo = open_model_folder(model_dir, onnx_file)
+        self.info: ModelInfo = open_model_folder(model_dir, onnx_file, on_cpu=is_cpu(device))
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
         self.max_context = engine_context(self.info, max_context)

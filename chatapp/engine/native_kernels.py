@@ -1,16 +1,14 @@
 """chatapp's native GGUF kernels (native/, docs/converter.md "Native kernels") for ONNX Runtime.
 
-A folder converted with `chatapp convert --native` multiplies by raw GGUF blocks with the custom
-operator `chatapp.gguf.GgufMatMul`; its sessions need the library registered, and run on the CPU
-only (the operator has no device kernel, and running it on the host would move the KV cache
-through it every step). Stock folders never load the library.
+A native graph (`chatapp convert --graph auto|native|both`) multiplies by raw GGUF blocks with the
+custom operator `chatapp.gguf.GgufMatMul`; its sessions need the library registered, and run on
+the CPU only (the operator has no device kernel, and running it on the host would move the KV
+cache through it every step). Stock graphs never load the library. Which graph of a folder a
+session takes: engine/model_folder/model.py (`native_preferred` below).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -18,46 +16,42 @@ import onnx
 import onnxruntime as ort
 
 from chatapp.engine.errors import ModelError
+from chatapp.folder_format import native_library
 from chatapp.folder_format.graph import NATIVE_DOMAIN
+from chatapp.folder_format.native_library import LIBRARY_ENV as LIBRARY_ENV
+from chatapp.folder_format.native_library import LIBRARY_NAME as LIBRARY_NAME
+from chatapp.folder_format.native_library import library_candidates as library_candidates
 
-LIBRARY_NAME = "libchatapp_gguf.so"
-LIBRARY_ENV = "CHATAPP_NATIVE_LIB"  # a path, for a library built elsewhere
+NOT_BUILT = "it needs chatapp's GGUF kernels, which are not built here (`make native`)"
 
 
 class NativeKernelsUnavailable(ModelError):
-    """A --native folder where its kernels cannot run (not built, or not on this device)."""
-
-
-def library_candidates() -> list[Path]:
-    """Where the library may be, in order: $CHATAPP_NATIVE_LIB, the PyInstaller bundle, the
-    source checkout's native/build (what `make native` writes)."""
-    found: list[Path] = []
-    if named := os.environ.get(LIBRARY_ENV):
-        found.append(Path(named))
-    bundle = getattr(sys, "_MEIPASS", None)
-    if bundle:
-        found.append(Path(bundle) / "chatapp_native" / LIBRARY_NAME)
-    package = Path(__file__).resolve().parent.parent
-    found.append(package / "native" / LIBRARY_NAME)
-    found.append(package.parent / "native" / "build" / LIBRARY_NAME)
-    return found
+    """A native-only folder where its kernels cannot run (not built, or not on this device)."""
 
 
 def library_path() -> Path | None:
-    return next((p for p in library_candidates() if p.is_file()), None)
+    return native_library.library_path()
 
 
 def library_isa() -> str | None:
     """The instruction set the kernels pick on this machine (avx512vnni, avx2, scalar)."""
     path = library_path()
-    if path is None:
-        return None
-    try:
-        lib = ctypes.CDLL(str(path))
-        lib.chatapp_gguf_isa.restype = ctypes.c_char_p
-        return str(lib.chatapp_gguf_isa().decode())
-    except (OSError, AttributeError):
-        return None
+    return None if path is None else native_library.isa_of(path)
+
+
+def native_preferred(on_cpu: bool) -> bool:
+    """Whether a session should take a folder's native graph over its stock one: on the CPU,
+    with the library here and its fast kernels (not the scalar fallback)."""
+    return on_cpu and library_isa() in native_library.FAST_ISAS
+
+
+def kernels_label(model: Path) -> str:
+    """Which kernels run the graph, for the backend line ("GGUF kernels, AVX2")."""
+    if not needs_native(model):
+        return "ONNX Runtime kernels"
+    isa = library_isa()
+    names = {"avx2": "AVX2", "avx512vnni": "AVX-512 VNNI", "scalar": "scalar"}
+    return f"GGUF kernels, {names.get(isa or '', isa or 'not built')}"
 
 
 @lru_cache(maxsize=32)
@@ -85,13 +79,13 @@ def register_if_needed(
         return
     if not on_cpu:
         raise NativeKernelsUnavailable(
-            f"This model was converted with --native, whose kernels run on the CPU only; convert "
-            f"the GGUF again without --native to run it on {device_label}."
+            f"{model.name} runs on chatapp's GGUF kernels, which run on the CPU only; convert the "
+            f"GGUF again with --graph stock or --graph both to run it on {device_label}."
         )
     path = library_path()
     if path is None:
         raise NativeKernelsUnavailable(
-            "This model was converted with --native, but chatapp's native kernels are not built "
-            "here; run `make native`, or convert the GGUF again without --native."
+            f"{model.name} needs chatapp's GGUF kernels, which are not built here; run "
+            "`make native`, or convert the GGUF again with --graph stock."
         )
     opts.register_custom_ops_library(str(path))

@@ -285,7 +285,8 @@ class MainWindow(QMainWindow):
         if self._load_key is not None and summary.load_seconds > 0:
             remember_load_seconds(self.settings, self._load_key, summary.load_seconds)
         self._load_key = None
-        self.model_label.setText(f"{summary.name} · {summary.device_label}")
+        kernels = f" · {summary.kernels}" if summary.kernels else ""
+        self.model_label.setText(f"{summary.name} · {summary.device_label}{kernels}")
         self.model_label.setToolTip(summary.description)
         self.setWindowTitle(f"{summary.name} — chatapp")
         self.statusBar().showMessage(f"Loaded {summary.description}", 8000)
@@ -303,7 +304,9 @@ class MainWindow(QMainWindow):
         self.side_panel.set_context(0, summary.max_context)
         self.side_panel.set_model_sampling(summary.sampling)
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
-        remember_last_model(self.settings, summary.folder, summary.onnx_file)
+        # The graph only when one was named: a folder's default depends on the device (its
+        # native graph on the CPU, its stock one elsewhere).
+        remember_last_model(self.settings, summary.folder, self.onnx_file or "")
         notice = summary.sampling.notice if summary.sampling is not None else None
         if summary.fallback_reason:
             self.show_message(summary.fallback_reason, "warning")

@@ -393,7 +393,8 @@ class ChatSession:
             self.submit(fallback, self._load_watcher())
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
-    def convert_gguf(self, gguf: Path, out_dir: Path) -> bool:
+    def convert_gguf(self, gguf: Path, out_dir: Path, graph: str = "auto") -> bool:
+        """Convert off the engine's worker; `graph` as `chatapp convert --graph`."""
         if self.busy:
             return False
         self._state_before_conversion = self.state
@@ -404,7 +405,7 @@ class ChatSession:
             lambda error: self._on_convert_failed(error.message),
             self._on_convert_failed,
         )
-        job = convert_job(ConvertRequest(Path(gguf), Path(out_dir)))
+        job = convert_job(ConvertRequest(Path(gguf), Path(out_dir), graph))
         self._conversion = self.submit_tool(job, watcher)
         return True
 

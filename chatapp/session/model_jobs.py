@@ -16,13 +16,14 @@ from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
-from chatapp.engine.engine import Engine, engine_context, resident_need
+from chatapp.engine.engine import Engine, engine_context, is_cpu, resident_need
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.memory import check_memory, estimate_memory
 from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling, model_sampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
+from chatapp.engine.native_kernels import kernels_label
 from chatapp.engine.resident import return_freed_heap
 from chatapp.error_text import first_line
 from chatapp.remote.engine import RemoteEngine
@@ -103,6 +104,9 @@ class ModelSummary:
     sampling: ModelSampling | None = None
     load_seconds: float = 0.0  # how long opening it took (0: not a load, e.g. a CPU fallback)
     kv_bytes_per_token: int = 0  # the KV cache of one token, all layers (the panel's notes)
+    # Which kernels run the graph: "GGUF kernels, AVX2" (chatapp's native graph) or "ONNX
+    # Runtime kernels" (the stock graph).
+    kernels: str = ""
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -112,7 +116,9 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
 
     def run(_control: JobControl) -> ModelSummary:
         started = time.perf_counter()
-        info = open_model_folder(request.model_dir, request.onnx_file)
+        info = open_model_folder(
+            request.model_dir, request.onnx_file, on_cpu=is_cpu(request.device)
+        )
         estimate = resident_need(estimate_memory(info, engine_context(info)), info, request.device)
         check_memory(estimate, info.name, freed=host.held_bytes())
         previous = host.close_engine()
@@ -186,6 +192,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         onnx_file=engine.info.onnx_file,
         sampling=model_sampling(engine.info.folder, engine.info.onnx_path.stat().st_size),
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
+        kernels=kernels_label(engine.info.onnx_path),
     )
 
 
@@ -264,6 +271,9 @@ def variants_job(folder: Path) -> Job:
 class ConvertRequest:
     gguf: Path
     out_dir: Path
+    # converter.GRAPHS: "auto" (the native graph where chatapp's GGUF kernels run here, else
+    # the stock one); the window asks for "both" when its device is not the CPU.
+    graph: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -290,14 +300,15 @@ def convert_job(request: ConvertRequest) -> Job:
         control.put(Progress(0.0, "checking the source file"))
         # Converted before, into this folder or under another name beside it (the default
         # model's folder, a renamed download): one copy in the library, not two.
-        earlier = earlier_conversion(request.gguf, request.out_dir)
+        options = ConvertOptions(overwrite=True, graph=request.graph).resolved()
+        earlier = earlier_conversion(request.gguf, request.out_dir, options)
         if earlier is not None:
             return earlier
         report = _progress_reporter(control, "The conversion was cancelled.")
         convert_gguf(
             request.gguf,
             request.out_dir,
-            ConvertOptions(overwrite=True),
+            options,
             report,
             preflight=lambda plan: control.put(ConvertPlan(plan.line(request.gguf.name))),
         )

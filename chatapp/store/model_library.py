@@ -143,7 +143,7 @@ def converted_from(folder: Path, source_sha256: str, options: ConvertOptions | N
     source, recorded = manifest.get("source"), manifest.get("options")
     if not isinstance(source, dict) or source.get("sha256") != source_sha256:
         return False
-    wanted = options or ConvertOptions()
+    wanted = (options or ConvertOptions()).resolved()  # auto: what it writes on this machine
     if not same_options(recorded if isinstance(recorded, dict) else {}, wanted):
         return False
     return is_verified_copy(folder, source_sha256)
@@ -153,8 +153,10 @@ def same_options(recorded: dict[str, Any], wanted: ConvertOptions) -> bool:
     """Whether a folder converted with `recorded` options is what `wanted` would make (a
     context length left to the file matches whatever the file gave)."""
     for key, value in asdict(wanted).items():
-        if key == "overwrite" or (key == "context_length" and value is None):
+        if key in ("overwrite", "native") or (key == "context_length" and value is None):
             continue
+        if key == "graph" and recorded.get(key) == "both" and value in ("native", "stock"):
+            continue  # a folder with both graphs has the one asked for
         if recorded.get(key) != value:
             return False
     return True

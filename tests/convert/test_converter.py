@@ -149,7 +149,9 @@ def test_manifest(tiny_model_dir: Path, tiny_gguf: Path) -> None:
         "sha256": sha256(tiny_gguf),
         "bytes": tiny_gguf.stat().st_size,
     }
-    assert manifest["options"] == {**asdict(ConvertOptions()), "context_length": 512}
+    options = {k: v for k, v in asdict(ConvertOptions()).items() if k != "native"}  # in graph
+    assert manifest["options"] == {**options, "context_length": 512}
+    assert manifest["graphs"] == {"model.onnx": "stock"}
     files = manifest["files"]
     assert set(files) >= FOLDER_FILES - {MANIFEST_FILE}
     for name, digest in files.items():

@@ -65,8 +65,9 @@ def _spread(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
 
 def markdown_report(result: dict[str, Any]) -> str:
     """The Markdown tables a person can paste into a report."""
+    kernels = f" ({result['kernels']})" if result.get("kernels") else ""
     lines = [
-        f"**{result['model']}** ({result['layout']}) on **{result['device']}**, "
+        f"**{result['model']}** ({result['layout']}) on **{result['device']}**{kernels}, "
         f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
         f"median of {result['repeats']} runs (min–max in brackets)",
         "",

@@ -38,13 +38,16 @@ from chatapp.engine.model_folder.files import (
     resolve_inside,
 )
 from chatapp.engine.model_folder.variants import (
+    GGUF,
     Variant,
     candidate_files,
     describe_variant,
     ordered_candidates,
     read_candidate,
+    split_name,
     variant_order,
 )
+from chatapp.engine.native_kernels import NOT_BUILT, library_path, native_preferred
 from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
 from chatapp.folder_format.graph import all_nodes
 
@@ -110,11 +113,15 @@ def onnx_candidates(folder: Path) -> list[Path]:
     return ordered_candidates(folder)
 
 
-def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -> ModelInfo:
+def open_model_folder(
+    folder: Path | str, onnx_file: str | Path | None = None, on_cpu: bool = True
+) -> ModelInfo:
     """Describe the model in `folder`; ModelError says what is missing or unsupported.
 
     Without `onnx_file`: the graph genai_config.json names, else the most precise graph that
-    this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first.
+    this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first;
+    and a native graph beside it (model_gguf.onnx, chatapp's GGUF kernels) before either when
+    the session runs `on_cpu` with the library usable, never otherwise (see `by_device`).
     Every file it names is opened only inside the folder (see model_folder/files.py): a graph or an
     external data file that is missing, a link out or not a regular file refuses the folder
     rather than being skipped for the next graph.
@@ -132,6 +139,8 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
     if config:
         check_head_counts(config, "config.json")
     candidates = _candidates(folder, onnx_file, genai)
+    if onnx_file is None:
+        candidates = by_device(folder, candidates, native_preferred(on_cpu))
     check_tokenizer_files(folder)
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer.model").is_file():
         raise ModelError(f"{folder.name} has no tokenizer (tokenizer.json is missing).")
@@ -155,10 +164,10 @@ def open_model_folder(folder: Path | str, onnx_file: str | Path | None = None) -
     raise first_error
 
 
-def folder_variants(folder: Path | str) -> list[VariantStatus]:
+def folder_variants(folder: Path | str, on_cpu: bool = True) -> list[VariantStatus]:
     """Every graph in the folder with its size and precision, whether it can be opened and
-    which one opens by default: for a picker. Each graph is read once, never its weights, and
-    only after the same checks `open_model_folder` makes."""
+    which one opens by default (on the CPU or a device): for a picker. Each graph is read once,
+    never its weights, and only after the same checks `open_model_folder` makes."""
     folder = Path(folder).expanduser()
     genai = read_json_file(folder, "genai_config.json") or {}
     config = read_json_file(folder, "config.json") or {}
@@ -170,8 +179,12 @@ def folder_variants(folder: Path | str) -> list[VariantStatus]:
                 _describe(folder, real, proto.graph, config, genai)
             except ModelError as exc:
                 error = exc
-        found.append((describe_variant(folder, path, real, proto), real, error))
-    default = _default_graph(folder, genai, {real: error for _, real, error in found if real})
+        variant = describe_variant(folder, path, real, proto)
+        if error is None and variant.precision == GGUF and library_path() is None:
+            error = ModelError(NOT_BUILT)
+        found.append((variant, real, error))
+    errors = {real: error for _, real, error in found if real}
+    default = _default_graph(folder, genai, errors, on_cpu)
     found.sort(key=lambda item: variant_order(item[0]))
     statuses = []
     for variant, real, error in found:
@@ -181,11 +194,11 @@ def folder_variants(folder: Path | str) -> list[VariantStatus]:
 
 
 def _default_graph(
-    folder: Path, genai: dict[str, Any], errors: dict[Path, ModelError | None]
+    folder: Path, genai: dict[str, Any], errors: dict[Path, ModelError | None], on_cpu: bool
 ) -> Path | None:
     """The graph `open_model_folder` opens without a name; None when it would refuse."""
     try:
-        candidates = _candidates(folder, None, genai)
+        candidates = by_device(folder, _candidates(folder, None, genai), native_preferred(on_cpu))
     except ModelError:
         return None
     for path in candidates:
@@ -218,6 +231,23 @@ def _candidates(
         if real not in resolved:  # a link to another graph of the folder is tried once
             resolved.append(real)
     return resolved
+
+
+def by_device(folder: Path, candidates: list[Path], prefer_native: bool) -> list[Path]:
+    """The candidates with the folder's native graphs (model_gguf.onnx: `chatapp convert
+    --graph both` writes one beside the stock model.onnx that genai_config.json names) first
+    where they are preferred (the CPU with the library usable), else left out; a folder with
+    no other graph keeps its own, so that the session says what to do (native_kernels.py)."""
+    native = []
+    for path in candidate_files(folder):
+        if split_name(path.name)[1] == GGUF:
+            real = resolve_inside(folder, path.relative_to(folder), folder.name)
+            if real not in native:
+                native.append(real)
+    others = [p for p in candidates if p not in native]
+    if prefer_native:
+        return native + others
+    return others or candidates
 
 
 def _float_type(value: onnx.ValueInfoProto, what: str) -> np.dtype:

@@ -19,10 +19,14 @@ from onnx import TensorProto
 
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import load_onnx_graph, resolve_inside
-from chatapp.folder_format.graph import all_nodes
+from chatapp.folder_format.graph import NATIVE_DOMAIN, all_nodes
+
+GGUF = "gguf"  # the precision and file-name suffix of a native graph (model_gguf.onnx)
 
 # Most precise first. int4 with float32 activations (q4) is more precise than with float16 (q4f16).
-PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4")
+# "gguf": chatapp's native graph (model_gguf.onnx) on the GGUF's own blocks; it runs on the CPU
+# with chatapp's library only, so it is chosen by device (model.py), not by this order.
+PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4", GGUF)
 # transformers.js's file-name suffixes (model_<suffix>.onnx) and what they mean.
 NAME_SUFFIXES = {
     "fp32": "fp32",
@@ -36,6 +40,7 @@ NAME_SUFFIXES = {
     "int4": "q4",
     "q4f16": "q4f16",
     "bnb4": "bnb4",
+    GGUF: GGUF,
 }
 # Graph names by how a folder uses them: the plain decoder first, legacy layouts after it; a
 # decoder without past inputs (Optimum's legacy decoder_model.onnx) cannot run here at all.
@@ -103,7 +108,7 @@ def ordered_candidates(folder: Path) -> list[Path]:
 
 
 def graph_precision(model: onnx.ModelProto) -> str | None:
-    """fp32 / fp16 / bf16 / int8 / uint8 / q4 / q4f16 / bnb4 from what the graph holds."""
+    """fp32 / fp16 / bf16 / int8 / uint8 / q4 / q4f16 / bnb4 / gguf from what the graph holds."""
     graph = model.graph
     # Legacy merged decoders and chatapp's step/prompt split keep their nodes in If branches.
     ops = {n.op_type for n in all_nodes(graph)}
@@ -124,6 +129,8 @@ def graph_precision(model: onnx.ModelProto) -> str | None:
     ]
     activation = Counter(io_floats).most_common(1)[0][0] if io_floats else None
     floats = activation or (float_bytes.most_common(1)[0][0] if float_bytes else None)
+    if any(o.domain == NATIVE_DOMAIN for o in model.opset_import):
+        return GGUF
     if "MatMulBnb4" in ops:
         return "bnb4"
     if ops & _QUANT_4BIT_OPS:

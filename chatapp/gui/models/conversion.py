@@ -23,8 +23,10 @@ class GgufConversion(QObject):
         status: Callable[[str, int], None],  # a status-bar line for that many ms (0: kept)
         show_message: Callable[[str, str], None],  # the banner: text, level
         open_model: Callable[[Path], object],
+        device: Callable[[], str] = lambda: "cpu",  # the side panel's device
     ) -> None:
         super().__init__(window)
+        self.device = device
         self.controller = controller
         self.status = status
         self.show_message = show_message
@@ -45,7 +47,7 @@ class GgufConversion(QObject):
         """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
         gguf = Path(gguf).expanduser()
         target = Path(out_dir) if out_dir else models_dir() / folder_name(gguf)
-        if not self.controller.convert_gguf(gguf, target):
+        if not self.controller.convert_gguf(gguf, target, graph_for(self.device())):
             return False
         self.progress.open(f"Converting {gguf.name} for ONNX Runtime…")
         self.status(f"Converting {gguf.name}…", 0)
@@ -66,6 +68,13 @@ class GgufConversion(QObject):
     def _on_failed(self, message: str) -> None:
         self.progress.close()
         self.show_message(message, "error")
+
+
+def graph_for(device: str) -> str:
+    """The graph(s) the window converts into: on the CPU the native graph where chatapp's GGUF
+    kernels run (auto); for another device the stock graph too, which that device runs (and
+    the native one for when the CPU is chosen later)."""
+    return "auto" if device.strip().lower() == "cpu" else "both"
 
 
 def folder_name(gguf: Path) -> str:

@@ -26,7 +26,12 @@ class ModelsFeature(QObject):
         super().__init__(window)
         self.window = window
         self.conversion = GgufConversion(
-            window, window.controller, window.notify, window.show_message, window.open_model
+            window,
+            window.controller,
+            window.notify,
+            window.show_message,
+            window.open_model,
+            window.side_panel.device,
         )
         window.before_shutdown.append(self.conversion.progress.close)
         menus = window.menus

@@ -79,13 +79,14 @@ def register_if_needed(
         return
     if not on_cpu:
         raise NativeKernelsUnavailable(
-            f"{model.name} runs on chatapp's GGUF kernels, which run on the CPU only; convert the "
-            f"GGUF again with --graph stock or --graph both to run it on {device_label}."
+            f"{model.parent.name} runs on chatapp's GGUF kernels, which run on the CPU only; "
+            f"convert the GGUF again with --graph stock or --graph both to run it on "
+            f"{device_label}."
         )
     path = library_path()
     if path is None:
         raise NativeKernelsUnavailable(
-            f"{model.name} needs chatapp's GGUF kernels, which are not built here; run "
+            f"{model.parent.name} needs chatapp's GGUF kernels, which are not built here; run "
             "`make native`, or convert the GGUF again with --graph stock."
         )
     opts.register_custom_ops_library(str(path))

@@ -79,9 +79,9 @@ def register_if_needed(
         return
     if not on_cpu:
         raise NativeKernelsUnavailable(
-            f"{model.parent.name} runs on chatapp's GGUF kernels, which run on the CPU only; "
-            f"convert the GGUF again with --graph stock or --graph both to run it on "
-            f"{device_label}."
+            f"{model.parent.name} runs on chatapp's GGUF kernels, which run on the CPU only; to "
+            f"run it on {device_label}, open its GGUF again with that device selected (or "
+            "`chatapp convert --graph both`)."
         )
     path = library_path()
     if path is None:

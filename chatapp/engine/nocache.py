@@ -55,7 +55,6 @@ class NoCacheLoop(KVLoop):
         self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
     ) -> None:
         super().__init__(session, info, device, max_context)
-        self._logits_name = [self.io.logits]  # the presents are computed and dropped
         empty: np.ndarray = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
         self._empty_past = {t.past_name: empty for t in info.kv}
         self._ortvalue_io = needs_ortvalues(info.kv_dtype, info.logits_dtype)
@@ -76,48 +75,23 @@ class NoCacheLoop(KVLoop):
         sequence = [*self.cached, *new_ids]
         # The rows asked for, as positions of the whole sequence.
         rows = [past_len + r for r in wanted] if wanted is not None else [len(sequence) - 1]
-        limit = self.device.max_run_rows
-        if limit is not None and len(sequence) > limit:
-            return self._forward_in_pieces(sequence, rows, wanted is None, limit)
-        t0 = perf()
-        io = self.io
-        total = len(sequence)
-        feeds: dict[str, np.ndarray] = {
-            io.input_ids: np.asarray([sequence], dtype=np.int64),
-            io.attention_mask: np.ones((1, total), dtype=np.int64),
-        }
-        if io.logits_positions:
-            feeds[io.logits_positions] = np.asarray(rows, dtype=np.int64)
-        if io.position_ids:
-            feeds[io.position_ids] = self._positions(0, total)
-        if io.use_cache_branch:  # legacy merged decoders: no past, every time
-            feeds[io.use_cache_branch] = np.array([False])
-        feeds.update(self._empty_past)
-        t1 = perf()
-        if self._ortvalue_io:
-            outputs = run_with_host_arrays(self.session, self._logits_name, feeds)
-        else:
-            outputs = self.session.run(self._logits_name, feeds, self._run_options(len(new_ids)))
-        t2 = perf()
-        logits = outputs[0][0]
-        if not io.logits_positions:  # the graph returned every row of the sequence
-            logits = logits[rows]
-        picked = logits[-1] if wanted is None else logits
-        t3 = perf()
-        return Step(
-            picked,
-            (t1 - t0) + (t3 - t2),
-            t2 - t1,
-            crossing(self.device, list(feeds.values())),
-            crossing(self.device, outputs),
-        )
+        # One run, or runs of at most max_run_rows on a device that computes longer ones wrongly.
+        limit = self.device.max_run_rows or len(sequence)
+        options = self._run_options(len(new_ids))
+        return self._forward_in_pieces(sequence, rows, wanted is None, limit, options)
 
     def _forward_in_pieces(
-        self, sequence: list[int], rows: list[int], last_only: bool, limit: int
+        self,
+        sequence: list[int],
+        rows: list[int],
+        last_only: bool,
+        limit: int,
+        options: ort.RunOptions | None,
     ) -> Step:
-        """The whole sequence again, in runs of at most `limit` tokens (a device that computes
-        longer runs wrongly, devices.py): each piece's presents are the next one's past and
-        are dropped at the end of the step, so nothing is kept from one step to the next."""
+        """The whole sequence again, in runs of at most `limit` tokens (all of it in one where
+        the device allows: devices.py): each piece's presents are the next one's past and are
+        dropped at the end of the step, so nothing is kept from one step to the next (the last
+        piece, or the only one, fetches only its logits: its presents are computed and dropped)."""
         t0 = perf()
         io = self.io
         past: dict[str, np.ndarray] = dict(self._empty_past)
@@ -139,14 +113,14 @@ class NoCacheLoop(KVLoop):
                 feeds[io.logits_positions] = np.asarray(mine or [len(piece) - 1], dtype=np.int64)
             if io.position_ids:
                 feeds[io.position_ids] = self._positions(start, len(piece))
-            if io.use_cache_branch:
+            if io.use_cache_branch:  # legacy merged decoders: a past only after a piece
                 feeds[io.use_cache_branch] = np.array([start > 0])
             wanted = fetch if end < len(sequence) else fetch[:1]  # the last piece: logits
             t1 = perf()
             if self._ortvalue_io:
                 outputs = run_with_host_arrays(self.session, wanted, feeds)
             else:
-                outputs = self.session.run(wanted, feeds, self._run_options(len(piece)))
+                outputs = self.session.run(wanted, feeds, options)
             t2 = perf()
             run_s += t2 - t1
             h2d += crossing(self.device, list(feeds.values()))

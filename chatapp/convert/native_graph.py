@@ -15,6 +15,7 @@ from onnx import helper
 
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP, GgufWeight
 from chatapp.convert.onnx_graph import OnnxGraph
+from chatapp.folder_format.graph import declares_native
 
 
 def native_matmul(g: OnnxGraph, x: str, w: GgufWeight, name: str) -> str:
@@ -30,14 +31,10 @@ def native_gather(g: OnnxGraph, ids: str, w: GgufWeight) -> str:
     return g.op1(NATIVE_GATHER, [raw, ids], domain=NATIVE_DOMAIN, qtype=w.qtype, K=w.k, N=w.n)
 
 
-def uses_native_ops(model: onnx.ModelProto) -> bool:
-    return any(o.domain == NATIVE_DOMAIN for o in model.opset_import)
-
-
 def declare_native_domain(model: onnx.ModelProto) -> bool:
     """Add the custom domain to the model's opsets when a node uses it; True if one does."""
     if not any(node.domain == NATIVE_DOMAIN for node in model.graph.node):
         return False
-    if not uses_native_ops(model):
+    if not declares_native(model):
         model.opset_import.append(helper.make_opsetid(NATIVE_DOMAIN, 1))
     return True

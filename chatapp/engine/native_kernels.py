@@ -16,11 +16,10 @@ import onnx
 import onnxruntime as ort
 
 from chatapp.engine.errors import ModelError
-from chatapp.folder_format import native_library
-from chatapp.folder_format.graph import NATIVE_DOMAIN
-from chatapp.folder_format.native_library import LIBRARY_ENV as LIBRARY_ENV
-from chatapp.folder_format.native_library import LIBRARY_NAME as LIBRARY_NAME
-from chatapp.folder_format.native_library import library_candidates as library_candidates
+from chatapp.folder_format.graph import declares_native
+from chatapp.folder_format.native_library import library_isa as library_isa
+from chatapp.folder_format.native_library import library_path as library_path
+from chatapp.folder_format.native_library import usable_isa
 
 NOT_BUILT = "it needs chatapp's GGUF kernels, which are not built here (`make native`)"
 
@@ -29,20 +28,10 @@ class NativeKernelsUnavailable(ModelError):
     """A native-only folder where its kernels cannot run (not built, or not on this device)."""
 
 
-def library_path() -> Path | None:
-    return native_library.library_path()
-
-
-def library_isa() -> str | None:
-    """The instruction set the kernels pick on this machine (avx512vnni, avx2, scalar)."""
-    path = library_path()
-    return None if path is None else native_library.isa_of(path)
-
-
 def native_preferred(on_cpu: bool) -> bool:
     """Whether a session should take a folder's native graph over its stock one: on the CPU,
     with the library here and its fast kernels (not the scalar fallback)."""
-    return on_cpu and library_isa() in native_library.FAST_ISAS
+    return on_cpu and usable_isa() is not None
 
 
 def kernels_label(model: Path) -> str:
@@ -57,8 +46,7 @@ def kernels_label(model: Path) -> str:
 @lru_cache(maxsize=32)
 def _declares_native(path: str, mtime_ns: int, size: int) -> bool:
     del mtime_ns, size  # the cache key: a rewritten file is read again
-    model = onnx.load(path, load_external_data=False)
-    return any(o.domain == NATIVE_DOMAIN for o in model.opset_import)
+    return declares_native(onnx.load(path, load_external_data=False))
 
 
 def needs_native(model: Path) -> bool:

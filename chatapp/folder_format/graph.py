@@ -20,6 +20,11 @@ STEP_OR_PROMPT_NODE = "layers/step_or_prompt"
 LEVELS_NODE_SUFFIX = "/int8_levels"
 
 
+def declares_native(model: onnx.ModelProto) -> bool:
+    """Whether the graph imports the native kernels' domain (its sessions need the library)."""
+    return any(o.domain == NATIVE_DOMAIN for o in model.opset_import)
+
+
 def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """The graph's nodes and, after each, those of its subgraphs (an If's branches)."""
     for node in graph.node:

@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import load_onnx_graph, resolve_inside
-from chatapp.folder_format.graph import NATIVE_DOMAIN, all_nodes
+from chatapp.folder_format.graph import all_nodes, declares_native
 
 GGUF = "gguf"  # the precision and file-name suffix of a native graph (model_gguf.onnx)
 
@@ -129,7 +129,7 @@ def graph_precision(model: onnx.ModelProto) -> str | None:
     ]
     activation = Counter(io_floats).most_common(1)[0][0] if io_floats else None
     floats = activation or (float_bytes.most_common(1)[0][0] if float_bytes else None)
-    if any(o.domain == NATIVE_DOMAIN for o in model.opset_import):
+    if declares_native(model):
         return GGUF
     if "MatMulBnb4" in ops:
         return "bnb4"

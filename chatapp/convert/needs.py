@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
+from chatapp.convert.gguf_blocks import NATIVE_FORMATS
 from chatapp.convert.preflight import Header
 from chatapp.system_memory import available_memory
 
@@ -45,18 +46,6 @@ BYTES_PER_WEIGHT = {
     "Q6_K": 1.25,
     "IQ4_NL": 1.125,
     "IQ4_XS": 1.125,
-}
-# Bytes a native graph writes per weight: the GGUF's blocks as they are.
-NATIVE_BYTES_PER_WEIGHT = {
-    "Q4_0": 18 / 32,
-    "Q4_1": 20 / 32,
-    "Q5_0": 22 / 32,
-    "Q5_1": 24 / 32,
-    "Q8_0": 34 / 32,
-    "Q4_K": 144 / 256,
-    "Q5_K": 176 / 256,
-    "Q6_K": 210 / 256,
-    "IQ4_XS": 136 / 256,
 }
 # Output projections of these types become a float32 MatMul (no int8 levels for their blocks).
 FLOAT_HEAD_TYPES = ("F32", "F16", "BF16", "Q6_K", "Q2_K", "Q3_K")
@@ -103,7 +92,7 @@ def estimate(
     if not graphs:
         return stock
     parts = [_native_estimate(header) if native else stock for _, native in graphs]
-    shared = 2 * header.data_start + (16 << 20)  # the tokenizer files, written once
+    shared = _tokenizer_files(header)  # written once
     disk = sum(p.disk for p in parts) - (len(parts) - 1) * int(shared * DISK_MARGIN)
     return Needs(disk=disk, memory=max(p.memory for p in parts))
 
@@ -119,13 +108,14 @@ def _native_estimate(header: Header) -> Needs:
     for t in header.tensors:
         n = _elements(t.shape)
         kind = types[t.name]
-        per_weight = NATIVE_BYTES_PER_WEIGHT.get(kind, BYTES_PER_WEIGHT.get(kind, 4.0))
+        values, size = NATIVE_FORMATS.get(kind, (0, 0))  # the GGUF's blocks as they are
+        per_weight = size / values if values else BYTES_PER_WEIGHT.get(kind, 4.0)
         disk += n * per_weight
         largest = max(largest, n * per_weight)
         if t.name.startswith("blk."):
             layer = t.name.split(".")[1]
             per_layer[layer] = per_layer.get(layer, 0.0) + n * per_weight
-    disk += 2 * header.data_start + (16 << 20)
+    disk += _tokenizer_files(header)
     memory = FIXED_MEMORY + 2 * max(per_layer.values(), default=0.0) + 2 * largest
     return Needs(disk=int(disk * DISK_MARGIN), memory=int(memory * MEMORY_MARGIN))
 
@@ -159,12 +149,16 @@ def _stock_estimate(header: Header, int8_head: bool) -> Needs:
     else:
         disk += int(head_elements * BYTES_PER_WEIGHT.get(types.get(head_name, "Q8_0"), 1.25))
         head_memory = QUANTIZED_HEAD_BYTES * head_elements
-    # Tokenizer files and configuration: about twice the header (mostly the vocabulary), plus
-    # RoPE tables and small initializers.
-    disk += 2 * header.data_start + (16 << 20)
+    disk += _tokenizer_files(header)
     carry = LAYER_CARRY_BYTES * max(per_layer.values(), default=0)
     memory = FIXED_MEMORY + carry + max(head_memory, PAIR_BYTES * largest_pair)
     return Needs(disk=int(disk * DISK_MARGIN), memory=int(memory * MEMORY_MARGIN))
+
+
+def _tokenizer_files(header: Header) -> int:
+    """Tokenizer files and configuration: about twice the header (mostly the vocabulary), plus
+    RoPE tables and small initializers."""
+    return 2 * header.data_start + (16 << 20)
 
 
 def free_disk(folder: Path) -> int:

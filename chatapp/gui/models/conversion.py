@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QWidget
 
 from chatapp.datadir import models_dir
+from chatapp.engine.engine import is_cpu
 from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.common.progress import ConversionProgressDialog
 
@@ -74,7 +75,7 @@ def graph_for(device: str) -> str:
     """The graph(s) the window converts into: on the CPU the native graph where chatapp's GGUF
     kernels run (auto); for another device the stock graph too, which that device runs (and
     the native one for when the CPU is chosen later)."""
-    return "auto" if device.strip().lower() == "cpu" else "both"
+    return "auto" if is_cpu(device) else "both"
 
 
 def folder_name(gguf: Path) -> str:

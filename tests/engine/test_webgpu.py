@@ -65,6 +65,7 @@ def test_both_loops_give_the_cpu_tokens_on_webgpu(
     cpu, gpu = engines(layouts[layout], webgpu)
     reference = greedy_trace(cpu.loop("naive"), PROMPT, 16)
     follow_ref = greedy_trace(cpu.loop("naive"), FOLLOW_UP, 8)
+    long_ref = greedy_trace(cpu.loop("naive"), LONG_PROMPT, 8)
     assert len(set(reference.tokens)) > 4
     for mode in CACHED_MODES:
         loop = gpu.loop(mode)
@@ -74,10 +75,7 @@ def test_both_loops_give_the_cpu_tokens_on_webgpu(
         np.testing.assert_allclose(trace.logits, reference.logits, atol=2e-3, rtol=1e-3)
         # A second turn that diverges from the cached prefix (cut, or restart when static).
         assert greedy_trace(loop, FOLLOW_UP, 8).tokens == follow_ref.tokens, mode
-    # A prompt longer than one WebGPU run (see LONG_PROMPT below).
-    long_ref = greedy_trace(cpu.loop("naive"), LONG_PROMPT, 8)
-    for mode in CACHED_MODES:
-        loop = gpu.loop(mode)
+        # A prompt longer than one WebGPU run (LONG_PROMPT above), in a new chat.
         loop.reset()
         trace = greedy_trace(loop, LONG_PROMPT, 8)
         assert trace.tokens == long_ref.tokens, mode

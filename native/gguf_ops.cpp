@@ -75,12 +75,20 @@ struct ActBlock {
 // Step kernels read CHATAPP_ROWS weight rows together and prefetch each one the next group's
 // distance ahead (at least CHATAPP_PREFETCH bytes): the group's rows are adjacent, so they read
 // as one forward stream. Prefetching a fixed 1 KB ahead of each row stayed inside the group and
-// ran the big matrices 2-3x slower. Both are -D knobs for experiments (native_step_bench.py).
+// ran the big matrices 2-3x slower. Q8_0 reads one row at a time (CHATAPP_Q8_ROWS): its kernel
+// does so little a byte that the memory sets its pace, and one row after the other is the one
+// plain forward stream the hardware prefetchers follow best; four interleaved rows of 680 bytes
+// (Gemma 3's 262k-row head) read it at 12-15 ms a step against 9-10 ms one by one. The formats
+// with more to unpack keep four rows sharing each activation block's loads. All three are -D
+// knobs for experiments (native_step_bench.py).
 #ifndef CHATAPP_PREFETCH
 #define CHATAPP_PREFETCH 4096
 #endif
 #ifndef CHATAPP_ROWS
 #define CHATAPP_ROWS 4
+#endif
+#ifndef CHATAPP_Q8_ROWS
+#define CHATAPP_Q8_ROWS 1
 #endif
 
 // The portable quantization (the scalar path): the same arithmetic as the vector ones, so every
@@ -186,7 +194,21 @@ static void prompt_chunk_scalar(const PromptChunk& pc) {
   }
 }
 
-static const size_t kRowsPerTask = 16;
+// A decode step's task: enough weight rows to make the task's own cost (claiming it from the
+// pool, its first prefetches) small beside the rows' reading, at least kTaskBytes, yet at least
+// kMinTasks tasks a matrix so that up to 8 threads stay balanced. 16-row tasks cut a 262k-row
+// head into 16k tasks; 96-row ones cost about 5% less CPU time on one thread.
+#ifndef CHATAPP_TASK_BYTES
+#define CHATAPP_TASK_BYTES 65536
+#endif
+static const size_t kTaskBytes = CHATAPP_TASK_BYTES;
+static const size_t kMinTaskRows = 16;
+static const size_t kMinTasks = 32;
+
+static size_t step_task_rows(size_t n, size_t row_bytes) {
+  size_t rows = std::min(kTaskBytes / row_bytes, n / kMinTasks) / kMinTaskRows * kMinTaskRows;
+  return std::max(rows, kMinTaskRows);
+}
 // A prompt task's weight rows, and the values of K dequantized at a time (a multiple of 256:
 // whole super-blocks): 16 x 256 floats are 16 KB, packed again [k][16] for the tiles.
 static const int kPromptRows = 16;
@@ -208,11 +230,12 @@ struct StepJob {
   int k;
   size_t n;
   float* out;
+  size_t task_rows;
 };
 
 static void step_task(void* data, size_t task) {
   auto* job = static_cast<StepJob*>(data);
-  size_t begin = task * kRowsPerTask, end = std::min(job->n, begin + kRowsPerTask);
+  size_t begin = task * job->task_rows, end = std::min(job->n, begin + job->task_rows);
   switch (g_isa) {
     case Isa::Avx512:
       rows_dot_avx512(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
@@ -311,8 +334,9 @@ struct GgufMatMulKernel {
       quantize_row_avx2(x, int(k), &storage->row);
     else
       quantize_row_scalar(x, int(k), &storage->row);
-    StepJob job{info, wb, row_bytes, &storage->row, int(k), size_t(n), y};
-    size_t tasks = (size_t(n) + kRowsPerTask - 1) / kRowsPerTask;
+    size_t task_rows = step_task_rows(size_t(n), row_bytes);
+    StepJob job{info, wb, row_bytes, &storage->row, int(k), size_t(n), y, task_rows};
+    size_t tasks = (size_t(n) + task_rows - 1) / task_rows;
     ctx.ParallelFor(step_task, tasks, 0, &job);
   }
 

@@ -34,6 +34,7 @@ from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
+from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 from chatapp.error_text import STATUS_LINE, first_line
@@ -98,6 +99,7 @@ class Engine:
             self.tokenizer.tok, self.info.eos_token_ids, self.info.vocab_size
         )
         self._use(self._start(find_device(device), threads))
+        log_softmax_session()  # made now, not in the first answer's time to first token
         try:
             self.loop()  # fail early (e.g. out of device memory for the KV buffers)
         except DeviceFailure as exc:

@@ -13,10 +13,10 @@ from chatapp.engine.constraints import TokenConstraint
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats, StepTiming
+from chatapp.engine.row_logprob import RowLogProb
 from chatapp.engine.sampling import (
     Sampler,
     SamplingSettings,
-    log_softmax_at,
     token_logprobs,
     top_logprobs,
 )
@@ -107,7 +107,7 @@ class Generation:
             stats.prompt_logprobs = token_logprobs(step.logits[:-1], following).tolist()
         # Logits come in the model's own type; the sampler gets the one row it needs as float32.
         last = np.ascontiguousarray(as_float32(step.logits[-1]))
-        scratch = np.empty_like(last, dtype=np.float32)
+        token_logprob = RowLogProb(last.size)
         history = list(self.prompt_ids)
         previous = started
         limit = min(self.settings.max_new_tokens, loop.tokens_that_fit(0))
@@ -119,7 +119,7 @@ class Generation:
                 token = self.sampler(self.constraint.masked(last), history)
                 if token not in self.eos_ids:
                     self.constraint.advance(token)
-            logprob = log_softmax_at(last, token, scratch)
+            logprob = token_logprob(last, token)
             if token in self.eos_ids:
                 stats.finish_reason = "eos"
                 break

@@ -23,6 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_FORMATS, NATIVE_OP
 
+SPIN_SETTLE_S = 0.05
+
 
 @dataclass(frozen=True)
 class Matrix:
@@ -139,6 +141,10 @@ def main() -> None:
                 for _ in range(args.calls):
                     sess.run(None, feed)
                 best[i, j] = min(best[i, j], (clock() - start) / args.calls)
+                # The pool's worker spins about 26 ms after a run before it sleeps (ONNX
+                # Runtime: 2^20 pauses); without this wait the sessions just timed spun on the
+                # cores the next one needed (a 178 MB head read 39 ms on two threads, 22 on one).
+                time.sleep(SPIN_SETTLE_S)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
     kind = "CPU time" if args.cpu else "wall time"

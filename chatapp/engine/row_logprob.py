@@ -73,6 +73,10 @@ class RowLogProb:
         if not usable:
             return log_softmax_at(row, token, self._scratch if row.size == self.vocab else None)
         assert self._session is not None and self._binding is not None
-        self._binding.bind_cpu_input(INPUT, row.reshape(1, self.vocab))
-        self._session.run_with_iobinding(self._binding)
+        try:
+            self._binding.bind_cpu_input(INPUT, row.reshape(1, self.vocab))
+            self._session.run_with_iobinding(self._binding)
+        except Exception:  # the figure is not worth an answer: numpy from now on
+            self._binding = None
+            return log_softmax_at(row, token, self._scratch)
         return float(self._scratch[token])

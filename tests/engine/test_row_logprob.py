@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from chatapp.engine import row_logprob
@@ -53,3 +54,18 @@ def test_non_finite_logits_give_nan_as_numpy_does() -> None:
     logits = np.zeros(64, dtype=np.float32)
     logits[3] = np.nan
     assert np.isnan(RowLogProb(64)(logits, 0))
+
+
+def test_a_failing_run_falls_back_to_numpy_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    logits = np.linspace(-2, 2, 300, dtype=np.float32)
+    logprob = RowLogProb(300)
+    runs = {"n": 0}
+
+    def broken(*_args: object) -> None:
+        runs["n"] += 1
+        raise RuntimeError("onnxruntime went away")
+
+    monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", broken)
+    assert logprob(logits, 10) == pytest.approx(reference(logits, 10), abs=1e-5)
+    assert logprob(logits, 20) == pytest.approx(reference(logits, 20), abs=1e-5)
+    assert runs["n"] == 1  # not tried again on every token

@@ -85,6 +85,7 @@ class Engine:
         check_threads(threads)
         check_context(max_context)
         self.info: ModelInfo = open_model_folder(model_dir, onnx_file, on_cpu=is_cpu(device))
+        self._onnx_file = onnx_file  # the user's pick of a graph; None: the engine chooses
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
         self.max_context = engine_context(self.info, max_context)
@@ -124,10 +125,22 @@ class Engine:
         self._loops = {}
 
     def fall_back_to_cpu(self, reason: str) -> None:
-        """After the device failed: the same model on the CPU; cached prefixes are dropped."""
+        """After the device failed: the same model on the CPU, in the graph a CPU session would
+        have chosen (the folder's native one where the library runs); cached prefixes are
+        dropped."""
+        if self._onnx_file is None and self.device is not CPU:
+            self._choose_cpu_graph()
         graph = self._cpu_graph()
         with released_while_loading(self.mapped_files):
             self._use(cpu_session(graph, self.threads, reason))
+
+    def _choose_cpu_graph(self) -> None:
+        info = open_model_folder(self.info.folder, None, on_cpu=True)
+        if info.onnx_path == self.info.onnx_path:
+            return
+        self.info = info
+        self.memory = estimate_memory(info, self.max_context)
+        self.mapped_files = self.memory.mapped_files
 
     @property
     def resident_estimate(self) -> MemoryEstimate:

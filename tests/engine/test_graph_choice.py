@@ -4,6 +4,7 @@ on any other device or without the library; the sentences that say what to do ot
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -21,8 +22,17 @@ from chatapp.convert.converter import (
 )
 from chatapp.convert.preflight import read_header
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
+from chatapp.engine import engine as engine_module
 from chatapp.engine.chat import Message
-from chatapp.engine.devices import Device, DeviceError, start_session
+from chatapp.engine.devices import (
+    CPU,
+    Device,
+    DeviceError,
+    StartedSession,
+    create_session,
+    session_options,
+    start_session,
+)
 from chatapp.engine.engine import Engine
 from chatapp.engine.model_folder.model import folder_variants, open_model_folder
 from chatapp.engine.native_kernels import (
@@ -280,3 +290,42 @@ def test_a_real_device_runs_the_stock_graph_of_a_folder_with_both(both: Path) ->
         pytest.skip(f"no software WebGPU here: {exc}")
     assert engine.info.onnx_file == "model.onnx"
     assert engine.device.name == "webgpu-software" and engine.fallback_reason is None
+
+
+# ---- after a device failure ------------------------------------------------------------------
+EMULATED = dataclasses.replace(CPU, name="emulated", label="Emulated device", own_memory=True)
+
+
+@pytest.fixture
+def emulated_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """'emulated' is a device with its own memory whose sessions run on the CPU provider."""
+
+    def start_emulated(path: Path, _device: Device, threads: int | None = None) -> StartedSession:
+        return StartedSession(create_session(path, CPU, session_options(threads)), EMULATED, None)
+
+    monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
+    monkeypatch.setattr(engine_module, "start_session", start_emulated)
+
+
+@WITH_LIBRARY
+def test_after_a_device_failure_the_cpu_runs_the_native_graph(
+    both: Path, emulated_device: None
+) -> None:
+    engine = Engine(both, "emulated", threads=1, max_context=64)
+    assert engine.fallback_reason is None
+    assert engine.info.onnx_file == "model.onnx"  # a device runs the stock graph
+    on_device = engine.generate_ids([1, 5, 9, 2, 7], GREEDY, ignore_eos=True).run().token_ids
+    engine.fall_back_to_cpu("The device failed. The next answer runs on the CPU.")
+    assert engine.device is CPU and engine.info.onnx_file == NATIVE_MODEL_FILE
+    assert kernels_label(engine.info.onnx_path).startswith("GGUF kernels")
+    after = engine.generate_ids([1, 5, 9, 2, 7], GREEDY, ignore_eos=True).run().token_ids
+    assert after == on_device
+
+
+@WITH_LIBRARY
+def test_a_graph_the_user_picked_is_kept_after_a_device_failure(
+    both: Path, emulated_device: None
+) -> None:
+    engine = Engine(both, "emulated", threads=1, max_context=64, onnx_file="model.onnx")
+    engine.fall_back_to_cpu("The device failed.")
+    assert engine.device is CPU and engine.info.onnx_file == "model.onnx"

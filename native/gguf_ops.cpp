@@ -75,20 +75,21 @@ struct ActBlock {
 // Step kernels read CHATAPP_ROWS weight rows together and prefetch each one the next group's
 // distance ahead (at least CHATAPP_PREFETCH bytes): the group's rows are adjacent, so they read
 // as one forward stream. Prefetching a fixed 1 KB ahead of each row stayed inside the group and
-// ran the big matrices 2-3x slower. Q8_0 reads one row at a time (CHATAPP_Q8_ROWS): its kernel
-// does so little a byte that the memory sets its pace, and one row after the other is the one
-// plain forward stream the hardware prefetchers follow best; four interleaved rows of 680 bytes
-// (Gemma 3's 262k-row head) read it at 12-15 ms a step against 9-10 ms one by one. The formats
-// with more to unpack keep four rows sharing each activation block's loads. All three are -D
-// knobs for experiments (native_step_bench.py).
+// ran the big matrices 2-3x slower. Q8_0 and Q6_K read one row at a time (CHATAPP_STREAM_ROWS):
+// the heads of most files, where the memory sets the pace, and one row after the other is the
+// plain forward stream the hardware prefetchers follow best. Four interleaved rows of 680 bytes
+// (Gemma 3's 262k-row Q8_0 head) read it at 12-15 ms a step against 9-10 ms one by one; a 1B
+// shape's Q6_K head went 8.1-8.4 -> 6.7-7.1 ms. The 4- and 5-bit formats, whose kernels unpack
+// more a byte, keep four rows sharing each activation block's loads (one at a time made them
+// slower). All three are -D knobs for experiments (native_step_bench.py).
 #ifndef CHATAPP_PREFETCH
 #define CHATAPP_PREFETCH 4096
 #endif
 #ifndef CHATAPP_ROWS
 #define CHATAPP_ROWS 4
 #endif
-#ifndef CHATAPP_Q8_ROWS
-#define CHATAPP_Q8_ROWS 1
+#ifndef CHATAPP_STREAM_ROWS
+#define CHATAPP_STREAM_ROWS 1
 #endif
 
 // The portable quantization (the scalar path): the same arithmetic as the vector ones, so every

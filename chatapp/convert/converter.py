@@ -26,7 +26,7 @@ from chatapp.convert.decoder_weights import LayerWeights
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.external_data import ExternalData, save_graph
 from chatapp.convert.families import Family, ModelWeights, family_of
-from chatapp.convert.gguf_blocks import NATIVE_FORMATS
+from chatapp.convert.gguf_blocks import kernel_takes
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.model_configs import (
     MODEL_FILE,
@@ -203,8 +203,8 @@ def graphs_to_write(graph: str, header: Header) -> tuple[tuple[str, bool], ...]:
 
 
 def _native_kernel_takes(tensor: TensorInfo) -> bool:
-    formats = NATIVE_FORMATS.get(type_name(tensor.type_id))
-    return len(tensor.shape) == 2 and formats is not None and tensor.shape[0] % formats[0] == 0
+    # a GGUF header lists a matrix's row length (K) first
+    return len(tensor.shape) == 2 and kernel_takes(type_name(tensor.type_id), tensor.shape[0])
 
 
 def _recorded_options(opts: ConvertOptions, context: int) -> dict[str, Any]:

@@ -32,6 +32,12 @@ NATIVE_FORMATS: dict[str, tuple[int, int]] = {
 }
 
 
+def kernel_takes(qtype: str, k: int) -> bool:
+    """Whether the library multiplies by rows of `k` values of `qtype` (whole blocks)."""
+    formats = NATIVE_FORMATS.get(qtype)
+    return formats is not None and k % formats[0] == 0
+
+
 @dataclass(frozen=True)
 class GgufWeight:
     """A [N, K] matrix in its GGUF blocks: `raw` is uint8 [N, K / block_values * block_bytes]."""
@@ -57,11 +63,9 @@ class GgufWeight:
 
 def native_weight(qtype: str, raw: np.ndarray, n: int, k: int) -> GgufWeight | None:
     """The GGUF rows as a GgufWeight when the library has a kernel for `qtype`, else None."""
-    if qtype not in NATIVE_FORMATS:
+    if not kernel_takes(qtype, k):
         return None
     values, size = NATIVE_FORMATS[qtype]
-    if k % values:
-        return None
     rows = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n, k // values * size)
     return GgufWeight(qtype, rows, k)
 

@@ -38,7 +38,7 @@ VARIANTS = {
     "int8 / int8 head": ConvertOptions(accuracy_level=4, lm_head_int8=True),
     "int8 / exact head on int8 levels": ConvertOptions(accuracy_level=4),
     "native kernels: int16 activations in steps, float in prompts (--native)": ConvertOptions(
-        native=True
+        graph="native"
     ),
 }
 

@@ -87,12 +87,6 @@ class ConvertOptions:
     # holds the GGUF's bytes per weight. The API's default stays the stock graph, which runs
     # everywhere; the command line, the window and `prepare` choose (auto, both).
     graph: str = "stock"
-    native: bool = False  # the old spelling of graph="native" (--native); folded in below
-
-    def __post_init__(self) -> None:
-        if self.native:
-            object.__setattr__(self, "graph", "native" if self.graph == "stock" else self.graph)
-            object.__setattr__(self, "native", False)
 
     def resolved(self) -> ConvertOptions:
         """The options with `auto` decided for this machine (what the manifest records)."""
@@ -207,12 +201,6 @@ def _native_kernel_takes(tensor: TensorInfo) -> bool:
     return len(tensor.shape) == 2 and kernel_takes(type_name(tensor.type_id), tensor.shape[0])
 
 
-def _recorded_options(opts: ConvertOptions, context: int) -> dict[str, Any]:
-    recorded = {**asdict(opts), "context_length": context}
-    del recorded["native"]  # folded into "graph"
-    return recorded
-
-
 def _write_graph(
     model: GGUFModel,
     family: Family,
@@ -323,7 +311,7 @@ def _write_folder(
         "chatapp_version": __version__,
         "source": {"file": src.name, "sha256": source_sha, "bytes": src.stat().st_size},
         "model": {"name": spec.name, "architecture": spec.architecture},
-        "options": _recorded_options(opts, context),
+        "options": {**asdict(opts), "context_length": context},
         # Each graph file and what it runs on: "stock" (any device) or "gguf" (chatapp's
         # native kernels, CPU only).
         "graphs": {name: "gguf" if native else "stock" for name, native in graphs},

@@ -153,7 +153,7 @@ def same_options(recorded: dict[str, Any], wanted: ConvertOptions) -> bool:
     """Whether a folder converted with `recorded` options is what `wanted` would make (a
     context length left to the file matches whatever the file gave)."""
     for key, value in asdict(wanted).items():
-        if key in ("overwrite", "native") or (key == "context_length" and value is None):
+        if key == "overwrite" or (key == "context_length" and value is None):
             continue
         if key == "graph" and recorded.get(key) == "both" and value in ("native", "stock"):
             continue  # a folder with both graphs has the one asked for

@@ -1,4 +1,4 @@
-"""Every family and every GGUF type through the native graph (`ConvertOptions(native=True)`):
+"""Every family and every GGUF type through the native graph (`ConvertOptions(graph="native")`):
 the numpy reference's logits for prompts (the kernels' float path) and single-token steps (their
 integer path), both loops' greedy tokens as the stock graph's, and tensors of types the kernels do
 not take keeping their stock nodes in the same graph (docs/converter.md, "Native kernels")."""
@@ -27,7 +27,7 @@ from tests.convert.test_graph import STEP_TOLERANCE
 from tests.tiny_families import FAMILIES, write_family_gguf
 
 BUILT = pytest.mark.skipif(library_path() is None, reason="native kernels not built (make native)")
-NATIVE = ConvertOptions(native=True)
+NATIVE = ConvertOptions(graph="native")
 K_DIMS: dict[str, Any] = {"hidden": 256, "ffn": 512}  # K-quant super-blocks: K % 256 == 0
 
 # llama.cpp's presets at tiny sizes, spread over the families: the layers' type, the embedding's
@@ -178,7 +178,7 @@ def test_every_kv_layout_on_native_kernels(tmp_path: Path, family: str, layout: 
     """Standard attention and the static layouts (one token, or windows of 4) around the same
     native projections."""
     gguf = write_family_gguf(tmp_path / "m.gguf", family)
-    folder = convert_gguf(gguf, tmp_path / layout, replace(LAYOUTS[layout], native=True))
+    folder = convert_gguf(gguf, tmp_path / layout, replace(LAYOUTS[layout], graph="native"))
     assert NATIVE_OP in native_qtypes(folder)
     ids = prompt(16, seed=2)
     want = ReferenceModel(gguf).logits(ids)

@@ -26,7 +26,7 @@ from tests.convert.test_graph import STEP_TOLERANCE, Converted, assert_matches_r
 from tests.convert.test_graph import reference_logits as reference_of
 from tests.tiny_model import write_tiny_gguf
 
-NATIVE = ConvertOptions(native=True)
+NATIVE = ConvertOptions(graph="native")
 BUILT = pytest.mark.skipif(library_path() is None, reason="native kernels not built (make native)")
 # The default model's mix (Q4_1 layers, tied Q8_0 embedding) and the 1B Q4_K_M mix (Q4_K layers,
 # Q6_K ffn_down and output), at tiny sizes (K-quant super-blocks need K a multiple of 256).

@@ -107,10 +107,6 @@ def test_a_scalar_only_library_counts_as_none(monkeypatch: pytest.MonkeyPatch) -
     assert ConvertOptions(graph="auto").resolved().graph == "stock"
 
 
-def test_the_old_native_flag_is_the_native_graph() -> None:
-    assert ConvertOptions(native=True) == ConvertOptions(graph="native")
-
-
 def test_a_file_without_a_tensor_the_kernels_take_gets_the_stock_graph(tmp_path: Path) -> None:
     f16 = write_tiny_gguf(tmp_path / "f16.gguf", qtype="F16", embed_qtype="F16")
     header = read_header(f16)

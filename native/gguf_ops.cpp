@@ -8,11 +8,12 @@
 // One row (a decode step): the row is quantized to int16 per block of 32 (as exact as the stock
 // graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
 // product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
-// four weight rows at a time, spread over the session's intra-op threads. Several rows (a
-// prompt), float32 products as exact as the stock graph's prompt: under 64 rows, tasks of 16
-// weight rows dequantized 256 values at a time into L1, packed [k][16], times every activation
-// row (six rows by sixteen weight rows a register tile, FMA); from 64 rows, 256-row tiles
-// dequantized by all threads, then ONNX Runtime's own Gemm.
+// four weight rows at a time (Q8_0 and Q6_K one: CHATAPP_STREAM_ROWS), spread over the
+// session's intra-op threads. Several rows (a prompt), float32 products as exact as the stock
+// graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
+// L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
+// tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
+// Gemm.
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 

@@ -96,7 +96,7 @@ class NoCacheLoop(KVLoop):
         io = self.io
         past: dict[str, np.ndarray] = dict(self._empty_past)
         fetch = [io.logits, *(t.present_name for t in self.info.kv)]
-        host_s = run_s = 0.0
+        run_s = 0.0
         h2d = d2h = 0
         picked: list[np.ndarray] = []
         for start in range(0, len(sequence), limit):

@@ -1,10 +1,10 @@
 """A device whose ONNX Runtime has no float32 GroupQueryAttention (CUDA) is refused a float32
 GQA graph, with the reason and its fix, and runs a standard-attention graph in both loops.
 
-On an H100 (docs/engine.md, "Measured on CUDA") such a graph placed its 22 GQA nodes on the CPU
-and the IO-Binding loop gave other tokens than the naive one from the first token on; the
-standard-attention graph of the same GGUF ran every layer on the GPU with equal tokens. Here a
-device with that property is emulated on the CPU provider."""
+On an H100 (docs/engine.md, "Measured on CUDA") such a graph placed its attention (134 nodes)
+on the CPU and the IO-Binding loop gave other tokens than the naive one from the first token
+on; the standard-attention graph of the same GGUF ran every layer on the GPU with equal tokens.
+Here a device with that property is emulated on the CPU provider."""
 
 from __future__ import annotations
 

@@ -163,7 +163,8 @@ class LiveFigures(QGroupBox):
         # Caption and value in one row across both columns: the caption must not set the
         # first column's width (the panel stays narrow).
         context_row = QHBoxLayout()
-        context_row.addWidget(self._caption("Context used (tokens)", POLICY_TEXT))
+        self.context_caption = self._caption("Context used (tokens)", POLICY_TEXT)
+        context_row.addWidget(self.context_caption)
         self.context_value = QLabel(fmt.MISSING, self)
         self.context_value.setObjectName("contextValue")
         context_row.addStretch(1)
@@ -326,6 +327,13 @@ class LiveFigures(QGroupBox):
     def set_context(self, used: int, total: int) -> None:
         self._context_used = used
         self.context_value.setText(fmt.context_usage(used, total))
+        self.context_caption.setToolTip(
+            f"Tokens of the conversation the model reads, out of the {total} this app sets "
+            "aside for it (the model may allow more: the status bar says so when a model "
+            f"loads). {POLICY_TEXT}"
+            if total
+            else POLICY_TEXT
+        )
         self.context_bar.setRange(0, max(1, total))
         self.context_bar.setValue(min(used, max(1, total)))
         text = context_note(self.figures, used, self.writing)

@@ -239,7 +239,10 @@ class LiveFigures(QGroupBox):
             label.setText(fmt.perplexity(value))
             meaning = perplexity_meaning(value)
             label.setToolTip(f"{meaning}\n\n{tip}" if meaning else tip)
-        self.set_context(fig.tokens_read, fig.context_length or 0)
+        # A server's count is its usage (prompt + completion); a local one, what the cache holds.
+        remote = fig.mode == fmt.REMOTE or fig.device == fmt.REMOTE
+        used = fig.tokens_in_context if remote else fig.tokens_read
+        self.set_context(used, fig.context_length or 0)
         own = fig.device not in (None, "cpu")
         if (fig.generated_tokens or 0) > 1 or not own:  # decode steps, not the prompt
             self.transfer_value.setText(fmt_bytes(fig.transfer_bytes_per_token))

@@ -178,24 +178,23 @@ def context_note(fig: AnswerFigures | None, used: int, writing: bool = False) ->
     if not read or used == read:
         return ""
     had = (
-        f"the last answer ended with {read} tokens in its KV cache"
+        f"the {read} tokens in the last answer's KV cache"
         if fig.mode != "nocache"
-        else f"the last answer read {read} tokens for its last token"
+        else f"the {read} tokens the last answer read for its last token"
     )
     if used < read:
         return (
-            f"Context used: {used} tokens, the conversation as the next question will send "
-            f"it (the oldest turns left out); {had}."
+            f"{used}: the conversation as the next question will send it, the oldest turns "
+            f"left out (the last answer had {read})."
         )
     unread = (
-        ", and its last token, written but not yet read back"
+        " and its last token, written but not yet read back"
         if fig.finish_reason != "eos" and fig.generated_tokens
         else ""
     )
     return (
-        f"Context used: {used} tokens, the conversation as the next question will send it; "
-        f"{had}. The difference is the chat template's marks that close the answer and open "
-        f"the next turn{unread}."
+        f"{used}: the conversation as the next question will send it, {had} plus the chat "
+        f"template's marks around the turn{unread}."
     )
 
 

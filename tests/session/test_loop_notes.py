@@ -128,10 +128,12 @@ def test_context_used_and_the_answer_s_count_agree_or_say_why() -> None:
     assert context_note(fig, 44, writing=True) == ""
     # After the answer, Context used counts the next question's prompt: 50 beside 44 says why.
     note = context_note(fig, 50)
-    assert "50 tokens" in note and "44 tokens in its KV cache" in note
-    assert "chat template" in note
+    assert note == (
+        "50: the conversation as the next question will send it, the 44 tokens in the last "
+        "answer's KV cache plus the chat template's marks around the turn."
+    )
     cut = context_note(_answer("iobinding", finish_reason="length"), 50)
-    assert "43 tokens in its KV cache" in cut and "not yet read back" in cut
+    assert "the 43 tokens in the last answer's KV cache" in cut and "not yet read back" in cut
     assert "KV cache" not in context_note(_answer("nocache"), 50)
     assert "oldest turns left out" in context_note(fig, 30)
 

@@ -147,7 +147,8 @@ def test_counts_agree_and_the_context_note_says_why_they_differ(qtbot) -> None:
     # The window measures the next question's prompt: 50 beside 44, with the reason.
     panel.set_context(50, 8192)
     assert box.context_note.isVisible()
-    assert "50 tokens" in box.context_note.text() and "44 tokens" in box.context_note.text()
+    assert box.context_note.text().startswith("50: the conversation as the next question")
+    assert "the 44 tokens in the last answer's KV cache" in box.context_note.text()
     panel.begin_answer()
     assert not box.context_note.isVisible()
 

@@ -292,7 +292,7 @@ class LiveFigures(QGroupBox):
         if not points or written < 2:
             return LATENCY_CAPTION
         last = max(written, points + 1)
-        return f"{LATENCY_CAPTION}: tokens 2–{last} of {last} (token 1's time is the TTFT)"
+        return f"{LATENCY_CAPTION}: tokens 2–{last} of the {last} written (token 1's is the TTFT)"
 
     # ---- warm-up ----------------------------------------------------------------------------
     def show_warm_up(self, progress: WarmUpProgress) -> None:

@@ -132,7 +132,9 @@ def test_the_chart_says_which_tokens_it_holds(qtbot) -> None:
     # 7 tokens, 6 points: token 1's time is the TTFT, and the caption says so.
     assert box.latency_chart.point_count == 6
     assert [p.x() for p in box.latency_chart.series.points()] == [2, 3, 4, 5, 6, 7]
-    assert box.latency_caption.text().endswith("tokens 2–7 of 7 (token 1's time is the TTFT)")
+    assert box.latency_caption.text().endswith(
+        "tokens 2–7 of the 7 written (token 1's is the TTFT)"
+    )
     assert box.latency_chart.series.pointsVisible()  # few enough to count
 
 

@@ -327,11 +327,12 @@ def test_open_gguf_converts_with_progress_then_opens(
     dialog = window.findChild(QProgressDialog, "convertProgressDialog")
     assert dialog is not None and dialog.isVisible()
     # connected after the window's own slot: sees the label that slot just set
-    window.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.labelText()))
+    window.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.toolTip()))
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         pass
     assert len(plans) == 1 and plans[0].startswith("tiny-llama.gguf: the model folder takes")
-    assert labels[-1].startswith(plans[0] + "\n")  # from the plan on, above every step
+    # From the plan on, above every step (wrapped to the dialog's width; whole in its tooltip).
+    assert labels[-1].startswith(plans[0] + "\n")
     assert window.controller.model.folder == out
     assert window.findChild(QProgressDialog, "convertProgressDialog") is None or not (
         dialog.isVisible()

@@ -90,6 +90,11 @@ def main() -> int:
         "window": [window.x(), window.y(), window.width(), window.height()],
         "input_box": [corner.x(), corner.y(), prompt.width(), prompt.height()],
         "input_box_on_screen": area.contains(prompt.rect().translated(corner)),
+        # Widths of the conversation list, the chat and the side panel (0: hidden).
+        "panes": [
+            w.width() if w.isVisible() else 0
+            for w in (window.conversation_list, window.chat_view, window.side_scroll)
+        ],
         "answer": answer,
     }
     if args.compare is not None:

@@ -179,7 +179,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
     return ModelSummary(
         folder=engine.info.folder,
         name=engine.info.name,
-        description=engine.info.describe(),
+        description=engine.info.describe(engine.max_context),
         layout=engine.info.layout.value,
         device=engine.device.name,
         device_label=engine.device.label,

@@ -118,7 +118,8 @@ def build_app(
 
     async def chat(request: Request) -> Response:
         body = await _read_json(request)
-        req = parse_chat(body, worker.default_mode, worker.card.max_context)
+        card = worker.card
+        req = parse_chat(body, worker.default_mode, card.max_context, card.max_chars)
         return await _answer(request, worker, req, notice, chat=True)
 
     async def completions(request: Request) -> Response:

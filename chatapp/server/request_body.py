@@ -19,6 +19,7 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
+from chatapp.server.request_limits import check_chat_size
 
 MAX_STOPS = 4  # OpenAI's limit
 MAX_STOP_CHARS = 200
@@ -59,9 +60,13 @@ class GenerationRequest:
     tool_choice: ToolChoice = NO_TOOLS
 
 
-def parse_chat(body: dict[str, Any], default_mode: str, max_context: int) -> GenerationRequest:
+def parse_chat(
+    body: dict[str, Any], default_mode: str, max_context: int, max_chars: int | None = None
+) -> GenerationRequest:
+    """`max_chars`: the most text the model's context can hold (None: not counted)."""
     _refuse_unsupported(body, chat=True)
     messages = _messages(body.get("messages"))
+    check_chat_size(messages, max_context, max_chars, "messages")
     output_format = structured_fields.response_format(body.get("response_format"))
     tools = structured_fields.tools(body.get("tools"))
     choice = structured_fields.tool_choice(body.get("tool_choice"), tools)

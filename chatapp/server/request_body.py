@@ -67,6 +67,14 @@ def parse_chat(
     _refuse_unsupported(body, chat=True)
     messages = _messages(body.get("messages"))
     check_chat_size(messages, max_context, max_chars, "messages")
+    return chat_request(body, messages, default_mode, max_context)
+
+
+def chat_request(
+    body: dict[str, Any], messages: tuple[Message, ...], default_mode: str, max_context: int
+) -> GenerationRequest:
+    """The request for `messages` with the other fields of a chat completions `body` (the
+    Responses API hands in its own fields under these names, responses_request.py)."""
     output_format = structured_fields.response_format(body.get("response_format"))
     tools = structured_fields.tools(body.get("tools"))
     choice = structured_fields.tool_choice(body.get("tool_choice"), tools)

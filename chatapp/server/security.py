@@ -43,7 +43,7 @@ def check_bind(host: str, port: int, allow_remote: bool, api_key: str | None) ->
 # ---- who may send requests: the Host and Origin headers -------------------------------------
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PREFLIGHT_MAX_AGE_S = 600
-ALLOWED_METHODS = "GET, POST, OPTIONS"
+ALLOWED_METHODS = "GET, POST, DELETE, OPTIONS"
 
 
 class AccessOptionError(ValueError):

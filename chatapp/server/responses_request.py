@@ -72,8 +72,8 @@ def parse_responses(
         raise invalid("instructions must be a string.", "instructions")
     previous_id, earlier = _previous(body.get("previous_response_id"), store)
     conversation = (*earlier, *input_messages(body.get("input")))
-    messages = (Message("system", instructions),) if instructions else ()
-    messages += conversation
+    system = (Message("system", instructions),) if instructions else ()
+    messages: tuple[Message, ...] = (*system, *conversation)
     check_chat_size(messages, max_context, max_chars, "input")
     tools = tuple(_tool(t, i) for i, t in enumerate(_list(body.get("tools"), "tools")))
     text_format = _text_format(body.get("text"))

@@ -27,7 +27,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve",
         help="serve the model over an OpenAI-compatible HTTP API (127.0.0.1 by default)",
-        description="OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models. "
+        description="OpenAI-compatible /v1/chat/completions, /v1/completions, /v1/responses and "
+        "/v1/models. "
         "One request generates at a time; the others wait their turn.",
     )
     add_model_args(serve)  # --json: print the address as JSON once listening

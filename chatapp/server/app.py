@@ -131,7 +131,8 @@ def build_app(
 
     async def completions(request: Request) -> Response:
         body = await _read_json(request)
-        req = parse_completion(body, worker.default_mode)
+        card = worker.card
+        req = parse_completion(body, worker.default_mode, card.max_context, card.max_chars)
         return await _answer(
             request, worker, req, notice, lambda: ChatReply(req, worker.card.id, chat=False)
         )

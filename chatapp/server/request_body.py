@@ -19,7 +19,7 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
-from chatapp.server.request_limits import check_chat_size
+from chatapp.server.request_limits import check_chat_size, check_text_size
 
 MAX_STOPS = 4  # OpenAI's limit
 MAX_STOP_CHARS = 200
@@ -106,7 +106,10 @@ def chat_request(
     )
 
 
-def parse_completion(body: dict[str, Any], default_mode: str) -> GenerationRequest:
+def parse_completion(
+    body: dict[str, Any], default_mode: str, max_context: int = 0, max_chars: int | None = None
+) -> GenerationRequest:
+    """`max_chars`: the most text the model's context (`max_context` tokens) can hold."""
     _refuse_unsupported(body, chat=False)
     for name, allowed in (("echo", False), ("best_of", 1)):
         if name in body and body[name] not in (None, allowed):
@@ -120,9 +123,11 @@ def parse_completion(body: dict[str, Any], default_mode: str) -> GenerationReque
         )
     top = _int(body, "logprobs", 0, 0, MAX_LEGACY_LOGPROBS)
     max_tokens = _first_int(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
+    prompt = _prompt(body.get("prompt"))
+    check_text_size(len(prompt), max_context, max_chars, "prompt")
     return GenerationRequest(
         messages=None,
-        text=_prompt(body.get("prompt")),
+        text=prompt,
         settings=_settings(body, max_tokens),
         mode=_mode(body, default_mode),
         stop=_stops(body.get("stop")),

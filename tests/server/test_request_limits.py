@@ -97,3 +97,17 @@ def test_oversize_chats_are_refused_and_chat_goes_on(served: Served, body: dict[
     assert len(served.worker.records) == before  # counted before the queue
     answer = post(served, SAY_HI)
     assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["role"]
+
+
+@pytest.mark.parametrize("prompt", ["x" * 2_000_000, ["é" * 2_000_000]], ids=["text", "list"])
+def test_a_raw_prompt_longer_than_the_context_can_hold_is_refused_untokenized(
+    served: Served, prompt: Any
+) -> None:
+    before = len(served.worker.records)
+    refused = httpx2.post(
+        f"{served.api}/completions", json={"prompt": prompt}, timeout=120, trust_env=False
+    )
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+    assert len(served.worker.records) == before

@@ -19,7 +19,11 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
-from chatapp.server.request_limits import check_chat_size, check_text_size
+from chatapp.server.request_limits import (
+    check_chat_size,
+    check_message_count,
+    check_text_size,
+)
 
 MAX_STOPS = 4  # OpenAI's limit
 MAX_STOP_CHARS = 200
@@ -65,7 +69,9 @@ def parse_chat(
 ) -> GenerationRequest:
     """`max_chars`: the most text the model's context can hold (None: not counted)."""
     _refuse_unsupported(body, chat=True)
-    messages = _messages(body.get("messages"))
+    raw = body.get("messages")
+    check_message_count(len(raw) if isinstance(raw, list) else 0, "messages")
+    messages = _messages(raw)
     check_chat_size(messages, max_context, max_chars, "messages")
     return chat_request(body, messages, default_mode, max_context)
 

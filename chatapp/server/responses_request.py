@@ -18,7 +18,7 @@ from typing import Any
 from chatapp.engine.chat import Message, ToolCall
 from chatapp.server.errors import ApiError, invalid
 from chatapp.server.request_body import ROLES, GenerationRequest, chat_request
-from chatapp.server.request_limits import check_chat_size
+from chatapp.server.request_limits import check_chat_size, check_message_count
 from chatapp.server.responses_store import ResponseStore
 
 # Chat completions fields that mean the same in a Responses body.
@@ -71,7 +71,9 @@ def parse_responses(
     if instructions is not None and not isinstance(instructions, str):
         raise invalid("instructions must be a string.", "instructions")
     previous_id, earlier = _previous(body.get("previous_response_id"), store)
-    conversation = (*earlier, *input_messages(body.get("input")))
+    raw = body.get("input")
+    check_message_count(len(earlier) + (len(raw) if isinstance(raw, list) else 1), "input")
+    conversation = (*earlier, *input_messages(raw))
     system = (Message("system", instructions),) if instructions else ()
     messages: tuple[Message, ...] = (*system, *conversation)
     check_chat_size(messages, max_context, max_chars, "input")

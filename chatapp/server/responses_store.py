@@ -3,11 +3,13 @@
 In memory only (a restart forgets them, as `store` promises nothing more here), and bounded
 three ways so that no client can grow the server: at most `max_entries` responses (the least
 recently used goes first), each for at most `ttl_s` seconds, and at most `max_chars`
-characters of conversation in all (a response that alone is larger is not kept).
+characters in all, conversations and response bodies (tools and schemas echoed) together (a
+response that alone is larger is not kept).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -29,9 +31,11 @@ class StoredResponse:
 
     @property
     def chars(self) -> int:
-        return sum(
+        """What it holds: the conversation's text, and the body (its tools, schema, output)."""
+        text = sum(
             len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in self.messages
         )
+        return text + len(json.dumps(self.body, default=str))
 
 
 class ResponseStore:

@@ -35,7 +35,7 @@ def test_characters_are_bounded() -> None:
     assert not store.put("huge", stored("x" * 200))  # alone too big: not kept
     assert store.get("huge") is None
     for i in range(10):
-        assert store.put(str(i), stored("x" * 30))  # 32 characters each
+        assert store.put(str(i), stored("x" * 18))  # 20 + 11 ('{"id": "x"}') characters each
     assert len(store) == 3 and store.get("9") is not None and store.get("6") is None
 
 
@@ -43,6 +43,8 @@ def test_tool_call_arguments_count_and_delete_forgets() -> None:
     store = ResponseStore(max_chars=100)
     calls = (ToolCall("c", "f", "1" * 150),)
     assert not store.put("a", StoredResponse({}, (Message("assistant", "", tool_calls=calls),)))
+    tools = {"tools": [{"name": "f", "parameters": {"description": "d" * 150}}]}
+    assert not store.put("echo", StoredResponse(tools, ()))  # the body counts too
     store.put("b", stored())
     assert store.delete("b") and not store.delete("b") and store.get("b") is None
 
@@ -50,6 +52,6 @@ def test_tool_call_arguments_count_and_delete_forgets() -> None:
 def test_replacing_an_entry_does_not_count_it_twice() -> None:
     store = ResponseStore(max_chars=100)
     for _ in range(5):
-        store.put("a", stored("x" * 60))
+        store.put("a", stored("x" * 50))
     store.put("b", stored("y" * 20))
     assert store.get("a") is not None and store.get("b") is not None

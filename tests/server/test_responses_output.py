@@ -17,10 +17,15 @@ import httpx2
 import pytest
 from pydantic import BaseModel, Field
 
+from chatapp.engine.chat import ToolCall
 from chatapp.engine.engine import Engine
+from chatapp.engine.tool_calls import StreamPiece
 from chatapp.server.app import ShutdownNotice, build_app
+from chatapp.server.responses_output import ResponsesReply
+from chatapp.server.responses_request import parse_responses
+from chatapp.server.responses_store import ResponseStore
 from chatapp.server.runner import ServerThread, bind
-from chatapp.server.worker import EngineWorker
+from chatapp.server.worker import Delta, Done, EngineWorker
 from tests.serving import Served, slow_down
 
 openai = pytest.importorskip("openai", reason="the openai package is in the dev extra")
@@ -277,3 +282,78 @@ def test_shutdown_ends_a_stream_with_an_error_and_a_failed_response(
     assert error_name == "error" and error["code"] == "server_shutting_down"
     assert failed_name == "response.failed" and failed["response"]["status"] == "failed"
     assert failed["response"]["error"]["code"] == "server_shutting_down"
+
+
+# ---- the reply alone, fed the worker's events (no model) -----------------------------------
+def reply_for(body: dict[str, Any], store: ResponseStore | None = None) -> ResponsesReply:
+    kept = store if store is not None else ResponseStore()
+    parsed = parse_responses(body, "iobinding", 512, None, kept)
+    return ResponsesReply(parsed, "served-model", kept)
+
+
+def decode(chunks: list[bytes]) -> list[dict[str, Any]]:
+    out = []
+    for chunk in chunks:
+        name, data = chunk.decode().strip().split("\n")
+        event = json.loads(data.removeprefix("data: "))
+        assert name == f"event: {event['type']}"
+        out.append(event)
+    return out
+
+
+def test_text_then_two_calls_become_three_items_in_order() -> None:
+    store = ResponseStore()
+    reply = reply_for({"input": "hi", "tools": [WEATHER]}, store)
+    chunks = reply.opening()
+    chunks += reply.delta(Delta("Let me ", ()))
+    chunks += reply.delta(Delta("look.", ()))
+    chunks += reply.delta(Delta("", (), StreamPiece(call_id="c1", name="get_weather")))
+    chunks += reply.delta(Delta("", (), StreamPiece(arguments='{"city":')))
+    chunks += reply.delta(Delta("", (), StreamPiece(arguments='"Paris"}')))
+    chunks += reply.delta(Delta("", (), StreamPiece(call_id="c2", name="get_weather")))
+    chunks += reply.delta(Delta("", (), StreamPiece(arguments='{"city":"Rome"}')))
+    calls = (
+        ToolCall("c1", "get_weather", '{"city":"Paris"}'),
+        ToolCall("c2", "get_weather", '{"city":"Rome"}'),
+    )
+    chunks += reply.closing(Done("tool_calls", 10, 12, {}, calls))
+    events = decode(chunks)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    added = [e["item"]["type"] for e in events if e["type"] == "response.output_item.added"]
+    assert added == ["message", "function_call", "function_call"]
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed" and final["status"] == "completed"
+    message, paris, rome = final["output"]
+    assert message["content"][0]["text"] == "Let me look." and message["status"] == "completed"
+    assert (paris["call_id"], paris["arguments"]) == ("c1", '{"city":"Paris"}')
+    assert (rome["call_id"], rome["arguments"]) == ("c2", '{"city":"Rome"}')
+    done = [e for e in events if e["type"] == "response.output_item.done"]
+    assert [e["item"] for e in done] == final["output"]
+    assert [e["output_index"] for e in done] == [0, 1, 2]
+    kept = store.get(reply.id)
+    assert kept is not None
+    (kept_message,) = kept.messages[1:]  # after the user's "hi"
+    assert kept_message.content == "Let me look." and kept_message.tool_calls == calls
+
+
+def test_a_whole_response_cut_by_max_output_tokens_is_incomplete() -> None:
+
+    reply = reply_for({"input": "hi", "max_output_tokens": 2, "store": False})
+    reply.add(Delta("Hel", ()))
+    reply.add(Delta("lo", ()))
+    body = reply.whole(Done("length", 5, 2, {"loop": "naive"}))
+    assert body["status"] == "incomplete" and body["store"] is False
+    assert body["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert body["output"][0]["content"][0]["text"] == "Hello"
+    assert body["output"][0]["status"] == "incomplete"
+    assert body["usage"]["total_tokens"] == 7 and body["chatapp"] == {"loop": "naive"}
+    assert len(reply.store) == 0  # store false: nothing kept
+
+
+def test_an_empty_answer_is_one_empty_message() -> None:
+
+    reply = reply_for({"input": "hi"})
+    events = decode([*reply.opening(), *reply.closing(Done("stop", 5, 0, {}))])
+    kinds = [e["type"] for e in events]
+    assert "response.output_item.added" in kinds and kinds[-1] == "response.completed"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == ""

@@ -3,8 +3,9 @@
 Runs are jobs (chatapp/session/compare_jobs.py) on the window's JobRunner, the thread that
 runs the chat's answers, with the window's one engine; this widget only draws what comes back.
 The loop without a cache is optional (a checkbox): its time per token grows with the length.
-Every sentence under the controls comes from chatapp/session/compare_text.py, computed from the
-runs on screen and redone after each comparison and sweep. The result has the shape of
+Every sentence under the controls comes from chatapp/engine/bench/sentences.py, computed from the
+same summary (bench/summary.py) as the table and the charts, redone after each comparison and
+sweep. The result has the shape of
 `chatapp bench --json`, so Export writes the same report as `chatapp bench --report`.
 """
 
@@ -31,6 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.engine.bench.sentences import explanation
+from chatapp.engine.bench.summary import loop_figures, per_token_ms
 from chatapp.engine.modes import MODES, Mode
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.gui.common.progress import ProgressWithTimeLeft
@@ -47,7 +50,7 @@ from chatapp.gui.compare.charts import (
     TransferChart,
 )
 from chatapp.gui.compare.inputs import MAX_PROMPT_CHARS, parse_contexts
-from chatapp.gui.compare.report import caching_title
+from chatapp.gui.compare.report import PER_TOKEN_TITLE, caching_title
 from chatapp.gui.compare.table import SummaryTable
 from chatapp.session.compare_jobs import (
     CompareFinished,
@@ -61,7 +64,6 @@ from chatapp.session.compare_jobs import (
     compare_job,
     sweep_job,
 )
-from chatapp.session.compare_text import explanation
 from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
 
@@ -157,7 +159,7 @@ class CompareView(QWidget):
             loop: StepSplitChart(loop) for loop in LOOPS
         }
         self.caching_chart = PairBarChart("Whole answer", "s")
-        self.speed_chart = PairBarChart("Decode speed", "tokens/s")
+        self.speed_chart = PairBarChart(PER_TOKEN_TITLE, "ms")
         self.ttft_chart = PairBarChart("Time to first token", "ms")
         self.sweep_chart = SweepChart()
         self.transfer_chart = TransferChart()
@@ -373,9 +375,12 @@ class CompareView(QWidget):
     def _on_loop_finished(self, done: LoopFinished) -> None:
         summary = done.summary
         spread = summary.get("spread") or {}
+        per_token = loop_figures(Mode(done.loop), summary).per_token_ms
+        self.speed_chart.set_value(done.loop, per_token.median)
+        if per_token.count >= 2:
+            self.speed_chart.set_spread(done.loop, per_token.low, per_token.high)
         for chart, key, scale in (
             (self.caching_chart, "answer_s", 1.0),
-            (self.speed_chart, "tokens_per_s", 1.0),
             (self.ttft_chart, "ttft_s", 1000.0),
         ):
             chart.set_value(done.loop, summary[key] * scale)
@@ -421,7 +426,7 @@ class CompareView(QWidget):
         context = point.point["prompt_tokens"]
         for loop in (m for m in LOOPS if m in point.point):
             summary = point.point[loop]
-            self.sweep_chart.add_point(loop, context, summary["tokens_per_s"])
+            self.sweep_chart.add_point(loop, context, per_token_ms(summary).median)
             transfer = summary["transfer"]
             moved = transfer["h2d_bytes_per_token"] + transfer["d2h_bytes_per_token"]
             self.transfer_chart.add_point(loop, context, moved)

@@ -14,6 +14,7 @@ from typing import Any
 
 from chatapp.engine.bench.summary import (
     ONE_RUN_MARGIN,
+    SHOWN,
     ComparisonSummary,
     LoopFigures,
     Ratio,
@@ -89,9 +90,14 @@ def speed_sentence(speed: Ratio, by_median: Ratio) -> str:
         f"By tokens/s (decode tokens ÷ decode time, a mean): IO-Binding's {fig(speed.numerator)} "
         f"/ Naive's {fig(speed.denominator)} = {speed.value:.2f}x"
     )
-    if (speed.value > 1) != (by_median.value > 1) and abs(speed.value - by_median.value) > 0.005:
+    if opposite(speed.value, by_median.value):
         text += "; it points the other way from the medians because a few slow tokens pull a mean"
     return text + "."
+
+
+def opposite(a: float, b: float) -> bool:
+    """One ratio above 1.00 and the other below, as two decimals show them."""
+    return (a > 1 + SHOWN and b < 1 - SHOWN) or (a < 1 - SHOWN and b > 1 + SHOWN)
 
 
 def caching_sentence(summary: ComparisonSummary) -> str:
@@ -115,7 +121,7 @@ def caching_title(summary: ComparisonSummary) -> str:
     if not summary.caching:
         return f"Whole answer, {tokens} tokens"
     parts = [
-        f"{m.label} {r.value:.1f}x" if r.measurable else f"{m.label} {NO_GAIN}"
+        f"{m.label} {r.value:.2f}x" if r.measurable else f"{m.label} {NO_GAIN}"
         for m, r in summary.caching.items()
     ]
     return f"{tokens} tokens, caching: " + ", ".join(parts)

@@ -111,12 +111,6 @@ class SummaryTable(QTableWidget):
             self.cell(same, ratio, "yes" if result["same_tokens"] else "NO")
         self.fit_height()
 
-    def ratio_text(self) -> str:
-        """The per-token ratio cell, as shown (tests read it)."""
-        column = self.ratio_column
-        item = self.item(0, column) if column is not None else None
-        return item.text() if item is not None else ""
-
     def cell(self, row: int, column: int, text: str) -> None:
         item = QTableWidgetItem(text)
         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

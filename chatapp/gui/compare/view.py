@@ -317,11 +317,9 @@ class CompareView(QWidget):
     @Slot()
     def _on_sweep_edited(self, *_args: object) -> None:
         seconds = self.sweep_estimate_s()
+        about = duration_text(seconds) if seconds is not None else ""
         self.sweep_estimate.setText(
-            f"{duration_text(seconds)[0].upper()}{duration_text(seconds)[1:]} "
-            "by the last comparison"
-            if seconds is not None
-            else "Estimated when it starts"
+            f"{about.capitalize()} by the last comparison" if about else "Estimated when it starts"
         )
 
     def _start(self, job: Job, on_finished: Callable[[Any], None]) -> None:

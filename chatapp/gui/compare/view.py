@@ -121,7 +121,8 @@ class CompareView(QWidget):
         self.repeats_spin.setRange(1, 9)
         self.repeats_spin.setValue(3)
         self.repeats_spin.setToolTip(
-            "Runs of the loops: the figures are medians, the bars and the table show the range"
+            "Runs of the loops: the figures are medians, the bars and the table show the "
+            f"range (a context sweep runs each point {SWEEP_REPEATS} time to stay short)"
         )
         ignore_wheel_unless_focused(self.tokens_spin, self.repeats_spin)
         self.nocache_check = QCheckBox(Mode.NOCACHE.label, self)

@@ -9,7 +9,9 @@
 // graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
 // product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
 // four weight rows at a time (Q8_0 and Q6_K one: CHATAPP_STREAM_ROWS), spread over the
-// session's intra-op threads. Several rows (a prompt), float32 products as exact as the stock
+// session's intra-op threads. Input [m, 1, K] (one new token of each of m sequences decoded
+// together, engine/slots.py): each row on that one-row path, bit for bit its product alone,
+// every task's weight rows read from memory once for all m rows. Several rows (a prompt), float32 products as exact as the stock
 // graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
@@ -224,30 +226,38 @@ static size_t prompt_gemm_rows() {
   return asked != nullptr ? size_t(std::strtoull(asked, nullptr, 10)) : size_t(64);
 }
 
+// `m` activation rows (a decode step of m sequences): each task's weight rows are read from
+// memory once, for the first activation row, and from the cache (a task is ~64 KB) for the
+// others; every row's products are the one-row step's, computed the same way.
 struct StepJob {
   const FormatInfo* info;
   const uint8_t* w;
   size_t row_bytes;
-  const QuantizedRow* a;
+  const QuantizedRow* a;  // m rows
+  size_t m;
   int k;
   size_t n;
-  float* out;
+  float* out;  // [m, n]
   size_t task_rows;
 };
 
 static void step_task(void* data, size_t task) {
   auto* job = static_cast<StepJob*>(data);
   size_t begin = task * job->task_rows, end = std::min(job->n, begin + job->task_rows);
-  switch (g_isa) {
-    case Isa::Avx512:
-      rows_dot_avx512(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
-      break;
-    case Isa::Avx2:
-      rows_dot_avx2(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
-      break;
-    case Isa::Scalar:
-      rows_dot_scalar(*job->info, job->w, job->row_bytes, *job->a, job->k, job->out, begin, end);
-      break;
+  for (size_t r = 0; r < job->m; ++r) {
+    const QuantizedRow& a = job->a[r];
+    float* out = job->out + r * job->n;
+    switch (g_isa) {
+      case Isa::Avx512:
+        rows_dot_avx512(*job->info, job->w, job->row_bytes, a, job->k, out, begin, end);
+        break;
+      case Isa::Avx2:
+        rows_dot_avx2(*job->info, job->w, job->row_bytes, a, job->k, out, begin, end);
+        break;
+      case Isa::Scalar:
+        rows_dot_scalar(*job->info, job->w, job->row_bytes, a, job->k, out, begin, end);
+        break;
+    }
   }
 }
 
@@ -317,8 +327,11 @@ struct GgufMatMulKernel {
     const float* x = a.GetTensorData<float>();
     const uint8_t* wb = w.GetTensorData<uint8_t>();
     if (m == 0) return;
-    if (m == 1) {
-      step(ctx, x, wb, y);
+    // [m, 1, K] with m > 1: one new token of each of m sequences (engine/slots.py), each row
+    // a decode step's: the integer path, as that sequence alone would take it.
+    bool step_rows = shape.size() >= 2 && shape[shape.size() - 2] == 1;
+    if (m == 1 || step_rows) {
+      step(ctx, x, m, wb, y);
     } else {
       if (m < gemm_rows)
         prompt(ctx, x, m, wb, y);
@@ -327,17 +340,25 @@ struct GgufMatMulKernel {
     }
   }
 
-  void step(Ort::KernelContext& ctx, const float* x, const uint8_t* wb, float* y) {
-    thread_local std::unique_ptr<QuantizedStorage> storage;
-    if (!storage || storage->k < k) storage = std::make_unique<QuantizedStorage>(int(k));
-    if (g_isa == Isa::Avx512)
-      quantize_row_avx512(x, int(k), &storage->row);
-    else if (g_isa == Isa::Avx2)
-      quantize_row_avx2(x, int(k), &storage->row);
-    else
-      quantize_row_scalar(x, int(k), &storage->row);
+  void step(Ort::KernelContext& ctx, const float* x, size_t m, const uint8_t* wb, float* y) {
+    thread_local std::vector<std::unique_ptr<QuantizedStorage>> storage;
+    thread_local std::vector<QuantizedRow> rows;
+    if (storage.size() < m) storage.resize(m);
+    rows.resize(m);
+    for (size_t r = 0; r < m; ++r) {
+      auto& s = storage[r];
+      if (!s || s->k < k) s = std::make_unique<QuantizedStorage>(int(k));
+      const float* xr = x + r * size_t(k);
+      if (g_isa == Isa::Avx512)
+        quantize_row_avx512(xr, int(k), &s->row);
+      else if (g_isa == Isa::Avx2)
+        quantize_row_avx2(xr, int(k), &s->row);
+      else
+        quantize_row_scalar(xr, int(k), &s->row);
+      rows[r] = s->row;
+    }
     size_t task_rows = step_task_rows(size_t(n), row_bytes);
-    StepJob job{info, wb, row_bytes, &storage->row, int(k), size_t(n), y, task_rows};
+    StepJob job{info, wb, row_bytes, rows.data(), m, int(k), size_t(n), y, task_rows};
     size_t tasks = (size_t(n) + task_rows - 1) / task_rows;
     ctx.ParallelFor(step_task, tasks, 0, &job);
   }

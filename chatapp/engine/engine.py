@@ -38,6 +38,7 @@ from chatapp.engine.packed_cache import DATA, packed_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.slots import SlotBatch
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 from chatapp.error_text import STATUS_LINE, first_line
 
@@ -112,6 +113,7 @@ class Engine:
         self.mapped_files = self.memory.mapped_files  # what the running session maps
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
+        self._slots: SlotBatch | None = None
         self.constraints = ConstraintCompiler(
             self.tokenizer.tok, self.info.eos_token_ids, self.info.vocab_size
         )
@@ -145,6 +147,7 @@ class Engine:
         self.device: Device = started.device
         self.fallback_reason = started.fallback_reason
         self._loops = {}
+        self._slots = None
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU, in the graph a CPU session would
@@ -199,6 +202,14 @@ class Engine:
                 ) from exc
         return self._loops[mode]
 
+    def slots(self, count: int) -> SlotBatch:
+        """`count` slots decoding together (engine/slots.py), each with the engine's context;
+        made on first use (EngineError where this model or device cannot batch)."""
+        if self._slots is None or self._slots.size != count:
+            check_kv_memory(self.info, self.max_context * count)
+            self._slots = SlotBatch(self.session, self.info, self.device, self.max_context, count)
+        return self._slots
+
     def set_mode(self, mode: Mode | str) -> None:
         self.loop(mode)
         self.mode = _mode(mode)
@@ -225,12 +236,14 @@ class Engine:
         ignore_eos: bool = False,
         top_logprobs: int = 0,
         output_format: OutputFormat | None = None,
+        loop: KVLoop | None = None,
     ) -> Generation:
         """`ignore_eos` runs exactly max_new_tokens (benchmarks compare equal lengths);
         `top_logprobs` > 0 adds that many most likely tokens to each event; `output_format`
-        constrains the answer (ConstraintError, a ValueError, for one that cannot be used)."""
+        constrains the answer (ConstraintError, a ValueError, for one that cannot be used);
+        `loop` runs it on that loop (a slot of `slots()`) instead of the mode's."""
         constraint = self.constraints.start(output_format) if output_format else None
-        loop = self.loop(mode)
+        loop = loop or self.loop(mode)
         if not loop.mode.caches and not ignore_eos:  # its cost grows with the square of the length
             limit = capped_new_tokens(len(prompt_ids), settings.max_new_tokens)
             settings = replace(settings, max_new_tokens=limit)

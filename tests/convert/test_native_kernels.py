@@ -154,6 +154,22 @@ def test_one_row_is_the_product_with_int16_activations(qtype: str, isa: str) -> 
             assert np.all(np.abs(got - exact) <= step_bound(x, w)), (qtype, isa, k, n)
 
 
+@pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
+def test_step_rows_of_several_sequences_are_each_the_one_row_product(qtype: str, isa: str) -> None:
+    """[m, 1, K]: one new token of each of m sequences (engine/slots.py). Each row takes the
+    one-token integer path, bit for bit the product that row gets alone, not the prompt's float
+    path (where a sequence's answer would depend on the others in its batch)."""
+    k = widths(qtype)[-1]
+    raw = gguf_blocks(qtype, 37, k)
+    run = session(matmul_model(qtype, raw, k))
+    x = activations(5, k)
+    together = run.run(None, {"x": x[:, None, :]})[0]
+    assert together.shape == (5, 1, 37)
+    for r in range(5):
+        alone = run.run(None, {"x": x[r][None, None, :]})[0]
+        np.testing.assert_array_equal(together[r], alone[0], err_msg=f"{qtype} {isa} row {r}")
+
+
 GEMM_ROWS = 64  # the library's default: prompts of this many rows or more take the Gemm tiles
 
 

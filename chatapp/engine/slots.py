@@ -1,0 +1,213 @@
+"""Slots: several sequences decoded together, one batch row each (continuous batching).
+
+A `SlotBatch` holds N slots over one session. Every KV tensor is one host buffer
+[N, kvH, C, D]; slot i owns row i, a contiguous [1, kvH, C, D] region. Each slot is a
+`SlotLoop` (an IO-Binding loop bound to its own row), so a prompt is prefilled on its own
+(batch 1), with the cached-prefix reuse, pieces and logits rows of the solo loop. A decode
+step (one new token) is not run alone: every slot that is decoding hands its token to the batch,
+and the last one to arrive runs all of them in one run of the graph (`input_ids` [h, 1],
+each row with its own KV length through `attention_mask`, hence GroupQueryAttention's
+`seqlens_k`). Sequences join (after their prefill) and leave (`release`) between steps.
+
+Each slot's answer is the one it would get alone: GroupQueryAttention treats each batch row on
+its own, and the native GGUF kernels compute [h, 1, K] inputs row by row on the one-token path
+(native/gguf_ops.cpp), reading each piece of the weights from memory once for all rows: on a
+CPU a step is bound by reading the weights, so h rows cost little more than one.
+
+The runs are serialized (one session, one run at a time); a slot's generation is driven by its
+own thread (the server's request threads): a step waits until every decoding slot has handed
+its token in, so a consumer that stops pulling tokens without releasing its slot stalls the
+others. Supported: GroupQueryAttention (shared-buffer) graphs with float32 KV, on the CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from chatapp.engine.devices import CPU, Device
+from chatapp.engine.errors import EngineError
+from chatapp.engine.loops import IOBindingLoop, Step
+from chatapp.engine.model_folder.model import KVLayout, ModelInfo
+
+perf = time.perf_counter
+
+
+def slots_refusal(info: ModelInfo, device: Device) -> str | None:
+    """Why this model on this device cannot decode several sequences together, or None."""
+    if device is not CPU:
+        return f"Several sequences at once run on the CPU only, not on {device.label}."
+    if info.layout is not KVLayout.SHARED_BUFFER or info.io.use_cache_branch:
+        return (
+            "Several sequences at once need a GroupQueryAttention graph (chatapp's default "
+            "conversion); this model's KV cache has another layout."
+        )
+    if np.dtype(info.kv_dtype) != np.float32:
+        return "Several sequences at once need a float32 KV cache; this model's is not."
+    return None
+
+
+class SlotLoop(IOBindingLoop):
+    """One slot: the IO-Binding loop over its row of the batch's KV buffers."""
+
+    def __init__(self, batch: SlotBatch, index: int) -> None:
+        self.batch = batch
+        self.index = index
+        super().__init__(batch.session, batch.info, batch.device, batch.max_context)
+
+    def _allocate_shared(self) -> None:
+        for t in self.info.kv:
+            row = self.batch.kv[t.past_name][self.index : self.index + 1]  # contiguous
+            value = ort.OrtValue.ortvalue_from_numpy(row)
+            self._kv[t.past_name] = value
+            self._binding.bind_ortvalue_input(t.past_name, value)
+            self._binding.bind_ortvalue_output(t.present_name, value)
+            self._note_output(t.present_name)
+
+    def _run(self, ids: list[int], wanted: list[int] | None) -> Step:
+        if len(ids) == 1 and wanted is None:  # a decode step: taken with the other slots'
+            step = self.batch.step(self.index, ids[0])
+            self.cached.append(ids[0])
+            return step
+        with self.batch.run_lock:  # a prompt: alone, between two steps
+            return super()._run(ids, wanted)
+
+
+class SlotBatch:
+    """N slots over one session (see the module's docstring)."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        info: ModelInfo,
+        device: Device,
+        max_context: int,
+        slots: int,
+    ) -> None:
+        refusal = slots_refusal(info, device)
+        if refusal is not None:
+            raise EngineError(refusal)
+        if slots < 1:
+            raise ValueError("at least one slot")
+        self.session, self.info, self.device = session, info, device
+        self.max_context = max_context
+        shape = (slots, info.kv_heads, max_context, info.head_dim)
+        # Not zeroed: GroupQueryAttention reads only each row's first seqlens_k + 1 positions.
+        self.kv = {t.past_name: np.empty(shape, np.float32) for t in info.kv}
+        self.run_lock = threading.Lock()  # one run of the session at a time
+        self._cond = threading.Condition()
+        self._decoding: set[int] = set()  # slots whose next token comes through step()
+        self._pending: dict[int, int] = {}  # slot -> the token it handed in for this step
+        self._results: dict[int, Step | BaseException] = {}
+        self._round = 0
+        self._taken = [False] * slots
+        self.loops = [SlotLoop(self, i) for i in range(slots)]
+        self.steps = 0  # batched runs so far
+        self.rows = 0  # sequences they carried, all together
+
+    @property
+    def size(self) -> int:
+        return len(self.loops)
+
+    # -- slots joining and leaving -----------------------------------------------------------
+    def acquire(self, prompt: Sequence[int] = ()) -> SlotLoop | None:
+        """A free slot (the one whose cache shares the longest prefix with `prompt`), or None."""
+        with self._cond:
+            free = [i for i, taken in enumerate(self._taken) if not taken]
+            if not free:
+                return None
+            best = max(free, key=lambda i: (_shared(self.loops[i].cached, prompt), -i))
+            self._taken[best] = True
+            return self.loops[best]
+
+    def release(self, loop: SlotLoop) -> None:
+        """The slot's sequence has ended: it leaves the batch (its cache stays for reuse)."""
+        with self._cond:
+            self._taken[loop.index] = False
+            self._decoding.discard(loop.index)
+            self._run_if_complete()
+
+    @property
+    def busy(self) -> int:
+        with self._cond:
+            return sum(self._taken)
+
+    # -- the batched step --------------------------------------------------------------------
+    def step(self, index: int, token: int) -> Step:
+        """Hand in slot `index`'s next token; returns its logits once the batch has run."""
+        with self._cond:
+            self._decoding.add(index)
+            self._pending[index] = token
+            waiting_for = self._round
+            self._run_if_complete()
+            while self._round == waiting_for:
+                self._cond.wait()
+            result = self._results.pop(index)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _run_if_complete(self) -> None:
+        """Run the step once every decoding slot has handed its token in (holding _cond)."""
+        if not self._pending or not self._decoding <= self._pending.keys():
+            return
+        pending, self._pending = self._pending, {}
+        try:
+            with self.run_lock:
+                steps = self._run(pending)
+            self._results.update(steps)
+        except Exception as exc:  # every slot of this step sees the failure
+            self._results.update(dict.fromkeys(pending, exc))
+        self._round += 1
+        self._cond.notify_all()
+
+    def _run(self, pending: dict[int, int]) -> dict[int, Step]:
+        t0 = perf()
+        h = max(pending) + 1  # rows 0..h-1 run: the KV buffers are bound from row 0
+        pasts = []
+        ids = np.zeros((h, 1), np.int64)
+        for i in range(h):
+            loop = self.loops[i]
+            if i in pending:
+                ids[i, 0] = pending[i]
+            elif len(loop.cached) >= self.max_context:
+                # A filler row writes one position after the slot's cache; a full cache has
+                # none free, so its last token is given up (a later prompt prefills it again).
+                loop.cached.pop()
+            pasts.append(len(loop.cached))
+        total = max(pasts) + 1
+        mask = (np.arange(total)[None, :] <= np.asarray(pasts)[:, None]).astype(np.int64)
+        logits = np.empty((h, 1, self.info.vocab_size), np.float32)
+        binding = self.session.io_binding()
+        io = self.info.io
+        feeds = {io.input_ids: ids, io.attention_mask: mask}
+        if io.position_ids:
+            feeds[io.position_ids] = np.asarray(pasts, np.int64)[:, None]
+        if io.logits_positions:  # an overridable initializer: bound by pointer, not by name
+            feeds[io.logits_positions] = np.zeros(1, np.int64)
+        for name, array in feeds.items():
+            binding.bind_input(name, "cpu", 0, np.int64, list(array.shape), array.ctypes.data)
+        for t in self.info.kv:
+            value = ort.OrtValue.ortvalue_from_numpy(self.kv[t.past_name][:h])
+            binding.bind_ortvalue_input(t.past_name, value)
+            binding.bind_ortvalue_output(t.present_name, value)
+        binding.bind_output(io.logits, "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
+        t1 = perf()
+        self.session.run_with_iobinding(binding)
+        t2 = perf()
+        self.steps += 1
+        self.rows += len(pending)
+        return {i: Step(logits[i, 0], t1 - t0, t2 - t1) for i in pending}
+
+
+def _shared(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    n = 0
+    for a, b in zip(cached, prompt, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n

@@ -104,6 +104,7 @@ class SlotBatch:
         self._pending: dict[int, int] = {}  # slot -> the token it handed in for this step
         self._results: dict[int, Step | BaseException] = {}
         self._round = 0
+        self._bindings: dict[int, tuple[ort.IOBinding, np.ndarray]] = {}
         self._taken = [False] * slots
         self.loops = [SlotLoop(self, i) for i in range(slots)]
         self.steps = 0  # batched runs so far
@@ -181,8 +182,7 @@ class SlotBatch:
             pasts.append(len(loop.cached))
         total = max(pasts) + 1
         mask = (np.arange(total)[None, :] <= np.asarray(pasts)[:, None]).astype(np.int64)
-        logits = np.empty((h, 1, self.info.vocab_size), np.float32)
-        binding = self.session.io_binding()
+        binding, logits = self._binding(h)
         io = self.info.io
         feeds = {io.input_ids: ids, io.attention_mask: mask}
         if io.position_ids:
@@ -191,17 +191,31 @@ class SlotBatch:
             feeds[io.logits_positions] = np.zeros(1, np.int64)
         for name, array in feeds.items():
             binding.bind_input(name, "cpu", 0, np.int64, list(array.shape), array.ctypes.data)
-        for t in self.info.kv:
-            value = ort.OrtValue.ortvalue_from_numpy(self.kv[t.past_name][:h])
-            binding.bind_ortvalue_input(t.past_name, value)
-            binding.bind_ortvalue_output(t.present_name, value)
-        binding.bind_output(io.logits, "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
         t1 = perf()
         self.session.run_with_iobinding(binding)
         t2 = perf()
         self.steps += 1
         self.rows += len(pending)
         return {i: Step(logits[i, 0], t1 - t0, t2 - t1) for i in pending}
+
+    def _binding(self, h: int) -> tuple[ort.IOBinding, np.ndarray]:
+        """The binding of a step of rows 0..h-1: its KV (rows of the buffers, which never
+        move) and its logits buffer bound once. The logits a step returns are views of that
+        buffer: safe, since the next step of h rows runs only once every slot has handed in
+        its next token, so is done with them."""
+        if h not in self._bindings:
+            binding = self.session.io_binding()
+            for t in self.info.kv:
+                value = ort.OrtValue.ortvalue_from_numpy(self.kv[t.past_name][:h])
+                binding.bind_ortvalue_input(t.past_name, value)
+                binding.bind_ortvalue_output(t.present_name, value)
+            logits = np.empty((h, 1, self.info.vocab_size), np.float32)
+            shape = list(logits.shape)
+            binding.bind_output(
+                self.info.io.logits, "cpu", 0, np.float32, shape, logits.ctypes.data
+            )
+            self._bindings[h] = (binding, logits)
+        return self._bindings[h]
 
 
 def _shared(cached: Sequence[int], prompt: Sequence[int]) -> int:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from chatapp.server.worker import EngineWorker
 
 API_KEY_ENV = "CHATAPP_API_KEY"
+MAX_PARALLEL = 16
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="serve the model over an OpenAI-compatible HTTP API (127.0.0.1 by default)",
         description="OpenAI-compatible /v1/chat/completions, /v1/completions, /v1/responses and "
         "/v1/models. "
-        "One request generates at a time; the others wait their turn.",
+        "One request generates at a time (with --parallel N, N decode together); the others "
+        "wait their turn.",
     )
     add_model_args(serve)  # --json: print the address as JSON once listening
     serve.add_argument(
@@ -83,6 +85,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--max-queue", type=int, default=16, help="requests waiting at once before 503"
     )
+    serve.add_argument(
+        "--parallel",
+        type=checks.whole(1, MAX_PARALLEL, "a number of requests"),
+        default=1,
+        metavar="N",
+        help="decode up to N requests together, in one batched step (IO-Binding loop, CPU, "
+        "GroupQueryAttention graphs; each has the whole --context; default 1)",
+    )
     serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
     serve.set_defaults(func=run_serve)
 
@@ -112,6 +122,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(f"--port must be from 0 to 65535 (got {args.port}).")
     if args.max_queue < 1:
         raise UserError("--max-queue must be at least 1.")
+    if args.parallel > 1 and args.mode != Mode.IOBINDING:
+        raise UserError("--parallel decodes requests together on the iobinding loop only.")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if "*" in args.allow_origin and not api_key:
         raise UserError(
@@ -127,11 +139,13 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.model is None:
             _prepare_default_model()
         engine = start_engine(args)
+        log = None if args.quiet else _log
+        worker = EngineWorker(
+            engine, args.mode, args.served_model_name, args.max_queue, log, parallel=args.parallel
+        )
     except BaseException:
         sock.close()
         raise
-    log = None if args.quiet else _log
-    worker = EngineWorker(engine, args.mode, args.served_model_name, args.max_queue, log)
     try:
         # SIGTERM before uvicorn installs its own handler (a service manager may send it at
         # any time) stops the server as Ctrl+C does, rather than killing it mid-start.
@@ -168,7 +182,8 @@ def _announce(
         print(json.dumps({"url": f"{url}/v1", "model": card.id, "device": card.device}))
     else:
         print(
-            f"chatapp serve: {card.id} on {card.device_label} ({args.mode} loop by default) at "
+            f"chatapp serve: {card.id} on {card.device_label} ({args.mode} loop by default"
+            f"{f', {card.parallel} requests together' if card.parallel > 1 else ''}) at "
             f"{url}/v1{' with an API key' if api_key else ''}; Ctrl+C stops",
             file=sys.stderr,
         )

@@ -267,6 +267,7 @@ class Engine:
         top_logprobs: int = 0,
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        loop: KVLoop | None = None,
     ) -> Generation:
         """`tools` (OpenAI's function entries) go to the chat template, for models whose
         template describes tools; see chatapp/engine/tool_calls.py for the others."""
@@ -278,6 +279,7 @@ class Engine:
             should_stop,
             top_logprobs=top_logprobs,
             output_format=output_format,
+            loop=loop,
         )
 
     def count_tokens(self, messages: Sequence[Message]) -> int:

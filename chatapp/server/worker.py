@@ -10,6 +10,10 @@ By default each request is answered by a `Job` (session/jobs.py) on the worker's
 hands each request to `dispatch` (from the HTTP thread), and whoever owns the engine calls
 `answer(request)` on its own thread, or `discard(request, error)` for one that will never run
 (the window's "Serve this model" answers on its JobRunner, between chat answers).
+
+With `parallel` N > 1 (`chatapp serve --parallel N`), N threads answer requests together, each
+on a slot of the engine (server/slot_threads.py, engine/slots.py): their decode steps run as one
+batched step. Those requests run on the IO-Binding loop; one naming another loop is refused.
 """
 
 from __future__ import annotations
@@ -30,11 +34,14 @@ from chatapp.engine.constraints import ConstraintError
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
 from chatapp.engine.generation import Generation, StepEvent
+from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import Mode
 from chatapp.engine.tool_calls import StreamPiece, ToolCallStream, ToolPlan
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
+from chatapp.server.slot_threads import SlotThreads
 from chatapp.server.stops import StopBuffer
 from chatapp.server.token_text import TokenText
 from chatapp.session.jobs import Job, JobControl, JobThread
@@ -118,6 +125,7 @@ class ModelCard:
     layout: str
     default_mode: str
     max_chars: int | None = None  # the most text the context can hold (request_limits.py)
+    parallel: int = 1  # requests decoded together (--parallel)
 
 
 class EngineWorker:
@@ -129,6 +137,7 @@ class EngineWorker:
         max_queue: int = 16,
         log: Callable[[str], None] | None = None,
         dispatch: Callable[[ServedRequest], None] | None = None,
+        parallel: int = 1,
     ) -> None:
         self.engine = engine
         self.default_mode = default_mode
@@ -136,14 +145,22 @@ class EngineWorker:
         self.max_queue = max_queue
         self.log = log or (lambda line: None)
         self.records: deque[RequestRecord] = deque(maxlen=256)
+        self.parallel = parallel
         self.card = self._card()
-        # Submitted and not finished, in order: the one generating and those waiting.
+        # Submitted and not finished, in order: those generating and those waiting.
         self._submitted: dict[int, ServedRequest] = {}
         self._lock = threading.Lock()
-        self._current: ServedRequest | None = None
+        self._active: dict[int, ServedRequest] = {}  # those generating
         self._token_text = TokenText(engine.tokenizer.tok)
         self._dispatch = dispatch
-        self._thread = JobThread("chatapp-engine") if dispatch is None else None
+        self._slots: SlotThreads[ServedRequest] | None = None
+        self._thread: JobThread | None = None
+        if parallel > 1:  # EngineError where this model or device cannot batch
+            if dispatch is not None:
+                raise ValueError("a dispatched worker answers one request at a time")
+            self._slots = SlotThreads(engine.slots(parallel), self.answer, self._refuse)
+        elif dispatch is None:
+            self._thread = JobThread("chatapp-engine")
 
     # ---- any thread ------------------------------------------------------------------
     @property
@@ -154,14 +171,14 @@ class EngineWorker:
 
     @property
     def running(self) -> ServedRequest | None:
-        """The request generating now, if any."""
-        return self._current
+        """The request generating now (the first, with --parallel), if any."""
+        with self._lock:
+            return next(iter(self._active.values()), None)
 
     def waiting_requests(self) -> list[ServedRequest]:
-        """The requests in the queue, not the one generating (a snapshot)."""
+        """The requests in the queue, not those generating (a snapshot)."""
         with self._lock:
-            current = self._current
-            return [r for r in self._submitted.values() if r is not current]
+            return [r for r in self._submitted.values() if r.id not in self._active]
 
     def submit(self, request: ServedRequest) -> None:
         with self._lock:
@@ -173,6 +190,9 @@ class EngineWorker:
                     code="queue_full",
                 )
             self._submitted[request.id] = request
+        if self._slots is not None:
+            self._slots.submit(request)
+            return
         if self._dispatch is None:
             assert self._thread is not None
             self._thread.submit(self.job_for(request))
@@ -189,33 +209,42 @@ class EngineWorker:
 
         def run(control: JobControl) -> None:
             if control.stopped:
-                _send(request, Failed(ApiError(503, "The server is shutting down.")))
-                self._finished(request)
+                self._refuse(request)
                 return
             self.answer(request)
 
         return Job("served request", run)
 
+    def _refuse(self, request: ServedRequest) -> None:
+        _send(request, Failed(ApiError(503, "The server is shutting down.")))
+        self._finished(request)
+
     def close(self, timeout: float = 10.0) -> None:
         """Cancel what runs, then end the thread (if the worker has one) once the requests
         queued before have run; those submitted later are told the server is shutting down."""
-        current = self._current
-        if current is not None:
-            current.cancel()
+        with self._lock:
+            active = list(self._active.values())
+        for request in active:
+            request.cancel()
         if self._thread is not None:
             self._thread.close(timeout)
+        if self._slots is not None:
+            self._slots.close(timeout)
 
     # ---- the thread that owns the engine -----------------------------------------------
-    def answer(self, request: ServedRequest) -> None:
-        """Answer one request on the calling thread, which must be the engine's owner."""
-        self._current = request
+    def answer(self, request: ServedRequest, slot: KVLoop | None = None) -> None:
+        """Answer one request on the calling thread, which must be the engine's owner (or,
+        with `slot`, one of the --parallel threads, on that slot)."""
+        with self._lock:
+            self._active[request.id] = request
         try:
-            self._serve(request)
+            self._serve(request, slot)
         except Exception as exc:  # a bug must not end the thread every request waits on
             traceback.print_exc(file=sys.stderr)
             _send(request, Failed(ApiError(500, f"Internal error: {first_line(exc)}")))
         finally:
-            self._current = None
+            with self._lock:
+                self._active.pop(request.id, None)
             self._finished(request)
 
     def discard(self, request: ServedRequest, error: ApiError) -> None:
@@ -227,7 +256,7 @@ class EngineWorker:
         with self._lock:
             self._submitted.pop(request.id, None)
 
-    def _serve(self, served: ServedRequest) -> None:
+    def _serve(self, served: ServedRequest, slot: KVLoop | None = None) -> None:
         started = perf()
         if served.cancelled.is_set():  # the client left while waiting
             _send(served, Failed(ApiError(499, "The client closed the request.")))
@@ -238,7 +267,7 @@ class EngineWorker:
         plan = self._tool_plan(served.request)
         calls = plan.stream() if plan is not None and plan.active else None
         try:
-            gen = self._open(served, lambda: stops.stopped or served.cancelled.is_set(), plan)
+            gen = self._open(served, lambda: stops.stopped or served.cancelled.is_set(), plan, slot)
             stats = gen.stats
             if not _send(served, Started(len(gen.prompt_ids))):
                 served.cancel()
@@ -295,9 +324,20 @@ class EngineWorker:
         )
 
     def _open(
-        self, served: ServedRequest, should_stop: Callable[[], bool], plan: ToolPlan | None
+        self,
+        served: ServedRequest,
+        should_stop: Callable[[], bool],
+        plan: ToolPlan | None,
+        slot: KVLoop | None = None,
     ) -> Generation:
         req = served.request
+        if slot is not None and req.mode != Mode.IOBINDING:
+            raise ApiError(
+                400,
+                f"This server decodes requests together (--parallel {self.parallel}) on the "
+                f"IO-Binding loop; it cannot run the {req.mode} loop.",
+                param="chatapp.loop",
+            )
         try:
             if req.messages is not None:
                 if plan is None:
@@ -313,10 +353,16 @@ class EngineWorker:
                     req.top_logprobs,
                     output_format=output,
                     tools=tools,
+                    loop=slot,
                 )
             ids = self.engine.tokenizer.encode(req.text or "")
             return self.engine.generate_ids(
-                ids, req.settings, req.mode, should_stop, top_logprobs=req.top_logprobs
+                ids,
+                req.settings,
+                req.mode,
+                should_stop,
+                top_logprobs=req.top_logprobs,
+                loop=slot,
             )
         except ContextOverflowError as exc:
             raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
@@ -410,6 +456,7 @@ class EngineWorker:
             layout=engine.info.layout.value,
             default_mode=self.default_mode,
             max_chars=engine.tokenizer.max_chars(engine.max_context),
+            parallel=self.parallel,
         )
 
 

@@ -1,0 +1,105 @@
+"""`chatapp serve --parallel N`: requests answered together, each on a slot, each answer the
+one the engine gives that request alone (greedy; computed here, on this machine)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from chatapp.engine.chat import Message
+from chatapp.engine.engine import Engine
+from chatapp.engine.loops import Step
+from chatapp.engine.sampling import GREEDY
+from chatapp.engine.slots import SlotBatch
+from chatapp.server.slot_threads import SlotThreads
+from tests.serving import Served, serving
+
+QUESTIONS = [("hello", 20), ("tell me a long story about the sea", 9), ("hi", 14)]
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def parallel(varied_model_dir: Path) -> Iterator[Served]:
+    with serving(Engine(varied_model_dir, threads=1, max_context=256), parallel=3) as s:
+        yield s
+
+
+def ask(served: Served, text: str, n: int, **extra: Any) -> httpx2.Response:
+    body = {"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": n}
+    return httpx2.post(
+        f"{served.api}/chat/completions", json={**body, **extra}, timeout=60, trust_env=False
+    )
+
+
+def first_steps_together(batch: SlotBatch, count: int) -> threading.Barrier:
+    """Hold each sequence's first decode step until `count` sequences have reached theirs, so
+    those steps certainly run as one."""
+    barrier = threading.Barrier(count, timeout=WAIT_S)
+    original = batch.step
+    seen: set[int] = set()
+
+    def step(index: int, token: int) -> Step:
+        if index not in seen:
+            seen.add(index)
+            barrier.wait()
+        return original(index, token)
+
+    batch.step = step  # type: ignore[method-assign]
+    return barrier
+
+
+def test_requests_answered_together_equal_their_solo_answers(
+    parallel: Served, varied_model_dir: Path
+) -> None:
+    engine = parallel.worker.engine
+    batch = engine.slots(3)
+    assert parallel.worker.card.parallel == 3
+    first_steps_together(batch, 3)
+    replies: dict[int, httpx2.Response] = {}
+
+    def client(i: int) -> None:
+        text, n = QUESTIONS[i]
+        replies[i] = ask(parallel, text, n)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    reference = Engine(varied_model_dir, threads=1, max_context=256)
+    for i, (text, n) in enumerate(QUESTIONS):
+        data = replies[i].json()
+        gen = reference.chat([Message("user", text)], replace(GREEDY, max_new_tokens=n))
+        gen.run()
+        assert data["choices"][0]["message"]["content"] == gen.text
+        assert data["usage"]["completion_tokens"] == n == gen.stats.generated_tokens
+    assert batch.steps > 0 and batch.rows >= batch.steps + 2  # one step carried all three
+    assert batch.busy == 0
+
+
+def test_a_request_for_another_loop_is_refused(parallel: Served) -> None:
+    response = ask(parallel, "hello", 4, chatapp={"loop": "naive"})
+    assert response.status_code == 400
+    assert "--parallel 3" in response.json()["error"]["message"]
+
+
+def test_closing_runs_what_was_queued_and_refuses_what_comes_after(
+    varied_model_dir: Path,
+) -> None:
+    engine = Engine(varied_model_dir, threads=1, max_context=64)
+    answered: list[int] = []
+    refused: list[int] = []
+    pool: SlotThreads[int] = SlotThreads(
+        engine.slots(2), lambda r, _slot: answered.append(r), refused.append
+    )
+    for r in range(5):
+        pool.submit(r)
+    pool.close(WAIT_S)
+    pool.submit(99)
+    assert sorted(answered) == [0, 1, 2, 3, 4] and refused == [99]

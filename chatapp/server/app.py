@@ -334,6 +334,7 @@ def _model_entry(worker: EngineWorker, name: str) -> dict[str, Any]:
             "device_label": card.device_label,
             "layout": card.layout,
             "default_loop": card.default_mode,
+            "parallel": card.parallel,
         },
     }
 

@@ -49,6 +49,7 @@ def test_models_lists_the_served_model(served: Served) -> None:
     assert entry["object"] == "model" and entry["owned_by"] == "chatapp"
     assert entry["max_model_len"] == 512
     assert entry["chatapp"]["device"] == "cpu" and entry["chatapp"]["default_loop"] == "iobinding"
+    assert entry["chatapp"]["parallel"] == 1  # requests decoded together (--parallel)
     one = httpx2.get(f"{served.api}/models/varied-llama", trust_env=False)
     assert one.json()["id"] == "varied-llama"
 

@@ -59,7 +59,8 @@ def test_requests_answered_together_equal_their_solo_answers(
 ) -> None:
     engine = parallel.worker.engine
     batch = engine.slots(3)
-    assert parallel.worker.card.parallel == 3
+    models = httpx2.get(f"{parallel.api}/models", trust_env=False).json()
+    assert models["data"][0]["chatapp"]["parallel"] == 3
     first_steps_together(batch, 3)
     replies: dict[int, httpx2.Response] = {}
 

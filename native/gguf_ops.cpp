@@ -11,7 +11,9 @@
 // four weight rows at a time (Q8_0 and Q6_K one: CHATAPP_STREAM_ROWS), spread over the
 // session's intra-op threads. Input [m, 1, K] (one new token of each of m sequences decoded
 // together, engine/slots.py): each row on that one-row path, bit for bit its product alone,
-// every task's weight rows read from memory once for all m rows. Several rows (a prompt), float32 products as exact as the stock
+// every task's weight rows read from memory once for all m rows; the 32-value block formats
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) also unpack each weight block once for four rows
+// (dot_kernels.inc, BLOCK32_MULTI). Several rows (a prompt), float32 products as exact as the stock
 // graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
@@ -244,6 +246,14 @@ struct StepJob {
 static void step_task(void* data, size_t task) {
   auto* job = static_cast<StepJob*>(data);
   size_t begin = task * job->task_rows, end = std::min(job->n, begin + job->task_rows);
+  if (job->m > 1 && g_isa == Isa::Avx512 &&
+      rows_dot_multi_avx512(*job->info, job->w, job->row_bytes, job->a, job->m, job->k, job->out,
+                            job->n, begin, end))
+    return;
+  if (job->m > 1 && g_isa == Isa::Avx2 &&
+      rows_dot_multi_avx2(*job->info, job->w, job->row_bytes, job->a, job->m, job->k, job->out,
+                          job->n, begin, end))
+    return;
   for (size_t r = 0; r < job->m; ++r) {
     const QuantizedRow& a = job->a[r];
     float* out = job->out + r * job->n;

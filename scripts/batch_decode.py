@@ -9,7 +9,8 @@ a slot (all join at the start; their prompts are prefilled one after another, th
 together). Every sequence generates exactly --new-tokens (ignore_eos). Printed per run: wall
 time, aggregate generated tokens/s (prefill included), decode-only tokens/s (from the last
 prompt's first token to the end), and the process's CPU time (user + sys) per generated token,
-which a busy machine disturbs less than wall time; the load average before and after. The
+which a busy machine disturbs less than wall time; the time to first token of a sequence that
+joins while the others decode, against its own alone; the load average before and after. The
 batched sequences' tokens are checked against their solo runs (greedy). A shaped random-weight
 model (scripts/shaped_gguf.py, converted with `chatapp convert`) works as --model too.
 """
@@ -99,6 +100,41 @@ def together(
     return Run(t1 - t0, t1 - max(firsts), cpu_now() - c0, n, n - len(prompts)), results
 
 
+def join_ttft(engine: Engine, prompts: list[list[int]], settings: SamplingSettings) -> float:
+    """The last prompt's time to first token when it arrives while the others decode (the
+    first has 8 tokens): its prefill waits for the step under way, then runs alone."""
+    batch = engine.slots(len(prompts))
+    for loop in batch.loops:
+        loop.reset()
+    others = len(prompts) - 1
+    # Set, never waited for by a decoding sequence: one that stopped pulling tokens would hold
+    # every step (engine/slots.py).
+    under_way = threading.Event()
+    ttft: list[float] = []
+
+    def client(i: int) -> None:
+        if i == others:
+            under_way.wait()
+        loop = batch.acquire(prompts[i])
+        assert loop is not None
+        try:
+            gen = engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop)
+            for event in gen:
+                if i == 0 and event.index == 7:
+                    under_way.set()
+            if i == others:
+                ttft.append(gen.stats.ttft_s)
+        finally:
+            batch.release(loop)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return ttft[0]
+
+
 def line(label: str, run: Run) -> str:
     return (
         f"{label:<22} wall {run.wall_s:7.2f} s  {run.tokens / run.wall_s:6.2f} tok/s  "
@@ -138,6 +174,13 @@ def main() -> None:
         print(line(f"[{r + 1}] {args.slots} together", many))
         ratios.append((many.tokens / many.wall_s) / (one.tokens / one.wall_s))
         cpu_ratios.append((one.cpu_s / one.tokens) / (many.cpu_s / many.tokens))
+        engine.reset()
+        alone = engine.generate_ids(prompts[-1], settings, ignore_eos=True).run().ttft_s
+        joining = join_ttft(engine, prompts, settings)
+        print(
+            f"    TTFT of a sequence joining {args.slots - 1} decoding ones: "
+            f"{joining * 1000:.0f} ms, alone {alone * 1000:.0f} ms ({joining / alone:.2f}x)"
+        )
         print(f"    load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(
         f"aggregate tok/s, {args.slots} together / 1: "

@@ -12,8 +12,8 @@
 // session's intra-op threads. Input [m, 1, K] (one new token of each of m sequences decoded
 // together, engine/slots.py): each row on that one-row path, bit for bit its product alone,
 // every task's weight rows read from memory once for all m rows; the 32-value block formats
-// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K and Q5_K also unpack each weight block once for four
-// rows (dot_kernels.inc, BLOCK32_MULTI, q45_k_multi). Several rows (a prompt), float32 products as exact as the stock
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K, Q5_K and Q6_K also unpack each weight block once for
+// four rows (dot_kernels.inc: BLOCK32_MULTI, q45_k_multi, q6_k_multi). Several rows (a prompt), float32 products as exact as the stock
 // graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own

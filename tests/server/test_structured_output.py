@@ -145,7 +145,7 @@ def test_both_loops_give_the_same_constrained_answer(client: openai.OpenAI, mode
         ),
         (
             {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nope"}}},
-            "response_format",
+            "response_format.json_schema.schema",
             "nope",
         ),
     ],

@@ -77,9 +77,9 @@ def subschemas(node: Mapping[str, Any]) -> Iterator[tuple[Path, Any, bool]]:
 
 
 def _where(path: Path) -> str:
-    if not path:
-        return "#"
-    return "#/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    """A JSON pointer to `path`, its end only when long (the message stays one short line)."""
+    text = "#/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    return text if len(text) <= 80 else "#/..." + text[-75:]
 
 
 def check_schema(schema: Any) -> None:
@@ -126,13 +126,13 @@ def _check_values(schema: Mapping[str, Any]) -> None:
         elif isinstance(value, int):
             if abs(value) > MAX_INTEGER:
                 raise ConstraintError(
-                    f"The JSON schema has a number too large to use at {_where(path)} "
+                    f"The JSON schema has a number out of range at {_where(path)} "
                     f"(at most {MAX_INTEGER})."
                 )
         elif isinstance(value, float):
-            if not math.isfinite(value) or abs(value) > float(MAX_INTEGER):
+            if not math.isfinite(value):
                 raise ConstraintError(
-                    f"The JSON schema has a number too large to use at {_where(path)}."
+                    f"The JSON schema has a number out of range at {_where(path)} ({value})."
                 )
         else:
             raise ConstraintError(

@@ -217,9 +217,15 @@ class ToolPlan:
         names = [f"call_{i}" for i in range(len(tools))]
         rules = ["call: " + " | ".join(names)]
         for rule, tool in zip(names, tools, strict=True):
-            head = f'{fmt.prefix}{{"name":{json.dumps(tool.name)},"{fmt.arguments_key}":'
+            # `{"name":"f","arguments":` cut where JSON's own lexemes end, so that the lexer
+            # can still take a `{` as the start of a JSON answer (response_format) instead.
+            head = ["{", '"name"', ":", json.dumps(tool.name), ",", f'"{fmt.arguments_key}"', ":"]
+            parts = [fmt.prefix, *head] if fmt.prefix else head
             body = lark_json(argument_schema(tool.parameters), tool.strict)
-            rules.append(f"{rule}: {_lark_string(head)} {body} {_lark_string('}' + fmt.suffix)}")
+            tail = ["}", fmt.suffix] if fmt.suffix else ["}"]
+            rules.append(
+                f"{rule}: " + " ".join([*map(_lark_string, parts), body, *map(_lark_string, tail)])
+            )
         return rules
 
     def _text_rule(self) -> str:

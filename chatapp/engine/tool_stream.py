@@ -34,6 +34,7 @@ class StreamPiece:
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
+    index: int = 0  # of the call in the answer (OpenAI's tool_calls[].index)
 
 
 class ToolCallStream:
@@ -95,13 +96,17 @@ class ToolCallStream:
                 if head is None:
                     return pieces
                 self.call = ToolCall(new_call_id(), json.loads(f'"{head.group(1)}"'), "")
-                pieces.append(StreamPiece(call_id=self.call.id, name=self.call.name, arguments=""))
+                start = StreamPiece(
+                    call_id=self.call.id, name=self.call.name, arguments="", index=len(self.done)
+                )
+                pieces.append(start)
                 self.sent, self._state = head.end(), "arguments"
                 self._depth, self._in_string, self._escaped = 0, False, False
             elif self._state == "arguments":
                 end, complete = self._arguments_end()
                 if end > self.sent:
-                    pieces.append(StreamPiece(arguments=self.text[self.sent : end]))
+                    more = self.text[self.sent : end]
+                    pieces.append(StreamPiece(arguments=more, index=len(self.done)))
                     self.arguments += self.text[self.sent : end]
                     self.sent = end
                 if not complete:

@@ -480,3 +480,28 @@ def test_the_default_model_finishes_a_plain_dict_tool_call(default_model_dir: Pa
     arguments = json.loads(call.function.arguments)
     assert isinstance(arguments, dict) and "city" in arguments
     assert set(arguments) <= {"city", "unit"}
+
+
+def test_streamed_parallel_calls_match_the_whole_answer(client: openai.OpenAI, model: str) -> None:
+    """Each call's deltas carry its own index (tests/engine/test_tool_stream.py makes several)."""
+    for seed in range(4):
+        asked: dict[str, Any] = {
+            "model": model,
+            "messages": ASK,
+            "tools": TOOLS,
+            "tool_choice": "required",
+            "parallel_tool_calls": True,
+            "temperature": 1.0,
+            "seed": seed,
+            "max_tokens": 500,
+        }
+        whole = client.chat.completions.create(**asked).choices[0].message.tool_calls or []
+        streamed: dict[int, list[str]] = {}
+        for chunk in client.chat.completions.create(**asked, stream=True):
+            for delta in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                assert delta.function is not None
+                entry = streamed.setdefault(delta.index, [delta.function.name or "", ""])
+                entry[1] += delta.function.arguments or ""
+        assert [streamed[i] for i in sorted(streamed)] == [
+            [c.function.name, c.function.arguments] for c in whole
+        ]

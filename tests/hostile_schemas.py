@@ -53,6 +53,17 @@ def ref_chain(links: int, shape: str = "ref", defs: str = "$defs") -> Schema:
     return {"$ref": f"#/{defs}/d0", defs: chain}
 
 
+def nested_targets(levels: int = 45, leaf: int = 5000) -> Schema:
+    """$refs to each level of one deep path, whose end holds many properties: walking each
+    target's subtree would cost levels x leaf."""
+    schema: Schema = {"type": "object", "properties": {f"p{i}": {} for i in range(leaf)}}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    refs = [{"$ref": "#" + "/properties/a" * i} for i in range(1, levels + 1)]
+    schema["properties"]["r"] = {"anyOf": refs}
+    return schema
+
+
 REFUSED_BY_CHECK: dict[str, tuple[Schema, str]] = {
     # deep nesting
     "arrays 150 deep": (nested(150), "nested too deeply"),
@@ -91,6 +102,7 @@ REFUSED_BY_CHECK: dict[str, tuple[Schema, str]] = {
     "1500 legacy definitions in a chain": (ref_chain(1500, defs="definitions"), "definitions"),
     "400 objects in a chain": (ref_chain(400, "object"), "followed"),
     "600 arrays in a chain": (ref_chain(600, "array"), "followed"),
+    "45 $refs into one another's subtrees": (nested_targets(), "inside each other"),
     # $refs that do not point inside the schema
     "remote $ref": ({"$ref": "http://example.com/s.json"}, "inside the schema"),
     "file $ref": ({"$ref": "file:///etc/passwd"}, "inside the schema"),

@@ -181,7 +181,7 @@ class _Target:
 def _check_references(schema: Mapping[str, Any]) -> None:
     targets: dict[Path, _Target] = {}
     todo: list[tuple[Path, Any]] = [((), schema)]
-    refs = 0
+    refs = visited = 0
     while todo:
         path, node = todo.pop()
         if path in targets:
@@ -192,6 +192,9 @@ def _check_references(schema: Mapping[str, Any]) -> None:
             sub, depth, consumed = walk.pop()
             if not isinstance(sub, dict):
                 continue
+            visited += 1  # a target inside another is walked again: bounded, not quadratic
+            if visited > 2 * MAX_NODES:
+                raise ConstraintError("The JSON schema's $refs point inside each other too often.")
             target.height = max(target.height, depth)
             ref = sub.get("$ref")
             if isinstance(ref, str):

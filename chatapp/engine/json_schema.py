@@ -308,8 +308,10 @@ _OPEN_KEYS = ("additionalProperties", "unevaluatedProperties", "patternPropertie
 
 
 def prepared_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a checked schema (nesting bounded: recursion is safe) in which objects that
-    list properties are closed and unbounded integers have 16 digits at most."""
+    """A copy of the schema, checked first (so its nesting is bounded and the recursion below
+    safe), in which objects that list properties are closed and unbounded integers have 16
+    digits at most."""
+    check_schema(schema)
     out = _prepared(schema, in_all_of=False)
     assert isinstance(out, dict)
     return out

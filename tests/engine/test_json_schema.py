@@ -63,7 +63,7 @@ def test_schemas_near_the_limits_still_work(engine: Engine, name: str) -> None:
 # on the compile thread's stack: the second defence holds alone.
 CHILD = """
 import json, sys
-from chatapp.engine.constraints import ConstraintError, OutputFormat, grammar_text, on_big_stack
+from chatapp.engine.constraints import ConstraintError, OutputFormat, on_big_stack
 from chatapp.engine.engine import Engine
 from tests.hostile_schemas import REFUSED_BY_CHECK, REFUSED_BY_LIBRARY, ref_chain
 import llguidance
@@ -76,7 +76,7 @@ for name, (schema, _) in {**REFUSED_BY_CHECK, **REFUSED_BY_LIBRARY}.items():
     except ConstraintError as exc:
         print(json.dumps([name, str(exc)]), flush=True)
 tokenizer = engine.constraints._ll_tokenizer()
-grammar = grammar_text(OutputFormat("json_schema", schema=ref_chain(3000)))
+grammar = llguidance.LLMatcher.grammar_from_json_schema(ref_chain(3000))
 matcher = on_big_stack(lambda: llguidance.LLMatcher(tokenizer, grammar, log_level=0))
 print(json.dumps(["unchecked chain", "compiled" if not matcher.is_error() else "refused"]))
 """
@@ -103,9 +103,8 @@ def test_the_stack_of_the_compile_thread_is_what_saves_an_unchecked_chain() -> N
     the compiler has its own thread (an 8 MB thread here, as a server's would have)."""
     child = (
         "import threading, llguidance\n"
-        "from chatapp.engine.constraints import OutputFormat, grammar_text\n"
         "from tests.hostile_schemas import ref_chain\n"
-        "g = grammar_text(OutputFormat('json_schema', schema=ref_chain(6000)))\n"
+        "g = llguidance.LLMatcher.grammar_from_json_schema(ref_chain(6000))\n"
         "threading.stack_size(8 << 20)\n"
         "t = threading.Thread(target=lambda: llguidance.LLMatcher.validate_grammar(g))\n"
         "t.start(); t.join(); print('survived')\n"

@@ -305,6 +305,9 @@ def _strongly_connected(targets: dict[Path, _Target]) -> list[list[Path]]:
 
 # ---- the copy that is compiled -----------------------------------------------------------
 _OPEN_KEYS = ("additionalProperties", "unevaluatedProperties", "patternProperties", "allOf")
+# A schema under these is a condition on the value, not its shape: left as written (closing
+# `not`'s object would widen what it refuses).
+_CONDITIONS = ("not", "if", "then", "else", "dependentSchemas", "propertyNames")
 
 
 def prepared_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -312,18 +315,20 @@ def prepared_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     safe), in which objects that list properties are closed and unbounded integers have 16
     digits at most."""
     check_schema(schema)
-    out = _prepared(schema, in_all_of=False)
+    out = _prepared(schema, shape=True)
     assert isinstance(out, dict)
     return out
 
 
-def _prepared(node: Any, in_all_of: bool) -> Any:
+def _prepared(node: Any, shape: bool) -> Any:
+    """`shape`: the schema says what the value looks like (not a condition on it, nor one
+    part of several in an allOf, which closing would set against each other)."""
     if not isinstance(node, dict):
         return node
     out = dict(node)
     for path, child, _ in subschemas(node):
-        parent_of_all = path[0] == "allOf" and len(node["allOf"]) > 1
-        new = _prepared(child, parent_of_all)
+        condition = path[0] in _CONDITIONS or (path[0] == "allOf" and len(node["allOf"]) > 1)
+        new = _prepared(child, shape and not condition)
         if len(path) == 1:
             out[path[0]] = new
         else:
@@ -334,9 +339,11 @@ def _prepared(node: Any, in_all_of: bool) -> Any:
     for key in DEFINITIONS:
         defs = node.get(key)
         if isinstance(defs, dict):
-            out[key] = {name: _prepared(sub, False) for name, sub in defs.items()}
+            out[key] = {name: _prepared(sub, True) for name, sub in defs.items()}
+    if not shape:
+        return out
     properties = out.get("properties")
-    if isinstance(properties, dict) and not in_all_of and not any(k in out for k in _OPEN_KEYS):
+    if isinstance(properties, dict) and not any(k in out for k in _OPEN_KEYS):
         # Closed as llama.cpp closes it; a required name it does not list stays allowed.
         required = out.get("required")
         missing = [r for r in required if r not in properties] if isinstance(required, list) else []

@@ -153,12 +153,25 @@ def test_objects_that_list_properties_are_closed_as_llama_cpp_closes_them() -> N
     assert "additionalProperties" not in schema  # the caller's schema is untouched
 
 
-def test_several_allof_parts_are_not_closed_against_each_other() -> None:
+def test_allof_parts_and_conditions_are_left_open() -> None:
     schema = {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
     out = prepared_schema(schema)
     assert all("additionalProperties" not in part for part in out["allOf"])
     single = prepared_schema({"allOf": [{"properties": {"a": {}}}]})
     assert single["allOf"][0]["additionalProperties"] is False
+    conditions = prepared_schema(
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "not": {"properties": {"b": {}}, "required": ["b"]},
+            "if": {"properties": {"a": {"const": 1}}},
+            "then": {"properties": {"n": {"type": "integer"}}},
+        }
+    )
+    for key in ("not", "if", "then"):  # conditions on the value, not its shape: as written
+        assert "additionalProperties" not in conditions[key]
+    assert "maximum" not in conditions["then"]["properties"]["n"]
+    assert conditions["additionalProperties"] is False
 
 
 def test_unbounded_integers_get_16_digits() -> None:

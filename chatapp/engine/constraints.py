@@ -129,13 +129,24 @@ def on_big_stack(work: Callable[[], T]) -> T:
         except BaseException as exc:  # handed to the caller
             failure.append(exc)
 
+    thread = threading.Thread(target=run, name="chatapp-grammar", daemon=True)
     with _STACK_SIZE_LOCK:
-        previous = threading.stack_size(COMPILE_STACK_BYTES)
         try:
+            previous = threading.stack_size(COMPILE_STACK_BYTES)
+        except (ValueError, RuntimeError):  # a platform that refuses it: its default stack
+            previous = None
+        try:
+            thread.start()
+        except RuntimeError:  # the reservation refused (a ulimit -v): the default stack
+            if previous is None:
+                raise
+            threading.stack_size(previous)
+            previous = None
             thread = threading.Thread(target=run, name="chatapp-grammar", daemon=True)
             thread.start()
         finally:
-            threading.stack_size(previous)
+            if previous is not None:
+                threading.stack_size(previous)
     thread.join()
     if failure:
         raise failure[0]

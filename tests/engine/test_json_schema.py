@@ -200,3 +200,20 @@ def test_the_compiled_grammar_closes_objects_and_bounds_integers(engine: Engine)
 
 def test_a_chain_under_the_limit_compiles_on_the_compile_thread(engine: Engine) -> None:
     engine.constraints.check(OutputFormat.json_schema(ref_chain(900)))
+
+
+def test_the_compile_thread_falls_back_to_the_default_stack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stack the system will not reserve (a `ulimit -v`, here 64 TB): the work still runs,
+    and the process-wide stack size is as it was."""
+    import threading
+
+    from chatapp.engine import constraints
+
+    before = threading.stack_size()
+    monkeypatch.setattr(constraints, "COMPILE_STACK_BYTES", 1 << 46)
+    assert constraints.on_big_stack(lambda: 42) == 42
+    with pytest.raises(KeyError):
+        constraints.on_big_stack(lambda: {}["x"])  # the work's own error comes back
+    assert threading.stack_size() == before

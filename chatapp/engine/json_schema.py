@@ -11,7 +11,7 @@ process (issue 37). Each refusal is one line (ConstraintError).
 converter reads a schema: an object that lists `properties` admits no other property unless
 it says so (`additionalProperties: true` or a schema), and an integer without bounds has at
 most 16 digits. A small model otherwise fills an open object with invented properties, or an
-integer with digits, until max_tokens.
+integer with digits, until max_tokens. (A number's integral part is bounded the same way.)
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ MAX_REFS = 5000
 # 8 MB of stack overflows near 2,500 (measured); the compile thread has COMPILE_STACK_MB.
 MAX_EXPANDED_DEPTH = 1000
 MAX_INTEGER = 2**63 - 1  # the library reads integers as 64 bits
-# llama.cpp's converter: an integer of at most 16 digits (`[1-9] [0-9]{0,15}`).
+# llama.cpp's converter: an integer, or a number's integral part, of at most 16 digits
+# (`[1-9] [0-9]{0,15}`). (A number's fraction stays unbounded: no keyword says so.)
 INTEGER_BOUND = 10**16 - 1
 
 # Keywords whose value is a schema, a map of schemas or a list of schemas. `consumes`: a
@@ -351,9 +352,8 @@ def _prepared(node: Any, shape: bool) -> Any:
             out["properties"] = {**properties, **{r: {} for r in missing if isinstance(r, str)}}
         out["additionalProperties"] = False
     kinds = out.get("type")
-    if kinds == "integer" or (
-        isinstance(kinds, list) and "integer" in kinds and "number" not in kinds
-    ):
+    numeric = ("integer", "number")
+    if kinds in numeric or (isinstance(kinds, list) and any(k in kinds for k in numeric)):
         low = _number(out, "minimum", "exclusiveMinimum")
         high = _number(out, "maximum", "exclusiveMaximum")
         if low is None and (high is None or high > -INTEGER_BOUND):

@@ -174,7 +174,7 @@ def test_allof_parts_and_conditions_are_left_open() -> None:
     assert conditions["additionalProperties"] is False
 
 
-def test_unbounded_integers_get_16_digits() -> None:
+def test_unbounded_integers_and_numbers_get_16_digits() -> None:
     assert prepared_schema({"type": "integer"}) == {
         "type": "integer",
         "minimum": -INTEGER_BOUND,
@@ -183,7 +183,8 @@ def test_unbounded_integers_get_16_digits() -> None:
     kept = prepared_schema({"type": ["integer", "null"], "minimum": 0})
     assert kept["minimum"] == 0 and kept["maximum"] == INTEGER_BOUND
     assert "maximum" not in prepared_schema({"type": "integer", "exclusiveMaximum": 5})
-    assert "minimum" not in prepared_schema({"type": "number"})
+    assert prepared_schema({"type": "number"})["maximum"] == INTEGER_BOUND  # integral part
+    assert "minimum" not in prepared_schema({"type": "string"})
 
 
 def test_the_compiled_grammar_closes_objects_and_bounds_integers(engine: Engine) -> None:

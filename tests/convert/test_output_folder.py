@@ -239,3 +239,67 @@ def test_a_killed_conversion_is_cleaned_up_by_the_next_one(tmp_path: Path, src: 
     time.sleep(0.05)
     convert_gguf(src, out)
     assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
+
+
+# ---- conversions delete only their own folders (issue 37, cause 3) ----------------------------
+def user_files(folder: Path) -> dict[str, str]:
+    (folder / "photos" / "2024").mkdir(parents=True)
+    (folder / "photos" / "2024" / "a.jpg").write_text("jpeg")
+    (folder / "notes.txt").write_text("notes")
+    return snapshot(folder)
+
+
+@pytest.mark.parametrize("link", ["partial_is_link", "link_in_partial", "link_in_old_output"])
+def test_user_files_behind_links_in_leftovers_survive(tmp_path: Path, link: str) -> None:
+    import socket
+
+    home = tmp_path / "home"
+    home.mkdir()
+    before = user_files(home)
+    models = tmp_path / "models"
+    models.mkdir()
+    dead = dead_pid()
+    ours = {"converter": "chatapp", "pid": dead, "host": socket.gethostname()}
+    if link == "partial_is_link":
+        (models / f".m.partial-{dead}-a").symlink_to(home, target_is_directory=True)
+        (home / PARTIAL_MARKER).write_text(json.dumps(ours))  # even marked, through a link
+        before = snapshot(home)
+        gone: list[Path] = []
+    elif link == "link_in_partial":
+        partial = leftover(models, f".m.partial-{dead}-a", ours)
+        (partial / "model.onnx.data").symlink_to(home, target_is_directory=True)
+        gone = [partial]
+    else:
+        old = leftover(models, f".m.old-{dead}-a", None, manifest=True)
+        (old / "tokenizer.json").symlink_to(home / "notes.txt")
+        gone = [old]
+    assert clean_leftovers(models) == gone
+    assert snapshot(home) == before
+    assert not any(p.exists() for p in gone)
+
+
+@pytest.mark.parametrize("how", ["failed", "replaced"])
+def test_a_conversion_into_a_linked_folder_cleans_up_there_and_nowhere_else(
+    tmp_path: Path, src: Path, how: str
+) -> None:
+    real = tmp_path / "disk2"
+    real.mkdir()
+    before = user_files(real)
+    (tmp_path / "models").symlink_to(real, target_is_directory=True)
+    out = tmp_path / "models" / "m"
+    if how == "failed":
+
+        def fail(_fraction: float, message: str) -> None:
+            if message == "tokenizer":
+                raise OSError(5, "Input/output error")
+
+        with pytest.raises(ConversionError):
+            convert_gguf(src, out, progress=fail)
+    else:
+        convert_gguf(src, out)
+        convert_gguf(src, out, FORCE)
+    names = sorted(p.name for p in real.iterdir())
+    assert names == (["m", "notes.txt", "photos"] if how == "replaced" else ["notes.txt", "photos"])
+    assert {k: v for k, v in snapshot(real).items() if not k.startswith("m/")} == {
+        k: v for k, v in before.items() if not k.startswith("m/")
+    }

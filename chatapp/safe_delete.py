@@ -1,0 +1,68 @@
+"""The one way chatapp deletes folders: only those it made, never through a symbolic link. No Qt.
+
+Every folder the app may later delete (a packed-weights copy, a conversion's `.partial`
+folder) is marked as it is made, with `OWNED_MARKER`, or is recognised by a shape only the
+app writes (the caller's `owned` check). `remove_owned` then deletes a folder only where:
+- it lies inside `within` (the place the caller cleans), with no symbolic link from `within`
+  down to it (`within` itself included): a data folder's `cache/packed` that links to a
+  folder of the user's is never cleaned;
+- it is a real folder (not a link) that the app marked or recognises as its own.
+Links found inside are removed as links (`shutil.rmtree` never follows them), so a
+link inside a folder of ours to a folder of the user's leaves the user's folder whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+OWNED_MARKER = ".chatapp-owned"
+
+
+def mark_owned(folder: Path) -> None:
+    """Mark `folder`, which the app just made, as one `remove_owned` may delete."""
+    (folder / OWNED_MARKER).write_text("made by chatapp; safe for it to delete\n", "utf-8")
+
+
+def marked_owned(folder: Path) -> bool:
+    """Whether `folder` carries the app's marker (a regular file, not a link)."""
+    marker = folder / OWNED_MARKER
+    return not marker.is_symlink() and marker.is_file()
+
+
+def linked_between(within: Path, path: Path) -> Path | None:
+    """The first symbolic link from `within` (included) down to `path` (included); None when
+    there is none. A `path` not under `within` answers `path` itself (never delete it)."""
+    try:
+        rest = path.relative_to(within)
+    except ValueError:
+        return path
+    if ".." in rest.parts:
+        return path
+    current = within
+    for part in ("", *rest.parts):
+        current = current / part if part else current
+        if current.is_symlink():
+            return current
+    return None
+
+
+def remove_owned(path: Path, within: Path, owned: Callable[[Path], bool] = marked_owned) -> bool:
+    """Delete the folder `path` if it is the app's own (see the module); True when it is gone.
+    Never raises: what cannot be deleted stays, and the log says why."""
+    link = linked_between(within, path)
+    if link is not None:
+        log.warning("not deleting %s: %s is a symbolic link or outside %s", path, link, within)
+        return False
+    if not path.exists():
+        return True
+    if not path.is_dir() or not owned(path):
+        log.warning("not deleting %s: chatapp did not make it", path)
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)

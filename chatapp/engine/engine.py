@@ -28,6 +28,7 @@ from chatapp.engine.generation import Generation
 from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
+from chatapp.engine.mapped_files import MappedFiles
 from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
@@ -154,6 +155,7 @@ class Engine:
         self.device: Device = started.device
         self.fallback_reason = started.fallback_reason
         self._loops = {}
+        self.weight_files = MappedFiles(self.mapped_files, self.info.name)
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU, in the graph a CPU session would
@@ -197,6 +199,7 @@ class Engine:
         if mode not in self._loops:
             try:
                 loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
+                loop.check_weights = self.weight_files.check
                 if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
                     loop.release_weights = MappedPages(self.mapped_files).release
                 self._loops[mode] = loop

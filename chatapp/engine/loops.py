@@ -64,6 +64,9 @@ class KVLoop(ABC):
     # loading the model (SmolLM2: 522 MB, against 818 MB in one piece) at no cost in speed.
     prefill_chunk = 512
     release_weights: Callable[[], object] | None = None  # set by the Engine (packed_cache.py)
+    # Raises where a mapped weight file changed on disk (engine/mapped_files.py); set by the
+    # Engine, asked before every run.
+    check_weights: Callable[[], None] | None = None
     warmed_up = False  # its device's programs are compiled (engine/warm_up.py)
 
     def __init__(
@@ -117,6 +120,8 @@ class KVLoop(ABC):
         A failure on a device other than the CPU is raised as DeviceFailure.
         """
         self._check_room(len(new_ids))
+        if self.check_weights is not None:
+            self.check_weights()
         ids = [int(t) for t in new_ids]
         wanted = _wanted_rows(len(ids), all_logits, rows)
         if len(ids) == 1 or self.release_weights is None:

@@ -32,7 +32,7 @@ from chatapp.engine.mapped_files import MappedFiles
 from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
-from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
+from chatapp.engine.native_kernels import needs_native
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
@@ -122,7 +122,7 @@ class Engine:
                         raise
                     damaged = exc
             return self._start_without_damaged_copy(graph, damaged, threads)
-        except NativeKernelsUnavailable:  # already a sentence that says what to do
+        except ModelError:  # already a sentence that says what to do (native_kernels.py)
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             name, why = self.info.onnx_path.name, first_line(exc, STATUS_LINE)

@@ -303,3 +303,46 @@ def test_a_conversion_into_a_linked_folder_cleans_up_there_and_nowhere_else(
     assert {k: v for k, v in snapshot(real).items() if not k.startswith("m/")} == {
         k: v for k, v in before.items() if not k.startswith("m/")
     }
+
+
+HANGING_CLI = """
+import sys, time
+from chatapp.cli import main, progress  # main: the command line's function
+shown = progress.ProgressBar.__call__
+def hang(self, fraction, message):
+    if message == "tokenizer":
+        print("hanging", flush=True)
+        time.sleep(600)
+    return shown(self, fraction, message)
+progress.ProgressBar.__call__ = hang
+sys.exit(main(["convert", sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("stop", "status", "said"),
+    [(signal.SIGTERM, 143, "chatapp: terminated"), (signal.SIGINT, 130, "chatapp: interrupted")],
+)
+def test_a_stopped_convert_command_leaves_no_partial_folder(
+    tmp_path: Path, src: Path, stop: signal.Signals, status: int, said: str
+) -> None:
+    out = tmp_path / "models" / "m"
+    child = subprocess.Popen(
+        [sys.executable, "-c", HANGING_CLI, str(src), str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "hanging"
+        assert len(list(out.parent.glob(".m.partial-*"))) == 1
+        child.send_signal(stop)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    assert child.returncode == status, err
+    assert err.strip().endswith(said) and "Traceback" not in err
+    assert list(out.parent.iterdir()) == []

@@ -28,6 +28,7 @@ class ChatFeature(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
+        self._banner_at_start = 0  # the banner's serial when the answer started
         c, view = window.controller, window.chat_view
         self.chat, self.view, self.panel = c, view, window.side_panel
         view.sig_send.connect(self._on_send)
@@ -80,6 +81,9 @@ class ChatFeature(QObject):
     @Slot(object)
     def _on_answer_started(self, _options: object) -> None:
         self.window.dismiss_message()
+        # What the banner says now (a warning of an earlier failure) is old once this
+        # answer succeeds; what is shown while it runs is about it, and stays.
+        self._banner_at_start = self.window.banner.serial
         self.view.show_messages(self.chat.conversation.messages)
         self.view.begin_answer()
         self.panel.begin_answer()
@@ -105,6 +109,8 @@ class ChatFeature(QObject):
     @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:
         self.panel.finish_answer(message.figures)
+        if message.figures is None or message.figures.finish_reason != "error":
+            self.window.banner.dismiss_if_before(self._banner_at_start)
         if message.figures is not None:
             self.window.notify(fmt.figures_line(message.figures, tokens=False), 10000)
 

@@ -1,4 +1,7 @@
-"""An inline message strip above the chat: errors and warnings without a blocking dialog."""
+"""An inline message strip above the chat: errors and warnings without a blocking dialog.
+
+Each message shown gets the next `serial`, so that what it said can be cleared once it is old:
+an answer that succeeds clears a message shown before it started (`dismiss_if_before`)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ class MessageBanner(QFrame):
         super().__init__(parent)
         self.setObjectName("messageBanner")
         self.level = ""
+        self.serial = 0  # of the message shown last; each new one counts up
         self.label = QLabel(self)
         self.label.setObjectName("bannerText")
         self.label.setWordWrap(True)
@@ -46,12 +50,18 @@ class MessageBanner(QFrame):
 
     def show_message(self, text: str, level: str = "error") -> None:
         self.level = level
+        self.serial += 1
         self._style(colors())
         self.label.setText(text)
         self.show()
 
     def text(self) -> str:
         return self.label.text()
+
+    def dismiss_if_before(self, serial: int) -> None:
+        """Hide the message if it was shown when `serial` was current or earlier."""
+        if self.isVisible() and self.level and self.serial <= serial:
+            self.dismiss()
 
     def dismiss(self) -> None:
         self.hide()

@@ -1,0 +1,49 @@
+"""The chat feature and the banner (issue 37): an answer that succeeds clears a message shown
+before it started (an old failure's warning or error); one shown while it ran, or a failed
+answer's error, stays."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatapp.engine import loops
+from chatapp.gui.main_window import MainWindow
+from tests.gui.conftest import greedy, send_and_wait, set_sampling
+
+
+@pytest.fixture
+def window(make_window, tiny_model_dir) -> MainWindow:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(3))
+    return window
+
+
+@pytest.mark.parametrize("level", ["warning", "error", "info"])
+def test_a_good_answer_clears_a_message_shown_before_it(qtbot, window, level: str) -> None:
+    window.show_message("GPU (test) failed during the answer; running on the CPU.", level)
+    send_and_wait(qtbot, window, "hello")
+    assert window.conversation.messages[-1].figures.finish_reason != "error"
+    assert not window.banner.isVisible() and window.banner.level == ""
+
+
+def test_a_message_shown_while_the_answer_runs_stays(qtbot, window) -> None:
+    window.show_message("an old warning", "warning")
+    window.controller.sig_answer_started.connect(
+        lambda _options: window.show_message("The chat history is busy.", "error")
+    )
+    send_and_wait(qtbot, window, "hello")
+    assert window.banner.isVisible() and window.banner.text() == "The chat history is busy."
+
+
+def test_a_failed_answer_keeps_its_error_until_a_good_one(qtbot, window, monkeypatch) -> None:
+    original = loops.KVLoop.forward
+
+    def failing(self, new_ids, all_logits=False, rows=None):
+        raise RuntimeError("simulated fault")
+
+    monkeypatch.setattr(loops.KVLoop, "forward", failing)
+    send_and_wait(qtbot, window, "first")
+    assert window.banner.level == "error" and "simulated fault" in window.banner.text()
+    monkeypatch.setattr(loops.KVLoop, "forward", original)
+    send_and_wait(qtbot, window, "second")
+    assert not window.banner.isVisible()

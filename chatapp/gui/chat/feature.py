@@ -80,10 +80,9 @@ class ChatFeature(QObject):
 
     @Slot(object)
     def _on_answer_started(self, _options: object) -> None:
-        self.window.dismiss_message()
-        # What the banner says now (a warning of an earlier failure) is old once this
-        # answer succeeds; what is shown while it runs is about it, and stays.
-        self._banner_at_start = self.window.banner.serial
+        # A failure the banner tells of now (a device that failed) is over once this answer
+        # succeeds; what is shown while it runs, and notices, stay.
+        self._banner_at_start = self.window.dismiss_message()
         self.view.show_messages(self.chat.conversation.messages)
         self.view.begin_answer()
         self.panel.begin_answer()
@@ -110,7 +109,7 @@ class ChatFeature(QObject):
     def _on_answer_finished(self, message: ChatMessage) -> None:
         self.panel.finish_answer(message.figures)
         if message.figures is None or message.figures.finish_reason != "error":
-            self.window.banner.dismiss_if_before(self._banner_at_start)
+            self.window.dismiss_message(failures_before=self._banner_at_start)
         if message.figures is not None:
             self.window.notify(fmt.figures_line(message.figures, tokens=False), 10000)
 
@@ -119,7 +118,7 @@ class ChatFeature(QObject):
         if restored_prompt and not self.view.prompt_text().strip():
             self.view.set_prompt_text(restored_prompt)
         self.panel.finish_answer(None)
-        self.window.show_message(message, "error")
+        self.window.show_message(message, "error", until_answer=True)
 
 
 def install_chat(window: MainWindow) -> ChatFeature:

@@ -1,4 +1,5 @@
-"""The one way chatapp deletes folders: only those it made, never through a symbolic link. No Qt.
+"""The one way chatapp deletes folders: only those it made, never through a symbolic link; and
+files it writes under its own names, never through a link either. No Qt.
 
 Every folder the app may later delete (a packed-weights copy, a conversion's `.partial`
 folder) is marked as it is made, with `OWNED_MARKER`, or is recognised by a shape only the
@@ -16,8 +17,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +70,29 @@ def remove_owned(path: Path, within: Path, owned: Callable[[Path], bool] = marke
         return False
     shutil.rmtree(path, ignore_errors=True)
     return not os.path.lexists(path)
+
+
+@contextmanager
+def replacing(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
+    """A UTF-8 text file to write that then takes the place of `path`: written beside it and
+    renamed over it, so that a `path` that is a symbolic link (a report folder's `result.json`
+    linking to a file of the user's) is replaced as a link, and the file it pointed to is
+    untouched. Nothing is left behind when the body fails."""
+    with (
+        replacing_path(path) as temporary,
+        open(temporary, "w", encoding="utf-8", newline=newline) as fh,
+    ):
+        yield fh
+
+
+@contextmanager
+def replacing_path(path: Path) -> Iterator[Path]:
+    """A fresh path beside `path` to write (by any means); renamed over `path` at the end."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".writing", dir=path.parent)
+    os.close(fd)
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.safe_delete import linked_between, mark_owned, marked_owned, remove_owned
+from chatapp.safe_delete import (
+    linked_between,
+    mark_owned,
+    marked_owned,
+    remove_owned,
+    replacing,
+)
 
 
 def user_files(folder: Path) -> dict[str, str]:
@@ -101,3 +107,20 @@ def test_linked_between_names_the_first_link(tmp_path: Path) -> None:
     assert linked_between(tmp_path, tmp_path / "a" / "b") is None
     assert linked_between(tmp_path, tmp_path / "link" / "b") == tmp_path / "link"
     assert linked_between(tmp_path / "a", tmp_path / "elsewhere") == tmp_path / "elsewhere"
+
+
+def test_replacing_writes_over_a_link_not_through_it_and_leaves_nothing_on_failure(
+    tmp_path: Path, mine: tuple[Path, dict[str, str]]
+) -> None:
+    home, before = mine
+    target = tmp_path / "result.json"
+    target.symlink_to(home / "notes.txt")
+    with replacing(target) as fh:
+        fh.write("{}")
+    assert target.read_text() == "{}" and not target.is_symlink()
+    with pytest.raises(RuntimeError), replacing(target) as fh:
+        fh.write("half")
+        raise RuntimeError("the disk went away")
+    assert target.read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "result.json"]
+    assert contents(home) == before

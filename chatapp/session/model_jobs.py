@@ -274,6 +274,7 @@ class ConvertRequest:
     # converter.GRAPHS: "auto" (the native graph where chatapp's GGUF kernels run here, else
     # the stock one); the window asks for "both" when its device is not the CPU.
     graph: str = "auto"
+    attention: str = "gqa"  # converter's: "standard" for a device without float32 GQA (CUDA)
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,9 @@ def convert_job(request: ConvertRequest) -> Job:
         control.put(Progress(0.0, "checking the source file"))
         # Converted before, into this folder or under another name beside it (the default
         # model's folder, a renamed download): one copy in the library, not two.
-        options = ConvertOptions(overwrite=True, graph=request.graph).resolved()
+        options = ConvertOptions(
+            overwrite=True, graph=request.graph, attention=request.attention
+        ).resolved()
         earlier = earlier_conversion(request.gguf, request.out_dir, options)
         if earlier is not None:
             return earlier

@@ -78,6 +78,7 @@ class ModelInfo:
     io: ModelIO  # the input / output names the loops use
     logits_dtype: np.dtype  # what the graph returns; sampled as float32
     window: int | None = None  # static-window models: tokens per run
+    op_types: frozenset[str] = frozenset()  # every node's op type, subgraphs included
 
     @property
     def has_position_ids(self) -> bool:
@@ -322,6 +323,7 @@ def _describe(
         window=window,
         io=io,
         logits_dtype=logits_dtype,
+        op_types=frozenset(node.op_type for node in all_nodes(graph)),
     )
 
 

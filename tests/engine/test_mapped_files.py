@@ -101,6 +101,54 @@ def test_a_stock_folder_whose_data_is_cut_short_refuses_too(
     assert result["same"] is True
 
 
+SERVER_CHILD = """
+import json, os, sys, urllib.error, urllib.request
+from pathlib import Path
+from chatapp.engine.engine import Engine
+from tests.serving import serving
+
+folder = Path(sys.argv[1])
+data = folder / "model.onnx.data"
+
+def ask(url):
+    body = json.dumps({"model": "m", "max_tokens": 3, "temperature": 0,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = urllib.request.Request(url + "/v1/chat/completions", body,
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+with serving(Engine(folder, threads=1)) as served:
+    first = ask(served.url)
+    os.truncate(data, data.stat().st_size // 2)
+    second, third = ask(served.url), ask(served.url)
+print(json.dumps({"first": first[0], "second": second, "third": third[0]}))
+"""
+
+
+@pytest.mark.skipif(usable_isa() is None, reason="native kernels not built here")
+def test_the_server_answers_a_clean_error_and_stays_up(gguf: Path, tmp_path: Path) -> None:
+    native = convert_gguf(gguf, tmp_path / "native", ConvertOptions(graph="native"))
+    folder = with_external_data(native, tmp_path / "external")
+    done = subprocess.run(
+        [sys.executable, "-c", SERVER_CHILD, str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"the server died ({done.returncode}): {done.stderr[-2000:]}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["first"] == 200
+    status, body = result["second"]
+    assert status >= 400 and "model.onnx.data" in body["error"]["message"]
+    assert "\n" not in body["error"]["message"]
+    assert result["third"] >= 400  # still up, still refusing until the model is opened again
+
+
 def test_an_untouched_file_passes_and_a_touched_one_does_not(tmp_path: Path) -> None:
     weights = tmp_path / "w.data"
     weights.write_bytes(b"1234")

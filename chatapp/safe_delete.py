@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,17 +80,16 @@ def replacing(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
     untouched. Nothing is left behind when the body fails."""
     with (
         replacing_path(path) as temporary,
-        open(temporary, "w", encoding="utf-8", newline=newline) as fh,
+        open(temporary, "x", encoding="utf-8", newline=newline) as fh,
     ):
         yield fh
 
 
 @contextmanager
 def replacing_path(path: Path) -> Iterator[Path]:
-    """A fresh path beside `path` to write (by any means); renamed over `path` at the end."""
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".writing", dir=path.parent)
-    os.close(fd)
-    temporary = Path(name)
+    """A fresh path beside `path` to write (by any means, with the usual permissions); renamed
+    over `path` at the end."""
+    temporary = path.parent / f".{path.name}.{secrets.token_hex(6)}.writing"
     try:
         yield temporary
         os.replace(temporary, path)

@@ -118,6 +118,10 @@ def test_replacing_writes_over_a_link_not_through_it_and_leaves_nothing_on_failu
     with replacing(target) as fh:
         fh.write("{}")
     assert target.read_text() == "{}" and not target.is_symlink()
+    plain = tmp_path / "plain.txt"
+    plain.write_text("")
+    assert target.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777  # not mkstemp's 0600
+    plain.unlink()
     with pytest.raises(RuntimeError), replacing(target) as fh:
         fh.write("half")
         raise RuntimeError("the disk went away")

@@ -16,7 +16,8 @@ from chatapp.gui.chat.controller import State
 from chatapp.gui.chat.regenerate_note import VARIED_PRESET, same_answer
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
-from chatapp.session.conversation import ChatMessage
+from chatapp.session.conversation import ChatMessage, Conversation
+from chatapp.session.model_jobs import ModelSummary
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
@@ -33,6 +34,9 @@ class ChatFeature(QObject):
         view.sig_send.connect(self._on_send)
         view.sig_stop.connect(c.stop)
         view.sig_regenerate.connect(self._on_regenerate)
+        view.sig_continue.connect(self._on_continue)
+        c.sig_state_changed.connect(self._show_continue)
+        c.sig_conversation_changed.connect(self._show_continue)
         view.regenerate_note.sig_regenerate.connect(self._regenerate_varied)
         view.sig_copied.connect(self._on_copied)
         # Transcript: versions of an answer, copied code, where a hovered link goes.
@@ -45,6 +49,10 @@ class ChatFeature(QObject):
         c.sig_warm_up.connect(self._on_warm_up)
         c.sig_answer_finished.connect(self._on_answer_finished)
         c.sig_answer_failed.connect(self._on_answer_failed)
+        # Which model a chat was with: a chat is never continued unnoticed by another one.
+        self._shown: Conversation | None = None
+        c.sig_model_loaded.connect(self._on_model_loaded)
+        c.sig_conversation_changed.connect(self._on_conversation_changed)
 
     @Slot(str)
     def _on_send(self, text: str) -> None:
@@ -63,6 +71,37 @@ class ChatFeature(QObject):
             # Greedy or a fixed seed writes the same text again: say why, offer a way out.
             preset = self.panel.sampling_box.preset()
             self.view.regenerate_note.offer(same_answer(options.settings, preset))
+
+    @Slot(object)
+    def _on_model_loaded(self, summary: ModelSummary) -> None:
+        conv = self.chat.conversation
+        was = conv.model
+        if not conv.messages or was is None or was == summary.name:
+            return
+        self.window.new_chat()  # asks first when the chat is not saved
+        if self.chat.conversation.messages:
+            self.window.show_message(model_switch_text(was, summary.name, started=False), "info")
+        else:
+            self.window.show_message(model_switch_text(was, summary.name, started=True), "info")
+
+    @Slot(object)
+    def _on_conversation_changed(self, conversation: Conversation) -> None:
+        if conversation is self._shown:
+            return
+        self._shown = conversation  # another chat is shown (opened from the list, or new)
+        model, was = self.chat.model, conversation.model
+        if self.chat.remote is None and model is not None and was and was != model.name:
+            self.window.show_message(reopened_text(was, model.name, model.max_context), "info")
+
+    @Slot()
+    def _on_continue(self) -> None:
+        self.chat.continue_answer(self.window.chat_options())
+
+    @Slot(object)
+    def _show_continue(self, _what: object = None) -> None:
+        """Continue is offered under an answer the token limit cut, while nothing runs."""
+        idle = not any(busy() for busy in self.window.busy_checks)  # e.g. a comparison runs
+        self.view.continue_button.setVisible(idle and self.chat.can_continue())
 
     @Slot(str)
     def _regenerate_varied(self, fix: str) -> None:
@@ -114,6 +153,22 @@ class ChatFeature(QObject):
             self.view.set_prompt_text(restored_prompt)
         self.panel.finish_answer(None)
         self.window.show_message(message, "error")
+
+
+def model_switch_text(was: str, now: str, started: bool) -> str:
+    if started:
+        return (
+            f"{now} is loaded, so a new chat starts; your chat with {was} stays in the "
+            "conversation list."
+        )
+    return f"This chat was with {was}; its next answer comes from {now}."
+
+
+def reopened_text(was: str, now: str, context: int) -> str:
+    return (
+        f"This chat was with {was}. Its next answer comes from {now}, and it is counted "
+        f"against that model's context ({context} tokens)."
+    )
 
 
 def install_chat(window: MainWindow) -> ChatFeature:

@@ -7,9 +7,13 @@ without knowing about widgets, and the chat controller only talks to this object
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from chatapp.engine.chat import Message
 from chatapp.engine.figures import AnswerFigures
+
+if TYPE_CHECKING:
+    from chatapp.session.chat_settings import ChatSettings
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Conversation:
 
     messages: list[ChatMessage] = field(default_factory=list)
     id: int | None = None  # the history store's conversation id, once stored
+    # How it was last answered (model, sampling, prompt...), when the history knows it.
+    settings: ChatSettings | None = None
 
     @property
     def title(self) -> str:
@@ -129,3 +135,4 @@ class Conversation:
     def clear(self) -> None:
         self.messages.clear()
         self.id = None
+        self.settings = None

@@ -16,6 +16,7 @@ from chatapp.gui.chat.controller import State
 from chatapp.gui.chat.regenerate_note import VARIED_PRESET, same_answer
 from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
+from chatapp.session.chat_settings import ChatSettings
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import ModelSummary
 
@@ -89,9 +90,25 @@ class ChatFeature(QObject):
         if conversation is self._shown:
             return
         self._shown = conversation  # another chat is shown (opened from the list, or new)
-        model, was = self.chat.model, conversation.model
+        settings = conversation.settings
+        if settings is not None and settings.known:  # a chat from before: the window's stay
+            self._restore(settings)
+        model = self.chat.model
+        was = conversation.model or (settings.model if settings is not None else None)
         if self.chat.remote is None and model is not None and was and was != model.name:
             self.window.show_message(reopened_text(was, model.name, model.max_context), "info")
+
+    def _restore(self, settings: ChatSettings) -> None:
+        """A chat opened again gets its sampling, prompt style, stops and system prompt back."""
+        box = self.panel.sampling_box
+        if settings.sampling is not None:
+            box.set_chat_values(settings.sampling)
+        if settings.choice is not None:
+            box.prompt.set_state(settings.choice, settings.user_stops)
+        prompt_box = self.panel.system_prompt_box
+        if prompt_box.text() != settings.system_prompt:
+            prompt_box.set_text(settings.system_prompt)
+            prompt_box.flush()
 
     @Slot()
     def _on_continue(self) -> None:

@@ -183,6 +183,22 @@ class SamplingBox(QGroupBox):
         self.overrides = {f: float(getattr(preset, f)) for f in SAMPLING_FIELDS}
         self._show()
 
+    def set_chat_values(self, settings: SamplingSettings) -> None:
+        """A chat opened from the history: the values it was answered with are shown again
+        (those that differ from the model's suggestion count as the user's)."""
+        self.overrides = {
+            f: float(getattr(settings, f))
+            for f in SAMPLING_FIELDS
+            if abs(float(getattr(settings, f)) - float(getattr(self.model.settings, f))) > 1e-6
+        }
+        self._filling = True
+        try:
+            self.max_tokens_spin.setValue(settings.max_new_tokens)
+            self.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
+        finally:
+            self._filling = False
+        self._show()
+
     def _on_value_edited(self, field: str) -> None:
         if self._filling:
             return

@@ -291,10 +291,8 @@ class ChatSession:
         """Ask the worker what of this conversation the next answer would send (context)."""
         if self.state is not State.READY or not self.conversation.messages:
             return False
-        request = ContextRequest(
-            tuple(self.conversation.engine_messages(options.system_prompt)),
-            options.settings.max_new_tokens,
-        )
+        messages = tuple(self.conversation.engine_messages(options.system_prompt))
+        request = ContextRequest(messages, options.settings.max_new_tokens, options.prompt_style)
         # Errors: the log has them.
         watcher = JobWatcher(on_finished=self._on_context)
         job = self.submit(measure_context_job(self.host, request), watcher)

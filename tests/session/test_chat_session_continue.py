@@ -121,3 +121,24 @@ def test_a_base_model_continues_the_text_and_answers_name_their_model(
     base.new_chat()
     _answer(base, runner, "Hi", replace(SHORT, prompt_style=STYLE_PLAIN_CHAT))
     assert engine.tokenizer.prompt_style == STYLE_PLAIN_CHAT
+
+
+def test_the_context_is_measured_as_the_prompt_will_be_sent(
+    base: ChatSession, runner: InlineRunner
+) -> None:
+    engine = base.host.engine
+    assert engine is not None
+    question = "The capital of France is"
+    answer = _answer(base, runner, question, replace(SHORT, prompt_style=STYLE_CONTINUE))
+    tok = engine.tokenizer
+    # A reopened chat is measured with the style it will be sent in: here the question and
+    # the answer as one text.
+    assert base.measure_context(replace(SHORT, prompt_style=STYLE_CONTINUE))
+    runner.drain()
+    assert base.context is not None
+    as_text = base.context.prompt_tokens
+    assert as_text == len(tok.with_bos(tok.encode(question + answer)))
+    # As plain chat lines the same messages take more tokens ("User: ", "Assistant:").
+    assert base.measure_context(replace(SHORT, prompt_style=STYLE_PLAIN_CHAT))
+    runner.drain()
+    assert base.context.prompt_tokens > as_text

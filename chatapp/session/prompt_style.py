@@ -27,6 +27,13 @@ BASE_MODEL_NOTICE = (
     "answered (Sampling > Prompt > Chat talks to it as User: / Assistant: lines instead)."
 )
 
+# The prompt box's placeholder while the model continues text (a chat's is the view's own).
+CONTINUE_PLACEHOLDER = "Text for the model to continue (Enter sends, Shift+Enter: new line)"
+CONTINUE_EMPTY_CHAT = (
+    "Write the start of a text, e.g. \u201cThe capital of France is\u201d: the model goes on "
+    "with it."
+)
+
 
 def default_choice(has_chat_template: bool) -> str:
     """A chat model chats; a base model continues text."""

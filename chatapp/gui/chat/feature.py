@@ -15,6 +15,7 @@ from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.controller import State
 from chatapp.gui.chat.regenerate_note import VARIED_PRESET, same_answer
 from chatapp.session import formatting as fmt
+from chatapp.session import prompt_style as ps
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.chat_settings import ChatSettings
 from chatapp.session.conversation import ChatMessage, Conversation
@@ -53,6 +54,12 @@ class ChatFeature(QObject):
         # Which model a chat was with: a chat is never continued unnoticed by another one.
         self._shown: Conversation | None = None
         c.sig_model_loaded.connect(self._on_model_loaded)
+        # Text continuation is told where the text is typed, not only once in the banner.
+        self._chat_placeholder = view.prompt_edit.placeholderText()
+        self._empty_chat = view.transcript.placeholderText()
+        self.panel.sampling_box.prompt.sig_changed.connect(self._show_prompt_choice)
+        c.sig_model_loaded.connect(self._show_prompt_choice)
+        c.sig_conversation_changed.connect(self._show_prompt_choice)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
 
     @Slot(str)
@@ -109,6 +116,15 @@ class ChatFeature(QObject):
         if prompt_box.text() != settings.system_prompt:
             prompt_box.set_text(settings.system_prompt)
             prompt_box.flush()
+
+    @Slot()
+    @Slot(object)
+    def _show_prompt_choice(self, _what: object = None) -> None:
+        continuing = self.panel.sampling_box.prompt.choice() == ps.CONTINUE
+        placeholder = ps.CONTINUE_PLACEHOLDER if continuing else self._chat_placeholder
+        self.view.prompt_edit.setPlaceholderText(placeholder)
+        empty = ps.CONTINUE_EMPTY_CHAT if continuing else self._empty_chat
+        self.view.transcript.setPlaceholderText(empty)
 
     @Slot()
     def _on_continue(self) -> None:

@@ -19,6 +19,8 @@ def test_a_base_model_says_so_and_continues_text(
     assert window.banner.isVisible() and "base model" in window.banner.text()
     prompt = window.side_panel.sampling_box.prompt
     assert prompt.choice() == ps.CONTINUE
+    assert window.chat_view.prompt_edit.placeholderText() == ps.CONTINUE_PLACEHOLDER
+    assert window.chat_view.transcript.placeholderText() == ps.CONTINUE_EMPTY_CHAT
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "The capital of France is")
     assert generate_requests[-1].prompt_style == STYLE_CONTINUE
@@ -30,6 +32,7 @@ def test_a_base_model_says_so_and_continues_text(
     # Chat instead: plain User:/Assistant: lines, with the stops that end invented turns.
     prompt.choice_combo.setCurrentIndex(prompt.choice_combo.findData(ps.CHAT))
     prompt.stops_edit.setText(r"END, \n\n")
+    assert "Message the model" in window.chat_view.prompt_edit.placeholderText()
     send_and_wait(qtbot, window, "And Italy?")
     request = generate_requests[-1]
     assert request.prompt_style == STYLE_PLAIN_CHAT

@@ -18,12 +18,13 @@ from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.generation import Generation
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.stops import StopBuffer
 from chatapp.engine.warm_up import WarmUpProgress
-from chatapp.remote.engine import RemoteEngine, RemoteStats
+from chatapp.remote.engine import RemoteEngine, RemoteGeneration, RemoteStats
 from chatapp.remote.errors import RemoteError
 from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
 from chatapp.session.jobs import Job, JobControl, failed
@@ -130,13 +131,13 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
                 )
             constrained["output_format"] = output_format_from_text(request.json_schema)
         messages: Sequence[Message] = request.messages
-        if isinstance(engine, RemoteEngine):
+        if isinstance(engine, RemoteEngine):  # a server has no tokenizer here: send all
             if request.continue_last:
                 raise EngineError(
                     "Continue works with a model run here; a server starts a new answer: use "
                     "Regenerate or ask again."
                 )
-        else:  # a server has no tokenizer here: send all
+        else:
             engine.tokenizer.use_style(request.prompt_style)
             # Context policy: the oldest turns that no longer fit are not sent (context.py).
             messages, report = fit_messages(
@@ -162,8 +163,9 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
                         "the prompt box."
                     )
         stops: StopBuffer[TokenItem] = StopBuffer(request.stops)
+        gen: Generation | RemoteGeneration
         if isinstance(engine, RemoteEngine):
-            gen: Any = engine.chat(
+            gen = engine.chat(
                 messages,
                 request.settings,
                 mode,

@@ -304,7 +304,8 @@ class MainWindow(QMainWindow):
             self.side_panel.preselect(device=summary.device)
         self.side_panel.set_context(0, summary.max_context)
         self.side_panel.set_model_sampling(summary.sampling)
-        self.side_panel.sampling_box.prompt.set_chat_template(summary.has_chat_template)
+        prompt = self.side_panel.sampling_box.prompt
+        prompt.set_chat_template(summary.has_chat_template, str(summary.folder))
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
         # The graph only when one was named: a folder's default depends on the device (its
         # native graph on the CPU, its stock one elsewhere).

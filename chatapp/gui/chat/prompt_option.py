@@ -29,6 +29,7 @@ class PromptOption(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.has_chat_template = True
+        self._model = ""  # the model the choice was made for
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -78,10 +79,13 @@ class PromptOption(QWidget):
         return self._stops
 
     # ---- a model, a chat ------------------------------------------------------------------
-    def set_chat_template(self, has_chat_template: bool) -> None:
-        """A model was loaded: a base model continues text, a chat model chats."""
-        self.has_chat_template = has_chat_template
-        self.set_state(ps.default_choice(has_chat_template), self._stops)
+    def set_chat_template(self, has_chat_template: bool, model: str = "") -> None:
+        """A model was loaded: a base model continues text, a chat model chats. The same
+        model again (another device, other threads) keeps what the person chose."""
+        same = bool(model) and model == self._model and has_chat_template == self.has_chat_template
+        self.has_chat_template, self._model = has_chat_template, model
+        choice = self.choice() if same else ps.default_choice(has_chat_template)
+        self.set_state(choice, self._stops)
 
     def set_state(self, choice: str, stops: tuple[str, ...]) -> None:
         """As a chat or the settings remember it: nothing to save."""

@@ -43,3 +43,13 @@ def test_a_chat_state_is_shown_without_being_announced(qtbot) -> None:
         option.set_state(ps.CONTINUE, ("a,b", "\n"))
     assert option.stops_edit.text() == r"a\,b, \n" and option.user_stops() == ("a,b", "\n")
     assert not option._pending.isActive()  # nothing to announce after the typing pause
+
+
+def test_the_same_model_reloaded_keeps_the_choice_another_model_gets_its_default(qtbot) -> None:
+    option = _option(qtbot)
+    option.set_chat_template(False, "/models/base")
+    option.choice_combo.setCurrentIndex(option.choice_combo.findData(ps.CHAT))
+    option.set_chat_template(False, "/models/base")  # another device or thread count
+    assert option.choice() == ps.CHAT
+    option.set_chat_template(False, "/models/other-base")
+    assert option.choice() == ps.CONTINUE

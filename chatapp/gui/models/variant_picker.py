@@ -96,6 +96,7 @@ class VariantPicker(QDialog):
         self.bar.setTextVisible(False)
         self.list = QListWidget(self)
         self.list.setObjectName("variantList")
+        self.list.setWordWrap(True)  # a row names file, precision, size, kernels and a note
         self.list.hide()
         self.list.itemDoubleClicked.connect(lambda _item: self.accept())
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel, self)
@@ -111,7 +112,7 @@ class VariantPicker(QDialog):
         layout.addWidget(self.bar)
         layout.addWidget(self.list, 1)
         layout.addWidget(buttons)
-        self.resize(520, 300)
+        self.resize(640, 320)
         self.handle: JobHandle | None = runner.submit(variants_job(folder))
         self.handle.sig_started.connect(self._on_started)
         self.handle.sig_yielded.connect(self._on_progress)

@@ -288,10 +288,14 @@ class Engine:
         top_logprobs: int = 0,
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        continue_last: bool = False,
     ) -> Generation:
         """`tools` (OpenAI's function entries) go to the chat template, for models whose
-        template describes tools; see chatapp/engine/tool_calls.py for the others."""
-        ids = self.tokenizer.chat_ids(messages, self.max_context, tools=tools)
+        template describes tools; see chatapp/engine/tool_calls.py for the others.
+        `continue_last`: the last message is an answer to go on with (ChatTokenizer.chat_ids)."""
+        ids = self.tokenizer.chat_ids(
+            messages, self.max_context, tools=tools, continue_last=continue_last
+        )
         return self.generate_ids(
             ids,
             settings,

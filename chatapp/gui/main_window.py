@@ -43,6 +43,7 @@ from chatapp.gui.window.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
 from chatapp.session.conversation import Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary, device_probe_job
+from chatapp.session.prompt_style import BASE_MODEL_NOTICE
 
 F = TypeVar("F")
 
@@ -310,6 +311,8 @@ class MainWindow(QMainWindow):
             self.side_panel.preselect(device=summary.device)
         self.side_panel.set_context(0, summary.max_context)
         self.side_panel.set_model_sampling(summary.sampling)
+        prompt = self.side_panel.sampling_box.prompt
+        prompt.set_chat_template(summary.has_chat_template, str(summary.folder))
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
         # The graph only when one was named: a folder's default depends on the device (its
         # native graph on the CPU, its stock one elsewhere).
@@ -317,6 +320,8 @@ class MainWindow(QMainWindow):
         notice = summary.sampling.notice if summary.sampling is not None else None
         if summary.fallback_reason:  # a device that failed: old once an answer succeeds
             self.show_message(summary.fallback_reason, "warning", until_answer=True)
+        elif not summary.has_chat_template:
+            self.show_message(BASE_MODEL_NOTICE, "info")
         elif notice:
             self.show_message(notice, "info")
         elif self.banner.level in ("error", "info"):

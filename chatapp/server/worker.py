@@ -31,12 +31,12 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.stops import StopBuffer
 from chatapp.engine.tool_calls import ToolPlan
 from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
-from chatapp.server.stops import StopBuffer
 from chatapp.server.token_text import TokenText
 from chatapp.session.jobs import Job, JobControl, JobThread
 

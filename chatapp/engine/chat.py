@@ -13,7 +13,7 @@ from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
 from chatapp.engine.folder_tokenizer import FolderTokenizer
 from chatapp.engine.model_folder.files import check_tokenizer_files, optional_inside, read_json_file
-from chatapp.engine.resident import return_freed_heap
+from chatapp.engine.resident import resident_memory, return_freed_heap
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
 from chatapp.error_text import first_line
 
@@ -99,6 +99,7 @@ class ChatTokenizer:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         check_tokenizer_files(folder)  # links out of the folder, devices, giant files
+        anon_before = resident_memory().get("anon", 0)
         try:
             # tokenizers alone where that gives transformers' ids (engine/folder_tokenizer.py)
             self.tok: Any = FolderTokenizer.load(folder) or _transformers_tokenizer(folder)
@@ -118,9 +119,12 @@ class ChatTokenizer:
         # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
         self.notice: str | None = None if self.has_template else NO_TEMPLATE_NOTICE
         self._bos = self._bos_to_add()
-        # Parsing tokenizer.json frees ~5x what the tokenizer keeps (Gemma 3: 290 MiB freed,
+        # Parsing tokenizer.json frees ~3x what the tokenizer keeps (Gemma 3: 290 MiB freed,
         # 95 MiB kept); glibc holds on to it unless asked (docs/engine.md).
         return_freed_heap()
+        # What the tokenizer keeps (anonymous memory, measured; 0 where /proc is not there):
+        # `chatapp bench` and scripts/answer_memory.py report it.
+        self.resident_bytes = max(0, resident_memory().get("anon", 0) - anon_before)
 
     def _bos_to_add(self) -> int | None:
         """BOS when the tokenizer puts one in front of plain text (its post-processor decides;

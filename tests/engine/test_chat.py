@@ -123,3 +123,22 @@ def test_system_role_refused_by_the_template_is_folded(
     assert text == "[user] Be brief.\n\nHi\n"
     with pytest.raises(ModelError, match="no system"):  # nothing to fold: the error stays
         tok.render([Message("system", "Be brief.")])
+
+
+def test_the_tokenizer_measures_what_it_keeps_after_handing_the_parse_back(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine import chat
+
+    events: list[str] = []
+    readings = iter([100 << 20, 130 << 20])
+
+    def reading() -> dict[str, int]:
+        events.append("measured")
+        return {"anon": next(readings)}
+
+    monkeypatch.setattr(chat, "resident_memory", reading)
+    monkeypatch.setattr(chat, "return_freed_heap", lambda: events.append("trimmed"))
+    tokenizer = ChatTokenizer(tiny_model_dir)
+    assert events == ["measured", "trimmed", "measured"]  # kept: after the freed heap is back
+    assert tokenizer.resident_bytes == 30 << 20

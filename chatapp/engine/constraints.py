@@ -183,9 +183,10 @@ class ConstraintCompiler:
 
     def _build_ll_tokenizer(self) -> Any:
         import llguidance
-        import llguidance.hf
 
         if not isinstance(self._hf, FolderTokenizer):  # transformers' tokenizer
+            import llguidance.hf  # imports transformers
+
             return llguidance.hf.from_tokenizer(
                 self._hf, n_vocab=self._vocab, eos_token=self._eos or None
             )

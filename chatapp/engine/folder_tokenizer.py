@@ -87,15 +87,20 @@ def _content(value: Any) -> str | None:
 def _special_tokens(folder: Path, config: Mapping[str, Any]) -> dict[str, str] | None:
     """bos_token, eos_token, ... as transformers 5 reads them (special_tokens_map.json counts
     only when the config has no added_tokens_decoder); None for a value it would not take."""
+    # A config's own `*_token` keys count when their value is text (a serialized token there
+    # stays a plain setting); special_tokens_map.json is read after that, for the named ones.
     values: dict[str, Any] = {
         key: value
         for key, value in config.items()
         if value is not None
-        and (key in NAMED_SPECIAL or (key.endswith("_token") and isinstance(value, str | dict)))
+        and (key in NAMED_SPECIAL or (key.endswith("_token") and isinstance(value, str)))
     }
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, dict):  # named extra tokens are special tokens by those names
+        values.update(extra)
     if "added_tokens_decoder" not in config:
         for key, value in (read_json_file(folder, "special_tokens_map.json") or {}).items():
-            if key.endswith("_token") and isinstance(value, str | dict):
+            if key in NAMED_SPECIAL and value is not None:
                 values[key] = value
     out: dict[str, str] = {}
     for key, value in values.items():

@@ -104,6 +104,38 @@ def test_a_special_token_tokenizer_json_lacks_is_left_to_transformers(folder: Pa
     assert FolderTokenizer.load(folder) is None
 
 
+def test_a_models_own_special_tokens_are_read_as_transformers_reads_them(folder: Path) -> None:
+    special = _specials(AutoTokenizer.from_pretrained(str(folder), local_files_only=True))
+    _edit_config(
+        folder,
+        image_token=special[-1],  # a model-specific special token: in the map
+        boi_token={"content": special[0], "special": True},  # a serialized one: a setting
+        add_bos_token=False,
+        extra_special_tokens={"audio_token": special[0]},
+    )
+    check_same_as_transformers(folder)
+    ours = FolderTokenizer.load(folder)
+    assert ours is not None and ours.special_tokens_map["image_token"] == special[-1]
+    assert "boi_token" not in ours.special_tokens_map
+    assert ours.special_tokens_map["audio_token"] == special[0]
+
+
+def test_the_special_tokens_file_counts_only_without_added_tokens_in_the_config(
+    folder: Path,
+) -> None:
+    special = _specials(AutoTokenizer.from_pretrained(str(folder), local_files_only=True))
+    stored = json.loads((folder / "special_tokens_map.json").read_text())
+    stored["eos_token"] = special[1]
+    (folder / "special_tokens_map.json").write_text(json.dumps(stored))
+    check_same_as_transformers(folder)  # the config's added_tokens_decoder: the file is unread
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    del config["added_tokens_decoder"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    check_same_as_transformers(folder)
+    ours = FolderTokenizer.load(folder)
+    assert ours is not None and ours.special_tokens_map["eos_token"] == special[1]
+
+
 def test_config_added_tokens_that_differ_are_left_to_transformers(folder: Path) -> None:
     config = json.loads((folder / "tokenizer_config.json").read_text())
     (first, token), *_ = config["added_tokens_decoder"].items()

@@ -16,8 +16,11 @@ hub), then written out the ways other tools write model folders:
 
 Beside each folder, `expected.json` holds the greedy tokens the tool's own runtime generates for a
 fixed prompt of ids: Optimum's `ORTModelForCausalLM.generate` for Optimum / onnx-community folders,
-onnxruntime-genai's `Generator` for builder folders. tests/engine/test_tool_folders.py runs every
-fixture in both loops and compares.
+onnxruntime-genai's `Generator` for builder folders. Only for float graphs: a graph whose
+activations are quantized to int8 at run time sums them differently on each instruction set, so
+its entry says why it has no tokens, and the test computes them on the machine it runs on
+(tests/engine/ort_reference.py). The file's "why" gives the smallest top-2 margin of the stored
+tokens. tests/engine/test_tool_folders.py runs every fixture in every loop and compares.
 
 The builder needs transformers 5.x and optimum-onnx needs transformers < 4.58, so the stages run in
 two virtual environments, made once (outside the repository):
@@ -290,12 +293,46 @@ def torch_tokens(hf: Path) -> list[int]:
     return [int(t) for t in out[0, len(PROMPT_IDS) :]]
 
 
+def why_stored(folder: Path, variants: dict[str, Any]) -> str:
+    """Which tokens the file stores and why: float graphs' lead clearly at every step (the
+    smallest top-2 margin, by the reference loop); int8 activations' are computed where the
+    test runs."""
+    sys.path.insert(0, str(ROOT))
+    from tests.engine.ort_reference import greedy_tokens
+
+    why = []
+    stored = [name for name, tokens in variants.items() if isinstance(tokens, list)]
+    if stored:
+        runs = {name: greedy_tokens(folder, name, PROMPT_IDS, NEW_TOKENS) for name in stored}
+        name, run = min(runs.items(), key=lambda item: min(item[1].margins))
+        step = run.margins.index(min(run.margins))
+        why.append(
+            "Stored: float graphs, whose greedy token leads the runner-up by at least "
+            f"{min(run.margins):.3f} at every step (the least: {name}, step {step}); instruction "
+            "sets only reorder float sums, which moves these logits far less."
+        )
+    if len(stored) < len(variants):
+        why.append(
+            "Not stored: graphs with int8 activations, whose integer sums differ by instruction "
+            "set; the test computes their tokens on the running machine."
+        )
+    return " ".join(why)
+
+
 def write_expected(folder: Path, tool: str, runtime: str, variants: dict[str, Any]) -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.engine.ort_reference import cpu_dependent
+
+    for name in variants:
+        reason = cpu_dependent(folder / name)
+        if reason is not None:
+            variants[name] = {"on_the_running_machine": reason}
     data = {
         "tool": tool,
         "runtime": runtime,
         "prompt_ids": PROMPT_IDS,
         "new_tokens": NEW_TOKENS,
+        "why": why_stored(folder, variants),
         "variants": variants,
     }
     # One line per variant: the token lists stay readable in a diff.

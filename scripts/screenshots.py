@@ -44,6 +44,12 @@ def main() -> int:
     parser.add_argument("--theme", choices=("system", "light", "dark"), default="light")
     parser.add_argument("--out", type=Path, required=True, help="PNG of the chat")
     parser.add_argument("--compare", type=Path, default=None, help="PNG of a comparison run")
+    parser.add_argument(
+        "--compare-bottom",
+        type=Path,
+        default=None,
+        help="PNG of the comparison scrolled to its end (the table), to check it by eye",
+    )
     parser.add_argument("--no-question", action="store_true", help="the empty window")
     parser.add_argument(
         "--both-panes",
@@ -90,6 +96,11 @@ def main() -> int:
         "window": [window.x(), window.y(), window.width(), window.height()],
         "input_box": [corner.x(), corner.y(), prompt.width(), prompt.height()],
         "input_box_on_screen": area.contains(prompt.rect().translated(corner)),
+        # Widths of the conversation list, the chat and the side panel (0: hidden).
+        "panes": [
+            w.width() if w.isVisible() else 0
+            for w in (window.conversation_list, window.chat_view, window.side_scroll)
+        ],
         "answer": answer,
     }
     if args.compare is not None:
@@ -98,12 +109,20 @@ def main() -> int:
         view = compare.view
         compare.show()
         view.tokens_spin.setValue(32)
-        view.repeats_spin.setValue(1)
+        view.repeats_spin.setValue(3)  # the spreads and the runs' ratios the sentences quote
         view.run_comparison()
         wait_until(lambda: view.running, 5)
-        wait_until(lambda: not view.running, 180)
+        wait_until(lambda: not view.running, 400)
         wait_until(lambda: False, 0.5)
         window.grab().save(str(args.compare))
+        if args.compare_bottom is not None:
+            from PySide6.QtWidgets import QScrollArea
+
+            scroll = view.findChild(QScrollArea, "compareScroll")
+            bar = scroll.verticalScrollBar()
+            bar.setValue(bar.maximum())
+            wait_until(lambda: False, 0.5)
+            window.grab().save(str(args.compare_bottom))
     print(json.dumps(report))
     window.close()
     app.quit()

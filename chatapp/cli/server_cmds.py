@@ -27,7 +27,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve",
         help="serve the model over an OpenAI-compatible HTTP API (127.0.0.1 by default)",
-        description="OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models. "
+        description="OpenAI-compatible /v1/chat/completions, /v1/completions, /v1/responses and "
+        "/v1/models. "
         "One request generates at a time; the others wait their turn.",
     )
     add_model_args(serve)  # --json: print the address as JSON once listening
@@ -135,13 +136,20 @@ def run_serve(args: argparse.Namespace) -> int:
         # SIGTERM before uvicorn installs its own handler (a service manager may send it at
         # any time) stops the server as Ctrl+C does, rather than killing it mid-start.
         signal.signal(signal.SIGTERM, _interrupt)
-        _announce(args, worker, base_url(sock), api_key)
         access = AccessPolicy(host, frozenset(args.allow_host), frozenset(args.allow_origin))
         shutdown = ShutdownNotice()
         app = build_app(
             worker, api_key, access=access, aliases=tuple(args.alias), shutdown=shutdown
         )
-        serve_forever(app, sock, on_exit=shutdown.trigger)
+        url = base_url(sock)
+        # The address only once the socket listens: a client that reads it and connects at
+        # once must be answered, not refused.
+        serve_forever(
+            app,
+            sock,
+            on_exit=shutdown.trigger,
+            on_start=lambda: _announce(args, worker, url, api_key),
+        )
     except KeyboardInterrupt:  # before uvicorn's handlers, or a second Ctrl+C while stopping
         pass
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,11 +18,14 @@ from chatapp.engine.resident import resident_memory, return_freed_heap
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
 from chatapp.error_text import first_line
 
+log = logging.getLogger(__name__)
 # Used when a model folder has no chat template of its own (base models).
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
+# What an ordinary chat looks like: a template that hits a limit on this is slow for everyone.
+ORDINARY_CHAT = ({"role": "user", "content": "Say hi"},)
 NO_TEMPLATE_NOTICE = (
     "This model has no chat template (it may be a base model, not a chat model): the "
     "conversation is sent as plain 'User:' / 'Assistant:' text, so answers may not follow it."
@@ -114,6 +118,7 @@ class ChatTokenizer:
         self._template_source = source or FALLBACK_TEMPLATE
         self._template: ChatTemplate | None = None
         self._template_error: ModelError | None = None
+        self._ordinary_renders = False  # a small ordinary chat rendered within the limits
         self._control = ControlTokens(self.tok)
         self._max_chars: int | None = None
         # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
@@ -198,6 +203,10 @@ class ChatTokenizer:
         if len(text) > per_token * limit:
             raise ContextOverflowError(-(-len(text) // per_token), limit, at_least=True)
 
+    def max_chars(self, tokens: int) -> int:
+        """The most characters of text that `tokens` tokens can hold (an upper bound)."""
+        return self._chars_per_token() * tokens
+
     def _chars_per_token(self) -> int:
         """An upper bound of the characters one token stands for: the longest vocabulary
         entry (byte-level and SentencePiece entries spell at least one character per text
@@ -244,12 +253,48 @@ class ChatTokenizer:
                 messages=dicts, add_generation_prompt=add_generation_prompt, **context
             )
         except TemplateLimitError as exc:
-            self._template_error = exc
+            self._after_limit(exc, dicts)
             raise
         except ModelError:
             raise
         except Exception as exc:  # a template may reject e.g. a system role
             raise ModelError(f"The model's chat template failed: {first_line(exc)}") from exc
+
+    def _after_limit(self, exc: TemplateLimitError, dicts: list[dict[str, Any]]) -> None:
+        """Whose fault the limit was: the request's content (it alone is refused) or the
+        template's (an ordinary chat hits the limit too: it fails fast from now on). A huge
+        conversation must not switch the template off for every later one."""
+        chars = sum(len(str(d.get("content") or "")) for d in dicts)
+        if not self._ordinary_renders and not self._renders_ordinary_chat():
+            self._template_error = exc
+            log.warning(
+                "the chat template hit a limit on an ordinary chat too; it is refused from now "
+                "on (%s)",
+                exc,
+            )
+        else:
+            log.warning(
+                "one conversation (%d messages, %d characters) made the chat template hit a "
+                "limit; only it was refused (%s)",
+                len(dicts),
+                chars,
+                exc,
+            )
+
+    def _renders_ordinary_chat(self) -> bool:
+        """A small ordinary chat renders within the limits (asked once, then remembered)."""
+        assert self._template is not None
+        context = {**_special_tokens(self.tok), "tools": None, "documents": None}
+        try:
+            self._template.render(
+                messages=[dict(m) for m in ORDINARY_CHAT], add_generation_prompt=True, **context
+            )
+        except TemplateLimitError:
+            return False
+        except Exception:  # e.g. it refuses something else: not a question of limits
+            pass
+        self._ordinary_renders = True
+        return True
 
 
 def _transformers_tokenizer(folder: Path) -> Any:

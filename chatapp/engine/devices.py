@@ -33,6 +33,10 @@ class Device:
     on_request: bool = False  # offered, but only started when the user names it
     # The most tokens one run may carry and still be computed right (None: any number).
     max_run_rows: int | None = None
+    # ONNX Runtime runs GroupQueryAttention in float32 here. CUDA's takes float16 / bfloat16
+    # only: a float32 one is placed on the CPU, its KV crosses every step, and the IO-Binding
+    # loop's shared KV buffer gives wrong tokens there (measured on an H100, docs/engine.md).
+    float32_gqa: bool = True
     ep_device: Any = field(default=None, compare=False, repr=False)  # plugin EPs' OrtEpDevice
 
     def __str__(self) -> str:
@@ -71,7 +75,14 @@ class Device:
 # Built-in providers, in the order a user would prefer them. CoreML and OpenVINO take inputs in
 # host memory, so their OrtValues live on "cpu" and nothing crosses that chatapp could see.
 BUILTIN_DEVICES = (
-    Device("cuda", "CUDAExecutionProvider", "cuda", "NVIDIA GPU (CUDA)", own_memory=True),
+    Device(
+        "cuda",
+        "CUDAExecutionProvider",
+        "cuda",
+        "NVIDIA GPU (CUDA)",
+        own_memory=True,
+        float32_gqa=False,
+    ),
     Device("dml", "DmlExecutionProvider", "dml", "GPU (DirectML)", own_memory=True),
     Device("coreml", "CoreMLExecutionProvider", "cpu", "Apple Neural Engine / GPU (CoreML)"),
     Device("openvino", "OpenVINOExecutionProvider", "cpu", "Intel (OpenVINO)"),
@@ -84,6 +95,13 @@ WEBGPU_NAMES = ("webgpu", "webgpu-software")
 # lavapipe); runs of at most 31 agree to 0.006. Longer prompts therefore run in pieces there.
 WEBGPU_MAX_RUN_ROWS = 31
 KNOWN_NAMES = (*(d.name for d in BUILTIN_DEVICES[:-1]), *WEBGPU_NAMES, CPU.name)
+
+
+def attention_for(name: str) -> str:
+    """The converter's attention for a model meant for device `name`: plain ops where ONNX
+    Runtime's GroupQueryAttention takes no float32 (CUDA), else GroupQueryAttention."""
+    builtin = next((d for d in BUILTIN_DEVICES if d.name == name), None)
+    return "standard" if builtin is not None and not builtin.float32_gqa else "gqa"
 
 
 class DeviceError(Exception):

@@ -7,6 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import (
@@ -65,6 +67,20 @@ def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> Mem
     return estimate
 
 
+def attention_refusal(device: Device, info: ModelInfo) -> str | None:
+    """Why `device` must not run this graph, where its attention would silently leave it."""
+    if device.float32_gqa or info.kv_dtype != np.float32:
+        return None
+    if "GroupQueryAttention" not in info.op_types:
+        return None
+    return (
+        f"{device.label} runs GroupQueryAttention only in float16 or bfloat16, and this model's "
+        "is float32: its attention would run on the CPU with the KV cache copied every step, "
+        "and IO-Binding would give wrong tokens. Running on the CPU; for this device, convert "
+        "the GGUF again with it selected (or `chatapp convert --attention standard`)."
+    )
+
+
 def _mode(mode: Mode | str) -> Mode:
     """A loop name as given (the command line, settings, the history) as a Mode."""
     if mode not in MODES:
@@ -108,10 +124,16 @@ class Engine:
             self.loop()
 
     def _start(self, device: Device, threads: int | None) -> StartedSession:
+        refusal = attention_refusal(device, self.info)
+        if refusal is not None:
+            if self._onnx_file is None:
+                self._choose_cpu_graph()
+            device = CPU
         try:
             graph = self._cpu_graph() if device is CPU else self.info.onnx_path
             with released_while_loading(self.mapped_files):
-                return start_session(graph, device, threads)
+                started = start_session(graph, device, threads)
+                return replace(started, fallback_reason=refusal) if refusal else started
         except NativeKernelsUnavailable:  # already a sentence that says what to do
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks

@@ -91,6 +91,21 @@ class AnswerFigures:
     def tokens_in_context(self) -> int:
         return (self.prompt_tokens or 0) + (self.generated_tokens or 0)
 
+    @property
+    def tokens_read(self) -> int:
+        """The tokens the model had read when the answer ended: the prompt and every token it
+        wrote, but the last one when the answer did not end on its own (cut at the token limit
+        or stopped: that token was written, never read back). With a KV cache, the tokens in
+        it; without, what the last step read again."""
+        generated = self.generated_tokens or 0
+        unread = 1 if generated and self.finish_reason != "eos" else 0
+        return (self.prompt_tokens or 0) + generated - unread
+
+    @property
+    def new_prompt_tokens(self) -> int:
+        """The prompt's tokens the model read for this answer: the rest came from the cache."""
+        return max(0, (self.prompt_tokens or 0) - (self.reused_tokens or 0))
+
 
 @dataclass(frozen=True)
 class Figure:

@@ -422,6 +422,7 @@ class MainWindow(QMainWindow):
     def _apply_splitter(self) -> None:
         saved = self.settings.value(geometry.SPLITTER_KEY)
         if geometry.restore_splitter(self.splitter, saved):
+            self.view_options.fit_chat()  # saved on a wider screen: the chat first here
             return
         # Each pane as wide as it likes, the chat the rest: on a narrow window the panes give
         # way first, and the list hides while the chat would be too narrow beside it.

@@ -1,6 +1,7 @@
 """ASGI guards in front of the routes: Host and Origin (security.AccessPolicy), CORS, the key.
 
-Order: a foreign Host gets 421 and a foreign Origin 403 before anything else; an allowed
+Order: a foreign or malformed Host gets 421 and a foreign Origin 403 (so does a request
+without Origin that `Sec-Fetch-Site` says another site sent) before anything else; an allowed
 origin's CORS preflight (OPTIONS) is answered here without the API key, as the CORS standard
 requires (a browser never sends credentials on a preflight); every other request then needs
 the key when there is one, and the answers to an allowed origin carry its CORS headers.
@@ -38,6 +39,15 @@ class AccessGuard:
             await _refuse(ApiError(421, message, code="misdirected_request"), scope, receive, send)
             return
         origin = headers.get("origin")
+        if origin is None and not self.policy.fetch_site_allowed(headers.get("sec-fetch-site")):
+            message = (
+                "Requests from other web sites are refused (Sec-Fetch-Site: "
+                f"{headers['sec-fetch-site'][:30]}); start the server with --allow-origin "
+                "ORIGIN to allow a page."
+            )
+            error = ApiError(403, message, code="origin_not_allowed", kind="permission_error")
+            await _refuse(error, scope, receive, send)
+            return
         if origin is None:  # not a browser's cross-origin request: nothing to add
             await self.app(scope, receive, send)
             return

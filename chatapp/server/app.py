@@ -1,4 +1,5 @@
-"""The HTTP side: Starlette routes for /v1/chat/completions, /v1/completions and /v1/models.
+"""The HTTP side: Starlette routes for /v1/chat/completions, /v1/completions, /v1/responses
+and /v1/models.
 
 Why Starlette on uvicorn: a small, well-kept ASGI pair (Starlette's only dependency is anyio;
 uvicorn with h11 is pure Python), streaming responses are plain async iterators, and uvicorn
@@ -29,7 +30,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from chatapp.server.access import AccessGuard, BearerAuth
 from chatapp.server.errors import ApiError, invalid
 from chatapp.server.request_body import GenerationRequest, parse_chat, parse_completion
-from chatapp.server.responses import Answer, sse
+from chatapp.server.responses import ChatReply, Reply
+from chatapp.server.responses_output import ResponsesReply
+from chatapp.server.responses_request import parse_responses
+from chatapp.server.responses_store import ResponseStore
 from chatapp.server.security import AccessPolicy
 from chatapp.server.worker import (
     Delta,
@@ -92,9 +96,12 @@ def build_app(
     access: AccessPolicy | None = None,
     aliases: tuple[str, ...] = (),
     shutdown: ShutdownNotice | None = None,
+    responses: ResponseStore | None = None,
 ) -> ASGIApp:
-    """`aliases`: more names for the one model in /v1/models (any `model` is answered by it)."""
+    """`aliases`: more names for the one model in /v1/models (any `model` is answered by it);
+    `responses`: where /v1/responses keeps finished responses (a bounded one of its own)."""
     notice = shutdown or ShutdownNotice()
+    kept = responses if responses is not None else ResponseStore()
 
     def names() -> list[str]:
         return list(dict.fromkeys((worker.card.id, *aliases)))
@@ -118,13 +125,41 @@ def build_app(
 
     async def chat(request: Request) -> Response:
         body = await _read_json(request)
-        req = parse_chat(body, worker.default_mode, worker.card.max_context)
-        return await _answer(request, worker, req, notice, chat=True)
+        card = worker.card
+        req = parse_chat(body, worker.default_mode, card.max_context, card.max_chars)
+        return await _answer(request, worker, req, notice, lambda: ChatReply(req, worker.card.id))
 
     async def completions(request: Request) -> Response:
         body = await _read_json(request)
-        req = parse_completion(body, worker.default_mode)
-        return await _answer(request, worker, req, notice, chat=False)
+        card = worker.card
+        req = parse_completion(body, worker.default_mode, card.max_context, card.max_chars)
+        return await _answer(
+            request, worker, req, notice, lambda: ChatReply(req, worker.card.id, chat=False)
+        )
+
+    async def create_response(request: Request) -> Response:
+        body = await _read_json(request)
+        card = worker.card
+        parsed = parse_responses(body, worker.default_mode, card.max_context, card.max_chars, kept)
+        return await _answer(
+            request,
+            worker,
+            parsed.request,
+            notice,
+            lambda: ResponsesReply(parsed, worker.card.id, kept),
+        )
+
+    async def stored_response(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        stored = kept.get(response_id)
+        if stored is None:
+            raise ApiError(
+                404, f"No response with id '{response_id[:100]}' is kept here.", param="id"
+            )
+        if request.method == "DELETE":
+            kept.delete(response_id)
+            return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+        return JSONResponse(stored.body)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -134,6 +169,8 @@ def build_app(
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
         Route("/health", health, methods=["GET"]),
     ]
     app: ASGIApp = Starlette(
@@ -150,8 +187,9 @@ async def _answer(
     worker: EngineWorker,
     req: GenerationRequest,
     notice: ShutdownNotice,
-    chat: bool,
+    make_reply: Callable[[], Reply],
 ) -> Response:
+    """Queue `req`, then answer in the shape `make_reply` gives (chat, completion, response)."""
     # Any `model` is answered by the one model served, under its own id (as llama.cpp does):
     # clients send "gpt-3.5-turbo" and the like by default.
     events: asyncio.Queue[StreamEvent] = asyncio.Queue()
@@ -172,11 +210,11 @@ async def _answer(
             raise first.error
         if isinstance(first, _ShuttingDown):
             raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
-        answer = Answer(req, worker.card.id, chat)
+        reply = make_reply()
         if req.stream:
             streaming = True  # from here the stream owns the request and the watcher
-            return EventStream(_stream(answer, events), on_close=close)
-        return await _whole(answer, events)
+            return EventStream(_stream(reply, events), on_close=close)
+        return await _whole(reply, events)
     finally:
         if not streaming:
             close()
@@ -185,40 +223,39 @@ async def _answer(
 SHUTDOWN_MESSAGE = "The server is shutting down; the answer was cut short."
 
 
-async def _whole(answer: Answer, events: asyncio.Queue[StreamEvent]) -> Response:
+async def _whole(reply: Reply, events: asyncio.Queue[StreamEvent]) -> Response:
     while True:
         event = await events.get()
         if isinstance(event, Delta):
-            answer.delta_chunk(event.text, event.tokens, event.tool)
+            reply.add(event)
         elif isinstance(event, Done):
-            return JSONResponse(answer.whole(event))
+            return JSONResponse(reply.whole(event))
         elif isinstance(event, Failed):
             raise event.error
         elif isinstance(event, _ShuttingDown):
             raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
 
 
-async def _stream(answer: Answer, events: asyncio.Queue[StreamEvent]) -> AsyncIterator[bytes]:
-    first = answer.first_chunk()
-    if first is not None:
-        yield sse(first)
+async def _stream(reply: Reply, events: asyncio.Queue[StreamEvent]) -> AsyncIterator[bytes]:
+    for chunk in reply.opening():
+        yield chunk
     while True:
         event = await events.get()
         if isinstance(event, Delta):
-            yield sse(answer.delta_chunk(event.text, event.tokens, event.tool))
+            pieces = reply.delta(event)
         elif isinstance(event, Done):
-            yield sse(answer.last_chunk(event))
-            if answer.request.include_usage:
-                yield sse(answer.usage_chunk(event))
-            break
+            pieces = reply.closing(event)
         elif isinstance(event, Failed):
             # The status line has gone out: the error travels in the stream (as vLLM does).
-            yield sse(event.error.body())
-            break
+            pieces = reply.failure(event.error)
         elif isinstance(event, _ShuttingDown):  # on_close cancels the request
-            yield sse(ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down").body())
-            break
-    yield sse("[DONE]")
+            pieces = reply.failure(ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down"))
+        else:
+            continue
+        for chunk in pieces:
+            yield chunk
+        if not isinstance(event, Delta):
+            return
 
 
 class EventStream(StreamingResponse):

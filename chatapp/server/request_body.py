@@ -19,6 +19,11 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
+from chatapp.server.request_limits import (
+    check_chat_size,
+    check_message_count,
+    check_text_size,
+)
 
 MAX_STOPS = 4  # OpenAI's limit
 MAX_STOP_CHARS = 200
@@ -59,9 +64,23 @@ class GenerationRequest:
     tool_choice: ToolChoice = NO_TOOLS
 
 
-def parse_chat(body: dict[str, Any], default_mode: str, max_context: int) -> GenerationRequest:
+def parse_chat(
+    body: dict[str, Any], default_mode: str, max_context: int, max_chars: int | None = None
+) -> GenerationRequest:
+    """`max_chars`: the most text the model's context can hold (None: not counted)."""
     _refuse_unsupported(body, chat=True)
-    messages = _messages(body.get("messages"))
+    raw = body.get("messages")
+    check_message_count(len(raw) if isinstance(raw, list) else 0, "messages")
+    messages = _messages(raw)
+    check_chat_size(messages, max_context, max_chars, "messages")
+    return chat_request(body, messages, default_mode, max_context)
+
+
+def chat_request(
+    body: dict[str, Any], messages: tuple[Message, ...], default_mode: str, max_context: int
+) -> GenerationRequest:
+    """The request for `messages` with the other fields of a chat completions `body` (the
+    Responses API hands in its own fields under these names, responses_request.py)."""
     output_format = structured_fields.response_format(body.get("response_format"))
     tools = structured_fields.tools(body.get("tools"))
     choice = structured_fields.tool_choice(body.get("tool_choice"), tools)
@@ -93,7 +112,10 @@ def parse_chat(body: dict[str, Any], default_mode: str, max_context: int) -> Gen
     )
 
 
-def parse_completion(body: dict[str, Any], default_mode: str) -> GenerationRequest:
+def parse_completion(
+    body: dict[str, Any], default_mode: str, max_context: int = 0, max_chars: int | None = None
+) -> GenerationRequest:
+    """`max_chars`: the most text the model's context (`max_context` tokens) can hold."""
     _refuse_unsupported(body, chat=False)
     for name, allowed in (("echo", False), ("best_of", 1)):
         if name in body and body[name] not in (None, allowed):
@@ -107,9 +129,11 @@ def parse_completion(body: dict[str, Any], default_mode: str) -> GenerationReque
         )
     top = _int(body, "logprobs", 0, 0, MAX_LEGACY_LOGPROBS)
     max_tokens = _first_int(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
+    prompt = _prompt(body.get("prompt"))
+    check_text_size(len(prompt), max_context, max_chars, "prompt")
     return GenerationRequest(
         messages=None,
-        text=_prompt(body.get("prompt")),
+        text=prompt,
         settings=_settings(body, max_tokens),
         mode=_mode(body, default_mode),
         stop=_stops(body.get("stop")),

@@ -1,4 +1,8 @@
-"""Response bodies and stream chunks in OpenAI's shapes (chat and legacy completions)."""
+"""Response bodies and stream chunks in OpenAI's shapes (chat and legacy completions).
+
+A `Reply` turns the worker's events into one endpoint's bodies and stream chunks; the HTTP
+side (app.py) reads the events the same way for every endpoint (the Responses API's reply is
+in responses_output.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +11,70 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from chatapp.engine.chat import ToolCall
 from chatapp.engine.tool_calls import StreamPiece
+from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
-from chatapp.server.worker import Done, TokenOut
+from chatapp.server.worker import Delta, Done, TokenOut
+
+
+class Reply(Protocol):
+    """One request's answer in an endpoint's shapes, built from the worker's events."""
+
+    def opening(self) -> list[bytes]:
+        """A stream's first events, once the request runs."""
+        ...
+
+    def delta(self, event: Delta) -> list[bytes]:
+        """A stream's events for more of the answer."""
+        ...
+
+    def closing(self, done: Done) -> list[bytes]:
+        """A stream's last events."""
+        ...
+
+    def failure(self, error: ApiError) -> list[bytes]:
+        """A stream's last events when the answer fails after the status line went out."""
+        ...
+
+    def add(self, event: Delta) -> None:
+        """More of a whole (not streamed) answer."""
+        ...
+
+    def whole(self, done: Done) -> dict[str, Any]:
+        """The whole answer's body."""
+        ...
+
+
+class ChatReply:
+    """/v1/chat/completions and /v1/completions: an `Answer` as bodies and chunks."""
+
+    def __init__(self, request: GenerationRequest, model: str, chat: bool = True) -> None:
+        self.answer = Answer(request, model, chat)
+
+    def opening(self) -> list[bytes]:
+        first = self.answer.first_chunk()
+        return [sse(first)] if first is not None else []
+
+    def delta(self, event: Delta) -> list[bytes]:
+        return [sse(self.answer.delta_chunk(event.text, event.tokens, event.tool))]
+
+    def closing(self, done: Done) -> list[bytes]:
+        out = [sse(self.answer.last_chunk(done))]
+        if self.answer.request.include_usage:
+            out.append(sse(self.answer.usage_chunk(done)))
+        return [*out, sse("[DONE]")]
+
+    def failure(self, error: ApiError) -> list[bytes]:
+        return [sse(error.body()), sse("[DONE]")]
+
+    def add(self, event: Delta) -> None:
+        self.answer.delta_chunk(event.text, event.tokens, event.tool)
+
+    def whole(self, done: Done) -> dict[str, Any]:
+        return self.answer.whole(done)
 
 
 @dataclass

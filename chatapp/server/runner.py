@@ -60,12 +60,24 @@ def _config(app: ASGIApp) -> uvicorn.Config:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, which also tells the app when it starts to stop (`on_exit`), and
-    exits normally after SIGTERM / SIGINT rather than re-raising the signal once stopped."""
+    """uvicorn's server, which also tells the app when it listens (`on_start`) and when it
+    starts to stop (`on_exit`), and exits normally after SIGTERM / SIGINT rather than
+    re-raising the signal once stopped."""
 
-    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_exit: Callable[[], None],
+        on_start: Callable[[], None] = lambda: None,
+    ) -> None:
         super().__init__(config)
         self.on_exit = on_exit
+        self.on_start = on_start
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # the socket listens and connections are accepted from here on
+            self.on_start()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
@@ -85,10 +97,15 @@ class _Server(uvicorn.Server):
 
 
 def serve_forever(
-    app: ASGIApp, sock: socket.socket, on_exit: Callable[[], None] = lambda: None
+    app: ASGIApp,
+    sock: socket.socket,
+    on_exit: Callable[[], None] = lambda: None,
+    on_start: Callable[[], None] = lambda: None,
 ) -> None:
-    """Until Ctrl+C / SIGTERM; `on_exit` is called as soon as one arrives."""
-    _Server(_config(app), on_exit).run(sockets=[sock])
+    """Until Ctrl+C / SIGTERM; `on_start` is called once the socket listens (announce the
+    address there: a client that connects at once is answered), `on_exit` as soon as a stop
+    signal arrives."""
+    _Server(_config(app), on_exit, on_start).run(sockets=[sock])
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 MIN_REMOTE_KEY_CHARS = 16
@@ -42,7 +43,7 @@ def check_bind(host: str, port: int, allow_remote: bool, api_key: str | None) ->
 # ---- who may send requests: the Host and Origin headers -------------------------------------
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PREFLIGHT_MAX_AGE_S = 600
-ALLOWED_METHODS = "GET, POST, OPTIONS"
+ALLOWED_METHODS = "GET, POST, DELETE, OPTIONS"
 
 
 class AccessOptionError(ValueError):
@@ -102,8 +103,9 @@ class AccessPolicy:
     def host_allowed(self, host_header: str | None) -> bool:
         if host_header is None:  # HTTP/1.0 without Host: no browser sends that
             return True
-        host, _ = _split_port(host_header.strip().lower())
-        host = host.rstrip(".")
+        host = parse_host(host_header)
+        if host is None:  # `localhost:8000@evil.com`, `localhost:abc`: not a Host at all
+            return False
         if host in LOOPBACK_NAMES or host in self.allowed_hosts or host == self.bound_host:
             return True
         if _is_wildcard(self.bound_host):
@@ -111,6 +113,14 @@ class AccessPolicy:
             # (or a proxy's); only names can be rebound.
             return _is_ip(host)
         return False
+
+    def fetch_site_allowed(self, site: str | None) -> bool:
+        """A request without Origin whose `Sec-Fetch-Site` says another site sent it (a link,
+        a form or a script on some page): refused as a foreign Origin is, unless any origin
+        is allowed. Browsers send `same-origin` or `none` (typed, a bookmark) otherwise."""
+        if site is None or "*" in self.allowed_origins:
+            return True
+        return site.strip().lower() not in ("cross-site", "same-site")
 
     def origin_allowed(self, origin: str, host_header: str | None) -> bool:
         if "*" in self.allowed_origins:
@@ -125,6 +135,32 @@ class AccessPolicy:
             normal_origin(f"http://{host_header}"),
             normal_origin(f"https://{host_header}"),
         )
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def parse_host(header: str) -> str | None:
+    """The host of a `Host` header (lower case, no trailing dot), or None when the header is
+    not `name[:port]`, `ipv4[:port]` or `[ipv6][:port]` with a port from 1 to 65535."""
+    text = header.strip().lower()
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        if not closed or not _is_ip(host) or (rest and not rest.startswith(":")):
+            return None
+        port: str | None = rest[1:] if rest else None
+    elif text.count(":") > 1:
+        return text if _is_ip(text) else None  # a bare IPv6 address (no port possible)
+    else:
+        host, colon, port_text = text.partition(":")
+        port = port_text if colon else None
+        host = host.removesuffix(".")  # the absolute form of a name: `localhost.`
+        if not _HOST_NAME.fullmatch(host):
+            return None
+    if port is not None and not (_PORT.fullmatch(port) and 0 < int(port) < 65536):
+        return None
+    return host
 
 
 def _split_port(text: str) -> tuple[str, str | None]:

@@ -117,6 +117,7 @@ class ModelCard:
     device_label: str
     layout: str
     default_mode: str
+    max_chars: int | None = None  # the most text the context can hold (request_limits.py)
 
 
 class EngineWorker:
@@ -408,6 +409,7 @@ class EngineWorker:
             device_label=engine.device.label,
             layout=engine.info.layout.value,
             default_mode=self.default_mode,
+            max_chars=engine.tokenizer.max_chars(engine.max_context),
         )
 
 

@@ -393,8 +393,10 @@ class ChatSession:
             self.submit(fallback, self._load_watcher())
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
-    def convert_gguf(self, gguf: Path, out_dir: Path, graph: str = "auto") -> bool:
-        """Convert off the engine's worker; `graph` as `chatapp convert --graph`."""
+    def convert_gguf(
+        self, gguf: Path, out_dir: Path, graph: str = "auto", attention: str = "gqa"
+    ) -> bool:
+        """Convert off the engine's worker; `graph` and `attention` as `chatapp convert`'s."""
         if self.busy:
             return False
         self._state_before_conversion = self.state
@@ -405,7 +407,7 @@ class ChatSession:
             lambda error: self._on_convert_failed(error.message),
             self._on_convert_failed,
         )
-        job = convert_job(ConvertRequest(Path(gguf), Path(out_dir), graph))
+        job = convert_job(ConvertRequest(Path(gguf), Path(out_dir), graph, attention))
         self._conversion = self.submit_tool(job, watcher)
         return True
 

@@ -7,6 +7,12 @@ time per token grows with the length); in a sweep it runs only up to NOCACHE_SWE
 of context, where one of its tokens costs about a prompt of that length. The sweep yields
 SweepPoints and returns SweepFinished. Results have the shape of `chatapp bench --json`, so
 the view's Export writes the same report as `chatapp bench --report`.
+
+A sweep's time is estimated before its points start (issue 36: the default took over 35
+minutes, its estimate came late and stood still): a warm-up on the first context measures this
+machine's prefill per prompt token and its decode step, a cost model (SweepCosts) turns them
+into seconds per point and per step, and the progress moves step by step on that model, so the
+time left follows what was measured.
 """
 
 from __future__ import annotations
@@ -36,7 +42,13 @@ WARMUP_TOKENS = 4
 # The charts redraw once per batch of steps. On a 2-core machine every redraw takes CPU from
 # the loops being measured: 30 ms batches (the chat's) cost them ~20% of their tokens/s.
 CHART_FLUSH_S = 0.25
-NOCACHE_SWEEP_MAX = SEQUENCE_CAP
+# No cache re-reads the whole sequence for every token: one of its tokens at 512 tokens of
+# context cost 4-5 s on 2 busy cores (SmolLM2-135M), so a sweep runs it only this far.
+NOCACHE_SWEEP_MAX = 256
+SWEEP_TOKENS = 16  # tokens per loop at each point: enough for a median and its quartiles
+SWEEP_REPEATS = 1
+DEFAULT_SWEEP = (128, 512, 1024)  # about 1-2 minutes for SmolLM2-135M on 2 cores
+WARMUP_SWEEP_TOKENS = 4
 COMPARISON_STOPPED = "Comparison stopped."
 SWEEP_STOPPED = "Sweep stopped."
 
@@ -53,16 +65,59 @@ class CompareRequest:
 @dataclass(frozen=True)
 class SweepRequest:
     prompt: str
-    contexts: tuple[int, ...]
-    max_new_tokens: int = 32
-    repeats: int = 1
+    contexts: tuple[int, ...] = DEFAULT_SWEEP
+    max_new_tokens: int = SWEEP_TOKENS
+    repeats: int = SWEEP_REPEATS
     modes: tuple[Mode, ...] = MODES
 
     def modes_at(self, context_tokens: int) -> tuple[Mode, ...]:
         """The loops a point runs: no cache only where its steps stay affordable."""
-        if context_tokens + self.max_new_tokens <= NOCACHE_SWEEP_MAX:
+        if context_tokens + self.max_new_tokens <= min(NOCACHE_SWEEP_MAX, SEQUENCE_CAP):
             return self.modes
         return tuple(m for m in self.modes if m.caches) or self.modes
+
+
+@dataclass(frozen=True)
+class SweepCosts:
+    """This machine's speed, measured: a prompt token's share of a prefill and a cached decode
+    step (seconds). What a sweep will take follows from them (a linear model: attention's
+    growth with the context is small beside the weights at these lengths, and the progress
+    corrects the rest as it goes)."""
+
+    prefill_s_per_token: float
+    decode_s: float
+
+    def step_s(self, mode: Mode, context: int, index: int) -> float:
+        """One step of a loop: the first token is a prefill; no cache's every token is one."""
+        if index == 0 or not mode.caches:
+            return self.prefill_s_per_token * (context + index)
+        return self.decode_s
+
+    def point_s(self, request: SweepRequest, context: int) -> float:
+        steps = range(request.max_new_tokens)
+        each = sum(self.step_s(m, context, i) for m in request.modes_at(context) for i in steps)
+        return each * max(1, request.repeats)
+
+    def sweep_s(self, request: SweepRequest) -> float:
+        return sum(self.point_s(request, c) for c in request.contexts)
+
+    @classmethod
+    def from_run(cls, stats: RunStats) -> SweepCosts:
+        decode = sorted(stats.latencies_s)
+        return cls(
+            stats.ttft_s / max(1, stats.prompt_tokens),
+            decode[len(decode) // 2] if decode else stats.ttft_s,
+        )
+
+
+def duration_text(seconds: float) -> str:
+    """'about 40 s', 'about 2 min 30 s', 'about 12 min'."""
+    if seconds < 60:
+        return f"about {max(5, round(seconds / 5) * 5):.0f} s"
+    minutes, rest = divmod(round(seconds / 10) * 10, 60)
+    if minutes >= 10:
+        return f"about {round(seconds / 60)} min"
+    return f"about {minutes:.0f} min" + (f" {rest:.0f} s" if rest else "")
 
 
 @dataclass(frozen=True)
@@ -181,27 +236,31 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
     def run(control: JobControl) -> Generator[object, None, SweepFinished]:
         engine = host.require()
         repeats = max(1, request.repeats)
-        # A run's cost grows with its context: weigh each step by the tokens it goes through,
-        # and a point with no cache by more (each of its tokens re-reads the context, in one
-        # batched run: measured here at 2-4x a cached point's time for 32 tokens at 512).
-        weights = [
-            (target + request.max_new_tokens)
-            * (4 if Mode.NOCACHE in request.modes_at(target) else 1)
-            for target in request.contexts
-        ]
-        total, done = float(sum(weights)) * repeats, 0.0
+        fits = [c for c in request.contexts if c + request.max_new_tokens < engine.max_context]
+        yield ProgressLine("Measuring this machine's speed for the estimate…", 0.0)
+        control.flush()
+        # The warm-up is the measurement: the cached loops on the first context.
+        first = bench_prompt_ids(engine, request.prompt, fits[0] if fits else None)
+        cached = tuple(m for m in request.modes if m.caches) or request.modes
+        warm = run_interleaved(engine, first, WARMUP_SWEEP_TOKENS, modes=cached)
+        costs = SweepCosts.from_run(warm[cached[-1]])
+        total = costs.sweep_s(request) or 1.0
+        done = 0.0
+        yield ProgressLine(
+            f"Context sweep: {len(request.contexts)} contexts, {request.max_new_tokens} tokens "
+            f"per loop; estimated {duration_text(total)} on this machine.",
+            0.0,
+        )
         for number, target in enumerate(request.contexts, start=1):
-            weight = weights[number - 1]
-            if target + request.max_new_tokens >= engine.max_context:
-                # Checked before the filler text is built: its size follows `target`.
-                done += weight * repeats
+            if target not in fits:
+                done += costs.point_s(request, target)
                 yield ProgressLine(
                     f"Context {target}: longer than the model's context.", done / total
                 )
                 continue
             ids = bench_prompt_ids(engine, request.prompt, target)
             if len(ids) + request.max_new_tokens >= engine.max_context:
-                done += weight * repeats
+                done += costs.point_s(request, target)
                 yield ProgressLine(
                     f"Context {target}: longer than the model's context.", done / total
                 )
@@ -219,28 +278,37 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
             for r in range(repeats):
                 run_text = f", run {r + 1}/{repeats}" if repeats > 1 else ""
                 yield ProgressLine(
-                    f"Context {target} ({number}/{len(request.contexts)}{run_text})…{left_out}",
+                    f"Context {target} ({number}/{len(request.contexts)}{run_text}), "
+                    f"estimated {duration_text(total)} in all…{left_out}",
                     done / total,
                 )
                 control.flush()
-                stats = run_interleaved(
+                gens = loop_pair(
                     engine,
                     ids,
                     request.max_new_tokens,
-                    modes[r % len(modes)],
                     should_stop=lambda: control.stopped,
                     modes=modes,
                 )
-                if any(s.finish_reason == "stop" for s in stats.values()):
+                # Step by step: the bar (and the time left) move with every token.
+                for mode, event in interleaved(gens, modes[r % len(modes)]):
+                    done += costs.step_s(Mode(mode), len(ids), event.index)
+                    yield ProgressLine("", min(done / total, 0.999))
+                if any(g.stats.finish_reason == "stop" for g in gens.values()):
                     raise JobAborted(SWEEP_STOPPED)
                 for mode in modes:
-                    runs[mode].append(stats[mode])
-                done += weight
+                    runs[mode].append(gens[mode].stats)
             yield SweepPoint(target, {**compare_runs(runs, len(ids)), "context_tokens": target})
             control.flush()
         return SweepFinished(result_header(engine, request.max_new_tokens, request.repeats))
 
-    return Job("sweep", run, lambda exc: _explain("sweep", exc), (EngineError,))
+    return Job(
+        "sweep",
+        run,
+        lambda exc: _explain("sweep", exc),
+        (EngineError,),
+        flush_interval_s=CHART_FLUSH_S,
+    )
 
 
 def _explain(what: str, exc: BaseException) -> str:

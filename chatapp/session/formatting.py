@@ -38,10 +38,14 @@ def millis(seconds: float | None) -> str:
     return f"{seconds * 1000:.0f}" if seconds is not None and seconds > 0 else MISSING
 
 
+PERPLEXITY_CEILING = 1000.0  # above it the exact figure says nothing more than "very unlikely"
+
+
 def perplexity(value: float | None) -> str:
+    """Two decimals; "> 1,000" above the ceiling (1.64e+27 told a reader nothing)."""
     if value is None or not math.isfinite(value):
         return MISSING
-    return f"{value:.2f}" if value < 1000 else f"{value:.3g}"
+    return f"{value:.2f}" if value < PERPLEXITY_CEILING else f"> {PERPLEXITY_CEILING:,.0f}"
 
 
 def context_usage(used: int, total: int) -> str:

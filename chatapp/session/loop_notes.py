@@ -70,20 +70,26 @@ def naive_bytes_per_token(kv_bytes_per_token: int, context_tokens: int) -> int:
     return 2 * kv_bytes_per_token * max(0, context_tokens)
 
 
-def transfer_note(fig: AnswerFigures | None, loaded: LoadedDevice) -> str:
-    """Why the host↔device figure of the answer shown reads as it does, on its device."""
+def transfer_note(
+    fig: AnswerFigures | None, loaded: LoadedDevice, next_mode: str = "iobinding"
+) -> str:
+    """What the loop of the answer shown did and why its host↔device figure reads as it does,
+    on its device; before any answer, what `next_mode` will do on the loaded device. One
+    explanation per loop: No cache keeps no KV cache, and its note never speaks of one."""
     if fig is None:
-        return _before_any_answer(loaded)
+        return _before_any_answer(loaded, next_mode)
     if fig.mode == REMOTE or fig.device == REMOTE:
         return "A server wrote this answer: its loop, device and transfers are its own."
     kv = loaded.kv_bytes_per_token if _same_model(fig, loaded) else 0
-    context = fig.tokens_in_context
+    read = fig.tokens_read
     on = fig.device or loaded.name
-    if on == "cpu":
-        return cpu_note(kv, context or CONTEXT_EXAMPLE, measured=bool(context))
     label = device_name(on)  # the answer's own, whatever is loaded now
     moved = fmt_bytes(fig.transfer_bytes_per_token)
-    naive = naive_bytes_per_token(kv, context)
+    if fig.mode == "nocache":
+        return nocache_note(read, bool(fig.prompt_tokens), None if on == "cpu" else moved)
+    if on == "cpu":
+        return cpu_note(kv, read or CONTEXT_EXAMPLE, bool(read), fig.mode or "iobinding")
+    naive = naive_bytes_per_token(kv, read)
     if fig.mode == "naive":
         return (
             f"On {label} the naive loop sent every layer's KV cache to the host and back for "
@@ -93,7 +99,7 @@ def transfer_note(fig: AnswerFigures | None, loaded: LoadedDevice) -> str:
     if fig.mode == "iobinding":
         would = (
             f" The naive loop would move about {fmt_bytes(naive)} per token by the end of this "
-            f"answer ({context} tokens in its KV cache)."
+            f"answer ({read} tokens in its KV cache)."
             if naive
             else ""
         )
@@ -101,14 +107,26 @@ def transfer_note(fig: AnswerFigures | None, loaded: LoadedDevice) -> str:
             f"On {label} IO-Binding kept the KV cache on the device: only the token, the mask "
             f"and the scores crossed ({moved} per token).{would}"
         )
+    return f"On {label} this loop moved {moved} per token."
+
+
+def nocache_note(read: int, measured: bool = True, moved: str | None = None) -> str:
+    """What No cache does: no KV cache at all, the whole conversation read for every token."""
+    last = f" ({read} tokens for the last token of this answer)" if measured and read else ""
+    crossed = f" It moved {moved} per token between host and device." if moved else ""
     return (
-        f"On {label} this loop moved {moved} per token; the KV cache is what IO-Binding keeps "
-        "on the device."
+        "No cache keeps no notes between tokens (no KV cache): for every token it reads the "
+        f"whole conversation again{last}, so each token takes longer than the last and the "
+        "latency chart climbs. Naive and IO-Binding keep a KV cache and read only the new "
+        f"token: compare them to see what the cache saves.{crossed}"
     )
 
 
-def cpu_note(kv_bytes_per_token: int, context_tokens: int, measured: bool = True) -> str:
-    """Why Naive and IO-Binding are close on the CPU, and where IO-Binding matters."""
+def cpu_note(
+    kv_bytes_per_token: int, context_tokens: int, measured: bool = True, mode: str = "iobinding"
+) -> str:
+    """What a cached loop did on the CPU, why Naive and IO-Binding are close there, and where
+    IO-Binding matters."""
     moved = fmt_bytes(naive_bytes_per_token(kv_bytes_per_token, context_tokens))
     when = (
         f"by the end of this answer ({context_tokens} tokens in its KV cache)"
@@ -116,23 +134,118 @@ def cpu_note(kv_bytes_per_token: int, context_tokens: int, measured: bool = True
         else f"with {context_tokens} tokens in its KV cache"
     )
     saved = f": for this model about {moved} per token {when}." if kv_bytes_per_token else "."
+    if mode == "naive":
+        return (
+            "Naive keeps the KV cache but copies it out of the model and back in for every "
+            "token. On the CPU that copy stays in the computer's memory, so Naive and "
+            "IO-Binding come out close (a few percent either way is noise). On a GPU it would "
+            f"cross to the host and back{saved}"
+        )
     return (
-        "On the CPU the KV cache stays in the computer's memory with either loop, so "
-        "IO-Binding saves only copies within RAM: the two come out close, and a few percent "
-        "either way is noise. IO-Binding matters on a GPU or other accelerator, where the "
-        f"naive loop sends the whole KV cache to the host and back for every token{saved}"
+        "IO-Binding keeps the KV cache where the model runs and updates it in place. On the "
+        "CPU the KV cache stays in the computer's memory with either loop, so Naive comes out "
+        "close (a few percent either way is noise). On a GPU, IO-Binding saves the naive "
+        f"loop's round trip of the whole KV cache to the host{saved}"
     )
 
 
-def _before_any_answer(loaded: LoadedDevice) -> str:
+def prompt_note(fig: AnswerFigures | None) -> str:
+    """Why a TTFT is short and the prompt's perplexity missing: the prompt came from the cache.
+    Empty when there is nothing to say."""
+    if fig is None or fig.mode == REMOTE or fig.device == REMOTE or not fig.prompt_tokens:
+        return ""
+    new, reused = fig.new_prompt_tokens, fig.reused_tokens or 0
+    unscored = (
+        " Too few new tokens to score the prompt's perplexity."
+        if fig.prompt_perplexity is None
+        else ""
+    )
+    if reused:
+        plural = "token was" if new == 1 else "tokens were"
+        return (
+            f"Prompt reused from the cache: only {new} new {plural} read ({reused} of "
+            f"{fig.prompt_tokens} already in the cache from the previous answer), so the TTFT "
+            f"is short.{unscored}"
+        )
+    return unscored.strip()
+
+
+def context_note(fig: AnswerFigures | None, used: int, writing: bool = False) -> str:
+    """Why "Context used" differs from the answer's own count, when it does: after an answer it
+    counts the conversation as the next question will send it. Empty when they agree."""
+    if fig is None or writing or fig.mode == REMOTE or fig.device == REMOTE or not used:
+        return ""
+    read = fig.tokens_read
+    if not read or used == read:
+        return ""
+    had = (
+        f"the {read} tokens in the last answer's KV cache"
+        if fig.mode != "nocache"
+        else f"the {read} tokens the last answer read for its last token"
+    )
+    if used < read:
+        return (
+            f"{used}: the conversation as the next question will send it, the oldest turns "
+            f"left out (the last answer had {read})."
+        )
+    unread = (
+        " and its last token, written but not yet read back"
+        if fig.finish_reason != "eos" and fig.generated_tokens
+        else ""
+    )
+    return (
+        f"{used}: the conversation as the next question will send it, {had} plus the chat "
+        f"template's marks around the turn{unread}."
+    )
+
+
+PERPLEXITY_TIP = (
+    "How surprised the model was by the answer's tokens: 1 means it was certain of every one; "
+    "10 means that on average it hesitated as if between 10 equally likely choices. Low means "
+    "confident, not necessarily right. (The exponential of the mean negative log-likelihood.)"
+)
+PROMPT_PERPLEXITY_TIP = (
+    "How surprised the model was by your prompt, measured the same way on a quarter (at most "
+    "64) of its new tokens: high for unusual text, a language the model knows little, or a "
+    "chat template that does not fit it."
+)
+
+
+def perplexity_meaning(value: float | None) -> str:
+    """One sentence on a perplexity, for its tooltip; empty when unknown."""
+    if value is None:
+        return ""
+    if value >= fmt.PERPLEXITY_CEILING:
+        return (
+            f"Over {fmt.PERPLEXITY_CEILING:,.0f} ({value:.3g}): the model found this text very "
+            "unlikely."
+        )
+    choices = max(1, round(value))
+    if choices == 1:
+        return f"{value:.2f}: the model was nearly certain of each token."
+    return (
+        f"{value:.2f}: on average the model hesitated as if between about {choices} equally "
+        "likely tokens."
+    )
+
+
+def _before_any_answer(loaded: LoadedDevice, next_mode: str = "iobinding") -> str:
     if loaded.name == REMOTE:
         return "A server writes the answers: its loop, device and transfers are its own."
+    if next_mode == "nocache":
+        return nocache_note(0, measured=False)
     if not loaded.own_memory:
-        return cpu_note(loaded.kv_bytes_per_token, CONTEXT_EXAMPLE, measured=False)
+        return cpu_note(loaded.kv_bytes_per_token, CONTEXT_EXAMPLE, measured=False, mode=next_mode)
     label = device_name(loaded.name) if loaded.name in DEVICE_NAMES else loaded.label
+    if next_mode == "naive":
+        return (
+            f"On {label} the naive loop moves every layer's KV cache to the host and back for "
+            "each token; IO-Binding would move only the token, the mask and the scores."
+        )
     return (
-        f"On {label} the naive loop moves every layer's KV cache to the host and back "
-        "for each token; IO-Binding moves only the token, the mask and the scores."
+        f"On {label} IO-Binding keeps the KV cache on the device and moves only the token, "
+        "the mask and the scores; the naive loop moves every layer's KV cache to the host and "
+        "back for each token."
     )
 
 

@@ -179,7 +179,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
     return ModelSummary(
         folder=engine.info.folder,
         name=engine.info.name,
-        description=engine.info.describe(),
+        description=engine.info.describe(engine.max_context),
         layout=engine.info.layout.value,
         device=engine.device.name,
         device_label=engine.device.label,
@@ -274,6 +274,7 @@ class ConvertRequest:
     # converter.GRAPHS: "auto" (the native graph where chatapp's GGUF kernels run here, else
     # the stock one); the window asks for "both" when its device is not the CPU.
     graph: str = "auto"
+    attention: str = "gqa"  # converter's: "standard" for a device without float32 GQA (CUDA)
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,9 @@ def convert_job(request: ConvertRequest) -> Job:
         control.put(Progress(0.0, "checking the source file"))
         # Converted before, into this folder or under another name beside it (the default
         # model's folder, a renamed download): one copy in the library, not two.
-        options = ConvertOptions(overwrite=True, graph=request.graph).resolved()
+        options = ConvertOptions(
+            overwrite=True, graph=request.graph, attention=request.attention
+        ).resolved()
         earlier = earlier_conversion(request.gguf, request.out_dir, options)
         if earlier is not None:
             return earlier

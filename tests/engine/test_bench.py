@@ -19,6 +19,7 @@ from chatapp.engine.bench.run import (
     run_interleaved,
 )
 from chatapp.engine.bench.stats import summarize
+from chatapp.engine.bench.summary import fig, per_token_ms
 from chatapp.engine.engine import Engine
 
 
@@ -78,7 +79,11 @@ def test_summary_and_table(engine: Engine) -> None:
     }
     table = markdown_report(result)
     assert "| Naive |" in table and "| IO-Binding |" in table
-    assert "**1.10x** tokens/s" in table
+    # The ratio is the one the view states: the two medians it divides, as the table shows them.
+    naive_ms = per_token_ms(result["naive"]).median
+    iob_ms = per_token_ms(result["iobinding"]).median
+    assert f"IO-Binding vs Naive: Naive's {fig(naive_ms)} / IO-Binding's {fig(iob_ms)}" in table
+    assert f"| Naive | {per_token_ms(result['naive']).text('')} |" in table
     assert "tokenizer" not in table  # not measured: no line
     result |= result_header(engine, 12, 3) | {"tokenizer_bytes": 99 << 20}
     assert result["vocab_size"] == engine.info.vocab_size
@@ -105,14 +110,14 @@ def test_a_sweep_table_marks_the_points_a_loop_left_out() -> None:
     from chatapp.engine.bench.report import _sweep_table
 
     figures = {
-        "tokens_per_s": 10.0,
+        "tokens_per_s": 100.0,
+        "first_run": {"latencies_s": [0.009, 0.010, 0.011]},
         "transfer": {"h2d_bytes_per_token": 0, "d2h_bytes_per_token": 0},
         **dict.fromkeys(("run_s_per_token", "host_s_per_token", "sample_s_per_token"), 0.001),
     }
     short = {"prompt_tokens": 128, "nocache": figures, "naive": figures, "iobinding": figures}
     long = {"prompt_tokens": 2048, "naive": figures, "iobinding": figures}  # no cache left out
-    for point in (short, long):
-        point["speedup_tokens_per_s"] = 1.0
     rows = _sweep_table([short, long])
-    assert "No cache tok/s" in rows[1]
-    assert rows[-1].startswith("| 2048 | – | 10.0 | 10.0 | 1.00x | – |")
+    assert "No cache ms per token (median)" in rows[1]
+    ms = "10.0 (9.0–11.0)"
+    assert rows[-1].startswith(f"| 2048 | – | {ms} | {ms} | 10.0 / 10.0 = 1.00x | – |")

@@ -125,6 +125,84 @@ def test_system_role_refused_by_the_template_is_folded(
         tok.render([Message("system", "Be brief.")])
 
 
+# ---- a template limit: the conversation's fault or the template's (issue 37) ----------------
+SLOW_LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+
+
+@pytest.fixture
+def short_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chatapp.engine import template
+
+    monkeypatch.setattr(template, "LIMITS", template.Limits(seconds=0.3))
+
+
+def _huge_chat(count: int = 400_000) -> list[Message]:
+    return [Message("user" if i % 2 == 0 else "assistant", "hi") for i in range(count)]
+
+
+def test_a_huge_conversation_is_refused_alone(
+    tiny_model_dir: Path, short_limit: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    from chatapp.engine.template import TemplateLimitError
+
+    tok = ChatTokenizer(tiny_model_dir)
+    for _ in range(2):  # again: still only that conversation
+        with pytest.raises(TemplateLimitError):
+            tok.render(_huge_chat())
+        assert "Say hi" in tok.render([Message("user", "Say hi")])
+    assert "only it was refused" in caplog.text and "400000 messages" in caplog.text
+    assert "from now on" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        SLOW_LOOP,
+        "{{ 'x' * 5000000 }}{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}{{ SLOW }}".replace(
+            "{{ SLOW }}", SLOW_LOOP
+        ),
+    ],
+    ids=["slow", "big", "slow-after-messages"],
+)
+def test_a_template_that_fails_an_ordinary_chat_is_switched_off(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    short_limit: None,
+    caplog: pytest.LogCaptureFixture,
+    template: str,
+) -> None:
+    from chatapp.engine.template import TemplateLimitError
+
+    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "slow", template))
+    with pytest.raises(TemplateLimitError) as first:
+        tok.render([Message("user", "Hi")])
+    with pytest.raises(TemplateLimitError) as again:
+        tok.render([Message("user", "Say hi")])
+    assert again.value is first.value  # failed fast: the template did not run again
+    assert "hit a limit on an ordinary chat too" in caplog.text
+
+
+def test_an_ordinary_template_is_probed_once(
+    tiny_model_dir: Path, short_limit: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine.template import TemplateLimitError
+
+    tok = ChatTokenizer(tiny_model_dir)
+    probes = []
+    probe = tok._renders_ordinary_chat
+
+    def counted() -> bool:
+        probes.append(1)
+        return probe()
+
+    monkeypatch.setattr(tok, "_renders_ordinary_chat", counted)
+    for _ in range(3):
+        with pytest.raises(TemplateLimitError):
+            tok.render(_huge_chat())
+    assert probes == [1]
+
+
 def test_the_tokenizer_measures_what_it_keeps_after_handing_the_parse_back(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -193,7 +193,7 @@ def test_bench_prints_a_markdown_table(tiny_model_dir: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "| Naive |" in out.stdout and "| IO-Binding |" in out.stdout
-    assert "IO-Binding / naive:" in out.stdout
+    assert "IO-Binding vs Naive: Naive's " in out.stdout
     assert "On the CPU" in out.stdout  # where each loop's time goes, in words
     assert "Physical floor" not in out.stdout
 

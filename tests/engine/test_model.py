@@ -34,6 +34,10 @@ def test_converter_folder_is_described(tiny_model_dir: Path) -> None:
     assert info.vocab_size == 269
     assert not info.has_position_ids
     assert "KV layout shared-buffer" in info.describe()
+    # One context figure, or both labelled: what the app sets aside and what the model allows.
+    assert "context 512 tokens," in info.describe() and "allows" not in info.describe()
+    assert "context 256 tokens (the model allows 512)" in info.describe(256)
+    assert "context 512 tokens," in info.describe(512)
 
 
 def test_missing_folder(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.app import build_window
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.settings import SETTINGS_ENV
+from chatapp.gui.compare import feature as compare_feature
 from chatapp.gui.main_window import MainWindow
 from chatapp.session.chat_jobs import GenerateRequest
 from chatapp.session.jobs import Job
@@ -47,6 +48,14 @@ def history_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own chat history file (never the user's)."""
     path = tmp_path / "data" / "history.sqlite3"
     monkeypatch.setattr(store_history, "default_history_path", lambda: path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def compare_results_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test keeps its comparison results in its own file (never the user's)."""
+    path = tmp_path / "data" / "comparison.json"
+    monkeypatch.setattr(compare_feature, "default_results_path", lambda: path)
     return path
 
 

@@ -73,7 +73,7 @@ def test_first_run_prepares_the_default_model_without_freezing(
     def see_dialog() -> None:
         dialog = window.findChild(QProgressDialog, "prepareProgressDialog")
         if dialog is not None and dialog.isVisible():
-            dialogs.add(dialog.labelText())
+            dialogs.add(" ".join(dialog.labelText().split()))  # its lines wrapped to fit
 
     gaps.timer.timeout.connect(see_dialog)
     gaps.start()

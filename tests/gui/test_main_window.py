@@ -74,9 +74,15 @@ def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_
     assert figures.mode == "iobinding" and figures.generated_tokens == 40
     assert float(_figure(window, "tokensPerSecondValue")) > 0
     assert float(_figure(window, "ttftValue")) >= 0
-    assert float(_figure(window, "perplexityValue")) >= 1
-    assert float(window.side_panel.prompt_perplexity_value.text()) >= 1
-    used = figures.prompt_tokens + 40
+    # A random-weight model may find its text absurdly unlikely: "> 1,000" then.
+    for text in (
+        _figure(window, "perplexityValue"),
+        window.side_panel.prompt_perplexity_value.text(),
+    ):
+        assert text == "> 1,000" or 1 <= float(text) < 1000, text
+    # Cut at the limit: the 40th token was written but never read back into the cache.
+    used = figures.prompt_tokens + 39
+    assert figures.tokens_read == used
     shown = window.side_panel.context_value.text()
     if shown != f"{used} / 512":
         # On a busy machine the measurement of the next prompt (the answer re-tokenized as
@@ -321,11 +327,12 @@ def test_open_gguf_converts_with_progress_then_opens(
     dialog = window.findChild(QProgressDialog, "convertProgressDialog")
     assert dialog is not None and dialog.isVisible()
     # connected after the window's own slot: sees the label that slot just set
-    window.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.labelText()))
+    window.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.toolTip()))
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         pass
     assert len(plans) == 1 and plans[0].startswith("tiny-llama.gguf: the model folder takes")
-    assert labels[-1].startswith(plans[0] + "\n")  # from the plan on, above every step
+    # From the plan on, above every step (wrapped to the dialog's width; whole in its tooltip).
+    assert labels[-1].startswith(plans[0] + "\n")
     assert window.controller.model.folder == out
     assert window.findChild(QProgressDialog, "convertProgressDialog") is None or not (
         dialog.isVisible()

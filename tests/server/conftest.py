@@ -37,3 +37,10 @@ def client(served: Served) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def model(served: Served) -> str:
     return served.worker.card.id
+
+
+@pytest.fixture(scope="module")
+def default_served(default_model_dir: Path) -> Iterator[Served]:
+    """The default model (SmolLM2-135M, its own chat template) served; skips without it."""
+    with serving(Engine(default_model_dir, threads=1)) as s:
+        yield s

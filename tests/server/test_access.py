@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +43,54 @@ def test_a_foreign_host_is_misdirected(guarded: Served, host: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "host", ["127.0.0.1", "localhost:8000", "[::1]:8000", "LOCALHOST", "my-box.lan:1"]
+    "host",
+    [
+        "localhost:8000@evil.com",  # the port parsed loosely, the name after @ ignored
+        "localhost:abc",
+        "localhost:",
+        "localhost:0",
+        "localhost:65536",
+        "localhost:+80",
+        "localhost:8000:8000",
+        "127.0.0.1:80/evil",
+        "localhost@evil.com",
+        "evil.com#localhost",
+        "[::1]evil.com",
+        "[::1]:x",
+        "[::1",
+        "[localhost]:80",
+        "localhost..",
+        "local host",
+    ],
+)
+def test_a_malformed_host_is_misdirected(guarded: Served, host: str) -> None:
+    records = len(guarded.worker.records)
+    for path in ("/v1/models", "/health"):
+        assert get(guarded, path, Host=host).status_code in (400, 421), (host, path)
+    response = httpx2.post(
+        f"{guarded.api}/chat/completions",
+        json=HELLO,
+        headers={**AUTH, "Host": host},
+        timeout=60,
+        trust_env=False,
+    )
+    assert response.status_code in (400, 421)  # 400: uvicorn's h11 refused it first
+    assert len(guarded.worker.records) == records
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "localhost:8000",
+        "[::1]:8000",
+        "[::1]",
+        "LOCALHOST",
+        "my-box.lan:1",
+        "localhost.",
+        "localhost.:8000",
+        "127.0.0.1:65535",
+    ],
 )
 def test_loopback_names_and_allowed_hosts_are_answered(guarded: Served, host: str) -> None:
     assert get(guarded, "/v1/models", Host=host).status_code == 200
@@ -64,6 +112,39 @@ def test_a_foreign_origin_is_forbidden_even_without_a_preflight(guarded: Served)
     assert len(guarded.worker.records) == records
     for origin in ("null", "http://localhost:5174", "https://localhost:5173", "file://"):
         assert get(guarded, "/v1/models", Origin=origin).status_code == 403, origin
+
+
+@pytest.mark.parametrize("site", ["cross-site", "same-site", "CROSS-SITE", "Cross-Site"])
+def test_a_request_another_site_sent_without_origin_is_forbidden(
+    guarded: Served, site: str
+) -> None:
+    # A browser names the sender in Sec-Fetch-Site even where it leaves Origin out.
+    records = len(guarded.worker.records)
+    for content_type in ("application/json", "text/plain"):
+        response = httpx2.post(
+            f"{guarded.api}/chat/completions",
+            content=json.dumps(HELLO).encode(),
+            headers={**AUTH, "Sec-Fetch-Site": site, "Content-Type": content_type},
+            timeout=60,
+            trust_env=False,
+        )
+        assert response.status_code == 403
+        error = response.json()["error"]
+        assert error["code"] == "origin_not_allowed" and "--allow-origin" in error["message"]
+    assert get(guarded, "/v1/models", **{"Sec-Fetch-Site": site}).status_code == 403
+    assert len(guarded.worker.records) == records
+
+
+@pytest.mark.parametrize("site", ["same-origin", "none"])
+def test_a_request_of_the_same_origin_or_typed_is_answered(guarded: Served, site: str) -> None:
+    answer = httpx2.post(
+        f"{guarded.api}/chat/completions",
+        json=HELLO,
+        headers={**AUTH, "Sec-Fetch-Site": site},
+        timeout=60,
+        trust_env=False,
+    )
+    assert answer.status_code == 200
 
 
 def test_an_allowed_origin_gets_its_preflight_without_the_key(guarded: Served) -> None:
@@ -128,3 +209,6 @@ def test_policy_rules() -> None:
     assert AccessPolicy().host_allowed(None)  # HTTP/1.0 without Host: not a browser
     assert not AccessPolicy().origin_allowed("http://127.0.0.1:9", "127.0.0.1:8000")
     assert AccessPolicy(allowed_origins=frozenset({"*"})).origin_allowed("null", None)
+    assert AccessPolicy(allowed_origins=frozenset({"*"})).fetch_site_allowed("cross-site")
+    assert not AccessPolicy(allowed_origins=frozenset({ALLOWED})).fetch_site_allowed("same-site")
+    assert AccessPolicy().fetch_site_allowed(None) and AccessPolicy().fetch_site_allowed("none")

@@ -191,6 +191,27 @@ def test_serve_prepares_the_default_model_on_first_use(
     assert "preparing" not in capsys.readouterr().err
 
 
+def test_the_printed_address_already_listens(tiny_model_dir: Path) -> None:
+    # A client that reads the line and connects at once (no retry) used to be refused: the
+    # address was printed before uvicorn listened.
+    process, info = serve_process("--model", str(tiny_model_dir), "--threads", "1")
+    try:
+        host, port = info["url"].removeprefix("http://").removesuffix("/v1").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            reply = b""
+            while chunk := conn.recv(4096):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200") and b'{"status":"ok"}' in reply
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+
+
 def test_sigterm_right_after_start_is_a_clean_stop(tiny_model_dir: Path) -> None:
     # The address is printed before uvicorn installs its handlers: a service manager's SIGTERM
     # in between used to kill the process (status -15).

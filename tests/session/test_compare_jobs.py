@@ -1,9 +1,17 @@
-"""The comparison's requests: which loops a sweep point runs."""
+"""The comparison's requests: which loops a sweep point runs, and what a sweep will take."""
 
 from __future__ import annotations
 
-from chatapp.engine.modes import CACHED_MODES, MODES
-from chatapp.session.compare_jobs import NOCACHE_SWEEP_MAX, SweepRequest
+from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import CACHED_MODES, MODES, Mode
+from chatapp.session.compare_jobs import (
+    DEFAULT_SWEEP,
+    NOCACHE_SWEEP_MAX,
+    SWEEP_TOKENS,
+    SweepCosts,
+    SweepRequest,
+    duration_text,
+)
 
 
 def test_a_sweep_runs_no_cache_only_on_the_shorter_contexts() -> None:
@@ -13,3 +21,38 @@ def test_a_sweep_runs_no_cache_only_on_the_shorter_contexts() -> None:
     assert request.modes_at(NOCACHE_SWEEP_MAX) == CACHED_MODES
     cached = SweepRequest("Hi", (128,), modes=CACHED_MODES)
     assert cached.modes_at(128) == CACHED_MODES
+
+
+def test_the_cost_model_counts_every_step_of_every_loop() -> None:
+    costs = SweepCosts(prefill_s_per_token=0.01, decode_s=0.05)
+    request = SweepRequest("Hi", (100,), max_new_tokens=4, repeats=2, modes=MODES)
+    # Cached loops: a prefill of 100 tokens, then 3 decode steps. No cache: every token is a
+    # prefill of the whole sequence so far (100, 101, 102, 103 tokens).
+    cached = 100 * 0.01 + 3 * 0.05
+    nocache = (100 + 101 + 102 + 103) * 0.01
+    assert abs(costs.point_s(request, 100) - 2 * (2 * cached + nocache)) < 1e-9
+    assert costs.step_s(Mode.NAIVE, 100, 2) == 0.05
+    assert abs(costs.step_s(Mode.NOCACHE, 100, 2) - 1.02) < 1e-9
+
+
+def test_costs_come_from_a_measured_run() -> None:
+    run = RunStats("iobinding", "cpu", prompt_tokens=200, ttft_s=2.0, latencies_s=[0.1, 0.3, 0.2])
+    costs = SweepCosts.from_run(run)
+    assert abs(costs.prefill_s_per_token - 0.01) < 1e-12 and costs.decode_s == 0.2
+
+
+def test_the_default_sweep_fits_three_minutes_at_the_speed_measured_on_two_busy_cores() -> None:
+    # SmolLM2-135M on 2 cores with other work running: a 258-token prefill took 3.2 s and a
+    # decode step 60 ms (chatapp bench --context-tokens 256). The default sweep must stay
+    # under 3 minutes at that speed, no cache included where it runs.
+    request = SweepRequest("Why is the sky blue?")
+    assert request.contexts == DEFAULT_SWEEP and request.max_new_tokens == SWEEP_TOKENS
+    busy = SweepCosts(prefill_s_per_token=3.2 / 258, decode_s=0.060)
+    assert busy.sweep_s(request) < 180
+
+
+def test_durations_read_as_a_person_says_them() -> None:
+    assert duration_text(12) == "about 10 s"
+    assert duration_text(95) == "about 1 min 40 s"
+    assert duration_text(120) == "about 2 min"
+    assert duration_text(1900) == "about 32 min"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
 
 from chatapp.convert.converter import NATIVE_MODEL_FILE
@@ -33,3 +34,11 @@ def test_auto_writes_the_stock_graph_without_the_library(
 def test_auto_writes_the_native_graph_with_the_library(tiny_gguf: Path, tmp_path: Path) -> None:
     out = drive(convert_job(ConvertRequest(tiny_gguf, tmp_path / "m"))).result
     assert needs_native(out / "model.onnx")
+
+
+def test_a_conversion_for_cuda_writes_standard_attention(tiny_gguf: Path, tmp_path: Path) -> None:
+    """The window converts for CUDA with plain attention ops (no float32 GQA there)."""
+    request = ConvertRequest(tiny_gguf, tmp_path / "m", "stock", "standard")
+    out = drive(convert_job(request)).result
+    ops = {n.op_type for n in onnx.load(out / "model.onnx", load_external_data=False).graph.node}
+    assert "GroupQueryAttention" not in ops and "Softmax" in ops

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from chatapp.engine.bench.sentences import comparison_sentences, sweep_sentences
+from chatapp.engine.bench.summary import (
+    per_token_ms,
+    summarize_comparison,
+    summarize_sweep,
+)
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.units import fmt_bytes
 
@@ -36,7 +42,6 @@ def where_time_goes(result: dict[str, Any]) -> str:
     """One or two sentences on where each loop's time goes on this device (run/host/transfer)."""
     n_run, n_host, _n_sample, n_bytes = _per_token(result[Mode.NAIVE])
     i_run, i_host, _i_sample, i_bytes = _per_token(result[Mode.IOBINDING])
-    speedup = result.get("speedup_tokens_per_s", 0.0)
     device = result.get("device_label") or result.get("device", "this device")
     context = result.get("prompt_tokens", 0)
     if not result.get("device_own_memory"):
@@ -45,14 +50,14 @@ def where_time_goes(result: dict[str, Any]) -> str:
             "across a bus (0 bytes per token). What IO-Binding saves is inside the run: the naive "
             "loop's graph copies the whole KV cache into a new present tensor every step "
             f"(mean run time {n_run:.1f} vs {i_run:.1f} ms per token at {context} tokens of "
-            f"context; the copy is as long as the context): {speedup:.2f}x the tokens/s here."
+            f"context; the copy is as long as the context)."
         )
     return (
         f"On {device} the naive loop moves every layer's KV cache to the host and back: "
         f"{fmt_bytes(n_bytes)} per token at {context} tokens of context, inside its "
         f"{n_run:.1f} ms run (+{n_host:.1f} ms on the host). IO-Binding keeps the KV on the "
         f"device and moves only the token, the mask and the logits ({fmt_bytes(i_bytes)}): "
-        f"{i_run:.1f} ms run, {i_host:.1f} ms host, {speedup:.2f}x the tokens/s."
+        f"{i_run:.1f} ms run, {i_host:.1f} ms host."
     )
 
 
@@ -81,10 +86,16 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"median of {result['repeats']} runs (min–max in brackets)",
         *_tokenizer_line(result),
         "",
-        "| loop | tokens/s | weights read / token | TTFT (ms) | p50 latency (ms) "
-        "| p95 latency (ms) | host prep share | host→device / token | device→host / token |",
+        "| loop | time per token (ms, median) | tokens/s (mean) | weights read / token "
+        "| TTFT (ms) | p95 time per token (ms) | host prep share | host→device / token "
+        "| device→host / token |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    lines[0] += (
+        "; time per token: the median of each run's median step (a median is what every ratio "
+        "and sentence below uses)"
+    )
+    lines += []
     rows = [(m, LOOP_LABELS[m], result[m]) for m in LOOP_LABELS if m in result]
     for system, label, r in rows:
         weights = weight_bytes_per_step(result, system)
@@ -96,15 +107,21 @@ def markdown_report(result: dict[str, Any]) -> str:
             if transfer
             else "n/a | n/a |"
         )
+        per_token = (
+            per_token_ms(r).text("") if "first_run" in r else f"{r['latency_p50_s'] * 1000:.1f}"
+        )
         lines.append(
-            f"| {label} | {r['tokens_per_s']:.1f}{_spread(r, 'tokens_per_s', 1, '{:.1f}')} | "
+            f"| {label} | {per_token} | "
+            f"{r['tokens_per_s']:.1f}{_spread(r, 'tokens_per_s', 1, '{:.1f}')} | "
             f"{fmt_bytes(weights) if weights is not None else 'n/a'} | "
             f"{r['ttft_s'] * 1000:.0f}{_spread(r, 'ttft_s', 1000, '{:.0f}')} | "
-            f"{r['latency_p50_s'] * 1000:.1f} | {r['latency_p95_s'] * 1000:.1f} | "
+            f"{r['latency_p95_s'] * 1000:.1f} | "
             + (f"{share * 100:.1f}% | " if share is not None else "n/a | ")
             + moved
         )
     lines += ["", *_loop_ratios(result)]
+    if all("first_run" in result[m] for m in MODES if m in result):
+        lines += ["", *comparison_sentences(summarize_comparison(result))]
     for peer in (p for p in PEERS if p in result):
         lines.append(
             f"IO-Binding / {LOOP_LABELS[peer]}: **{result[f'iobinding_vs_{peer}']:.2f}x** "
@@ -124,39 +141,30 @@ def markdown_report(result: dict[str, Any]) -> str:
     sweep = result.get("sweep", [])
     if sweep:
         lines += _sweep_table(sweep)
+        lines += ["", *sweep_sentences(summarize_sweep(sweep))]
     return "\n".join(lines)
 
 
 def _loop_ratios(result: dict[str, Any]) -> list[str]:
-    """The loops against each other: IO-Binding over naive, caching over no cache."""
-    same = f"same tokens: {'yes' if result['same_tokens'] else 'NO'}"
-    lines = []
-    if "speedup_tokens_per_s" in result:
-        lines.append(
-            f"IO-Binding / naive: **{result['speedup_tokens_per_s']:.2f}x** tokens/s, "
-            f"{result['speedup_latency']:.2f}x lower p50 latency; {same}"
-        )
-    for mode, speedup in (result.get("caching_speedup") or {}).items():
-        lines.append(
-            f"{Mode(mode).label} / no cache: **{speedup:.2f}x** faster over the whole answer "
-            f"({result['max_new_tokens']} new tokens, first token included; median of the "
-            f"repeats' ratios); {same}"
-        )
-    return lines or [same[0].upper() + same[1:]]
+    """Whether the loops wrote the same tokens (their ratios are the sentences below)."""
+    return [f"Same tokens in every loop: {'yes' if result['same_tokens'] else 'NO'}."]
 
 
 def _sweep_table(sweep: list[dict[str, Any]]) -> list[str]:
     # A sweep may leave no cache out of its longer contexts: cells say "–" there.
     modes = [m for m in MODES if any(m in point for point in sweep)]
-    ratio = "speedup" if all("speedup_tokens_per_s" in p for p in sweep) else None
-    head = ["context (tokens)", *[f"{m.label} tok/s" for m in modes]]
-    head += [ratio] if ratio else []
+    ratios = summarize_sweep(sweep).ratios
+    ratio = len(ratios) == len(sweep)
+    head = ["context (tokens)", *[f"{m.label} ms per token (median)" for m in modes]]
+    head += ["Naive / IO-Binding time"] if ratio else []
     head += [f"{m.label} host↔device / token" for m in modes]
     lines = ["", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for point in sweep:
+    for index, point in enumerate(sweep):
         cells = [str(point["prompt_tokens"])]
-        cells += [f"{point[m]['tokens_per_s']:.1f}" if m in point else "–" for m in modes]
-        cells += [f"{point['speedup_tokens_per_s']:.2f}x"] if ratio else []
+        cells += [per_token_ms(point[m]).text("") if m in point else "–" for m in modes]
+        if ratio:
+            r = ratios[index][1]
+            cells.append(f"{r.numerator:.1f} / {r.denominator:.1f} = {r.value:.2f}x")
         cells += [fmt_bytes(_per_token(point[m])[3]) if m in point else "–" for m in modes]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -78,6 +78,7 @@ class ModelInfo:
     io: ModelIO  # the input / output names the loops use
     logits_dtype: np.dtype  # what the graph returns; sampled as float32
     window: int | None = None  # static-window models: tokens per run
+    op_types: frozenset[str] = frozenset()  # every node's op type, subgraphs included
 
     @property
     def has_position_ids(self) -> bool:
@@ -91,10 +92,17 @@ class ModelInfo:
     def kv_bytes_per_token(self) -> int:
         return 2 * self.n_layers * self.kv_heads * self.head_dim * np.dtype(self.kv_dtype).itemsize
 
-    def describe(self) -> str:
+    def describe(self, allocated: int | None = None) -> str:
+        """One line; `allocated`: the context an engine set aside, said beside the model's own
+        when smaller (the window's "/ 8192" then matches the status bar's words)."""
+        context = (
+            f"context {allocated} tokens (the model allows {self.context_length})"
+            if allocated and allocated < self.context_length
+            else f"context {self.context_length} tokens"
+        )
         return (
             f"{self.name}: {self.n_layers} layers, {self.kv_heads} KV heads x {self.head_dim}, "
-            f"context {self.context_length}, KV layout {self.layout.value}"
+            f"{context}, KV layout {self.layout.value}"
             + ("" if self.kv_dtype == np.float32 else f", {NAMES[self.kv_dtype]} KV")
         )
 
@@ -322,6 +330,7 @@ def _describe(
         window=window,
         io=io,
         logits_dtype=logits_dtype,
+        op_types=frozenset(node.op_type for node in all_nodes(graph)),
     )
 
 

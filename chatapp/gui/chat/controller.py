@@ -146,8 +146,10 @@ class ChatController(QObject):
     def set_conversation(self, conversation: Conversation) -> bool:
         return self.session.set_conversation(conversation)
 
-    def convert_gguf(self, gguf: Path, out_dir: Path, graph: str = "auto") -> bool:
-        return self.session.convert_gguf(gguf, out_dir, graph)
+    def convert_gguf(
+        self, gguf: Path, out_dir: Path, graph: str = "auto", attention: str = "gqa"
+    ) -> bool:
+        return self.session.convert_gguf(gguf, out_dir, graph, attention)
 
     def cancel_conversion(self) -> None:
         self.session.cancel_conversion()

@@ -1,5 +1,9 @@
 """The latency chart of the live panel: per-token latency of the answer being written (ms),
-one point per decode step, with slow outliers marked at the top edge."""
+one point per decode step, with slow outliers marked at the top edge.
+
+Tokens are numbered as people count them, from 1; token 1 has no point: its time is the TTFT
+(it includes reading the prompt), shown beside the chart. An answer of 7 tokens has 6 points,
+at 2 to 7, each drawn as a dot while there are few enough to count."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from chatapp.gui.common.theme import ThemeColors, on_theme
 
 class LatencyChart(QChartView):
     """Per-token latency of the answer being written (ms), one point per decode step."""
+
+    DOTS_UP_TO = 32  # points drawn as dots up to this many: a short answer's can be counted
 
     def __init__(self, parent: QWidget | None = None) -> None:
         chart = QChart()
@@ -72,22 +78,23 @@ class LatencyChart(QChartView):
         self.series.clear()
         self.outliers.clear()
         self._values_ms: list[float] = []
-        self.x_axis.setRange(0, 16)
+        self.x_axis.setRange(1, 16)
         self.y_axis.setRange(0, 50)
         self.hint.set_empty(True)
 
     def add(self, first_index: int, latencies_s: Sequence[float]) -> None:
         points = [
-            QPointF(first_index + i, s * 1000.0)
+            QPointF(first_index + i + 1, s * 1000.0)  # token numbers from 1
             for i, s in enumerate(latencies_s)
-            if first_index + i > 0  # token 0's latency is the TTFT, shown on its own
+            if first_index + i > 0  # the first token's latency is the TTFT, shown on its own
         ]
         if not points:
             return
         self.series.append(points)
+        self.series.setPointsVisible(self.series.count() <= self.DOTS_UP_TO)
         self._values_ms += [p.y() for p in points]
         last = points[-1].x()
-        self.x_axis.setRange(0, max(16.0, last))
+        self.x_axis.setRange(1, max(16.0, last))
         # One slow token (a page fault, another program) must not flatten the line: the scale
         # ignores the top 5 % and marks what is above it at the top edge.
         top = robust_top(self._values_ms, 10.0)

@@ -30,7 +30,16 @@ from chatapp.gui.chat.latency_chart import LatencyChart
 from chatapp.gui.common.theme import muted
 from chatapp.session import formatting as fmt
 from chatapp.session.context import POLICY_TEXT
-from chatapp.session.loop_notes import LoadedDevice, answer_caption, transfer_note
+from chatapp.session.loop_notes import (
+    PERPLEXITY_TIP,
+    PROMPT_PERPLEXITY_TIP,
+    LoadedDevice,
+    answer_caption,
+    context_note,
+    perplexity_meaning,
+    prompt_note,
+    transfer_note,
+)
 from chatapp.units import fmt_bytes
 
 TRANSFER_TIP = "Bytes crossing between host and device memory per generated token"
@@ -39,6 +48,11 @@ WARMED = (
     "The device's first runs took {seconds:.1f} s before this answer (compiling its programs): "
     "not counted in its figures. A prompt of a length not seen before may still compile some "
     "within its TTFT."
+)
+LATENCY_CAPTION = "Per-token latency (ms)"
+LATENCY_TIP = (
+    "One point per token after the first: the first token's time is the TTFT, shown above "
+    "(it includes reading the prompt)."
 )
 
 
@@ -69,6 +83,8 @@ class LiveFigures(QGroupBox):
         self.loaded = LoadedDevice()
         self.figures: AnswerFigures | None = None  # the answer shown
         self.writing = False
+        self.next_mode = "iobinding"  # the loop the next answer uses (words before any answer)
+        self._context_used = 0
         self._pending: AnswerFigures | None = None  # the loop and device of one being started
         self._warm_started = 0.0
         self._warm_seconds: float | None = None
@@ -117,12 +133,8 @@ class LiveFigures(QGroupBox):
         cells = (
             ("tokensPerSecondValue", "Tokens/s", "Decode speed (prefill excluded)"),
             ("ttftValue", "TTFT (ms)", "Time to first token: prefill and the first sample"),
-            ("perplexityValue", "Perplexity", "exp(mean NLL) of the generated tokens"),
-            (
-                "promptPerplexityValue",
-                "Prompt perplexity",
-                "The same for the new prompt, from a quarter (at most 64) of its tokens",
-            ),
+            ("perplexityValue", "Perplexity", PERPLEXITY_TIP),
+            ("promptPerplexityValue", "Prompt perplexity", PROMPT_PERPLEXITY_TIP),
         )
         values = []
         for i, (name, caption, tip) in enumerate(cells):
@@ -137,37 +149,56 @@ class LiveFigures(QGroupBox):
             self.perplexity_value,
             self.prompt_perplexity_value,
         ) = values
+        # A prompt read from the cache: why the TTFT is short and its perplexity missing.
+        self.prompt_note = WrappedNote("promptNote", self)
+        self.prompt_note.hide()
+        grid.addWidget(self.prompt_note, 7, 0, 1, 2)
         caption = "Host↔device per token"
         self.transfer_value = self._value_label("transferValue", caption, TRANSFER_TIP)
         self.transfer_note = WrappedNote("transferNote", self)
-        grid.addWidget(self._caption(caption, TRANSFER_TIP), 7, 0, 1, 2)
-        grid.addWidget(self.transfer_value, 8, 0, 1, 2)
-        grid.addWidget(self.transfer_note, 9, 0, 1, 2)
+        grid.addWidget(self._caption(caption, TRANSFER_TIP), 8, 0, 1, 2)
+        grid.addWidget(self.transfer_value, 9, 0, 1, 2)
+        grid.addWidget(self.transfer_note, 10, 0, 1, 2)
         # What happens when the context fills up.
         # Caption and value in one row across both columns: the caption must not set the
         # first column's width (the panel stays narrow).
         context_row = QHBoxLayout()
-        context_row.addWidget(self._caption("Context used (tokens)", POLICY_TEXT))
+        self.context_caption = self._caption("Context used (tokens)", POLICY_TEXT)
+        context_row.addWidget(self.context_caption)
         self.context_value = QLabel(fmt.MISSING, self)
         self.context_value.setObjectName("contextValue")
         context_row.addStretch(1)
         context_row.addWidget(self.context_value)
-        grid.addLayout(context_row, 10, 0, 1, 2)
+        grid.addLayout(context_row, 11, 0, 1, 2)
         self.context_bar = QProgressBar(self)
         self.context_bar.setObjectName("contextBar")
         self.context_bar.setTextVisible(False)
         self.context_bar.setMaximumHeight(6)
         self.context_bar.setRange(0, 1)
         self.context_bar.setValue(0)
-        grid.addWidget(self.context_bar, 11, 0, 1, 2)
-        grid.addWidget(self._caption("Per-token latency"), 12, 0, 1, 2)
+        grid.addWidget(self.context_bar, 12, 0, 1, 2)
+        # Why "Context used" and the answer's own count differ, when they do.
+        self.context_note = WrappedNote("contextNote", self)
+        self.context_note.hide()
+        grid.addWidget(self.context_note, 13, 0, 1, 2)
+        self.latency_caption = self._caption(LATENCY_CAPTION, LATENCY_TIP)
+        self.latency_caption.setObjectName("latencyCaption")
+        self.latency_caption.setWordWrap(True)
+        self.latency_caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        grid.addWidget(self.latency_caption, 14, 0, 1, 2)
         self.latency_chart = LatencyChart(self)
-        grid.addWidget(self.latency_chart, 13, 0, 1, 2)
+        self.latency_chart.setToolTip(LATENCY_TIP)
+        grid.addWidget(self.latency_chart, 15, 0, 1, 2)
 
     # ---- what the next answer runs on -------------------------------------------------------
     def set_loaded(self, loaded: LoadedDevice) -> None:
         """A model was loaded on a device: an answer already shown keeps its own words."""
         self.loaded = loaded
+        self._describe()
+
+    def set_next_mode(self, mode: str) -> None:
+        """The loop chosen for the next answer: before any answer, the note explains it."""
+        self.next_mode = mode
         self._describe()
 
     # ---- one answer -------------------------------------------------------------------------
@@ -191,6 +222,8 @@ class LiveFigures(QGroupBox):
             label.setText(fmt.MISSING)
         self.transfer_value.setText(fmt.MISSING)  # no answer, no figure
         self.transfer_value.setToolTip(TRANSFER_TIP)
+        self.perplexity_value.setToolTip(PERPLEXITY_TIP)
+        self.prompt_perplexity_value.setToolTip(PROMPT_PERPLEXITY_TIP)
         self._describe()
 
     def show_stats(self, fig: AnswerFigures) -> None:
@@ -199,9 +232,17 @@ class LiveFigures(QGroupBox):
             self._finish_warm_up()
         self.tokens_per_second_value.setText(fmt.rate(fig.tokens_per_s))
         self.ttft_value.setText(fmt.millis(fig.ttft_s))
-        self.perplexity_value.setText(fmt.perplexity(fig.perplexity))
-        self.prompt_perplexity_value.setText(fmt.perplexity(fig.prompt_perplexity))
-        self.set_context(fig.tokens_in_context, fig.context_length or 0)
+        for label, value, tip in (
+            (self.perplexity_value, fig.perplexity, PERPLEXITY_TIP),
+            (self.prompt_perplexity_value, fig.prompt_perplexity, PROMPT_PERPLEXITY_TIP),
+        ):
+            label.setText(fmt.perplexity(value))
+            meaning = perplexity_meaning(value)
+            label.setToolTip(f"{meaning}\n\n{tip}" if meaning else tip)
+        # A server's count is its usage (prompt + completion); a local one, what the cache holds.
+        remote = fig.mode == fmt.REMOTE or fig.device == fmt.REMOTE
+        used = fig.tokens_in_context if remote else fig.tokens_read
+        self.set_context(used, fig.context_length or 0)
         own = fig.device not in (None, "cpu")
         if (fig.generated_tokens or 0) > 1 or not own:  # decode steps, not the prompt
             self.transfer_value.setText(fmt_bytes(fig.transfer_bytes_per_token))
@@ -226,9 +267,32 @@ class LiveFigures(QGroupBox):
         self._describe()
 
     def _describe(self) -> None:
-        """The caption and the note, from the answer shown (or, before one, the device)."""
-        self.answer_label.setText(answer_caption(self.figures or self._pending, self.writing))
-        self.transfer_note.setText(transfer_note(self.figures, self.loaded))
+        """The caption and the notes, from the answer shown (or, before one, the device and
+        the loop chosen)."""
+        fig = self.figures
+        self.answer_label.setText(answer_caption(fig or self._pending, self.writing))
+        if fig is None and self._pending is not None and self._pending.mode:
+            # An answer starts: its loop's words, before its first figures.
+            note = transfer_note(None, self.loaded, self._pending.mode)
+        else:
+            note = transfer_note(fig, self.loaded, self.next_mode)
+        self.transfer_note.setText(note)
+        for label, text in (
+            (self.prompt_note, prompt_note(fig)),
+            (self.context_note, context_note(fig, self._context_used, self.writing)),
+        ):
+            label.setText(text)
+            label.setVisible(bool(text))
+        self.latency_caption.setText(self._latency_caption())
+
+    def _latency_caption(self) -> str:
+        """What the chart holds: every token after the first, numbered as people count."""
+        points = self.latency_chart.point_count
+        written = (self.figures.generated_tokens or 0) if self.figures is not None else 0
+        if not points or written < 2:
+            return LATENCY_CAPTION
+        last = max(written, points + 1)
+        return f"{LATENCY_CAPTION}: tokens 2–{last} of the {last} written (token 1's is the TTFT)"
 
     # ---- warm-up ----------------------------------------------------------------------------
     def show_warm_up(self, progress: WarmUpProgress) -> None:
@@ -264,9 +328,21 @@ class LiveFigures(QGroupBox):
 
     # ---- context and latencies ----------------------------------------------------------------
     def set_context(self, used: int, total: int) -> None:
+        self._context_used = used
         self.context_value.setText(fmt.context_usage(used, total))
+        self.context_caption.setToolTip(
+            f"Tokens of the conversation the model reads, out of the {total} this app sets "
+            "aside for it (the model may allow more: the status bar says so when a model "
+            f"loads). {POLICY_TEXT}"
+            if total
+            else POLICY_TEXT
+        )
         self.context_bar.setRange(0, max(1, total))
         self.context_bar.setValue(min(used, max(1, total)))
+        text = context_note(self.figures, used, self.writing)
+        self.context_note.setText(text)
+        self.context_note.setVisible(bool(text))
 
     def add_latencies(self, first_index: int, latencies_s: Sequence[float]) -> None:
         self.latency_chart.add(first_index, latencies_s)
+        self.latency_caption.setText(self._latency_caption())

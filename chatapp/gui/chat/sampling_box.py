@@ -43,6 +43,24 @@ OVERRIDES_KEY = "sampling/overrides"  # the values the user chose, one key per f
 OLD_DEFAULTS = {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "repetition_penalty": 1.1}
 MODEL_DEFAULT, CUSTOM = "model", "custom"
 BEFORE_ANY_MODEL = ModelSampling(PRESETS["precise"], "the Precise preset", "precise")
+# What each control does; at temperature 0 those that only shape the random draw do nothing.
+TIPS = {
+    "temperature": (
+        "How adventurous the choice of each token is: 0 always takes the most likely one "
+        "(greedy), higher values take less likely ones more often"
+    ),
+    "top_p": (
+        "Draw only from the most likely tokens that together make up this share of the "
+        "probability (1: all of them)"
+    ),
+    "top_k": "Draw only from this many of the most likely tokens (off: all of them)",
+    "repetition_penalty": "Makes tokens already in the conversation less likely (off: 1)",
+    "seed": "The same seed and settings write the same answer again (random: a new draw each time)",
+}
+GREEDY_TIP = (
+    "No effect at temperature 0 (greedy): the most likely token is always taken, with no random "
+    "draw to shape. Raise the temperature to use it."
+)
 
 
 class SamplingBox(QGroupBox):
@@ -53,7 +71,7 @@ class SamplingBox(QGroupBox):
         self.model = BEFORE_ANY_MODEL
         self.overrides: dict[str, float] = {}
         self._filling = False
-        form = QFormLayout(self)
+        self.form = form = QFormLayout(self)
         # In a narrow panel a field goes under its label rather than widening the panel.
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         # One button per preset, in a row: the one the values equal is shown pressed, whether
@@ -127,6 +145,8 @@ class SamplingBox(QGroupBox):
         form.addRow("Repetition penalty", self.repetition_spin)
         form.addRow("Max new tokens", self.max_tokens_spin)
         form.addRow("Seed", self.seed_spin)
+        for field, spin in (*self.spins.items(), ("seed", self.seed_spin)):
+            spin.setToolTip(TIPS[field])
         self.json_answer = JsonAnswerOption(self)
         self.json_answer.sig_changed.connect(self._on_plain_edit)
         form.addRow(self.json_answer)
@@ -134,9 +154,11 @@ class SamplingBox(QGroupBox):
         ignore_wheel_unless_focused(self.max_tokens_spin, self.seed_spin)
         for field, spin in self.spins.items():
             spin.valueChanged.connect(lambda _v, f=field: self._on_value_edited(f))
+        self.temperature_spin.valueChanged.connect(self._show_greedy)
         self.max_tokens_spin.valueChanged.connect(self._on_plain_edit)
         self.seed_spin.valueChanged.connect(self._on_plain_edit)
         self._show(save=False)
+        self._show_greedy()
 
     # ---- what the next answer uses ------------------------------------------------------------
     def settings(self) -> SamplingSettings:
@@ -200,6 +222,23 @@ class SamplingBox(QGroupBox):
         self._show_choice()
         if save:
             self._changed()
+
+    @Slot()
+    def _show_greedy(self) -> None:
+        """At temperature 0 the draw is not random: Top-p, Top-k and the seed do nothing, so
+        they are greyed with a tooltip that says why (their values are kept)."""
+        greedy = self.temperature_spin.value() <= 0.0
+        for field, spin in (
+            ("top_p", self.top_p_spin),
+            ("top_k", self.top_k_spin),
+            ("seed", self.seed_spin),
+        ):
+            spin.setEnabled(not greedy)
+            spin.setToolTip(GREEDY_TIP if greedy else TIPS[field])
+            label = self.form.labelForField(spin)
+            if label is not None:
+                label.setEnabled(not greedy)
+                label.setToolTip(spin.toolTip())
 
     def _show_choice(self) -> None:
         equal = matching_preset(self.settings())

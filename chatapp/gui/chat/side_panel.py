@@ -387,6 +387,7 @@ class SidePanel(QWidget):
 
     @Slot(str)
     def _on_mode_changed(self, mode: str) -> None:
+        self.figures_box.set_next_mode(mode)
         self._save()
         emit(self.sig_mode_changed, mode)
 

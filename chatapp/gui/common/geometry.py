@@ -123,4 +123,18 @@ def pane_sizes(total: int, panes: list[tuple[int, int]], flexible: int) -> list[
             if amount:
                 sizes[i] -= min(amount, -(-short * amount // can))  # rounded up
     sizes[flexible] = max(need, total - sum(sizes))
+    return no_wider_than_chat(sizes, panes, flexible)
+
+
+def no_wider_than_chat(sizes: list[int], panes: list[tuple[int, int]], flexible: int) -> list[int]:
+    """No pane wider than the chat (pane `flexible`): one that is gives the chat half the
+    difference, down to its own minimum (a side panel as wide as the chat read as the main
+    column at 800x500)."""
+    sizes = list(sizes)
+    for i, (_preferred, minimum) in enumerate(panes):
+        if i != flexible and sizes[i] > sizes[flexible]:
+            give = min(sizes[i] - minimum, (sizes[i] - sizes[flexible] + 1) // 2)
+            if give > 0:
+                sizes[i] -= give
+                sizes[flexible] += give
     return sizes

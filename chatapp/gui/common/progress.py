@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QProgressDialog, QWidget
 
 from chatapp.gui.common.theme import muted
@@ -88,10 +89,33 @@ class ProgressWithTimeLeft(QWidget):
         self.hide()
 
 
+LABEL_WIDTH = 440  # the dialog's text, wrapped to this many pixels (a plan line made it 945)
+
+
+def fit_lines(text: str, metrics: QFontMetrics, width: int) -> str:
+    """`text` broken into lines of at most `width` pixels at word boundaries; a word wider
+    than that on its own (a long file name or path) is cut in its middle with "…"."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            if metrics.horizontalAdvance(word) > width:
+                word = metrics.elidedText(word, Qt.TextElideMode.ElideMiddle, width)
+            candidate = f"{line} {word}" if line else word
+            if line and metrics.horizontalAdvance(candidate) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = candidate
+        lines.append(line)
+    return "\n".join(lines)
+
+
 class ConversionProgressDialog:
     """A conversion's progress dialog: percent done and `label` (with `{message}` and
     `{left}`, the time left) filled from each report. It opens on `open()` or on the first
-    report, and Cancel calls `cancel`."""
+    report, and Cancel calls `cancel`. Its text is wrapped to LABEL_WIDTH (long names cut in
+    the middle, the whole text in the tooltip): the dialog never stretches across the screen."""
 
     def __init__(
         self,
@@ -111,7 +135,7 @@ class ConversionProgressDialog:
 
     def open(self, text: str = "") -> QProgressDialog:
         if self.dialog is None:
-            dialog = QProgressDialog(text, "Cancel", 0, 100, self.parent)
+            dialog = QProgressDialog("", "Cancel", 0, 100, self.parent)
             dialog.setObjectName(self.object_name)
             dialog.setWindowTitle(self.title)
             # Not modal: a modal QProgressDialog runs processEvents() inside setValue(), and a
@@ -122,10 +146,12 @@ class ConversionProgressDialog:
             dialog.setMinimumDuration(0)
             if self.min_width:
                 dialog.setMinimumWidth(self.min_width)
+            dialog.setMaximumWidth(max(self.min_width, LABEL_WIDTH + 80))
             dialog.canceled.connect(self.cancel)
-            dialog.show()
             self.dialog = dialog
             self._step = text
+            self._show()
+            dialog.show()
             self.time_left.restart()
         return self.dialog
 
@@ -142,10 +168,15 @@ class ConversionProgressDialog:
         self._show()
         dialog.setValue(int(fraction * 100))
 
+    def text(self) -> str:
+        """The dialog's whole text, as it reads before wrapping."""
+        return "\n".join(line for line in (self.note, self._step) if line)
+
     def _show(self) -> None:
         assert self.dialog is not None
-        lines = [line for line in (self.note, self._step) if line]
-        self.dialog.setLabelText("\n".join(lines))
+        text = self.text()
+        self.dialog.setLabelText(fit_lines(text, self.dialog.fontMetrics(), LABEL_WIDTH))
+        self.dialog.setToolTip(text)
 
     def close(self) -> None:
         if self.dialog is not None:

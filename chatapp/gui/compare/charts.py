@@ -20,6 +20,7 @@ from PySide6.QtCharts import (
 from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QPainter, QPen
 
+from chatapp.engine.bench.summary import decimals
 from chatapp.engine.modes import MODES
 from chatapp.gui.common.chart_style import (
     EmptyHint,
@@ -34,6 +35,8 @@ LOOPS = MODES
 LOOP_LABELS: dict[str, str] = {m: m.label for m in MODES}
 PART_LABELS = {"run": "run (onnxruntime)", "host": "host preparation", "sample": "sampling"}
 RENDER_HINT = QPainter.RenderHint.Antialiasing
+BAR_WIDTH = 0.5  # of a category: bar i covers i - 0.25 .. i + 0.25
+SPREAD_OFFSET = BAR_WIDTH / 2 + 0.08  # the spread's "I" stands this far right of a bar's centre
 RUN_HINT = "Run the loops to fill this chart"
 SWEEP_HINT = "Run a context sweep to fill this chart"
 
@@ -251,6 +254,7 @@ class PairBarChart(QChart):
         super().__init__()
         _setup(self, title, legend=False)
         self.bars = QStackedBarSeries()
+        self.bars.setBarWidth(BAR_WIDTH)
         self.bars.setLabelsVisible(True)
         self.bars.setLabelsFormat("@value")
         self.bars.setLabelsPosition(QAbstractBarSeries.LabelsPosition.LabelsInsideEnd)
@@ -271,7 +275,8 @@ class PairBarChart(QChart):
         self.bars.attachAxis(self.categories)
         self.bars.attachAxis(self.y_axis)
 
-        # Min-max over the repeats: an "I" per bar on a hidden axis where bar i sits at x = i.
+        # The spread: an "I" per bar on a hidden axis where bar i sits at x = i, drawn beside
+        # the bar's right edge so that it never covers the bar's label (issue 36).
         self.spread_axis = QValueAxis()
         self.spread_axis.setRange(-0.5, len(LOOPS) - 0.5)
         self.spread_axis.setVisible(False)
@@ -299,13 +304,14 @@ class PairBarChart(QChart):
         self.hint.style(c)
 
     def set_value(self, loop: str, value: float) -> None:
-        # three significant figures: a 0.04 s answer must not be drawn as nothing
-        self.sets[loop].replace(LOOPS.index(loop), float(f"{value:.3g}"))
+        # As the table and the sentences write it (1044.9, 37.9, 2.68, 0.402): a 0.04 s answer
+        # is not drawn as nothing, and a label never reads 1040 beside a table's 1044.9.
+        self.sets[loop].replace(LOOPS.index(loop), round(value, decimals(value)))
         self._rescale()
 
     def set_spread(self, loop: str, low: float, high: float) -> None:
-        """Draw the range the repeats spanned (nothing for a single run)."""
-        x, cap = float(LOOPS.index(loop)), 0.08
+        """Draw the range the repeats spanned (nothing for a single run), beside the bar."""
+        x, cap = LOOPS.index(loop) + SPREAD_OFFSET, 0.05
         points = [(x - cap, low), (x + cap, low), (x, low), (x, high), (x - cap, high)]
         points.append((x + cap, high))
         self.spreads[loop].replace([QPointF(px, py) for px, py in points])
@@ -334,21 +340,21 @@ class PairBarChart(QChart):
 
 
 class SweepChart(LoopLinesChart):
-    """Decode tokens/s of the loops against the context length."""
+    """The loops' time per token (the median, as the sentences say) against the context."""
 
     def __init__(self) -> None:
         super().__init__(
-            "Decode speed by context",
+            "Time per token by context",
             "tokens in the context",
-            "tokens/s",
+            "ms (median)",
             width=2.0,
             min_x=128.0,
             points=True,
             hint=SWEEP_HINT,
         )
 
-    def add_point(self, loop: str, context_tokens: int, tokens_per_s: float) -> None:
-        self.append(loop, context_tokens, tokens_per_s)
+    def add_point(self, loop: str, context_tokens: int, ms_per_token: float) -> None:
+        self.append(loop, context_tokens, ms_per_token)
 
 
 class TransferChart(LoopLinesChart):

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QSizePolicy
 
 from chatapp.gui.chat.controller import State
 from chatapp.gui.compare.view import CompareView
+from chatapp.store.compare_results import default_results_path
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
@@ -31,7 +32,8 @@ class CompareFeature(QObject):
         super().__init__(window)
         self.window = window
         self.chat = window.controller
-        self.view = CompareView(window.runner, window.host, window)
+        # The last results come back after a restart (the data folder keeps them).
+        self.view = CompareView(window.runner, window.host, window, default_results_path())
         self.view.system_prompt = window.system_prompt
         # Its controls must not widen the chat page (a small screen keeps both side panes):
         # the comparison gets the whole window when shown.

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.engine.bench.report import markdown_report
+from chatapp.engine.bench.sentences import caching_title as summary_caching_title
+from chatapp.engine.bench.summary import loop_figures, per_token_ms, summarize_comparison
 from chatapp.engine.modes import MODES, Mode
-from chatapp.session.compare_text import caching_speedup
 
 CHART_SIZE = (900, 420)
+PER_TOKEN_TITLE = "Time per token (median)"
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
     loops = [loop for loop in LOOPS if loop in result]
     latency = LatencyLinesChart()
     splits = {loop: StepSplitChart(loop) for loop in loops}
-    speed = PairBarChart("Decode speed (median)", "tokens/s")
+    speed = PairBarChart(PER_TOKEN_TITLE, "ms")
     ttft = PairBarChart("Time to first token (median)", "ms")
     answer = PairBarChart(caching_title(result), "s")
     tallest = 0.0
@@ -69,13 +71,15 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
             splits[loop].append(*parts)
             if Mode(loop).caches:  # the cached loops on one scale; no cache on its own
                 tallest = max(tallest, sum(parts))
-        speed.set_value(loop, summary["tokens_per_s"])
+        per_token = loop_figures(Mode(loop), summary).per_token_ms
+        speed.set_value(loop, per_token.median)
+        if per_token.count >= 2:
+            speed.set_spread(loop, per_token.low, per_token.high)
         ttft.set_value(loop, summary["ttft_s"] * 1000)
         if "answer_s" in summary:
             answer.set_value(loop, summary["answer_s"])
         spread = summary.get("spread")
         if spread and summary.get("repeats", 1) > 1:
-            speed.set_spread(loop, *spread["tokens_per_s"])
             ttft.set_spread(loop, *(x * 1000 for x in spread["ttft_s"]))
             if "answer_s" in spread:
                 answer.set_spread(loop, *spread["answer_s"])
@@ -89,7 +93,7 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
     charts["latency"] = latency
     for loop, chart in splits.items():
         charts[f"split_{loop}"] = chart
-    charts["tokens_per_s"], charts["ttft"] = speed, ttft
+    charts["time_per_token"], charts["ttft"] = speed, ttft
     if Mode.NOCACHE in result:
         charts["answer"] = answer
     if result.get("sweep"):
@@ -97,7 +101,8 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
         transfer.set_shared_memory(not result.get("device_own_memory"))
         for point in result["sweep"]:
             for loop in (m for m in LOOPS if m in point):
-                sweep.add_point(loop, point["prompt_tokens"], point[loop]["tokens_per_s"])
+                ms = per_token_ms(point[loop]).median
+                sweep.add_point(loop, point["prompt_tokens"], ms)
                 moved = point[loop]["transfer"]
                 total = moved["h2d_bytes_per_token"] + moved["d2h_bytes_per_token"]
                 transfer.add_point(loop, point["prompt_tokens"], total)
@@ -108,15 +113,8 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def caching_title(result: dict[str, Any]) -> str:
-    """The whole-answer chart's title: the speed-up the sentences state, or that there is
-    none; short enough for a chart 260 px wide."""
-    tokens = result.get("max_new_tokens", 0)
-    ratio = caching_speedup(result, Mode.IOBINDING) or caching_speedup(result, Mode.NAIVE)
-    if ratio is None:
-        return f"Whole answer, {tokens} tokens"
-    if not ratio.measurable:
-        return f"{tokens} tokens: no measurable difference"
-    return f"{tokens} tokens: caching {ratio.value:.1f}x faster"
+    """The whole-answer chart's title: each cached loop's own speed-up (the sentences')."""
+    return summary_caching_title(summarize_comparison(result))
 
 
 def render_chart(chart: Any, path: Path, size: tuple[int, int] = CHART_SIZE) -> Path:
@@ -208,9 +206,9 @@ IMAGE_CAPTIONS = {
     "latency": "Time per token along the answer, one line per loop",
     **{f"split_{m}": f"{m.label} loop: run / host preparation / sampling per token" for m in MODES},
     "answer": "The whole answer's time per loop: caching's speed-up",
-    "tokens_per_s": "Decode tokens/s",
+    "time_per_token": "Time per token: the median of each run's median, the runs' range",
     "ttft": "Time to first token",
-    "sweep": "Decode tokens/s against the context length",
+    "sweep": "Time per token (median) against the context length",
     "transfer": "Bytes crossing host↔device per token against the context length",
 }
 

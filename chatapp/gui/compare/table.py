@@ -1,5 +1,6 @@
-"""The comparison's summary table: one column per loop run, a ratio column, every row sized to
-show (no scroll box of its own: the view scrolls)."""
+"""The comparison's summary table: one column per loop run, a ratio column that says what it
+divides ("37.9 / 38.7 = 0.98x"), every row sized to show (no scroll box of its own: the view
+scrolls). Its figures come from bench.summary, as the sentences' and the charts' do."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractScrollArea, QHeaderView, QTableWidget, QTableWidgetItem
 
+from chatapp.engine.bench.sentences import NO_DIFFERENCE
+from chatapp.engine.bench.summary import Ratio, decimals, fig, loop_figures, summarize_comparison
 from chatapp.engine.modes import Mode
-from chatapp.session.compare_text import per_token, speed_ratio, spread_of
 from chatapp.units import fmt_bytes
 
-PER_TOKEN_ROW = "time per token (ms), first run"
+# The one statistic every sentence, chart and ratio uses (bench.summary); p50 is the median.
+PER_TOKEN_ROW = "time per token (ms): median of each run's median"
 ANSWER_ROW = "whole answer (s)"
+SPEED_ROW = "tokens/s (tokens ÷ decode time: a mean)"
 TABLE_ROWS = (
-    ("tokens/s", "tokens_per_s", 1.0, "{:.1f}"),
+    (SPEED_ROW, "tokens_per_s", 1.0, "fig"),
     ("time to first token (ms)", "ttft_s", 1000.0, "{:.0f}"),
-    ("p50 latency (ms)", "latency_p50_s", 1000.0, "{:.1f}"),
-    ("p95 latency (ms)", "latency_p95_s", 1000.0, "{:.1f}"),
+    ("p95 time per token (ms)", "latency_p95_s", 1000.0, "{:.1f}"),
     ("host preparation share", "host_prep_share", 100.0, "{:.1f}%"),
     ("host→device per token", "h2d_bytes_per_token", 0.0, "bytes"),
     ("device→host per token", "d2h_bytes_per_token", 0.0, "bytes"),
@@ -32,14 +35,17 @@ ROW_LABELS = [
     "same tokens",
     WEIGHTS_ROW_LABEL,
 ]
-RATIO_HEADER = "IO-Binding / Naive"
+RATIO_HEADER = "IO-Binding vs Naive (above 1: IO-Binding faster)"
 
 
 def table_text(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
     """A summary figure as the table shows it: the median, and the repeats' range if several."""
     if fmt == "bytes":
         return fmt_bytes(summary["transfer"][key])
-    text = fmt.format(summary[key] * scale)
+    value = summary[key] * scale
+    if fmt == "fig":  # as the ratio column and the sentences write it
+        fmt = f"{{:.{decimals(value)}f}}"
+    text = fmt.format(value)
     low, high = (summary.get("spread") or {}).get(key, (None, None))
     if low is not None and summary.get("repeats", 1) > 1:
         text += f" ({fmt.format(low * scale)}–{fmt.format(high * scale)})"
@@ -77,27 +83,24 @@ class SummaryTable(QTableWidget):
 
     def fill_loop(self, loop: Mode, summary: dict[str, Any]) -> None:
         column = self.loops.index(loop)
-        self.cell(0, column, per_token(summary).text(""))
-        answers = summary.get("answer_s_all") or [summary.get("answer_s", 0.0)]
-        self.cell(1, column, spread_of(answers).text("", digits=2))
+        figures = loop_figures(loop, summary)
+        self.cell(0, column, figures.per_token_ms.text(""))
+        self.cell(1, column, figures.answer_s.text(""))
         for row, (_label, key, scale, fmt) in enumerate(TABLE_ROWS, start=2):
             self.cell(row, column, table_text(summary, key, scale, fmt))
 
     def fill_result(self, result: dict[str, Any]) -> None:
         same = len(TABLE_ROWS) + 2
         ratio = self.ratio_column
-        if ratio is not None:
-            by_median = speed_ratio(result[Mode.IOBINDING], result[Mode.NAIVE])
-            verdict = (
-                "no measurable difference"
-                if not by_median.measurable
-                else "faster"
-                if by_median.value > 1
-                else "slower"
-            )
-            self.cell(0, ratio, f"{by_median.text()}: {verdict}")
-            if "speedup_tokens_per_s" in result:
-                self.cell(2, ratio, f"{result['speedup_tokens_per_s']:.2f}x (means)")
+        summary = summarize_comparison(result)
+        if ratio is not None and summary.io_vs_naive is not None:
+            self.cell(0, ratio, ratio_text(summary.io_vs_naive, "Naive ", "IO-Binding "))
+            naive, iob = summary.loops[Mode.NAIVE], summary.loops[Mode.IOBINDING]
+            answers = Ratio(naive.answer_s.median, iob.answer_s.median, 0.0, 0.0, 0)
+            self.cell(1, ratio, ratio_text(answers, "Naive ", "IO-Binding ", judged=False))
+            if summary.io_vs_naive_speed is not None:
+                speed = summary.io_vs_naive_speed
+                self.cell(2, ratio, ratio_text(speed, "IO-Binding ", "Naive ", judged=False))
         for column in range(len(self.loops)):
             self.cell(same, column, "yes" if result["same_tokens"] else "NO")
         # Every loop runs the same folder: a step reads the same weights (docs/engine.md).
@@ -120,3 +123,13 @@ class SummaryTable(QTableWidget):
         height = self.horizontalHeader().height() + rows + 2 * self.frameWidth() + scrollbar
         self.setMinimumHeight(height)
         self.setMaximumHeight(height)
+
+
+def ratio_text(ratio: Ratio, top: str, bottom: str, judged: bool = True) -> str:
+    """'Naive 37.9 / IO-Binding 38.7 = 0.98x: IO-Binding slower' (the numbers it divides)."""
+    text = f"{top}{fig(ratio.numerator)} / {bottom}{fig(ratio.denominator)} = {ratio.value:.2f}x"
+    if not judged:
+        return text
+    if not ratio.measurable:
+        return f"{text}: {NO_DIFFERENCE}"
+    return f"{text}: IO-Binding {'faster' if ratio.value > 1 else 'slower'}"

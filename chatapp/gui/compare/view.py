@@ -3,24 +3,23 @@
 Runs are jobs (chatapp/session/compare_jobs.py) on the window's JobRunner, the thread that
 runs the chat's answers, with the window's one engine; this widget only draws what comes back.
 The loop without a cache is optional (a checkbox): its time per token grows with the length.
-Every sentence under the controls comes from chatapp/session/compare_text.py, computed from the
-runs on screen and redone after each comparison and sweep. The result has the shape of
+Every sentence under the controls comes from chatapp/engine/bench/sentences.py, computed from the
+same summary (bench/summary.py) as the table and the charts, redone after each comparison and
+sweep. The result has the shape of
 `chatapp bench --json`, so Export writes the same report as `chatapp bench --report`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCharts import QChartView
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QPainter, QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -31,51 +30,61 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.engine.bench.sentences import explanation
+from chatapp.engine.bench.summary import per_token_ms
 from chatapp.engine.modes import MODES, Mode
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.theme import ThemeColors, on_theme
+from chatapp.gui.common.theme import muted
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
-from chatapp.gui.compare.charts import (
-    LOOPS,
-    LatencyLinesChart,
-    PairBarChart,
-    StepSplitChart,
-    SweepChart,
-    TransferChart,
-)
+from chatapp.gui.compare.chart_grid import CompareCharts
 from chatapp.gui.compare.inputs import MAX_PROMPT_CHARS, parse_contexts
-from chatapp.gui.compare.report import caching_title
-from chatapp.gui.compare.table import SummaryTable
+from chatapp.session.compare_jobs import DEFAULT_SWEEP as SWEEP_CONTEXTS
 from chatapp.session.compare_jobs import (
+    NOCACHE_SWEEP_MAX,
+    SWEEP_REPEATS,
+    SWEEP_TOKENS,
     CompareFinished,
     CompareRequest,
     LoopFinished,
     ProgressLine,
     StepFigures,
+    SweepCosts,
     SweepFinished,
     SweepPoint,
     SweepRequest,
     compare_job,
+    duration_text,
     sweep_job,
 )
-from chatapp.session.compare_text import explanation
 from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
+from chatapp.store.compare_results import SavedResults, load_results, save_results
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
-DEFAULT_SWEEP = "128,512,1024,2048"
-SEED_TOKENS = 200  # the write-up's figure: caching's speed-up over a 200-token sample
+DEFAULT_SWEEP = ",".join(map(str, SWEEP_CONTEXTS))
+SEED_TOKENS = 200
+log = logging.getLogger(
+    __name__
+)  # the write-up's figure: caching's speed-up over a 200-token sample
 
 
 # The chat's export folder: both exports start where the last one went (else home).
 class CompareView(QWidget):
     sig_running = Signal(bool)  # the main window keeps the chat from sending meanwhile
 
-    def __init__(self, runner: JobRunner, host: EngineHost, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        runner: JobRunner,
+        host: EngineHost,
+        parent: QWidget | None = None,
+        results_path: Path | None = None,
+    ) -> None:
         super().__init__(parent)
+        self.results_path = results_path  # where the last results are kept (None: nowhere)
+        self.sweep_header: dict[str, Any] | None = None
         self.setObjectName("compareView")
         self.runner = runner
         self.host = host
@@ -90,6 +99,9 @@ class CompareView(QWidget):
         self.choose_export_folder: Callable[[], str] = self._ask_folder
         self._build()
         self._update_buttons()
+        saved = load_results(results_path) if results_path is not None else None
+        if saved is not None:
+            self.show_saved(saved)
 
     # ---- layout -------------------------------------------------------------------------
     def _build(self) -> None:
@@ -109,7 +121,8 @@ class CompareView(QWidget):
         self.repeats_spin.setRange(1, 9)
         self.repeats_spin.setValue(3)
         self.repeats_spin.setToolTip(
-            "Runs of the loops: the figures are medians, the bars and the table show the range"
+            "Runs of the loops: the figures are medians, the bars and the table show the "
+            f"range (a context sweep runs each point {SWEEP_REPEATS} time to stay short)"
         )
         ignore_wheel_unless_focused(self.tokens_spin, self.repeats_spin)
         self.nocache_check = QCheckBox(Mode.NOCACHE.label, self)
@@ -132,7 +145,13 @@ class CompareView(QWidget):
         )
         self.sweep_edit = QLineEdit(DEFAULT_SWEEP, self)
         self.sweep_edit.setObjectName("sweepContexts")
-        self.sweep_edit.setToolTip("Context lengths (tokens of real text before the prompt)")
+        self.sweep_edit.setToolTip(
+            f"Context lengths (tokens of real text before the prompt); each point runs "
+            f"{SWEEP_TOKENS} tokens per loop, no cache only up to {NOCACHE_SWEEP_MAX} tokens"
+        )
+        self.sweep_estimate = QLabel("", self)
+        self.sweep_estimate.setObjectName("sweepEstimate")
+        muted(self.sweep_estimate)
         self.sweep_button = QPushButton("Context sweep", self)
         self.sweep_button.setObjectName("sweepRunButton")
         self.export_button = QPushButton("Export…", self)
@@ -146,22 +165,13 @@ class CompareView(QWidget):
         self.progress.setObjectName("compareProgress")
         self._steps_per_run = 1  # decode steps of all loops in one run (the first streams)
         self._runs = 1
-        self.explanation = QLabel("", self)
-        self.explanation.setObjectName("compareExplanation")
-        self.explanation.setTextFormat(Qt.TextFormat.PlainText)
-        self.explanation.setWordWrap(True)
-        self.explanation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-
-        self.latency_chart = LatencyLinesChart()
-        self.split_charts: dict[str, StepSplitChart] = {
-            loop: StepSplitChart(loop) for loop in LOOPS
-        }
-        self.caching_chart = PairBarChart("Whole answer", "s")
-        self.speed_chart = PairBarChart("Decode speed", "tokens/s")
-        self.ttft_chart = PairBarChart("Time to first token", "ms")
-        self.sweep_chart = SweepChart()
-        self.transfer_chart = TransferChart()
-        self.table = SummaryTable(self)
+        self.charts = CompareCharts(self)
+        # The figures by name (tests and scripts read them here).
+        self.explanation, self.table = self.charts.explanation, self.charts.table
+        self.latency_chart, self.split_charts = self.charts.latency_chart, self.charts.split_charts
+        self.caching_chart, self.speed_chart = self.charts.caching_chart, self.charts.speed_chart
+        self.ttft_chart, self.sweep_chart = self.charts.ttft_chart, self.charts.sweep_chart
+        self.transfer_chart = self.charts.transfer_chart
 
         prompt_row = QHBoxLayout()
         prompt_row.addWidget(QLabel("Prompt", self))
@@ -180,29 +190,13 @@ class CompareView(QWidget):
         sweep_row.addWidget(QLabel("Contexts", self))
         sweep_row.addWidget(self.sweep_edit, 1)
         sweep_row.addWidget(self.sweep_button)
+        sweep_row.addWidget(self.sweep_estimate)
         sweep_row.addWidget(self.export_button)
 
-        grid = QGridLayout()
-        grid.addWidget(self.explanation, 0, 0, 1, 2)
-        grid.addWidget(self._view(self.latency_chart), 1, 0, 1, 2)
-        grid.addWidget(self._view(self.caching_chart), 2, 0)
-        grid.addWidget(self._view(self.speed_chart), 2, 1)
-        grid.addWidget(self._view(self.ttft_chart), 3, 0)
-        grid.addWidget(self._view(self.split_charts[Mode.NOCACHE]), 3, 1)
-        grid.addWidget(self._view(self.split_charts[Mode.NAIVE]), 4, 0)
-        grid.addWidget(self._view(self.split_charts[Mode.IOBINDING]), 4, 1)
-        grid.addWidget(self._view(self.sweep_chart), 5, 0)
-        grid.addWidget(self._view(self.transfer_chart), 5, 1)
-        grid.addWidget(self.table, 6, 0, 1, 2)
-        for row in range(1, 6):
-            grid.setRowStretch(row, 1)
-
         # The charts, the sentences and the table scroll: the view must fit a laptop screen.
-        charts = QWidget(self)
-        charts.setLayout(grid)
         scroll = QScrollArea(self)
         scroll.setObjectName("compareScroll")
-        scroll.setWidget(charts)
+        scroll.setWidget(self.charts)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         layout = QVBoxLayout(self)
@@ -213,31 +207,14 @@ class CompareView(QWidget):
         layout.addWidget(self.progress)
         layout.addWidget(scroll, 1)
 
-        on_theme(self, self._on_theme)
         self.run_button.clicked.connect(self.run_comparison)
         self.caching_button.clicked.connect(self.run_caching_figure)
         self.stop_button.clicked.connect(self.stop)
         self.sweep_button.clicked.connect(self.run_sweep)
+        self.sweep_edit.textChanged.connect(self._on_sweep_edited)
+        self.nocache_check.toggled.connect(self._on_sweep_edited)
+        self._on_sweep_edited()
         self.export_button.clicked.connect(self._on_export_clicked)
-
-    def _on_theme(self, c: ThemeColors) -> None:
-        charts: tuple[Any, ...] = (
-            self.latency_chart,
-            *self.split_charts.values(),
-            self.caching_chart,
-            self.speed_chart,
-            self.ttft_chart,
-            self.sweep_chart,
-            self.transfer_chart,
-        )
-        for chart in charts:
-            chart.apply_colors(c)
-
-    def _view(self, chart: Any) -> QChartView:
-        view = QChartView(chart, self)
-        view.setRenderHint(QPainter.RenderHint.Antialiasing)
-        view.setMinimumSize(260, 250)  # below this the axis labels no longer fit
-        return view
 
     # ---- state ----------------------------------------------------------------------------
     def set_available(self, available: bool) -> None:
@@ -280,13 +257,7 @@ class CompareView(QWidget):
         prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
         modes = self.modes()
         self.result = self.compared = None
-        self.latency_chart.clear()
-        for chart in self.split_charts.values():
-            chart.clear()
-        for bars in (self.caching_chart, self.speed_chart, self.ttft_chart):
-            bars.clear()
-        self.caching_chart.setTitle("Whole answer")
-        self.table.set_loops(list(modes))
+        self.charts.clear_comparison(list(modes))
         self._explain()
         request = CompareRequest(
             prompt,
@@ -319,14 +290,38 @@ class CompareView(QWidget):
             self.status.setText(f"Context sweep: {exc}.")
             return False
         self.sweep_points = []
-        self.sweep_chart.clear()
-        self.transfer_chart.clear()
+        self.charts.clear_sweep()
         self._explain()
-        prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
-        tokens = min(self.tokens_spin.value(), 64)
-        request = SweepRequest(prompt, contexts, tokens, self.repeats_spin.value(), self.modes())
-        self._start(sweep_job(self.host, request), self._on_sweep_finished)
+        self._start(sweep_job(self.host, self.sweep_request(contexts)), self._on_sweep_finished)
         return True
+
+    def sweep_request(self, contexts: tuple[int, ...]) -> SweepRequest:
+        prompt = self.prompt_edit.text().strip() or DEFAULT_PROMPT
+        return SweepRequest(prompt, contexts, SWEEP_TOKENS, SWEEP_REPEATS, self.modes())
+
+    def sweep_estimate_s(self) -> float | None:
+        """What the sweep in the box would take, from the last comparison's own figures (its
+        prefill per prompt token and its median step); None before any comparison."""
+        compared = self.compared
+        loop = compared.get(Mode.IOBINDING) if compared else None
+        if compared is None or loop is None or not compared.get("prompt_tokens"):
+            return None
+        try:
+            contexts = parse_contexts(self.sweep_edit.text())
+        except ValueError:
+            return None
+        costs = SweepCosts(
+            loop["ttft_s"] / compared["prompt_tokens"], per_token_ms(loop).median / 1000
+        )
+        return costs.sweep_s(self.sweep_request(contexts))
+
+    @Slot()
+    def _on_sweep_edited(self, *_args: object) -> None:
+        seconds = self.sweep_estimate_s()
+        about = duration_text(seconds) if seconds is not None else ""
+        self.sweep_estimate.setText(
+            f"{about.capitalize()} by the last comparison" if about else "Estimated when it starts"
+        )
 
     def _start(self, job: Job, on_finished: Callable[[Any], None]) -> None:
         self._set_running(True)
@@ -348,41 +343,22 @@ class CompareView(QWidget):
         steps = 0
         for item in batch.items:
             if isinstance(item, StepFigures):
-                self.latency_chart.append(item.loop, item.index, item.latency_ms)
-                self.split_charts[item.loop].append(item.run_ms, item.host_ms, item.sample_ms)
+                self.charts.append_step(item)
                 steps += 1
             elif isinstance(item, ProgressLine):
-                self.status.setText(item.text)
+                if item.text:  # a step's line moves only the bar
+                    self.status.setText(item.text)
                 if item.fraction is not None:
                     self.progress.set_fraction(item.fraction)
             elif isinstance(item, LoopFinished):
-                self._on_loop_finished(item)
+                self.charts.show_loop(item.loop, item.summary)
             elif isinstance(item, SweepPoint):
                 self._on_sweep_point(item)
         if steps:
             # The first run streams its steps: the bar moves with them.
-            drawn = sum(chart.count for chart in self.split_charts.values())
+            drawn = self.charts.steps_drawn
             self.progress.set_fraction(min(1.0, drawn / self._steps_per_run) / self._runs)
-            # The cached loops on one scale, so their heights compare; no cache, whose steps
-            # grow far taller, on its own.
-            cached = [c for loop, c in self.split_charts.items() if Mode(loop).caches]
-            tallest = max(c.y_max for c in cached)
-            for chart in cached:
-                chart.set_y_max(tallest)
-
-    def _on_loop_finished(self, done: LoopFinished) -> None:
-        summary = done.summary
-        spread = summary.get("spread") or {}
-        for chart, key, scale in (
-            (self.caching_chart, "answer_s", 1.0),
-            (self.speed_chart, "tokens_per_s", 1.0),
-            (self.ttft_chart, "ttft_s", 1000.0),
-        ):
-            chart.set_value(done.loop, summary[key] * scale)
-            if summary.get("repeats", 1) > 1 and key in spread:
-                low, high = spread[key]
-                chart.set_spread(done.loop, low * scale, high * scale)
-        self.table.fill_loop(Mode(done.loop), summary)
+            self.charts.share_scale()
 
     @Slot(object)
     def _on_finished(self, done: CompareFinished) -> None:
@@ -391,9 +367,10 @@ class CompareView(QWidget):
         if self.sweep_points:
             self.result["sweep"] = list(self.sweep_points)
         r = done.result
-        self.table.fill_result(r)
-        self.caching_chart.setTitle(caching_title(r))
+        self.charts.show_result(r)
+        self._on_sweep_edited()
         self._set_running(False)
+        self._save()
         loops = ", ".join(m.label for m in MODES if m in r)
         self.status.setText(
             f"Done: {loops} on {r['device']}, {r['prompt_tokens']} prompt tokens, "
@@ -404,32 +381,17 @@ class CompareView(QWidget):
 
     def _explain(self) -> None:
         """The sentences, from the comparison and the sweep now on screen (and nothing else)."""
-        self.explanation.setText(explanation(self.compared, self.sweep_points))
-        self._fit_explanation()
-
-    def _fit_explanation(self) -> None:
-        # A word-wrapped label in a scrolled grid gets one line's height unless told its own.
-        label = self.explanation
-        label.setMinimumHeight(label.heightForWidth(label.width()) if label.text() else 0)
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self._fit_explanation()
+        self.charts.set_explanation(explanation(self.compared, self.sweep_points))
 
     def _on_sweep_point(self, point: SweepPoint) -> None:
         self.sweep_points.append(point.point)
-        context = point.point["prompt_tokens"]
-        for loop in (m for m in LOOPS if m in point.point):
-            summary = point.point[loop]
-            self.sweep_chart.add_point(loop, context, summary["tokens_per_s"])
-            transfer = summary["transfer"]
-            moved = transfer["h2d_bytes_per_token"] + transfer["d2h_bytes_per_token"]
-            self.transfer_chart.add_point(loop, context, moved)
+        self.charts.add_sweep_point(point.point)
         if self.result is not None:
             self.result["sweep"] = list(self.sweep_points)
 
     @Slot(object)
     def _on_sweep_finished(self, done: SweepFinished) -> None:
+        self.sweep_header = done.header
         if self.result is None and self.sweep_points:
             # A sweep alone still exports: its shortest context stands as the main point.
             self.result = {**done.header, **self.sweep_points[0]}
@@ -439,6 +401,41 @@ class CompareView(QWidget):
         self._set_running(False)
         self.status.setText(f"Context sweep done: {len(self.sweep_points)} points.")
         self._explain()
+        self._save()
+
+    # ---- results kept between runs --------------------------------------------------------
+    def _save(self) -> None:
+        if self.results_path is None:
+            return
+        saved = SavedResults(self.compared, list(self.sweep_points), self.sweep_header)
+        try:
+            save_results(saved, self.results_path)
+        except OSError:  # the results stay on screen; only the next start misses them
+            log.warning("could not save the comparison to %s", self.results_path, exc_info=True)
+
+    def show_saved(self, saved: SavedResults) -> None:
+        """The last results, as they were when the app closed (no run needed)."""
+        if saved.comparison is not None:
+            self.compared, self.result = saved.comparison, dict(saved.comparison)
+            self.charts.draw_result(saved.comparison)
+        self.sweep_header = saved.sweep_header
+        for point in saved.sweep:
+            self._on_sweep_point(SweepPoint(point["prompt_tokens"], point))
+        header = self.compared or self.sweep_header or {}
+        if self.result is None and saved.sweep:
+            self.result = {**header, **saved.sweep[0]}
+        if self.result is not None and saved.sweep:
+            self.result["sweep"] = list(saved.sweep)
+        if saved.sweep:
+            self.charts.transfer_chart.set_shared_memory(not header.get("device_own_memory"))
+        when = (header.get("environment") or {}).get("time", "")
+        self.status.setText(
+            f"The last results, measured {when} with {header.get('model', 'a model')} on "
+            f"{header.get('device', 'this machine')}: run the loops to measure again."
+        )
+        self._explain()
+        self._on_sweep_edited()
+        self._update_buttons()
 
     @Slot(object)
     def _on_errored(self, error: JobError) -> None:

@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QWidget
 
 from chatapp.datadir import models_dir
+from chatapp.engine.devices import attention_for
 from chatapp.engine.engine import is_cpu
 from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.common.progress import ConversionProgressDialog
@@ -48,7 +49,8 @@ class GgufConversion(QObject):
         """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
         gguf = Path(gguf).expanduser()
         target = Path(out_dir) if out_dir else models_dir() / folder_name(gguf)
-        if not self.controller.convert_gguf(gguf, target, graph_for(self.device())):
+        device = self.device()
+        if not self.controller.convert_gguf(gguf, target, graph_for(device), attention_for(device)):
             return False
         self.progress.open(f"Converting {gguf.name} for ONNX Runtime…")
         self.status(f"Converting {gguf.name}…", 0)

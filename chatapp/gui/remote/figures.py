@@ -197,6 +197,8 @@ class RemoteFigures(QObject):
             return
         panel = self.panel
         panel.prompt_perplexity_value.setText(NOT_AVAILABLE)
+        # The live figures write each answer's tooltips: a client's words go over them.
+        panel.prompt_perplexity_value.setToolTip(PROMPT_PERPLEXITY_TIP)
         panel.transfer_value.setText(NOT_AVAILABLE)
         panel.transfer_value.setToolTip(TRANSFER_TIP)
         answered = figures is not None and (figures.generated_tokens or 0) > 0

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"  # only programs on this machine (docs/server.md: other addresses need a key)
-DEFAULT_PORT = 8000  # chatapp serve's; a free one if it is taken
+DEFAULT_PORT = 8000  # chatapp serve's; the user chooses another in the dialog (serve_dialog.py)
 
 
 @dataclass(frozen=True)
@@ -126,24 +126,23 @@ class WindowServer(QObject):
             worker.close()
             return
         handle = self.tools.submit(
-            Job("server start", lambda _control: self._start_http(worker, port), _start_failed)
+            Job(
+                "server start",
+                lambda _control: self._start_http(worker, port),
+                lambda exc: _start_failed(exc, port),
+            )
         )
         handle.sig_finished.connect(self._on_listening)
         handle.sig_errored.connect(self._on_setup_failed)
 
     def _start_http(self, worker: EngineWorker, port: int) -> ServerThread | None:
-        """The tool thread: listen on `port` (any free one if it is taken); None if stop()
-        came meanwhile."""
+        """The tool thread: listen on `port` (0: any free one; a port in use is an error the
+        user is told, not silently another address); None if stop() came meanwhile."""
         from chatapp.server.app import ShutdownNotice, build_app
-        from chatapp.server.runner import PortUnavailable, ServerThread, bind
+        from chatapp.server.runner import ServerThread, bind
 
         try:
-            try:
-                sock = bind(HOST, port)
-            except PortUnavailable:
-                if port == 0:
-                    raise
-                sock = bind(HOST, 0)  # the usual port is taken (another server): any free one
+            sock = bind(HOST, port)
             with self._lock:
                 self._closed = False
             self._worker = worker  # before a first request can reach _submit
@@ -247,9 +246,14 @@ class WindowServer(QObject):
             emit(self.sig_answered, self.answered)
 
 
-def _start_failed(exc: BaseException) -> str:
+def _start_failed(exc: BaseException, port: int) -> str:
     from chatapp.server.runner import PortUnavailable
 
-    if isinstance(exc, PortUnavailable | RuntimeError | OSError):
+    if isinstance(exc, PortUnavailable):
+        return (
+            f"Port {port} is in use by another program: turn on File > Serve this model over "
+            "HTTP again and choose another port (0 takes any free one)."
+        )
+    if isinstance(exc, RuntimeError | OSError):
         return f"Could not start serving: {exc}"
     return failed("Starting the server", exc)

@@ -19,7 +19,8 @@ from chatapp.gui.chat.controller import State
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.remote.dialog import ConnectDialog, key_of, save_key, saved_keys
 from chatapp.gui.remote.figures import RemoteFigures
-from chatapp.gui.remote.serving import Serving, WindowServer
+from chatapp.gui.remote.serve_dialog import ServeDialog, remember_port, remembered_port
+from chatapp.gui.remote.serving import HOST, Serving, WindowServer
 from chatapp.remote.client import Timeouts, api_base
 from chatapp.remote.errors import RemoteAddressError
 from chatapp.session.chat_jobs import StatsSnapshot
@@ -50,6 +51,7 @@ class RemoteUi(QObject):
         # API keys by address: this session's, and those the user asked to remember.
         self.keys: dict[str, str] = saved_keys(window.settings)
         self.dialog: ConnectDialog | None = None
+        self.serve_dialog: ServeDialog | None = None  # the port asked before serving
         self._build_menu()
         self._build_status()
         self._connect()
@@ -206,12 +208,38 @@ class RemoteUi(QObject):
     @Slot(bool)
     def _on_serve_toggled(self, checked: bool) -> None:
         if checked and not self.server.active:
-            if not self.server.start(self.window.loop_mode()):
-                self._set_serve_checked(False)
-            else:
-                self.window.notify("Starting the server…")
+            self._ask_port()
         elif not checked:
+            if self.serve_dialog is not None:
+                self.serve_dialog.reject()
             self.server.stop()
+
+    def _ask_port(self) -> None:
+        """The port first (the last one used, else 8000), in a dialog that does not block."""
+        if self.serve_dialog is not None:
+            self.serve_dialog.raise_()
+            return
+        port = remembered_port(self.window.settings, self.server.port)
+        dialog = ServeDialog(self.window, port, HOST)
+        dialog.accepted.connect(lambda: self._serve_on(dialog.port()))
+        dialog.rejected.connect(lambda: self._set_serve_checked(False))
+        dialog.finished.connect(self._on_serve_dialog_finished)
+        self.serve_dialog = dialog
+        dialog.open()
+
+    @Slot()
+    def _on_serve_dialog_finished(self) -> None:
+        if self.serve_dialog is not None:
+            self.serve_dialog.deleteLater()
+            self.serve_dialog = None
+
+    def _serve_on(self, port: int) -> None:
+        remember_port(self.window.settings, port)
+        self.server.port = port
+        if not self.server.start(self.window.loop_mode(), port):
+            self._set_serve_checked(False)
+        else:
+            self.window.notify("Starting the server…")
 
     @Slot(object)
     def _on_serving_started(self, serving: Serving) -> None:

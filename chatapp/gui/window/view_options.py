@@ -14,6 +14,7 @@ from chatapp.gui.common.geometry import (
     CHAT_MIN_WIDTH,
     available_area,
     keep_on_screen,
+    no_wider_than_chat,
     pane_sizes,
 )
 from chatapp.gui.common.theme import THEME_KEY, THEME_LABELS, THEMES, apply_theme, saved_theme
@@ -150,13 +151,19 @@ class ViewOptions(QObject):
         ]
         chat = next((i for i, _ in visible if splitter.widget(i) is self._chat), None)
         sizes = splitter.sizes()
-        if chat is None or sizes[chat] >= CHAT_MIN_WIDTH or len(visible) < 2:
+        if chat is None or len(visible) < 2:
             return
-        total = sum(sizes[i] for i, _ in visible)
-        wanted = pane_sizes(total, [p for _, p in visible], [i for i, _ in visible].index(chat))
-        for (i, _), width in zip(visible, wanted, strict=True):
-            sizes[i] = width
-        splitter.setSizes(sizes)
+        widths = [sizes[i] for i, _ in visible]
+        panes = [p for _, p in visible]
+        flexible = [i for i, _ in visible].index(chat)
+        if sizes[chat] < CHAT_MIN_WIDTH:
+            wanted = pane_sizes(sum(widths), panes, flexible)
+        else:  # wide enough; but no pane wider than the chat (a saved layout, a drag)
+            wanted = no_wider_than_chat(widths, panes, flexible)
+        if wanted != widths:
+            for (i, _), width in zip(visible, wanted, strict=True):
+                sizes[i] = width
+            splitter.setSizes(sizes)
 
     def wanted_ignoring_width(self, widget: QWidget) -> bool:
         if self._panes.get(widget) is self.list_action:

@@ -3,6 +3,8 @@ words of that device; a device's warm-up is a phase of its own."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.side_panel import SidePanel
@@ -25,6 +27,7 @@ WEBGPU_NAIVE = AnswerFigures(
 CPU_IOBINDING = AnswerFigures(
     mode="iobinding", device="cpu", tokens_per_s=24.8, ttft_s=0.12, generated_tokens=20,
     prompt_tokens=30, context_length=8192, h2d_bytes_per_token=0, d2h_bytes_per_token=0,
+    finish_reason="length",
 )  # fmt: skip
 
 
@@ -58,7 +61,9 @@ def test_switching_device_keeps_the_answer_s_figures_and_words_together(qtbot) -
     assert panel.transfer_value.text() == "0 B"
     cpu_note = panel.transfer_note.text()
     assert "stays in the computer's memory" in cpu_note and "noise" in cpu_note
-    assert fmt_bytes(naive_bytes_per_token(KV_PER_TOKEN, 50)) in cpu_note  # 30 + 20 tokens
+    # 30 + 20 tokens, the last one written at the limit but never read back: 49 in the cache.
+    assert fmt_bytes(naive_bytes_per_token(KV_PER_TOKEN, 49)) in cpu_note
+    assert "(49 tokens in its KV cache)" in cpu_note
 
 
 def test_a_remote_answer_is_labelled_with_the_server_s_model(qtbot) -> None:
@@ -104,3 +109,77 @@ def test_an_answer_stopped_during_its_warm_up_leaves_no_warm_up_note(qtbot) -> N
     box = panel.figures_box
     assert not box.warming_up and not box.warm_up_note.isVisible()
     assert not box.warm_up_bar.isVisible()
+
+
+SEVEN_TOKENS = AnswerFigures(
+    mode="iobinding", device="cpu", tokens_per_s=48.7, ttft_s=0.23, perplexity=1.45,
+    prompt_perplexity=1.64e27, prompt_tokens=37, reused_tokens=0, generated_tokens=7,
+    context_length=8192, finish_reason="eos", h2d_bytes_per_token=0, d2h_bytes_per_token=0,
+)  # fmt: skip
+
+
+def _answer(panel: SidePanel, fig: AnswerFigures, latencies: list[float]) -> None:
+    panel.begin_answer()
+    panel.add_latencies(0, latencies)
+    panel.show_stats(fig)
+    panel.finish_answer(fig)
+
+
+def test_the_chart_says_which_tokens_it_holds(qtbot) -> None:
+    panel = make_panel(qtbot)
+    _answer(panel, SEVEN_TOKENS, [0.23] + [0.02] * 6)
+    box = panel.figures_box
+    # 7 tokens, 6 points: token 1's time is the TTFT, and the caption says so.
+    assert box.latency_chart.point_count == 6
+    assert [p.x() for p in box.latency_chart.series.points()] == [2, 3, 4, 5, 6, 7]
+    assert box.latency_caption.text().endswith(
+        "tokens 2–7 of the 7 written (token 1's is the TTFT)"
+    )
+    assert box.latency_chart.series.pointsVisible()  # few enough to count
+
+
+def test_counts_agree_and_the_context_note_says_why_they_differ(qtbot) -> None:
+    panel = make_panel(qtbot)
+    panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
+    _answer(panel, SEVEN_TOKENS, [0.23] + [0.02] * 6)
+    box = panel.figures_box
+    assert panel.context_value.text() == "44 / 8192"
+    assert "(44 tokens in its KV cache)" in panel.transfer_note.text()
+    assert not box.context_note.isVisible()
+    # The window measures the next question's prompt: 50 beside 44, with the reason.
+    panel.set_context(50, 8192)
+    assert box.context_note.isVisible()
+    assert box.context_note.text().startswith("50: the conversation as the next question")
+    assert "the 44 tokens in the last answer's KV cache" in box.context_note.text()
+    panel.begin_answer()
+    assert not box.context_note.isVisible()
+
+
+def test_absurd_perplexity_reads_as_words_and_a_reused_prompt_is_said(qtbot) -> None:
+    panel = make_panel(qtbot)
+    _answer(panel, SEVEN_TOKENS, [0.23])
+    box = panel.figures_box
+    assert panel.prompt_perplexity_value.text() == "> 1,000"
+    assert "very unlikely" in panel.prompt_perplexity_value.toolTip()
+    assert "equally likely" in panel.perplexity_value.toolTip()
+    assert not box.prompt_note.isVisible()
+    reused = replace(SEVEN_TOKENS, reused_tokens=36, prompt_perplexity=None, ttft_s=0.025)
+    _answer(panel, reused, [0.025])
+    assert box.prompt_note.isVisible()
+    assert "Prompt reused from the cache: only 1 new token was read" in box.prompt_note.text()
+    assert panel.prompt_perplexity_value.text() == fmt.MISSING
+    assert "Too few new tokens" in box.prompt_note.text()
+
+
+def test_the_note_explains_the_loop_chosen_and_the_loop_that_ran(qtbot) -> None:
+    panel = make_panel(qtbot)
+    panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
+    notes = {}
+    for mode in ("nocache", "naive", "iobinding"):
+        panel.set_mode(mode)
+        notes[mode] = panel.transfer_note.text()
+    assert len(set(notes.values())) == 3 and "no KV cache" in notes["nocache"]
+    panel.set_mode("nocache")
+    _answer(panel, replace(SEVEN_TOKENS, mode="nocache"), [0.23] + [0.02] * 6)
+    note = panel.transfer_note.text()
+    assert note.startswith("No cache keeps no notes") and "tokens in its KV cache" not in note

@@ -9,7 +9,7 @@ from PySide6.QtCore import QSettings
 
 from chatapp.engine.model_folder.sampling_defaults import PRESETS, ModelSampling
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.gui.chat.sampling_box import OVERRIDES_KEY, SamplingBox
+from chatapp.gui.chat.sampling_box import GREEDY_TIP, OVERRIDES_KEY, SamplingBox
 
 SUGGESTED = ModelSampling(
     SamplingSettings(temperature=0.6, top_k=50, top_p=0.9, repetition_penalty=1.0),
@@ -85,3 +85,19 @@ def test_old_settings_keep_only_what_the_user_changed(qtbot, tmp_path: Path) -> 
     box.restore(settings)
     assert box.overrides == {"repetition_penalty": 1.3}
     assert box.settings().greedy  # the old default temperature 0.7 no longer applies
+
+
+def test_at_temperature_0_the_controls_of_the_random_draw_are_greyed_with_why(qtbot) -> None:
+    box = _box(qtbot)
+    draw = (box.top_p_spin, box.top_k_spin, box.seed_spin)
+    box.temperature_spin.setValue(0.0)
+    for spin in draw:
+        assert not spin.isEnabled() and spin.toolTip() == GREEDY_TIP
+        label = box.form.labelForField(spin)
+        assert label is not None and not label.isEnabled()
+    # Still used when greedy: the repetition penalty and the token limit.
+    assert box.repetition_spin.isEnabled() and box.max_tokens_spin.isEnabled()
+    box.temperature_spin.setValue(0.7)
+    for spin in draw:
+        assert spin.isEnabled() and spin.toolTip() != GREEDY_TIP
+    assert box.settings().temperature == 0.7

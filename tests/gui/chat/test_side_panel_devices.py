@@ -28,9 +28,9 @@ def test_on_the_cpu_nothing_crosses_and_the_panel_says_why(
     # model's KV bytes per token x the answer's context, down and back up.
     assert "stays in the computer's memory" in note and "noise" in note
     figures = window.conversation.messages[-1].figures
-    saved = 2 * window.host.engine.info.kv_bytes_per_token() * figures.tokens_in_context
+    saved = 2 * window.host.engine.info.kv_bytes_per_token() * figures.tokens_read
     assert f"about {fmt_bytes(saved)} per token" in note
-    assert f"({figures.tokens_in_context} tokens in its KV cache)" in note
+    assert f"({figures.tokens_read} tokens in its KV cache)" in note
     assert "host↔device" not in fmt.figures_line(window.conversation.messages[-1].figures)
 
 

@@ -110,3 +110,17 @@ def test_pane_sizes_keep_the_chat_usable() -> None:
     assert sum(narrow) <= 730
     # Too narrow for all three: the chat keeps its minimum (the caller hides a pane).
     assert pane_sizes(600, panes, 1) == [130, 300, 270]
+    # No pane wider than the chat: a wide side panel gives way down to its minimum.
+    wide = [(180, 130), (0, 300), (420, 250)]
+    sized = pane_sizes(900, wide, 1)
+    assert sized[2] <= sized[1] and sum(sized) == 900 and sized[2] >= 250
+
+
+def test_no_pane_is_wider_than_the_chat() -> None:
+    from chatapp.gui.common.geometry import no_wider_than_chat
+
+    panes = [(230, 130), (0, 300), (300, 250)]
+    assert no_wider_than_chat([180, 300, 400], panes, 1) == [180, 350, 350]
+    assert no_wider_than_chat([180, 300, 260], panes, 1) == [180, 300, 260]  # already narrower
+    assert no_wider_than_chat([180, 200, 400], panes, 1) == [180, 300, 300]  # as wide, no wider
+    assert no_wider_than_chat([180, 100, 400], panes, 1) == [140, 270, 270]  # both give way

@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QProgressDialog, QPushButton, QWidget
 
 from chatapp.gui.common.progress import (
+    LABEL_WIDTH,
     ConversionProgressDialog,
     ProgressWithTimeLeft,
     TimeLeft,
@@ -90,10 +91,37 @@ def test_conversion_dialog_keeps_the_plan_above_the_steps(qtbot) -> None:
     plan = "x.gguf: the model folder takes about 1.4 GB of disk (80 GB free); ..."
     progress.set_note(plan)
     dialog = progress.dialog
-    assert dialog is not None and dialog.labelText() == f"{plan}\nConverting x.gguf…"
+    assert dialog is not None and progress.text() == f"{plan}\nConverting x.gguf…"
+    assert dialog.labelText().split() == progress.text().split()  # wrapped, nothing lost
     progress.report(0.1, "layer 1/22")
-    assert dialog.labelText() == f"{plan}\nStep layer 1/22…"
+    assert progress.text() == f"{plan}\nStep layer 1/22…"
     progress.close()
     progress.report(0.0, "tokenizer")  # a later conversion starts without the old plan
     assert progress.dialog is not None and progress.dialog.labelText() == "Step tokenizer…"
+    progress.close()
+
+
+def test_a_long_plan_and_path_wrap_instead_of_stretching_the_dialog(qtbot) -> None:
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    progress = ConversionProgressDialog(
+        parent, "longDialog", "Title", "Converting for ONNX Runtime: {message}…\n{left}", print
+    )
+    path = "/home/someone/Downloads/" + "very-long-model-name-" * 8 + "Q4_K_M.gguf"
+    progress.open(f"Converting {path} for ONNX Runtime…")
+    progress.set_note(
+        f"{path}: the model folder takes about 1.4 GB of disk (80 GB free); the "
+        "native graph keeps the Q4_K and Q6_K blocks as they are, the tokenizer comes from the "
+        "GGUF's own vocabulary, and no chat template was found in the file"
+    )
+    progress.report(0.5, "layer 11/22")
+    dialog = progress.dialog
+    assert dialog is not None
+    qtbot.waitExposed(dialog)
+    metrics = dialog.fontMetrics()
+    lines = dialog.labelText().split("\n")
+    assert len(lines) > 3 and all(metrics.horizontalAdvance(x) <= LABEL_WIDTH for x in lines)
+    assert dialog.width() <= LABEL_WIDTH + 80  # it was about 945 px
+    assert "…" in dialog.labelText() and dialog.toolTip() == progress.text()  # the path, whole
+    assert path in progress.text()
     progress.close()

@@ -61,3 +61,17 @@ def test_one_spike_does_not_flatten_the_latency_lines(qapp) -> None:
     marks = chart.outliers["naive"].points()
     assert [(p.x(), p.y()) for p in marks] == [(60.0, chart.y_axis.max())]
     assert chart.outliers["iobinding"].count() == 0
+
+
+def test_a_spread_is_drawn_beside_its_bar_not_over_its_label(qapp) -> None:
+    chart = PairBarChart("Time per token (median)", "ms")
+    chart.set_value("naive", 40.0)
+    chart.set_spread("naive", 38.0, 45.0)
+    xs = [p.x() for p in chart.spreads["naive"].points()]
+    centre = LOOPS.index("naive")
+    half_bar = chart.bars.barWidth() / 2
+    # The label sits at the bar's centre, inside it; the "I" and its caps stay right of it.
+    assert min(xs) > centre + half_bar
+    assert max(xs) < centre + 0.5  # and inside its own category
+    ys = sorted(p.y() for p in chart.spreads["naive"].points())
+    assert (ys[0], ys[-1]) == (38.0, 45.0)

@@ -36,7 +36,7 @@ def test_report_files_exist_and_parse(result: dict, tmp_path: Path, qapp: object
         "split_iobinding.png",
         "split_naive.png",
         "sweep.png",
-        "tokens_per_s.png",
+        "time_per_token.png",
         "transfer.png",
         "ttft.png",
     ]
@@ -65,6 +65,12 @@ def test_report_files_exist_and_parse(result: dict, tmp_path: Path, qapp: object
     for image in files.images:
         assert f"]({image.name})" in markdown
     assert "| IO-Binding |" in markdown
+    # The report's sentences are the view's, from the same numbers.
+    from chatapp.engine.bench.sentences import explanation
+
+    sentences = explanation(result, result["sweep"]).splitlines()
+    for sentence in (s for s in sentences if not s.startswith("On ")):  # the device's: below
+        assert sentence in markdown, sentence
 
 
 def test_headless_cli_report(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -110,6 +116,6 @@ def test_a_report_with_no_cache_has_its_charts_and_the_speed_up(
     assert {"split_nocache.png", "answer.png", "split_naive.png"} <= names
     markdown = files.markdown.read_text()
     assert "| No cache |" in markdown and "No cache loop: run / host" in markdown
-    assert "IO-Binding / no cache:" in markdown and "faster over the whole answer" in markdown
+    assert "Caching, the whole 10-token answer (first token included): No cache " in markdown
     with (files.folder / "tokens.csv").open() as fh:
         assert {r["loop"] for r in csv.DictReader(fh)} == {"nocache", "naive", "iobinding"}

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QWidget
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.export_folder import EXPORT_FOLDER_KEY, remember_export_folder
 from chatapp.gui.compare.feature import CompareFeature
+from chatapp.gui.compare.table import RATIO_HEADER
 from chatapp.gui.compare.view import CompareView, parse_contexts
 from chatapp.session.compare_jobs import StepFigures
 from chatapp.units import fmt_bytes
@@ -57,10 +58,19 @@ def test_comparison_fills_charts_and_table(
     assert view.result is not None and view.result["same_tokens"] is True
     table = view.table
     headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
-    assert headers == ["No cache", "Naive", "IO-Binding", "IO-Binding / Naive"]
+    assert headers == ["No cache", "Naive", "IO-Binding", RATIO_HEADER]
     assert float(table.item(2, 1).text()) > 0  # naive tokens/s
     assert float(table.item(2, 2).text()) > 0  # IO-Binding tokens/s
-    assert table.item(2, 3).text().endswith("x (means)")
+    # Each ratio names the two numbers it divides, the same the columns show.
+    naive_ms, iob_ms = (table.item(0, c).text().split(" ")[0] for c in (1, 2))
+    ratio = table.item(0, 3).text()
+    assert ratio.startswith(f"Naive {naive_ms} / IO-Binding {iob_ms} = ")
+    shown = float(ratio.split("= ")[1].split("x")[0])
+    assert abs(shown - float(naive_ms) / float(iob_ms)) < 0.01
+    speed = table.item(2, 3).text()
+    assert speed.startswith(
+        f"IO-Binding {table.item(2, 2).text()} / Naive {table.item(2, 1).text()}"
+    )
     assert table.item(table.rowCount() - 2, 3).text() == "yes"
     # The last row: the weight bytes a decode step reads, the same folder for every loop.
     weights = view.result["weight_bytes_per_step"]
@@ -73,8 +83,10 @@ def test_comparison_fills_charts_and_table(
     for column, label in enumerate(("No cache", "Naive", "IO-Binding")):
         median, spread = table.item(0, column).text().split(" ", 1)  # "39.9 (1.4–51.3)"
         assert f"{label} {median} ms {spread}" in text
-    assert "Caching's speed-up over the whole 16-token answer" in text
-    assert view.caching_chart.title().startswith("16 tokens: caching")
+    assert "Caching, the whole 16-token answer" in text
+    assert f"Naive's {naive_ms} / IO-Binding's {iob_ms} ms per token" in text
+    title = view.caching_chart.title()
+    assert title.startswith("16 tokens, caching: Naive ") and ", IO-Binding " in title
     assert view.caching_chart.value("nocache") > 0
     assert window.chat_view.send_button.isEnabled()
     # The charts take the whole width; the chat's panels return with the chat tab.
@@ -127,8 +139,8 @@ def test_repeats_give_medians_ranges_and_where_the_time_goes(
     low, high = result["naive"]["spread"]["tokens_per_s"]
     assert low <= result["naive"]["tokens_per_s"] <= high
     assert "–" in view.table.item(0, 0).text()  # the median and the range of the runs
-    assert view.table.item(7, 0).text() == "0 B"  # host->device on the CPU
-    assert view.speed_chart.spreads["naive"].count() == 6  # an "I" drawn over the bar
+    assert view.table.item(6, 0).text() == "0 B"  # host->device on the CPU
+    assert view.speed_chart.spreads["naive"].count() == 6  # an "I" drawn beside the bar
     explanation = view.explanation.text()
     assert "CPU" in explanation and "0 bytes per token" in explanation
 
@@ -231,7 +243,7 @@ def test_without_no_cache_two_loops_run_and_a_sweep_redoes_the_sentences(
     qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
     after = view.explanation.text()
     assert after.startswith(before.split("\n")[0])  # the comparison's sentences stay
-    assert "IO-Binding against Naive by context" in after  # and the sweep's are added
+    assert "IO-Binding vs Naive by context" in after  # and the sweep's are added
     assert "at 32" not in before
 
 
@@ -257,7 +269,8 @@ def test_titles_and_the_table_fit_at_800_by_500(
     window, view = open_compare(make_window, tiny_model_dir)
     window.resize(800, 500)
     view.transfer_chart.set_shared_memory(True)  # the longest title it can have
-    view.caching_chart.setTitle("2048 tokens: no measurable difference")  # the longest
+    # the longest the caching chart can have
+    view.caching_chart.setTitle("2048 tokens, caching: Naive no gain, IO-Binding no gain")
     qtbot.waitUntil(lambda: view.width() <= 800)
     for chart_view in view.findChildren(QChartView):
         chart = chart_view.chart()
@@ -279,5 +292,5 @@ def test_the_caching_button_runs_the_three_loops_over_200_tokens(
     result = view.result
     assert result is not None and result["max_new_tokens"] == 200 and result["repeats"] == 1
     assert set(result["caching_speedup"]) == {"naive", "iobinding"}
-    assert view.caching_chart.title().startswith("200 tokens: ")
+    assert view.caching_chart.title().startswith("200 tokens, caching: Naive ")
     assert view.latency_chart.lines["nocache"].count() == 199

@@ -39,6 +39,13 @@ def remote_ui(window: MainWindow) -> RemoteUi:
     return ui
 
 
+def accept_port(ui: RemoteUi) -> None:
+    """Serve this model asks for the port first: keep the one offered (0 in these tests)."""
+    dialog = ui.serve_dialog
+    assert dialog is not None and dialog.isVisible()
+    dialog.start_button.click()
+
+
 def fetch(qtbot, dialog: ConnectDialog, url: str, key: str = "") -> None:
     """Type the address (and key), press Fetch models, wait for the answer."""
     dialog.address.setCurrentText(url)

@@ -26,7 +26,7 @@ from tests.gui.conftest import (
     send_and_wait,
     set_sampling,
 )
-from tests.gui.remote.conftest import remote_ui
+from tests.gui.remote.conftest import accept_port, remote_ui
 from tests.serving import slow_down
 
 openai = pytest.importorskip("openai", reason="the openai package is in the dev extra")
@@ -36,6 +36,7 @@ def start_serving(qtbot, window: MainWindow) -> Serving:
     ui = remote_ui(window)
     with qtbot.waitSignal(ui.server.sig_started, timeout=LOAD_TIMEOUT_MS) as started:
         ui.serve_action.trigger()
+        accept_port(ui)
     serving = started.args[0]
     assert isinstance(serving, Serving) and ui.serve_action.isChecked()
     return serving
@@ -207,6 +208,7 @@ def test_serving_turned_off_while_the_server_starts_leaves_nothing_listening(
     started: list[object] = []
     ui.server.sig_started.connect(started.append)
     ui.serve_action.trigger()
+    accept_port(ui)
     assert ui.server.active
     qtbot.waitUntil(lambda: ui.server.worker is not None, timeout=LOAD_TIMEOUT_MS)
     ui.serve_action.trigger()  # off, before the server listens

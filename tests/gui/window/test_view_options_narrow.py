@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import json, sys
-from PySide6.QtCore import QPoint, QTimer
+from PySide6.QtCore import QPoint, QRect, Qt, QTimer
 from chatapp.gui.app import application, build_window
 app = application()
 w = build_window(["--model", sys.argv[1]])
@@ -33,7 +33,27 @@ def report():
     w.chat_view.set_hint("Enter sends · Shift+Enter: new line")
     app.processEvents()
     items = [sel.itemText(i) for i in range(sel.count())]
+    edit = w.chat_view.prompt_edit
+    viewport = edit.viewport()
+    needs = edit.fontMetrics().boundingRect(
+        QRect(0, 0, viewport.width() - 8, 10000), Qt.TextFlag.TextWordWrap,
+        edit.placeholderText(),
+    ).height()
+    # A layout that makes the side panel wider than the chat (saved on another screen, or a
+    # dragged handle): the window's next fit gives the chat its width back.
+    sp = w.splitter
+    sizes = sp.sizes()
+    chat_index, side_index = sp.indexOf(w.tabs), sp.indexOf(w.side_scroll)
+    moved = sizes[chat_index] - 40
+    sizes[chat_index] -= moved
+    sizes[side_index] += moved
+    sp.setSizes(sizes)
+    w.view_options.fit_chat()
+    app.processEvents()
+    refit = sp.sizes()
     print(json.dumps({
+        "placeholder_needs": needs, "viewport_h": viewport.height(),
+        "refit_chat": refit[chat_index], "refit_side": refit[side_index],
         "window": [w.width(), w.height()],
         "chat": rect(w.chat_view), "prompt": rect(w.chat_view.prompt_edit),
         "hint": rect(hint), "hint_needs": hint.heightForWidth(hint.width()),
@@ -79,6 +99,10 @@ def test_both_panes_open_leave_a_usable_chat(
     # The chat is usable: its page at least CHAT_MIN_WIDTH (less its margins).
     assert got["chat"][2] >= CHAT_MIN_WIDTH - 16, got
     assert got["prompt"][2] >= 180, got
+    # The side panel is never wider than the chat, nor the placeholder cut.
+    assert got["side_rect"][2] <= got["chat"][2] + 16, got
+    assert got["refit_side"] <= got["refit_chat"], got
+    assert got["placeholder_needs"] <= got["viewport_h"], got
     # The hint is whole: wrapped into the height it has, not cut to a letter.
     assert got["hint"][2] >= 80 and got["hint_needs"] <= got["hint"][3], got
     # The device box: every label fits the box, the box and its list the window.

@@ -1,0 +1,56 @@
+"""The last comparison and sweep come back after a restart, as they were drawn (issue 36)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.gui.compare.test_view import RUN_TIMEOUT_MS, open_compare
+from tests.gui.conftest import WindowFactory
+
+
+def table_text(view) -> list[list[str]]:
+    table = view.table
+    return [
+        [table.item(r, c).text() if table.item(r, c) else "" for c in range(table.columnCount())]
+        for r in range(table.rowCount())
+    ]
+
+
+def test_results_survive_a_restart(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path, compare_results_file: Path
+) -> None:
+    window, view = open_compare(make_window, tiny_model_dir)
+    view.tokens_spin.setValue(10)
+    view.repeats_spin.setValue(2)
+    assert view.run_comparison()
+    qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
+    view.sweep_edit.setText("32, 64")
+    assert view.run_sweep()
+    qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
+    assert compare_results_file.is_file()
+    before = (view.explanation.text(), table_text(view), view.caching_chart.title())
+    lines = {loop: view.latency_chart.lines[loop].count() for loop in view.latency_chart.lines}
+    window.close()
+
+    _again, restored = open_compare(make_window, tiny_model_dir)
+    assert (restored.explanation.text(), table_text(restored), restored.caching_chart.title()) == (
+        before
+    )
+    assert {k: restored.latency_chart.lines[k].count() for k in lines} == lines
+    assert restored.sweep_chart.lines["naive"].count() == 2
+    assert restored.speed_chart.value("naive") == view.speed_chart.value("naive")
+    assert restored.status.text().startswith("The last results, measured ")
+    assert restored.export_button.isEnabled()
+    assert "estimated" not in restored.sweep_estimate.text().lower()  # from the last comparison
+    assert restored.sweep_estimate.text().startswith("About ")
+
+
+def test_a_damaged_results_file_starts_empty(
+    make_window: WindowFactory, tiny_model_dir: Path, compare_results_file: Path
+) -> None:
+    compare_results_file.parent.mkdir(parents=True, exist_ok=True)
+    compare_results_file.write_text("{broken", encoding="utf-8")
+    _window, view = open_compare(make_window, tiny_model_dir)
+    assert view.result is None and view.explanation.text() == ""
+    assert not view.export_button.isEnabled()
+    assert view.sweep_estimate.text() == "Estimated when it starts"

@@ -10,7 +10,7 @@ import numpy as np
 
 from chatapp.engine.chat import IncrementalDetokenizer
 from chatapp.engine.constraints import TokenConstraint
-from chatapp.engine.errors import ContextOverflowError
+from chatapp.engine.errors import ContextOverflowError, ModelError
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.row_logprob import RowLogProb
@@ -34,6 +34,17 @@ perf = time.perf_counter
 # figure (mean log-prob over the prompt), estimated.
 PROMPT_SAMPLE = 64
 PROMPT_LOGITS_BYTES = 64 * 49_152 * 4  # SmolLM2's 64 rows of float32 logits
+
+
+def check_finite_row(row: np.ndarray, model_name: str) -> None:
+    """ModelError where a row of logits holds NaN or an infinity (damaged weights: a block's
+    scale, an edited file): sampling from it would pick a meaningless token, often the end,
+    and the answer would be empty with no word. One sum over the row: 0.07 ms at 262k logits."""
+    if not np.isfinite(np.sum(row)):
+        raise ModelError(
+            f"{model_name} computed values that are not numbers (NaN or infinity), so the "
+            "answer was stopped; its weights are damaged: convert its GGUF again."
+        )
 
 
 def prompt_sample(new_tokens: int, vocab: int = 0, most: int = PROMPT_SAMPLE) -> list[int]:
@@ -114,6 +125,7 @@ class Generation:
             stats.prompt_logprobs = token_logprobs(step.logits[:-1], following).tolist()
         # Logits come in the model's own type; the sampler gets the one row it needs as float32.
         last = np.ascontiguousarray(as_float32(step.logits[-1]))
+        check_finite_row(last, loop.info.name)
         token_logprob = RowLogProb(last.size)
         history = list(self.prompt_ids)
         previous = started
@@ -161,6 +173,7 @@ class Generation:
                 break
             step = loop.forward([token])
             last = as_float32(step.logits)
+            check_finite_row(last, loop.info.name)
         tail = self.detok.flush()
         if tail:
             self.text += tail

@@ -179,7 +179,14 @@ def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
     assert out.message is None and isinstance(json.loads(out.result.text)["ok"], bool)
     anything = drive(generate_job(host, replace(ask(), json_schema="")))  # any JSON object
     assert anything.message is None and anything.result.text.startswith("{")
-    for text, words in (("{nope", "not valid JSON"), ('{"type": "objectx"}', "objectx")):
+    hostile = (
+        ("{nope", "not valid JSON"),
+        ('{"type": "objectx"}', "objectx"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # was an uncaught RecursionError
+        ('{"$ref": "#"}', "loop"),
+        ('{"enum": []}', "cannot be used"),
+    )
+    for text, words in hostile:
         bad = drive(generate_job(host, replace(ask(), json_schema=text)))
         assert bad.message is not None and words in bad.message and "\n" not in bad.message
 

@@ -28,6 +28,7 @@ class ChatFeature(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
+        self._banner_at_start = 0  # the banner's serial when the answer started
         c, view = window.controller, window.chat_view
         self.chat, self.view, self.panel = c, view, window.side_panel
         view.sig_send.connect(self._on_send)
@@ -79,7 +80,9 @@ class ChatFeature(QObject):
 
     @Slot(object)
     def _on_answer_started(self, _options: object) -> None:
-        self.window.dismiss_message()
+        # A failure the banner tells of now (a device that failed) is over once this answer
+        # succeeds; what is shown while it runs, and notices, stay.
+        self._banner_at_start = self.window.dismiss_message()
         self.view.show_messages(self.chat.conversation.messages)
         self.view.begin_answer()
         self.panel.begin_answer()
@@ -105,6 +108,8 @@ class ChatFeature(QObject):
     @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:
         self.panel.finish_answer(message.figures)
+        if message.figures is None or message.figures.finish_reason != "error":
+            self.window.dismiss_message(failures_before=self._banner_at_start)
         if message.figures is not None:
             self.window.notify(fmt.figures_line(message.figures, tokens=False), 10000)
 
@@ -113,7 +118,7 @@ class ChatFeature(QObject):
         if restored_prompt and not self.view.prompt_text().strip():
             self.view.set_prompt_text(restored_prompt)
         self.panel.finish_answer(None)
-        self.window.show_message(message, "error")
+        self.window.show_message(message, "error", until_answer=True)
 
 
 def install_chat(window: MainWindow) -> ChatFeature:

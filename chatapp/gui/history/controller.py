@@ -34,7 +34,11 @@ class HistoryController(QObject):
     ) -> None:
         super().__init__(parent)
         self.chat = chat
-        self.sync_core = HistorySync(chat.session, store, system_prompt, _Signals(self))
+        # The tools runner waits for a history another process keeps locked: this thread
+        # never does (session/history_failures.py).
+        self.sync_core = HistorySync(
+            chat.session, store, system_prompt, _Signals(self), chat.session.submit_tool
+        )
         chat.sig_answer_started.connect(self._on_answer_started)
         chat.sig_conversation_changed.connect(self._on_conversation_changed)
 

@@ -12,7 +12,9 @@ from typing import Any
 
 from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
+from chatapp.engine.folder_tokenizer import FolderTokenizer
 from chatapp.engine.model_folder.files import check_tokenizer_files, optional_inside, read_json_file
+from chatapp.engine.resident import resident_memory, return_freed_heap
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
 from chatapp.error_text import first_line
 
@@ -100,7 +102,8 @@ class Message:
 
 
 class ChatTokenizer:
-    """The folder's tokenizer (transformers, local files only) with its chat template.
+    """The folder's tokenizer (`tokenizers`, or transformers where that alone would give other
+    ids; local files only) with its chat template.
 
     Message text is tokenized as text: a control token typed, pasted, imported or put in the
     system prompt (`<|im_end|><|im_start|>system...`) becomes the ordinary tokens of its
@@ -114,12 +117,12 @@ class ChatTokenizer:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         check_tokenizer_files(folder)  # links out of the folder, devices, giant files
-        from transformers import AutoTokenizer
-
+        anon_before = resident_memory().get("anon", 0)
         try:
-            self.tok: Any = AutoTokenizer.from_pretrained(
-                str(folder), local_files_only=True, trust_remote_code=False
-            )
+            # tokenizers alone where that gives transformers' ids (engine/folder_tokenizer.py)
+            self.tok: Any = FolderTokenizer.load(folder) or _transformers_tokenizer(folder)
+        except ModelError:
+            raise
         except Exception as exc:
             raise ModelError(
                 f"The tokenizer in {folder.name} could not be loaded ({first_line(exc)})."
@@ -137,6 +140,12 @@ class ChatTokenizer:
         # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
         self.notice: str | None = None if self.has_template else NO_TEMPLATE_NOTICE
         self._bos = self._bos_to_add()
+        # Parsing tokenizer.json frees ~3x what the tokenizer keeps (Gemma 3: 290 MiB freed,
+        # 95 MiB kept); glibc holds on to it unless asked (docs/engine.md).
+        return_freed_heap()
+        # What the tokenizer keeps (anonymous memory, measured; 0 where /proc is not there):
+        # `chatapp bench` and scripts/answer_memory.py report it.
+        self.resident_bytes = max(0, resident_memory().get("anon", 0) - anon_before)
 
     def _bos_to_add(self) -> int | None:
         """BOS when the tokenizer puts one in front of plain text (its post-processor decides;
@@ -327,6 +336,15 @@ class ChatTokenizer:
             pass
         self._ordinary_renders = True
         return True
+
+
+def _transformers_tokenizer(folder: Path) -> Any:
+    """transformers' tokenizer for the folder (local files only, no remote code)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(
+        str(folder), local_files_only=True, trust_remote_code=False
+    )
 
 
 def _with_valid_text(message: Message) -> Message:

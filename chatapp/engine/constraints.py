@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from chatapp.engine.folder_tokenizer import FolderTokenizer
 from chatapp.engine.json_schema import (
     MAX_SCHEMA_CHARS,
     ConstraintError,
@@ -218,17 +219,28 @@ class ConstraintCompiler:
         if not library_available():
             raise ConstraintError(MISSING_LIBRARY)
         if self._tokenizer is None:
-            import llguidance.hf
-
             try:
-                self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._hf, n_vocab=self._vocab, eos_token=self._eos or None
-                )
+                self._tokenizer = self._build_ll_tokenizer()
             except Exception as exc:  # e.g. a slow (Python-only) tokenizer
                 raise ConstraintError(
                     f"This model's tokenizer cannot be used for structured output ({exc})."
                 ) from exc
         return self._tokenizer
+
+    def _build_ll_tokenizer(self) -> Any:
+        import llguidance
+
+        if not isinstance(self._hf, FolderTokenizer):  # transformers' tokenizer
+            import llguidance.hf  # imports transformers
+
+            return llguidance.hf.from_tokenizer(
+                self._hf, n_vocab=self._vocab, eos_token=self._eos or None
+            )
+        # What llguidance.hf does, without transformers: the backend's serialization (it
+        # already has no truncation or padding).
+        eos = self._eos or self._hf.eos_token_id
+        text = self._hf.backend_tokenizer.to_str()
+        return llguidance.LLTokenizer(text, n_vocab=self._vocab, eos_token=eos)
 
     def check(self, fmt: OutputFormat) -> None:
         """Raise ConstraintError (one line) for a schema or grammar llguidance refuses."""

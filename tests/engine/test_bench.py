@@ -14,6 +14,7 @@ from chatapp.engine.bench.run import (
     bench_prompt_ids,
     interleaved,
     loop_pair,
+    result_header,
     run_bench_suite,
     run_interleaved,
 )
@@ -83,6 +84,10 @@ def test_summary_and_table(engine: Engine) -> None:
     iob_ms = per_token_ms(result["iobinding"]).median
     assert f"IO-Binding vs Naive: Naive's {fig(naive_ms)} / IO-Binding's {fig(iob_ms)}" in table
     assert f"| Naive | {per_token_ms(result['naive']).text('')} |" in table
+    assert "tokenizer" not in table  # not measured: no line
+    result |= result_header(engine, 12, 3) | {"tokenizer_bytes": 99 << 20}
+    assert result["vocab_size"] == engine.info.vocab_size
+    assert "The tokenizer holds 103.8 MB of the process's memory for " in markdown_report(result)
 
 
 def test_genai_runs_beside_each_repeat(tiny_model_dir: Path) -> None:

@@ -254,3 +254,22 @@ def test_an_ordinary_template_is_probed_once(
         with pytest.raises(TemplateLimitError):
             tok.render(_huge_chat())
     assert probes == [1]
+
+
+def test_the_tokenizer_measures_what_it_keeps_after_handing_the_parse_back(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine import chat
+
+    events: list[str] = []
+    readings = iter([100 << 20, 130 << 20])
+
+    def reading() -> dict[str, int]:
+        events.append("measured")
+        return {"anon": next(readings)}
+
+    monkeypatch.setattr(chat, "resident_memory", reading)
+    monkeypatch.setattr(chat, "return_freed_heap", lambda: events.append("trimmed"))
+    tokenizer = ChatTokenizer(tiny_model_dir)
+    assert events == ["measured", "trimmed", "measured"]  # kept: after the freed heap is back
+    assert tokenizer.resident_bytes == 30 << 20

@@ -68,6 +68,15 @@ def _spread(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
     return f" ({fmt.format(low * scale)}–{fmt.format(high * scale)})"
 
 
+def _tokenizer_line(result: dict[str, Any]) -> list[str]:
+    held = result.get("tokenizer_bytes")
+    if not held:
+        return []
+    vocab = result.get("vocab_size")
+    words = f" for {vocab:,} tokens" if vocab else ""
+    return ["", f"The tokenizer holds {fmt_bytes(held)} of the process's memory{words}."]
+
+
 def markdown_report(result: dict[str, Any]) -> str:
     """The Markdown tables a person can paste into a report."""
     kernels = f" ({result['kernels']})" if result.get("kernels") else ""
@@ -75,6 +84,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"**{result['model']}** ({result['layout']}) on **{result['device']}**{kernels}, "
         f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
         f"median of {result['repeats']} runs (min–max in brackets)",
+        *_tokenizer_line(result),
         "",
         "| loop | time per token (ms, median) | tokens/s (mean) | weights read / token "
         "| TTFT (ms) | p95 time per token (ms) | host prep share | host→device / token "

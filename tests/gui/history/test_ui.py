@@ -151,7 +151,9 @@ def _without_tokens(text: str) -> str:
     import re
 
     # One count per answer: beside its name once the context is measured, else on its figure line.
-    return re.sub(r"   \d+ tokens(?=   (Edit|Copy))| · \d+ tokens(?= ·|$)", "", text, flags=re.M)
+    return re.sub(
+        r"   \d+ tokens of context(?=   (Edit|Copy))| · \d+ tokens(?= ·|$)", "", text, flags=re.M
+    )
 
 
 def test_new_chat_list_rename_and_delete_with_confirmation(
@@ -459,8 +461,8 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     first_question, first_answer = report.message_tokens(0), report.message_tokens(1)
     assert first_question is not None and first_answer is not None
     assert first_question + first_answer == report.turns[0].tokens
-    assert text.startswith(f"You   {first_question} tokens   Edit   Copy\n")
-    assert f"Assistant   {first_answer} tokens   Copy\n" in text
+    assert text.startswith(f"You   {first_question} tokens of context   Edit   Copy\n")
+    assert f"Assistant   {first_answer} tokens of context   Copy\n" in text
     assert window.side_panel.context_value.text() == f"{report.prompt_tokens} / 512"
     assert "not sent" in window.side_panel.context_value.toolTip()
 

@@ -13,6 +13,7 @@ from chatapp.engine import memory, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model_description import ModelDescription
 from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
@@ -161,9 +162,11 @@ def test_opening_a_second_model_closes_the_first_before_loading_it(
     seen_while_opening: list[object] = []
     real_open = model_jobs._open_engine
 
-    def watching(request: LoadRequest) -> tuple[Engine, str | None]:
+    def watching(
+        request: LoadRequest, model: ModelDescription | None = None
+    ) -> tuple[Engine, str | None]:
         seen_while_opening.append(first())  # the first engine is gone before the second loads
-        return real_open(request)
+        return real_open(request, model)
 
     monkeypatch.setattr(model_jobs, "_open_engine", watching)
     summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
@@ -179,10 +182,12 @@ def test_a_load_that_fails_after_closing_the_first_opens_it_again(
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
     real_open = model_jobs._open_engine
 
-    def failing_for_the_second(request: LoadRequest) -> tuple[Engine, str | None]:
+    def failing_for_the_second(
+        request: LoadRequest, model: ModelDescription | None = None
+    ) -> tuple[Engine, str | None]:
         if request.model_dir == varied_model_dir:
             raise ModelError("onnxruntime cannot run model.onnx (broken).")
-        return real_open(request)
+        return real_open(request, model)
 
     monkeypatch.setattr(model_jobs, "_open_engine", failing_for_the_second)
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))

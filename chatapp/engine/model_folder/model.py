@@ -51,7 +51,7 @@ from chatapp.engine.native_kernels import NOT_BUILT, library_path, native_prefer
 from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
 from chatapp.folder_format.graph import all_nodes
 
-__all__ = ["KVLayout", "KVTensor", "ModelIO", "ModelInfo", "open_model_folder"]
+__all__ = ["KVLayout", "KVTensor", "ModelIO", "ModelInfo", "open_model_folder", "read_model_folder"]
 
 
 class KVLayout(Enum):
@@ -124,7 +124,16 @@ def onnx_candidates(folder: Path) -> list[Path]:
 def open_model_folder(
     folder: Path | str, onnx_file: str | Path | None = None, on_cpu: bool = True
 ) -> ModelInfo:
-    """Describe the model in `folder`; ModelError says what is missing or unsupported.
+    """Describe the model in `folder` (as `read_model_folder`, without the graph)."""
+    return read_model_folder(folder, onnx_file, on_cpu)[0]
+
+
+def read_model_folder(
+    folder: Path | str, onnx_file: str | Path | None = None, on_cpu: bool = True
+) -> tuple[ModelInfo, onnx.ModelProto]:
+    """Describe the model in `folder`, with the graph read for it (without its weights: the
+    memory estimate reads its initializers' sizes from it); ModelError says what is missing
+    or unsupported.
 
     Without `onnx_file`: the graph genai_config.json names, else the most precise graph that
     this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first;
@@ -158,7 +167,7 @@ def open_model_folder(
     for onnx_path in candidates:
         try:
             proto = load_onnx_graph(onnx_path)
-            return _describe(folder, onnx_path, proto.graph, config or {}, genai or {})
+            return _describe(folder, onnx_path, proto.graph, config or {}, genai or {}), proto
         except FolderFileError:
             raise
         except ModelError as exc:

@@ -35,7 +35,6 @@ from chatapp.engine.memory import MemoryEstimate, check_memory
 from chatapp.engine.model_description import ModelDescription, is_cpu, read_model
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode
-from chatapp.engine.native_kernels import needs_native
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
@@ -214,7 +213,7 @@ class Engine:
         """The graph a CPU session runs: for a big model its copy with packed weights saved
         (engine/packed_cache.py; saved by a child process the first time), else the folder's
         own."""
-        if not wanted(self.memory) or needs_native(self.info.onnx_path):
+        if not wanted(self.memory) or self.model.native:
             return self.info.onnx_path  # native kernels read the GGUF bytes: nothing is packed
         graph = packed_copy(self.info.onnx_path, self.memory, self.threads)
         if graph is None:

@@ -3,8 +3,9 @@ from. No Qt.
 
 llama.cpp splits a model (what was read from its file) from the context that runs it; here
 `ModelDescription` is the model: the graph chosen for a device, its description (`ModelInfo`:
-KV layout, tokens, context) and what it will hold in memory at the context an engine allocates,
-all read by `read_model` from the folder's configs and one read of the graph (never its weights).
+KV layout, tokens, context), whether it runs on the GGUF kernels, the sampling it suggests and
+what it will hold in memory at the context an engine allocates, all read by `read_model` from
+the folder's configs and one read of the graph (never its weights).
 It is immutable and passed down: `packed_cache.prepare_folder` saves the packed copy from it, a
 load checks its memory (`engine.check_fits`) and the `Engine` starts its session and loops
 from it (the context of the split).
@@ -18,6 +19,8 @@ from pathlib import Path
 from chatapp.engine.guards import check_context, check_kv_memory
 from chatapp.engine.memory import MemoryEstimate, estimate_memory
 from chatapp.engine.model_folder.model import ModelInfo, read_model_folder
+from chatapp.engine.model_folder.sampling_defaults import ModelSampling, model_sampling
+from chatapp.folder_format.graph import declares_native
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
 # does not reserve gigabytes for a chat that will use a few thousand tokens.
@@ -44,6 +47,8 @@ class ModelDescription:
     info: ModelInfo  # the graph chosen and what it says (folder, KV layout, tokens, context)
     memory: MemoryEstimate  # what it holds while answering at `context` tokens
     on_cpu: bool  # read for the CPU (a native graph preferred) or for another device
+    native: bool  # the graph runs on chatapp's GGUF kernels (native_kernels.py)
+    sampling: ModelSampling  # what the model suggests sampling with (its configs or a preset)
     # The graph the user picked (relative to the folder); None: chosen for the device.
     onnx_file: str | None = None
 
@@ -71,4 +76,11 @@ def read_model(
     info, proto = read_model_folder(folder, onnx_file, on_cpu=on_cpu)
     context = engine_context(info, max_context)
     check_kv_memory(info, context)
-    return ModelDescription(info, estimate_memory(info, context, proto), on_cpu, onnx_file)
+    return ModelDescription(
+        info,
+        estimate_memory(info, context, proto),
+        on_cpu,
+        native=declares_native(proto),
+        sampling=model_sampling(info.folder, info.onnx_path.stat().st_size),
+        onnx_file=onnx_file,
+    )

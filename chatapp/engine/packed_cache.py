@@ -118,11 +118,9 @@ def prepare_folder(
     the folder wants none (small, native kernels, not Linux, turned off) or it cannot be made
     now (too little memory free for the child, a stop, a failure: the first load tries
     again). Never raises."""
-    from chatapp.engine.native_kernels import needs_native
-
     info, estimate = model.info, model.memory  # the KV cache plays no part in the copy
     try:
-        if not wanted(estimate) or needs_native(info.onnx_path):
+        if not wanted(estimate) or model.native:
             return None
         if saved_already(info.onnx_path, estimate):
             return _copy_folder(info.onnx_path, estimate) / GRAPH

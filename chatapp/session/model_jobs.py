@@ -19,7 +19,7 @@ from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine, open_model
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.model_description import ModelDescription, read_model
-from chatapp.engine.model_folder.sampling_defaults import ModelSampling, model_sampling
+from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import kernels_label
@@ -191,9 +191,9 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         max_context=engine.max_context,
         threads=engine.threads,
         onnx_file=engine.info.onnx_file,
-        sampling=model_sampling(engine.info.folder, engine.info.onnx_path.stat().st_size),
+        sampling=engine.model.sampling,
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
-        kernels=kernels_label(engine.info.onnx_path),
+        kernels=kernels_label(engine.model.native),
         has_chat_template=engine.tokenizer.has_template,
     )
 

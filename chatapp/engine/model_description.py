@@ -19,7 +19,7 @@ from pathlib import Path
 from chatapp.engine.guards import check_context, check_kv_memory
 from chatapp.engine.memory import MemoryEstimate, estimate_memory
 from chatapp.engine.model_folder.model import ModelInfo, read_model_folder
-from chatapp.engine.model_folder.sampling_defaults import ModelSampling, model_sampling
+from chatapp.engine.model_folder.sampling_defaults import ModelSampling, sampling_of
 from chatapp.folder_format.graph import declares_native
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
@@ -73,7 +73,7 @@ def read_model(
     it cannot be opened. The one place a model folder is read for running."""
     check_context(max_context)
     on_cpu = is_cpu(device)
-    info, proto = read_model_folder(folder, onnx_file, on_cpu=on_cpu)
+    info, proto, config, generation = read_model_folder(folder, onnx_file, on_cpu=on_cpu)
     context = engine_context(info, max_context)
     check_kv_memory(info, context)
     return ModelDescription(
@@ -81,6 +81,6 @@ def read_model(
         estimate_memory(info, context, proto),
         on_cpu,
         native=declares_native(proto),
-        sampling=model_sampling(info.folder, info.onnx_path.stat().st_size),
+        sampling=sampling_of(info.folder, config, generation, info.onnx_path.stat().st_size),
         onnx_file=onnx_file,
     )

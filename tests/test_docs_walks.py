@@ -1,5 +1,6 @@
-"""docs/architecture.md's walks (one answer in the window, one request to `chatapp serve`) name
-code that exists: a renamed function or class fails here, not in a reader's search."""
+"""docs/architecture.md's walks (one answer in the window, one request to `chatapp serve`,
+opening a model) name code that exists: a renamed function or class fails here, not in a
+reader's search."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WALKS = ("One answer", "One request")
+WALKS = ("One answer", "One request", "Opening a model")
 # `Name`, `Name.member`, `function(...)` or `_private` in backticks; lower-case dotted names
 # (`asyncio.Queue`, `loop.call_soon_threadsafe`) are the standard library's, not ours.
 CODE = re.compile(r"`([A-Za-z_][\w.]*)(\([^`]*\))?`")

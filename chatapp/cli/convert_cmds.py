@@ -119,6 +119,8 @@ def run_convert(args: argparse.Namespace) -> int:
         # What the folder and the conversion take, before the bar: the window shows the same.
         print(f"chatapp: {plan.line(args.gguf.name)}", file=sys.stderr, flush=True)
 
+    from chatapp.engine.errors import EngineError
+    from chatapp.engine.model_description import read_model
     from chatapp.engine.packed_cache import prepare_folder
 
     with terminate_as_interrupt():  # SIGTERM removes the .partial folder as Ctrl+C does
@@ -127,7 +129,14 @@ def run_convert(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         # A big model's first load then maps this copy instead of packing it (docs/converter.md).
-        prepare_folder(out, say=lambda line: print(f"chatapp: {line}", file=sys.stderr, flush=True))
+        try:
+            model = read_model(out)
+        except (EngineError, OSError):  # opening it says why
+            model = None
+        if model is not None:
+            prepare_folder(
+                model, say=lambda line: print(f"chatapp: {line}", file=sys.stderr, flush=True)
+            )
     print(out)
     return 0
 

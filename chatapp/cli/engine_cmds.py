@@ -300,7 +300,7 @@ def run_generate(args: argparse.Namespace) -> int:
         out: dict[str, Any] = {"text": gen.text, **stats.to_dict()}
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
-        out["kernels"] = kernels_label(engine.info.onnx_path)  # GGUF kernels or ORT's
+        out["kernels"] = kernels_label(engine.model.native)  # GGUF kernels or ORT's
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:

@@ -27,14 +27,14 @@ from chatapp.engine.errors import (
     ModelError,
 )
 from chatapp.engine.generation import Generation
-from chatapp.engine.guards import check_context, check_kv_memory, check_threads
+from chatapp.engine.guards import check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.mapped_files import MappedFiles
-from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
-from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
+from chatapp.engine.memory import MemoryEstimate, check_memory
+from chatapp.engine.model_description import ModelDescription, is_cpu, read_model
+from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode
-from chatapp.engine.native_kernels import needs_native
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
@@ -45,21 +45,20 @@ from chatapp.error_text import STATUS_LINE, first_line
 
 log = logging.getLogger(__name__)
 
-# IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
-# does not reserve gigabytes for a chat that will use a few thousand tokens.
-DEFAULT_MAX_CONTEXT = 8192
 
-
-def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
-    """The context an Engine allocates for `info` when asked for `max_context` (None: the
-    default cap)."""
-    return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
-
-
-def is_cpu(device: str) -> bool:
-    """Whether the device named on the command line or in the panel is the CPU (a native graph
-    of the folder is then preferred: model_folder/model.py)."""
-    return device.strip().lower() == CPU.name
+def open_model(
+    folder: Path | str,
+    device: str = CPU.name,
+    onnx_file: str | None = None,
+    max_context: int | None = None,
+    freed: int = 0,
+) -> ModelDescription:
+    """The model in `folder` read once for `device` (model_description.read_model), refused
+    before anything is loaded where it would not fit in memory: the memory available now plus
+    `freed` (what closing the current model gives back). The one memory check of a load."""
+    model = read_model(folder, onnx_file, device, max_context)
+    check_memory(resident_need(model.memory, model.info, device), model.info.name, freed)
+    return model
 
 
 def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> MemoryEstimate:
@@ -93,27 +92,30 @@ def _mode(mode: Mode | str) -> Mode:
 
 
 class Engine:
+    """A model running on a device: its session, loops and tokenizer, built from a
+    ModelDescription (a folder read once and checked for memory: `open_model`)."""
+
     def __init__(
         self,
-        model_dir: Path | str,
+        model: ModelDescription | Path | str,
         device: str = "cpu",
         mode: Mode | str = Mode.IOBINDING,
         threads: int | None = None,
         max_context: int | None = None,
         onnx_file: str | None = None,
     ) -> None:
+        """`model`: a description read already (its graph and context were chosen then:
+        `max_context` and `onnx_file` are for a folder), or a folder, read here."""
         check_threads(threads)
-        check_context(max_context)
-        self.info: ModelInfo = open_model_folder(model_dir, onnx_file, on_cpu=is_cpu(device))
-        self._onnx_file = onnx_file  # the user's pick of a graph; None: the engine chooses
+        if not isinstance(model, ModelDescription):
+            model = open_model(model, device, onnx_file, max_context)
+        elif max_context is not None or onnx_file is not None:
+            raise ValueError("a ModelDescription has its graph and context already")
+        self._adopt(model)
+        self._onnx_file = model.onnx_file  # the user's pick of a graph; None: the engine chooses
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
-        self.max_context = engine_context(self.info, max_context)
-        check_kv_memory(self.info, self.max_context)
-        self.memory: MemoryEstimate = estimate_memory(self.info, self.max_context)
-        # Refused before anything is loaded.
-        check_memory(resident_need(self.memory, self.info, device), self.info.name)
-        self.mapped_files = self.memory.mapped_files  # what the running session maps
+        self.max_context = model.context
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
         self.constraints = ConstraintCompiler(
@@ -189,13 +191,16 @@ class Engine:
         with released_while_loading(self.mapped_files):
             self._use(cpu_session(graph, self.threads, reason))
 
+    def _adopt(self, model: ModelDescription) -> None:
+        self.model = model
+        self.info: ModelInfo = model.info
+        self.memory: MemoryEstimate = model.memory
+        self.mapped_files = self.memory.mapped_files  # what the running session maps
+
     def _choose_cpu_graph(self) -> None:
-        info = open_model_folder(self.info.folder, None, on_cpu=True)
-        if info.onnx_path == self.info.onnx_path:
-            return
-        self.info = info
-        self.memory = estimate_memory(info, self.max_context)
-        self.mapped_files = self.memory.mapped_files
+        model = read_model(self.info.folder, None, CPU.name, self.max_context)
+        if model.info.onnx_path != self.info.onnx_path:
+            self._adopt(model)
 
     @property
     def resident_estimate(self) -> MemoryEstimate:
@@ -208,7 +213,7 @@ class Engine:
         """The graph a CPU session runs: for a big model its copy with packed weights saved
         (engine/packed_cache.py; saved by a child process the first time), else the folder's
         own."""
-        if not wanted(self.memory) or needs_native(self.info.onnx_path):
+        if not wanted(self.memory) or self.model.native:
             return self.info.onnx_path  # native kernels read the GGUF bytes: nothing is packed
         graph = packed_copy(self.info.onnx_path, self.memory, self.threads)
         if graph is None:

@@ -71,9 +71,13 @@ class MemoryEstimate:
         )
 
 
-def estimate_memory(info: ModelInfo, context: int) -> MemoryEstimate:
-    """What `info`'s graph holds at `context` tokens of KV; reads the graph, not its weights."""
-    proto = load_onnx_graph(info.onnx_path)
+def estimate_memory(
+    info: ModelInfo, context: int, proto: onnx.ModelProto | None = None
+) -> MemoryEstimate:
+    """What `info`'s graph holds at `context` tokens of KV; reads the graph (unless `proto`,
+    the graph read already, is given), not its weights."""
+    if proto is None:
+        proto = load_onnx_graph(info.onnx_path)
     files = external_data_files(proto, info.onnx_path)
     on_disk = info.onnx_path.stat().st_size + sum(f.stat().st_size for f in files)
     sizes = packed_sizes(proto)

@@ -43,9 +43,10 @@ def native_preferred(on_cpu: bool) -> bool:
     return on_cpu and usable_isa() is not None
 
 
-def kernels_label(model: Path) -> str:
-    """Which kernels run the graph, for the backend line ("GGUF kernels, AVX2")."""
-    if not needs_native(model):
+def kernels_label(native: bool) -> str:
+    """Which kernels run a graph that is `native` or not, for the backend line ("GGUF
+    kernels, AVX2")."""
+    if not native:
         return "ONNX Runtime kernels"
     isa = library_isa()
     names = {"avx2": "AVX2", "avx512vnni": "AVX-512 VNNI", "scalar": "scalar"}

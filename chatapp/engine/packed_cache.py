@@ -47,7 +47,8 @@ from pathlib import Path
 import onnxruntime as ort
 
 from chatapp.datadir import data_dir
-from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate, estimate_memory
+from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate
+from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.error_text import STATUS_LINE, first_line
 from chatapp.safe_delete import OWNED_MARKER, mark_owned, marked_owned, remove_owned
 from chatapp.system_memory import available_memory
@@ -107,34 +108,31 @@ def packed_copy(
 
 
 def prepare_folder(
-    folder: Path,
+    model: ModelDescription,
     threads: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Path | None:
-    """After a conversion: save the folder's packed copy now, so that its first load maps it
-    (`say` hears one line before the work starts). None where the folder wants none (small,
-    native kernels, not Linux, turned off) or it cannot be made now (too little memory free
-    for the child, a stop, a failure: the first load tries again). Never raises."""
-    from chatapp.engine.model_folder.model import open_model_folder
-    from chatapp.engine.native_kernels import needs_native
-
+    """After a conversion: save the packed copy of `model` (a folder read for the CPU) now,
+    so that its first load maps it (`say` hears one line before the work starts). None where
+    the folder wants none (small, native kernels, not Linux, turned off) or it cannot be made
+    now (too little memory free for the child, a stop, a failure: the first load tries
+    again). Never raises."""
+    info, estimate = model.info, model.memory  # the KV cache plays no part in the copy
     try:
-        info = open_model_folder(folder)
-        estimate = estimate_memory(info, 1)  # the KV cache plays no part in the copy
-        if not wanted(estimate) or needs_native(info.onnx_path):
+        if not wanted(estimate) or model.native:
             return None
         if saved_already(info.onnx_path, estimate):
             return _copy_folder(info.onnx_path, estimate) / GRAPH
         available = available_memory()
         if available is not None and available < estimate.packed + RUNTIME_OVERHEAD:
-            log.info("too little memory free to save the packed copy of %s now", folder)
+            log.info("too little memory free to save the packed copy of %s now", info.folder)
             return None
         if say is not None:
             say("saving ONNX Runtime's packed weights for this computer (loading then maps them)")
         return packed_copy(info.onnx_path, estimate, threads, should_stop)
     except Exception:  # an optional step: the folder itself is complete
-        log.exception("could not prepare the packed copy of %s", folder)
+        log.exception("could not prepare the packed copy of %s", info.folder)
         return None
 
 
@@ -363,15 +361,14 @@ def _child_main(argv: list[str]) -> int:
     """The child `save_in_child` starts: save the copy, print the graph and this process's
     peak resident memory."""
     from chatapp.engine.devices import session_options
-    from chatapp.engine.model_folder.model import open_model_folder
     from chatapp.engine.resident import released_while_loading, resident_memory
 
     parser = argparse.ArgumentParser(description="Save a graph's packed weights copy.")
     parser.add_argument("graph", type=Path)
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args(argv)
-    info = open_model_folder(args.graph.parent, args.graph.name)
-    estimate = estimate_memory(info, 1)
+    model = read_model(args.graph.parent, args.graph.name, max_context=1)
+    info, estimate = model.info, model.memory
     opts = session_options(args.threads or None)
     try:
         with released_while_loading(estimate.mapped_files):  # saving reads each weight once

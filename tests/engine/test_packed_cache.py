@@ -13,6 +13,7 @@ from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import packed_cache
 from chatapp.engine.engine import Engine, resident_need
 from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model_description import read_model
 from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.engine.packed_cache import ENV_VAR, cache_root, prepare_folder
 from chatapp.engine.sampling import SamplingSettings
@@ -125,13 +126,13 @@ def test_a_stopped_save_leaves_nothing_and_the_next_one_completes(
         def stop_once_writing() -> bool:
             return any(source.glob(".writing-*")) or time.monotonic() - started > 30
 
-        assert prepare_folder(folder, threads=1, should_stop=stop_once_writing) is None
+        assert prepare_folder(read_model(folder), threads=1, should_stop=stop_once_writing) is None
         assert time.monotonic() - started < 30  # stopped, not waited for
         assert [p for p in cache_root().rglob("*") if p.is_file()] == []
     # a copy abandoned by a writer that is gone is removed by the next save
     abandoned = source / ".writing-999999999-x"
     abandoned.mkdir(parents=True)
-    graph = prepare_folder(folder, threads=1)
+    graph = prepare_folder(read_model(folder), threads=1)
     assert graph is not None and graph.is_file()
     assert not abandoned.exists()
     engine = Engine(folder, threads=1, max_context=64)
@@ -144,9 +145,9 @@ def test_a_conversion_prepares_nothing_for_a_small_model_or_when_turned_off(
     folder = with_external_data(tiny_model_dir, tmp_path / "external")
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
     monkeypatch.delenv(ENV_VAR, raising=False)
-    assert prepare_folder(folder) is None  # far below the size a copy is made for
+    assert prepare_folder(read_model(folder)) is None  # far below the size a copy is made for
     monkeypatch.setenv(ENV_VAR, "0")
-    assert prepare_folder(folder) is None
+    assert prepare_folder(read_model(folder)) is None
     assert not cache_root().exists()
 
 

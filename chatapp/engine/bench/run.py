@@ -314,7 +314,7 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "model": engine.info.name,
         "model_dir": str(engine.info.folder),
         "onnx_file": engine.info.onnx_file,
-        "kernels": kernels_label(engine.info.onnx_path),  # GGUF kernels (native graph) or ORT's
+        "kernels": kernels_label(engine.model.native),  # GGUF kernels (native graph) or ORT's
         "layout": engine.info.layout.value,
         "device": engine.device.name,
         "device_label": engine.device.label,

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -117,12 +118,23 @@ class LoopToggle(QWidget):
             emit(self.sig_mode_changed, self.mode())
 
 
+# The figures another feature may rewrite (a remote server's client greys what it cannot
+# measure): set_figure and figure_tip name them so.
+FIGURES = ("ttft", "tokens_per_second", "perplexity", "prompt_perplexity", "transfer", "context")
+
+
 class SidePanel(QWidget):
+    """Other features use the methods and signals listed in tests/test_architecture.py
+    (SIDE_PANEL_API), never the widgets inside."""
+
     sig_mode_changed = Signal(str)
     sig_device_changed = Signal(str)
     sig_threads_changed = Signal(object)  # int | None
     # The figures were (re)written: a remote backend greys what it cannot measure (gui/remote).
     sig_figures_shown = Signal(object)  # AnswerFigures, or None when cleared for an answer
+    # What the next answer sends changed: its token limit or the system prompt (the history
+    # measures the context again).
+    sig_request_changed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -203,12 +215,14 @@ class SidePanel(QWidget):
         self.max_tokens_spin = box.max_tokens_spin
         self.seed_spin = box.seed_spin
         box.sig_changed.connect(self._save)
+        box.max_tokens_spin.valueChanged.connect(lambda _v: emit(self.sig_request_changed))
         return box
 
     def _build_system_prompt(self) -> SystemPromptBox:
         self.system_prompt_box = box = SystemPromptBox(self)
         self.system_prompt_edit = box.edit
         box.sig_changed.connect(self._save)
+        box.edit.textChanged.connect(lambda: emit(self.sig_request_changed))
         return box
 
     # ---- what the next answer uses ------------------------------------------------------------
@@ -315,8 +329,78 @@ class SidePanel(QWidget):
         self.threads_spin.setEnabled(not loading)
 
     # ---- figures (live_figures.py) ---------------------------------------------------------
-    def set_context(self, used: int, total: int) -> None:
+    def set_context(self, used: int, total: int, tip: str | None = None) -> None:
+        """`used` of `total` tokens; `tip`: what the count holds, on the figure and its bar
+        ("": none; None: the tooltips stay)."""
         self.figures_box.set_context(used, total)
+        if tip is not None:
+            self.figures_box.context_value.setToolTip(tip)
+            if tip:
+                self.figures_box.context_bar.setToolTip(tip)
+
+    def set_figure(
+        self,
+        key: str,
+        *,
+        text: str | None = None,
+        tip: str | None = None,
+        enabled: bool | None = None,
+    ) -> None:
+        """Rewrite one of FIGURES: its text, tooltip, or whether it shows as available."""
+        label = self._figure(key)
+        if text is not None:
+            label.setText(text)
+        if tip is not None:
+            label.setToolTip(tip)
+        if enabled is not None:
+            label.setEnabled(enabled)
+
+    def figure_tip(self, key: str) -> str:
+        return self._figure(key).toolTip()
+
+    def _figure(self, key: str) -> QLabel:
+        box = self.figures_box
+        labels = dict(
+            zip(
+                FIGURES,
+                (
+                    box.ttft_value,
+                    box.tokens_per_second_value,
+                    box.perplexity_value,
+                    box.prompt_perplexity_value,
+                    box.transfer_value,
+                    box.context_value,
+                ),
+                strict=True,
+            )
+        )
+        return labels[key]
+
+    def loaded(self) -> LoadedDevice:
+        """What the next answer runs on, as the figures describe it."""
+        return self.figures_box.loaded
+
+    def set_loaded(self, loaded: LoadedDevice) -> None:
+        self.figures_box.set_loaded(loaded)
+
+    # ---- where other features add to the panel ------------------------------------------------
+    def add_backend_box(self, box: QWidget) -> None:
+        """A box on what answers (a remote server's), under the figures."""
+        layout = self.layout()
+        assert isinstance(layout, QVBoxLayout)
+        layout.insertWidget(layout.indexOf(self.figures_box) + 1, box)
+
+    def add_loop_note(self, note: QWidget) -> None:
+        """A note under the loop, device and threads (why they do not apply)."""
+        layout = self.loop_box.layout()
+        if layout is not None:
+            layout.addWidget(note)
+
+    def loop_title(self) -> str:
+        return self.loop_box.title()
+
+    def set_loop_title(self, title: str) -> None:
+        self.loop_box.setTitle(title)
 
     def set_device_memory(
         self,

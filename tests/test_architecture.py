@@ -472,7 +472,7 @@ def test_modules_stay_under_the_size_limit() -> None:
 # ---- the chat's widgets: what other features may use of them --------------------------------
 # The chat feature (gui/chat) owns its view and side panel. Anywhere else under chatapp/, an
 # attribute read on either is one of these names (methods and signals they declare for other
-# features), never a widget inside them (`side_panel.max_tokens_spin`, `chat_view.transcript`).
+# features), never a widget inside them (`side_panel.sampling_box`, `chat_view.transcript`).
 CHAT_WIDGET_API: dict[str, frozenset[str]] = {
     "side_panel": frozenset(
         {
@@ -580,7 +580,7 @@ def test_the_chat_widget_rule_catches_reads_inside() -> None:
         "class F:\n"
         "    def __init__(self, window: MainWindow, panel: SidePanel | None) -> None:\n"
         "        self.chat = chat_of(window)\n"
-        "        self.chat.side_panel.max_tokens_spin.valueChanged.connect(f)\n"
+        "        self.chat.side_panel.sampling_box.max_tokens_spin.valueChanged.connect(f)\n"
         "        self.chat.side_panel.set_context(0, 1)\n"
         "        self.panel = panel\n"
         "        self.panel.figures_box.hide()\n"
@@ -593,7 +593,7 @@ def test_the_chat_widget_rule_catches_reads_inside() -> None:
     found = {(w, a) for _line, w, a in chat_widget_reads(ast.parse(source))}
     wrong = {(w, a) for w, a in found if a not in CHAT_WIDGET_API[w]}
     assert wrong == {
-        ("side_panel", "max_tokens_spin"),
+        ("side_panel", "sampling_box"),
         ("side_panel", "figures_box"),
         ("chat_view", "prompt_edit"),
         ("side_panel", HANDED_ON),

@@ -140,12 +140,12 @@ def answer_unsaved(window: MainWindow, answer: str) -> list[tuple[str, str]]:
 
 def set_sampling(window: MainWindow, settings: SamplingSettings) -> None:
     panel = window.chat.side_panel
-    panel.temperature_spin.setValue(settings.temperature)
-    panel.top_k_spin.setValue(settings.top_k)
-    panel.top_p_spin.setValue(settings.top_p)
-    panel.repetition_spin.setValue(settings.repetition_penalty)
-    panel.max_tokens_spin.setValue(settings.max_new_tokens)
-    panel.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
+    panel.sampling_box.temperature_spin.setValue(settings.temperature)
+    panel.sampling_box.top_k_spin.setValue(settings.top_k)
+    panel.sampling_box.top_p_spin.setValue(settings.top_p)
+    panel.sampling_box.repetition_spin.setValue(settings.repetition_penalty)
+    panel.sampling_box.max_tokens_spin.setValue(settings.max_new_tokens)
+    panel.sampling_box.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
 
 
 def greedy(max_new_tokens: int) -> SamplingSettings:

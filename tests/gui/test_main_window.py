@@ -61,7 +61,7 @@ def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_
     window = make_window(["--model", str(tiny_model_dir)])
     assert window.chat.controller.state is State.READY
     assert _figure(window, "tokensPerSecondValue") == "–"
-    assert window.chat.side_panel.context_value.text() == "0 / 512"
+    assert window.chat.side_panel.figures_box.context_value.text() == "0 / 512"
     set_sampling(window, greedy(40))
     deltas = []
     window.chat.controller.sig_answer_delta.connect(deltas.append)
@@ -77,21 +77,23 @@ def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_
     # A random-weight model may find its text absurdly unlikely: "> 1,000" then.
     for text in (
         _figure(window, "perplexityValue"),
-        window.chat.side_panel.prompt_perplexity_value.text(),
+        window.chat.side_panel.figures_box.prompt_perplexity_value.text(),
     ):
         assert text == "> 1,000" or 1 <= float(text) < 1000, text
     # Cut at the limit: the 40th token was written but never read back into the cache.
     used = figures.prompt_tokens + 39
     assert figures.tokens_read == used
-    shown = window.chat.side_panel.context_value.text()
+    shown = window.chat.side_panel.figures_box.context_value.text()
     if shown != f"{used} / 512":
         # On a busy machine the measurement of the next prompt (the answer re-tokenized as
         # text, plus the template) may already have replaced the live figure: it says so.
         sent = shown.split(" / ")[0]
-        assert window.chat.side_panel.context_value.toolTip().startswith(
+        assert window.chat.side_panel.figures_box.context_value.toolTip().startswith(
             f"{sent} of 512 tokens sent"
         )
-    assert window.chat.side_panel.latency_chart.point_count == 39  # decode steps after the first
+    assert (
+        window.chat.side_panel.figures_box.latency_chart.point_count == 39
+    )  # decode steps after the first
     text = window.chat.chat_view.transcript.toPlainText()
     assert "hello there" in text
     assert "IO-Binding · CPU ·" in text and "40 tokens · hit the token limit" in text
@@ -290,13 +292,13 @@ def test_settings_persist_across_two_windows(make_window, tiny_model_dir, settin
     first = make_window(["--model", str(tiny_model_dir)])
     panel = first.chat.side_panel
     first.findChild(QPushButton, "modeNaiveButton").click()
-    panel.temperature_spin.setValue(0.35)
-    panel.top_p_spin.setValue(0.8)
-    panel.top_k_spin.setValue(7)
-    panel.repetition_spin.setValue(1.2)
-    panel.max_tokens_spin.setValue(77)
-    panel.seed_spin.setValue(1234)
-    panel.system_prompt_edit.setPlainText("You are terse.")
+    panel.sampling_box.temperature_spin.setValue(0.35)
+    panel.sampling_box.top_p_spin.setValue(0.8)
+    panel.sampling_box.top_k_spin.setValue(7)
+    panel.sampling_box.repetition_spin.setValue(1.2)
+    panel.sampling_box.max_tokens_spin.setValue(77)
+    panel.sampling_box.seed_spin.setValue(1234)
+    panel.system_prompt_box.edit.setPlainText("You are terse.")
     first.close()
     assert settings_file.is_file()
 

@@ -61,9 +61,9 @@ def test_answer_streams_into_the_transcript(qtbot, fresh: MainWindow) -> None:
     assert "".join(deltas) == answer.content
     text = fresh.chat.chat_view.transcript.toPlainText()
     assert "Paris" in text and "IO-Binding · CPU ·" in text
-    assert float(fresh.chat.side_panel.tokens_per_second_value.text()) > 1
-    assert float(fresh.chat.side_panel.ttft_value.text()) > 0
-    assert 1 <= float(fresh.chat.side_panel.perplexity_value.text()) < 10
+    assert float(fresh.chat.side_panel.figures_box.tokens_per_second_value.text()) > 1
+    assert float(fresh.chat.side_panel.figures_box.ttft_value.text()) > 0
+    assert 1 <= float(fresh.chat.side_panel.figures_box.perplexity_value.text()) < 10
 
 
 def test_both_loops_give_the_same_greedy_answer(qtbot, fresh: MainWindow) -> None:

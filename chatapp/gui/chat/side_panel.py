@@ -154,18 +154,7 @@ class SidePanel(QWidget):
 
     # ---- building -------------------------------------------------------------------------
     def _build_figures(self) -> LiveFigures:
-        box = LiveFigures(self)
-        # By their old names: the history, the remote figures and tests read them.
-        self.tokens_per_second_value = box.tokens_per_second_value
-        self.ttft_value = box.ttft_value
-        self.perplexity_value = box.perplexity_value
-        self.prompt_perplexity_value = box.prompt_perplexity_value
-        self.transfer_value = box.transfer_value
-        self.transfer_note = box.transfer_note
-        self.context_value = box.context_value
-        self.context_bar = box.context_bar
-        self.latency_chart = box.latency_chart
-        return box
+        return LiveFigures(self)
 
     def _build_loop(self) -> QGroupBox:
         box = QGroupBox("Generation loop and device", self)
@@ -207,20 +196,12 @@ class SidePanel(QWidget):
 
     def _build_sampling(self) -> SamplingBox:
         self.sampling_box = box = SamplingBox(self)
-        # The spin boxes by their old names: the history and scripts set them.
-        self.temperature_spin = box.temperature_spin
-        self.top_p_spin = box.top_p_spin
-        self.top_k_spin = box.top_k_spin
-        self.repetition_spin = box.repetition_spin
-        self.max_tokens_spin = box.max_tokens_spin
-        self.seed_spin = box.seed_spin
         box.sig_changed.connect(self._save)
         box.max_tokens_spin.valueChanged.connect(lambda _v: emit(self.sig_request_changed))
         return box
 
     def _build_system_prompt(self) -> SystemPromptBox:
         self.system_prompt_box = box = SystemPromptBox(self)
-        self.system_prompt_edit = box.edit
         box.sig_changed.connect(self._save)
         box.edit.textChanged.connect(lambda: emit(self.sig_request_changed))
         return box
@@ -238,7 +219,7 @@ class SidePanel(QWidget):
         return GenerationOptions(
             self.sampling_settings(),
             self.mode(),
-            self.system_prompt_edit.toPlainText(),
+            self.system_prompt_box.text(),
             self.sampling_box.json_answer.schema_text(),
             self.sampling_box.prompt.stops(),
             self.sampling_box.prompt.prompt_style(),
@@ -469,7 +450,7 @@ class SidePanel(QWidget):
         settings.setValue("engine/mode", self.mode().value)
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
-        settings.setValue("chat/system_prompt", self.system_prompt_edit.toPlainText())
+        settings.setValue("chat/system_prompt", self.system_prompt_box.text())
 
     @Slot(str)
     def _on_mode_changed(self, mode: str) -> None:

@@ -26,7 +26,7 @@ def test_regenerate_at_precise_says_why_and_offers_balanced(
     window = make_window(["--model", str(tiny_model_dir)])
     panel, view = window.chat.side_panel, window.chat.chat_view
     panel.sampling_box.use_preset("precise")
-    panel.max_tokens_spin.setValue(6)
+    panel.sampling_box.max_tokens_spin.setValue(6)
     send_and_wait(qtbot, window, "Tell me something")
     note = view.regenerate_note
     assert not note.isVisible()

@@ -21,9 +21,9 @@ def test_on_the_cpu_nothing_crosses_and_the_panel_says_why(
     set_sampling(window, greedy(6))
     send_and_wait(qtbot, window, "hello")
     panel = window.chat.side_panel
-    assert panel.transfer_value.text() == "0 B"
+    assert panel.figures_box.transfer_value.text() == "0 B"
     assert panel.figures_box.answer_label.text() == "Last answer: IO-Binding · CPU"
-    note = panel.transfer_note.text()
+    note = panel.figures_box.transfer_note.text()
     # Why the cached loops are close here, and what IO-Binding would save on a device: the
     # model's KV bytes per token x the answer's context, down and back up.
     assert "stays in the computer's memory" in note and "noise" in note
@@ -39,7 +39,7 @@ def test_a_device_with_its_own_memory_shows_bytes_per_token(
 ) -> None:
     window = make_window(["--model", str(varied_model_dir)])
     assert window.chat.controller.model.device_own_memory
-    assert "Emulated GPU" in window.chat.side_panel.transfer_note.text()
+    assert "Emulated GPU" in window.chat.side_panel.figures_box.transfer_note.text()
     set_sampling(window, greedy(8))
     warm_ups: list[object] = []
     window.chat.controller.sig_warm_up.connect(warm_ups.append)
@@ -58,7 +58,7 @@ def test_a_device_with_its_own_memory_shows_bytes_per_token(
     assert naive.mode == "naive" and iob.mode == "iobinding"
     assert naive.h2d_bytes_per_token > 10 * iob.h2d_bytes_per_token > 0
     assert iob.d2h_bytes_per_token == 4 * window.host.engine.info.vocab_size
-    assert window.chat.side_panel.transfer_value.text() != "0 B"
+    assert window.chat.side_panel.figures_box.transfer_value.text() != "0 B"
     assert "host↔device" in fmt.figures_line(iob)
 
 
@@ -98,11 +98,16 @@ def test_a_device_failing_mid_answer_falls_back_to_the_cpu_and_keeps_the_chat(
     # The failed answer's figures stay, with its own device's name and words: the CPU loaded
     # since then answers next.
     panel = window.chat.side_panel
-    assert panel.device() == "cpu" and panel.transfer_value.text() != "0 B"
+    assert panel.device() == "cpu" and panel.figures_box.transfer_value.text() != "0 B"
     assert "emulated" in panel.figures_box.answer_label.text()
-    assert "Emulated GPU" not in panel.transfer_note.text()  # the device it ran on is gone
+    assert (
+        "Emulated GPU" not in panel.figures_box.transfer_note.text()
+    )  # the device it ran on is gone
     send_and_wait(qtbot, window, "third question")
-    assert panel.transfer_value.text() == "0 B" and "CPU" in panel.figures_box.answer_label.text()
+    assert (
+        panel.figures_box.transfer_value.text() == "0 B"
+        and "CPU" in panel.figures_box.answer_label.text()
+    )
     assert messages[-1].figures.device == "cpu" and messages[-1].figures.finish_reason != "error"
     assert len(messages) == 6
 

@@ -130,7 +130,7 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
         messages[3][1],
     ]
     # The figures panel shows the last answer's figures, as right after it was written.
-    assert window.chat.side_panel.tokens_per_second_value.text() != "–"
+    assert window.chat.side_panel.figures_box.tokens_per_second_value.text() != "–"
     restored = window.chat.conversation.messages[1].figures
     assert restored.tokens_per_s == pytest.approx(live.tokens_per_s)
     assert restored.generated_tokens == 8 and restored.mode == "iobinding"
@@ -356,7 +356,7 @@ def test_export_markdown_and_json_then_import(
     qtbot, window: MainWindow, tmp_path: Path, history_file: Path
 ) -> None:
     ui = history(window)
-    window.chat.side_panel.system_prompt_edit.setPlainText("Be brief.")
+    window.chat.side_panel.system_prompt_box.edit.setPlainText("Be brief.")
     send_and_wait(qtbot, window, "export me")
     send_and_wait(qtbot, window, "and me")
     asked = []
@@ -434,7 +434,7 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     ui = history(window)
     ui.refresh()
     set_sampling(window, greedy(64))
-    window.chat.side_panel.system_prompt_edit.setPlainText("You are terse.")
+    window.chat.side_panel.system_prompt_box.edit.setPlainText("You are terse.")
     with qtbot.waitSignal(
         window.chat.controller.sig_context, timeout=10_000, check_params_cb=_known
     ) as blocker:
@@ -461,8 +461,10 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     assert first_question + first_answer == report.turns[0].tokens
     assert text.startswith(f"You   {first_question} tokens   Edit   Copy\n")
     assert f"Assistant   {first_answer} tokens   Copy\n" in text
-    assert window.chat.side_panel.context_value.text() == f"{report.prompt_tokens} / 512"
-    assert "not sent" in window.chat.side_panel.context_value.toolTip()
+    assert (
+        window.chat.side_panel.figures_box.context_value.text() == f"{report.prompt_tokens} / 512"
+    )
+    assert "not sent" in window.chat.side_panel.figures_box.context_value.toolTip()
 
     seen: list[list[str]] = []
     original = Engine.chat

@@ -105,7 +105,7 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
             ConversationDraft("bread, at length", now, now, messages=tuple(drafts))
         ).id
     history(window).refresh()
-    window.chat.side_panel.system_prompt_edit.setPlainText("")
+    window.chat.side_panel.system_prompt_box.edit.setPlainText("")
     set_sampling(window, greedy(256))
     with qtbot.waitSignal(
         window.chat.controller.sig_context, timeout=20_000, check_params_cb=_known
@@ -127,7 +127,9 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
     text = window.chat.chat_view.transcript.toPlainText()
     assert text.count(CUT_TEXT) == 1
     assert text.index(f"question {report.dropped // 2 - 1} ") < text.index(CUT_TEXT)
-    assert window.chat.side_panel.context_value.text() == f"{report.prompt_tokens} / 8192"
+    assert (
+        window.chat.side_panel.figures_box.context_value.text() == f"{report.prompt_tokens} / 8192"
+    )
     # Measured again (a later answer): the per-turn counts are remembered.
     with qtbot.waitSignal(
         window.chat.controller.sig_context, timeout=20_000, check_params_cb=_known

@@ -70,13 +70,13 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     set_sampling(window, greedy(12))
     send_and_wait(qtbot, window, "hello")
     # Measured here: shown.
-    assert panel.tokens_per_second_value.text() != fmt.MISSING
-    assert panel.ttft_value.text() != fmt.MISSING
-    assert panel.perplexity_value.text() != fmt.MISSING  # chatapp serve sends log-probs
-    assert panel.latency_chart.point_count == 11
-    assert "network" in panel.ttft_value.toolTip()
+    assert panel.figures_box.tokens_per_second_value.text() != fmt.MISSING
+    assert panel.figures_box.ttft_value.text() != fmt.MISSING
+    assert panel.figures_box.perplexity_value.text() != fmt.MISSING  # chatapp serve sends log-probs
+    assert panel.figures_box.latency_chart.point_count == 11
+    assert "network" in panel.figures_box.ttft_value.toolTip()
     # Not measurable from a client: greyed, with a word on why, never 0.
-    for label in (panel.prompt_perplexity_value, panel.transfer_value):
+    for label in (panel.figures_box.prompt_perplexity_value, panel.figures_box.transfer_value):
         assert label.text() == NOT_AVAILABLE and not label.isEnabled()
         assert "Not available from a remote server" in label.toolTip()
     assert not panel.loop_box.isEnabled() and "server" in panel.loop_box.title()
@@ -109,7 +109,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     # Usage came back: the context used is the server's count.
     answer = window.chat.conversation.messages[-1].figures
     assert answer is not None and answer.prompt_tokens
-    assert panel.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
+    assert panel.figures_box.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
 
 
 def test_the_comparison_is_unavailable_while_a_server_answers(
@@ -156,7 +156,7 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     send_and_wait(qtbot, window, "hello")
     local = window.chat.conversation.messages[-1].figures
     assert local is not None and local.device == "cpu" and local.mode == "iobinding"
-    assert window.chat.side_panel.transfer_value.text() == "0 B"
+    assert window.chat.side_panel.figures_box.transfer_value.text() == "0 B"
     # Connected again, then a local model opened: back to local as well.
     connect(qtbot, window, served.api)
     with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=LOAD_TIMEOUT_MS):

@@ -186,7 +186,7 @@ def test_a_refused_connection_mid_chat_keeps_the_conversation(
 
 
 def tokens_arrived(window: MainWindow) -> bool:
-    return window.chat.side_panel.latency_chart.point_count >= 2
+    return window.chat.side_panel.figures_box.latency_chart.point_count >= 2
 
 
 def test_a_server_killed_mid_answer(qtbot, window: MainWindow, varied_model_dir: Path) -> None:

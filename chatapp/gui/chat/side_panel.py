@@ -1,5 +1,5 @@
-"""The side panel: the live figures (live_figures.py), the loop toggle, device and threads,
-sampling and the system prompt."""
+"""The side panel: the live figures (live_figures.py), the loop toggle (loop_toggle.py),
+device and threads, sampling and the system prompt."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QAbstractButton,
-    QButtonGroup,
     QComboBox,
     QFormLayout,
     QGroupBox,
-    QHBoxLayout,
     QLabel,
-    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -23,100 +19,22 @@ from PySide6.QtWidgets import (
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.chat.live_figures import LiveFigures
+from chatapp.gui.chat.loop_toggle import LOCKED_TIP, LoopToggle
 from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.theme import ThemeColors, on_theme, warning_label
+from chatapp.gui.common.theme import warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session.formatting import DEVICE_NAMES, REMOTE
 from chatapp.session.loop_notes import (
-    LOOP_TIPS,
     LoadedDevice,
     device_name,
 )
-
-LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
-
-
-def segment_style(c: ThemeColors) -> str:
-    """The segments in the palette's colours: the checked one in the selection colour."""
-    return f"""
-QPushButton {{ border: 1px solid {c.border.name()}; padding: 5px 6px;
-    background: {c.base.name()}; color: {c.base_text.name()}; }}
-QPushButton:checked {{ background: {c.accent.name()}; color: {c.accent_text.name()};
-    border-color: {c.accent.name()}; }}
-QPushButton:disabled {{ color: {c.disabled.name()}; }}
-QPushButton:checked:disabled {{ background: {c.accent_disabled.name()};
-    color: {c.accent_disabled_text.name()}; border-color: {c.accent_disabled.name()}; }}
-QPushButton[segment="first"] {{
-    border-top-left-radius: 5px; border-bottom-left-radius: 5px; border-right: none; }}
-QPushButton[segment="middle"] {{ border-right: none; }}
-QPushButton[segment="last"] {{
-    border-top-right-radius: 5px; border-bottom-right-radius: 5px; }}
-"""
-
-
-def mode_button_name(mode: Mode) -> str:
-    """The object name of a loop's button, from its label: "modeNoCacheButton", ..."""
-    words = mode.label.replace("-", " ").split()
-    return "mode" + "".join(w[:1].upper() + w[1:] for w in words) + "Button"
-
-
-class LoopToggle(QWidget):
-    """A segmented control with one button per loop, in Mode's order: No cache | Naive |
-    IO-Binding."""
-
-    sig_mode_changed = Signal(str)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.buttons: dict[Mode, QPushButton] = {}
-        self.group = QButtonGroup(self)
-        self.group.setExclusive(True)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        for mode in MODES:
-            button = QPushButton(mode.label, self)
-            button.setObjectName(mode_button_name(mode))
-            button.setToolTip(LOOP_TIPS.get(mode, mode.description))
-            last = len(MODES) - 1
-            button.setProperty(
-                "segment",
-                "first" if mode.order == 0 else "last" if mode.order == last else "middle",
-            )
-            button.setCheckable(True)
-            button.setCursor(Qt.CursorShape.PointingHandCursor)
-            self.group.addButton(button)
-            layout.addWidget(button, 1)
-            self.buttons[mode] = button
-        self.naive_button = self.buttons[Mode.NAIVE]
-        self.iobinding_button = self.buttons[Mode.IOBINDING]
-        on_theme(self, lambda c: self.setStyleSheet(segment_style(c)))
-        self.iobinding_button.setChecked(True)
-        self.group.buttonToggled.connect(self._on_toggled)
-
-    def mode(self) -> Mode:
-        return next((m for m, b in self.buttons.items() if b.isChecked()), Mode.IOBINDING)
-
-    def set_mode(self, mode: str) -> None:
-        self.buttons[Mode(mode) if mode in MODES else Mode.IOBINDING].setChecked(True)
-
-    def set_locked(self, locked: bool) -> None:
-        for mode, button in self.buttons.items():
-            button.setEnabled(not locked)
-            button.setToolTip(LOCKED_TIP if locked else LOOP_TIPS.get(mode, mode.description))
-
-    @Slot(QAbstractButton, bool)
-    def _on_toggled(self, _button: QAbstractButton, checked: bool) -> None:
-        if checked:
-            emit(self.sig_mode_changed, self.mode())
-
 
 # The figures another feature may rewrite (a remote server's client greys what it cannot
 # measure): set_figure and figure_tip name them so.

@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QPushButton
 
 from chatapp.engine.modes import MODES, Mode
-from chatapp.gui.chat.side_panel import LoopToggle
+from chatapp.gui.chat.loop_toggle import LoopToggle
 from chatapp.session import formatting as fmt
 from chatapp.session.loop_notes import LOOP_TIPS
 from tests.gui.conftest import greedy, send_and_wait, set_sampling

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QApplication
 from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
 from chatapp.gui.chat.feature import chat_of, install_chat
+from chatapp.gui.common.load_memory import last_model
 from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
 from chatapp.gui.common.terminate import quit_on_terminate
@@ -32,7 +33,6 @@ from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.models.feature import install_models
-from chatapp.gui.models.library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
 from chatapp.session import arg_checks as checks

@@ -10,7 +10,7 @@ import qasync
 from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.gui import app as gui_app
-from chatapp.gui.models.library import remember_last_model
+from chatapp.gui.common.load_memory import remember_last_model
 from tests.gui.test_app import _run
 
 

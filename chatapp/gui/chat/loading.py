@@ -13,13 +13,13 @@ from PySide6.QtCore import QObject, Slot
 
 from chatapp.gui.chat.controller import ChatController, State
 from chatapp.gui.chat.side_panel import SidePanel
-from chatapp.gui.common.settings import remember_recent
-from chatapp.gui.models.library import (
+from chatapp.gui.common.load_memory import (
     last_load_seconds,
     load_key,
     remember_last_model,
     remember_load_seconds,
 )
+from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.window.menus import RECENT_KEY
 from chatapp.session import formatting as fmt
 from chatapp.session.model_jobs import ModelSummary

@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
         for install in features:
             install(self)
 
-    # ---- features (compare, history, remote): what they plug into ------------------------
+    # ---- features (models, compare, history, remote): what they plug into ----------------
     # A feature is an install function the window calls from its `features` list (gui/app.py
     # names them; the window never imports one): it adds its menus (`menus.add_menu`,
     # `menus.add_file_actions`), panes (`add_pane`) and tabs (`add_view`), subscribes to

@@ -75,30 +75,32 @@ def main() -> int:
         (data / "chatapp.ini").write_text("[view]\nconversation_list=true\nside_panel=true\n")
     from chatapp.gui.app import application, build_window
     from chatapp.gui.chat.controller import State
+    from chatapp.gui.chat.feature import chat_of
     from chatapp.gui.compare.feature import CompareFeature
 
     app = application()
     window = build_window(["--model", str(model)])
     window.view_options.set_theme(args.theme)
-    if not wait_until(lambda: window.controller.state is State.READY, 60):
+    chat = chat_of(window)
+    if not wait_until(lambda: chat.controller.state is State.READY, 60):
         print("the model did not load:", window.banner.text(), file=sys.stderr)
         window.close()
         return 1
     answer = ""
     if args.prompt is not None:
-        choices = window.side_panel.sampling_box.prompt.choice_combo
+        choices = chat.side_panel.sampling_box.prompt.choice_combo
         choices.setCurrentIndex(choices.findData(args.prompt))
     if not args.no_question:
-        window.chat_view.set_prompt_text(args.question)
-        window.chat_view.send_button.click()
-        wait_until(lambda: window.controller.state is State.GENERATING, 10)
-        wait_until(lambda: window.controller.state is State.READY, 120)
-        answer = window.conversation.messages[-1].content
-    window.chat_view.prompt_edit.setFocus()
+        chat.chat_view.set_prompt_text(args.question)
+        chat.chat_view.send_button.click()
+        wait_until(lambda: chat.controller.state is State.GENERATING, 10)
+        wait_until(lambda: chat.controller.state is State.READY, 120)
+        answer = chat.conversation.messages[-1].content
+    chat.chat_view.prompt_edit.setFocus()
     wait_until(lambda: False, 0.5)  # let the last paint land
     args.out.parent.mkdir(parents=True, exist_ok=True)
     window.grab().save(str(args.out))
-    prompt = window.chat_view.prompt_edit
+    prompt = chat.chat_view.prompt_edit
     corner = prompt.mapToGlobal(QPoint(0, 0))
     area = window.screen().availableGeometry()
     report = {
@@ -109,7 +111,7 @@ def main() -> int:
         # Widths of the conversation list, the chat and the side panel (0: hidden).
         "panes": [
             w.width() if w.isVisible() else 0
-            for w in (window.conversation_list, window.chat_view, window.side_scroll)
+            for w in (window.conversation_list, chat.chat_view, window.side_scroll)
         ],
         "answer": answer,
     }

@@ -34,9 +34,9 @@ def test_a_device_failure_warning_goes_once_an_answer_succeeds(
     set_sampling(window, greedy(3))
     assert window.banner.level == "warning" and "no driver" in window.banner.text()
     send_and_wait(qtbot, window, "hello")
-    assert window.conversation.messages[-1].figures.finish_reason != "error"
+    assert window.chat.conversation.messages[-1].figures.finish_reason != "error"
     assert not window.banner.isVisible() and window.banner.level == ""
-    assert "no driver" in window.side_panel.fallback_label.text()  # still said, quietly
+    assert "no driver" in window.chat.side_panel.fallback_label.text()  # still said, quietly
 
 
 @pytest.mark.parametrize("level", ["warning", "info"])
@@ -51,7 +51,7 @@ def test_a_notice_stays_through_good_answers(qtbot, window, level: str) -> None:
 
 def test_a_message_shown_while_the_answer_runs_stays(qtbot, window) -> None:
     window.show_message("GPU (test) failed; running on the CPU.", "warning", until_answer=True)
-    window.controller.sig_answer_started.connect(
+    window.chat.controller.sig_answer_started.connect(
         lambda _options: window.show_message("The chat history is busy.", "error")
     )
     send_and_wait(qtbot, window, "hello")

@@ -84,6 +84,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=1.1,
     )
     gen.add_argument("--seed", type=checks.whole(0, checks.MAX_SEED, "a seed"), default=None)
+    gen.add_argument(
+        "--stop",
+        type=checks.text,
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="end the answer before this text, not printed (repeatable)",
+    )
     shape = gen.add_mutually_exclusive_group()
     shape.add_argument(
         "--json-schema",
@@ -289,6 +297,7 @@ def run_generate(args: argparse.Namespace) -> int:
         text=args.prompt if args.raw else None,
         text_by_person=True,
         output_format=output_format,
+        stops=tuple(s for s in args.stop if s),
     )
     done: AnswerDone | None = None
     try:  # the window's and the server's answering path (session/answer.py)

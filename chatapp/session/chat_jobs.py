@@ -1,10 +1,12 @@
-"""Answering a chat: the generation job and the context measurement. No Qt.
+"""Answering a chat in the window: the generation job and the context measurement. No Qt.
 
-The generation job yields the ContextReport (what of the conversation the model sees), the
-device's warm-up progress on its first answer there (WarmUpProgress), then one TokenItem per
-token, and returns an AnswerResult. The GUI receives them in batches and folds each batch's
-tokens into one TokenBatch. The backend is the host's: the local Engine, or a connected
-RemoteEngine, driven the same way (remote_jobs.py has the remote context policy).
+The generation job is a relay of session/answer.py (the answering path `chatapp serve` and
+`chatapp generate` use too): it yields the ContextReport (what of the conversation the model
+sees), the device's warm-up progress on its first answer there (WarmUpProgress), then one
+TokenItem per token (a last one without a token for text held back to the end), and returns
+an AnswerResult. The GUI receives them in batches and folds each batch's tokens into one
+TokenBatch. The backend is the host's: the local Engine, or a connected RemoteEngine, both a
+`Backend` (engine/backend.py); remote_jobs.py has the remote context policy.
 """
 
 from __future__ import annotations

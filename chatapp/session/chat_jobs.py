@@ -208,14 +208,18 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
     ContextReport, or None before a model is loaded."""
 
     def run(control: JobControl) -> ContextReport | None:
-        if host.engine is None or host.remote is not None:  # a server's tokens are not known
+        if host.engine is None:
             return None
-        host.engine.tokenizer.use_style(request.prompt_style)
+        backend: Backend = host.backend()
+        tokenizer = backend.chat_tokenizer
+        if tokenizer is None:  # a server's tokens are not known
+            return None
+        tokenizer.use_style(request.prompt_style)
         _, report = fit_messages(
             control.request_id,
             request.messages,
-            counter_for(host.engine),
-            host.engine.max_context,
+            counter_for(backend),
+            backend.max_context,
             request.max_new_tokens,
         )
         return report

@@ -15,9 +15,11 @@ import httpx2
 import pytest
 
 from chatapp.engine.chat import Message
+from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.engine import Engine
-from chatapp.engine.errors import ContextOverflowError
+from chatapp.engine.errors import ContextOverflowError, EngineError
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.remote.engine import RemoteEngine
 from chatapp.session.answer import (
     AnswerDone,
     AnswerRequest,
@@ -147,3 +149,25 @@ def test_the_events_come_in_order_and_add_up_to_the_answer(host: EngineHost) -> 
     assert [t.token_id for d in deltas for t in d.tokens] == done.stats.token_ids
     refused = replace(request, context=ContextPolicy.REFUSE)
     assert not any(isinstance(e, ContextReport) for e in answer(host.engine, refused, bool))
+
+
+def test_a_server_backend_answers_alike_and_refuses_what_its_capabilities_lack(
+    host: EngineHost, served: Served
+) -> None:
+    assert host.engine is not None
+    remote = RemoteEngine(served.api)
+    try:
+        request = AnswerRequest((Message("user", PROMPT),), GREEDY, context=ContextPolicy.TRIM)
+        local = list(answer(host.engine, request, lambda: False))[-1]
+        events = list(answer(remote, request, lambda: False))
+        assert not any(isinstance(e, ContextReport) for e in events)  # its tokens are not known
+        done = events[-1]
+        assert isinstance(done, AnswerDone) and isinstance(local, AnswerDone)
+        assert done.text == local.text
+        with pytest.raises(ConstraintError, match="not a server"):
+            as_json = replace(request, output_format=OutputFormat.json_object())
+            list(answer(remote, as_json, lambda: False))
+        with pytest.raises(EngineError, match="Continue works with a model run here"):
+            list(answer(remote, replace(request, continue_last=True), lambda: False))
+    finally:
+        remote.close()

@@ -28,7 +28,7 @@ from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.stops import StopBuffer
-from chatapp.engine.tool_calls import Tool, ToolChoice, ToolPlan
+from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
 from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.errors import RemoteError
@@ -64,7 +64,7 @@ class AnswerRequest:
     text_by_person: bool = False
     output_format: OutputFormat | None = None
     tools: tuple[Tool, ...] = ()
-    tool_choice: ToolChoice = ToolChoice("none")
+    tool_choice: ToolChoice = NO_TOOLS
     stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
     context: ContextPolicy = ContextPolicy.REFUSE
     prompt_style: str | None = None  # engine/chat.py PROMPT_STYLES; None: as it is

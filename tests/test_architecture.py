@@ -213,6 +213,50 @@ def test_the_cli_reaches_the_gui_only_through_its_entry_points() -> None:
     assert {ast.literal_eval(e) for e in exported.elts} == GUI_ENTRY_POINTS  # type: ignore[attr-defined]
 
 
+# The server reaches the engine only through session/ (session/answer.py answers every request):
+# at run time a server module imports from chatapp.engine only its vocabulary (messages,
+# output formats, errors, loop names, sampling settings, tools), the rest only for types under
+# TYPE_CHECKING; and no server module calls what runs a model.
+SERVER_ENGINE_VOCABULARY = frozenset(
+    f"chatapp.engine.{m}"
+    for m in ("chat", "constraints", "errors", "modes", "sampling", "tool_calls")
+)
+MODEL_RUNNING_CALLS = frozenset({"chat", "generate_ids", "warm_up", "fall_back_to_cpu"})
+
+
+def _model_running_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MODEL_RUNNING_CALLS
+        ):
+            yield node.lineno, node.func.attr
+
+
+def test_the_server_reaches_the_engine_only_through_the_session() -> None:
+    wrong = []
+    for module, path in modules().items():
+        if not _in(module, "chatapp.server"):
+            continue
+        for imp in imports_of(module):
+            target = internal(imp.target) or ""
+            if _in(target, "chatapp.engine") and target not in SERVER_ENGINE_VOCABULARY:
+                wrong.append(f"{imp} (only under TYPE_CHECKING)")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        wrong += [f"{module}:{line} calls .{name}()" for line, name in _model_running_calls(tree)]
+    assert wrong == [], "answer through chatapp.session.answer:\n" + "\n".join(wrong)
+
+
+def test_the_server_rule_sees_a_generation_started_by_hand() -> None:
+    source = (
+        "def serve(worker):\n"
+        "    for event in worker.engine.chat(messages, settings):\n"
+        "        pass\n"
+    )
+    assert [name for _line, name in _model_running_calls(ast.parse(source))] == ["chat"]
+
+
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from chatapp.engine.backend import Capabilities
 from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import (
@@ -42,6 +43,11 @@ from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 from chatapp.error_text import STATUS_LINE, first_line
+
+# A model run here: its tokenizer counts, its grammar constrains, its loops are chosen.
+LOCAL_CAPABILITIES = Capabilities(
+    counts_tokens=True, constrains_output=True, continues_answers=True, chooses_loop=True
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +315,17 @@ class Engine:
             top_logprobs=top_logprobs,
             output_format=output_format,
         )
+
+    # ---- the Backend protocol (engine/backend.py) ----------------------------------------
+    capabilities = LOCAL_CAPABILITIES
+
+    @property
+    def answerer(self) -> str:
+        return self.info.name
+
+    @property
+    def chat_tokenizer(self) -> ChatTokenizer:
+        return self.tokenizer
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Exact, or for a chat far too long for the context a lower bound above it."""

@@ -1,4 +1,5 @@
-"""One answer: prefill (reusing the cached prefix), then one event per generated token."""
+"""One answer: prefill (reusing the cached prefix), then one event per generated token, and
+at the end one more for text the detokenizer held back, if any (`StepEvent.tail`)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,12 @@ class StepEvent:
     # The most likely tokens as (id, log-prob) under the raw logits, most likely first; only
     # when the generation was asked for them (an API's `top_logprobs`), else empty.
     top_logprobs: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def tail(self) -> bool:
+        """The last event of an answer whose detokenizer held text back (a partial character):
+        that text, and no token (token_id -1)."""
+        return self.token_id < 0
 
 
 class Generation:
@@ -175,8 +182,11 @@ class Generation:
             last = as_float32(step.logits)
             check_finite_row(last, loop.info.name)
         tail = self.detok.flush()
-        if tail:
+        if tail:  # yielded once here, so no caller rebuilds it from `text`
             self.text += tail
+            yield StepEvent(
+                stats.generated_tokens, -1, tail, float("nan"), StepTiming(0.0, 0.0, 0.0), 0.0
+            )
 
     def run(self) -> RunStats:
         """Drain the generation (for callers that only want the result)."""

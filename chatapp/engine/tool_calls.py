@@ -53,6 +53,9 @@ class ToolChoice:
     parallel: bool = False  # several calls in one answer (OpenAI's parallel_tool_calls)
 
 
+NO_TOOLS = ToolChoice("none")  # a request without tools
+
+
 @dataclass(frozen=True)
 class CallFormat:
     """How a model writes a call: text around the JSON object, and the arguments' key."""

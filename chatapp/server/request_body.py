@@ -16,7 +16,7 @@ from chatapp.engine.chat import Message
 from chatapp.engine.constraints import OutputFormat
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.tool_calls import Tool, ToolChoice
+from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
 from chatapp.server.request_limits import (
@@ -40,9 +40,6 @@ ROLES = {
     "assistant": "assistant",
     "tool": "tool",
 }
-
-
-NO_TOOLS = ToolChoice("none")
 
 
 @dataclass(frozen=True)

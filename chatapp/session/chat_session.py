@@ -25,6 +25,7 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress
+from chatapp.session.answer import cpu_reason
 from chatapp.session.chat_jobs import (
     AnswerResult,
     GenerateRequest,
@@ -432,7 +433,7 @@ class ChatSession:
         self._changed()
         if issubclass(error.kind, DeviceFailure):
             # The same model on the CPU, queued before any next answer.
-            fallback = cpu_fallback_job(self.host, f"{error.detail} Running on the CPU.")
+            fallback = cpu_fallback_job(self.host, cpu_reason(error.detail))
             self.submit(fallback, self._load_watcher())
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from chatapp.engine.chat import Message
-from chatapp.engine.engine import Engine
+from chatapp.engine.engine import LOCAL_CAPABILITIES, Engine
 from chatapp.engine.generation import StepEvent
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.modes import Mode
@@ -96,7 +97,7 @@ def test_a_fault_midway_keeps_the_figures_so_far(
 
 
 class _FakeGeneration:
-    """Yields fixed deltas and, like the real detokenizer, adds a held-back tail at the end."""
+    """Yields fixed deltas and, like the real Generation, a held-back tail as a last event."""
 
     def __init__(self, deltas: list[str], tail: str) -> None:
         self.deltas, self.tail = deltas, tail
@@ -110,7 +111,9 @@ class _FakeGeneration:
             self.text += delta
             yield StepEvent(i, i, delta, -0.5, StepTiming(0, 0, 0), 0.01)
         self.stats.finish_reason = "eos"
-        self.text += self.tail
+        if self.tail:
+            self.text += self.tail
+            yield StepEvent(len(self.deltas), -1, self.tail, math.nan, StepTiming(0, 0, 0), 0.0)
 
 
 class _FakeTokenizer:
@@ -121,11 +124,19 @@ class _FakeTokenizer:
 
 
 class _FakeEngine:
+    """A local backend (engine/backend.py) with a fixed answer."""
+
     max_context = 512
+    capabilities = LOCAL_CAPABILITIES
+    answerer = "fake"
 
     def __init__(self, generation: _FakeGeneration) -> None:
         self.generation = generation
         self.tokenizer = _FakeTokenizer()
+
+    @property
+    def chat_tokenizer(self) -> _FakeTokenizer:
+        return self.tokenizer
 
     def count_tokens(self, messages: list[Message]) -> int:  # the context policy counts
         return 4 * len(messages)

@@ -214,3 +214,46 @@ def test_a_weight_of_the_wrong_size_is_an_error() -> None:
     model = matmul_model("Q8_0", raw, 96)  # K says 3 blocks a row, the bytes hold 2
     with pytest.raises(Exception, match="weight is not"):
         session(model).run(None, {"x": np.zeros((1, 1, 96), np.float32)})
+
+
+@pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
+@pytest.mark.parametrize("rows", [2, 17, 33, 69])
+def test_the_int16_prompt_is_the_product_with_int16_activations(
+    qtype: str, rows: int, isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHATAPP_GGUF_PROMPT=int16: every prompt row rounded as a step rounds it, times the exact
+    weights (integer sums per group, scaled in float), on every path. 131 weight rows: tiles of
+    four and of one, a partial task; 2..69 rows: tiles of 32 and 16 activation rows, padding."""
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", "int16")
+    k = widths(qtype)[-1]
+    raw = gguf_blocks(qtype, 131, k)
+    w = dequantized(qtype, raw)
+    x = activations(rows, k)
+    got = session(matmul_model(qtype, raw, k)).run(None, {"x": x[None]})[0][0]
+    assert got.shape == (rows, 131)
+    for i in range(rows):
+        x_rounded = rounded(x[i])
+        want = x_rounded @ w.T
+        float_sums = 1e-5 * float_terms(x_rounded, w) + 1e-30
+        assert np.all(np.abs(got[i] - want) <= float_sums), (qtype, isa, rows, i)
+        exact = x[i].astype(np.float64) @ w.T
+        assert np.all(np.abs(got[i] - exact) <= step_bound(x[i], w)), (qtype, isa, rows, i)
+
+
+def test_every_path_gives_the_same_int16_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The int16 prompt's integer sums are exact and its float steps are the same on every path
+    (scalar, AVX2, AVX-512 VNNI): the same bits."""
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", "int16")
+    for qtype in ("Q4_K", "Q6_K", "Q8_0"):
+        k = widths(qtype)[-1]
+        raw = gguf_blocks(qtype, 37, k)
+        x = activations(21, k)[None]
+        results = []
+        for path in ISAS:
+            if path == "best":
+                monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
+            else:
+                monkeypatch.setenv("CHATAPP_GGUF_ISA", path)
+            results.append(session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0])
+        for other in results[1:]:
+            np.testing.assert_array_equal(results[0], other)

@@ -257,3 +257,20 @@ def test_every_path_gives_the_same_int16_prompt(monkeypatch: pytest.MonkeyPatch)
             results.append(session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0])
         for other in results[1:]:
             np.testing.assert_array_equal(results[0], other)
+
+
+@pytest.mark.parametrize(("qtype", "k"), [("Q4_K", 2304), ("Q6_K", 2304), ("Q8_0", 1056)])
+def test_the_int16_prompt_over_chunks_and_blocks(
+    qtype: str, k: int, isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """K wider than a chunk of 1024 values (a partial last chunk) and 200 activation rows (more
+    than one block of rows): the same product as one pass would give."""
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", "int16")
+    raw = gguf_blocks(qtype, 21, k)
+    w = dequantized(qtype, raw)
+    x = activations(200, k)
+    got = session(matmul_model(qtype, raw, k)).run(None, {"x": x[None]})[0][0]
+    for i in (0, 1, 47, 48, 191, 192, 199):
+        x_rounded = rounded(x[i])
+        want = x_rounded @ w.T
+        assert np.all(np.abs(got[i] - want) <= 1e-5 * float_terms(x_rounded, w) + 1e-30), i

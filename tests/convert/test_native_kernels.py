@@ -195,9 +195,11 @@ def test_the_threshold_picks_the_path(gemm_rows: str, monkeypatch: pytest.Monkey
         assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, gemm_rows)
 
 
-@pytest.mark.parametrize("rows", [1, 9])
-def test_one_thread_and_two_agree(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("prompt", ["float", "int16"])
+@pytest.mark.parametrize("rows", [1, 9, 40])
+def test_one_thread_and_two_agree(rows: int, prompt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CHATAPP_GGUF_GEMM_ROWS", raising=False)
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", prompt)
     raw = gguf_blocks("Q4_K", 70, 512)
     x = activations(rows, 512)[None]
     one = session(matmul_model("Q4_K", raw, 512), threads=1).run(None, {"x": x})[0]

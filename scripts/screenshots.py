@@ -8,6 +8,8 @@ server (Xvfb) to see what users see; one window per run, the screen is Xvfb's:
         scripts/screenshots.py --both-panes --out docs/images/scaled-200.png
     xvfb-run -a -s "-screen 0 800x500x24" .venv/bin/python scripts/screenshots.py \\
         --theme dark --both-panes --out docs/images/small-800x500-dark.png
+    xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py \\
+        --model GEMMA_270M_BASE_DIR --prompt chat --out docs/images/base-model.png
 
 It prints the window's and the input box's geometry and the answer, so a run also checks
 that the input box is on the screen.
@@ -51,6 +53,11 @@ def main() -> int:
         help="PNG of the comparison scrolled to its end (the table), to check it by eye",
     )
     parser.add_argument("--no-question", action="store_true", help="the empty window")
+    parser.add_argument("--question", default=QUESTION, help="what is asked")
+    parser.add_argument("--model", type=Path, default=None, help="a model folder, not the default")
+    parser.add_argument(
+        "--prompt", choices=("chat", "continue"), default=None, help="Sampling > Prompt"
+    )
     parser.add_argument(
         "--both-panes",
         action="store_true",
@@ -60,7 +67,7 @@ def main() -> int:
     # The prepared default model, without copying it into the fresh data folder.
     from chatapp.convert.default_model import default_model_dir
 
-    model = default_model_dir()
+    model = args.model or default_model_dir()
     data = Path(tempfile.mkdtemp(prefix="chatapp-shots-"))
     os.environ["CHATAPP_DATA_DIR"] = str(data)  # fresh data and settings
     os.environ.pop("CHATAPP_SETTINGS", None)
@@ -78,8 +85,11 @@ def main() -> int:
         window.close()
         return 1
     answer = ""
+    if args.prompt is not None:
+        choices = window.side_panel.sampling_box.prompt.choice_combo
+        choices.setCurrentIndex(choices.findData(args.prompt))
     if not args.no_question:
-        window.chat_view.set_prompt_text(QUESTION)
+        window.chat_view.set_prompt_text(args.question)
         window.chat_view.send_button.click()
         wait_until(lambda: window.controller.state is State.GENERATING, 10)
         wait_until(lambda: window.controller.state is State.READY, 120)

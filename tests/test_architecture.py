@@ -457,3 +457,15 @@ def test_the_window_interface_check_sees_reads() -> None:
     )
     used = {attr for _line, attr in _window_uses(ast.parse(source))}
     assert {"statusBar", "model_label", "tabs"} <= used
+
+
+MAX_MODULE_LINES = 500  # CONTRIBUTING.md: modules small; past this, split by responsibility
+
+
+def test_modules_stay_under_the_size_limit() -> None:
+    too_long = {
+        name: count
+        for name, path in modules().items()
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines (split them): {too_long}"

@@ -259,6 +259,8 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
         raise UserError(f"--json-schema: {path} cannot be read ({exc}).") from exc
     except json.JSONDecodeError as exc:
         raise UserError(f"--json-schema: {path} is not valid JSON ({exc}).") from exc
+    except RecursionError:
+        raise UserError(f"--json-schema: {path} is nested too deeply.") from None
     except ConstraintError as exc:
         raise UserError(f"--json-schema: {exc}") from exc
 
@@ -287,12 +289,12 @@ def run_generate(args: argparse.Namespace) -> int:
             gen = engine.chat(
                 [*messages, Message("user", args.prompt)], settings, output_format=output_format
             )
-    except ConstraintError as exc:
+        for event in gen:
+            if not args.json:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+    except ConstraintError as exc:  # refused at the start, or failed mid-answer: one line
         raise UserError(str(exc)) from exc
-    for event in gen:
-        if not args.json:
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
     stats = gen.stats
     if args.json:
         out: dict[str, Any] = {"text": gen.text, **stats.to_dict()}

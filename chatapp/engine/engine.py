@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,17 +30,20 @@ from chatapp.engine.generation import Generation
 from chatapp.engine.guards import check_context, check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
+from chatapp.engine.mapped_files import MappedFiles
 from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
 from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
 from chatapp.engine.modes import MODES, Mode
-from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
+from chatapp.engine.native_kernels import needs_native
 from chatapp.engine.nocache import capped_new_tokens
-from chatapp.engine.packed_cache import DATA, packed_copy, saved_already, wanted
+from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 from chatapp.error_text import STATUS_LINE, first_line
+
+log = logging.getLogger(__name__)
 
 # IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
 # does not reserve gigabytes for a chat that will use a few thousand tokens.
@@ -132,19 +136,48 @@ class Engine:
         try:
             graph = self._cpu_graph() if device is CPU else self.info.onnx_path
             with released_while_loading(self.mapped_files):
-                started = start_session(graph, device, threads)
-                return replace(started, fallback_reason=refusal) if refusal else started
-        except NativeKernelsUnavailable:  # already a sentence that says what to do
+                try:
+                    started = start_session(graph, device, threads)
+                    return replace(started, fallback_reason=refusal) if refusal else started
+                except Exception as exc:
+                    if graph == self.info.onnx_path:
+                        raise
+                    damaged = exc
+            return self._start_without_damaged_copy(graph, damaged, threads)
+        except ModelError:  # already a sentence that says what to do (native_kernels.py)
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             name, why = self.info.onnx_path.name, first_line(exc, STATUS_LINE)
             raise ModelError(f"onnxruntime cannot run {name} ({why}).") from exc
+
+    def _start_without_damaged_copy(
+        self, copy: Path, exc: Exception, threads: int | None
+    ) -> StartedSession:
+        """The packed copy (engine/packed_cache.py) would not load, but the folder is intact:
+        delete the copy, save it again, else run from the folder's own graph; the note says so."""
+        log.warning("the packed copy %s would not load: %s", copy, first_line(exc, STATUS_LINE))
+        self.mapped_files = self.memory.mapped_files
+        note = f"The saved packed weights of {self.info.name} were damaged"
+        if remove_copy(copy):
+            graph = self._cpu_graph()
+            if graph != self.info.onnx_path:
+                try:
+                    with released_while_loading(self.mapped_files):
+                        started = start_session(graph, CPU, threads)
+                    return replace(started, fallback_reason=f"{note}; they were saved again.")
+                except Exception:
+                    log.warning("the packed copy saved again would not load either", exc_info=True)
+                    self.mapped_files = self.memory.mapped_files
+        with released_while_loading(self.mapped_files):
+            started = start_session(self.info.onnx_path, CPU, threads)
+        return replace(started, fallback_reason=f"{note}; running from the folder's own graph.")
 
     def _use(self, started: StartedSession) -> None:
         self.session = started.session
         self.device: Device = started.device
         self.fallback_reason = started.fallback_reason
         self._loops = {}
+        self.weight_files = MappedFiles(self.mapped_files, self.info.name)
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU, in the graph a CPU session would
@@ -188,6 +221,7 @@ class Engine:
         if mode not in self._loops:
             try:
                 loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
+                loop.check_weights = self.weight_files.check
                 if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
                     loop.release_weights = MappedPages(self.mapped_files).release
                 self._loops[mode] = loop
@@ -254,10 +288,14 @@ class Engine:
         top_logprobs: int = 0,
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        continue_last: bool = False,
     ) -> Generation:
         """`tools` (OpenAI's function entries) go to the chat template, for models whose
-        template describes tools; see chatapp/engine/tool_calls.py for the others."""
-        ids = self.tokenizer.chat_ids(messages, self.max_context, tools=tools)
+        template describes tools; see chatapp/engine/tool_calls.py for the others.
+        `continue_last`: the last message is an answer to go on with (ChatTokenizer.chat_ids)."""
+        ids = self.tokenizer.chat_ids(
+            messages, self.max_context, tools=tools, continue_last=continue_last
+        )
         return self.generate_ids(
             ids,
             settings,

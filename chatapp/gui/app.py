@@ -25,6 +25,7 @@ from chatapp.engine.modes import MODES
 from chatapp.gui.chat.feature import install_chat
 from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
+from chatapp.gui.common.terminate import quit_on_terminate
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.compare.feature import install_compare
 from chatapp.gui.history.controller import open_history
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a read-only data folder: the app still runs, without a log file
         print(f"chatapp: no log file ({exc})", file=sys.stderr)
     app = application(qt_args)
+    quit_on_terminate(app)  # SIGTERM: quit as closing does, so jobs clean up (a .partial folder)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     window = create_window(args)

@@ -43,6 +43,7 @@ from chatapp.gui.window.status_bar import BusyIndicator, StatusBar
 from chatapp.session import formatting as fmt
 from chatapp.session.conversation import Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary, device_probe_job
+from chatapp.session.prompt_style import BASE_MODEL_NOTICE
 
 F = TypeVar("F")
 
@@ -211,11 +212,18 @@ class MainWindow(QMainWindow):
         """A feature's widget at the left of the status bar's permanent ones."""
         self.statusBar().insertPermanentWidget(0, widget)
 
-    def dismiss_message(self, *, warnings_too: bool = False) -> None:
+    def dismiss_message(
+        self, *, warnings_too: bool = False, failures_before: int | None = None
+    ) -> int:
         """Hide the banner when it told of a problem or gave a tip (warnings stay, unless
-        `warnings_too`: what they said is gone, e.g. a server's)."""
-        if self.banner.level in ("error", "info") or (warnings_too and self.banner.level):
+        `warnings_too`: what they said is gone, e.g. a server's). With `failures_before` (what
+        this returned when an answer started, now that it succeeded): hide only a failure the
+        banner told of then (`until_answer`). Returns the serial of the banner's last message."""
+        if failures_before is not None:
+            self.banner.dismiss_if_before(failures_before)
+        elif self.banner.level in ("error", "info") or (warnings_too and self.banner.level):
             self.banner.dismiss()
+        return self.banner.serial
 
     def show_backend(self, line: str, title: str) -> None:
         """What answers: the status bar's model line and the window title."""
@@ -303,13 +311,17 @@ class MainWindow(QMainWindow):
             self.side_panel.preselect(device=summary.device)
         self.side_panel.set_context(0, summary.max_context)
         self.side_panel.set_model_sampling(summary.sampling)
+        prompt = self.side_panel.sampling_box.prompt
+        prompt.set_chat_template(summary.has_chat_template, str(summary.folder))
         remember_recent(self.settings, RECENT_KEY, str(summary.folder))
         # The graph only when one was named: a folder's default depends on the device (its
         # native graph on the CPU, its stock one elsewhere).
         remember_last_model(self.settings, summary.folder, self.onnx_file or "")
         notice = summary.sampling.notice if summary.sampling is not None else None
-        if summary.fallback_reason:
-            self.show_message(summary.fallback_reason, "warning")
+        if summary.fallback_reason:  # a device that failed: old once an answer succeeds
+            self.show_message(summary.fallback_reason, "warning", until_answer=True)
+        elif not summary.has_chat_template:
+            self.show_message(BASE_MODEL_NOTICE, "info")
         elif notice:
             self.show_message(notice, "info")
         elif self.banner.level in ("error", "info"):
@@ -321,7 +333,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("The model could not be loaded.", 8000)
         if self.controller.backend is not None:
             message += f" Still using {self.controller.backend.name}."
-        self.show_message(message, "error")
+        self.show_message(message, "error", until_answer=True)
 
     def _on_engine_setting_changed(self, _value: object) -> None:
         # Device and threads live in the session: reload the same model (the chat stays).
@@ -399,9 +411,10 @@ class MainWindow(QMainWindow):
             }[state]
         )
 
-    def show_message(self, text: str, level: str = "error") -> None:
-        """Inline banner over the chat (never a blocking dialog: the app keeps going)."""
-        self.banner.show_message(text, level)
+    def show_message(self, text: str, level: str = "error", until_answer: bool = False) -> None:
+        """Inline banner over the chat (never a blocking dialog: the app keeps going).
+        `until_answer`: it tells of a failure that an answer succeeding later shows is over."""
+        self.banner.show_message(text, level, until_answer)
 
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:

@@ -31,11 +31,12 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
-from chatapp.engine.tool_calls import StreamPiece, ToolCallStream, ToolPlan
+from chatapp.engine.stops import StopBuffer
+from chatapp.engine.tool_calls import ToolPlan
+from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
-from chatapp.server.stops import StopBuffer
 from chatapp.server.token_text import TokenText
 from chatapp.session.jobs import Job, JobControl, JobThread
 
@@ -257,6 +258,10 @@ class EngineWorker:
         except ApiError as exc:
             self._fail(served, started, stats, exc)
             return
+        except ConstraintError as exc:  # the schema's grammar failed mid-answer: still its fault
+            param = "tools" if served.request.tools else "response_format"
+            self._fail(served, started, stats, ApiError(400, str(exc), param=param))
+            return
         except DeviceFailure as exc:
             self._fail(
                 served, started, stats, ApiError(500, f"{exc} The next request runs on the CPU.")
@@ -304,7 +309,7 @@ class EngineWorker:
                     messages, tools, output = list(req.messages), None, req.output_format
                 else:
                     messages, tools = plan.messages(req.messages), plan.template_tools()
-                    output = plan.output_format() or req.output_format
+                    output = plan.output_format(req.output_format) or req.output_format
                 return self.engine.chat(
                     messages,
                     req.settings,

@@ -10,24 +10,28 @@ RemoteEngine, driven the same way (remote_jobs.py has the remote context policy)
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chatapp.engine.chat import Message
+from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.generation import Generation
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.stops import StopBuffer
 from chatapp.engine.warm_up import WarmUpProgress
-from chatapp.remote.engine import RemoteEngine, RemoteStats
+from chatapp.remote.engine import RemoteEngine, RemoteGeneration, RemoteStats
 from chatapp.remote.errors import RemoteError
 from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
+
+STOP_STRING = "stop_string"  # an answer's finish reason when one of its stop strings ended it
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class GenerateRequest:
     mode: Mode
     # "JSON answer": None off; "" any JSON object; else the JSON schema's text.
     json_schema: str | None = None
+    stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
+    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES (a local model's)
+    continue_last: bool = False  # the last message is an answer to go on with (Continue)
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,14 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
                 )
             constrained["output_format"] = output_format_from_text(request.json_schema)
         messages: Sequence[Message] = request.messages
-        if not isinstance(engine, RemoteEngine):  # a server has no tokenizer here: send all
+        if isinstance(engine, RemoteEngine):  # a server has no tokenizer here: send all
+            if request.continue_last:
+                raise EngineError(
+                    "Continue works with a model run here; a server starts a new answer: use "
+                    "Regenerate or ask again."
+                )
+        else:
+            engine.tokenizer.use_style(request.prompt_style)
             # Context policy: the oldest turns that no longer fit are not sent (context.py).
             messages, report = fit_messages(
                 control.request_id,
@@ -148,19 +162,36 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
                         "Stopped while the device was being prepared; the question is back in "
                         "the prompt box."
                     )
-        gen = engine.chat(
-            messages, request.settings, mode, should_stop=lambda: control.stopped, **constrained
-        )
+        stops: StopBuffer[TokenItem] = StopBuffer(request.stops)
+        gen: Generation | RemoteGeneration
+        if isinstance(engine, RemoteEngine):
+            gen = engine.chat(
+                messages,
+                request.settings,
+                mode,
+                should_stop=lambda: control.stopped or stops.stopped,
+            )
+        else:
+            gen = engine.chat(
+                messages,
+                request.settings,
+                mode,
+                should_stop=lambda: control.stopped or stops.stopped,
+                continue_last=request.continue_last,
+                **constrained,
+            )
         stats = gen.stats
         control.snapshot = lambda: StatsSnapshot.of(control.request_id, stats)
         control.partial = stats
-        streamed: list[str] = []
+        streamed: list[str] = []  # as generated
+        shown: list[str] = []  # as released: up to a stop string
         index = 0
         for event in gen:
             streamed.append(event.text)
             index = event.index + 1
             token_id = event.token_id if event.token_id >= 0 else None  # servers send text
-            yield TokenItem(event.index, event.text, token_id, event.latency_s)
+            item = TokenItem(event.index, event.text, token_id, event.latency_s)
+            yield from _released(stops.push(event.text, item), index, shown)
             if event.index == 0:
                 control.flush()  # the first token goes out at once: it is the TTFT
         if isinstance(engine, RemoteEngine) and index == 0 and stats.finish_reason == "stop":
@@ -172,11 +203,31 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
         # The detokenizer may hold back a last partial character until the end.
         sent = "".join(streamed)
         if gen.text.startswith(sent) and len(gen.text) > len(sent):
-            yield TokenItem(index, gen.text[len(sent) :])
+            yield from _released(
+                stops.push(gen.text[len(sent) :], TokenItem(index, "")), index, shown
+            )
+        yield from _released(stops.flush(), index, shown)
         control.partial = None
-        return AnswerResult(gen.text, copy.deepcopy(stats))
+        if stops.stopped:
+            stats.finish_reason = STOP_STRING
+        return AnswerResult("".join(shown), copy.deepcopy(stats))
 
     return Job("generation", run, _explain_generation, (EngineError, ValueError))
+
+
+def _released(
+    released: tuple[str, list[TokenItem]], index: int, shown: list[str]
+) -> Iterator[TokenItem]:
+    """What a StopBuffer let through, as token items: the text on the first (its tokens keep
+    their ids and latencies); text whose tokens are still held comes in an item of its own."""
+    text, items = released
+    shown.append(text)
+    if not items:
+        if text:
+            yield TokenItem(index, text)
+        return
+    for i, item in enumerate(items):
+        yield replace(item, text=text if i == 0 else "")
 
 
 def _explain_generation(exc: BaseException) -> str:
@@ -207,6 +258,7 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
     def run(control: JobControl) -> ContextReport | None:
         if host.engine is None or host.remote is not None:  # a server's tokens are not known
             return None
+        host.engine.tokenizer.use_style(request.prompt_style)
         _, report = fit_messages(
             control.request_id,
             request.messages,

@@ -107,6 +107,8 @@ class ModelSummary:
     # Which kernels run the graph: "GGUF kernels, AVX2" (chatapp's native graph) or "ONNX
     # Runtime kernels" (the stock graph).
     kernels: str = ""
+    # False for a model without a chat template (a base model): the window continues text.
+    has_chat_template: bool = True
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -193,6 +195,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         sampling=model_sampling(engine.info.folder, engine.info.onnx_path.stat().st_size),
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
         kernels=kernels_label(engine.info.onnx_path),
+        has_chat_template=engine.tokenizer.has_template,
     )
 
 

@@ -73,6 +73,15 @@ def _prompt_speed(summary: dict[str, Any]) -> str:
     return f"{speed:.0f}" if speed else "n/a"
 
 
+def _tokenizer_line(result: dict[str, Any]) -> list[str]:
+    held = result.get("tokenizer_bytes")
+    if not held:
+        return []
+    vocab = result.get("vocab_size")
+    words = f" for {vocab:,} tokens" if vocab else ""
+    return ["", f"The tokenizer holds {fmt_bytes(held)} of the process's memory{words}."]
+
+
 def markdown_report(result: dict[str, Any]) -> str:
     """The Markdown tables a person can paste into a report."""
     kernels = f" ({result['kernels']})" if result.get("kernels") else ""
@@ -80,6 +89,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"**{result['model']}** ({result['layout']}) on **{result['device']}**{kernels}, "
         f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
         f"median of {result['repeats']} runs (min–max in brackets)",
+        *_tokenizer_line(result),
         "",
         "| loop | time per token (ms, median) | tokens/s (mean) | weights read / token "
         "| TTFT (ms) | prompt tokens/s | p95 time per token (ms) | host prep share "

@@ -323,6 +323,9 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "fallback_reason": engine.fallback_reason,
         "threads": engine.threads,
         "weight_bytes_per_step": _weight_bytes_per_step(engine),
+        # The tokenizer's share of the process's memory, measured when it loaded.
+        "tokenizer_bytes": engine.tokenizer.resident_bytes,
+        "vocab_size": engine.info.vocab_size,
         "max_new_tokens": max_new_tokens,
         "repeats": repeats,
         "environment": _environment(),

@@ -201,6 +201,20 @@ def folder_variants(folder: Path | str, on_cpu: bool = True) -> list[VariantStat
     return statuses
 
 
+def default_graph_name(folder: Path | str, on_cpu: bool = True) -> str | None:
+    """The graph `open_model_folder` tries first without a name, relative to the folder with
+    "/" (as Variant.path), from the file names alone (no graph is read); None when the folder
+    cannot say."""
+    folder = Path(folder).expanduser()
+    try:
+        genai = read_json_file(folder, "genai_config.json") or {}
+        candidates = by_device(folder, _candidates(folder, None, genai), native_preferred(on_cpu))
+        first = candidates[0].relative_to(folder.resolve())
+    except (ModelError, OSError, IndexError, ValueError):
+        return None
+    return first.as_posix()
+
+
 def _default_graph(
     folder: Path, genai: dict[str, Any], errors: dict[Path, ModelError | None], on_cpu: bool
 ) -> Path | None:

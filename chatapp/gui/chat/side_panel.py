@@ -226,6 +226,8 @@ class SidePanel(QWidget):
             self.mode(),
             self.system_prompt_edit.toPlainText(),
             self.sampling_box.json_answer.schema_text(),
+            self.sampling_box.prompt.stops(),
+            self.sampling_box.prompt.prompt_style(),
         )
 
     def mode(self) -> Mode:

@@ -410,7 +410,9 @@ def when(moment: datetime, now: datetime | None = None) -> str:
 
 def _info_row(info: ConversationInfo) -> Row:
     count = info.message_count
-    subtitle = f"{when(info.updated)} · {count} message{'s' if count != 1 else ''}"
+    # Which model the chat was with, before the count (a narrow list elides the end first).
+    model = f" · {info.model}" if info.model else ""
+    subtitle = f"{when(info.updated)}{model} · {count} message{'s' if count != 1 else ''}"
     tip = f"{info.title}\n{subtitle}" + (f"\nModel: {info.model}" if info.model else "")
     return Row(info.id, info.title, subtitle, tip)
 

@@ -46,7 +46,11 @@ class ModelsFeature(QObject):
         window = self.window
         if not has_choice(folder):
             return window.open_model(folder)
-        picker = VariantPicker(window.tools, folder, window)
+        model = window.controller.model
+        same = model is not None and model.folder.resolve() == Path(folder).resolve()
+        running = model.onnx_file if model is not None and same else None
+        on_cpu = window.side_panel.device() == "cpu"
+        picker = VariantPicker(window.tools, folder, window, running, on_cpu)
         picker.sig_chosen.connect(lambda graph: window.open_model(folder, onnx_file=graph))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()

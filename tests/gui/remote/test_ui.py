@@ -57,9 +57,9 @@ def test_a_remote_chat_lands_in_the_transcript_history_and_export(
     assert conv_id is not None
     exported = window.feature(HistoryUi).controller.export_text(conv_id, "markdown")
     assert exported is not None and expected.text in exported and "varied-llama" in exported
-    # The line under the answer names the server, not a loop and a device.
+    # The line under the answer names the model and the server, not a loop and a device.
     line = fmt.figures_line(answer.figures)
-    assert line.startswith("remote server") and "10 tokens" in line
+    assert line.startswith("varied-llama · remote server") and "10 tokens" in line
 
 
 def test_the_side_panel_greys_what_a_client_cannot_measure(

@@ -13,7 +13,7 @@
 // graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
-// Gemm.
+// Gemm. CHATAPP_GGUF_PROMPT=int16: prompts on int16 activations instead (prompt16.inc).
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 
@@ -157,6 +157,8 @@ static Isa detect_isa() {
 
 static Isa g_isa = Isa::Scalar;
 
+#include "prompt16.inc"
+
 static const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
 }
@@ -224,6 +226,13 @@ static size_t prompt_gemm_rows() {
   return asked != nullptr ? size_t(std::strtoull(asked, nullptr, 10)) : size_t(64);
 }
 
+// Prompts on the int16 path (prompt16.inc) instead of the float32 ones: CHATAPP_GGUF_PROMPT=int16
+// or float, read when a session creates its kernels.
+static bool prompt_int16() {
+  const char* asked = std::getenv("CHATAPP_GGUF_PROMPT");
+  return asked != nullptr && std::string(asked) == "int16";
+}
+
 struct StepJob {
   const FormatInfo* info;
   const uint8_t* w;
@@ -264,6 +273,7 @@ struct GgufMatMulKernel {
   size_t row_bytes = 0;
   Ort::Op gemm{nullptr};
   size_t gemm_rows = prompt_gemm_rows();
+  bool int16_prompt = prompt_int16();
 
   GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
     Ort::ConstKernelInfo ki(kernel_info);
@@ -319,6 +329,11 @@ struct GgufMatMulKernel {
     if (m == 0) return;
     if (m == 1) {
       step(ctx, x, wb, y);
+    } else if (int16_prompt) {
+      Packed16 packed;
+      pack16(x, m, int(k), &packed);
+      Prompt16Job job{info, wb, row_bytes, size_t(n), &packed, y};
+      ctx.ParallelFor(prompt16_task, (size_t(n) + kPrompt16Rows - 1) / kPrompt16Rows, 0, &job);
     } else {
       if (m < gemm_rows)
         prompt(ctx, x, m, wb, y);

@@ -68,6 +68,11 @@ def _spread(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
     return f" ({fmt.format(low * scale)}–{fmt.format(high * scale)})"
 
 
+def _prompt_speed(summary: dict[str, Any]) -> str:
+    speed = summary.get("prompt_tokens_per_s")
+    return f"{speed:.0f}" if speed else "n/a"
+
+
 def _tokenizer_line(result: dict[str, Any]) -> list[str]:
     held = result.get("tokenizer_bytes")
     if not held:
@@ -87,9 +92,9 @@ def markdown_report(result: dict[str, Any]) -> str:
         *_tokenizer_line(result),
         "",
         "| loop | time per token (ms, median) | tokens/s (mean) | weights read / token "
-        "| TTFT (ms) | p95 time per token (ms) | host prep share | host→device / token "
-        "| device→host / token |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| TTFT (ms) | prompt tokens/s | p95 time per token (ms) | host prep share "
+        "| host→device / token | device→host / token |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines[0] += (
         "; time per token: the median of each run's median step (a median is what every ratio "
@@ -115,6 +120,7 @@ def markdown_report(result: dict[str, Any]) -> str:
             f"{r['tokens_per_s']:.1f}{_spread(r, 'tokens_per_s', 1, '{:.1f}')} | "
             f"{fmt_bytes(weights) if weights is not None else 'n/a'} | "
             f"{r['ttft_s'] * 1000:.0f}{_spread(r, 'ttft_s', 1000, '{:.0f}')} | "
+            f"{_prompt_speed(r)} | "
             f"{r['latency_p95_s'] * 1000:.1f} | "
             + (f"{share * 100:.1f}% | " if share is not None else "n/a | ")
             + moved

@@ -24,7 +24,7 @@ from chatapp.engine.bench.peers import (
     peer_point,
     physical_floor,
 )
-from chatapp.engine.bench.stats import compare_runs
+from chatapp.engine.bench.stats import compare_runs, prompt_tokens_per_s
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
@@ -177,7 +177,8 @@ def bench_point(
         progress(
             f"  repeat {r + 1}/{repeats}: "
             + ", ".join(
-                f"{name} {s.tokens_per_s:6.1f} tok/s (TTFT {s.ttft_s * 1000:5.0f} ms)"
+                f"{name} {s.tokens_per_s:6.1f} tok/s (TTFT {s.ttft_s * 1000:5.0f} ms, "
+                f"prompt {prompt_tokens_per_s(s):6.0f} tok/s)"
                 for name, s in latest.items()
             )
         )

@@ -139,7 +139,7 @@ def test_repeats_give_medians_ranges_and_where_the_time_goes(
     low, high = result["naive"]["spread"]["tokens_per_s"]
     assert low <= result["naive"]["tokens_per_s"] <= high
     assert "–" in view.table.item(0, 0).text()  # the median and the range of the runs
-    assert view.table.item(6, 0).text() == "0 B"  # host->device on the CPU
+    assert view.table.item(7, 0).text() == "0 B"  # host->device on the CPU
     assert view.speed_chart.spreads["naive"].count() == 6  # an "I" drawn beside the bar
     explanation = view.explanation.text()
     assert "CPU" in explanation and "0 bytes per token" in explanation

@@ -13,11 +13,11 @@
 // together, engine/slots.py): each row on that one-row path, bit for bit its product alone,
 // every task's weight rows read from memory once for all m rows; the 32-value block formats
 // (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K, Q5_K and Q6_K also unpack each weight block once for
-// four rows (dot_kernels.inc: BLOCK32_MULTI, q45_k_multi, q6_k_multi). Several rows (a prompt), float32 products as exact as the stock
-// graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
+// four rows (dot_kernels.inc: BLOCK32_MULTI, q45_k_multi, q6_k_multi). Several rows (a prompt),
+// float32 products as exact as the stock graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
-// Gemm.
+// Gemm. CHATAPP_GGUF_PROMPT=int16: prompts on int16 activations instead (prompt16.inc).
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 
@@ -161,6 +161,8 @@ static Isa detect_isa() {
 
 static Isa g_isa = Isa::Scalar;
 
+#include "prompt16.inc"
+
 static const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
 }
@@ -228,6 +230,13 @@ static size_t prompt_gemm_rows() {
   return asked != nullptr ? size_t(std::strtoull(asked, nullptr, 10)) : size_t(64);
 }
 
+// Prompts on the int16 path (prompt16.inc) instead of the float32 ones: CHATAPP_GGUF_PROMPT=int16
+// or float, read when a session creates its kernels.
+static bool prompt_int16() {
+  const char* asked = std::getenv("CHATAPP_GGUF_PROMPT");
+  return asked != nullptr && std::string(asked) == "int16";
+}
+
 // `m` activation rows (a decode step of m sequences): each task's weight rows are read from
 // memory once, for the first activation row, and from the cache (a task is ~64 KB) for the
 // others; every row's products are the one-row step's, computed the same way.
@@ -284,6 +293,7 @@ struct GgufMatMulKernel {
   size_t row_bytes = 0;
   Ort::Op gemm{nullptr};
   size_t gemm_rows = prompt_gemm_rows();
+  bool int16_prompt = prompt_int16();
 
   GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
     Ort::ConstKernelInfo ki(kernel_info);
@@ -342,6 +352,11 @@ struct GgufMatMulKernel {
     bool step_rows = shape.size() >= 2 && shape[shape.size() - 2] == 1;
     if (m == 1 || step_rows) {
       step(ctx, x, m, wb, y);
+    } else if (int16_prompt) {
+      Packed16 packed;
+      pack16(x, m, int(k), &packed);
+      Prompt16Job job{info, wb, row_bytes, size_t(n), &packed, y};
+      ctx.ParallelFor(prompt16_task, (size_t(n) + kPrompt16Rows - 1) / kPrompt16Rows, 0, &job);
     } else {
       if (m < gemm_rows)
         prompt(ctx, x, m, wb, y);

@@ -1,15 +1,16 @@
 """Where a model's memory goes at load and while answering, one process per run.
 
 Each run opens the model, notes its resident memory (file-backed: the mapped model.onnx.data;
-anonymous: ONNX Runtime's packed copies, arena, KV) and the peak of the load, starts the peak
-again, answers the bench prompt (42 tokens) greedily for --new tokens and notes the answer's
-peak, tokens/s and a digest of the tokens. `--code DIR` runs chatapp from another checkout
+anonymous: ONNX Runtime's packed copies, arena, KV, the tokenizer, whose own share it reports)
+and the peak of the load, starts the peak again, answers the bench prompt (`--prompt-tokens`
+pads it with real text to about that many tokens) greedily for --new tokens and notes the
+answer's peak, tokens/s and a digest of the tokens. `--code DIR` runs chatapp from another checkout
 (e.g. /work/main for the baseline) and `--llama PYTHON` adds llama.cpp (llama-cpp-python) on
 `--gguf` with the same prompt ids. Runs are interleaved repeat by repeat, order flipped each
 round; ratios are medians of per-repeat ratios against the first system. Linux only (/proc).
 
     .venv/bin/python scripts/answer_memory.py FOLDER --code . --code /work/main \
-        --llama /work/venvs/llama/bin/python --gguf FILE.gguf --repeats 3
+        --llama /work/venvs/llama/bin/python --gguf FILE.gguf --repeats 3 --prompt-tokens 1000
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _mapped(suffix: str) -> float:
     return total / 1024
 
 
-def chatapp_child(folder: str, new: int, threads: int) -> dict[str, Any]:
+def chatapp_child(folder: str, new: int, threads: int, tokens: int) -> dict[str, Any]:
     from chatapp.engine.bench.run import bench_prompt_ids, fixed_length
     from chatapp.engine.engine import Engine
 
@@ -63,11 +64,13 @@ def chatapp_child(folder: str, new: int, threads: int) -> dict[str, Any]:
     engine = Engine(folder, threads=threads)
     load_s = time.perf_counter() - started
     loaded = _status()
+    # The tokenizer's share, measured as it loaded (0 for a checkout that does not measure it).
+    loaded["tokenizer"] = getattr(engine.tokenizer, "resident_bytes", 0) / 2**20
     # A first load saves the packed copy in a child process (engine/packed_cache.py): its peak.
     loaded["child_peak"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     loaded["mapped_data"] = _mapped(".onnx.data")
     _reset_peak()
-    ids = bench_prompt_ids(engine, PROMPT, None)
+    ids = bench_prompt_ids(engine, PROMPT, tokens or None)
     stats = fixed_length(engine, ids, "iobinding", new).run()
     answered = _status()
     answered["mapped_data"] = _mapped(".onnx.data")
@@ -131,6 +134,12 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=0,
+        help="pad the prompt with real text to about this many tokens (default: the bare prompt)",
+    )
     args = parser.parse_args()
     codes = args.code or ["."]
     systems = [f"chatapp@{c}" for c in codes] + (["llama.cpp"] if args.llama else [])
@@ -152,7 +161,8 @@ def main() -> None:
                     name, _, value = setting.partition("=")
                     env[name] = value
                 cmd = [sys.executable, __file__, "--chatapp-child", args.folder]
-            res = run([*cmd, str(args.new), str(args.threads)], env)
+            extra = [] if system == "llama.cpp" else [str(args.prompt_tokens)]
+            res = run([*cmd, str(args.new), str(args.threads), *extra], env)
             ids = ids or res.get("prompt_ids")
             res["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
             runs[system].append(res)
@@ -161,7 +171,9 @@ def main() -> None:
                 f"repeat {r + 1} {system}: load {res['load_s']:.1f} s, peak at load "
                 f"{a['peak']:.0f} MiB (a child's {a.get('child_peak', 0):.0f}), after load "
                 f"{a['rss']:.0f} (anon {a['anon']:.0f}, file "
-                f"{a['file']:.0f}), answer peak {b['peak']:.0f} (anon {b['anon']:.0f}, file "
+                f"{a['file']:.0f}; tokenizer {a.get('tokenizer', 0):.0f}), prompt "
+                f"{len(res.get('prompt_ids') or ids or [])} tokens, answer peak "
+                f"{b['peak']:.0f} (anon {b['anon']:.0f}, file "
                 f"{b['file']:.0f}), {res['tokens_per_s']:.1f} tok/s, tokens {res['tokens']}, "
                 f"load average {res['loadavg']}",
                 flush=True,
@@ -169,10 +181,10 @@ def main() -> None:
     first = systems[0]
     print(f"\n{args.new} new tokens, {args.threads} threads, medians of {args.repeats} repeats")
     print(
-        "| system | peak at load MiB | peak answering MiB | tok/s | tok/s / first "
-        "| TTFT s | tokens |"
+        "| system | peak at load MiB | peak answering MiB | tokenizer MiB | tok/s "
+        "| tok/s / first | TTFT s | tokens |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for system in systems:
         mine = runs[system]
         if not mine:
@@ -182,6 +194,7 @@ def main() -> None:
         print(
             f"| {system} | {statistics.median(m['after_load']['peak'] for m in mine):.0f} "
             f"| {statistics.median(m['after_answer']['peak'] for m in mine):.0f} "
+            f"| {statistics.median(m['after_load'].get('tokenizer', 0) for m in mine):.0f} "
             f"| {statistics.median(m['tokens_per_s'] for m in mine):.1f} | {ratio:.2f} "
             f"| {statistics.median(m.get('ttft_s', float('nan')) for m in mine):.2f} "
             f"| {','.join(sorted({m['tokens'] for m in mine}))} |"
@@ -191,7 +204,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--chatapp-child":
-        res = chatapp_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        res = chatapp_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
         print(json.dumps(res))
     elif len(sys.argv) > 1 and sys.argv[1] == "--llama-child":
         ids = json.loads(sys.argv[3])

@@ -66,10 +66,11 @@ def convert_child(gguf: str, out: str, graph: str = "auto") -> None:
     seconds = time.perf_counter() - started
     peak = peak_bytes()
     # What `chatapp convert` does next: the packed copy, saved by a child process.
+    from chatapp.engine.model_description import read_model
     from chatapp.engine.packed_cache import prepare_folder
 
     started = time.perf_counter()
-    packed = prepare_folder(Path(out))
+    packed = prepare_folder(read_model(Path(out)))
     figures = {"seconds": seconds, "peak": peak, "plan": plan[0]}
     if packed is not None:
         figures["packed_s"] = time.perf_counter() - started

@@ -9,11 +9,14 @@ Example:
     PYTHONPATH=. .venv/bin/python scripts/native_step_bench.py \
         --lib native/build/libchatapp_gguf.so --lib /tmp/old.so --shape 1b --threads 1 --cpu
     PYTHONPATH=. .venv/bin/python scripts/native_step_bench.py --rows 42 --calls 1 ...
+
+A --lib of PATH@int16 runs that library's prompts on the int16 path (CHATAPP_GGUF_PROMPT).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass
 
@@ -101,7 +104,9 @@ def session(lib: str, m: Matrix, raw: np.ndarray, threads: int, rows: int) -> or
     )
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
-    opts.register_custom_ops_library(lib)
+    path, _, prompt = lib.partition("@")
+    os.environ["CHATAPP_GGUF_PROMPT"] = prompt or "float"  # read as the session makes its kernels
+    opts.register_custom_ops_library(path)
     return ort.InferenceSession(
         model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"]
     )

@@ -8,6 +8,8 @@ server (Xvfb) to see what users see; one window per run, the screen is Xvfb's:
         scripts/screenshots.py --both-panes --out docs/images/scaled-200.png
     xvfb-run -a -s "-screen 0 800x500x24" .venv/bin/python scripts/screenshots.py \\
         --theme dark --both-panes --out docs/images/small-800x500-dark.png
+    xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py \\
+        --model GEMMA_270M_BASE_DIR --prompt chat --out docs/images/base-model.png
 
 It prints the window's and the input box's geometry and the answer, so a run also checks
 that the input box is on the screen.
@@ -51,6 +53,11 @@ def main() -> int:
         help="PNG of the comparison scrolled to its end (the table), to check it by eye",
     )
     parser.add_argument("--no-question", action="store_true", help="the empty window")
+    parser.add_argument("--question", default=QUESTION, help="what is asked")
+    parser.add_argument("--model", type=Path, default=None, help="a model folder, not the default")
+    parser.add_argument(
+        "--prompt", choices=("chat", "continue"), default=None, help="Sampling > Prompt"
+    )
     parser.add_argument(
         "--both-panes",
         action="store_true",
@@ -60,7 +67,7 @@ def main() -> int:
     # The prepared default model, without copying it into the fresh data folder.
     from chatapp.convert.default_model import default_model_dir
 
-    model = default_model_dir()
+    model = args.model or default_model_dir()
     data = Path(tempfile.mkdtemp(prefix="chatapp-shots-"))
     os.environ["CHATAPP_DATA_DIR"] = str(data)  # fresh data and settings
     os.environ.pop("CHATAPP_SETTINGS", None)
@@ -68,27 +75,32 @@ def main() -> int:
         (data / "chatapp.ini").write_text("[view]\nconversation_list=true\nside_panel=true\n")
     from chatapp.gui.app import application, build_window
     from chatapp.gui.chat.controller import State
+    from chatapp.gui.chat.feature import chat_of
     from chatapp.gui.compare.feature import CompareFeature
 
     app = application()
     window = build_window(["--model", str(model)])
     window.view_options.set_theme(args.theme)
-    if not wait_until(lambda: window.controller.state is State.READY, 60):
+    chat = chat_of(window)
+    if not wait_until(lambda: chat.controller.state is State.READY, 60):
         print("the model did not load:", window.banner.text(), file=sys.stderr)
         window.close()
         return 1
     answer = ""
+    if args.prompt is not None:
+        choices = chat.side_panel.sampling_box.prompt.choice_combo
+        choices.setCurrentIndex(choices.findData(args.prompt))
     if not args.no_question:
-        window.chat_view.set_prompt_text(QUESTION)
-        window.chat_view.send_button.click()
-        wait_until(lambda: window.controller.state is State.GENERATING, 10)
-        wait_until(lambda: window.controller.state is State.READY, 120)
-        answer = window.conversation.messages[-1].content
-    window.chat_view.prompt_edit.setFocus()
+        chat.chat_view.set_prompt_text(args.question)
+        chat.chat_view.send_button.click()
+        wait_until(lambda: chat.controller.state is State.GENERATING, 10)
+        wait_until(lambda: chat.controller.state is State.READY, 120)
+        answer = chat.conversation.messages[-1].content
+    chat.chat_view.prompt_edit.setFocus()
     wait_until(lambda: False, 0.5)  # let the last paint land
     args.out.parent.mkdir(parents=True, exist_ok=True)
     window.grab().save(str(args.out))
-    prompt = window.chat_view.prompt_edit
+    prompt = chat.chat_view.prompt_edit
     corner = prompt.mapToGlobal(QPoint(0, 0))
     area = window.screen().availableGeometry()
     report = {
@@ -99,7 +111,7 @@ def main() -> int:
         # Widths of the conversation list, the chat and the side panel (0: hidden).
         "panes": [
             w.width() if w.isVisible() else 0
-            for w in (window.conversation_list, window.chat_view, window.side_scroll)
+            for w in (window.conversation_list, chat.chat_view, window.side_scroll)
         ],
         "answer": answer,
     }

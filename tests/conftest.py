@@ -31,6 +31,16 @@ def tiny_model_dir(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
+def base_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model converted from a GGUF without a chat template, as a base model's."""
+    gguf = write_tiny_gguf(
+        tmp_path_factory.mktemp("base-gguf") / "tiny-base.gguf",
+        chat_template=None,
+    )
+    return convert_gguf(gguf, tmp_path_factory.mktemp("base-model") / "tiny-base", ConvertOptions())
+
+
+@pytest.fixture(scope="session")
 def varied_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Like `tiny_gguf` with an untied output head: its greedy answers vary from token to
     token (the tied one mostly repeats a token), so a loop that feeds stale inputs shows."""

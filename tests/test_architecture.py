@@ -213,6 +213,50 @@ def test_the_cli_reaches_the_gui_only_through_its_entry_points() -> None:
     assert {ast.literal_eval(e) for e in exported.elts} == GUI_ENTRY_POINTS  # type: ignore[attr-defined]
 
 
+# The server reaches the engine only through session/ (session/answer.py answers every request):
+# at run time a server module imports from chatapp.engine only its vocabulary (messages,
+# output formats, errors, loop names, sampling settings, tools), the rest only for types under
+# TYPE_CHECKING; and no server module calls what runs a model.
+SERVER_ENGINE_VOCABULARY = frozenset(
+    f"chatapp.engine.{m}"
+    for m in ("chat", "constraints", "errors", "modes", "sampling", "tool_calls")
+)
+MODEL_RUNNING_CALLS = frozenset({"chat", "generate_ids", "warm_up", "fall_back_to_cpu"})
+
+
+def _model_running_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MODEL_RUNNING_CALLS
+        ):
+            yield node.lineno, node.func.attr
+
+
+def test_the_server_reaches_the_engine_only_through_the_session() -> None:
+    wrong = []
+    for module, path in modules().items():
+        if not _in(module, "chatapp.server"):
+            continue
+        for imp in imports_of(module):
+            target = internal(imp.target) or ""
+            if _in(target, "chatapp.engine") and target not in SERVER_ENGINE_VOCABULARY:
+                wrong.append(f"{imp} (only under TYPE_CHECKING)")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        wrong += [f"{module}:{line} calls .{name}()" for line, name in _model_running_calls(tree)]
+    assert wrong == [], "answer through chatapp.session.answer:\n" + "\n".join(wrong)
+
+
+def test_the_server_rule_sees_a_generation_started_by_hand() -> None:
+    source = (
+        "def serve(worker):\n"
+        "    for event in worker.engine.chat(messages, settings):\n"
+        "        pass\n"
+    )
+    assert [name for _line, name in _model_running_calls(ast.parse(source))] == ["chat"]
+
+
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
@@ -391,19 +435,17 @@ FEATURE_PACKAGES = ("chat", "compare", "history", "models", "remote")
 WINDOW_API = frozenset(
     {
         # what it runs on and reads
-        "settings", "runner", "tools", "host", "controller",
-        "chat_options", "system_prompt", "loop_mode", "model_dir", "open_model",
+        "settings", "runner", "tools", "host", "open_model",
+        # the chat (a ChatFace: gui/chat/feature.py's chat_of(window) gives the feature)
+        "chat",
         # what it plugs into
         "menus", "add_pane", "add_view", "add_status_widget", "add_feature", "feature",
         "before_shutdown", "leave_checks", "busy_checks", "refresh_controls",
-        "new_chat", "installEventFilter",
+        "new_chat", "may_leave_chat", "installEventFilter",
         # what it says
-        "notify", "show_message", "dismiss_message", "show_backend", "show_context",
+        "notify", "show_message", "dismiss_message", "show_backend", "busy",
     }
 )  # fmt: skip
-# ... and, until the chat is a feature of its own, the chat's two widgets: the history's edit
-# mode, unsaved marks and context bar; the remote server's box in the side panel.
-CHAT_WIDGETS = frozenset({"chat_view", "side_panel"})
 
 
 def _window_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
@@ -439,7 +481,7 @@ def test_features_use_only_the_windows_declared_interface() -> None:
         for path in sorted((PACKAGE / "gui" / package).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for line, attr in _window_uses(tree):
-                if attr not in WINDOW_API | CHAT_WIDGETS:
+                if attr not in WINDOW_API:
                     wrong.append(f"{path.relative_to(ROOT)}:{line}: window.{attr}")
     assert wrong == [], "declare it on MainWindow and list it in WINDOW_API:\n" + "\n".join(wrong)
 
@@ -457,3 +499,168 @@ def test_the_window_interface_check_sees_reads() -> None:
     )
     used = {attr for _line, attr in _window_uses(ast.parse(source))}
     assert {"statusBar", "model_label", "tabs"} <= used
+
+
+MAX_MODULE_LINES = 500  # CONTRIBUTING.md: modules small; past this, split by responsibility
+
+
+def test_modules_stay_under_the_size_limit() -> None:
+    too_long = {
+        name: count
+        for name, path in modules().items()
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines (split them): {too_long}"
+
+
+# ---- the chat's widgets: what other features may use of them --------------------------------
+# The chat feature (gui/chat) owns its view and side panel. Anywhere else under chatapp/, an
+# attribute read on either is one of these names (methods and signals they declare for other
+# features), never a widget inside them (`side_panel.sampling_box`, `chat_view.transcript`).
+CHAT_WIDGET_API: dict[str, frozenset[str]] = {
+    "side_panel": frozenset(
+        {
+            # the figures
+            "start_answer", "show_stats", "set_context", "set_figure", "figure_tip",
+            "loaded", "set_loaded", "sig_figures_shown",
+            # what the next answer sends
+            "sig_request_changed",
+            # a backend's own box and notes (gui/remote/figures.py)
+            "add_backend_box", "add_loop_note", "loop_title", "set_loop_title",
+            "set_loop_unavailable",
+            # the frame's scrolled pane is as narrow as the panel allows
+            "minimumSizeHint",
+        }
+    ),
+    "chat_view": frozenset(
+        {
+            # the history's edit mode, unsaved marks and context
+            "sig_edit_submitted", "begin_edit", "finish_edit", "cancel_edit",
+            "set_unsaved", "set_context",
+        }
+    ),
+}  # fmt: skip
+# A parameter annotated with one of these classes stands for that widget.
+CHAT_WIDGET_CLASSES = {"SidePanel": "side_panel", "ChatView": "chat_view"}
+CHAT_PACKAGE = PACKAGE / "gui" / "chat"
+HANDED_ON = "<handed on>"
+
+
+def chat_widget_reads(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
+    """(line, widget, attribute) for each use of the chat's widgets in a module: an attribute
+    read on `X.side_panel` / `X.chat_view`, on a parameter annotated SidePanel / ChatView, or
+    on a name or `self.` attribute assigned one of those (names count per module, not per
+    function: stricter, never looser). A widget used otherwise than to read a name of it, to
+    be assigned, or to be passed to a call (where the receiving parameter's annotation makes
+    it checked again) is reported with the attribute HANDED_ON."""
+    names: dict[str, str] = {}  # local names and parameters -> widget
+    fields: dict[str, str] = {}  # self.<field> -> widget
+
+    def widget_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Attribute):
+            if node.attr in CHAT_WIDGET_API:
+                return node.attr
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                return fields.get(node.attr)
+        elif isinstance(node, ast.Name):
+            return names.get(node.id)
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            words = ast.unparse(node.annotation).replace("|", " ").split()
+            for cls, widget in CHAT_WIDGET_CLASSES.items():
+                if cls in words:
+                    names[node.arg] = widget
+    for _ in range(3):  # assignments of assignments (p = chat.side_panel; self.p = p)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+                continue
+            widget = widget_of(node.value)
+            if widget is None:
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    names[target.id] = widget
+                elif (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
+                    fields[target.attr] = widget
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(tree):
+        widget = widget_of(node)
+        if widget is None or isinstance(getattr(node, "ctx", None), ast.Store):
+            continue
+        parent = parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            yield node.lineno, widget, parent.attr
+        elif isinstance(parent, ast.Assign | ast.AnnAssign | ast.keyword) or (
+            isinstance(parent, ast.Call) and node in parent.args
+        ):
+            continue  # tracked above, or checked where the parameter is annotated
+        else:
+            yield node.lineno, widget, HANDED_ON
+
+
+def test_no_feature_reads_the_chats_widgets() -> None:
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(CHAT_PACKAGE):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for line, widget, attr in chat_widget_reads(tree):
+            if attr not in CHAT_WIDGET_API[widget]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {widget}.{attr}")
+    assert wrong == [], (
+        "give the widget a method or signal for it and list it in CHAT_WIDGET_API:\n"
+        + "\n".join(wrong)
+    )
+
+
+def test_the_chat_widget_rule_catches_reads_inside() -> None:
+    source = (
+        "class F:\n"
+        "    def __init__(self, window: MainWindow, panel: SidePanel | None) -> None:\n"
+        "        self.chat = chat_of(window)\n"
+        "        self.chat.side_panel.sampling_box.max_tokens_spin.valueChanged.connect(f)\n"
+        "        self.chat.side_panel.set_context(0, 1)\n"
+        "        self.panel = panel\n"
+        "        self.panel.figures_box.hide()\n"
+        "        view = self.chat.chat_view\n"
+        "        view.prompt_edit.setFocus()\n"
+        "        view.cancel_edit()\n"
+        "        self.boxes = [self.chat.side_panel]\n"
+        "        Other(self.chat.chat_view)\n"
+    )
+    found = {(w, a) for _line, w, a in chat_widget_reads(ast.parse(source))}
+    wrong = {(w, a) for w, a in found if a not in CHAT_WIDGET_API[w]}
+    assert wrong == {
+        ("side_panel", "sampling_box"),
+        ("side_panel", "figures_box"),
+        ("chat_view", "prompt_edit"),
+        ("side_panel", HANDED_ON),
+    }
+    assert {("side_panel", "set_context"), ("chat_view", "cancel_edit")} <= found
+
+
+# ---- the frame ----------------------------------------------------------------------------
+FRAME_MODULES = ("chatapp.gui.main_window", "chatapp.gui.window")
+
+
+def test_the_window_imports_no_feature() -> None:
+    """The frame (main_window.py, gui/window/) knows the chat by the ChatFace protocol and the
+    other features by what they plug in: it imports none of them, not even for types."""
+    features = tuple(f"chatapp.gui.{package}" for package in FEATURE_PACKAGES)
+    graph = _gui_graph_with_type_checking_imports()
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if any(_in(module, frame) for frame in FRAME_MODULES)
+        for target in sorted(targets)
+        if any(_in(target, feature) for feature in features)
+    ]
+    assert wrong == [], "\n".join(wrong)
+    app_imports = graph["chatapp.gui.app"]
+    assert any(_in(t, "chatapp.gui.chat") for t in app_imports), "the check sees imports"

@@ -95,11 +95,13 @@ def write_tiny_gguf(
     tied: bool = True,
     seed: int = 0,
     tensor_types: Mapping[str, str] | None = None,
+    chat_template: str | None = CHATML_TEMPLATE,
 ) -> Path:
     """Write a small, valid Llama GGUF; every linear weight is stored as `qtype`.
 
     `tensor_types` gives some tensors another type, by kind ("attn_v", "ffn_down", "token_embd",
-    "output", ...), the way llama.cpp's presets mix types.
+    "output", ...), the way llama.cpp's presets mix types. `chat_template` None: a base
+    model's file, without one.
     """
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab()
@@ -126,7 +128,8 @@ def write_tiny_gguf(
     writer.add_eos_token_id(2)
     writer.add_pad_token_id(0)
     writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
     q = gguf.GGMLQuantizationType[qtype]
     overrides = dict(tensor_types or {})

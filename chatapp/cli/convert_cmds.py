@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from chatapp.cli.errors import terminate_as_interrupt
 from chatapp.cli.progress import ProgressBar
 from chatapp.convert.converter import GRAPHS, ConvertOptions, convert_gguf
 from chatapp.convert.needs import Preflight
@@ -118,14 +119,24 @@ def run_convert(args: argparse.Namespace) -> int:
         # What the folder and the conversion take, before the bar: the window shows the same.
         print(f"chatapp: {plan.line(args.gguf.name)}", file=sys.stderr, flush=True)
 
-    try:
-        out = convert_gguf(args.gguf, args.out_dir, opts, bar, preflight=say_needs)
-    finally:
-        bar.close()
+    from chatapp.engine.errors import EngineError
+    from chatapp.engine.model_description import read_model
     from chatapp.engine.packed_cache import prepare_folder
 
-    # A big model's first load then maps this copy instead of packing it (docs/converter.md).
-    prepare_folder(out, say=lambda line: print(f"chatapp: {line}", file=sys.stderr, flush=True))
+    with terminate_as_interrupt():  # SIGTERM removes the .partial folder as Ctrl+C does
+        try:
+            out = convert_gguf(args.gguf, args.out_dir, opts, bar, preflight=say_needs)
+        finally:
+            bar.close()
+        # A big model's first load then maps this copy instead of packing it (docs/converter.md).
+        try:
+            model = read_model(out)
+        except (EngineError, OSError):  # opening it says why
+            model = None
+        if model is not None:
+            prepare_folder(
+                model, say=lambda line: print(f"chatapp: {line}", file=sys.stderr, flush=True)
+            )
     print(out)
     return 0
 
@@ -134,10 +145,11 @@ def run_prepare(_args: argparse.Namespace) -> int:
     from chatapp.convert.default_model import prepare_default_model
 
     bar = ProgressBar("prepare")
-    try:
-        folder, converted = prepare_default_model(bar)
-    finally:
-        bar.close()
+    with terminate_as_interrupt():
+        try:
+            folder, converted = prepare_default_model(bar)
+        finally:
+            bar.close()
     if not converted:
         print("default model is ready (verified)")
     print(folder)

@@ -84,6 +84,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=1.1,
     )
     gen.add_argument("--seed", type=checks.whole(0, checks.MAX_SEED, "a seed"), default=None)
+    gen.add_argument(
+        "--stop",
+        type=checks.text,
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="end the answer before this text, not printed (repeatable)",
+    )
     shape = gen.add_mutually_exclusive_group()
     shape.add_argument(
         "--json-schema",
@@ -259,6 +267,8 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
         raise UserError(f"--json-schema: {path} cannot be read ({exc}).") from exc
     except json.JSONDecodeError as exc:
         raise UserError(f"--json-schema: {path} is not valid JSON ({exc}).") from exc
+    except RecursionError:
+        raise UserError(f"--json-schema: {path} is nested too deeply.") from None
     except ConstraintError as exc:
         raise UserError(f"--json-schema: {exc}") from exc
 
@@ -266,6 +276,7 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
 def run_generate(args: argparse.Namespace) -> int:
     from chatapp.engine.chat import Message
     from chatapp.engine.native_kernels import kernels_label
+    from chatapp.session.answer import AnswerDone, AnswerRequest, TextDelta, answer
 
     settings = sampling_from_args(args)
     try:
@@ -278,27 +289,33 @@ def run_generate(args: argparse.Namespace) -> int:
     engine = start_engine(args)
     if engine.tokenizer.notice and not args.raw:
         print(f"chatapp: {engine.tokenizer.notice}", file=sys.stderr)
-    try:
-        if args.raw:
-            ids = engine.tokenizer.with_bos(engine.tokenizer.encode_text(args.prompt))
-            gen = engine.generate_ids(ids, settings, output_format=output_format)
-        else:
-            messages = [Message("system", args.system)] if args.system else []
-            gen = engine.chat(
-                [*messages, Message("user", args.prompt)], settings, output_format=output_format
-            )
-    except ConstraintError as exc:
+    messages = [Message("system", args.system)] if args.system and not args.raw else []
+    request = AnswerRequest(
+        (*messages, Message("user", args.prompt)),
+        settings,
+        args.mode,
+        text=args.prompt if args.raw else None,
+        text_by_person=True,
+        output_format=output_format,
+        stops=tuple(s for s in args.stop if s),
+    )
+    done: AnswerDone | None = None
+    try:  # the window's and the server's answering path (session/answer.py)
+        for event in answer(engine, request, lambda: False):
+            if isinstance(event, TextDelta) and not args.json:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, AnswerDone):
+                done = event
+    except ConstraintError as exc:  # refused at the start, or failed mid-answer: one line
         raise UserError(str(exc)) from exc
-    for event in gen:
-        if not args.json:
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
-    stats = gen.stats
+    assert done is not None  # answer() ends with its AnswerDone
+    stats = done.stats
     if args.json:
-        out: dict[str, Any] = {"text": gen.text, **stats.to_dict()}
+        out: dict[str, Any] = {"text": done.text, **stats.to_dict()}
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
-        out["kernels"] = kernels_label(engine.info.onnx_path)  # GGUF kernels or ORT's
+        out["kernels"] = kernels_label(engine.model.native)  # GGUF kernels or ORT's
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:

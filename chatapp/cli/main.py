@@ -8,7 +8,7 @@ import sys
 
 from chatapp import __version__
 from chatapp.cli import convert_cmds, engine_cmds, server_cmds
-from chatapp.cli.errors import UserError
+from chatapp.cli.errors import Terminated, UserError
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.errors import EngineError
@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConversionError, EngineError, DeviceError, UserError) as exc:
         print(f"chatapp: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Terminated:  # SIGTERM, after the same clean-up as Ctrl+C
+        print("chatapp: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("chatapp: interrupted", file=sys.stderr)
         return 130

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from chatapp.convert.output_folder import (
     check_destination,
     check_source,
     clean_leftovers,
+    remove_conversion_folder,
     write_partial_marker,
 )
 from chatapp.convert.preflight import Header, TensorInfo, check_convertible, type_name
@@ -182,7 +182,7 @@ def convert_gguf(
 
 def _remove(tmp: Path | None) -> None:
     if tmp is not None:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_conversion_folder(tmp)
 
 
 def graphs_to_write(graph: str, header: Header) -> tuple[tuple[str, bool], ...]:
@@ -349,7 +349,7 @@ def _replace(tmp: Path, out: Path) -> None:
     old = out.parent / f".{out.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
     out.rename(old)
     tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_conversion_folder(old)
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:

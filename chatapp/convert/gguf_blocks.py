@@ -13,23 +13,12 @@ from dataclasses import dataclass
 import gguf
 import numpy as np
 
-# Defined below convert and engine (both name it); exported here beside the op names.
+# Defined below convert and engine (both name them); exported here beside the op names.
 from chatapp.folder_format.graph import NATIVE_DOMAIN as NATIVE_DOMAIN
+from chatapp.folder_format.graph import NATIVE_FORMATS as NATIVE_FORMATS
 
 NATIVE_OP = "GgufMatMul"
 NATIVE_GATHER = "GgufGather"
-# Formats the library has kernels for: (weights per block, bytes per block).
-NATIVE_FORMATS: dict[str, tuple[int, int]] = {
-    "Q4_0": (32, 18),
-    "Q4_1": (32, 20),
-    "Q5_0": (32, 22),
-    "Q5_1": (32, 24),
-    "Q8_0": (32, 34),
-    "Q4_K": (256, 144),
-    "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
-    "IQ4_XS": (256, 136),
-}
 
 
 def kernel_takes(qtype: str, k: int) -> bool:

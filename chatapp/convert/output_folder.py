@@ -9,6 +9,8 @@ never for a folder that holds the source GGUF (after resolving links, and hard l
 A conversion killed outright (kill -9, power loss) leaves its hidden sibling behind. Each run
 removes such leftovers beside its output when the process that made them is gone: a partial
 folder carries `chatapp-partial.json` (pid, host) from its first moment, an old one its manifest.
+Every deletion goes through `remove_conversion_folder` (chatapp/safe_delete.py): only such a
+folder of ours, never a link, and links inside it are removed as links.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from chatapp.convert.errors import ConversionError
 from chatapp.folder_format.manifest import MANIFEST_FILE
+from chatapp.safe_delete import remove_owned
 
 PARTIAL_MARKER = "chatapp-partial.json"
 _LEFTOVER = re.compile(r"^\..+\.(partial|old)-(\d+)(?:-[A-Za-z0-9_]+)?$")
@@ -108,10 +110,24 @@ def clean_leftovers(parent: Path) -> list[Path]:
         pid = int(match.group(2))
         if pid == os.getpid() or _alive(pid) or not _ours(entry, match.group(1)):
             continue
-        shutil.rmtree(entry, ignore_errors=True)
-        if not entry.exists():
+        if remove_conversion_folder(entry):
             removed.append(entry)
     return removed
+
+
+def remove_conversion_folder(folder: Path) -> bool:
+    """Delete a conversion's own folder: its `.partial` one (marked, or still empty), or an
+    output it made (its manifest says chatapp); True when it is gone. The folder the user chose
+    to write into may be reached through a link; the folder itself may not."""
+    parent = folder.parent.resolve()
+    return remove_owned(parent / folder.name, parent, _conversion_owned)
+
+
+def _conversion_owned(folder: Path) -> bool:
+    marker = read_json(folder / PARTIAL_MARKER)
+    if marker is not None and marker.get("converter") == "chatapp":
+        return True
+    return made_by_chatapp(folder) or not any(folder.iterdir())
 
 
 def _ours(folder: Path, kind: str) -> bool:

@@ -12,7 +12,9 @@ from typing import Any
 
 from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
+from chatapp.engine.folder_tokenizer import FolderTokenizer
 from chatapp.engine.model_folder.files import check_tokenizer_files, optional_inside, read_json_file
+from chatapp.engine.resident import resident_memory, return_freed_heap
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
 from chatapp.error_text import first_line
 
@@ -28,6 +30,20 @@ NO_TEMPLATE_NOTICE = (
     "This model has no chat template (it may be a base model, not a chat model): the "
     "conversation is sent as plain 'User:' / 'Assistant:' text, so answers may not follow it."
 )
+
+# How a conversation becomes the prompt (ChatTokenizer.use_style).
+STYLE_TEMPLATE = "template"  # the model's own chat template (the fallback without one)
+STYLE_CONTINUE = "continue"  # text continuation: the messages' text is one document to go on
+STYLE_PLAIN_CHAT = "plain-chat"  # "User: ..." / "Assistant:" lines (FALLBACK_TEMPLATE)
+PROMPT_STYLES = (STYLE_TEMPLATE, STYLE_CONTINUE, STYLE_PLAIN_CHAT)
+# Text continuation: each message's text as written, a new line before each question after the
+# first; an answer goes straight on from the text before it.
+CONTINUE_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] != 'assistant' and not loop.first %}{{ '\\n' }}"
+    "{% endif %}{{ m['content'] }}{% endfor %}"
+)
+# A base model chatting through FALLBACK_TEMPLATE writes the next turns itself: these end them.
+PLAIN_CHAT_STOPS = ("\nUser:", "\nAssistant:", "\nSystem:")
 
 
 def prompt_notice(folder: Path) -> str | None:
@@ -86,7 +102,8 @@ class Message:
 
 
 class ChatTokenizer:
-    """The folder's tokenizer (transformers, local files only) with its chat template.
+    """The folder's tokenizer (`tokenizers`, or transformers where that alone would give other
+    ids; local files only) with its chat template.
 
     Message text is tokenized as text: a control token typed, pasted, imported or put in the
     system prompt (`<|im_end|><|im_start|>system...`) becomes the ordinary tokens of its
@@ -100,19 +117,21 @@ class ChatTokenizer:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         check_tokenizer_files(folder)  # links out of the folder, devices, giant files
-        from transformers import AutoTokenizer
-
+        anon_before = resident_memory().get("anon", 0)
         try:
-            self.tok: Any = AutoTokenizer.from_pretrained(
-                str(folder), local_files_only=True, trust_remote_code=False
-            )
+            # tokenizers alone where that gives transformers' ids (engine/folder_tokenizer.py)
+            self.tok: Any = FolderTokenizer.load(folder) or _transformers_tokenizer(folder)
+        except ModelError:
+            raise
         except Exception as exc:
             raise ModelError(
                 f"The tokenizer in {folder.name} could not be loaded ({first_line(exc)})."
             ) from exc
         source = _template_source(getattr(self.tok, "chat_template", None))
         self.has_template = bool(source)
-        self._template_source = source or FALLBACK_TEMPLATE
+        self._own_source = source or FALLBACK_TEMPLATE
+        self._template_source = self._own_source
+        self.prompt_style = STYLE_TEMPLATE
         self._template: ChatTemplate | None = None
         self._template_error: ModelError | None = None
         self._ordinary_renders = False  # a small ordinary chat rendered within the limits
@@ -121,6 +140,12 @@ class ChatTokenizer:
         # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
         self.notice: str | None = None if self.has_template else NO_TEMPLATE_NOTICE
         self._bos = self._bos_to_add()
+        # Parsing tokenizer.json frees ~3x what the tokenizer keeps (Gemma 3: 290 MiB freed,
+        # 95 MiB kept); glibc holds on to it unless asked (docs/engine.md).
+        return_freed_heap()
+        # What the tokenizer keeps (anonymous memory, measured; 0 where /proc is not there):
+        # `chatapp bench` and scripts/answer_memory.py report it.
+        self.resident_bytes = max(0, resident_memory().get("anon", 0) - anon_before)
 
     def _bos_to_add(self) -> int | None:
         """BOS when the tokenizer puts one in front of plain text (its post-processor decides;
@@ -149,6 +174,20 @@ class ChatTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tok.decode(list(ids), skip_special_tokens=True))
 
+    def use_style(self, style: str) -> None:
+        """How later prompts are built (one of PROMPT_STYLES): the model's template, text
+        continuation, or plain "User:" / "Assistant:" lines."""
+        if style not in PROMPT_STYLES:
+            raise ValueError(f"unknown prompt style {style!r}")
+        source = {STYLE_CONTINUE: CONTINUE_TEMPLATE, STYLE_PLAIN_CHAT: FALLBACK_TEMPLATE}.get(
+            style, self._own_source
+        )
+        if source != self._template_source:
+            self._template_source = source
+            self._template, self._template_error = None, None
+            self._ordinary_renders = False
+        self.prompt_style = style
+
     @property
     def template_source(self) -> str:
         """The chat template's text (the fallback for folders without one)."""
@@ -157,7 +196,11 @@ class ChatTokenizer:
     @property
     def supports_tools(self) -> bool:
         """Does the model's own template describe tools (Qwen 2.5/3, Llama 3.1+, ...)?"""
-        return self.has_template and "tools" in self._template_source
+        return (
+            self.has_template
+            and self._template_source == self._own_source
+            and "tools" in self._template_source
+        )
 
     def render(
         self,
@@ -172,20 +215,27 @@ class ChatTokenizer:
         messages: Sequence[Message],
         limit: int | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        continue_last: bool = False,
     ) -> list[int]:
         """Prompt ids: the template's control tokens as tokens, the messages' text as text.
 
         With `limit`, a chat whose text cannot fit in that many tokens (more characters than
         `limit` tokens of the vocabulary's longest can cover) raises ContextOverflowError
         before tokenizing: a 10 MB paste took 21 s and 1.7 GB to count.
+        `continue_last`: the last message is an answer cut short; the prompt ends with its
+        text, so that the model goes on with it (transformers' continue_final_message).
         """
         messages = [_with_valid_text(m) for m in messages]
-        text = self.render(messages, tools=tools)
+        partial = ""
+        if continue_last and messages and messages[-1].role == "assistant":
+            partial = messages.pop().content
+        text = self.render(messages, tools=tools) + partial
         self._check_length(text, limit)
-        if not any(self._control.found_in(m.content) for m in messages):
+        if not any(self._control.found_in(m.content) for m in [*messages, Message("", partial)]):
             return self.with_bos(self.encode(text))
         marked = [{**m.as_dict(), "content": self._control.mark(m.content)} for m in messages]
-        return self.with_bos(self._control.encode_marked(self._render(marked, True, tools)))
+        prompt = self._render(marked, True, tools) + self._control.mark(partial)
+        return self.with_bos(self._control.encode_marked(prompt))
 
     def _check_length(self, text: str, limit: int | None) -> None:
         if limit is None:
@@ -286,6 +336,15 @@ class ChatTokenizer:
             pass
         self._ordinary_renders = True
         return True
+
+
+def _transformers_tokenizer(folder: Path) -> Any:
+    """transformers' tokenizer for the folder (local files only, no remote code)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(
+        str(folder), local_files_only=True, trust_remote_code=False
+    )
 
 
 def _with_valid_text(message: Message) -> Message:

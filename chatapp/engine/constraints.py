@@ -18,23 +18,33 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from chatapp.engine.folder_tokenizer import FolderTokenizer
+from chatapp.engine.json_schema import (
+    MAX_SCHEMA_CHARS,
+    ConstraintError,
+    check_schema,
+    prepared_schema,
+)
 from chatapp.error_text import first_line
 
-MAX_SCHEMA_CHARS = 256 * 1024  # a schema is a request field: bounded like one
+__all__ = ["MAX_SCHEMA_CHARS", "ConstraintError", "check_schema"]
+
+T = TypeVar("T")
+# The grammar library compiles by recursion on the calling thread's stack: it runs on a
+# thread of its own with this much (reserved, touched only as deep as it goes).
+COMPILE_STACK_BYTES = 256 * 1024 * 1024
+_STACK_SIZE_LOCK = threading.Lock()
 MISSING_LIBRARY = (
     "Structured output needs the llguidance package, which is not installed "
     "(pip install llguidance)."
 )
-
-
-class ConstraintError(ValueError):
-    """A constraint that cannot be used: bad schema or grammar, or no grammar library."""
 
 
 @dataclass(frozen=True)
@@ -54,27 +64,12 @@ class OutputFormat:
 
     @staticmethod
     def json_schema(schema: Mapping[str, Any], strict: bool = False) -> OutputFormat:
-        if not isinstance(schema, Mapping):
-            raise ConstraintError("The JSON schema must be a JSON object.")
-        check_schema_size(schema)
+        check_schema(schema)
         return OutputFormat("json_schema", schema=schema, strict=strict)
 
     @staticmethod
     def from_lark(text: str) -> OutputFormat:
         return OutputFormat("lark", lark=text)
-
-
-def check_schema_size(schema: Mapping[str, Any]) -> None:
-    """Refuse a schema too long or too deep to be worth compiling (llguidance itself stops at
-    128 levels; Python's encoder would raise RecursionError at ~1000)."""
-    try:
-        size = len(json.dumps(schema))
-    except RecursionError:
-        raise ConstraintError("The JSON schema is nested too deeply.") from None
-    except (TypeError, ValueError) as exc:
-        raise ConstraintError(f"The JSON schema is not JSON ({exc}).") from exc
-    if size > MAX_SCHEMA_CHARS:
-        raise ConstraintError(f"The JSON schema is longer than {MAX_SCHEMA_CHARS} characters.")
 
 
 def output_format_from_text(text: str) -> OutputFormat:
@@ -85,6 +80,8 @@ def output_format_from_text(text: str) -> OutputFormat:
         schema = json.loads(text)
     except ValueError as exc:
         raise ConstraintError(f"The JSON schema is not valid JSON ({exc}).") from exc
+    except RecursionError:
+        raise ConstraintError("The JSON schema is nested too deeply.") from None
     return OutputFormat.json_schema(schema)
 
 
@@ -106,15 +103,55 @@ def grammar_text(fmt: OutputFormat) -> str:
         return str(compile_json({"type": "object"}, JSON_OPTIONS))
     if fmt.kind == "json_schema":
         assert fmt.schema is not None
-        return str(compile_json(dict(fmt.schema), {**JSON_OPTIONS, "lenient": not fmt.strict}))
+        schema = prepared_schema(fmt.schema)
+        return str(compile_json(schema, {**JSON_OPTIONS, "lenient": not fmt.strict}))
     assert fmt.lark is not None
     return str(llguidance.LLMatcher.grammar_from_lark(fmt.lark))
 
 
-def lark_json(schema: Mapping[str, Any]) -> str:
-    """A schema inlined in a Lark rule, compact as the JSON answers are."""
-    options = {**schema, "x-guidance": {**JSON_OPTIONS, **schema.get("x-guidance", {})}}
-    return "%json " + json.dumps(options)
+def lark_json(schema: Mapping[str, Any], strict: bool = False) -> str:
+    """A checked schema inlined in a Lark rule (prepared as a response_format's is), compact
+    as the JSON answers are."""
+    options = {**JSON_OPTIONS, "lenient": not strict}
+    return "%json " + json.dumps({**prepared_schema(schema), "x-guidance": options})
+
+
+def on_big_stack(work: Callable[[], T]) -> T:
+    """`work()` on a thread with COMPILE_STACK_BYTES of stack (its exception re-raised here).
+
+    The stack size is a process-wide setting read when a thread starts: set and restored
+    around this one thread's start."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:  # handed to the caller
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="chatapp-grammar", daemon=True)
+    with _STACK_SIZE_LOCK:
+        try:
+            previous = threading.stack_size(COMPILE_STACK_BYTES)
+        except (ValueError, RuntimeError):  # a platform that refuses it: its default stack
+            previous = None
+        try:
+            thread.start()
+        except RuntimeError:  # the reservation refused (a ulimit -v): the default stack
+            if previous is None:
+                raise
+            threading.stack_size(previous)
+            previous = None
+            thread = threading.Thread(target=run, name="chatapp-grammar", daemon=True)
+            thread.start()
+        finally:
+            if previous is not None:
+                threading.stack_size(previous)
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 class TokenConstraint:
@@ -142,6 +179,16 @@ class TokenConstraint:
         if not allowed.any():
             raise ConstraintError("The output constraint allows no token here.")
         return out
+
+    def first_problem(self) -> str:
+        """Why no answer can start ("" when one can): the first mask, computed again (the
+        matcher's state is unchanged) by the first `masked`."""
+        self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        if self._matcher.is_error():
+            return f"no value matches it ({self._error()})"
+        if not self._bits.any():
+            return "no value matches it"
+        return ""
 
     def advance(self, token: int) -> None:
         if not self._matcher.consume_token(int(token)):
@@ -172,17 +219,28 @@ class ConstraintCompiler:
         if not library_available():
             raise ConstraintError(MISSING_LIBRARY)
         if self._tokenizer is None:
-            import llguidance.hf
-
             try:
-                self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._hf, n_vocab=self._vocab, eos_token=self._eos or None
-                )
+                self._tokenizer = self._build_ll_tokenizer()
             except Exception as exc:  # e.g. a slow (Python-only) tokenizer
                 raise ConstraintError(
                     f"This model's tokenizer cannot be used for structured output ({exc})."
                 ) from exc
         return self._tokenizer
+
+    def _build_ll_tokenizer(self) -> Any:
+        import llguidance
+
+        if not isinstance(self._hf, FolderTokenizer):  # transformers' tokenizer
+            import llguidance.hf  # imports transformers
+
+            return llguidance.hf.from_tokenizer(
+                self._hf, n_vocab=self._vocab, eos_token=self._eos or None
+            )
+        # What llguidance.hf does, without transformers: the backend's serialization (it
+        # already has no truncation or padding).
+        eos = self._eos or self._hf.eos_token_id
+        text = self._hf.backend_tokenizer.to_str()
+        return llguidance.LLTokenizer(text, n_vocab=self._vocab, eos_token=eos)
 
     def check(self, fmt: OutputFormat) -> None:
         """Raise ConstraintError (one line) for a schema or grammar llguidance refuses."""
@@ -190,14 +248,24 @@ class ConstraintCompiler:
 
     def start(self, fmt: OutputFormat) -> TokenConstraint:
         tokenizer = self._ll_tokenizer()
+        constraint = on_big_stack(lambda: self._compile(tokenizer, fmt))
+        # A grammar the library accepts may still allow nothing (a schema no value matches):
+        # found now, as a refusal of the request, not in the middle of its answer.
+        problem = constraint.first_problem()
+        if problem:
+            what = "grammar" if fmt.kind == "lark" else "JSON schema"
+            raise ConstraintError(f"The {what} cannot be used: {problem}")
+        return constraint
+
+    def _compile(self, tokenizer: Any, fmt: OutputFormat) -> TokenConstraint:
         import llguidance
 
+        what = "grammar" if fmt.kind == "lark" else "JSON schema"
         try:
             grammar = grammar_text(fmt)
-        except ValueError as exc:
-            raise ConstraintError(f"The schema is not valid: {first_line(exc)}") from exc
-        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+            matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise ConstraintError(f"The {what} is not valid: {first_line(exc)}") from None
         if matcher.is_error():
-            what = "grammar" if fmt.kind == "lark" else "JSON schema"
             raise ConstraintError(f"The {what} cannot be used: {first_line(matcher.get_error())}")
         return TokenConstraint(matcher, self._vocab)

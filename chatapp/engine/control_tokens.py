@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 from chatapp.engine.errors import ModelError
+from chatapp.engine.folder_tokenizer import FolderTokenizer
 
 START, END = "\ufdd0", "\ufdd1"
 _MARKED = re.compile(f"{START}([^{START}{END}]*){END}|[{START}{END}]")
@@ -84,6 +85,8 @@ class ControlTokens:
         return list(self.tok.encode(text, add_special_tokens=False))
 
     def _encode_plain(self, text: str) -> list[int]:
+        if isinstance(self.tok, FolderTokenizer):  # switches special tokens off itself
+            return self.tok.encode(text, add_special_tokens=False, split_special_tokens=True)
         plain = self._plain_tokenizer()
         if plain is None:
             with self._lock:  # the slow path toggles the shared tokenizer's setting
@@ -93,8 +96,8 @@ class ControlTokens:
         return list(plain.encode(text, add_special_tokens=False).ids)
 
     def _plain_tokenizer(self) -> Any:
-        """A copy of the fast tokenizer with special tokens off, so no shared setting is
-        flipped while another thread encodes."""
+        """A copy of transformers' fast tokenizer with special tokens off, so no shared setting
+        is flipped while another thread encodes (a FolderTokenizer needs no copy)."""
         if self._plain is None:
             backend = getattr(self.tok, "backend_tokenizer", None)
             if backend is None:

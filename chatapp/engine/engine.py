@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from chatapp.engine.backend import Capabilities
 from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import (
@@ -26,15 +28,16 @@ from chatapp.engine.errors import (
     ModelError,
 )
 from chatapp.engine.generation import Generation
-from chatapp.engine.guards import check_context, check_kv_memory, check_threads
+from chatapp.engine.guards import check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.memory import MemoryEstimate, check_memory, estimate_memory
-from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
+from chatapp.engine.mapped_files import MappedFiles
+from chatapp.engine.memory import MemoryEstimate, check_memory
+from chatapp.engine.model_description import ModelDescription, is_cpu, read_model
+from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode
-from chatapp.engine.native_kernels import NativeKernelsUnavailable, needs_native
 from chatapp.engine.nocache import capped_new_tokens
-from chatapp.engine.packed_cache import DATA, packed_copy, saved_already, wanted
+from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, saved_already, wanted
 from chatapp.engine.resident import MappedPages, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
@@ -42,21 +45,27 @@ from chatapp.engine.slots import SlotBatch
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 from chatapp.error_text import STATUS_LINE, first_line
 
-# IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
-# does not reserve gigabytes for a chat that will use a few thousand tokens.
-DEFAULT_MAX_CONTEXT = 8192
+# A model run here: its tokenizer counts, its grammar constrains, its loops are chosen.
+LOCAL_CAPABILITIES = Capabilities(
+    counts_tokens=True, constrains_output=True, continues_answers=True, chooses_loop=True
+)
+
+log = logging.getLogger(__name__)
 
 
-def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
-    """The context an Engine allocates for `info` when asked for `max_context` (None: the
-    default cap)."""
-    return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
-
-
-def is_cpu(device: str) -> bool:
-    """Whether the device named on the command line or in the panel is the CPU (a native graph
-    of the folder is then preferred: model_folder/model.py)."""
-    return device.strip().lower() == CPU.name
+def open_model(
+    folder: Path | str,
+    device: str = CPU.name,
+    onnx_file: str | None = None,
+    max_context: int | None = None,
+    freed: int = 0,
+) -> ModelDescription:
+    """The model in `folder` read once for `device` (model_description.read_model), refused
+    before anything is loaded where it would not fit in memory: the memory available now plus
+    `freed` (what closing the current model gives back). The one memory check of a load."""
+    model = read_model(folder, onnx_file, device, max_context)
+    check_memory(resident_need(model.memory, model.info, device), model.info.name, freed)
+    return model
 
 
 def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> MemoryEstimate:
@@ -90,27 +99,30 @@ def _mode(mode: Mode | str) -> Mode:
 
 
 class Engine:
+    """A model running on a device: its session, loops and tokenizer, built from a
+    ModelDescription (a folder read once and checked for memory: `open_model`)."""
+
     def __init__(
         self,
-        model_dir: Path | str,
+        model: ModelDescription | Path | str,
         device: str = "cpu",
         mode: Mode | str = Mode.IOBINDING,
         threads: int | None = None,
         max_context: int | None = None,
         onnx_file: str | None = None,
     ) -> None:
+        """`model`: a description read already (its graph and context were chosen then:
+        `max_context` and `onnx_file` are for a folder), or a folder, read here."""
         check_threads(threads)
-        check_context(max_context)
-        self.info: ModelInfo = open_model_folder(model_dir, onnx_file, on_cpu=is_cpu(device))
-        self._onnx_file = onnx_file  # the user's pick of a graph; None: the engine chooses
+        if not isinstance(model, ModelDescription):
+            model = open_model(model, device, onnx_file, max_context)
+        elif max_context is not None or onnx_file is not None:
+            raise ValueError("a ModelDescription has its graph and context already")
+        self._adopt(model)
+        self._onnx_file = model.onnx_file  # the user's pick of a graph; None: the engine chooses
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
-        self.max_context = engine_context(self.info, max_context)
-        check_kv_memory(self.info, self.max_context)
-        self.memory: MemoryEstimate = estimate_memory(self.info, self.max_context)
-        # Refused before anything is loaded.
-        check_memory(resident_need(self.memory, self.info, device), self.info.name)
-        self.mapped_files = self.memory.mapped_files  # what the running session maps
+        self.max_context = model.context
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
         self._slots: SlotBatch | None = None
@@ -134,13 +146,41 @@ class Engine:
         try:
             graph = self._cpu_graph() if device is CPU else self.info.onnx_path
             with released_while_loading(self.mapped_files):
-                started = start_session(graph, device, threads)
-                return replace(started, fallback_reason=refusal) if refusal else started
-        except NativeKernelsUnavailable:  # already a sentence that says what to do
+                try:
+                    started = start_session(graph, device, threads)
+                    return replace(started, fallback_reason=refusal) if refusal else started
+                except Exception as exc:
+                    if graph == self.info.onnx_path:
+                        raise
+                    damaged = exc
+            return self._start_without_damaged_copy(graph, damaged, threads)
+        except ModelError:  # already a sentence that says what to do (native_kernels.py)
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             name, why = self.info.onnx_path.name, first_line(exc, STATUS_LINE)
             raise ModelError(f"onnxruntime cannot run {name} ({why}).") from exc
+
+    def _start_without_damaged_copy(
+        self, copy: Path, exc: Exception, threads: int | None
+    ) -> StartedSession:
+        """The packed copy (engine/packed_cache.py) would not load, but the folder is intact:
+        delete the copy, save it again, else run from the folder's own graph; the note says so."""
+        log.warning("the packed copy %s would not load: %s", copy, first_line(exc, STATUS_LINE))
+        self.mapped_files = self.memory.mapped_files
+        note = f"The saved packed weights of {self.info.name} were damaged"
+        if remove_copy(copy):
+            graph = self._cpu_graph()
+            if graph != self.info.onnx_path:
+                try:
+                    with released_while_loading(self.mapped_files):
+                        started = start_session(graph, CPU, threads)
+                    return replace(started, fallback_reason=f"{note}; they were saved again.")
+                except Exception:
+                    log.warning("the packed copy saved again would not load either", exc_info=True)
+                    self.mapped_files = self.memory.mapped_files
+        with released_while_loading(self.mapped_files):
+            started = start_session(self.info.onnx_path, CPU, threads)
+        return replace(started, fallback_reason=f"{note}; running from the folder's own graph.")
 
     def _use(self, started: StartedSession) -> None:
         self.session = started.session
@@ -148,6 +188,7 @@ class Engine:
         self.fallback_reason = started.fallback_reason
         self._loops = {}
         self._slots = None
+        self.weight_files = MappedFiles(self.mapped_files, self.info.name)
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU, in the graph a CPU session would
@@ -159,13 +200,16 @@ class Engine:
         with released_while_loading(self.mapped_files):
             self._use(cpu_session(graph, self.threads, reason))
 
+    def _adopt(self, model: ModelDescription) -> None:
+        self.model = model
+        self.info: ModelInfo = model.info
+        self.memory: MemoryEstimate = model.memory
+        self.mapped_files = self.memory.mapped_files  # what the running session maps
+
     def _choose_cpu_graph(self) -> None:
-        info = open_model_folder(self.info.folder, None, on_cpu=True)
-        if info.onnx_path == self.info.onnx_path:
-            return
-        self.info = info
-        self.memory = estimate_memory(info, self.max_context)
-        self.mapped_files = self.memory.mapped_files
+        model = read_model(self.info.folder, None, CPU.name, self.max_context)
+        if model.info.onnx_path != self.info.onnx_path:
+            self._adopt(model)
 
     @property
     def resident_estimate(self) -> MemoryEstimate:
@@ -178,7 +222,7 @@ class Engine:
         """The graph a CPU session runs: for a big model its copy with packed weights saved
         (engine/packed_cache.py; saved by a child process the first time), else the folder's
         own."""
-        if not wanted(self.memory) or needs_native(self.info.onnx_path):
+        if not wanted(self.memory) or self.model.native:
             return self.info.onnx_path  # native kernels read the GGUF bytes: nothing is packed
         graph = packed_copy(self.info.onnx_path, self.memory, self.threads)
         if graph is None:
@@ -191,6 +235,7 @@ class Engine:
         if mode not in self._loops:
             try:
                 loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
+                loop.check_weights = self.weight_files.check
                 if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
                     loop.release_weights = MappedPages(self.mapped_files).release
                 self._loops[mode] = loop
@@ -267,11 +312,15 @@ class Engine:
         top_logprobs: int = 0,
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        continue_last: bool = False,
         loop: KVLoop | None = None,
     ) -> Generation:
         """`tools` (OpenAI's function entries) go to the chat template, for models whose
-        template describes tools; see chatapp/engine/tool_calls.py for the others."""
-        ids = self.tokenizer.chat_ids(messages, self.max_context, tools=tools)
+        template describes tools; see chatapp/engine/tool_calls.py for the others.
+        `continue_last`: the last message is an answer to go on with (ChatTokenizer.chat_ids)."""
+        ids = self.tokenizer.chat_ids(
+            messages, self.max_context, tools=tools, continue_last=continue_last
+        )
         return self.generate_ids(
             ids,
             settings,
@@ -281,6 +330,17 @@ class Engine:
             output_format=output_format,
             loop=loop,
         )
+
+    # ---- the Backend protocol (engine/backend.py) ----------------------------------------
+    capabilities = LOCAL_CAPABILITIES
+
+    @property
+    def answerer(self) -> str:
+        return self.info.name
+
+    @property
+    def chat_tokenizer(self) -> ChatTokenizer:
+        return self.tokenizer
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Exact, or for a chat far too long for the context a lower bound above it."""

@@ -1,4 +1,5 @@
-"""One answer: prefill (reusing the cached prefix), then one event per generated token."""
+"""One answer: prefill (reusing the cached prefix), then one event per generated token, and
+at the end one more for text the detokenizer held back, if any (`StepEvent.tail`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from chatapp.engine.chat import IncrementalDetokenizer
 from chatapp.engine.constraints import TokenConstraint
-from chatapp.engine.errors import ContextOverflowError
+from chatapp.engine.errors import ContextOverflowError, ModelError
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.row_logprob import RowLogProb
@@ -25,15 +26,33 @@ from chatapp.engine.tensor_types import as_float32
 perf = time.perf_counter
 
 # Prompt perplexity is estimated from an even sample of the new prompt tokens: a quarter of
-# them, at most 64. Each scored position costs one row of lm_head (~1/5 of a token's forward for
-# SmolLM2), so a quarter keeps it near 5% of the time to first token on short prompts and 64
-# rows are ~1% at 1k tokens, with 12 MB of logits at most; scoring every position cost ~20%
-# and 197 MB per 1000 tokens. It is the same figure (mean log-prob over the prompt), estimated.
+# them, at most 64, and at most as many rows as fit in PROMPT_LOGITS_BYTES. Each scored position
+# costs one row of lm_head (~1/5 of a token's forward for SmolLM2), so a quarter keeps it near
+# 5% of the time to first token on short prompts and 64 rows are ~1% at 1k tokens, with 12 MB of
+# logits at most; scoring every position cost ~20% and 197 MB per 1000 tokens. A row of Gemma 3's
+# 262k vocabulary is 1 MiB: 64 of them, their copies and their log-softmax added 230 MiB to a
+# 1k-token prompt's peak, so large vocabularies score fewer rows (Gemma 3: 12). It is the same
+# figure (mean log-prob over the prompt), estimated.
 PROMPT_SAMPLE = 64
+PROMPT_LOGITS_BYTES = 64 * 49_152 * 4  # SmolLM2's 64 rows of float32 logits
 
 
-def prompt_sample(new_tokens: int, most: int = PROMPT_SAMPLE) -> list[int]:
-    """Positions of the new prompt tokens whose logits score the next prompt token."""
+def check_finite_row(row: np.ndarray, model_name: str) -> None:
+    """ModelError where a row of logits holds NaN or an infinity (damaged weights: a block's
+    scale, an edited file): sampling from it would pick a meaningless token, often the end,
+    and the answer would be empty with no word. One sum over the row: 0.07 ms at 262k logits."""
+    if not np.isfinite(np.sum(row)):
+        raise ModelError(
+            f"{model_name} computed values that are not numbers (NaN or infinity), so the "
+            "answer was stopped; its weights are damaged: convert its GGUF again."
+        )
+
+
+def prompt_sample(new_tokens: int, vocab: int = 0, most: int = PROMPT_SAMPLE) -> list[int]:
+    """Positions of the new prompt tokens whose logits score the next prompt token (with
+    `vocab`, no more rows than PROMPT_LOGITS_BYTES of float32 logits hold)."""
+    if vocab > 0:
+        most = max(1, min(most, PROMPT_LOGITS_BYTES // (4 * vocab)))
     scoreable = new_tokens - 1
     count = min(most, scoreable, max(1, new_tokens // 4))
     if count <= 0:
@@ -57,6 +76,12 @@ class StepEvent:
     # The most likely tokens as (id, log-prob) under the raw logits, most likely first; only
     # when the generation was asked for them (an API's `top_logprobs`), else empty.
     top_logprobs: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def tail(self) -> bool:
+        """The last event of an answer whose detokenizer held text back (a partial character):
+        that text, and no token (token_id -1)."""
+        return self.token_id < 0
 
 
 class Generation:
@@ -100,13 +125,14 @@ class Generation:
         started = perf()
         stats.reused_tokens = loop.prepare(self.prompt_ids)
         new = self.prompt_ids[stats.reused_tokens :]
-        scored = prompt_sample(len(new))
+        scored = prompt_sample(len(new), loop.info.vocab_size)
         step = loop.forward(new, rows=[*scored, len(new) - 1])
         if scored:
             following = [new[r + 1] for r in scored]
             stats.prompt_logprobs = token_logprobs(step.logits[:-1], following).tolist()
         # Logits come in the model's own type; the sampler gets the one row it needs as float32.
         last = np.ascontiguousarray(as_float32(step.logits[-1]))
+        check_finite_row(last, loop.info.name)
         token_logprob = RowLogProb(last.size)
         history = list(self.prompt_ids)
         previous = started
@@ -154,9 +180,13 @@ class Generation:
                 break
             step = loop.forward([token])
             last = as_float32(step.logits)
+            check_finite_row(last, loop.info.name)
         tail = self.detok.flush()
-        if tail:
+        if tail:  # yielded once here, so no caller rebuilds it from `text`
             self.text += tail
+            yield StepEvent(
+                stats.generated_tokens, -1, tail, float("nan"), StepTiming(0.0, 0.0, 0.0), 0.0
+            )
 
     def run(self) -> RunStats:
         """Drain the generation (for callers that only want the result)."""

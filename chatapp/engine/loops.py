@@ -28,7 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from chatapp.engine.devices import CPU, Device
-from chatapp.engine.errors import DeviceFailure
+from chatapp.engine.errors import DeviceFailure, EngineError, ModelError
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.tensor_types import (
@@ -40,6 +40,7 @@ from chatapp.engine.tensor_types import (
     run_with_host_arrays,
     upload,
 )
+from chatapp.error_text import STATUS_LINE, first_line
 
 perf = time.perf_counter
 _SHRINK_AFTER_RUN = ort.RunOptions()
@@ -58,12 +59,27 @@ class Step:
     d2h_bytes: int = 0  # device -> host
 
 
+def run_failure(exc: BaseException) -> str:
+    """What onnxruntime said went wrong in a run, without its framing ("Non-zero status code
+    returned while running ... Status Message: ")."""
+    text = first_line(exc, STATUS_LINE * 2)
+    return text.rpartition("Status Message: ")[2][:STATUS_LINE] or text[:STATUS_LINE]
+
+
+def _from_runtime(exc: BaseException) -> bool:
+    """Whether onnxruntime (or a kernel in it) raised `exc`, rather than our own code."""
+    return isinstance(exc, RuntimeError) or type(exc).__module__.startswith("onnxruntime")
+
+
 class KVLoop(ABC):
     mode: Mode
     # Prompts longer than this run in pieces: peak memory at a 2k-token prompt stays that of
     # loading the model (SmolLM2: 522 MB, against 818 MB in one piece) at no cost in speed.
     prefill_chunk = 512
     release_weights: Callable[[], object] | None = None  # set by the Engine (packed_cache.py)
+    # Raises where a mapped weight file changed on disk (engine/mapped_files.py); set by the
+    # Engine, asked before every run.
+    check_weights: Callable[[], None] | None = None
     warmed_up = False  # its device's programs are compiled (engine/warm_up.py)
 
     def __init__(
@@ -117,6 +133,8 @@ class KVLoop(ABC):
         A failure on a device other than the CPU is raised as DeviceFailure.
         """
         self._check_room(len(new_ids))
+        if self.check_weights is not None:
+            self.check_weights()
         ids = [int(t) for t in new_ids]
         wanted = _wanted_rows(len(ids), all_logits, rows)
         if len(ids) == 1 or self.release_weights is None:
@@ -158,8 +176,16 @@ class KVLoop(ABC):
         try:
             step = self._forward(ids, len(self.cached), wanted)
         except Exception as exc:
-            if self.device is CPU or isinstance(exc, ValueError):
+            if isinstance(exc, ValueError | EngineError):
                 raise
+            if self.device is CPU:
+                if not _from_runtime(exc):
+                    raise
+                # A graph onnxruntime loaded but cannot run (a kernel refused it): one line.
+                raise ModelError(
+                    f"{self.info.name} could not be run ({run_failure(exc)}); if its folder was "
+                    "edited or damaged, convert its GGUF again."
+                ) from exc
             raise DeviceFailure(self.device.label, exc) from exc
         self.cached.extend(ids)
         return step

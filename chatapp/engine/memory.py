@@ -6,9 +6,9 @@ graph and its external data), plus ONNX Runtime's pre-packed copies of the matri
 (MatMulNBits and MatMul with a constant right-hand side: each node packs its own copy for its
 kernel, and a converter-version-6+ graph runs two kernels on the same weights, one for prompts
 and one for decode steps), minus the originals those copies replace, plus the KV cache at the
-engine's context (allocated up front by the IO-Binding loop) and a fixed allowance for the
-runtime, the tokenizer and a prompt's activations. docs/engine.md, "Memory while answering",
-compares it with measured peaks.
+engine's context (allocated up front by the IO-Binding loop), the tokenizer (from the size of
+its tokenizer.json) and a fixed allowance for the runtime and a prompt's activations.
+docs/engine.md, "Memory while answering", compares it with measured peaks.
 """
 
 from __future__ import annotations
@@ -20,16 +20,19 @@ from pathlib import Path
 import onnx
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import load_onnx_graph
+from chatapp.engine.model_folder.files import load_onnx_graph, optional_inside
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.model_folder.variants import external_data_files
 from chatapp.folder_format.graph import all_nodes
 from chatapp.system_memory import available_memory, physical_memory
 from chatapp.units import fmt_bytes
 
-# Python, ONNX Runtime's libraries and arena, the tokenizer, a 512-token prompt piece's
-# activations: about 150-200 MB measured with the default model (docs/engine.md).
+# Python, ONNX Runtime's libraries and arena, a 512-token prompt piece's activations: about
+# 150-200 MB measured with the default model (docs/engine.md).
 RUNTIME_OVERHEAD = 200_000_000
+# What a loaded tokenizer keeps per byte of its tokenizer.json, measured: 3.7x for the default
+# model's 3.5 MB (13 MiB), 3.1x for Gemma 3's 33 MB (99 MiB).
+TOKENIZER_PER_JSON_BYTE = 4
 INT8_KERNEL = 4  # MatMulNBits accuracy_level whose packing adds block scales and block sums
 
 
@@ -50,10 +53,11 @@ class MemoryEstimate:
     context: int
     mapped_files: tuple[Path, ...] = ()  # the external data files ONNX Runtime maps
     overhead: int = RUNTIME_OVERHEAD
+    tokenizer: int = 0  # what the tokenizer keeps (TOKENIZER_PER_JSON_BYTE)
 
     @property
     def total(self) -> int:
-        return self.weights + self.packed + self.kv + self.overhead
+        return self.weights + self.packed + self.kv + self.tokenizer + self.overhead
 
     def one_kernel_resident(self) -> MemoryEstimate:
         """The same model run from a mapped packed copy, released around prompts."""
@@ -63,12 +67,17 @@ class MemoryEstimate:
         return (
             f"weights {fmt_bytes(self.weights)}, packed copies {fmt_bytes(self.packed)}, "
             f"KV cache for {self.context} tokens {fmt_bytes(self.kv)}"
+            + (f", tokenizer {fmt_bytes(self.tokenizer)}" if self.tokenizer else "")
         )
 
 
-def estimate_memory(info: ModelInfo, context: int) -> MemoryEstimate:
-    """What `info`'s graph holds at `context` tokens of KV; reads the graph, not its weights."""
-    proto = load_onnx_graph(info.onnx_path)
+def estimate_memory(
+    info: ModelInfo, context: int, proto: onnx.ModelProto | None = None
+) -> MemoryEstimate:
+    """What `info`'s graph holds at `context` tokens of KV; reads the graph (unless `proto`,
+    the graph read already, is given), not its weights."""
+    if proto is None:
+        proto = load_onnx_graph(info.onnx_path)
     files = external_data_files(proto, info.onnx_path)
     on_disk = info.onnx_path.stat().st_size + sum(f.stat().st_size for f in files)
     sizes = packed_sizes(proto)
@@ -79,7 +88,14 @@ def estimate_memory(info: ModelInfo, context: int) -> MemoryEstimate:
         kv=info.kv_bytes_per_token() * context,
         context=context,
         mapped_files=tuple(files),
+        tokenizer=tokenizer_estimate(info.folder),
     )
+
+
+def tokenizer_estimate(folder: Path) -> int:
+    """What the folder's tokenizer will keep once loaded (0 without a tokenizer.json)."""
+    path = optional_inside(folder, "tokenizer.json")
+    return TOKENIZER_PER_JSON_BYTE * path.stat().st_size if path is not None else 0
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ or on the first load of a folder made elsewhere (`packed_copy`). The child's pea
 kernels' copies (1B: 1.7 GB, for 10 s on a quiet machine), the app's stays that of a later
 load. A child that is stopped or killed leaves only its `.writing-PID-*` folder, which the next
 save removes.
+
+The cache deletes only folders it made (chatapp/safe_delete.py): each carries the app's marker
+(or, from before the marker, the cache's own shape), and nothing is deleted where `cache/packed`
+is a symbolic link: a copy is then not saved at all.
 """
 
 from __future__ import annotations
@@ -43,7 +47,10 @@ from pathlib import Path
 import onnxruntime as ort
 
 from chatapp.datadir import data_dir
-from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate, estimate_memory
+from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate
+from chatapp.engine.model_description import ModelDescription, read_model
+from chatapp.error_text import STATUS_LINE, first_line
+from chatapp.safe_delete import OWNED_MARKER, mark_owned, marked_owned, remove_owned
 from chatapp.system_memory import available_memory
 
 log = logging.getLogger(__name__)
@@ -59,6 +66,12 @@ DATA = "model.onnx.data"
 SOURCE = "source.txt"  # beside a graph's copies: the graph they were made from
 WORK_PREFIX = ".writing-"  # + the writing process's id: a copy being saved
 POLL_S = 0.2  # how often a parent waiting for the child checks whether to stop
+_KEY_LENGTH = 16  # hex digits of a source or machine key (a folder's name)
+_CACHE_FILES = frozenset({GRAPH, DATA, SOURCE, OWNED_MARKER})
+
+
+class CacheUnusable(Exception):
+    """Why a packed copy was not saved, in one line."""
 
 
 def cache_root() -> Path:
@@ -95,34 +108,31 @@ def packed_copy(
 
 
 def prepare_folder(
-    folder: Path,
+    model: ModelDescription,
     threads: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Path | None:
-    """After a conversion: save the folder's packed copy now, so that its first load maps it
-    (`say` hears one line before the work starts). None where the folder wants none (small,
-    native kernels, not Linux, turned off) or it cannot be made now (too little memory free
-    for the child, a stop, a failure: the first load tries again). Never raises."""
-    from chatapp.engine.model_folder.model import open_model_folder
-    from chatapp.engine.native_kernels import needs_native
-
+    """After a conversion: save the packed copy of `model` (a folder read for the CPU) now,
+    so that its first load maps it (`say` hears one line before the work starts). None where
+    the folder wants none (small, native kernels, not Linux, turned off) or it cannot be made
+    now (too little memory free for the child, a stop, a failure: the first load tries
+    again). Never raises."""
+    info, estimate = model.info, model.memory  # the KV cache plays no part in the copy
     try:
-        info = open_model_folder(folder)
-        estimate = estimate_memory(info, 1)  # the KV cache plays no part in the copy
-        if not wanted(estimate) or needs_native(info.onnx_path):
+        if not wanted(estimate) or model.native:
             return None
         if saved_already(info.onnx_path, estimate):
             return _copy_folder(info.onnx_path, estimate) / GRAPH
         available = available_memory()
         if available is not None and available < estimate.packed + RUNTIME_OVERHEAD:
-            log.info("too little memory free to save the packed copy of %s now", folder)
+            log.info("too little memory free to save the packed copy of %s now", info.folder)
             return None
         if say is not None:
             say("saving ONNX Runtime's packed weights for this computer (loading then maps them)")
         return packed_copy(info.onnx_path, estimate, threads, should_stop)
     except Exception:  # an optional step: the folder itself is complete
-        log.exception("could not prepare the packed copy of %s", folder)
+        log.exception("could not prepare the packed copy of %s", info.folder)
         return None
 
 
@@ -160,10 +170,7 @@ def save_in_child(
         raise
     if child.returncode != 0:
         log.warning(
-            "saving the packed copy of %s failed (%d): %s",
-            onnx_path,
-            child.returncode,
-            err.strip()[-2000:],
+            "the packed copy of %s was not saved: %s", onnx_path, _child_reason(out, err, child)
         )
         _remove_abandoned(cache_root() / _source_key(onnx_path))
         return False
@@ -176,40 +183,90 @@ def save_in_child(
     return True
 
 
-def packed_graph(
-    onnx_path: Path, estimate: MemoryEstimate, opts: ort.SessionOptions
-) -> Path | None:
+def packed_graph(onnx_path: Path, estimate: MemoryEstimate, opts: ort.SessionOptions) -> Path:
     """The packed copy of `onnx_path` for this machine, made now if missing (with `opts`, the
-    session options it will run with); None where it cannot be made (no room, a runtime that
-    cannot save), and the caller packs on the heap as before."""
+    session options it will run with). CacheUnusable says in one line why it cannot be made (no
+    room, a runtime that cannot save, a cache folder that is a link), and the caller packs on the
+    heap as before."""
     folder = _copy_folder(onnx_path, estimate)
     if (folder / GRAPH).is_file() and (folder / DATA).is_file():
         return folder / GRAPH
+    root = cache_root()
+    if root.is_symlink():
+        raise CacheUnusable(f"{root} is a symbolic link; the cache writes only in its own folder")
     on_disk = sum(f.stat().st_size for f in (onnx_path, *estimate.mapped_files))
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
+        mark_owned(folder.parent)
         # Named first, so that a folder of copies without it is one that nothing will use.
         (folder.parent / SOURCE).write_text(str(onnx_path.resolve()), encoding="utf-8")
         free = shutil.disk_usage(folder.parent).free
         if free < on_disk + estimate.packed + DISK_MARGIN:
-            log.info("no room for a packed copy of %s (%d bytes free)", onnx_path, free)
-            return None
+            raise CacheUnusable(f"too little room on the disk ({free >> 20} MiB free)")
         _forget_removed_models()
         _remove_abandoned(folder.parent)
         for stale in folder.parent.iterdir():  # the copies of older versions of this file
-            if stale.name != SOURCE and not stale.name.startswith(WORK_PREFIX):
-                shutil.rmtree(stale, ignore_errors=True)
+            if stale.name not in _CACHE_FILES and not stale.name.startswith(WORK_PREFIX):
+                remove_owned(stale, root, _cache_owned)
         prefix = f"{WORK_PREFIX}{os.getpid()}-"
         work = Path(tempfile.mkdtemp(prefix=prefix, dir=folder.parent))
+        mark_owned(work)
         try:
             _save(onnx_path, work, opts)
             work.rename(folder)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
-    except Exception:  # a runtime without the option, a full disk: pack on the heap instead
-        log.exception("could not save the packed weights of %s", onnx_path)
-        return None
+            remove_owned(work, root, _cache_owned)
+    except CacheUnusable:
+        raise
+    except Exception as exc:  # a runtime without the option, a full disk: pack on the heap
+        log.debug("could not save the packed weights of %s", onnx_path, exc_info=True)
+        raise CacheUnusable(first_line(exc, STATUS_LINE)) from exc
     return folder / GRAPH
+
+
+def remove_copy(graph: Path) -> bool:
+    """Delete the packed copy whose graph is `graph` (one that would not load); True when it
+    is gone and the next `packed_copy` saves it again."""
+    return remove_owned(graph.parent, cache_root(), _cache_owned)
+
+
+def _cache_owned(folder: Path) -> bool:
+    """A folder of this cache: marked, or (saved before the marker) named as the cache names
+    them and holding only the cache's files and folders."""
+    if marked_owned(folder):
+        return True
+    name = folder.name
+    if not (name.startswith(WORK_PREFIX) or _is_key(name)):
+        return False
+    for entry in folder.iterdir():
+        if entry.is_symlink():
+            return False
+        if entry.is_dir() and (entry.name.startswith(WORK_PREFIX) or _is_key(entry.name)):
+            if not _cache_owned(entry):
+                return False
+        elif not (entry.is_file() and entry.name in _CACHE_FILES):
+            return False
+    return True
+
+
+def _is_key(name: str) -> bool:
+    return len(name) == _KEY_LENGTH and all(c in "0123456789abcdef" for c in name)
+
+
+def _child_reason(out: str, err: str, child: subprocess.Popen[str]) -> str:
+    """The one line a child that failed gave for it (its JSON's "error"), else the last line
+    of what it printed, else its exit status."""
+    for line in reversed(out.strip().splitlines()):
+        try:
+            said = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(said, dict) and said.get("error"):
+            return str(said["error"])
+    lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
+    if lines:
+        return lines[-1][:STATUS_LINE]
+    return f"the process that saves it ended with status {child.returncode}"
 
 
 def _stop(child: subprocess.Popen[str], onnx_path: Path) -> None:
@@ -224,10 +281,12 @@ def _child_command() -> list[str]:
 
 def _remove_abandoned(parent: Path) -> None:
     """Delete what writers that are gone (stopped, killed) left in `parent`."""
+    if not parent.is_dir():
+        return
     for work in parent.glob(f"{WORK_PREFIX}*"):
         pid = work.name[len(WORK_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or not _alive(int(pid)):
-            shutil.rmtree(work, ignore_errors=True)
+            remove_owned(work, cache_root(), _cache_owned)
 
 
 def _alive(pid: int) -> bool:
@@ -243,13 +302,14 @@ def _alive(pid: int) -> bool:
 def _forget_removed_models() -> None:
     """Delete the copies of graphs that are no longer there (a model removed or moved), and
     folders of copies that name no graph (left by an older version of this cache)."""
-    for copies in cache_root().iterdir():
+    root = cache_root()
+    for copies in root.iterdir():
         source = copies / SOURCE
         try:
-            if not copies.is_dir():
+            if copies.is_symlink() or not copies.is_dir():
                 continue
             if not source.is_file() or not Path(source.read_text(encoding="utf-8")).is_file():
-                shutil.rmtree(copies, ignore_errors=True)
+                remove_owned(copies, root, _cache_owned)
         except OSError:
             continue
 
@@ -301,23 +361,35 @@ def _child_main(argv: list[str]) -> int:
     """The child `save_in_child` starts: save the copy, print the graph and this process's
     peak resident memory."""
     from chatapp.engine.devices import session_options
-    from chatapp.engine.model_folder.model import open_model_folder
     from chatapp.engine.resident import released_while_loading, resident_memory
 
     parser = argparse.ArgumentParser(description="Save a graph's packed weights copy.")
     parser.add_argument("graph", type=Path)
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args(argv)
-    info = open_model_folder(args.graph.parent, args.graph.name)
-    estimate = estimate_memory(info, 1)
+    model = read_model(args.graph.parent, args.graph.name, max_context=1)
+    info, estimate = model.info, model.memory
     opts = session_options(args.threads or None)
-    with released_while_loading(estimate.mapped_files):  # saving reads each weight once
-        graph = packed_graph(info.onnx_path, estimate, opts)
+    try:
+        with released_while_loading(estimate.mapped_files):  # saving reads each weight once
+            graph = packed_graph(info.onnx_path, estimate, opts)
+    except CacheUnusable as exc:
+        print(json.dumps({"graph": None, "error": str(exc)}), flush=True)
+        return 1
     peak = resident_memory().get("peak", 0)
-    print(json.dumps({"graph": str(graph) if graph else None, "peak": peak}), flush=True)
-    return 0 if graph is not None else 1
+    print(json.dumps({"graph": str(graph), "peak": peak}), flush=True)
+    return 0
+
+
+def _child_entry(argv: list[str]) -> int:
+    """`_child_main`, with anything it did not expect said in one line (the parent logs it)."""
+    try:
+        return _child_main(argv)
+    except Exception as exc:  # the folder changed under it, a runtime error: one line
+        print(json.dumps({"graph": None, "error": first_line(exc, STATUS_LINE)}), flush=True)
+        return 1
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    sys.exit(_child_main(sys.argv[1:]))
+    sys.exit(_child_entry(sys.argv[1:]))

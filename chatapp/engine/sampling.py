@@ -106,13 +106,16 @@ def top_logprobs(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
     return tuple((int(i), float(logits[i]) - norm) for i in ids)
 
 
-def token_logprobs(logits: np.ndarray, tokens: Sequence[int], rows: int = 64) -> np.ndarray:
+def token_logprobs(logits: np.ndarray, tokens: Sequence[int], rows: int = 0) -> np.ndarray:
     """log p(tokens[i]) under softmax(logits[i]) for each row.
 
     For a long prompt this runs over millions of logits before the first answer token can be
     shown, so it works in float32 and in blocks of rows that stay in cache: a float64 copy of
-    all rows took longer than the model's own prefill.
+    all rows took longer than the model's own prefill. A block is about 1M logits unless
+    `rows` says otherwise (64 rows of a 16k vocabulary, 4 of Gemma 3's 262k: 64 of those
+    took 128 MiB of temporaries).
     """
+    rows = rows or max(1, (1 << 20) // max(1, logits.shape[-1]))
     out = np.empty(len(tokens), dtype=np.float64)
     targets = np.asarray(tokens)
     for start in range(0, len(tokens), rows):

@@ -6,26 +6,29 @@ the tools through their template and answer in their own format: Qwen's
 `{"name": ..., "parameters": ...}`. Other models get the tools described in the system prompt
 and answer with a bare `{"name": ..., "arguments": ...}` object, as llama.cpp's server does.
 
-Either way the call is constrained by a grammar (chatapp/engine/constraints.py): with
-tool_choice "required" or a named function the answer must be exactly one valid call; with
-"auto" it is free text that must not start like a call, or one valid call. So a call always
-parses, and its arguments always match the tool's parameter schema.
+Either way the calls are constrained by a grammar (chatapp/engine/constraints.py): with
+tool_choice "required" or a named function the answer must be valid calls (one, or up to
+MAX_PARALLEL_CALLS one per line with parallel_tool_calls); with "auto" it may instead be free
+text that does not start like a call, or the JSON a response_format asks for. So a call always
+parses, and its arguments always match the tool's parameter schema, read as llama.cpp reads
+one (chatapp/engine/json_schema.py: an object admits only the properties it lists).
 """
 
 from __future__ import annotations
 
 import json
-import re
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from chatapp.engine.chat import Message, ToolCall
-from chatapp.engine.constraints import OutputFormat, lark_json
+from chatapp.engine.constraints import ConstraintError, OutputFormat, lark_json
+from chatapp.engine.tool_stream import CALL_SEPARATOR, ToolCallStream
+from chatapp.engine.tool_stream import StreamPiece as StreamPiece  # the server's import
 
 ChoiceMode = Literal["auto", "none", "required", "named"]
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+MAX_PARALLEL_CALLS = 8  # in one answer, with parallel_tool_calls
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,10 @@ class Tool:
 class ToolChoice:
     mode: ChoiceMode = "auto"
     name: str | None = None  # with mode "named"
+    parallel: bool = False  # several calls in one answer (OpenAI's parallel_tool_calls)
+
+
+NO_TOOLS = ToolChoice("none")  # a request without tools
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,20 @@ LLAMA = CallFormat(arguments_key="parameters")  # Llama 3.1+: a bare object
 # never shows, so the call is constrained to a bare object.
 PHI4 = CallFormat(in_system=True)
 _SYSTEM_TOOLS = ("message['tools']", 'message["tools"]', "message.tools")
+
+
+def argument_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's parameters as the schema of its arguments, which are always a JSON object:
+    a schema without a type gets "object"; one of another type is refused (ConstraintError),
+    as OpenAI refuses it."""
+    kind = parameters.get("type")
+    if kind is None:
+        return {**parameters, "type": "object"}
+    if kind == "object" or kind == ["object"]:
+        return dict(parameters)
+    raise ConstraintError(
+        f'A tool\'s parameters must describe a JSON object ("type": "object"), not {kind!r}.'
+    )
 
 
 def call_format(template: str, native: bool) -> CallFormat:
@@ -167,33 +188,48 @@ class ToolPlan:
         return f"{self.format.prefix}{body}{self.format.suffix}"
 
     # ---- the constraint ---------------------------------------------------------------
-    def output_format(self) -> OutputFormat | None:
+    def output_format(self, answer: OutputFormat | None = None) -> OutputFormat | None:
+        """The grammar of the answer: a call (several, one per line, with `parallel`), or
+        with tool_choice "auto" free text instead, or the JSON `answer` when one is asked for
+        (response_format)."""
         if not self.active:
             return None
         named = [t for t in self.tools if self.choice.mode != "named" or t.name == self.choice.name]
-        call = self._call_rule(named)
-        if self.choice.mode == "auto":
-            return OutputFormat.from_lark(f"start: TEXT | call\n{call}\n{self._text_rule()}")
-        return OutputFormat.from_lark(f"start: call\n{call}")
+        rules = [self._calls_rule(), *self._call_rules(named)]
+        if self.choice.mode == "auto" and answer is not None:
+            schema = answer.schema if answer.kind == "json_schema" else ANY_OBJECT
+            assert schema is not None
+            rules.insert(0, "start: answer | calls")
+            rules.append(f"answer: {lark_json(schema, answer.strict)}")
+        elif self.choice.mode == "auto":
+            rules[0:0] = ["start: TEXT | calls", self._text_rule()]
+        else:
+            rules.insert(0, "start: calls")
+        return OutputFormat.from_lark("\n".join(rules))
 
-    def _call_rule(self, tools: Sequence[Tool]) -> str:
-        key = self.format.arguments_key
-        schemas = [
-            {
-                "type": "object",
-                "properties": {"name": {"const": t.name}, key: dict(t.parameters)},
-                "required": ["name", key],
-                "additionalProperties": False,
-                "x-guidance": {"lenient": not t.strict},
-            }
-            for t in tools
-        ]
-        schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-        parts = [_lark_string(self.format.prefix)] if self.format.prefix else []
-        parts.append(lark_json(schema))
-        if self.format.suffix:
-            parts.append(_lark_string(self.format.suffix))
-        return "call: " + " ".join(parts)
+    def _calls_rule(self) -> str:
+        if not self.choice.parallel:
+            return "calls: call"
+        more = MAX_PARALLEL_CALLS - 1
+        return f"calls: call ({_lark_string(CALL_SEPARATOR)} call){{0,{more}}}"
+
+    def _call_rules(self, tools: Sequence[Tool]) -> list[str]:
+        """One rule per tool, its arguments a JSON schema of their own: a `$ref` in them
+        resolves against the tool's parameters, as the client wrote them."""
+        fmt = self.format
+        names = [f"call_{i}" for i in range(len(tools))]
+        rules = ["call: " + " | ".join(names)]
+        for rule, tool in zip(names, tools, strict=True):
+            # `{"name":"f","arguments":` cut where JSON's own lexemes end, so that the lexer
+            # can still take a `{` as the start of a JSON answer (response_format) instead.
+            head = ["{", '"name"', ":", json.dumps(tool.name), ",", f'"{fmt.arguments_key}"', ":"]
+            parts = [fmt.prefix, *head] if fmt.prefix else head
+            body = lark_json(argument_schema(tool.parameters), tool.strict)
+            tail = ["}", fmt.suffix] if fmt.suffix else ["}"]
+            rules.append(
+                f"{rule}: " + " ".join([*map(_lark_string, parts), body, *map(_lark_string, tail)])
+            )
+        return rules
 
     def _text_rule(self) -> str:
         """Free text that does not start like a call (one that does must be a valid call)."""
@@ -202,123 +238,19 @@ class ToolPlan:
 
     # ---- reading the answer -----------------------------------------------------------
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        """(content, calls): the answer's text when it is not a call, else "" and the call."""
+        """(content, calls): the answer's text when it is not a call, else "" and the calls,
+        read as the stream reads them."""
         if not self.active:
             return text, []
-        call = self._read_call(text)
-        return ("", [call]) if call is not None else (text, [])
-
-    def _read_call(self, text: str) -> ToolCall | None:
-        body = text.strip()
-        prefix, suffix = self.format.prefix.strip(), self.format.suffix.strip()
-        if not body.startswith(prefix or "{"):
-            return None
-        body = body[len(prefix) :]
-        if suffix and body.endswith(suffix):
-            body = body[: -len(suffix)]
-        try:
-            value = json.loads(body)
-        except ValueError:
-            return None
-        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-            return None
-        arguments = value.get(self.format.arguments_key, value.get("arguments", {}))
-        return ToolCall(new_call_id(), value["name"], json.dumps(arguments, ensure_ascii=False))
+        stream = self.stream()
+        stream.push(text)
+        stream.finish()
+        calls = list(stream.calls())
+        return ("", calls) if calls else (text, [])
 
     def stream(self) -> ToolCallStream:
-        return ToolCallStream(self)
-
-
-def new_call_id() -> str:
-    return f"call_{secrets.token_hex(12)}"
-
-
-@dataclass(frozen=True)
-class StreamPiece:
-    """What a stream step adds: content text, or a call's start (id and name), or more of
-    its arguments' JSON text."""
-
-    content: str = ""
-    call_id: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-
-
-class ToolCallStream:
-    """Turns the answer's text, as it grows, into content or tool call pieces.
-
-    The constrained call is compact JSON with the name first (`{"name":"f","arguments":{...}}`),
-    so the name is known once its closing quote arrives, and from there every character but the
-    final `}` (and the suffix) belongs to the arguments.
-    """
-
-    _HEAD = re.compile(r'\{"name":"((?:[^"\\]|\\.)*)","(\w+)":')
-
-    def __init__(self, plan: ToolPlan) -> None:
-        self.plan = plan
-        self.opener = plan.format.prefix or "{"
-        self.tail = 1 + len(plan.format.suffix)  # the object's "}" and the suffix
-        self.text = ""
-        self.mode: Literal["undecided", "content", "call"] = "undecided"
-        self.sent = 0  # characters of `text` already turned into pieces
-        self.call: ToolCall | None = None
-        self.arguments = ""  # of the call, as sent so far
-
-    def push(self, text: str) -> list[StreamPiece]:
-        self.text += text
-        if self.mode == "undecided":
-            stripped = self.text.lstrip()
-            if len(stripped) < len(self.opener) and self.opener.startswith(stripped):
-                return []  # could still become a call
-            self.mode = "call" if stripped.startswith(self.opener) else "content"
-        if self.mode == "content":
-            piece, self.sent = self.text[self.sent :], len(self.text)
-            return [StreamPiece(content=piece)] if piece else []
-        return self._call_pieces(final=False)
-
-    def finish(self) -> list[StreamPiece]:
-        if self.mode == "undecided":
-            self.mode = "content"
-            return [StreamPiece(content=self.text)] if self.text else []
-        if self.mode == "content":
-            return []
-        pieces = self._call_pieces(final=True)
-        if self.call is None and self.text:  # cut before the name was complete: show the text
-            self.mode = "content"
-            return [StreamPiece(content=self.text)]
-        return pieces
-
-    def _call_pieces(self, final: bool) -> list[StreamPiece]:
-        pieces: list[StreamPiece] = []
-        body_start = self.text.find(self.opener) + len(self.plan.format.prefix)
-        if self.call is None:
-            head = self._HEAD.match(self.text, body_start)
-            if head is None:
-                return []
-            self.call = ToolCall(new_call_id(), json.loads(f'"{head.group(1)}"'), "")
-            pieces.append(StreamPiece(call_id=self.call.id, name=self.call.name, arguments=""))
-            self.sent = head.end()
-        end = len(self.text) if final and not self._complete() else len(self.text) - self.tail
-        if end > self.sent:
-            pieces.append(StreamPiece(arguments=self.text[self.sent : end]))
-            self.arguments += self.text[self.sent : end]
-            self.sent = end
-        return pieces
-
-    def calls(self) -> tuple[ToolCall, ...]:
-        """The finished answer's calls, with the id its stream announced: none for text; a call
-        cut short (by max_tokens) keeps its unfinished arguments, as OpenAI's API does."""
-        if self.mode != "call":
-            return ()
-        _, calls = self.plan.parse(self.text)
-        if self.call is None:
-            return tuple(calls)
-        if not calls:  # cut short: the arguments so far, as the stream sent them
-            return (replace(self.call, arguments=self.arguments),)
-        return tuple(replace(c, id=self.call.id) for c in calls)
-
-    def _complete(self) -> bool:
-        return self.text.rstrip().endswith(("}" + self.plan.format.suffix).rstrip())
+        fmt = self.format
+        return ToolCallStream(fmt.prefix, fmt.suffix, fmt.arguments_key)
 
 
 def _lark_string(text: str) -> str:

@@ -53,7 +53,7 @@ def warm_up(loop: KVLoop) -> Iterator[WarmUpProgress]:
     loop.reset()
     try:
         prompt = ids[:-1]  # with the rows an answer's prompt asks for (its perplexity)
-        loop.forward(prompt, rows=[*prompt_sample(len(prompt)), len(prompt) - 1])
+        loop.forward(prompt, rows=[*prompt_sample(len(prompt), vocab), len(prompt) - 1])
         yield WarmUpProgress(1, STEPS, perf() - started)
         loop.forward(ids[-1:])
     finally:

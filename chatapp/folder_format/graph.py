@@ -13,6 +13,19 @@ import onnx
 
 # The custom operators of chatapp's native GGUF kernels (native/, convert/gguf_blocks.py).
 NATIVE_DOMAIN = "chatapp.gguf"
+# Formats the library has kernels for: (weights per block, bytes per block). The converter
+# writes them, the engine checks a graph's nodes against them at load (native_kernels.py).
+NATIVE_FORMATS: dict[str, tuple[int, int]] = {
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q8_0": (32, 34),
+    "Q4_K": (256, 144),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+    "IQ4_XS": (256, 136),
+}
 # The If that runs the layers with int8 levels for one new token and without for a prompt
 # (convert/step_split.py).
 STEP_OR_PROMPT_NODE = "layers/step_or_prompt"

@@ -22,16 +22,17 @@ from PySide6.QtWidgets import QApplication
 
 from chatapp.engine.devices import KNOWN_NAMES
 from chatapp.engine.modes import MODES
-from chatapp.gui.chat.feature import install_chat
+from chatapp.gui.chat.feature import chat_of, install_chat
+from chatapp.gui.common.load_memory import last_model
 from chatapp.gui.common.progress import ConversionProgressDialog
 from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
+from chatapp.gui.common.terminate import quit_on_terminate
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.compare.feature import install_compare
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.models.feature import install_models
-from chatapp.gui.models.library import last_model
 from chatapp.gui.remote.ui import install_remote
 from chatapp.logs import setup_logging
 from chatapp.session import arg_checks as checks
@@ -145,10 +146,10 @@ def application(qt_args: list[str] | None = None) -> QApplication:
 
 def create_window(args: argparse.Namespace) -> MainWindow:
     """The window with the command line's choices preselected; no model requested yet."""
+    # The chat (MainWindow's `chat`) is built first, inside the frame: its controller, view
+    # and side panel, and the answers' flow between them (it shows an answer before the
+    # history stores it). Then the features:
     features: list[Callable[[MainWindow], object]] = [
-        # The answers' flow between the prompt box, the controller and the side panel (first:
-        # it shows an answer before the history stores it).
-        install_chat,
         # View > Compare loops: the two loops measured on the loaded model.
         install_compare,
         # File > Open model folder / Open GGUF / Models: variants, conversion, the library.
@@ -159,8 +160,8 @@ def create_window(args: argparse.Namespace) -> MainWindow:
         # File > Connect to server… and Serve this model (docs/server.md, "The window").
         install_remote,
     ]
-    window = MainWindow(open_settings(), features=features)
-    window.side_panel.preselect(args.mode, args.device)
+    window = MainWindow(open_settings(), install_chat, features=features)
+    chat_of(window).preselect(args.mode, args.device)
     return window
 
 
@@ -256,7 +257,7 @@ async def prepare_default_model_async(window: MainWindow) -> Path | None:
     The conversion is a job on the window's tool runner (its own thread), like all long work
     that does not use the engine."""
     window.statusBar().showMessage("Checking the default model…")
-    window.chat_view.set_hint("Preparing the default model…")
+    chat_of(window).set_hint("Preparing the default model…")
     window.busy.start("Preparing the default model")
     handle = window.tools.submit(prepare_default_model_job())
     folders: list[Path] = []
@@ -289,7 +290,7 @@ async def prepare_default_model_async(window: MainWindow) -> Path | None:
 async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
     """Open the requested model (preparing the default one first if needed)."""
     folder, onnx_file = model_to_open(window, args)
-    c = window.controller
+    c = chat_of(window).controller
     last = folder
     if last is not None and args.model is None:
         # The model used last; if it no longer loads, the default one (the banner says why).
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a read-only data folder: the app still runs, without a log file
         print(f"chatapp: no log file ({exc})", file=sys.stderr)
     app = application(qt_args)
+    quit_on_terminate(app)  # SIGTERM: quit as closing does, so jobs clean up (a .partial folder)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     window = create_window(args)

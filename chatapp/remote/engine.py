@@ -14,17 +14,23 @@ import ipaddress
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from chatapp.engine.backend import Capabilities
 from chatapp.engine.chat import Message
+from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.remote.client import RemoteClient, RemoteModel, Timeouts, count
 from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError
 from chatapp.remote.reader import StreamReader
+
+if TYPE_CHECKING:
+    from chatapp.engine.constraints import OutputFormat
+    from chatapp.engine.warm_up import WarmUpProgress
 
 perf = time.perf_counter
 REMOTE = "remote"
@@ -85,6 +91,8 @@ class RemoteEvent:
     latency_s: float  # arrival gap; a chunk's tokens share theirs
     token: str = ""  # the server's token text, when it sent log-probs
     token_id: int = -1  # servers send text, not ids
+    tail: bool = False  # text with no token: the end of a character held back
+    top_logprobs: tuple[tuple[int, float], ...] = ()  # never: servers' alternatives are text
 
 
 class RemoteEngine:
@@ -133,16 +141,51 @@ class RemoteEngine:
     def close(self) -> None:
         self.client.close()
 
+    # ---- the Backend protocol (engine/backend.py) ----------------------------------------
+    capabilities = Capabilities(
+        counts_tokens=False, constrains_output=False, continues_answers=False, chooses_loop=False
+    )
+    chat_tokenizer = None  # the server's tokenizer is the server's
+
+    @property
+    def answerer(self) -> str:
+        return self.server
+
+    def needs_warm_up(self, mode: str | None = None) -> bool:
+        return False  # a server warms up its own device
+
+    def warm_up(self, mode: str | None = None) -> Iterator[WarmUpProgress]:
+        return iter(())
+
     def chat(
         self,
         messages: Sequence[Message],
         settings: SamplingSettings,
         mode: str | None = None,
         should_stop: Callable[[], bool] | None = None,
+        top_logprobs: int = 0,
+        output_format: OutputFormat | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        continue_last: bool = False,
     ) -> RemoteGeneration:
-        """`mode` (naive / iobinding) is sent only to a chatapp server; others have no loop."""
+        """`mode` (naive / iobinding) is sent only to a chatapp server; others have no loop.
+        What `capabilities` says a server cannot do is an EngineError."""
+        if output_format is not None or tools or continue_last or top_logprobs:
+            raise EngineError("A server answers a chat here, without JSON, tools or Continue.")
         settings.validate()
         return RemoteGeneration(self, list(messages), settings, mode, should_stop)
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[int],
+        settings: SamplingSettings,
+        mode: str | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        ignore_eos: bool = False,
+        top_logprobs: int = 0,
+        output_format: OutputFormat | None = None,
+    ) -> RemoteGeneration:
+        raise EngineError("A server answers chats, not token ids.")
 
     def request_body(
         self, messages: Sequence[Message], settings: SamplingSettings, mode: str | None
@@ -280,8 +323,9 @@ class RemoteGeneration:
                     )
                 if text and not entries and stats.logprobs:
                     # Text with no token from a server that sends log-probs: the end of a
-                    # character held back (as Generation adds it to `text` at the end).
+                    # character held back (as Generation yields it at the end).
                     self.text += text
+                    yield RemoteEvent(stats.received_tokens, text, math.nan, 0.0, tail=True)
                 elif text or entries:
                     now = perf()
                     yield from self._tokens(text, entries, now - previous)

@@ -16,7 +16,7 @@ from chatapp.engine.chat import Message
 from chatapp.engine.constraints import OutputFormat
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.tool_calls import Tool, ToolChoice
+from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
 from chatapp.server.request_limits import (
@@ -40,9 +40,6 @@ ROLES = {
     "assistant": "assistant",
     "tool": "tool",
 }
-
-
-NO_TOOLS = ToolChoice("none")
 
 
 @dataclass(frozen=True)
@@ -83,13 +80,9 @@ def chat_request(
     Responses API hands in its own fields under these names, responses_request.py)."""
     output_format = structured_fields.response_format(body.get("response_format"))
     tools = structured_fields.tools(body.get("tools"))
-    choice = structured_fields.tool_choice(body.get("tool_choice"), tools)
-    if output_format is not None and choice.mode != "none":
-        raise invalid(
-            "response_format and tools cannot be used together by chatapp; "
-            'send one of them (or tool_choice "none").',
-            "response_format",
-        )
+    choice = structured_fields.tool_choice(
+        body.get("tool_choice"), tools, body.get("parallel_tool_calls")
+    )
     logprobs = _bool(body, "logprobs", False)
     top = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
     if top and not logprobs:

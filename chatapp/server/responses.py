@@ -200,12 +200,12 @@ def _call_delta(piece: StreamPiece) -> dict[str, Any]:
     arguments; the ones after it add to the arguments."""
     if piece.call_id is not None:
         return {
-            "index": 0,
+            "index": piece.index,
             "id": piece.call_id,
             "type": "function",
             "function": {"name": piece.name, "arguments": piece.arguments or ""},
         }
-    return {"index": 0, "function": {"arguments": piece.arguments or ""}}
+    return {"index": piece.index, "function": {"arguments": piece.arguments or ""}}
 
 
 def _chat_entry(t: TokenOut) -> dict[str, Any]:

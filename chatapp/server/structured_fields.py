@@ -15,10 +15,10 @@ from chatapp.engine.constraints import (
     MISSING_LIBRARY,
     ConstraintError,
     OutputFormat,
-    check_schema_size,
+    check_schema,
     library_available,
 )
-from chatapp.engine.tool_calls import Tool, ToolChoice
+from chatapp.engine.tool_calls import Tool, ToolChoice, argument_schema
 from chatapp.server.errors import invalid
 
 MAX_TOOLS = 128  # OpenAI's limit
@@ -104,7 +104,8 @@ def _tool(item: Any, where: str) -> Tool:
             f"{where}.function.parameters must be a JSON schema object.", f"{where}.function"
         )
     try:
-        check_schema_size(parameters)
+        check_schema(parameters)
+        argument_schema(parameters)
     except ConstraintError as exc:
         raise invalid(f"{where}.function.parameters: {exc}", f"{where}.function") from exc
     strict = function.get("strict")
@@ -113,14 +114,20 @@ def _tool(item: Any, where: str) -> Tool:
     return Tool(name, description, parameters, bool(strict))
 
 
-def tool_choice(value: Any, listed: tuple[Tool, ...]) -> ToolChoice:
+def tool_choice(value: Any, listed: tuple[Tool, ...], parallel: Any = None) -> ToolChoice:
+    """`parallel`: the request's parallel_tool_calls. Absent, one call per answer, as
+    llama.cpp's server does (OpenAI's default is several): a small model given the choice
+    repeats its call until max_tokens."""
     where = "tool_choice"
+    if parallel is not None and not isinstance(parallel, bool):
+        raise invalid("parallel_tool_calls must be true or false.", "parallel_tool_calls")
+    several = parallel is True
     if value is None:
-        return ToolChoice("auto" if listed else "none")
+        return ToolChoice("auto" if listed else "none", parallel=several)
     if value in ("none", "auto", "required"):
         if value == "required" and not listed:
             raise invalid('tool_choice "required" needs tools.', where)
-        return ToolChoice(value)
+        return ToolChoice(value, parallel=several)
     function = value.get("function") if isinstance(value, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(name, str):
@@ -131,7 +138,7 @@ def tool_choice(value: Any, listed: tuple[Tool, ...]) -> ToolChoice:
         )
     if name not in {t.name for t in listed}:
         raise invalid(f"tool_choice names '{name}', which is not among the tools.", where)
-    return ToolChoice("named", name)
+    return ToolChoice("named", name, parallel=several)
 
 
 def tool_message(item: dict[str, Any], content: str, where: str) -> Message:

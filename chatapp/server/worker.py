@@ -12,7 +12,7 @@ hands each request to `dispatch` (from the HTTP thread), and whoever owns the en
 (the window's "Serve this model" answers on its JobRunner, between chat answers).
 
 With `parallel` N > 1 (`chatapp serve --parallel N`), N threads answer requests together, each
-on a slot of the engine (server/slot_threads.py, engine/slots.py): their decode steps run as one
+on a slot of the engine (session/slot_threads.py, engine/slots.py): their decode steps run as one
 batched step. Those requests run on the IO-Binding loop; one naming another loop is refused.
 """
 
@@ -27,24 +27,35 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from chatapp.engine.chat import ToolCall
 from chatapp.engine.constraints import ConstraintError
-from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
-from chatapp.engine.generation import Generation, StepEvent
-from chatapp.engine.loops import KVLoop
-from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
-from chatapp.engine.tool_calls import StreamPiece, ToolCallStream, ToolPlan
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
-from chatapp.server.slot_threads import SlotThreads
-from chatapp.server.stops import StopBuffer
 from chatapp.server.token_text import TokenText
+from chatapp.session.answer import (
+    AnswerDone,
+    AnswerRequest,
+    ContextPolicy,
+    Opened,
+    TextDelta,
+    TokenInfo,
+    ToolPiece,
+    answer,
+    fall_back_to_cpu,
+)
 from chatapp.session.jobs import Job, JobControl, JobThread
+from chatapp.session.slot_threads import OnSlot, SlotThreads
+
+if TYPE_CHECKING:
+    from chatapp.engine.chat import ToolCall
+    from chatapp.engine.engine import Engine
+    from chatapp.engine.metrics import RunStats
+    from chatapp.engine.slots import SlotLoop
+    from chatapp.engine.tool_stream import StreamPiece
 
 perf = time.perf_counter
 LOGPROB_FLOOR = -9999.0  # OpenAI's stand-in for "practically impossible" (JSON has no -inf)
@@ -232,7 +243,7 @@ class EngineWorker:
             self._slots.close(timeout)
 
     # ---- the thread that owns the engine -----------------------------------------------
-    def answer(self, request: ServedRequest, slot: KVLoop | None = None) -> None:
+    def answer(self, request: ServedRequest, slot: SlotLoop | None = None) -> None:
         """Answer one request on the calling thread, which must be the engine's owner (or,
         with `slot`, one of the --parallel threads, on that slot)."""
         with self._lock:
@@ -256,56 +267,53 @@ class EngineWorker:
         with self._lock:
             self._submitted.pop(request.id, None)
 
-    def _serve(self, served: ServedRequest, slot: KVLoop | None = None) -> None:
+    def _serve(self, served: ServedRequest, slot: SlotLoop | None = None) -> None:
+        """HTTP <-> events: the request answered by session/answer.py (on `slot`, with
+        --parallel), its events as the client's Started, Deltas and Done (or Failed)."""
         started = perf()
         if served.cancelled.is_set():  # the client left while waiting
             _send(served, Failed(ApiError(499, "The client closed the request.")))
             self._record(served, started, "cancelled", 0)
             return
-        stops: StopBuffer[TokenOut | None] = StopBuffer(served.request.stop)
+        if slot is not None and served.request.mode != Mode.IOBINDING:
+            error = ApiError(
+                400,
+                f"This server decodes requests together (--parallel {self.parallel}) on the "
+                f"IO-Binding loop; it cannot run the {served.request.mode} loop.",
+                param="chatapp.loop",
+            )
+            self._fail(served, started, None, error)
+            return
+        backend = self.engine if slot is None else OnSlot(self.engine, slot)
         stats: RunStats | None = None
-        plan = self._tool_plan(served.request)
-        calls = plan.stream() if plan is not None and plan.active else None
+        done: AnswerDone | None = None
         try:
-            gen = self._open(served, lambda: stops.stopped or served.cancelled.is_set(), plan, slot)
-            stats = gen.stats
-            if not _send(served, Started(len(gen.prompt_ids))):
-                served.cancel()
-            streamed = ""
-            for event in gen:
-                streamed += event.text
-                self._push(served, stops, event.text, self._token_out(event), calls)
-            if gen.text.startswith(streamed) and len(gen.text) > len(streamed):
-                # The detokenizer's last partial character comes out at the end.
-                self._push(served, stops, gen.text[len(streamed) :], None, calls)
-            text, items = stops.flush()
-            self._deliver(served, text, tuple(t for t in items if t is not None), calls)
-            if calls is not None:
-                for piece in calls.finish():
-                    _send(served, _piece_delta(piece, ()))
-        except ApiError as exc:
-            self._fail(served, started, stats, exc)
-            return
-        except DeviceFailure as exc:
-            self._fail(
-                served, started, stats, ApiError(500, f"{exc} The next request runs on the CPU.")
-            )
-            self._fall_back_to_cpu(exc)
-            return
+            for event in answer(backend, _asked(served.request), served.cancelled.is_set):
+                sent = True
+                if isinstance(event, Opened):
+                    stats = event.stats
+                    sent = _send(served, Started(event.prompt_tokens))
+                elif isinstance(event, TextDelta):
+                    sent = _send(served, Delta(event.text, self._token_outs(event.tokens)))
+                elif isinstance(event, ToolPiece):
+                    sent = _send(served, Delta("", self._token_outs(event.tokens), event.piece))
+                elif isinstance(event, AnswerDone):
+                    done = event
+                if not sent:
+                    served.cancel()
         except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            self._fail(
-                served, started, stats, ApiError(500, f"Generation failed: {first_line(exc)}")
-            )
+            error = _api_error(served.request, exc, opened=stats is not None)
+            self._fail(served, started, stats, error)
+            if isinstance(exc, DeviceFailure):
+                self._fall_back_to_cpu(exc)
             return
-        assert stats is not None
-        finish = "stop" if stops.stopped or stats.finish_reason != "length" else "length"
-        made = calls.calls() if calls is not None else ()
-        if made and finish == "stop":
-            finish = "tool_calls"
+        assert stats is not None and done is not None  # answer() ends with its AnswerDone
+        length = not done.stopped_by_string and stats.finish_reason == "length"
+        finish = "length" if length else "tool_calls" if done.tool_calls else "stop"
         figures = self._figures(stats, started - served.queued_at)
         self._record(served, started, stats.finish_reason, stats.generated_tokens)
         gone = served.cancelled.is_set()  # before Done: the receiver cancels when it closes
+        made = done.tool_calls
         _send(served, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
         self.log(
             f"request {served.id}: {stats.prompt_tokens} prompt + {stats.generated_tokens} tokens, "
@@ -313,103 +321,11 @@ class EngineWorker:
             f"{'client gone' if gone else finish}"
         )
 
-    def _tool_plan(self, req: GenerationRequest) -> ToolPlan | None:
-        """The request's tools, or its history's calls and results, as the model sees them."""
-        messages = req.messages or ()
-        if not req.tools and not any(m.role == "tool" or m.tool_calls for m in messages):
-            return None
-        tokenizer = self.engine.tokenizer
-        return ToolPlan(
-            req.tools, req.tool_choice, tokenizer.template_source, tokenizer.supports_tools
-        )
+    def _token_outs(self, tokens: tuple[TokenInfo, ...]) -> tuple[TokenOut, ...]:
+        return tuple(self._token_out(t) for t in tokens)
 
-    def _open(
-        self,
-        served: ServedRequest,
-        should_stop: Callable[[], bool],
-        plan: ToolPlan | None,
-        slot: KVLoop | None = None,
-    ) -> Generation:
-        req = served.request
-        if slot is not None and req.mode != Mode.IOBINDING:
-            raise ApiError(
-                400,
-                f"This server decodes requests together (--parallel {self.parallel}) on the "
-                f"IO-Binding loop; it cannot run the {req.mode} loop.",
-                param="chatapp.loop",
-            )
-        try:
-            if req.messages is not None:
-                if plan is None:
-                    messages, tools, output = list(req.messages), None, req.output_format
-                else:
-                    messages, tools = plan.messages(req.messages), plan.template_tools()
-                    output = plan.output_format() or req.output_format
-                return self.engine.chat(
-                    messages,
-                    req.settings,
-                    req.mode,
-                    should_stop,
-                    req.top_logprobs,
-                    output_format=output,
-                    tools=tools,
-                    loop=slot,
-                )
-            ids = self.engine.tokenizer.encode(req.text or "")
-            return self.engine.generate_ids(
-                ids,
-                req.settings,
-                req.mode,
-                should_stop,
-                top_logprobs=req.top_logprobs,
-                loop=slot,
-            )
-        except ContextOverflowError as exc:
-            raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
-        except ModelError as exc:  # e.g. a chat template that refuses a system message
-            raise ApiError(400, str(exc)) from exc
-        except DeviceFailure:
-            raise
-        except ConstraintError as exc:  # a schema the grammar library refuses
-            param = "tools" if req.tools else "response_format"
-            raise ApiError(400, str(exc), param=param) from exc
-        except EngineError as exc:
-            raise ApiError(500, str(exc)) from exc
-        except ValueError as exc:  # an empty prompt after tokenizing, settings
-            raise ApiError(400, f"{exc}.") from exc
-
-    def _push(
-        self,
-        served: ServedRequest,
-        stops: StopBuffer[TokenOut | None],
-        text: str,
-        token: TokenOut | None,
-        calls: ToolCallStream | None,
-    ) -> None:
-        released, items = stops.push(text, token)
-        if not self._deliver(served, released, tuple(t for t in items if t is not None), calls):
-            served.cancel()
-
-    def _deliver(
-        self,
-        served: ServedRequest,
-        text: str,
-        tokens: tuple[TokenOut, ...],
-        calls: ToolCallStream | None,
-    ) -> bool:
-        """Send text as content, or (with tools) as content or tool call pieces."""
-        if calls is None:
-            return not (text or tokens) or _send(served, Delta(text, tokens))
-        pieces = calls.push(text) if text else []
-        if not pieces:
-            return not tokens or _send(served, Delta("", tokens))
-        sent = True
-        for i, piece in enumerate(pieces):
-            sent = _send(served, _piece_delta(piece, tokens if i == 0 else ())) and sent
-        return sent
-
-    def _token_out(self, event: StepEvent) -> TokenOut:
-        token, raw = self._token_text(event.token_id)
+    def _token_out(self, event: TokenInfo) -> TokenOut:
+        token, raw = self._token_text(event.token_id if event.token_id is not None else -1)
         top = tuple((*self._token_text(i), _floor(lp)) for i, lp in event.top_logprobs)
         return TokenOut(token, raw, _floor(event.logprob), top)
 
@@ -422,7 +338,7 @@ class EngineWorker:
 
     def _fall_back_to_cpu(self, failure: DeviceFailure) -> None:
         try:
-            self.engine.fall_back_to_cpu(f"{failure} Running on the CPU.")
+            fall_back_to_cpu(self.engine, failure)
         except Exception as exc:
             self.log(f"the model could not be restarted on the CPU: {first_line(exc)}")
         self.card = self._card()
@@ -469,10 +385,42 @@ def _send(served: ServedRequest, event: RequestEvent) -> bool:
     return True
 
 
-def _piece_delta(piece: StreamPiece, tokens: tuple[TokenOut, ...]) -> Delta:
-    if piece.call_id is None and piece.arguments is None:
-        return Delta(piece.content, tokens)
-    return Delta("", tokens, piece)
+def _asked(req: GenerationRequest) -> AnswerRequest:
+    """A request as session/answer.py takes it: a prompt that does not fit is refused."""
+    return AnswerRequest(
+        req.messages or (),
+        req.settings,
+        req.mode,
+        text=(req.text or "") if req.messages is None else None,
+        output_format=req.output_format,
+        tools=req.tools,
+        tool_choice=req.tool_choice,
+        stops=req.stop,
+        context=ContextPolicy.REFUSE,
+        top_logprobs=req.top_logprobs,
+    )
+
+
+def _api_error(req: GenerationRequest, exc: Exception, opened: bool) -> ApiError:
+    """What a client is told of `exc`; `opened`: raised once the answer had started."""
+    param = "tools" if req.tools else "response_format"
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ConstraintError):  # a schema refused, or its grammar failed mid-answer
+        return ApiError(400, str(exc), param=param)
+    if isinstance(exc, DeviceFailure):
+        return ApiError(500, f"{exc} The next request runs on the CPU.")
+    if not opened:
+        if isinstance(exc, ContextOverflowError):
+            return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
+        if isinstance(exc, ModelError):  # e.g. a chat template that refuses a system message
+            return ApiError(400, str(exc))
+        if isinstance(exc, EngineError):
+            return ApiError(500, str(exc))
+        if isinstance(exc, ValueError):  # an empty prompt after tokenizing, settings
+            return ApiError(400, f"{exc}.")
+    traceback.print_exception(exc, file=sys.stderr)
+    return ApiError(500, f"Generation failed: {first_line(exc)}")
 
 
 def _floor(logprob: float) -> float:

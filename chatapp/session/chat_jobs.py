@@ -1,20 +1,24 @@
-"""Answering a chat: the generation job and the context measurement. No Qt.
+"""Answering a chat in the window: the generation job and the context measurement. No Qt.
 
-The generation job yields the ContextReport (what of the conversation the model sees), the
-device's warm-up progress on its first answer there (WarmUpProgress), then one TokenItem per
-token, and returns an AnswerResult. The GUI receives them in batches and folds each batch's
-tokens into one TokenBatch. The backend is the host's: the local Engine, or a connected
-RemoteEngine, driven the same way (remote_jobs.py has the remote context policy).
+The generation job is a relay of session/answer.py (the answering path `chatapp serve` and
+`chatapp generate` use too): it yields the ContextReport (what of the conversation the model
+sees), the device's warm-up progress on its first answer there (WarmUpProgress), then one
+TokenItem per token (a last one without a token for text held back to the end), and returns
+an AnswerResult. The GUI receives them in batches and folds each batch's tokens into one
+TokenBatch. The backend is the host's: the local Engine, or a connected RemoteEngine, both a
+`Backend` (engine/backend.py); remote_jobs.py has the remote context policy.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
-from chatapp.engine.chat import Message
+from chatapp.engine.backend import Backend
+from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.figures import AnswerFigures
@@ -22,8 +26,18 @@ from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress
-from chatapp.remote.engine import RemoteEngine, RemoteStats
+from chatapp.remote.engine import RemoteStats
 from chatapp.remote.errors import RemoteError
+from chatapp.session.answer import (
+    JSON_NOT_HERE,
+    STOP_STRING,
+    AnswerDone,
+    AnswerRequest,
+    ContextPolicy,
+    Opened,
+    TextDelta,
+    answer,
+)
 from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
@@ -37,6 +51,9 @@ class GenerateRequest:
     mode: Mode
     # "JSON answer": None off; "" any JSON object; else the JSON schema's text.
     json_schema: str | None = None
+    stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
+    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES (a local model's)
+    continue_last: bool = False  # the last message is an answer to go on with (Continue)
 
 
 @dataclass(frozen=True)
@@ -111,72 +128,58 @@ class AnswerResult:
 
 
 def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
+    """The window's answer: a relay of session/answer.py's events as the GUI's items."""
+
     def run(
         control: JobControl,
     ) -> Generator[ContextReport | WarmUpProgress | TokenItem, None, AnswerResult]:
-        engine = host.backend()
-        constrained: dict[str, Any] = {}
+        backend: Backend = host.backend()
+        output = None
         if request.json_schema is not None:
-            if isinstance(engine, RemoteEngine):
-                raise ConstraintError(
-                    "JSON answer works with a model run here, not a server: turn it off to ask "
-                    "the server."
-                )
-            constrained["output_format"] = output_format_from_text(request.json_schema)
-        messages: Sequence[Message] = request.messages
-        if not isinstance(engine, RemoteEngine):  # a server has no tokenizer here: send all
-            # Context policy: the oldest turns that no longer fit are not sent (context.py).
-            messages, report = fit_messages(
-                control.request_id,
-                request.messages,
-                counter_for(engine),
-                engine.max_context,
-                request.settings.max_new_tokens,
-            )
-            yield report
-            control.flush()
-        # A server's loop is its own (the side panel greys the toggle): none is sent.
-        mode = None if isinstance(engine, RemoteEngine) else request.mode
-        if not isinstance(engine, RemoteEngine) and engine.needs_warm_up(mode):
-            # The device's first runs compile its programs: a phase of their own, ahead of
-            # the answer, so its TTFT and tokens/s are the model's (engine/warm_up.py).
-            for progress in engine.warm_up(mode):
-                yield progress
-                control.flush()
-                if control.stopped and not progress.finished:  # the next answer warms up
-                    raise EngineError(
-                        "Stopped while the device was being prepared; the question is back in "
-                        "the prompt box."
-                    )
-        gen = engine.chat(
-            messages, request.settings, mode, should_stop=lambda: control.stopped, **constrained
+            if not backend.capabilities.constrains_output:
+                raise ConstraintError(JSON_NOT_HERE)
+            output = output_format_from_text(request.json_schema)
+        asked = AnswerRequest(
+            request.messages,
+            request.settings,
+            request.mode,
+            output_format=output,
+            stops=request.stops,
+            context=ContextPolicy.TRIM,
+            prompt_style=request.prompt_style,
+            continue_last=request.continue_last,
+            request_id=control.request_id,
         )
-        stats = gen.stats
-        control.snapshot = lambda: StatsSnapshot.of(control.request_id, stats)
-        control.partial = stats
-        streamed: list[str] = []
-        index = 0
-        for event in gen:
-            streamed.append(event.text)
-            index = event.index + 1
-            token_id = event.token_id if event.token_id >= 0 else None  # servers send text
-            yield TokenItem(event.index, event.text, token_id, event.latency_s)
-            if event.index == 0:
-                control.flush()  # the first token goes out at once: it is the TTFT
-        if isinstance(engine, RemoteEngine) and index == 0 and stats.finish_reason == "stop":
-            # Stopped while the server was silent: nothing to keep, the question goes back.
-            raise RemoteError(
-                f"Stopped before {engine.server} sent anything; the question is back in the "
-                "prompt box."
-            )
-        # The detokenizer may hold back a last partial character until the end.
-        sent = "".join(streamed)
-        if gen.text.startswith(sent) and len(gen.text) > len(sent):
-            yield TokenItem(index, gen.text[len(sent) :])
-        control.partial = None
-        return AnswerResult(gen.text, copy.deepcopy(stats))
+        for event in answer(backend, asked, lambda: control.stopped):
+            if isinstance(event, ContextReport | WarmUpProgress):
+                yield event
+                control.flush()
+            elif isinstance(event, Opened):
+                control.snapshot = partial(StatsSnapshot.of, control.request_id, event.stats)
+                control.partial = event.stats
+            elif isinstance(event, TextDelta):
+                yield from _items(event)
+                if any(t.index == 0 for t in event.tokens):
+                    control.flush()  # the first token goes out at once: it is the TTFT
+            elif isinstance(event, AnswerDone):
+                control.partial = None
+                if event.stopped_by_string:
+                    event.stats.finish_reason = STOP_STRING
+                return AnswerResult(event.text, copy.deepcopy(event.stats))
+        raise EngineError("The answer ended without its figures.")  # answer() always ends so
 
     return Job("generation", run, _explain_generation, (EngineError, ValueError))
+
+
+def _items(delta: TextDelta) -> Iterator[TokenItem]:
+    """A delta as token items: the text on the first (its tokens keep their ids and
+    latencies); text whose tokens are still held comes in an item of its own."""
+    if not delta.tokens:
+        if delta.text:
+            yield TokenItem(delta.index, delta.text)
+        return
+    for i, t in enumerate(delta.tokens):
+        yield TokenItem(t.index, delta.text if i == 0 else "", t.token_id, t.latency_s)
 
 
 def _explain_generation(exc: BaseException) -> str:
@@ -205,13 +208,18 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
     ContextReport, or None before a model is loaded."""
 
     def run(control: JobControl) -> ContextReport | None:
-        if host.engine is None or host.remote is not None:  # a server's tokens are not known
+        if host.engine is None:
             return None
+        backend: Backend = host.backend()
+        tokenizer = backend.chat_tokenizer
+        if tokenizer is None:  # a server's tokens are not known
+            return None
+        tokenizer.use_style(request.prompt_style)
         _, report = fit_messages(
             control.request_id,
             request.messages,
-            counter_for(host.engine),
-            host.engine.max_context,
+            counter_for(backend),
+            backend.max_context,
             request.max_new_tokens,
         )
         return report

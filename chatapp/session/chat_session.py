@@ -15,14 +15,17 @@ way (`busy`), so the observers see every state change in order.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
+from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.errors import DeviceFailure
+from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress
+from chatapp.session.answer import cpu_reason
 from chatapp.session.chat_jobs import (
     AnswerResult,
     GenerateRequest,
@@ -73,6 +76,8 @@ class GenerationOptions:
     mode: Mode
     system_prompt: str = ""
     json_schema: str | None = None  # the "JSON answer" option (chat_jobs.GenerateRequest)
+    stops: tuple[str, ...] = ()  # the answer ends before the first of these
+    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES
 
 
 class ChatObserver:
@@ -121,6 +126,7 @@ class ChatSession:
         # Messages an answer request replaced (regenerate, or resend of an unchanged question):
         # put back if the new answer fails before writing anything.
         self._replaced: list[ChatMessage] | None = None
+        self._continued: ChatMessage | None = None  # the answer Continue goes on with
 
     def subscribe(self, observer: ChatObserver) -> None:
         self.observers.append(observer)
@@ -229,6 +235,27 @@ class ChatSession:
         self._request(options)
         return True
 
+    def can_continue(self) -> bool:
+        """The last answer stopped at the token limit, and a local model could go on."""
+        messages = self.conversation.messages
+        last = messages[-1] if messages else None
+        return (
+            self.state is State.READY
+            and self.remote is None
+            and last is not None
+            and last.role == "assistant"
+            and last.figures is not None
+            and last.figures.finish_reason == "length"
+        )
+
+    def continue_answer(self, options: GenerationOptions) -> bool:
+        """Go on with the last answer where the token limit cut it: the same answer grows."""
+        if not self.can_continue():
+            return False
+        self._continued = self.conversation.messages[-1]
+        self._request(options)
+        return True
+
     def edit(self, index: int, text: str, options: GenerationOptions) -> bool:
         """Give user message `index` the text `text` and answer it again: every later message
         goes. With unchanged text this regenerates from that question."""
@@ -265,10 +292,8 @@ class ChatSession:
         """Ask the worker what of this conversation the next answer would send (context)."""
         if self.state is not State.READY or not self.conversation.messages:
             return False
-        request = ContextRequest(
-            tuple(self.conversation.engine_messages(options.system_prompt)),
-            options.settings.max_new_tokens,
-        )
+        messages = tuple(self.conversation.engine_messages(options.system_prompt))
+        request = ContextRequest(messages, options.settings.max_new_tokens, options.prompt_style)
         # Errors: the log has them.
         watcher = JobWatcher(on_finished=self._on_context)
         job = self.submit(measure_context_job(self.host, request), watcher)
@@ -319,12 +344,22 @@ class ChatSession:
             options.settings,
             options.mode,
             options.json_schema,
+            options.stops,
+            options.prompt_style,
+            continue_last=self._continued is not None,
         )
         watcher = JobWatcher(self._on_yielded, self._on_finished, self._on_error)
         job = self._answer = self.submit(generate_job(self.host, request), watcher)
         self._context_id = job.request_id
+        if self._continued is not None:  # shown as it streams on: the answer so far first
+            self._replaced = [self.conversation.messages.pop()]
+            self.streaming_text = self._continued.content
         for o in list(self.observers):
             o.answer_started(options)
+        if self._continued is not None:
+            start = TokenBatch(job.request_id, 0, self._continued.content, (), ())
+            for o in list(self.observers):
+                o.answer_delta(start)
 
     def _on_yielded(self, batch: YieldedBatch) -> None:
         if self._answer is None or batch.request_id != self._answer.request_id:
@@ -353,10 +388,15 @@ class ChatSession:
         final = StatsSnapshot.of(request_id, result.stats)
         for o in list(self.observers):
             o.stats(final)
-        # A new answer to the same question keeps the one(s) it replaces as other versions.
-        message = self.conversation.add_answer(
-            result.text, answer_figures(result.stats), replaced[0] if replaced else None
-        )
+        figures = self._named(answer_figures(result.stats))
+        continued, self._continued = self._continued, None
+        if continued is not None:
+            message = self.conversation.add_continued(continued, result.text, figures)
+        else:
+            # A new answer to the same question keeps the one(s) it replaces as other versions.
+            message = self.conversation.add_answer(
+                result.text, figures, replaced[0] if replaced else None
+            )
         self.streaming_text = ""
         self._set_state(State.READY)
         for o in list(self.observers):
@@ -368,14 +408,18 @@ class ChatSession:
         restored = ""
         replaced, self._replaced = self._replaced, None
         stats = failure_stats(error.partial)
+        continued, self._continued = self._continued, None
         if stats is not None and stats.generated_tokens > 0:
             # Keep what was written before the fault, marked as failed (the answer it was to
             # replace stays one of its versions).
-            self.conversation.add_answer(
-                self.streaming_text,
-                answer_figures(stats, "error"),
-                replaced[0] if replaced else None,
-            )
+            figures = self._named(answer_figures(stats, "error"))
+            if continued is not None:
+                written = self.streaming_text[len(continued.content) :]
+                self.conversation.add_continued(continued, written, figures)
+            else:
+                self.conversation.add_answer(
+                    self.streaming_text, figures, replaced[0] if replaced else None
+                )
         elif replaced is not None:
             # A regenerate that wrote nothing: the answer it was to replace comes back.
             self.conversation.messages.extend(replaced)
@@ -389,8 +433,14 @@ class ChatSession:
         self._changed()
         if issubclass(error.kind, DeviceFailure):
             # The same model on the CPU, queued before any next answer.
-            fallback = cpu_fallback_job(self.host, f"{error.detail} Running on the CPU.")
+            fallback = cpu_fallback_job(self.host, cpu_reason(error.detail))
             self.submit(fallback, self._load_watcher())
+
+    def _named(self, figures: AnswerFigures) -> AnswerFigures:
+        """An answer's figures name the model that wrote it (a server names its own)."""
+        if figures.model or self.backend is None:
+            return figures
+        return replace(figures, model=self.backend.name)
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
     def convert_gguf(

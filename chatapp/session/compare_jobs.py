@@ -217,7 +217,7 @@ def _run_streaming(
     """The loops in lockstep (fair on a busy machine), yielding each decode step's figures."""
     gens = loop_pair(engine, ids, n, should_stop=lambda: control.stopped, modes=modes)
     for mode, event in interleaved(gens):
-        if event.index > 0:
+        if event.index > 0 and not event.tail:
             t = event.timing
             yield StepFigures(
                 mode,

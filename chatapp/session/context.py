@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chatapp.engine.chat import Message
+from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.session.context_policy import fit_to_context
 
 # The answer's room is "max new tokens", but never more than this share of the context: with a
@@ -40,6 +40,7 @@ POLICY_TEXT = (
 class ContextRequest:
     messages: tuple[Message, ...]  # as sent: the system prompt (if any), then the conversation
     max_new_tokens: int
+    prompt_style: str = STYLE_TEMPLATE  # how the prompt is built (engine/chat.py PROMPT_STYLES)
 
 
 @dataclass(frozen=True)
@@ -132,14 +133,19 @@ class TokenCounter:
         return found
 
 
-_counters: weakref.WeakKeyDictionary[object, TokenCounter] = weakref.WeakKeyDictionary()
+_counters: weakref.WeakKeyDictionary[object, dict[str, TokenCounter]] = weakref.WeakKeyDictionary()
 
 
 def counter_for(engine: Any) -> TokenCounter:
-    """One TokenCounter per engine (a new model or tokenizer starts a new memory)."""
-    counter = _counters.get(engine)
+    """One TokenCounter per engine and prompt style (a new model or tokenizer starts a new
+    memory; the same turn is another number of tokens as text to continue)."""
+    style = str(getattr(getattr(engine, "tokenizer", None), "prompt_style", ""))
+    counters = _counters.get(engine)
+    if counters is None:
+        counters = _counters[engine] = {}
+    counter = counters.get(style)
     if counter is None:
-        counter = _counters[engine] = TokenCounter(engine.count_tokens)
+        counter = counters[style] = TokenCounter(engine.count_tokens)
     return counter
 
 

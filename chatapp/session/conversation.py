@@ -6,10 +6,14 @@ without knowing about widgets, and the chat controller only talks to this object
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from chatapp.engine.chat import Message
 from chatapp.engine.figures import AnswerFigures
+
+if TYPE_CHECKING:
+    from chatapp.session.chat_settings import ChatSettings
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Conversation:
 
     messages: list[ChatMessage] = field(default_factory=list)
     id: int | None = None  # the history store's conversation id, once stored
+    # How it was last answered (model, sampling, prompt...), when the history knows it.
+    settings: ChatSettings | None = None
 
     @property
     def title(self) -> str:
@@ -64,6 +70,14 @@ class Conversation:
                 line = m.content.strip().splitlines()[0] if m.content.strip() else ""
                 return line[:60]
         return "New chat"
+
+    @property
+    def model(self) -> str | None:
+        """The model that wrote the latest answer (None before any, or when unknown)."""
+        for m in reversed(self.messages):
+            if m.role == "assistant" and m.figures is not None and m.figures.model:
+                return m.figures.model
+        return None
 
     def add_user(self, text: str) -> ChatMessage:
         message = ChatMessage("user", text)
@@ -79,6 +93,21 @@ class Conversation:
         if replaces is not None and replaces.role == "assistant":
             message.others = tuple(replaces.versions())
             message.version = len(message.others)
+        self.messages.append(message)
+        return message
+
+    def add_continued(
+        self, answer: ChatMessage, text: str, figures: AnswerFigures | None
+    ) -> ChatMessage:
+        """`answer` (taken off the end for Continue) back in place with `text` after it: one
+        answer, its token count both parts', its other figures the continuation's."""
+        if figures is not None and answer.figures is not None:
+            before = answer.figures.generated_tokens or 0
+            figures = replace(figures, generated_tokens=before + (figures.generated_tokens or 0))
+        # A new row for the history (its id None): the stored one is replaced, figures too.
+        message = ChatMessage(
+            "assistant", answer.content + text, figures, None, answer.others, answer.version
+        )
         self.messages.append(message)
         return message
 
@@ -106,3 +135,4 @@ class Conversation:
     def clear(self) -> None:
         self.messages.clear()
         self.id = None
+        self.settings = None

@@ -52,11 +52,20 @@ def context_usage(used: int, total: int) -> str:
     return f"{used} / {total}" if total else MISSING
 
 
+FINISH_LABELS = {
+    "length": "hit the token limit",
+    "stop": "stopped",
+    "stop_string": "ended at a stop string",
+    "error": "failed",
+}
+
+
 def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
-    """The one line under a finished answer; `tokens=False` leaves out its token count (the
-    transcript shows one beside the answer's name when it knows what it takes of the
-    context)."""
+    """The one line under a finished answer: the model that wrote it first, then how;
+    `tokens=False` leaves out its token count (the transcript shows one beside the answer's
+    name when it knows what it takes of the context)."""
     parts = [
+        fig.model or "",
         mode_label(fig.mode) if fig.mode else "",
         "" if fig.device == fig.mode else _device(fig.device),
         f"{rate(fig.tokens_per_s)} tok/s",
@@ -67,11 +76,7 @@ def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
     if fig.transfer_bytes_per_token > 0:
         parts.append(f"host↔device {fmt_bytes(fig.transfer_bytes_per_token)}/token")
     if fig.finish_reason and fig.finish_reason != "eos":
-        parts.append(
-            {"length": "hit the token limit", "stop": "stopped", "error": "failed"}.get(
-                fig.finish_reason, fig.finish_reason
-            )
-        )
+        parts.append(FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
     return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from chatapp.engine.figures import AnswerFigures
+from chatapp.session.chat_settings import ChatSettings
 from chatapp.session.conversation import AnswerVersion, ChatMessage, Conversation
 from chatapp.store import (
     Alternative,
@@ -31,7 +32,9 @@ def figures_for_store(figures: AnswerFigures | None, model: str | None) -> Answe
 
 
 def conversation_from_store(stored: StoredConversation) -> Conversation:
-    return Conversation([message_from_store(m) for m in stored.messages], stored.id)
+    info = stored.info
+    settings = ChatSettings.from_store(info.model, info.system_prompt, info.settings)
+    return Conversation([message_from_store(m) for m in stored.messages], stored.id, settings)
 
 
 def message_from_store(m: StoredMessage) -> ChatMessage:

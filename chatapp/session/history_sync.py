@@ -25,12 +25,12 @@ read-only) the messages stay in memory: `failure` says why, `unsaved_indices()` 
 messages the store lacks (the transcript marks them), and `retry()` (a timer of the window)
 syncs again, with a short lock timeout so that a locked file does not freeze the window,
 until it works; then the user is told. Showing another chat or closing asks first
-(gui/history/unsaved.py).
+(gui/history/unsaved.py). Given a worker (`submit_wait`), a write never waits for another
+process's lock on the caller's thread: the worker does (history_failures.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -39,6 +39,7 @@ from typing import TypeVar
 
 from chatapp.session.chat_session import ChatSession, State
 from chatapp.session.conversation import ChatMessage, Conversation
+from chatapp.session.history_failures import SaveFailures
 from chatapp.session.history_records import (
     Signature,
     conversation_from_store,
@@ -46,6 +47,7 @@ from chatapp.session.history_records import (
     memory_signature,
     stored_signature,
 )
+from chatapp.session.running import Submit
 from chatapp.store import (
     Alternative,
     ConversationDraft,
@@ -53,7 +55,6 @@ from chatapp.store import (
     ConversationNotFoundError,
     HistoryStore,
     MessageDraft,
-    ReadOnlyStoreError,
     SearchHit,
     StoredConversation,
     StoredMessage,
@@ -63,8 +64,6 @@ from chatapp.store.read_only import unwritable_reason
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-RETRY_BUSY_TIMEOUT_S = 0.1  # how long a retry waits for another process's lock
-NORMAL_BUSY_TIMEOUT_S = 5.0
 
 
 class HistoryObserver:
@@ -83,6 +82,7 @@ class HistorySync:
         store: HistoryStore | None,
         system_prompt: Callable[[], str] = lambda: "",
         events: HistoryObserver | None = None,
+        submit_wait: Submit | None = None,
     ) -> None:
         self.chat = chat
         self.store = store
@@ -90,8 +90,26 @@ class HistorySync:
         self.events = events or HistoryObserver()
         self._known: set[int] = set()  # stored message ids this window has seen
         self._saved: dict[int, Signature] = {}  # what the store holds for each message we know
-        self.failure: str | None = None  # why the last save failed; None while all is saved
         self._opening = False
+        self._saves = SaveFailures(self.events, submit_wait, self._saved_again)
+        self._quick_writes(store)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the last save failed; None while all is saved."""
+        return self._saves.failure
+
+    def _quick_writes(self, store: HistoryStore | None) -> None:
+        """With a worker to wait for locks, this thread's writes do not (history_failures)."""
+        if store is not None and self._saves.submit_wait is not None and not store.read_only:
+            try:
+                store.set_busy_timeout(self._saves.busy_timeout_s)
+            except StoreError:
+                log.warning("could not shorten the history's lock timeout", exc_info=True)
+
+    def _saved_again(self) -> None:
+        if self.chat.state is not State.GENERATING:  # the answer's end saves everything
+            self.sync()
 
     @property
     def enabled(self) -> bool:
@@ -203,6 +221,7 @@ class HistorySync:
             return
         store.close()
         self.store = reopened
+        self._quick_writes(reopened)
         self.events.list_changed()
 
     def rename(self, conversation_id: int, title: str) -> bool:
@@ -312,33 +331,10 @@ class HistorySync:
             self._succeeded_saving(store)
 
     def _failed(self, store: HistoryStore, exc: StoreError) -> None:
-        first = self.failure is None
-        self.failure = str(exc)
-        if first and isinstance(exc, ReadOnlyStoreError):
-            self.events.message(
-                "This chat is not saved: the chat history is read-only. Its messages stay "
-                "here, marked “not saved”; closing the window offers to export them.",
-                "warning",
-            )
-        elif first:
-            # Retries must not freeze the window for the whole lock timeout each time.
-            with contextlib.suppress(StoreError):
-                store.set_busy_timeout(RETRY_BUSY_TIMEOUT_S)
-            self.events.message(
-                f"{exc} The messages not saved stay here, marked “not saved”; chatapp tries "
-                "again every few seconds.",
-                "error",
-            )
-        self.events.unsaved_changed()
+        self._saves.failed(store, exc)
 
     def _succeeded_saving(self, store: HistoryStore) -> None:
-        if self.failure is None:
-            return
-        self.failure = None
-        with contextlib.suppress(StoreError):
-            store.set_busy_timeout(NORMAL_BUSY_TIMEOUT_S)
-        self.events.message("The chat history works again: every message is saved.", "info")
-        self.events.unsaved_changed()
+        self._saves.succeeded(store)
 
     def _sync(self, store: HistoryStore, conv: Conversation, starting: bool) -> None:
         if conv.id is None:

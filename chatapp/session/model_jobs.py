@@ -16,11 +16,10 @@ from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
-from chatapp.engine.engine import Engine, engine_context, is_cpu, resident_need
+from chatapp.engine.engine import Engine, open_model
 from chatapp.engine.errors import EngineError, ModelError
-from chatapp.engine.memory import check_memory, estimate_memory
-from chatapp.engine.model_folder.model import open_model_folder
-from chatapp.engine.model_folder.sampling_defaults import ModelSampling, model_sampling
+from chatapp.engine.model_description import ModelDescription, read_model
+from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import kernels_label
@@ -107,6 +106,8 @@ class ModelSummary:
     # Which kernels run the graph: "GGUF kernels, AVX2" (chatapp's native graph) or "ONNX
     # Runtime kernels" (the stock graph).
     kernels: str = ""
+    # False for a model without a chat template (a base model): the window continues text.
+    has_chat_template: bool = True
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -116,14 +117,14 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
 
     def run(_control: JobControl) -> ModelSummary:
         started = time.perf_counter()
-        info = open_model_folder(
-            request.model_dir, request.onnx_file, on_cpu=is_cpu(request.device)
+        # Read once, and refused here where it would not fit even with the current model
+        # closed; the engine is then built from what was read.
+        model = open_model(
+            request.model_dir, request.device, request.onnx_file, freed=host.held_bytes()
         )
-        estimate = resident_need(estimate_memory(info, engine_context(info)), info, request.device)
-        check_memory(estimate, info.name, freed=host.held_bytes())
         previous = host.close_engine()
         try:
-            engine, reason = _open_engine(request)
+            engine, reason = _open_engine(request, model)
         except BaseException:
             _reopen(host, previous)  # the chat goes on with the model it had
             raise
@@ -190,21 +191,28 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         max_context=engine.max_context,
         threads=engine.threads,
         onnx_file=engine.info.onnx_file,
-        sampling=model_sampling(engine.info.folder, engine.info.onnx_path.stat().st_size),
+        sampling=engine.model.sampling,
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
-        kernels=kernels_label(engine.info.onnx_path),
+        kernels=kernels_label(engine.model.native),
+        has_chat_template=engine.tokenizer.has_template,
     )
 
 
-def _open_engine(request: LoadRequest) -> tuple[Engine, str | None]:
+def _open_engine(
+    request: LoadRequest, model: ModelDescription | None = None
+) -> tuple[Engine, str | None]:
+    """An engine for `request`, from `model` where the folder was read already."""
     try:
-        engine = Engine(
-            request.model_dir,
-            request.device,
-            request.mode,
-            threads=request.threads,
-            onnx_file=request.onnx_file,
-        )
+        if model is not None:
+            engine = Engine(model, request.device, request.mode, threads=request.threads)
+        else:
+            engine = Engine(
+                request.model_dir,
+                request.device,
+                request.mode,
+                threads=request.threads,
+                onnx_file=request.onnx_file,
+            )
         return engine, engine.fallback_reason
     except DeviceError as exc:
         # A device this machine does not offer (a setting from another machine, or a typo on
@@ -317,8 +325,13 @@ def convert_job(request: ConvertRequest) -> Job:
         )
         # The folder is complete; a big model's first load then maps this copy instead of
         # packing it. Cancel here skips the copy (the first load makes it), not the folder.
+        try:
+            model = read_model(request.out_dir)
+        except (EngineError, OSError):  # opening it says why; the copy is optional
+            log.exception("could not read the converted folder %s", request.out_dir)
+            return request.out_dir
         prepare_folder(
-            request.out_dir,
+            model,
             should_stop=lambda: control.stopped,
             say=lambda line: control.put(Progress(1.0, line)),
         )

@@ -104,6 +104,7 @@ _FINISH_LABELS = {
     "eos": "finished",
     "length": "hit the token limit",
     "stop": "stopped",
+    "stop_string": "ended at a stop string",
     "error": "failed",
 }
 

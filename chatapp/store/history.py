@@ -94,9 +94,15 @@ class HistoryStore(HistoryFile):
         title: str | None = None,
         model: str | None = None,
         system_prompt: str | None = None,
+        settings: str | None = None,
     ) -> None:
         """Change what is given (None: keep). Does not move it up the list."""
-        changes = {"title": title, "model": model, "system_prompt": system_prompt}
+        changes = {
+            "title": title,
+            "model": model,
+            "system_prompt": system_prompt,
+            "settings": settings,
+        }
         changes = {k: v for k, v in changes.items() if v is not None}
         if not changes:
             return

@@ -57,6 +57,24 @@ class _Corrupt(Exception):
         self.conn = conn
 
 
+def wait_for_write_lock(path: Path, timeout_s: float) -> bool:
+    """Wait, for at most `timeout_s`, until no other process holds the history's write lock;
+    True when it came free (taken and given straight back). For a worker thread: the window's
+    own writes then need not wait (session/history_failures.py)."""
+    try:
+        conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
+    except sqlite3.Error:
+        return False
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+
+
 class HistoryFile:
     """Open (creating, upgrading or, if damaged, replacing) the history at `path`.
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from chatapp.convert.converter import ConvertOptions, is_verified_copy, sha256_f
 from chatapp.convert.output_folder import made_by_chatapp, read_json
 from chatapp.engine.model_folder.variants import candidate_files, split_name
 from chatapp.folder_format.manifest import MANIFEST_FILE
+from chatapp.safe_delete import remove_owned
 
 # llama.cpp's quantization names as they appear in GGUF file names.
 _GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.I)
@@ -169,10 +169,11 @@ def remove_model(models: Path, folder: Path) -> None:
         raise LibraryError(f"{folder} is not a folder of the model library ({models}).")
     if not folder.is_dir():
         raise LibraryError(f"{folder.name} is no longer there.")
-    try:
-        shutil.rmtree(folder)
-    except OSError as exc:
-        raise LibraryError(f"Could not remove {folder.name}: {exc.strerror or exc}.") from exc
+    # The user chose this folder: any of the library's may go, but never through a link.
+    if not remove_owned(models_real / folder.name, models_real, lambda _folder: True):
+        raise LibraryError(
+            f"Could not remove all of {folder.name}: a file in it is read-only or in use."
+        )
 
 
 def disk_usage(folder: Path) -> int:

@@ -67,6 +67,7 @@ class ConversationInfo:
     model: str | None
     system_prompt: str
     message_count: int = 0
+    settings: str = "{}"  # the chat's own settings, JSON (session/chat_settings.py)
 
 
 @dataclass(frozen=True)

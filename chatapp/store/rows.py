@@ -26,7 +26,7 @@ MESSAGE_COLUMNS = "id, conversation_id, position, role, content, created, versio
 )
 CONVERSATION_COLUMNS = (
     "c.id, c.title, c.created, c.updated, c.model, c.system_prompt, "
-    "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+    "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id), c.settings"
 )
 
 
@@ -120,6 +120,7 @@ def conversation_info(row: Sequence[Any]) -> ConversationInfo:
         model=row[4],
         system_prompt=str(row[5]),
         message_count=int(row[6]),
+        settings=str(row[7]),
     )
 
 

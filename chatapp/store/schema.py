@@ -119,9 +119,18 @@ def _v3(conn: sqlite3.Connection) -> None:
     )
 
 
+CHAT_SETTINGS_SINCE = 4
+
+
+def _v4(conn: sqlite3.Connection) -> None:
+    # Per-chat settings (sampling, prompt style, stop strings) as one JSON object that the
+    # session reads and writes (session/chat_settings.py); "{}" for the chats from before.
+    conn.execute("ALTER TABLE conversations ADD COLUMN settings TEXT NOT NULL DEFAULT '{}'")
+
+
 # Version 1 lists its figure columns itself: it is history, whatever the record becomes.
 # (tests/store/test_schema.py checks it against the record's `since=1` fields.)
-STRUCTURE: dict[int, Migration] = {1: _v1, ALTERNATIVES_SINCE: _v3}
+STRUCTURE: dict[int, Migration] = {1: _v1, ALTERNATIVES_SINCE: _v3, CHAT_SETTINGS_SINCE: _v4}
 # Tables with one column per figure, and the version that created each with the record's
 # figures of that time: a figure added later gets an ALTER TABLE in each.
 FIGURE_TABLES = {"messages": 1, "alternatives": ALTERNATIVES_SINCE}

@@ -211,9 +211,11 @@ def test_the_threshold_picks_the_path(gemm_rows: str, monkeypatch: pytest.Monkey
         assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, gemm_rows)
 
 
-@pytest.mark.parametrize("rows", [1, 9])
-def test_one_thread_and_two_agree(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("prompt", ["float", "int16"])
+@pytest.mark.parametrize("rows", [1, 9, 40])
+def test_one_thread_and_two_agree(rows: int, prompt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CHATAPP_GGUF_GEMM_ROWS", raising=False)
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", prompt)
     raw = gguf_blocks("Q4_K", 70, 512)
     x = activations(rows, 512)[None]
     one = session(matmul_model("Q4_K", raw, 512), threads=1).run(None, {"x": x})[0]
@@ -230,3 +232,63 @@ def test_a_weight_of_the_wrong_size_is_an_error() -> None:
     model = matmul_model("Q8_0", raw, 96)  # K says 3 blocks a row, the bytes hold 2
     with pytest.raises(Exception, match="weight is not"):
         session(model).run(None, {"x": np.zeros((1, 1, 96), np.float32)})
+
+
+@pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
+@pytest.mark.parametrize("rows", [2, 17, 33, 69])
+def test_the_int16_prompt_is_the_product_with_int16_activations(
+    qtype: str, rows: int, isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHATAPP_GGUF_PROMPT=int16: every prompt row rounded as a step rounds it, times the exact
+    weights (integer sums per group, scaled in float), on every path. 131 weight rows: tiles of
+    four and of one, a partial task; 2..69 rows: tiles of 32 and 16 activation rows, padding."""
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", "int16")
+    k = widths(qtype)[-1]
+    raw = gguf_blocks(qtype, 131, k)
+    w = dequantized(qtype, raw)
+    x = activations(rows, k)
+    got = session(matmul_model(qtype, raw, k)).run(None, {"x": x[None]})[0][0]
+    assert got.shape == (rows, 131)
+    for i in range(rows):
+        x_rounded = rounded(x[i])
+        want = x_rounded @ w.T
+        float_sums = 1e-5 * float_terms(x_rounded, w) + 1e-30
+        assert np.all(np.abs(got[i] - want) <= float_sums), (qtype, isa, rows, i)
+        exact = x[i].astype(np.float64) @ w.T
+        assert np.all(np.abs(got[i] - exact) <= step_bound(x[i], w)), (qtype, isa, rows, i)
+
+
+def test_every_path_gives_the_same_int16_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The int16 prompt's integer sums are exact and its float steps are the same on every path
+    (scalar, AVX2, AVX-512 VNNI): the same bits."""
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", "int16")
+    for qtype in ("Q4_K", "Q6_K", "Q8_0"):
+        k = widths(qtype)[-1]
+        raw = gguf_blocks(qtype, 37, k)
+        x = activations(21, k)[None]
+        results = []
+        for path in ISAS:
+            if path == "best":
+                monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
+            else:
+                monkeypatch.setenv("CHATAPP_GGUF_ISA", path)
+            results.append(session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0])
+        for other in results[1:]:
+            np.testing.assert_array_equal(results[0], other)
+
+
+@pytest.mark.parametrize(("qtype", "k"), [("Q4_K", 2304), ("Q6_K", 2304), ("Q8_0", 1056)])
+def test_the_int16_prompt_over_chunks_and_blocks(
+    qtype: str, k: int, isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """K wider than a chunk of 1024 values (a partial last chunk) and 200 activation rows (more
+    than one block of rows): the same product as one pass would give."""
+    monkeypatch.setenv("CHATAPP_GGUF_PROMPT", "int16")
+    raw = gguf_blocks(qtype, 21, k)
+    w = dequantized(qtype, raw)
+    x = activations(200, k)
+    got = session(matmul_model(qtype, raw, k)).run(None, {"x": x[None]})[0][0]
+    for i in (0, 1, 47, 48, 191, 192, 199):
+        x_rounded = rounded(x[i])
+        want = x_rounded @ w.T
+        assert np.all(np.abs(got[i] - want) <= 1e-5 * float_terms(x_rounded, w) + 1e-30), i

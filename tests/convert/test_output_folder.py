@@ -239,3 +239,110 @@ def test_a_killed_conversion_is_cleaned_up_by_the_next_one(tmp_path: Path, src: 
     time.sleep(0.05)
     convert_gguf(src, out)
     assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
+
+
+# ---- conversions delete only their own folders (issue 37, cause 3) ----------------------------
+def user_files(folder: Path) -> dict[str, str]:
+    (folder / "photos" / "2024").mkdir(parents=True)
+    (folder / "photos" / "2024" / "a.jpg").write_text("jpeg")
+    (folder / "notes.txt").write_text("notes")
+    return snapshot(folder)
+
+
+@pytest.mark.parametrize("link", ["partial_is_link", "link_in_partial", "link_in_old_output"])
+def test_user_files_behind_links_in_leftovers_survive(tmp_path: Path, link: str) -> None:
+    import socket
+
+    home = tmp_path / "home"
+    home.mkdir()
+    before = user_files(home)
+    models = tmp_path / "models"
+    models.mkdir()
+    dead = dead_pid()
+    ours = {"converter": "chatapp", "pid": dead, "host": socket.gethostname()}
+    if link == "partial_is_link":
+        (models / f".m.partial-{dead}-a").symlink_to(home, target_is_directory=True)
+        (home / PARTIAL_MARKER).write_text(json.dumps(ours))  # even marked, through a link
+        before = snapshot(home)
+        gone: list[Path] = []
+    elif link == "link_in_partial":
+        partial = leftover(models, f".m.partial-{dead}-a", ours)
+        (partial / "model.onnx.data").symlink_to(home, target_is_directory=True)
+        gone = [partial]
+    else:
+        old = leftover(models, f".m.old-{dead}-a", None, manifest=True)
+        (old / "tokenizer.json").symlink_to(home / "notes.txt")
+        gone = [old]
+    assert clean_leftovers(models) == gone
+    assert snapshot(home) == before
+    assert not any(p.exists() for p in gone)
+
+
+@pytest.mark.parametrize("how", ["failed", "replaced"])
+def test_a_conversion_into_a_linked_folder_cleans_up_there_and_nowhere_else(
+    tmp_path: Path, src: Path, how: str
+) -> None:
+    real = tmp_path / "disk2"
+    real.mkdir()
+    before = user_files(real)
+    (tmp_path / "models").symlink_to(real, target_is_directory=True)
+    out = tmp_path / "models" / "m"
+    if how == "failed":
+
+        def fail(_fraction: float, message: str) -> None:
+            if message == "tokenizer":
+                raise OSError(5, "Input/output error")
+
+        with pytest.raises(ConversionError):
+            convert_gguf(src, out, progress=fail)
+    else:
+        convert_gguf(src, out)
+        convert_gguf(src, out, FORCE)
+    names = sorted(p.name for p in real.iterdir())
+    assert names == (["m", "notes.txt", "photos"] if how == "replaced" else ["notes.txt", "photos"])
+    assert {k: v for k, v in snapshot(real).items() if not k.startswith("m/")} == {
+        k: v for k, v in before.items() if not k.startswith("m/")
+    }
+
+
+HANGING_CLI = """
+import sys, time
+from chatapp.cli import main, progress  # main: the command line's function
+shown = progress.ProgressBar.__call__
+def hang(self, fraction, message):
+    if message == "tokenizer":
+        print("hanging", flush=True)
+        time.sleep(600)
+    return shown(self, fraction, message)
+progress.ProgressBar.__call__ = hang
+sys.exit(main(["convert", sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("stop", "status", "said"),
+    [(signal.SIGTERM, 143, "chatapp: terminated"), (signal.SIGINT, 130, "chatapp: interrupted")],
+)
+def test_a_stopped_convert_command_leaves_no_partial_folder(
+    tmp_path: Path, src: Path, stop: signal.Signals, status: int, said: str
+) -> None:
+    out = tmp_path / "models" / "m"
+    child = subprocess.Popen(
+        [sys.executable, "-c", HANGING_CLI, str(src), str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "hanging"
+        assert len(list(out.parent.glob(".m.partial-*"))) == 1
+        child.send_signal(stop)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    assert child.returncode == status, err
+    assert err.strip().endswith(said) and "Traceback" not in err
+    assert list(out.parent.iterdir()) == []

@@ -18,6 +18,8 @@ from transformers import AutoTokenizer
 from chatapp.convert.model_configs import eos_token_ids
 from chatapp.convert.tokenizer import tokenizer_from_gguf_metadata, write_tokenizer_files
 from chatapp.engine.chat import NO_TEMPLATE_NOTICE, ChatTokenizer, Message, prompt_notice
+from chatapp.engine.folder_tokenizer import FolderTokenizer
+from tests.engine.test_folder_tokenizer import check_same_as_transformers
 
 DATA = Path(__file__).parent / "data"
 FAMILIES = {
@@ -70,6 +72,18 @@ def test_written_folder_gives_the_same_ids(family: str, folders: dict[str, Path]
     loaded = AutoTokenizer.from_pretrained(folders[family], local_files_only=True)
     for text, ids in fixture(family)["token_ids"].items():
         assert loaded.encode(text, add_special_tokens=False) == ids, text
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_engine_loads_the_folder_without_transformers_and_the_same_ids(
+    family: str, folders: dict[str, Path]
+) -> None:
+    loaded = FolderTokenizer.load(folders[family])
+    assert loaded is not None
+    for text, ids in fixture(family)["token_ids"].items():
+        assert loaded.encode(text, add_special_tokens=False) == ids, text
+    assert ChatTokenizer(folders[family]).tok.__class__ is FolderTokenizer
+    check_same_as_transformers(folders[family])  # decoding, special tokens, template too
 
 
 @pytest.mark.parametrize("family", ["gemma3", "qwen3", "llama3", "phi3-unnamed", "phi4"])

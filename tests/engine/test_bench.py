@@ -14,6 +14,7 @@ from chatapp.engine.bench.run import (
     bench_prompt_ids,
     interleaved,
     loop_pair,
+    result_header,
     run_bench_suite,
     run_interleaved,
 )
@@ -83,6 +84,16 @@ def test_summary_and_table(engine: Engine) -> None:
     iob_ms = per_token_ms(result["iobinding"]).median
     assert f"IO-Binding vs Naive: Naive's {fig(naive_ms)} / IO-Binding's {fig(iob_ms)}" in table
     assert f"| Naive | {per_token_ms(result['naive']).text('')} |" in table
+    # Prompt tokens/s beside TTFT: the prompt's 3 tokens over each run's TTFT, the median.
+    speeds = sorted(3 / r["naive"].ttft_s for r in runs)
+    assert summary["prompt_tokens_per_s"] == pytest.approx(speeds[1])
+    naive = summary  # result["naive"]
+    assert f"{naive['ttft_s'] * 1000:.0f} ({naive['spread']['ttft_s'][0] * 1000:.0f}" in table
+    assert f" | {speeds[1]:.0f} | " in table.split("| Naive |")[1].splitlines()[0]
+    assert "tokenizer" not in table  # not measured: no line
+    result |= result_header(engine, 12, 3) | {"tokenizer_bytes": 99 << 20}
+    assert result["vocab_size"] == engine.info.vocab_size
+    assert "The tokenizer holds 103.8 MB of the process's memory for " in markdown_report(result)
 
 
 def test_genai_runs_beside_each_repeat(tiny_model_dir: Path) -> None:

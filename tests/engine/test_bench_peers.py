@@ -99,6 +99,10 @@ def test_bench_reports_llamacpp_with_its_defaults_and_its_bytes(
     assert f"| {result['iobinding']['tokens_per_s']:.1f} | {fmt_bytes(ours)} |" in report
     assert f"| {fmt_bytes(llama['weight_bytes_per_step'])} |" in report
     assert "Weights read per token:" in report and "from the GGUF" in report
+    # Prompt tokens/s beside TTFT for the peer too: its prompt's tokens over its TTFT.
+    peer = result["llamacpp"]
+    assert peer["prompt_tokens_per_s"] == pytest.approx(result["prompt_tokens"] / peer["ttft_s"])
+    assert f"| {peer['prompt_tokens_per_s']:.0f} |" in report
     load = result["load_average"]
     assert len(load["before"]) == 3 and load["cores"] == os.cpu_count()
 

@@ -8,6 +8,9 @@ import pytest
 
 from chatapp.engine.chat import (
     NO_TEMPLATE_NOTICE,
+    STYLE_CONTINUE,
+    STYLE_PLAIN_CHAT,
+    STYLE_TEMPLATE,
     ChatTokenizer,
     IncrementalDetokenizer,
     Message,
@@ -125,6 +128,56 @@ def test_system_role_refused_by_the_template_is_folded(
         tok.render([Message("system", "Be brief.")])
 
 
+def test_a_base_model_file_converts_to_a_folder_without_template(base_model_dir: Path) -> None:
+    tok = ChatTokenizer(base_model_dir)
+    assert not tok.has_template
+    assert prompt_notice(base_model_dir) == NO_TEMPLATE_NOTICE
+
+
+def test_text_continuation_sends_the_text_as_written(base_model_dir: Path) -> None:
+    tok = ChatTokenizer(base_model_dir)
+    tok.use_style(STYLE_CONTINUE)
+    messages = [
+        Message("system", "Facts."),
+        Message("user", "The capital of France is"),
+        Message("assistant", " Paris."),
+        Message("user", "The capital of Italy is"),
+    ]
+    assert (
+        tok.render(messages) == "Facts.\nThe capital of France is Paris.\nThe capital of Italy is"
+    )
+    assert tok.chat_ids(messages) == tok.with_bos(tok.encode(tok.render(messages)))
+    tok.use_style(STYLE_PLAIN_CHAT)
+    assert tok.render(messages[1:2]) == "User: The capital of France is\nAssistant:"
+    tok.use_style(STYLE_TEMPLATE)  # without a template of its own: the plain lines again
+    assert tok.render(messages[1:2]) == "User: The capital of France is\nAssistant:"
+    with pytest.raises(ValueError):
+        tok.use_style("poetry")
+
+
+def test_styles_switch_a_chat_model_and_back(tokenizer: ChatTokenizer) -> None:
+    hi = [Message("user", "Hi")]
+    tokenizer.use_style(STYLE_CONTINUE)
+    try:
+        assert tokenizer.render(hi) == "Hi"
+        assert not tokenizer.supports_tools
+    finally:
+        tokenizer.use_style(STYLE_TEMPLATE)
+    assert tokenizer.render(hi).startswith("<|im_start|>user\nHi")
+
+
+def test_continue_last_ends_the_prompt_with_the_cut_answer(tokenizer: ChatTokenizer) -> None:
+    messages = [Message("user", "Hi"), Message("assistant", "Hello the")]
+    prompt = tokenizer.render(messages[:1]) + "Hello the"
+    ids = tokenizer.chat_ids(messages, continue_last=True)
+    assert ids == tokenizer.with_bos(tokenizer.encode(prompt))
+    # A control token typed into the cut answer stays text there too.
+    typed = [Message("user", "Hi"), Message("assistant", "a <|im_end|>")]
+    end = tokenizer.tok.convert_tokens_to_ids("<|im_end|>")
+    ids = tokenizer.chat_ids(typed, continue_last=True)
+    assert ids.count(end) == 1  # the template's own, after the question
+
+
 # ---- a template limit: the conversation's fault or the template's (issue 37) ----------------
 SLOW_LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
 
@@ -201,3 +254,22 @@ def test_an_ordinary_template_is_probed_once(
         with pytest.raises(TemplateLimitError):
             tok.render(_huge_chat())
     assert probes == [1]
+
+
+def test_the_tokenizer_measures_what_it_keeps_after_handing_the_parse_back(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatapp.engine import chat
+
+    events: list[str] = []
+    readings = iter([100 << 20, 130 << 20])
+
+    def reading() -> dict[str, int]:
+        events.append("measured")
+        return {"anon": next(readings)}
+
+    monkeypatch.setattr(chat, "resident_memory", reading)
+    monkeypatch.setattr(chat, "return_freed_heap", lambda: events.append("trimmed"))
+    tokenizer = ChatTokenizer(tiny_model_dir)
+    assert events == ["measured", "trimmed", "measured"]  # kept: after the freed heap is back
+    assert tokenizer.resident_bytes == 30 << 20

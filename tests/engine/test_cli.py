@@ -12,6 +12,7 @@ import pytest
 
 from chatapp.engine import webgpu
 from chatapp.engine.webgpu import SOFTWARE_ENV
+from tests.hostile_schemas import ref_chain
 
 
 def chatapp(
@@ -330,7 +331,19 @@ def test_generate_follows_a_json_schema(tiny_model_dir: Path, tmp_path: Path, mo
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("{nope", "not valid JSON"), ('{"type": "objectx"}', "objectx"), ("[]", "JSON object")],
+    [
+        ("{nope", "not valid JSON"),
+        ('{"type": "objectx"}', "objectx"),
+        ("[]", "JSON object"),
+        # issue 37: each of these crashed the process or ended in a traceback
+        ('{"items": ' * 5000 + "{}" + "}" * 5000, "nested too deeply"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (json.dumps(ref_chain(3000)), "definitions"),
+        ('{"$ref": "#"}', "loop"),
+        ('{"type": "integer", "maximum": 1e999}', "out of range"),
+        ('{"enum": []}', "cannot be used"),
+    ],
+    ids=lambda value: value if len(value) < 40 else f"{value[:20]}...({len(value)})",
 )
 def test_a_bad_schema_file_is_one_line(
     tiny_model_dir: Path, tmp_path: Path, content: str, message: str

@@ -11,7 +11,7 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
-from chatapp.engine.generation import PROMPT_SAMPLE, prompt_sample
+from chatapp.engine.generation import PROMPT_LOGITS_BYTES, PROMPT_SAMPLE, prompt_sample
 from chatapp.engine.loops import IOBindingLoop
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings, token_logprobs
@@ -114,6 +114,15 @@ def test_prompt_sample_is_bounded_and_even() -> None:
         assert rows[0] == 0 and rows[-1] == n - 2  # the first and last scoreable positions
         gaps = np.diff(rows)
         assert gaps.min() >= 1 and gaps.max() - gaps.min() <= 1
+
+
+def test_a_large_vocabulary_scores_fewer_rows() -> None:
+    assert len(prompt_sample(1000, 49_152)) == PROMPT_SAMPLE  # SmolLM2: 12 MB of logits
+    gemma = prompt_sample(1000, 262_144)
+    assert len(gemma) == PROMPT_LOGITS_BYTES // (4 * 262_144) == 12
+    assert gemma[0] == 0 and gemma[-1] == 998  # still spread over the whole prompt
+    assert prompt_sample(1000, 10_000_000) == [998]  # at least one row
+    assert prompt_sample(6, 262_144) == prompt_sample(6)  # a short prompt: a quarter anyway
 
 
 def test_prompt_perplexity_is_scored_on_the_sample(folders: dict[str, Path]) -> None:

@@ -20,6 +20,7 @@ from chatapp.engine.memory import (
 )
 from chatapp.engine.model_folder.files import load_onnx_graph
 from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.units import fmt_bytes
 
 
 def with_external_data(folder: Path, out: Path) -> Path:
@@ -48,7 +49,11 @@ def test_the_estimate_counts_the_weights_once_their_packed_copies_and_the_kv(
     assert 0 < replaced < on_disk
     assert estimate.weights == on_disk - replaced  # a packed copy stands in for its original
     assert estimate.kv == info.kv_bytes_per_token() * 300 and estimate.context == 300
-    assert estimate.total == on_disk - replaced + packed + estimate.kv + RUNTIME_OVERHEAD
+    tokenizer = 4 * (folder / "tokenizer.json").stat().st_size
+    assert estimate.tokenizer == tokenizer > 0  # what the loaded tokenizer keeps, about
+    held = on_disk - replaced + packed + estimate.kv + tokenizer
+    assert estimate.total == held + RUNTIME_OVERHEAD
+    assert f"tokenizer {fmt_bytes(tokenizer)}" in estimate.parts()
     assert estimate.mapped_files == ((folder / "model.onnx.data").resolve(),)
 
 

@@ -13,6 +13,7 @@ from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import packed_cache
 from chatapp.engine.engine import Engine, resident_need
 from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model_description import read_model
 from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.engine.packed_cache import ENV_VAR, cache_root, prepare_folder
 from chatapp.engine.sampling import SamplingSettings
@@ -125,13 +126,13 @@ def test_a_stopped_save_leaves_nothing_and_the_next_one_completes(
         def stop_once_writing() -> bool:
             return any(source.glob(".writing-*")) or time.monotonic() - started > 30
 
-        assert prepare_folder(folder, threads=1, should_stop=stop_once_writing) is None
+        assert prepare_folder(read_model(folder), threads=1, should_stop=stop_once_writing) is None
         assert time.monotonic() - started < 30  # stopped, not waited for
         assert [p for p in cache_root().rglob("*") if p.is_file()] == []
     # a copy abandoned by a writer that is gone is removed by the next save
     abandoned = source / ".writing-999999999-x"
     abandoned.mkdir(parents=True)
-    graph = prepare_folder(folder, threads=1)
+    graph = prepare_folder(read_model(folder), threads=1)
     assert graph is not None and graph.is_file()
     assert not abandoned.exists()
     engine = Engine(folder, threads=1, max_context=64)
@@ -144,9 +145,9 @@ def test_a_conversion_prepares_nothing_for_a_small_model_or_when_turned_off(
     folder = with_external_data(tiny_model_dir, tmp_path / "external")
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
     monkeypatch.delenv(ENV_VAR, raising=False)
-    assert prepare_folder(folder) is None  # far below the size a copy is made for
+    assert prepare_folder(read_model(folder)) is None  # far below the size a copy is made for
     monkeypatch.setenv(ENV_VAR, "0")
-    assert prepare_folder(folder) is None
+    assert prepare_folder(read_model(folder)) is None
     assert not cache_root().exists()
 
 
@@ -182,3 +183,112 @@ def test_the_copies_of_a_removed_model_go_when_another_is_made(
     sources = [p.read_text() for p in cache_root().glob("*/source.txt")]
     assert sources == [str((tmp_path / "second" / "model.onnx").resolve())]
     assert [p.name for p in cache_root().iterdir()] == [packed_cache._source_key(second_graph)]
+
+
+# ---- the cache never deletes what it did not make (issue 37, cause 3) --------------------------
+def user_files(folder: Path) -> dict[str, str]:
+    """Folders of someone's files, one named and filled as the cache's own would be."""
+    (folder / "photos" / "2024").mkdir(parents=True)
+    (folder / "photos" / "2024" / "a.jpg").write_text("jpeg")
+    (folder / "0123456789abcdef").mkdir()
+    (folder / "0123456789abcdef" / "source.txt").write_text("/nowhere/model.onnx")
+    (folder / "notes.txt").write_text("notes")
+    return {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("link", ["cache_root", "copies_folder", "stale_copy", "inside_a_copy"])
+def test_user_files_behind_a_link_in_the_cache_survive_a_save(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, link: str
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    home = tmp_path / "home"
+    home.mkdir()
+    before = user_files(home)
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    source = cache_root() / packed_cache._source_key(folder / "model.onnx")
+    if link == "cache_root":  # the issue's case: cache/packed links to a folder of folders
+        cache_root().parent.mkdir(parents=True)
+        cache_root().symlink_to(home, target_is_directory=True)
+    elif link == "copies_folder":  # a folder of copies that names no graph, as a link
+        cache_root().mkdir(parents=True)
+        (cache_root() / "fedcba9876543210").symlink_to(home, target_is_directory=True)
+    elif link == "stale_copy":  # an older copy of this very graph, as a link
+        source.mkdir(parents=True)
+        (source / "fedcba9876543210").symlink_to(home, target_is_directory=True)
+    else:  # a stale copy of ours holding a link to the user's folder
+        stale = source / "fedcba9876543210"
+        stale.mkdir(parents=True)
+        (stale / "model.onnx").symlink_to(home, target_is_directory=True)
+    engine = Engine(folder, threads=1, max_context=64)
+    assert engine.generate_ids([3, 4, 5], greedy(2), ignore_eos=True).run().token_ids
+    after = {str(p.relative_to(home)): p.read_text() for p in home.rglob("*") if p.is_file()}
+    assert after == before
+    if link == "cache_root":  # nothing is written through the link either: packed on the heap
+        assert engine.mapped_files == engine.memory.mapped_files
+    else:
+        assert engine.mapped_files != engine.memory.mapped_files
+
+
+def test_a_damaged_copy_is_saved_again_and_the_load_says_so(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    first = Engine(folder, threads=1, max_context=64)
+    copy_graph = first.mapped_files[0].parent / packed_cache.GRAPH
+    reference = answers(first)
+    del first
+    copy_graph.write_bytes(b"not a graph")  # a disk error, a sync tool
+    engine = Engine(folder, threads=1, max_context=64)
+    assert engine.fallback_reason is not None and "saved again" in engine.fallback_reason
+    assert engine.mapped_files != engine.memory.mapped_files  # from the new copy
+    assert answers(engine) == reference
+
+
+def test_a_copy_that_cannot_be_saved_again_leaves_the_folders_graph(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    copy_data = Engine(folder, threads=1, max_context=64).mapped_files[0]
+    copy_data.write_bytes(copy_data.read_bytes()[:100])  # the copy's weights cut short
+    dying_child(tmp_path, folder, monkeypatch)
+    engine = Engine(folder, threads=1, max_context=64)
+    assert engine.fallback_reason is not None and "own graph" in engine.fallback_reason
+    assert engine.mapped_files == engine.memory.mapped_files
+    assert engine.generate_ids([3, 4, 5], greedy(2), ignore_eos=True).run().token_ids
+
+
+@pytest.mark.parametrize("how", ["no_room", "crash"])
+def test_a_failed_save_is_logged_in_one_line_with_its_reason(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    script = tmp_path / "child.py"
+    if how == "no_room":  # the real child, with a disk that has no room
+        script.write_text(
+            "import shutil, sys, collections\n"
+            "from chatapp.engine import packed_cache\n"
+            "usage = collections.namedtuple('usage', 'total used free')\n"
+            "shutil.disk_usage = lambda _p: usage(1, 1, 0)\n"
+            "sys.exit(packed_cache._child_entry(sys.argv[1:]))\n"
+        )
+        expected = "too little room"
+    else:  # a child that dies with a traceback
+        script.write_text("raise RuntimeError('the disk went away')\n")
+        expected = "RuntimeError: the disk went away"
+    monkeypatch.setattr(packed_cache, "_child_command", lambda: [sys.executable, str(script)])
+    with caplog.at_level("WARNING", logger=packed_cache.__name__):
+        assert not packed_cache.save_in_child(folder / "model.onnx", 1)
+    (record,) = [r for r in caplog.records if "not saved" in r.getMessage()]
+    assert expected in record.getMessage()
+    assert "\n" not in record.getMessage() and "Traceback" not in record.getMessage()

@@ -90,7 +90,8 @@ def test_tokens_stay_the_same_when_weight_pages_are_dropped_between_steps(
         tokens = []
         for event in generation:
             release_mapped(files)
-            tokens.append(event.token_id)
+            if not event.tail:  # a last event may carry held-back text, no token
+                tokens.append(event.token_id)
         assert tokens == reference.token_ids
 
 

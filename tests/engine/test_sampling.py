@@ -91,6 +91,15 @@ def test_log_probs_are_log_softmax() -> None:
     assert got[1] == pytest.approx(math.log(probs[-1]))
 
 
+def test_token_logprobs_are_the_same_in_any_block_size() -> None:
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(9, 300_000)).astype(np.float32)  # a Gemma-sized row: 3 per block
+    targets = [int(t) for t in rng.integers(0, 300_000, size=9)]
+    one_by_one = token_logprobs(rows, targets, rows=1)
+    np.testing.assert_allclose(token_logprobs(rows, targets), one_by_one, rtol=1e-6)
+    np.testing.assert_allclose(token_logprobs(rows, targets, rows=64), one_by_one, rtol=1e-6)
+
+
 def test_top_logprobs_are_the_most_likely_tokens_in_order() -> None:
     probs = np.exp(LOGITS.astype(np.float64))
     probs /= probs.sum()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from chatapp.engine import template
 from chatapp.engine.chat import FALLBACK_TEMPLATE, ChatTokenizer, Message
@@ -65,13 +66,21 @@ def tokenizer(tiny_model_dir: Path) -> ChatTokenizer:
     return ChatTokenizer(tiny_model_dir)
 
 
+@pytest.fixture(scope="module")
+def hf(tiny_model_dir: Path) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir), local_files_only=True)
+
+
 @pytest.mark.parametrize("name", list(TEMPLATES))
 @pytest.mark.parametrize("chat", range(len(CHATS)))
-def test_renders_like_transformers(tokenizer: ChatTokenizer, name: str, chat: int) -> None:
+def test_renders_like_transformers(
+    tokenizer: ChatTokenizer, hf: PreTrainedTokenizerBase, name: str, chat: int
+) -> None:
     messages = [m.as_dict() for m in CHATS[chat]]
-    expected = tokenizer.tok.apply_chat_template(
+    expected = hf.apply_chat_template(
         messages, chat_template=TEMPLATES[name], tokenize=False, add_generation_prompt=True
     )
+    assert tokenizer.tok.special_tokens_map == hf.special_tokens_map
     context = {k: v for k, v in tokenizer.tok.special_tokens_map.items()}
     ours = ChatTemplate(TEMPLATES[name]).render(
         messages=messages, add_generation_prompt=True, tools=None, documents=None, **context

@@ -5,22 +5,27 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY, SamplingSettings
 from chatapp.engine.tool_calls import (
     GENERIC,
     HERMES,
     LLAMA,
+    MAX_PARALLEL_CALLS,
     Tool,
     ToolChoice,
     ToolPlan,
+    argument_schema,
     call_format,
 )
+from tests.hostile_schemas import accepts
 from tests.tiny_model import write_tiny_gguf
 
 pytest.importorskip("llguidance", reason="tool calling needs llguidance")
@@ -199,3 +204,74 @@ def test_a_call_cut_short_keeps_its_arguments_so_far() -> None:
     (call,) = stream.calls()
     assert call.name == "zone" and call.arguments == '{"hou'
     assert "".join(p.arguments or "" for p in pieces) == '{"hou'
+
+
+ADDRESS_TOOL = Tool(  # openai.pydantic_function_tool's shape: a nested model under $defs
+    "ship",
+    "",
+    {
+        "$defs": {
+            "Address": {
+                "properties": {"city": {"type": "string", "maxLength": 8}},
+                "required": ["city"],
+                "type": "object",
+            }
+        },
+        "properties": {"to": {"$ref": "#/$defs/Address"}, "count": {"type": "integer"}},
+        "required": ["to", "count"],
+        "type": "object",
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir: Path) -> Engine:
+    return Engine(tiny_model_dir, threads=1)
+
+
+def grammar(engine: Engine, plan: ToolPlan, answer: OutputFormat | None = None) -> Any:
+    fmt = plan.output_format(answer)
+    assert fmt is not None
+    return lambda: engine.constraints.start(fmt)
+
+
+def test_refs_resolve_against_the_tools_own_parameters(tiny: Engine) -> None:
+    plan = ToolPlan([ZONE, ADDRESS_TOOL], ToolChoice("required"), "", native=False)
+    start = grammar(tiny, plan)
+    assert accepts(tiny, start(), '{"name":"ship","arguments":{"to":{"city":"Oslo"},"count":2}}')
+    assert not accepts(tiny, start(), '{"name":"ship","arguments":{"to":{"city":"Oslo","x')
+    assert not accepts(tiny, start(), '{"name":"ship","arguments":{"to":{"city":"Oslo"},"z')
+
+
+def test_arguments_are_always_an_object() -> None:
+    assert argument_schema({"properties": {}})["type"] == "object"
+    assert argument_schema({})["type"] == "object"
+    for parameters in ({"type": "string"}, {"type": ["object", "null"]}, {"type": "array"}):
+        with pytest.raises(ConstraintError, match="JSON object"):
+            argument_schema(parameters)
+
+
+def test_several_calls_only_when_parallel(tiny: Engine) -> None:
+    call = '{"name":"zone","arguments":{"hours":3}}'
+    one = grammar(tiny, ToolPlan([ZONE], ToolChoice("required"), "", native=False))
+    several = grammar(
+        tiny, ToolPlan([ZONE], ToolChoice("required", parallel=True), "", native=False)
+    )
+    assert accepts(tiny, several(), f"{call}\n{call}\n{call}")
+    assert accepts(tiny, one(), call) and not accepts(tiny, one(), f"{call}\n")
+    limit = "\n".join([call] * MAX_PARALLEL_CALLS)
+    assert accepts(tiny, several(), limit) and not accepts(tiny, several(), limit + "\n")
+
+
+def test_tools_with_a_response_format_answer_a_call_or_that_json(tiny: Engine) -> None:
+    plan = ToolPlan([ZONE], ToolChoice("auto"), "", native=False)
+    answer = OutputFormat.json_schema(
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    )
+    start = grammar(tiny, plan, answer)
+    assert accepts(tiny, start(), '{"city":"Rome"}')
+    assert accepts(tiny, start(), '{"name":"zone","arguments":{"hours":1}}')
+    assert not accepts(tiny, start(), "Rome")
+    assert not accepts(tiny, start(), '{"city":"Rome","x')  # closed, as any response_format
+    content, calls = plan.parse('{"city":"Rome"}')
+    assert content == '{"city":"Rome"}' and calls == []

@@ -94,7 +94,7 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
         windows.append(window)
         if wait:
             qtbot.waitUntil(
-                lambda: window.controller.state is not State.LOADING, timeout=LOAD_TIMEOUT_MS
+                lambda: window.chat.controller.state is not State.LOADING, timeout=LOAD_TIMEOUT_MS
             )
         return window
 
@@ -139,13 +139,13 @@ def answer_unsaved(window: MainWindow, answer: str) -> list[tuple[str, str]]:
 
 
 def set_sampling(window: MainWindow, settings: SamplingSettings) -> None:
-    panel = window.side_panel
-    panel.temperature_spin.setValue(settings.temperature)
-    panel.top_k_spin.setValue(settings.top_k)
-    panel.top_p_spin.setValue(settings.top_p)
-    panel.repetition_spin.setValue(settings.repetition_penalty)
-    panel.max_tokens_spin.setValue(settings.max_new_tokens)
-    panel.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
+    panel = window.chat.side_panel
+    panel.sampling_box.temperature_spin.setValue(settings.temperature)
+    panel.sampling_box.top_k_spin.setValue(settings.top_k)
+    panel.sampling_box.top_p_spin.setValue(settings.top_p)
+    panel.sampling_box.repetition_spin.setValue(settings.repetition_penalty)
+    panel.sampling_box.max_tokens_spin.setValue(settings.max_new_tokens)
+    panel.sampling_box.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
 
 
 def greedy(max_new_tokens: int) -> SamplingSettings:
@@ -154,12 +154,12 @@ def greedy(max_new_tokens: int) -> SamplingSettings:
 
 def send_and_wait(qtbot, window: MainWindow, text: str, timeout: int = ANSWER_TIMEOUT_MS) -> None:
     """Type `text`, press Send, wait until the answer is finished or failed."""
-    window.chat_view.set_prompt_text(text)
-    controller = window.controller
+    window.chat.chat_view.set_prompt_text(text)
+    controller = window.chat.controller
     with qtbot.waitSignals(
         [controller.sig_state_changed], timeout=timeout, check_params_cbs=[_is_ready]
     ):
-        window.chat_view.send_button.click()
+        window.chat.chat_view.send_button.click()
 
 
 def _is_ready(state: State) -> bool:
@@ -172,10 +172,10 @@ def open_loaded_window(model_dir: Path) -> MainWindow:
     from PySide6.QtCore import QEventLoop, QTimer
 
     win = build_window(["--model", str(model_dir)])
-    if win.controller.state is State.LOADING:
+    if win.chat.controller.state is State.LOADING:
         loop = QEventLoop()
-        win.controller.sig_state_changed.connect(loop.quit)
+        win.chat.controller.sig_state_changed.connect(loop.quit)
         QTimer.singleShot(LOAD_TIMEOUT_MS, loop.quit)
         loop.exec()
-    assert win.controller.state is State.READY, win.banner.text()
+    assert win.chat.controller.state is State.READY, win.banner.text()
     return win

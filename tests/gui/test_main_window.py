@@ -59,15 +59,15 @@ def test_required_object_names(make_window, tiny_model_dir: Path) -> None:
 
 def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.controller.state is State.READY
+    assert window.chat.controller.state is State.READY
     assert _figure(window, "tokensPerSecondValue") == "–"
-    assert window.side_panel.context_value.text() == "0 / 512"
+    assert window.chat.side_panel.figures_box.context_value.text() == "0 / 512"
     set_sampling(window, greedy(40))
     deltas = []
-    window.controller.sig_answer_delta.connect(deltas.append)
+    window.chat.controller.sig_answer_delta.connect(deltas.append)
     send_and_wait(qtbot, window, "hello there")
     assert sum(len(b.token_ids) for b in deltas) == 40
-    conv = window.conversation
+    conv = window.chat.conversation
     assert [m.role for m in conv.messages] == ["user", "assistant"]
     figures = conv.messages[-1].figures
     assert figures is not None and figures.finish_reason == "length"
@@ -77,47 +77,51 @@ def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_
     # A random-weight model may find its text absurdly unlikely: "> 1,000" then.
     for text in (
         _figure(window, "perplexityValue"),
-        window.side_panel.prompt_perplexity_value.text(),
+        window.chat.side_panel.figures_box.prompt_perplexity_value.text(),
     ):
         assert text == "> 1,000" or 1 <= float(text) < 1000, text
     # Cut at the limit: the 40th token was written but never read back into the cache.
     used = figures.prompt_tokens + 39
     assert figures.tokens_read == used
-    shown = window.side_panel.context_value.text()
+    shown = window.chat.side_panel.figures_box.context_value.text()
     if shown != f"{used} / 512":
         # On a busy machine the measurement of the next prompt (the answer re-tokenized as
         # text, plus the template) may already have replaced the live figure: it says so.
         sent = shown.split(" / ")[0]
-        assert window.side_panel.context_value.toolTip().startswith(f"{sent} of 512 tokens sent")
-    assert window.side_panel.latency_chart.point_count == 39  # decode steps after the first
-    text = window.chat_view.transcript.toPlainText()
+        assert window.chat.side_panel.figures_box.context_value.toolTip().startswith(
+            f"{sent} of 512 tokens sent"
+        )
+    assert (
+        window.chat.side_panel.figures_box.latency_chart.point_count == 39
+    )  # decode steps after the first
+    text = window.chat.chat_view.transcript.toPlainText()
     assert "hello there" in text
     assert "IO-Binding · CPU ·" in text and "40 tokens · hit the token limit" in text
-    assert window.chat_view.prompt_text() == ""
-    assert window.chat_view.regenerate_button.isEnabled()
+    assert window.chat.chat_view.prompt_text() == ""
+    assert window.chat.chat_view.regenerate_button.isEnabled()
 
 
 def test_loop_toggle_gives_the_same_greedy_answer(qtbot, make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(24))
-    assert window.side_panel.mode() == "iobinding"
+    assert window.chat.side_panel.mode() == "iobinding"
     send_and_wait(qtbot, window, "same prompt")
-    first = window.conversation.messages[-1]
+    first = window.chat.conversation.messages[-1]
     window.findChild(QPushButton, "modeNaiveButton").click()
-    assert window.side_panel.mode() == "naive"
-    window.chat_view.new_chat_button.click()
-    assert window.conversation.messages == []
+    assert window.chat.side_panel.mode() == "naive"
+    window.chat.chat_view.new_chat_button.click()
+    assert window.chat.conversation.messages == []
     send_and_wait(qtbot, window, "same prompt")
-    second = window.conversation.messages[-1]
+    second = window.chat.conversation.messages[-1]
     assert first.figures.mode == "iobinding" and second.figures.mode == "naive"
     assert second.content == first.content
     assert second.figures.perplexity == pytest.approx(first.figures.perplexity, rel=1e-4)
     # Regenerate with the other loop again: still the same answer, no duplicate messages.
     window.findChild(QPushButton, "modeIOBindingButton").click()
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.regenerate_button.click()
-    assert len(window.conversation.messages) == 2
-    assert window.conversation.messages[-1].content == first.content
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.regenerate_button.click()
+    assert len(window.chat.conversation.messages) == 2
+    assert window.chat.conversation.messages[-1].content == first.content
 
 
 def test_stop_mid_answer_keeps_the_partial_answer(
@@ -125,20 +129,20 @@ def test_stop_mid_answer_keeps_the_partial_answer(
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(400))
-    window.chat_view.set_prompt_text("a long one")
-    with qtbot.waitSignal(window.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.send_button.click()
-    assert window.chat_view.stop_button.isEnabled()
-    assert not window.chat_view.send_button.isEnabled()
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    window.chat.chat_view.set_prompt_text("a long one")
+    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.send_button.click()
+    assert window.chat.chat_view.stop_button.isEnabled()
+    assert not window.chat.chat_view.send_button.isEnabled()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
         window.findChild(QPushButton, "stopButton").click()
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.role == "assistant"
     assert answer.figures.finish_reason == "stop"
     assert 1 <= answer.figures.generated_tokens < 400
-    assert "stopped" in window.chat_view.transcript.toPlainText()
-    assert not window.chat_view.stop_button.isEnabled()
-    assert window.chat_view.send_button.isEnabled()
+    assert "stopped" in window.chat.chat_view.transcript.toPlainText()
+    assert not window.chat.chat_view.stop_button.isEnabled()
+    assert window.chat.chat_view.send_button.isEnabled()
 
 
 def test_loop_and_device_are_locked_while_streaming(
@@ -147,17 +151,17 @@ def test_loop_and_device_are_locked_while_streaming(
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(400))
     naive = window.findChild(QPushButton, "modeNaiveButton")
-    window.chat_view.set_prompt_text("lock test")
-    with qtbot.waitSignal(window.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.send_button.click()
+    window.chat.chat_view.set_prompt_text("lock test")
+    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.send_button.click()
     assert not naive.isEnabled() and "wait for this one" in naive.toolTip()
-    assert not window.side_panel.device_selector.isEnabled()
+    assert not window.chat.side_panel.device_selector.isEnabled()
     naive.click()  # ignored: disabled
-    assert window.side_panel.mode() == "iobinding"
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-        qtbot.keyClick(window.chat_view.prompt_edit, "\x1b")  # Esc
-    assert window.conversation.messages[-1].figures.mode == "iobinding"
-    assert naive.isEnabled() and window.side_panel.device_selector.isEnabled()
+    assert window.chat.side_panel.mode() == "iobinding"
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        qtbot.keyClick(window.chat.chat_view.prompt_edit, "\x1b")  # Esc
+    assert window.chat.conversation.messages[-1].figures.mode == "iobinding"
+    assert naive.isEnabled() and window.chat.side_panel.device_selector.isEnabled()
 
 
 def test_model_that_fails_to_load_shows_a_message(
@@ -167,29 +171,29 @@ def test_model_that_fails_to_load_shows_a_message(
     broken.mkdir()
     (broken / "model.onnx").write_bytes(b"not an onnx file")
     window = make_window(["--model", str(broken)])
-    assert window.controller.state is State.NO_MODEL
+    assert window.chat.controller.state is State.NO_MODEL
     assert window.banner.isVisible() and window.banner.level == "error"
     assert "broken-model" in window.banner.text()
-    assert not window.chat_view.send_button.isEnabled()
+    assert not window.chat.chat_view.send_button.isEnabled()
     # The app keeps running: open a good model from the same window.
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=30_000):
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
         window.open_model(tiny_model_dir)
-    assert window.controller.state is State.READY
+    assert window.chat.controller.state is State.READY
     assert not window.banner.isVisible()
-    assert window.chat_view.send_button.isEnabled()
+    assert window.chat.chat_view.send_button.isEnabled()
 
 
 def test_failed_reload_keeps_the_conversation(qtbot, make_window, tiny_model_dir, tmp_path) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(8))
     send_and_wait(qtbot, window, "remember me")
-    with qtbot.waitSignal(window.controller.sig_load_failed, timeout=30_000):
+    with qtbot.waitSignal(window.chat.controller.sig_load_failed, timeout=30_000):
         window.open_model(tmp_path / "missing")
     assert "missing" in window.banner.text() and "Still using" in window.banner.text()
-    assert len(window.conversation.messages) == 2
-    assert "remember me" in window.chat_view.transcript.toPlainText()
+    assert len(window.chat.conversation.messages) == 2
+    assert "remember me" in window.chat.chat_view.transcript.toPlainText()
     send_and_wait(qtbot, window, "still here")
-    assert len(window.conversation.messages) == 4
+    assert len(window.chat.conversation.messages) == 4
 
 
 def test_a_model_that_does_not_fit_is_refused_and_the_chat_keeps_its_model(
@@ -198,12 +202,12 @@ def test_a_model_that_does_not_fit_is_refused_and_the_chat_keeps_its_model(
     window = make_window(["--model", str(tiny_model_dir)])
     monkeypatch.setattr(memory, "available_memory", lambda: 0)  # nothing free, nothing freed
     monkeypatch.setattr(model_jobs.EngineHost, "held_bytes", lambda _self: 0)
-    with qtbot.waitSignal(window.controller.sig_load_failed, timeout=30_000):
+    with qtbot.waitSignal(window.chat.controller.sig_load_failed, timeout=30_000):
         window.open_model(varied_model_dir)
     text = window.banner.text()
     assert window.banner.level == "error" and "needs about" in text and "0 B are free" in text
-    assert "Still using" in text and window.controller.state is State.READY
-    assert window.controller.model.folder == tiny_model_dir
+    assert "Still using" in text and window.chat.controller.state is State.READY
+    assert window.chat.controller.model.folder == tiny_model_dir
 
 
 @pytest.mark.skipif(
@@ -211,12 +215,12 @@ def test_a_model_that_does_not_fit_is_refused_and_the_chat_keeps_its_model(
 )
 def test_unavailable_device_falls_back_with_the_reason_shown(make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir), "--device", "cuda"])
-    assert window.controller.state is State.READY
-    assert window.controller.model.device == "cpu"
-    reason = window.side_panel.fallback_label
+    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.model.device == "cpu"
+    reason = window.chat.side_panel.fallback_label
     assert not reason.isHidden() and "cuda" in reason.text() and "CPU" in reason.text()
     assert window.banner.level == "warning"
-    assert window.side_panel.device() == "cpu"
+    assert window.chat.side_panel.device() == "cpu"
 
 
 def test_prompt_over_the_context_shows_a_message_and_keeps_history(
@@ -226,15 +230,15 @@ def test_prompt_over_the_context_shows_a_message_and_keeps_history(
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "short question")
     too_long = "word " * 700  # the tiny model's context holds 512 tokens
-    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.set_prompt_text(too_long)
-        window.chat_view.send_button.click()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.set_prompt_text(too_long)
+        window.chat.chat_view.send_button.click()
     assert window.banner.isVisible() and window.banner.level == "error"
     assert "context" in window.banner.text()
-    assert len(window.conversation.messages) == 2  # the earlier turn stays
-    assert "short question" in window.chat_view.transcript.toPlainText()
-    assert window.chat_view.prompt_text() == too_long.strip()  # given back for editing
-    assert window.controller.state is State.READY
+    assert len(window.chat.conversation.messages) == 2  # the earlier turn stays
+    assert "short question" in window.chat.chat_view.transcript.toPlainText()
+    assert window.chat.chat_view.prompt_text() == too_long.strip()  # given back for editing
+    assert window.chat.controller.state is State.READY
 
 
 def test_exception_in_the_worker_shows_a_message(
@@ -249,13 +253,13 @@ def test_exception_in_the_worker_shows_a_message(
 
     with monkeypatch.context() as patch:
         patch.setattr(Engine, "chat", broken)
-        with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-            window.chat_view.set_prompt_text("trigger")
-            window.chat_view.send_button.click()
+        with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+            window.chat.chat_view.set_prompt_text("trigger")
+            window.chat.chat_view.send_button.click()
     assert "RuntimeError: simulated fault" in window.banner.text()
-    assert len(window.conversation.messages) == 2
+    assert len(window.chat.conversation.messages) == 2
     send_and_wait(qtbot, window, "after the fault")
-    assert len(window.conversation.messages) == 4
+    assert len(window.chat.conversation.messages) == 4
     assert not window.banner.isVisible()  # a new answer clears the old error
 
 
@@ -274,32 +278,32 @@ def test_exception_mid_answer_keeps_what_was_written(
         return original(self, new_ids, all_logits, rows)
 
     monkeypatch.setattr(loops.KVLoop, "forward", failing_forward)
-    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.set_prompt_text("go")
-        window.chat_view.send_button.click()
-    answer = window.conversation.messages[-1]
+    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.set_prompt_text("go")
+        window.chat.chat_view.send_button.click()
+    answer = window.chat.conversation.messages[-1]
     assert answer.role == "assistant" and answer.figures.finish_reason == "error"
     assert answer.figures.generated_tokens == 10
     assert "device lost" in window.banner.text()
-    assert window.chat_view.prompt_text() == ""
+    assert window.chat.chat_view.prompt_text() == ""
 
 
 def test_settings_persist_across_two_windows(make_window, tiny_model_dir, settings_file) -> None:
     first = make_window(["--model", str(tiny_model_dir)])
-    panel = first.side_panel
+    panel = first.chat.side_panel
     first.findChild(QPushButton, "modeNaiveButton").click()
-    panel.temperature_spin.setValue(0.35)
-    panel.top_p_spin.setValue(0.8)
-    panel.top_k_spin.setValue(7)
-    panel.repetition_spin.setValue(1.2)
-    panel.max_tokens_spin.setValue(77)
-    panel.seed_spin.setValue(1234)
-    panel.system_prompt_edit.setPlainText("You are terse.")
+    panel.sampling_box.temperature_spin.setValue(0.35)
+    panel.sampling_box.top_p_spin.setValue(0.8)
+    panel.sampling_box.top_k_spin.setValue(7)
+    panel.sampling_box.repetition_spin.setValue(1.2)
+    panel.sampling_box.max_tokens_spin.setValue(77)
+    panel.sampling_box.seed_spin.setValue(1234)
+    panel.system_prompt_box.edit.setPlainText("You are terse.")
     first.close()
     assert settings_file.is_file()
 
     second = make_window(["--model", str(tiny_model_dir)])
-    options = second.side_panel.options()
+    options = second.chat.side_panel.options()
     assert options.mode == "naive"
     assert second.findChild(QPushButton, "modeNaiveButton").isChecked()
     s = options.settings
@@ -309,10 +313,10 @@ def test_settings_persist_across_two_windows(make_window, tiny_model_dir, settin
     assert str(tiny_model_dir) in second.settings.value("models/recent")
     # The command line wins over the saved choice, for that run only.
     third = make_window(["--model", str(tiny_model_dir), "--mode", "iobinding"])
-    assert third.side_panel.mode() == "iobinding"
+    assert third.chat.side_panel.mode() == "iobinding"
     third.close()
     fourth = make_window(["--model", str(tiny_model_dir)])
-    assert fourth.side_panel.mode() == "naive"
+    assert fourth.chat.side_panel.mode() == "naive"
 
 
 def test_open_gguf_converts_with_progress_then_opens(
@@ -322,18 +326,18 @@ def test_open_gguf_converts_with_progress_then_opens(
     out = tmp_path / "converted"
     plans: list[str] = []
     labels: list[str] = []
-    window.controller.sig_convert_planned.connect(plans.append)
+    window.chat.controller.sig_convert_planned.connect(plans.append)
     assert models_feature(window).convert_and_open(tiny_gguf, out)
     dialog = window.findChild(QProgressDialog, "convertProgressDialog")
     assert dialog is not None and dialog.isVisible()
     # connected after the window's own slot: sees the label that slot just set
-    window.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.toolTip()))
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+    window.chat.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.toolTip()))
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         pass
     assert len(plans) == 1 and plans[0].startswith("tiny-llama.gguf: the model folder takes")
     # From the plan on, above every step (wrapped to the dialog's width; whole in its tooltip).
     assert labels[-1].startswith(plans[0] + "\n")
-    assert window.controller.model.folder == out
+    assert window.chat.controller.model.folder == out
     assert window.findChild(QProgressDialog, "convertProgressDialog") is None or not (
         dialog.isVisible()
     )
@@ -354,8 +358,8 @@ def test_device_that_fails_to_start_shows_the_fallback_reason(
 
     monkeypatch.setattr(engine_module, "start_session", failing_start)
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.controller.state is State.READY
-    assert "no driver" in window.side_panel.fallback_label.text()
+    assert window.chat.controller.state is State.READY
+    assert "no driver" in window.chat.side_panel.fallback_label.text()
     assert window.banner.level == "warning" and "no driver" in window.banner.text()
 
 
@@ -365,14 +369,14 @@ def test_changing_threads_reloads_the_model_and_keeps_the_chat(
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "keep me")
-    spin = window.side_panel.threads_spin
+    spin = window.chat.side_panel.threads_spin
     spin.setValue(1)
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=30_000) as blocker:
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000) as blocker:
         emit(spin.editingFinished)
     assert blocker.args[0].threads == 1
-    assert len(window.conversation.messages) == 2
+    assert len(window.chat.conversation.messages) == 2
     send_and_wait(qtbot, window, "and continue")
-    assert len(window.conversation.messages) == 4
+    assert len(window.chat.conversation.messages) == 4
 
 
 class _Cycle:
@@ -389,7 +393,7 @@ def test_a_replaced_model_is_freed(qtbot, make_window, tiny_model_dir) -> None:
     assert gc.get_freeze_count() > 0
     engine_ref = weakref.ref(window.host.engine)
     del held  # exempted by the load above, garbage from now on
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=30_000):
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
         window.open_model(tiny_model_dir)
     assert window.host.engine is not None
     assert engine_ref() is None

@@ -38,7 +38,7 @@ def window(qapp, default_model_dir, tmp_path_factory) -> Iterator[MainWindow]:
 
 @pytest.fixture
 def fresh(window: MainWindow) -> MainWindow:
-    window.controller.new_chat()
+    window.chat.controller.new_chat()
     window.findChild(QPushButton, "modeIOBindingButton").click()
     return window
 
@@ -50,31 +50,31 @@ def test_answer_streams_into_the_transcript(qtbot, fresh: MainWindow) -> None:
     def collect(batch) -> None:
         deltas.append(batch.text)
 
-    fresh.controller.sig_answer_delta.connect(collect)
+    fresh.chat.controller.sig_answer_delta.connect(collect)
     try:
         send_and_wait(qtbot, fresh, "What is the capital of France?")
     finally:
-        fresh.controller.sig_answer_delta.disconnect(collect)
-    answer = fresh.conversation.messages[-1]
+        fresh.chat.controller.sig_answer_delta.disconnect(collect)
+    answer = fresh.chat.conversation.messages[-1]
     assert "Paris" in answer.content
     assert len([d for d in deltas if d]) >= 2  # streamed, not delivered in one piece
     assert "".join(deltas) == answer.content
-    text = fresh.chat_view.transcript.toPlainText()
+    text = fresh.chat.chat_view.transcript.toPlainText()
     assert "Paris" in text and "IO-Binding · CPU ·" in text
-    assert float(fresh.side_panel.tokens_per_second_value.text()) > 1
-    assert float(fresh.side_panel.ttft_value.text()) > 0
-    assert 1 <= float(fresh.side_panel.perplexity_value.text()) < 10
+    assert float(fresh.chat.side_panel.figures_box.tokens_per_second_value.text()) > 1
+    assert float(fresh.chat.side_panel.figures_box.ttft_value.text()) > 0
+    assert 1 <= float(fresh.chat.side_panel.figures_box.perplexity_value.text()) < 10
 
 
 def test_both_loops_give_the_same_greedy_answer(qtbot, fresh: MainWindow) -> None:
     apply_sampling(fresh, greedy(32))
     prompt = "Name three colours of the rainbow."
     send_and_wait(qtbot, fresh, prompt)
-    iobinding = fresh.conversation.messages[-1]
+    iobinding = fresh.chat.conversation.messages[-1]
     fresh.findChild(QPushButton, "modeNaiveButton").click()
-    fresh.chat_view.new_chat_button.click()
+    fresh.chat.chat_view.new_chat_button.click()
     send_and_wait(qtbot, fresh, prompt)
-    naive = fresh.conversation.messages[-1]
+    naive = fresh.chat.conversation.messages[-1]
     assert (iobinding.figures.mode, naive.figures.mode) == ("iobinding", "naive")
     assert naive.content == iobinding.content
     assert naive.figures.generated_tokens == iobinding.figures.generated_tokens
@@ -82,32 +82,34 @@ def test_both_loops_give_the_same_greedy_answer(qtbot, fresh: MainWindow) -> Non
 
 def test_stop_mid_answer(qtbot, fresh: MainWindow) -> None:
     apply_sampling(fresh, greedy(200))
-    fresh.chat_view.set_prompt_text("Write a long story about a dragon who learns to cook.")
-    with qtbot.waitSignal(fresh.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
-        fresh.chat_view.send_button.click()
-    with qtbot.waitSignal(fresh.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-        qtbot.keyClick(fresh.chat_view.prompt_edit, Qt.Key.Key_Escape)
-    answer = fresh.conversation.messages[-1]
+    fresh.chat.chat_view.set_prompt_text("Write a long story about a dragon who learns to cook.")
+    with qtbot.waitSignal(fresh.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        fresh.chat.chat_view.send_button.click()
+    with qtbot.waitSignal(fresh.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        qtbot.keyClick(fresh.chat.chat_view.prompt_edit, Qt.Key.Key_Escape)
+    answer = fresh.chat.conversation.messages[-1]
     assert answer.figures.finish_reason == "stop"
     assert 1 <= answer.figures.generated_tokens < 50
-    assert answer.content and answer.content in fresh.chat_view.transcript.toPlainText()
+    assert answer.content and answer.content in fresh.chat.chat_view.transcript.toPlainText()
 
 
 def test_event_loop_stays_responsive_while_streaming(qtbot, fresh: MainWindow) -> None:
     """A 10 ms timer on the GUI thread keeps firing on time while a long answer streams."""
     apply_sampling(fresh, greedy(160))
     gaps = GapRecorder()
-    fresh.chat_view.set_prompt_text(
+    fresh.chat.chat_view.set_prompt_text(
         "Write a detailed essay about the history of bread, with many paragraphs."
     )
-    with qtbot.waitSignal(fresh.controller.sig_answer_started, timeout=5000):
-        fresh.chat_view.send_button.click()
+    with qtbot.waitSignal(fresh.chat.controller.sig_answer_started, timeout=5000):
+        fresh.chat.chat_view.send_button.click()
     gaps.start()
     try:
-        qtbot.waitUntil(lambda: fresh.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
+        qtbot.waitUntil(
+            lambda: fresh.chat.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS
+        )
     finally:
         gaps.stop()
-    answer = fresh.conversation.messages[-1]
+    answer = fresh.chat.conversation.messages[-1]
     print(
         f"\nevent loop while streaming {answer.figures.generated_tokens} tokens at "
         f"{answer.figures.tokens_per_s:.1f} tok/s: {gaps.describe()}"

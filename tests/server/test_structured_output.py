@@ -9,6 +9,9 @@ answer ends well inside max_tokens whatever the model prefers.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from chatapp.engine.engine import Engine
 from chatapp.server import structured_fields
+from tests.hostile_schemas import REFUSED_BY_CHECK, REFUSED_BY_LIBRARY, ref_chain
 from tests.serving import Served, serving
 
 openai = pytest.importorskip("openai", reason="the openai package is in the dev extra")
@@ -145,7 +149,7 @@ def test_both_loops_give_the_same_constrained_answer(client: openai.OpenAI, mode
         ),
         (
             {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nope"}}},
-            "response_format",
+            "response_format.json_schema.schema",
             "nope",
         ),
     ],
@@ -202,3 +206,87 @@ def test_the_default_model_answers_a_pydantic_model(default_model_dir: Path) -> 
         )
     city = completion.choices[0].message.parsed
     assert isinstance(city, City) and city.name
+
+
+def sendable(corpus: dict[str, tuple[Any, str]]) -> list[str]:
+    """The corpus's schemas that JSON can carry (not Python sets, number keys, or nesting past
+    the client's own encoder)."""
+    out = []
+    for name, (schema, _) in corpus.items():
+        if "from Python" in name:  # JSON has no sets; its keys are always text
+            continue
+        try:
+            json.dumps(schema)
+        except (TypeError, ValueError, RecursionError):
+            continue
+        out.append(name)
+    return out
+
+
+HOSTILE = {**REFUSED_BY_CHECK, **REFUSED_BY_LIBRARY}
+
+
+@pytest.mark.parametrize("name", sendable(HOSTILE))
+@pytest.mark.parametrize("where", ["response_format", "tools"])
+def test_hostile_schemas_get_a_one_line_400_and_the_server_goes_on(
+    served: Served, name: str, where: str
+) -> None:
+    import httpx2
+
+    schema, _ = HOSTILE[name]
+    body: dict[str, Any] = {"messages": ASK, "max_tokens": 3}
+    if where == "tools":
+        function = {"name": "f", "parameters": schema}  # not an object: a 400 of its own
+        body.update(tools=[{"type": "function", "function": function}], tool_choice="required")
+    else:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": schema},
+        }
+    url = f"{served.api}/chat/completions"
+    raw = json.dumps(body).encode()  # as Python writes it: 1e999 as Infinity, NaN as NaN
+    headers = {"Content-Type": "application/json"}
+    response = httpx2.post(url, content=raw, headers=headers, timeout=60, trust_env=False)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "\n" not in message and "Traceback" not in message
+    ok = httpx2.post(url, json={"messages": ASK, "max_tokens": 2}, timeout=60, trust_env=False)
+    assert ok.status_code == 200
+
+
+def test_a_ref_chain_leaves_a_serve_process_alive(tiny_model_dir: Path) -> None:
+    """The request that killed `chatapp serve` (SIGSEGV), sent to a real process: a crash
+    fails this test instead of ending pytest."""
+    import httpx2
+
+    command = ["serve", "--model", str(tiny_model_dir), "--threads", "1", "--port", "0", "--json"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chatapp", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = json.loads(process.stdout.readline())["url"]
+        fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": ref_chain(3000)}}
+        for _ in range(100):  # until it listens
+            try:
+                response = httpx2.post(
+                    f"{url}/chat/completions",
+                    json={"messages": ASK, "response_format": fmt},
+                    timeout=60,
+                    trust_env=False,
+                )
+                break
+            except httpx2.ConnectError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("chatapp serve never listened")
+        assert response.status_code == 400 and "definitions" in response.json()["error"]["message"]
+        hi = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 2}
+        again = httpx2.post(f"{url}/chat/completions", json=hi, timeout=60, trust_env=False)
+        assert again.status_code == 200 and process.poll() is None
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from chatapp.engine.chat import Message
-from chatapp.engine.engine import Engine
+from chatapp.engine.engine import LOCAL_CAPABILITIES, Engine
 from chatapp.engine.generation import StepEvent
 from chatapp.engine.metrics import RunStats, StepTiming
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session.chat_jobs import (
+    STOP_STRING,
     AnswerResult,
     GenerateRequest,
     StatsSnapshot,
@@ -93,7 +97,7 @@ def test_a_fault_midway_keeps_the_figures_so_far(
 
 
 class _FakeGeneration:
-    """Yields fixed deltas and, like the real detokenizer, adds a held-back tail at the end."""
+    """Yields fixed deltas and, like the real Generation, a held-back tail as a last event."""
 
     def __init__(self, deltas: list[str], tail: str) -> None:
         self.deltas, self.tail = deltas, tail
@@ -107,14 +111,32 @@ class _FakeGeneration:
             self.text += delta
             yield StepEvent(i, i, delta, -0.5, StepTiming(0, 0, 0), 0.01)
         self.stats.finish_reason = "eos"
-        self.text += self.tail
+        if self.tail:
+            self.text += self.tail
+            yield StepEvent(len(self.deltas), -1, self.tail, math.nan, StepTiming(0, 0, 0), 0.0)
+
+
+class _FakeTokenizer:
+    prompt_style = "template"
+
+    def use_style(self, style: str) -> None:
+        self.prompt_style = style
 
 
 class _FakeEngine:
+    """A local backend (engine/backend.py) with a fixed answer."""
+
     max_context = 512
+    capabilities = LOCAL_CAPABILITIES
+    answerer = "fake"
 
     def __init__(self, generation: _FakeGeneration) -> None:
         self.generation = generation
+        self.tokenizer = _FakeTokenizer()
+
+    @property
+    def chat_tokenizer(self) -> _FakeTokenizer:
+        return self.tokenizer
 
     def count_tokens(self, messages: list[Message]) -> int:  # the context policy counts
         return 4 * len(messages)
@@ -136,6 +158,20 @@ def test_the_held_back_tail_is_the_last_item_and_the_text_adds_up() -> None:
     assert joined.text == out.result.text == "The capital is Paris."
     assert joined.token_ids == (0, 1, 2, 3) and joined.first_index == 0
     assert len(joined.latencies_s) == 4
+
+
+def test_a_stop_string_across_tokens_ends_the_answer_before_it() -> None:
+    host = EngineHost()
+    deltas = ["Paris.", "\nUs", "er: and", " more"]
+    host.engine = _FakeEngine(_FakeGeneration(deltas, ""))  # type: ignore[assignment]
+    request = GenerateRequest((Message("user", "Capital?"),), GREEDY_LONG, Mode.NAIVE)
+    out = drive(generate_job(host, replace(request, stops=("\nUser:",))), request_id=3)
+    assert out.error is None
+    tokens = [i for i in out.items if isinstance(i, TokenItem)]
+    assert "".join(t.text for t in tokens) == out.result.text == "Paris."
+    # Every token generated keeps its id, the held ones too: the figures count them all.
+    assert [t.token_id for t in tokens] == [0, 1, 2]
+    assert out.result.stats.finish_reason == STOP_STRING
 
 
 def test_a_snapshot_copies_the_running_figures() -> None:
@@ -179,7 +215,14 @@ def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
     assert out.message is None and isinstance(json.loads(out.result.text)["ok"], bool)
     anything = drive(generate_job(host, replace(ask(), json_schema="")))  # any JSON object
     assert anything.message is None and anything.result.text.startswith("{")
-    for text, words in (("{nope", "not valid JSON"), ('{"type": "objectx"}', "objectx")):
+    hostile = (
+        ("{nope", "not valid JSON"),
+        ('{"type": "objectx"}', "objectx"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # was an uncaught RecursionError
+        ('{"$ref": "#"}', "loop"),
+        ('{"enum": []}', "cannot be used"),
+    )
+    for text, words in hostile:
         bad = drive(generate_job(host, replace(ask(), json_schema=text)))
         assert bad.message is not None and words in bad.message and "\n" not in bad.message
 

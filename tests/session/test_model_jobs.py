@@ -9,10 +9,13 @@ import pytest
 
 from chatapp.convert import converter, default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
-from chatapp.engine import memory, packed_cache
+from chatapp.engine import engine as engine_module
+from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model_description import ModelDescription
+from chatapp.engine.model_folder import model as model_folder
 from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
@@ -161,9 +164,11 @@ def test_opening_a_second_model_closes_the_first_before_loading_it(
     seen_while_opening: list[object] = []
     real_open = model_jobs._open_engine
 
-    def watching(request: LoadRequest) -> tuple[Engine, str | None]:
+    def watching(
+        request: LoadRequest, model: ModelDescription | None = None
+    ) -> tuple[Engine, str | None]:
         seen_while_opening.append(first())  # the first engine is gone before the second loads
-        return real_open(request)
+        return real_open(request, model)
 
     monkeypatch.setattr(model_jobs, "_open_engine", watching)
     summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
@@ -179,10 +184,12 @@ def test_a_load_that_fails_after_closing_the_first_opens_it_again(
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
     real_open = model_jobs._open_engine
 
-    def failing_for_the_second(request: LoadRequest) -> tuple[Engine, str | None]:
+    def failing_for_the_second(
+        request: LoadRequest, model: ModelDescription | None = None
+    ) -> tuple[Engine, str | None]:
         if request.model_dir == varied_model_dir:
             raise ModelError("onnxruntime cannot run model.onnx (broken).")
-        return real_open(request)
+        return real_open(request, model)
 
     monkeypatch.setattr(model_jobs, "_open_engine", failing_for_the_second)
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
@@ -204,3 +211,46 @@ def test_a_model_that_does_not_fit_is_refused_and_the_current_one_stays(
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
     assert out.message is not None and "needs about" in out.message and "are free" in out.message
     assert host.engine is engine  # refused before anything was closed
+
+
+def calls_to(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[tuple[object, ...]]:
+    """The arguments of each call to `owner.name` from now on (it still runs)."""
+    calls: list[tuple[object, ...]] = []
+    real = getattr(owner, name)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_a_load_reads_the_folder_once_and_checks_its_memory_once(
+    tiny_model_dir: Path, varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = EngineHost()
+    drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))  # a model to replace
+    reads = calls_to(monkeypatch, model_description, "read_model_folder")
+    graphs = calls_to(monkeypatch, model_folder, "load_onnx_graph")
+    graphs_again = calls_to(monkeypatch, memory, "load_onnx_graph")
+    checks = calls_to(monkeypatch, engine_module, "check_memory")
+    summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
+    assert summary.folder == varied_model_dir
+    assert [call[0] for call in reads] == [varied_model_dir]
+    assert len(graphs) == 1 and graphs_again == []  # the estimate reuses the graph read
+    assert len(checks) == 1
+    assert host.engine is not None and host.engine.model.memory == checks[0][0]
+
+
+def test_a_conversion_reads_its_folder_once_to_prepare_it(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    reads = calls_to(monkeypatch, model_description, "read_model_folder")
+    prepared = calls_to(monkeypatch, packed_cache, "prepare_folder")
+    out = drive(convert_job(ConvertRequest(tiny_gguf, tmp_path / "converted")))
+    assert out.result == tmp_path / "converted"
+    assert [call[0] for call in reads] == [tmp_path / "converted"]
+    (model,) = (call[0] for call in prepared)
+    assert isinstance(model, ModelDescription) and model.folder == tmp_path / "converted"

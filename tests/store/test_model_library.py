@@ -79,6 +79,30 @@ def test_removes_only_folders_of_the_library(library: Path, tmp_path: Path) -> N
         remove_model(library, library / "hand-made")
 
 
+@pytest.mark.parametrize("link", ["folder_inside", "file_inside", "library_is_a_link"])
+def test_removing_a_model_never_reaches_through_a_link(
+    library: Path, tmp_path: Path, link: str
+) -> None:
+    """Issue 37: user files behind a link inside a model folder, or a library folder that is
+    itself a link (to another disk), survive removing a model."""
+    home = tmp_path / "home"
+    (home / "photos").mkdir(parents=True)
+    (home / "photos" / "a.jpg").write_text("jpeg")
+    (home / "notes.txt").write_text("notes")
+    models = library
+    if link == "folder_inside":
+        (library / "hand-made" / "weights").symlink_to(home, target_is_directory=True)
+    elif link == "file_inside":
+        (library / "hand-made" / "model.onnx.data").symlink_to(home / "notes.txt")
+    else:
+        models = tmp_path / "linked-library"
+        models.symlink_to(library, target_is_directory=True)
+    remove_model(models, models / "hand-made")
+    assert not (library / "hand-made").exists()
+    assert (home / "photos" / "a.jpg").read_text() == "jpeg"
+    assert (home / "notes.txt").read_text() == "notes"
+
+
 def test_disk_usage_counts_hard_links_once(tmp_path: Path) -> None:
     (tmp_path / "a").write_bytes(b"x" * 100_000)
     once = disk_usage(tmp_path)

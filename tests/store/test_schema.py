@@ -23,7 +23,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 def test_fresh_database_gets_current_version_and_tables(db_path: Path) -> None:
     HistoryStore(db_path).close()
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 4
     assert {"conversations", "messages"} <= {
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
@@ -36,8 +36,28 @@ def test_fresh_database_gets_current_version_and_tables(db_path: Path) -> None:
         "updated",
         "model",
         "system_prompt",
+        "settings",
     ]
     conn.close()
+
+
+def test_a_version_3_history_gains_empty_chat_settings(db_path: Path) -> None:
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    migrate(conn, db_path, {v: MIGRATIONS[v] for v in (1, 2, 3)})
+    conn.execute(
+        "INSERT INTO conversations (title, created, updated, model, system_prompt) "
+        "VALUES ('old', '2026-01-01T00:00:00.000000+00:00', '2026-01-01T00:00:00.000000+00:00', "
+        "'m', 'be brief')"
+    )
+    conn.close()
+    store = HistoryStore(db_path)
+    try:
+        (info,) = store.list_conversations()
+        assert (info.model, info.system_prompt, info.settings) == ("m", "be brief", "{}")
+        store.update_conversation(info.id, settings='{"prompt_style": "continue"}')
+        assert store.list_conversations()[0].settings == '{"prompt_style": "continue"}'
+    finally:
+        store.close()
 
 
 def test_settings_in_effect(store: HistoryStore, db_path: Path) -> None:

@@ -68,6 +68,20 @@ def _spread(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
     return f" ({fmt.format(low * scale)}–{fmt.format(high * scale)})"
 
 
+def _prompt_speed(summary: dict[str, Any]) -> str:
+    speed = summary.get("prompt_tokens_per_s")
+    return f"{speed:.0f}" if speed else "n/a"
+
+
+def _tokenizer_line(result: dict[str, Any]) -> list[str]:
+    held = result.get("tokenizer_bytes")
+    if not held:
+        return []
+    vocab = result.get("vocab_size")
+    words = f" for {vocab:,} tokens" if vocab else ""
+    return ["", f"The tokenizer holds {fmt_bytes(held)} of the process's memory{words}."]
+
+
 def markdown_report(result: dict[str, Any]) -> str:
     """The Markdown tables a person can paste into a report."""
     kernels = f" ({result['kernels']})" if result.get("kernels") else ""
@@ -75,11 +89,12 @@ def markdown_report(result: dict[str, Any]) -> str:
         f"**{result['model']}** ({result['layout']}) on **{result['device']}**{kernels}, "
         f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
         f"median of {result['repeats']} runs (min–max in brackets)",
+        *_tokenizer_line(result),
         "",
         "| loop | time per token (ms, median) | tokens/s (mean) | weights read / token "
-        "| TTFT (ms) | p95 time per token (ms) | host prep share | host→device / token "
-        "| device→host / token |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| TTFT (ms) | prompt tokens/s | p95 time per token (ms) | host prep share "
+        "| host→device / token | device→host / token |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines[0] += (
         "; time per token: the median of each run's median step (a median is what every ratio "
@@ -105,6 +120,7 @@ def markdown_report(result: dict[str, Any]) -> str:
             f"{r['tokens_per_s']:.1f}{_spread(r, 'tokens_per_s', 1, '{:.1f}')} | "
             f"{fmt_bytes(weights) if weights is not None else 'n/a'} | "
             f"{r['ttft_s'] * 1000:.0f}{_spread(r, 'ttft_s', 1000, '{:.0f}')} | "
+            f"{_prompt_speed(r)} | "
             f"{r['latency_p95_s'] * 1000:.1f} | "
             + (f"{share * 100:.1f}% | " if share is not None else "n/a | ")
             + moved

@@ -24,7 +24,7 @@ from chatapp.engine.bench.peers import (
     peer_point,
     physical_floor,
 )
-from chatapp.engine.bench.stats import compare_runs
+from chatapp.engine.bench.stats import compare_runs, prompt_tokens_per_s
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
@@ -177,7 +177,8 @@ def bench_point(
         progress(
             f"  repeat {r + 1}/{repeats}: "
             + ", ".join(
-                f"{name} {s.tokens_per_s:6.1f} tok/s (TTFT {s.ttft_s * 1000:5.0f} ms)"
+                f"{name} {s.tokens_per_s:6.1f} tok/s (TTFT {s.ttft_s * 1000:5.0f} ms, "
+                f"prompt {prompt_tokens_per_s(s):6.0f} tok/s)"
                 for name, s in latest.items()
             )
         )
@@ -314,7 +315,7 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "model": engine.info.name,
         "model_dir": str(engine.info.folder),
         "onnx_file": engine.info.onnx_file,
-        "kernels": kernels_label(engine.info.onnx_path),  # GGUF kernels (native graph) or ORT's
+        "kernels": kernels_label(engine.model.native),  # GGUF kernels (native graph) or ORT's
         "layout": engine.info.layout.value,
         "device": engine.device.name,
         "device_label": engine.device.label,
@@ -322,6 +323,9 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "fallback_reason": engine.fallback_reason,
         "threads": engine.threads,
         "weight_bytes_per_step": _weight_bytes_per_step(engine),
+        # The tokenizer's share of the process's memory, measured when it loaded.
+        "tokenizer_bytes": engine.tokenizer.resident_bytes,
+        "vocab_size": engine.info.vocab_size,
         "max_new_tokens": max_new_tokens,
         "repeats": repeats,
         "environment": _environment(),

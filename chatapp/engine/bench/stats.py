@@ -17,10 +17,12 @@ def summarize(runs: list[RunStats]) -> dict[str, Any]:
     """Medians over repeats of each figure, their spread, and the first run's series."""
     speeds = [r.tokens_per_s for r in runs]
     ttfts = [r.ttft_s for r in runs]
+    prompt_speeds = [prompt_tokens_per_s(r) for r in runs]
     answers = [answer_s(r) for r in runs]
     return {
         "tokens_per_s": median(speeds),
         "ttft_s": median(ttfts),
+        "prompt_tokens_per_s": median(prompt_speeds),
         "answer_s": median(answers),
         "spread": {
             "tokens_per_s": [min(speeds), max(speeds)],
@@ -47,7 +49,15 @@ def summarize(runs: list[RunStats]) -> dict[str, Any]:
 def summarize_peer(runs: list[RunStats]) -> dict[str, Any]:
     """A peer's speed figures, computed like the loops'; it reports no host / run split."""
     full = summarize(runs)
-    keys = ("tokens_per_s", "ttft_s", "spread", "latency_p50_s", "latency_p95_s", "repeats")
+    keys = (
+        "tokens_per_s",
+        "ttft_s",
+        "prompt_tokens_per_s",
+        "spread",
+        "latency_p50_s",
+        "latency_p95_s",
+        "repeats",
+    )
     return {k: full[k] for k in keys} | {
         "host_prep_share": None,
         "tokens_per_s_all": full["tokens_per_s_all"],
@@ -88,6 +98,11 @@ def compare_runs(runs: dict[str, list[RunStats]], prompt_tokens: int) -> dict[st
             if m != Mode.NOCACHE
         }
     return point
+
+
+def prompt_tokens_per_s(run: RunStats) -> float:
+    """The prompt's tokens over the time to first token (prefill and the first sample)."""
+    return ratio(run.prompt_tokens, run.ttft_s)
 
 
 def answer_s(run: RunStats) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -51,7 +51,15 @@ from chatapp.engine.native_kernels import NOT_BUILT, library_path, native_prefer
 from chatapp.engine.tensor_types import FLOAT_TYPES, NAMES
 from chatapp.folder_format.graph import all_nodes
 
-__all__ = ["KVLayout", "KVTensor", "ModelIO", "ModelInfo", "open_model_folder"]
+__all__ = [
+    "FolderRead",
+    "KVLayout",
+    "KVTensor",
+    "ModelIO",
+    "ModelInfo",
+    "open_model_folder",
+    "read_model_folder",
+]
 
 
 class KVLayout(Enum):
@@ -107,6 +115,15 @@ class ModelInfo:
         )
 
 
+class FolderRead(NamedTuple):
+    """What `read_model_folder` read: the description, and the files it was read from."""
+
+    info: ModelInfo
+    graph: onnx.ModelProto  # the graph chosen, without its weights
+    config: dict[str, Any]  # config.json ({} without one)
+    generation: dict[str, Any]  # generation_config.json ({} without one)
+
+
 @dataclass(frozen=True)
 class VariantStatus:
     """A graph of the folder, whether this app can open it and whether it is the default."""
@@ -124,7 +141,16 @@ def onnx_candidates(folder: Path) -> list[Path]:
 def open_model_folder(
     folder: Path | str, onnx_file: str | Path | None = None, on_cpu: bool = True
 ) -> ModelInfo:
-    """Describe the model in `folder`; ModelError says what is missing or unsupported.
+    """Describe the model in `folder` (as `read_model_folder`, without the graph)."""
+    return read_model_folder(folder, onnx_file, on_cpu).info
+
+
+def read_model_folder(
+    folder: Path | str, onnx_file: str | Path | None = None, on_cpu: bool = True
+) -> FolderRead:
+    """Describe the model in `folder`, with the graph and configs read for it (the graph
+    without its weights: the memory estimate reads its initializers' sizes from it);
+    ModelError says what is missing or unsupported.
 
     Without `onnx_file`: the graph genai_config.json names, else the most precise graph that
     this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first;
@@ -144,6 +170,7 @@ def open_model_folder(
         raise ModelError(f"The model folder {folder} does not exist.")
     genai = read_json_file(folder, "genai_config.json")
     config = read_json_file(folder, "config.json")
+    generation = read_json_file(folder, "generation_config.json") or {}
     if config:
         check_head_counts(config, "config.json")
     candidates = _candidates(folder, onnx_file, genai)
@@ -158,7 +185,8 @@ def open_model_folder(
     for onnx_path in candidates:
         try:
             proto = load_onnx_graph(onnx_path)
-            return _describe(folder, onnx_path, proto.graph, config or {}, genai or {})
+            info = _describe(folder, onnx_path, proto.graph, config or {}, genai or {}, generation)
+            return FolderRead(info, proto, config or {}, generation)
         except FolderFileError:
             raise
         except ModelError as exc:
@@ -179,12 +207,13 @@ def folder_variants(folder: Path | str, on_cpu: bool = True) -> list[VariantStat
     folder = Path(folder).expanduser()
     genai = read_json_file(folder, "genai_config.json") or {}
     config = read_json_file(folder, "config.json") or {}
+    generation = read_json_file(folder, "generation_config.json") or {}
     found: list[tuple[Variant, Path | None, ModelError | None]] = []
     for path in candidate_files(folder):
         real, proto, error = read_candidate(folder, path)
         if proto is not None and real is not None:
             try:
-                _describe(folder, real, proto.graph, config, genai)
+                _describe(folder, real, proto.graph, config, genai, generation)
             except ModelError as exc:
                 error = exc
         variant = describe_variant(folder, path, real, proto)
@@ -199,6 +228,20 @@ def folder_variants(folder: Path | str, on_cpu: bool = True) -> list[VariantStat
         problem = None if error is None else str(error)
         statuses.append(VariantStatus(variant, problem, real is not None and real == default))
     return statuses
+
+
+def default_graph_name(folder: Path | str, on_cpu: bool = True) -> str | None:
+    """The graph `open_model_folder` tries first without a name, relative to the folder with
+    "/" (as Variant.path), from the file names alone (no graph is read); None when the folder
+    cannot say."""
+    folder = Path(folder).expanduser()
+    try:
+        genai = read_json_file(folder, "genai_config.json") or {}
+        candidates = by_device(folder, _candidates(folder, None, genai), native_preferred(on_cpu))
+        first = candidates[0].relative_to(folder.resolve())
+    except (ModelError, OSError, IndexError, ValueError):
+        return None
+    return first.as_posix()
 
 
 def _default_graph(
@@ -279,6 +322,7 @@ def _describe(
     graph: onnx.GraphProto,
     config: dict[str, Any],
     genai: dict[str, Any],
+    generation: dict[str, Any],
 ) -> ModelInfo:
     initializers = {i.name for i in graph.initializer}  # old IR versions list them as inputs
     inputs = {i.name: i for i in graph.input if i.name not in initializers}
@@ -325,7 +369,7 @@ def _describe(
         kv_dtype=kv_dtype,
         vocab_size=vocab,
         context_length=context,
-        eos_token_ids=_eos_ids(folder, config, genai, vocab),
+        eos_token_ids=_eos_ids(generation, config, genai, vocab),
         input_names=tuple(inputs),
         window=window,
         io=io,
@@ -399,9 +443,8 @@ def _model_name(folder: Path, config: dict[str, Any]) -> str:
 
 
 def _eos_ids(
-    folder: Path, config: dict[str, Any], genai: dict[str, Any], vocab: int
+    gen: dict[str, Any], config: dict[str, Any], genai: dict[str, Any], vocab: int
 ) -> tuple[int, ...]:
-    gen = read_json_file(folder, "generation_config.json") or {}
     ids: list[int] = []
     for where, value in (
         ("generation_config.json's eos_token_id", gen.get("eos_token_id")),

@@ -78,26 +78,41 @@ def model_sampling(folder: Path | str, graph_bytes: int | None = None) -> ModelS
     """What the model in `folder` should sample with. A bad generation_config.json is left
     aside with a notice (the preset applies); nothing here raises for a folder's content."""
     folder = Path(folder)
-    parameters = estimate_parameters(_json(folder, "config.json"))
+    try:
+        generation, unreadable = read_json_file(folder, GENERATION_CONFIG), None
+    except ModelError as exc:
+        generation, unreadable = None, exc
+    return sampling_of(folder, _json(folder, "config.json"), generation, graph_bytes, unreadable)
+
+
+def sampling_of(
+    folder: Path,
+    config: dict[str, Any] | None,
+    generation: dict[str, Any] | None,
+    graph_bytes: int | None = None,
+    unreadable: Exception | None = None,
+) -> ModelSampling:
+    """`model_sampling` for a folder whose config.json and generation_config.json were read
+    already (None or {}: the folder has none; `unreadable`: why the latter could not be)."""
+    parameters = estimate_parameters(config or None)
     if parameters is None and graph_bytes:
         parameters = graph_bytes // 2  # about 16 bits per weight: a guess for the preset only
-    notice = None
-    try:
-        config = read_json_file(folder, GENERATION_CONFIG)
-        from_file = (
-            None if config is None else sampling_from_config(config, _made_by_chatapp(folder))
-        )
-    except (ModelError, ValueError) as exc:
-        from_file = None
-        notice = f"{GENERATION_CONFIG} of {folder.name} is not followed: {exc}"
+    problem: Exception | None = unreadable
+    from_file = None
+    if generation and problem is None:
+        try:
+            from_file = sampling_from_config(generation, _made_by_chatapp(folder))
+        except ValueError as exc:
+            problem = exc
     if from_file is not None:
         preset = matching_preset(from_file)
         return ModelSampling(from_file, f"its {GENERATION_CONFIG}", preset, parameters)
     name = preset_for(parameters)
     size = f"a model of about {describe_count(parameters)} parameters" if parameters else "it"
     source = f"the {PRESET_LABELS[name]} preset, suggested for {size}"
-    if notice is not None:
-        notice += f" Using {source}."
+    notice = None
+    if problem is not None:
+        notice = f"{GENERATION_CONFIG} of {folder.name} is not followed: {problem} Using {source}."
     return ModelSampling(PRESETS[name], source, name, parameters, notice)
 
 

@@ -131,6 +131,12 @@ class ChatController(QObject):
     def edit(self, index: int, text: str, options: GenerationOptions) -> bool:
         return self.session.edit(index, text, options)
 
+    def can_continue(self) -> bool:
+        return self.session.can_continue()
+
+    def continue_answer(self, options: GenerationOptions) -> bool:
+        return self.session.continue_answer(options)
+
     def select_version(self, index: int, version: int) -> bool:
         return self.session.select_version(index, version)
 

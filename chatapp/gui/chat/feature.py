@@ -1,38 +1,73 @@
-"""The chat as a feature of the window: what the prompt box asks (send, regenerate, stop,
+"""The chat as a feature of the window: it builds and owns the chat's controller, its view
+(transcript and prompt box) and its side panel, which the frame places (MainWindow knows this
+as a `ChatFace`, gui/window/chat_face.py). What the prompt box asks (send, regenerate, stop,
 another version of an answer) goes to the controller, and what the controller tells of an
-answer (started, tokens, figures, finished, failed) goes to the transcript and the side panel.
-It plugs in like the others, through what MainWindow declares (`chat_view` and `side_panel`
-are the chat's own widgets, in the frame's layout); the window keeps the chat's state shown
-in its controls, loading and new chats."""
+answer (started, tokens, figures, finished, failed) goes to the transcript and the side panel;
+the chat's state sets the window's controls. Loading a model is gui/chat/loading.py.
+
+Other features reach the chat through `chat_of(window)`: its controller, `options()`,
+`system_prompt()`, `loop_mode()`, and the declared names of `chat_view` and `side_panel`
+(tests/test_architecture.py, CHAT_VIEW_API and SIDE_PANEL_API), never their inner widgets."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 
+from chatapp.engine.devices import CPU
+from chatapp.engine.modes import Mode
 from chatapp.engine.warm_up import WarmUpProgress
-from chatapp.gui.chat.controller import State
+from chatapp.gui.chat.controller import ChatController, GenerationOptions, State
+from chatapp.gui.chat.loading import ModelLoading
 from chatapp.gui.chat.regenerate_note import VARIED_PRESET, same_answer
+from chatapp.gui.chat.side_panel import SidePanel
+from chatapp.gui.chat.view import ChatView
 from chatapp.session import formatting as fmt
+from chatapp.session import prompt_style as ps
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
-from chatapp.session.conversation import ChatMessage
+from chatapp.session.chat_settings import ChatSettings
+from chatapp.session.conversation import ChatMessage, Conversation
+from chatapp.session.model_jobs import ModelSummary, device_probe_job
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
 
+HINTS = {
+    State.NO_MODEL: "Open a model (File menu) to start.",
+    State.LOADING: "Loading the model…",
+    State.READY: "Enter sends · Shift+Enter: new line",
+    State.GENERATING: "Writing… Esc or Stop ends the answer.",
+    State.CONVERTING: "Converting the GGUF file…",
+}
+
 
 class ChatFeature(QObject):
-    """`window.feature(ChatFeature)` finds it."""
+    """`chat_of(window)` (or `window.feature(ChatFeature)`) finds it."""
 
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
-        c, view = window.controller, window.chat_view
-        self.chat, self.view, self.panel = c, view, window.side_panel
+        self._banner_at_start = 0  # the banner's serial when the answer started
+        self.controller = c = ChatController(window.runner, window.host, window, window.tools)
+        self.chat_view = view = ChatView(window)
+        self.side_panel = panel = SidePanel(window)
+        panel.restore(window.settings)
+        probe = window.tools.submit(device_probe_job())
+        probe.sig_finished.connect(panel.set_devices)
+        probe.sig_errored.connect(lambda _error: panel.set_devices([CPU]))  # logged
+        view.sig_new_chat.connect(self.new_chat)
+        c.sig_state_changed.connect(self._on_state_changed)
+        self.loading = ModelLoading(window, c, panel)
+        c.sig_backend_changed.connect(lambda _remote: self._on_state_changed(c.state))
+        c.sig_conversation_changed.connect(self._on_shown_conversation)
         view.sig_send.connect(self._on_send)
         view.sig_stop.connect(c.stop)
         view.sig_regenerate.connect(self._on_regenerate)
+        view.sig_continue.connect(self._on_continue)
+        c.sig_state_changed.connect(self._show_continue)
+        c.sig_conversation_changed.connect(self._show_continue)
         view.regenerate_note.sig_regenerate.connect(self._regenerate_varied)
         view.sig_copied.connect(self._on_copied)
         # Transcript: versions of an answer, copied code, where a hovered link goes.
@@ -45,28 +80,201 @@ class ChatFeature(QObject):
         c.sig_warm_up.connect(self._on_warm_up)
         c.sig_answer_finished.connect(self._on_answer_finished)
         c.sig_answer_failed.connect(self._on_answer_failed)
+        # Which model a chat was with: a chat is never continued unnoticed by another one.
+        self._shown: Conversation | None = None
+        c.sig_model_loaded.connect(self._on_model_loaded)
+        # Text continuation is told where the text is typed, not only once in the banner.
+        self._chat_placeholder = view.prompt_edit.placeholderText()
+        self._empty_chat = view.transcript.placeholderText()
+        panel.sampling_box.prompt.sig_changed.connect(self._show_prompt_choice)
+        c.sig_model_loaded.connect(self._show_prompt_choice)
+        c.sig_conversation_changed.connect(self._show_prompt_choice)
+        c.sig_conversation_changed.connect(self._on_conversation_changed)
 
+    # ---- what other features and the frame use ----------------------------------------------
+    @property
+    def conversation(self) -> Conversation:
+        return self.controller.conversation
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The model folder last asked for."""
+        return self.loading.model_dir
+
+    def open_model(
+        self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
+    ) -> bool:
+        """Load `folder` in the worker (returns at once); see ModelLoading.open_model."""
+        return self.loading.open_model(folder, device, onnx_file)
+
+    def options(self) -> GenerationOptions:
+        """The sampling, mode and system prompt the side panel holds for the next answer."""
+        return self.side_panel.options()
+
+    def system_prompt(self) -> str:
+        """The chat's system prompt as typed (the comparison uses it too)."""
+        return self.side_panel.system_prompt_box.text()
+
+    def loop_mode(self) -> Mode:
+        """The loop the side panel asks for (the server of Serve this model defaults to it)."""
+        return self.side_panel.mode()
+
+    def device(self) -> str:
+        """The device the side panel asks for."""
+        return self.side_panel.device()
+
+    def preselect(self, mode: str | None = None, device: str | None = None) -> None:
+        """The command line's loop and device, shown for this run, not saved."""
+        self.side_panel.preselect(mode, device)
+
+    def set_hint(self, text: str) -> None:
+        """The line under the prompt box (what Enter does, what is under way)."""
+        self.chat_view.set_hint(text)
+
+    @Slot()
+    def new_chat(self) -> None:
+        c = self.controller
+        if c.state is State.GENERATING or not self.window.may_leave_chat("new chat"):
+            return
+        if c.new_chat():
+            self.side_panel.start_answer()
+            total = c.backend.max_context if c.backend is not None else 0
+            self.side_panel.set_context(0, total)
+
+    def refresh_controls(self) -> None:
+        self._on_state_changed(self.controller.state)
+
+    def focus(self) -> None:
+        self.chat_view.prompt_edit.setFocus()
+
+    def about_rows(self) -> list[tuple[str, str]]:
+        c, model = self.controller, self.controller.model
+        rows = []
+        if c.remote is not None:
+            rows.append(("Server", c.remote.description))
+        if model is None:
+            return [*rows, ("Model", "none loaded")]
+        return [
+            *rows,
+            ("Model", model.description),
+            ("Folder", str(model.folder)),
+            ("Device", model.device_label),
+            ("Context allocated", str(model.max_context)),
+        ]
+
+    def shutdown(self) -> None:
+        self.controller.shutdown()  # both runners
+
+    # ---- the chat's state in the window's controls ----------------------------------------
+    @Slot(object)
+    def _on_state_changed(self, state: State) -> None:
+        window = self.window
+        if any(busy() for busy in window.busy_checks):
+            state = State.GENERATING  # the chat waits for the comparison, like for an answer
+        ready, generating = state is State.READY, state is State.GENERATING
+        busy = state in (State.LOADING, State.CONVERTING)
+        self.chat_view.set_actions(
+            can_send=ready,
+            can_stop=generating,
+            can_regenerate=ready and self.conversation.can_regenerate(),
+            can_new_chat=not generating,
+        )
+        self.side_panel.set_generating(generating)
+        if not generating:
+            self.side_panel.set_loading(busy)
+        m = window.menus
+        for action in (m.open_folder_action, m.open_gguf_action, m.recent_menu):
+            action.setEnabled(not (generating or busy))
+        m.new_chat_action.setEnabled(not generating)
+        if busy and not window.busy.running:
+            window.busy.start("Converting" if state is State.CONVERTING else "Opening")
+        elif not busy:
+            window.busy.stop()
+        self.chat_view.set_hint(HINTS[state])
+
+    @Slot(object)
+    def _on_shown_conversation(self, conversation: Conversation) -> None:
+        self.chat_view.show_messages(conversation.messages)
+        self._on_state_changed(self.controller.state)
+
+    # ---- answers ----------------------------------------------------------------------------
     @Slot(str)
     def _on_send(self, text: str) -> None:
-        if self.chat.send(text, self.window.chat_options()):
-            self.view.set_prompt_text("")
-            self.view.prompt_edit.setFocus()  # after a click on Send, keep typing
-        elif self.chat.state is State.NO_MODEL:
+        if self.controller.send(text, self.options()):
+            self.chat_view.set_prompt_text("")
+            self.chat_view.prompt_edit.setFocus()  # after a click on Send, keep typing
+        elif self.controller.state is State.NO_MODEL:
             self.window.show_message(
                 "No model is loaded: open a model folder from the File menu.", "info"
             )
 
     @Slot()
     def _on_regenerate(self) -> None:
-        options = self.window.chat_options()
-        if self.chat.regenerate(options):
+        options = self.options()
+        if self.controller.regenerate(options):
             # Greedy or a fixed seed writes the same text again: say why, offer a way out.
-            preset = self.panel.sampling_box.preset()
-            self.view.regenerate_note.offer(same_answer(options.settings, preset))
+            preset = self.side_panel.sampling_box.preset()
+            self.chat_view.regenerate_note.offer(same_answer(options.settings, preset))
+
+    @Slot(object)
+    def _on_model_loaded(self, summary: ModelSummary) -> None:
+        conv = self.controller.conversation
+        was = conv.model
+        if not conv.messages or was is None or was == summary.name:
+            return
+        self.new_chat()  # asks first when the chat is not saved
+        if self.controller.conversation.messages:
+            self.window.show_message(model_switch_text(was, summary.name, started=False), "info")
+        else:
+            self.window.show_message(model_switch_text(was, summary.name, started=True), "info")
+
+    @Slot(object)
+    def _on_conversation_changed(self, conversation: Conversation) -> None:
+        if conversation is self._shown:
+            return
+        self._shown = conversation  # another chat is shown (opened from the list, or new)
+        settings = conversation.settings
+        if settings is not None and settings.known:  # a chat from before: the window's stay
+            self._restore(settings)
+        model = self.controller.model
+        was = conversation.model or (settings.model if settings is not None else None)
+        if self.controller.remote is None and model is not None and was and was != model.name:
+            self.window.show_message(reopened_text(was, model.name, model.max_context), "info")
+
+    def _restore(self, settings: ChatSettings) -> None:
+        """A chat opened again gets its sampling, prompt style, stops and system prompt back."""
+        box = self.side_panel.sampling_box
+        if settings.sampling is not None:
+            box.set_chat_values(settings.sampling)
+        if settings.choice is not None:
+            box.prompt.set_state(settings.choice, settings.user_stops)
+        prompt_box = self.side_panel.system_prompt_box
+        if prompt_box.text() != settings.system_prompt:
+            prompt_box.set_text(settings.system_prompt)
+            prompt_box.flush()
+
+    @Slot()
+    @Slot(object)
+    def _show_prompt_choice(self, _what: object = None) -> None:
+        continuing = self.side_panel.sampling_box.prompt.choice() == ps.CONTINUE
+        placeholder = ps.CONTINUE_PLACEHOLDER if continuing else self._chat_placeholder
+        self.chat_view.prompt_edit.setPlaceholderText(placeholder)
+        empty = ps.CONTINUE_EMPTY_CHAT if continuing else self._empty_chat
+        self.chat_view.transcript.setPlaceholderText(empty)
+
+    @Slot()
+    def _on_continue(self) -> None:
+        self.controller.continue_answer(self.options())
+
+    @Slot(object)
+    def _show_continue(self, _what: object = None) -> None:
+        """Continue is offered under an answer the token limit cut, while nothing runs."""
+        idle = not any(busy() for busy in self.window.busy_checks)  # e.g. a comparison runs
+        self.chat_view.continue_button.setVisible(idle and self.controller.can_continue())
 
     @Slot(str)
     def _regenerate_varied(self, fix: str) -> None:
-        box = self.panel.sampling_box
+        box = self.side_panel.sampling_box
         if fix == "seed":
             box.seed_spin.setValue(-1)  # random
         else:
@@ -79,24 +287,26 @@ class ChatFeature(QObject):
 
     @Slot(object)
     def _on_answer_started(self, _options: object) -> None:
-        self.window.dismiss_message()
-        self.view.show_messages(self.chat.conversation.messages)
-        self.view.begin_answer()
-        self.panel.begin_answer()
+        # A failure the banner tells of now (a device that failed) is over once this answer
+        # succeeds; what is shown while it runs, and notices, stay.
+        self._banner_at_start = self.window.dismiss_message()
+        self.chat_view.show_messages(self.controller.conversation.messages)
+        self.chat_view.begin_answer()
+        self.side_panel.begin_answer()
 
     @Slot(object)
     def _on_answer_delta(self, batch: TokenBatch) -> None:
-        self.view.append_answer(batch.text)
-        self.panel.add_latencies(batch.first_index, batch.latencies_s)
+        self.chat_view.append_answer(batch.text)
+        self.side_panel.add_latencies(batch.first_index, batch.latencies_s)
 
     @Slot(object)
     def _on_stats(self, snapshot: StatsSnapshot) -> None:
-        self.panel.show_stats(snapshot.figures)
+        self.side_panel.show_stats(snapshot.figures)
 
     @Slot(object)
     def _on_warm_up(self, progress: WarmUpProgress) -> None:
-        self.panel.show_warm_up(progress)
-        self.view.set_hint(
+        self.side_panel.show_warm_up(progress)
+        self.chat_view.set_hint(
             "Writing… Esc or Stop ends the answer."
             if progress.finished
             else "Preparing the device… (first answer only)"
@@ -104,19 +314,45 @@ class ChatFeature(QObject):
 
     @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:
-        self.panel.finish_answer(message.figures)
+        self.side_panel.finish_answer(message.figures)
+        if message.figures is None or message.figures.finish_reason != "error":
+            self.window.dismiss_message(failures_before=self._banner_at_start)
         if message.figures is not None:
             self.window.notify(fmt.figures_line(message.figures, tokens=False), 10000)
 
     @Slot(str, str)
     def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
-        if restored_prompt and not self.view.prompt_text().strip():
-            self.view.set_prompt_text(restored_prompt)
-        self.panel.finish_answer(None)
-        self.window.show_message(message, "error")
+        if restored_prompt and not self.chat_view.prompt_text().strip():
+            self.chat_view.set_prompt_text(restored_prompt)
+        self.side_panel.finish_answer(None)
+        self.window.show_message(message, "error", until_answer=True)
+
+
+def model_switch_text(was: str, now: str, started: bool) -> str:
+    if started:
+        return (
+            f"{now} is loaded, so a new chat starts; your chat with {was} stays in the "
+            "conversation list."
+        )
+    return f"This chat was with {was}; its next answer comes from {now}."
+
+
+def reopened_text(was: str, now: str, context: int) -> str:
+    return (
+        f"This chat was with {was}. Its next answer comes from {now}, and it is counted "
+        f"against that model's context ({context} tokens)."
+    )
 
 
 def install_chat(window: MainWindow) -> ChatFeature:
+    """What MainWindow's `chat` argument is: the chat, built in the frame and registered."""
     feature = ChatFeature(window)
     window.add_feature(feature)
     return feature
+
+
+def chat_of(window: MainWindow) -> ChatFeature:
+    """The window's chat (install_chat built it before any other feature)."""
+    chat = window.chat
+    assert isinstance(chat, ChatFeature), "the window's chat is built by install_chat"
+    return chat

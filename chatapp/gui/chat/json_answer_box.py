@@ -2,9 +2,10 @@
 (chatapp/engine/constraints.py), any object or the one a pasted JSON schema describes.
 
 The schema box appears only while the option is checked. Its text is checked as JSON while
-typing (a note under it says what is wrong); whether the schema itself can be used is known
-when the answer starts, and said in one line there. Changes are announced once typing pauses,
-as the system prompt's are: the panel writes its settings file on each.
+typing, and against the limits a schema must keep (chatapp/engine/json_schema.py: nesting,
+numbers, $refs), a note under it saying what is wrong; whether the grammar library can use it
+is known when the answer starts, and said in one line there. Changes are announced once typing
+pauses, as the system prompt's are: the panel writes its settings file on each.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtWidgets import QCheckBox, QVBoxLayout, QWidget
 
+from chatapp.engine.json_schema import ConstraintError, check_schema
 from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import warning_label
@@ -87,9 +89,13 @@ class JsonAnswerOption(QWidget):
                 value = json.loads(text)
             except ValueError as exc:
                 problem = f"Not valid JSON yet: {exc}."
+            except RecursionError:
+                problem = "The JSON schema is nested too deeply."
             else:
-                if not isinstance(value, dict):
-                    problem = "A JSON schema is an object: {...}."
+                try:
+                    check_schema(value)
+                except ConstraintError as exc:
+                    problem = str(exc)
         self._show_note(problem)
 
     @Slot(str)

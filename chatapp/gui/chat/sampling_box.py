@@ -33,9 +33,11 @@ from chatapp.engine.model_folder.sampling_defaults import (
 )
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.json_answer_box import JsonAnswerOption
+from chatapp.gui.chat.prompt_option import PromptOption
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
+from chatapp.session.prompt_style import format_stops, parse_stops
 
 OVERRIDES_KEY = "sampling/overrides"  # the values the user chose, one key per field
 # Settings of chatapp 0.1 saved every value; only those that differ from its defaults were
@@ -150,6 +152,9 @@ class SamplingBox(QGroupBox):
         self.json_answer = JsonAnswerOption(self)
         self.json_answer.sig_changed.connect(self._on_plain_edit)
         form.addRow(self.json_answer)
+        self.prompt = PromptOption(self)  # chat or text continuation, stop strings
+        self.prompt.sig_changed.connect(self._on_plain_edit)
+        form.addRow(self.prompt)
         ignore_wheel_unless_focused(*self.spins.values())
         ignore_wheel_unless_focused(self.max_tokens_spin, self.seed_spin)
         for field, spin in self.spins.items():
@@ -198,6 +203,22 @@ class SamplingBox(QGroupBox):
         """The user picked a preset: its values become theirs."""
         preset = PRESETS[name]
         self.overrides = {f: float(getattr(preset, f)) for f in SAMPLING_FIELDS}
+        self._show()
+
+    def set_chat_values(self, settings: SamplingSettings) -> None:
+        """A chat opened from the history: the values it was answered with are shown again
+        (those that differ from the model's suggestion count as the user's)."""
+        self.overrides = {
+            f: float(getattr(settings, f))
+            for f in SAMPLING_FIELDS
+            if abs(float(getattr(settings, f)) - float(getattr(self.model.settings, f))) > 1e-6
+        }
+        self._filling = True
+        try:
+            self.max_tokens_spin.setValue(settings.max_new_tokens)
+            self.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
+        finally:
+            self._filling = False
         self._show()
 
     def _on_value_edited(self, field: str) -> None:
@@ -293,6 +314,7 @@ class SamplingBox(QGroupBox):
             enabled = str(settings.value("sampling/json_answer", "false")).lower() == "true"
             schema = settings.value("sampling/json_schema", "")
             self.json_answer.set_state(enabled, schema if isinstance(schema, str) else "")
+            self.prompt.set_state(self.prompt.choice(), _stops(settings.value("sampling/stops")))
         finally:
             self._filling = False
         self._show(save=False)
@@ -313,6 +335,14 @@ class SamplingBox(QGroupBox):
         settings.setValue("sampling/seed", self.seed_spin.value())
         settings.setValue("sampling/json_answer", self.json_answer.check.isChecked())
         settings.setValue("sampling/json_schema", self.json_answer.schema_edit.toPlainText())
+        settings.setValue("sampling/stops", format_stops(self.prompt.user_stops()))
+
+
+def _stops(value: object) -> tuple[str, ...]:
+    try:
+        return parse_stops(value) if isinstance(value, str) else ()
+    except ValueError:
+        return ()
 
 
 def _number(value: object) -> float | None:

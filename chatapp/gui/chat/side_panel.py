@@ -1,5 +1,5 @@
-"""The side panel: the live figures (live_figures.py), the loop toggle, device and threads,
-sampling and the system prompt."""
+"""The side panel: the live figures (live_figures.py), the loop toggle (loop_toggle.py),
+device and threads, sampling and the system prompt."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QAbstractButton,
-    QButtonGroup,
     QComboBox,
     QFormLayout,
     QGroupBox,
-    QHBoxLayout,
-    QPushButton,
+    QLabel,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -22,107 +19,40 @@ from PySide6.QtWidgets import (
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.chat.live_figures import LiveFigures
+from chatapp.gui.chat.loop_toggle import LOCKED_TIP, LoopToggle
 from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.theme import ThemeColors, on_theme, warning_label
+from chatapp.gui.common.theme import warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session.formatting import DEVICE_NAMES, REMOTE
 from chatapp.session.loop_notes import (
-    LOOP_TIPS,
     LoadedDevice,
     device_name,
 )
 
-LOCKED_TIP = "Applies to whole answers: wait for this one to finish or press Stop."
-
-
-def segment_style(c: ThemeColors) -> str:
-    """The segments in the palette's colours: the checked one in the selection colour."""
-    return f"""
-QPushButton {{ border: 1px solid {c.border.name()}; padding: 5px 6px;
-    background: {c.base.name()}; color: {c.base_text.name()}; }}
-QPushButton:checked {{ background: {c.accent.name()}; color: {c.accent_text.name()};
-    border-color: {c.accent.name()}; }}
-QPushButton:disabled {{ color: {c.disabled.name()}; }}
-QPushButton:checked:disabled {{ background: {c.accent_disabled.name()};
-    color: {c.accent_disabled_text.name()}; border-color: {c.accent_disabled.name()}; }}
-QPushButton[segment="first"] {{
-    border-top-left-radius: 5px; border-bottom-left-radius: 5px; border-right: none; }}
-QPushButton[segment="middle"] {{ border-right: none; }}
-QPushButton[segment="last"] {{
-    border-top-right-radius: 5px; border-bottom-right-radius: 5px; }}
-"""
-
-
-def mode_button_name(mode: Mode) -> str:
-    """The object name of a loop's button, from its label: "modeNoCacheButton", ..."""
-    words = mode.label.replace("-", " ").split()
-    return "mode" + "".join(w[:1].upper() + w[1:] for w in words) + "Button"
-
-
-class LoopToggle(QWidget):
-    """A segmented control with one button per loop, in Mode's order: No cache | Naive |
-    IO-Binding."""
-
-    sig_mode_changed = Signal(str)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.buttons: dict[Mode, QPushButton] = {}
-        self.group = QButtonGroup(self)
-        self.group.setExclusive(True)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        for mode in MODES:
-            button = QPushButton(mode.label, self)
-            button.setObjectName(mode_button_name(mode))
-            button.setToolTip(LOOP_TIPS.get(mode, mode.description))
-            last = len(MODES) - 1
-            button.setProperty(
-                "segment",
-                "first" if mode.order == 0 else "last" if mode.order == last else "middle",
-            )
-            button.setCheckable(True)
-            button.setCursor(Qt.CursorShape.PointingHandCursor)
-            self.group.addButton(button)
-            layout.addWidget(button, 1)
-            self.buttons[mode] = button
-        self.naive_button = self.buttons[Mode.NAIVE]
-        self.iobinding_button = self.buttons[Mode.IOBINDING]
-        on_theme(self, lambda c: self.setStyleSheet(segment_style(c)))
-        self.iobinding_button.setChecked(True)
-        self.group.buttonToggled.connect(self._on_toggled)
-
-    def mode(self) -> Mode:
-        return next((m for m, b in self.buttons.items() if b.isChecked()), Mode.IOBINDING)
-
-    def set_mode(self, mode: str) -> None:
-        self.buttons[Mode(mode) if mode in MODES else Mode.IOBINDING].setChecked(True)
-
-    def set_locked(self, locked: bool) -> None:
-        for mode, button in self.buttons.items():
-            button.setEnabled(not locked)
-            button.setToolTip(LOCKED_TIP if locked else LOOP_TIPS.get(mode, mode.description))
-
-    @Slot(QAbstractButton, bool)
-    def _on_toggled(self, _button: QAbstractButton, checked: bool) -> None:
-        if checked:
-            emit(self.sig_mode_changed, self.mode())
+# The figures another feature may rewrite (a remote server's client greys what it cannot
+# measure): set_figure and figure_tip name them so.
+FIGURES = ("ttft", "tokens_per_second", "perplexity", "prompt_perplexity", "transfer", "context")
 
 
 class SidePanel(QWidget):
+    """Other features use the methods and signals listed in tests/test_architecture.py
+    (SIDE_PANEL_API), never the widgets inside."""
+
     sig_mode_changed = Signal(str)
     sig_device_changed = Signal(str)
     sig_threads_changed = Signal(object)  # int | None
     # The figures were (re)written: a remote backend greys what it cannot measure (gui/remote).
     sig_figures_shown = Signal(object)  # AnswerFigures, or None when cleared for an answer
+    # What the next answer sends changed: its token limit or the system prompt (the history
+    # measures the context again).
+    sig_request_changed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -142,18 +72,7 @@ class SidePanel(QWidget):
 
     # ---- building -------------------------------------------------------------------------
     def _build_figures(self) -> LiveFigures:
-        box = LiveFigures(self)
-        # By their old names: the history, the remote figures and tests read them.
-        self.tokens_per_second_value = box.tokens_per_second_value
-        self.ttft_value = box.ttft_value
-        self.perplexity_value = box.perplexity_value
-        self.prompt_perplexity_value = box.prompt_perplexity_value
-        self.transfer_value = box.transfer_value
-        self.transfer_note = box.transfer_note
-        self.context_value = box.context_value
-        self.context_bar = box.context_bar
-        self.latency_chart = box.latency_chart
-        return box
+        return LiveFigures(self)
 
     def _build_loop(self) -> QGroupBox:
         box = QGroupBox("Generation loop and device", self)
@@ -195,20 +114,14 @@ class SidePanel(QWidget):
 
     def _build_sampling(self) -> SamplingBox:
         self.sampling_box = box = SamplingBox(self)
-        # The spin boxes by their old names: the history and scripts set them.
-        self.temperature_spin = box.temperature_spin
-        self.top_p_spin = box.top_p_spin
-        self.top_k_spin = box.top_k_spin
-        self.repetition_spin = box.repetition_spin
-        self.max_tokens_spin = box.max_tokens_spin
-        self.seed_spin = box.seed_spin
         box.sig_changed.connect(self._save)
+        box.max_tokens_spin.valueChanged.connect(lambda _v: emit(self.sig_request_changed))
         return box
 
     def _build_system_prompt(self) -> SystemPromptBox:
         self.system_prompt_box = box = SystemPromptBox(self)
-        self.system_prompt_edit = box.edit
         box.sig_changed.connect(self._save)
+        box.edit.textChanged.connect(lambda: emit(self.sig_request_changed))
         return box
 
     # ---- what the next answer uses ------------------------------------------------------------
@@ -224,8 +137,10 @@ class SidePanel(QWidget):
         return GenerationOptions(
             self.sampling_settings(),
             self.mode(),
-            self.system_prompt_edit.toPlainText(),
+            self.system_prompt_box.text(),
             self.sampling_box.json_answer.schema_text(),
+            self.sampling_box.prompt.stops(),
+            self.sampling_box.prompt.prompt_style(),
         )
 
     def mode(self) -> Mode:
@@ -313,8 +228,78 @@ class SidePanel(QWidget):
         self.threads_spin.setEnabled(not loading)
 
     # ---- figures (live_figures.py) ---------------------------------------------------------
-    def set_context(self, used: int, total: int) -> None:
+    def set_context(self, used: int, total: int, tip: str | None = None) -> None:
+        """`used` of `total` tokens; `tip`: what the count holds, on the figure and its bar
+        ("": none; None: the tooltips stay)."""
         self.figures_box.set_context(used, total)
+        if tip is not None:
+            self.figures_box.context_value.setToolTip(tip)
+            if tip:
+                self.figures_box.context_bar.setToolTip(tip)
+
+    def set_figure(
+        self,
+        key: str,
+        *,
+        text: str | None = None,
+        tip: str | None = None,
+        enabled: bool | None = None,
+    ) -> None:
+        """Rewrite one of FIGURES: its text, tooltip, or whether it shows as available."""
+        label = self._figure(key)
+        if text is not None:
+            label.setText(text)
+        if tip is not None:
+            label.setToolTip(tip)
+        if enabled is not None:
+            label.setEnabled(enabled)
+
+    def figure_tip(self, key: str) -> str:
+        return self._figure(key).toolTip()
+
+    def _figure(self, key: str) -> QLabel:
+        box = self.figures_box
+        labels = dict(
+            zip(
+                FIGURES,
+                (
+                    box.ttft_value,
+                    box.tokens_per_second_value,
+                    box.perplexity_value,
+                    box.prompt_perplexity_value,
+                    box.transfer_value,
+                    box.context_value,
+                ),
+                strict=True,
+            )
+        )
+        return labels[key]
+
+    def loaded(self) -> LoadedDevice:
+        """What the next answer runs on, as the figures describe it."""
+        return self.figures_box.loaded
+
+    def set_loaded(self, loaded: LoadedDevice) -> None:
+        self.figures_box.set_loaded(loaded)
+
+    # ---- where other features add to the panel ------------------------------------------------
+    def add_backend_box(self, box: QWidget) -> None:
+        """A box on what answers (a remote server's), under the figures."""
+        layout = self.layout()
+        assert isinstance(layout, QVBoxLayout)
+        layout.insertWidget(layout.indexOf(self.figures_box) + 1, box)
+
+    def add_loop_note(self, note: QWidget) -> None:
+        """A note under the loop, device and threads (why they do not apply)."""
+        layout = self.loop_box.layout()
+        if layout is not None:
+            layout.addWidget(note)
+
+    def loop_title(self) -> str:
+        return self.loop_box.title()
+
+    def set_loop_title(self, title: str) -> None:
+        self.loop_box.setTitle(title)
 
     def set_device_memory(
         self,
@@ -383,7 +368,7 @@ class SidePanel(QWidget):
         settings.setValue("engine/mode", self.mode().value)
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
-        settings.setValue("chat/system_prompt", self.system_prompt_edit.toPlainText())
+        settings.setValue("chat/system_prompt", self.system_prompt_box.text())
 
     @Slot(str)
     def _on_mode_changed(self, mode: str) -> None:

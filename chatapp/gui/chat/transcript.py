@@ -319,7 +319,7 @@ class TranscriptView(TranscriptActions):
             tokens = self._small_format(self.colors.muted)
             tokens.setToolTip(tip[1])
             cursor.insertText("   ", QTextCharFormat())
-            cursor.insertText(f"{tip[0]} tokens", tokens)
+            cursor.insertText(f"{tip[0]} tokens of context", tokens)
         if actions and index in self.unsaved:
             badge = self._small_format(self.colors.warning)
             badge.setFontWeight(QFont.Weight.DemiBold)

@@ -71,6 +71,7 @@ class ChatView(QWidget):
     sig_send = Signal(str)
     sig_stop = Signal()
     sig_regenerate = Signal()
+    sig_continue = Signal()  # go on with the answer the token limit cut
     sig_new_chat = Signal()
     sig_copied = Signal(int)  # message index
     sig_code_copied = Signal(int, int)  # message index, code block number
@@ -133,6 +134,14 @@ class ChatView(QWidget):
         self.regenerate_button.setObjectName("regenerateButton")
         self.regenerate_button.setToolTip("Answer the last message again")
         self.regenerate_button.clicked.connect(self.sig_regenerate)
+        # After an answer the token limit cut: the same answer goes on (hidden otherwise).
+        self.continue_button = QPushButton("Continue", self)
+        self.continue_button.setObjectName("continueButton")
+        self.continue_button.setToolTip(
+            "The answer stopped at the token limit (Max new tokens): write more of it"
+        )
+        self.continue_button.clicked.connect(self.sig_continue)
+        self.continue_button.hide()
         self.new_chat_button = QPushButton("New chat", self)
         self.new_chat_button.setObjectName("newChatButton")
         self.new_chat_button.setToolTip("Start an empty conversation")
@@ -178,6 +187,7 @@ class ChatView(QWidget):
         actions = QHBoxLayout()
         actions.addWidget(self.new_chat_button)
         actions.addWidget(self.regenerate_button)
+        actions.addWidget(self.continue_button)
         actions.addSpacing(8)
         actions.addWidget(self.hint_label, 1)
         layout = QVBoxLayout(self)

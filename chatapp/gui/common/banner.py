@@ -1,4 +1,9 @@
-"""An inline message strip above the chat: errors and warnings without a blocking dialog."""
+"""An inline message strip above the chat: errors and warnings without a blocking dialog.
+
+Each message shown gets the next `serial`, so that what it said can be cleared once it is old:
+a message about a failure that a good answer shows is over (`until_answer`: a device that
+failed, an answer or a load that failed) goes when an answer that started after it succeeds
+(`dismiss_if_before`); a notice (the history moved aside, read-only) stays until dismissed."""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ class MessageBanner(QFrame):
         super().__init__(parent)
         self.setObjectName("messageBanner")
         self.level = ""
+        self.serial = 0  # of the message shown last; each new one counts up
+        self.until_answer = False  # the message shown is old once an answer succeeds
         self.label = QLabel(self)
         self.label.setObjectName("bannerText")
         self.label.setWordWrap(True)
@@ -44,14 +51,22 @@ class MessageBanner(QFrame):
             f"#bannerText, #bannerCloseButton {{ color: {level.text.name()}; }}"
         )
 
-    def show_message(self, text: str, level: str = "error") -> None:
+    def show_message(self, text: str, level: str = "error", until_answer: bool = False) -> None:
         self.level = level
+        self.serial += 1
+        self.until_answer = until_answer
         self._style(colors())
         self.label.setText(text)
         self.show()
 
     def text(self) -> str:
         return self.label.text()
+
+    def dismiss_if_before(self, serial: int) -> None:
+        """Hide a message that a good answer makes old, if it was shown when `serial` was
+        current or earlier."""
+        if self.isVisible() and self.until_answer and self.serial <= serial:
+            self.dismiss()
 
     def dismiss(self) -> None:
         self.hide()

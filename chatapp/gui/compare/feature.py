@@ -12,6 +12,7 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QSizePolicy
 
 from chatapp.gui.chat.controller import State
+from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.compare.view import CompareView
 from chatapp.store.compare_results import default_results_path
 
@@ -31,10 +32,10 @@ class CompareFeature(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
-        self.chat = window.controller
+        self.chat = chat_of(window).controller
         # The last results come back after a restart (the data folder keeps them).
         self.view = CompareView(window.runner, window.host, window, default_results_path())
-        self.view.system_prompt = window.system_prompt
+        self.view.system_prompt = chat_of(window).system_prompt
         # Its controls must not widen the chat page (a small screen keeps both side panes):
         # the comparison gets the whole window when shown.
         self.view.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)

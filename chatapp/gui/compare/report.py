@@ -18,6 +18,7 @@ from chatapp.engine.bench.report import markdown_report
 from chatapp.engine.bench.sentences import caching_title as summary_caching_title
 from chatapp.engine.bench.summary import loop_figures, per_token_ms, summarize_comparison
 from chatapp.engine.modes import MODES, Mode
+from chatapp.safe_delete import replacing, replacing_path
 
 CHART_SIZE = (900, 420)
 PER_TOKEN_TITLE = "Time per token (median)"
@@ -124,14 +125,15 @@ def render_chart(chart: Any, path: Path, size: tuple[int, int] = CHART_SIZE) -> 
     view = QChartView(chart)
     view.setRenderHint(QPainter.RenderHint.Antialiasing)
     view.resize(*size)
-    if not view.grab().save(str(path), "PNG"):
-        raise OSError(f"could not write {path}")
+    with replacing_path(path) as temporary:
+        if not view.grab().save(str(temporary), "PNG"):
+            raise OSError(f"could not write {path}")
     return path
 
 
 def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
     tokens = folder / "tokens.csv"
-    with tokens.open("w", newline="", encoding="utf-8") as fh:
+    with replacing(tokens, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -161,7 +163,7 @@ def write_csv(result: dict[str, Any], folder: Path) -> list[Path]:
                     ]
                 )
     summary = folder / "summary.csv"
-    with summary.open("w", newline="", encoding="utf-8") as fh:
+    with replacing(summary, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -222,7 +224,8 @@ def write_report(result: dict[str, Any], folder: Path | str) -> ReportFiles:
         render_chart(chart, out / f"{name}.png") for name, chart in build_charts(result).items()
     ]
     data = out / "result.json"
-    data.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    with replacing(data) as fh:  # a name in the chosen folder that links elsewhere: replaced
+        fh.write(json.dumps(result, indent=2) + "\n")
     tables = write_csv(result, out)
     lines = ["# chatapp benchmark report", "", markdown_report(result), ""]
     env = result.get("environment", {})
@@ -239,5 +242,6 @@ def write_report(result: dict[str, Any], folder: Path | str) -> ReportFiles:
         "Numbers: [result.json](result.json), [tokens.csv](tokens.csv), [summary.csv](summary.csv)."
     ]
     markdown = out / "report.md"
-    markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with replacing(markdown) as fh:
+        fh.write("\n".join(lines) + "\n")
     return ReportFiles(out, markdown, data, tables, images)

@@ -21,6 +21,7 @@ SPEED_ROW = "tokens/s (tokens ÷ decode time: a mean)"
 TABLE_ROWS = (
     (SPEED_ROW, "tokens_per_s", 1.0, "fig"),
     ("time to first token (ms)", "ttft_s", 1000.0, "{:.0f}"),
+    ("prompt tokens/s (prompt ÷ time to first token)", "prompt_tokens_per_s", 1.0, "{:.0f}"),
     ("p95 time per token (ms)", "latency_p95_s", 1000.0, "{:.1f}"),
     ("host preparation share", "host_prep_share", 100.0, "{:.1f}%"),
     ("host→device per token", "h2d_bytes_per_token", 0.0, "bytes"),
@@ -42,6 +43,8 @@ def table_text(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str
     """A summary figure as the table shows it: the median, and the repeats' range if several."""
     if fmt == "bytes":
         return fmt_bytes(summary["transfer"][key])
+    if key not in summary:  # a result saved before the figure existed
+        return "n/a"
     value = summary[key] * scale
     if fmt == "fig":  # as the ratio column and the sentences write it
         fmt = f"{{:.{decimals(value)}f}}"

@@ -11,6 +11,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.common.qtcompat import emit
+from chatapp.session.chat_session import GenerationOptions
+from chatapp.session.chat_settings import remember, settings_of
 from chatapp.session.conversation import Conversation
 from chatapp.session.history_records import OpenedHistory, open_history
 from chatapp.session.history_sync import HistoryObserver, HistorySync
@@ -34,13 +36,22 @@ class HistoryController(QObject):
     ) -> None:
         super().__init__(parent)
         self.chat = chat
-        self.sync_core = HistorySync(chat.session, store, system_prompt, _Signals(self))
+        # The tools runner waits for a history another process keeps locked: this thread
+        # never does (session/history_failures.py).
+        self.sync_core = HistorySync(
+            chat.session, store, system_prompt, _Signals(self), chat.session.submit_tool
+        )
         chat.sig_answer_started.connect(self._on_answer_started)
         chat.sig_conversation_changed.connect(self._on_conversation_changed)
 
     @Slot(object)
-    def _on_answer_started(self, _options: object) -> None:
+    def _on_answer_started(self, options: GenerationOptions) -> None:
         self.sync_core.on_answer_started()
+        # The chat remembers how it is answered: restored when it is opened again.
+        backend = self.chat.backend
+        conversation = self.chat.conversation
+        conversation.settings = settings_of(options, backend.name if backend else None)
+        remember(self.sync_core.store, conversation.id, conversation.settings)
 
     @Slot(object)
     def _on_conversation_changed(self, _conversation: Conversation) -> None:

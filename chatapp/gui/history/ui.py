@@ -18,6 +18,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from chatapp.gui.chat.controller import State
+from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.gui.history.controller import HistoryController, OpenedHistory
 from chatapp.gui.history.panel import HistoryPanel, Row
@@ -41,11 +42,12 @@ class HistoryUi(QObject):
     def __init__(self, window: MainWindow, opened: OpenedHistory) -> None:
         super().__init__(window)
         self.window = window
-        self.chat = window.controller
+        self.chat_feature = chat_of(window)
+        self.chat = self.chat_feature.controller
         self.controller = HistoryController(
             self.chat,
             opened.store,
-            system_prompt=window.system_prompt,
+            system_prompt=self.chat_feature.system_prompt,
             parent=self,
         )
         self.panel = HistoryPanel(window)
@@ -123,14 +125,13 @@ class HistoryUi(QObject):
         h.sig_list_changed.connect(self._update_actions)  # the history may be writable now
         h.sig_current_changed.connect(self._on_current_changed)
         h.sig_message.connect(w.show_message)
-        w.chat_view.sig_edit_submitted.connect(self._on_edit_submitted)
+        self.chat_feature.chat_view.sig_edit_submitted.connect(self._on_edit_submitted)
         c.sig_context.connect(self._on_context)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
         c.sig_model_loaded.connect(lambda _summary: self.measure())
         c.sig_state_changed.connect(lambda _state: self._update_actions())
-        panel = w.side_panel
-        panel.max_tokens_spin.valueChanged.connect(lambda _v: self._measure_timer.start())
-        panel.system_prompt_edit.textChanged.connect(self._measure_timer.start)
+        # What the next answer sends changed (its token limit, the system prompt): measure.
+        self.chat_feature.side_panel.sig_request_changed.connect(self._measure_timer.start)
 
     # ---- the list -----------------------------------------------------------------------------
     @Slot()
@@ -168,18 +169,17 @@ class HistoryUi(QObject):
         if not self.unsaved.may_leave("open"):
             self.panel.set_current(self.controller.current_id)
             return False
-        self.window.chat_view.cancel_edit()
+        self.chat_feature.chat_view.cancel_edit()
         opened = self.controller.open(conversation_id)
         if opened:
             # The figures panel shows this chat's last answer, as after it was written.
-            panel = self.window.side_panel
-            panel.start_answer()
+            self.chat_feature.side_panel.start_answer()
             last = next(
                 (m for m in reversed(self.chat.conversation.messages) if m.figures is not None),
                 None,
             )
             if last is not None and last.figures is not None:
-                panel.show_stats(last.figures)
+                self.chat_feature.side_panel.show_stats(last.figures)
         else:
             self.panel.set_current(self.controller.current_id)
         return opened
@@ -292,38 +292,35 @@ class HistoryUi(QObject):
             (i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None
         )
         if last is not None:
-            self.window.chat_view.begin_edit(last)
+            self.chat_feature.chat_view.begin_edit(last)
 
     @Slot(int, str)
     def _on_edit_submitted(self, index: int, text: str) -> None:
-        if self.chat.edit(index, text, self.window.chat_options()):
-            self.window.chat_view.finish_edit()
+        if self.chat.edit(index, text, self.chat_feature.options()):
+            self.chat_feature.chat_view.finish_edit()
 
     # ---- context figures ------------------------------------------------------------------------
     @Slot()
     def measure(self) -> None:
         """Ask the worker what of this conversation the next answer would send."""
         if self.chat.state is State.READY:
-            self.chat.measure_context(self.window.chat_options())
+            self.chat.measure_context(self.chat_feature.options())
 
     @Slot(object)
     def _on_context(self, report: ContextReport | None) -> None:
-        view, panel = self.window.chat_view, self.window.side_panel
-        view.set_context(report, render=report is not None)
+        chat = self.chat_feature
+        chat.chat_view.set_context(report, render=report is not None)
         if report is None:
             total = self.chat.backend.max_context if self.chat.backend is not None else 0
-            panel.set_context(0, total)
-            panel.context_value.setToolTip("")
+            chat.side_panel.set_context(0, total, "")
         else:
-            panel.set_context(report.prompt_tokens, report.limit)
-            panel.context_value.setToolTip(report.describe())
-            panel.context_bar.setToolTip(report.describe())
+            chat.side_panel.set_context(report.prompt_tokens, report.limit, report.describe())
 
     @Slot(object)
     def _on_conversation_changed(self, conversation: Conversation) -> None:
         if conversation is not self._shown:
             self._shown = conversation
-            self.window.chat_view.cancel_edit()
+            self.chat_feature.chat_view.cancel_edit()
         self.panel.set_current(conversation.id)
         self._update_actions()
         if self.chat.state is State.READY and conversation.messages:
@@ -410,7 +407,9 @@ def when(moment: datetime, now: datetime | None = None) -> str:
 
 def _info_row(info: ConversationInfo) -> Row:
     count = info.message_count
-    subtitle = f"{when(info.updated)} · {count} message{'s' if count != 1 else ''}"
+    # Which model the chat was with, before the count (a narrow list elides the end first).
+    model = f" · {info.model}" if info.model else ""
+    subtitle = f"{when(info.updated)}{model} · {count} message{'s' if count != 1 else ''}"
     tip = f"{info.title}\n{subtitle}" + (f"\nModel: {info.model}" if info.model else "")
     return Row(info.id, info.title, subtitle, tip)
 

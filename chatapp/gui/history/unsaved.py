@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QMessageBox
 
+from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.session.history_records import snapshot
 from chatapp.store import export
@@ -52,7 +53,8 @@ class UnsavedGuard(QObject):
         self.retry_timer.setInterval(RETRY_MS)
         self.retry_timer.timeout.connect(self.retry)
         self.controller.sig_unsaved_changed.connect(self.update)
-        self.window.controller.sig_conversation_changed.connect(lambda _c: self.update())
+        self.chat = chat_of(window)
+        self.chat.controller.sig_conversation_changed.connect(lambda _c: self.update())
         window.leave_checks.append(self.may_leave)
 
     def reason(self) -> str:
@@ -67,7 +69,7 @@ class UnsavedGuard(QObject):
     def update(self) -> None:
         """Marks in the transcript, and the retry timer, as the controller says."""
         indices = self.controller.unsaved_indices()
-        self.window.chat_view.set_unsaved(indices, self.reason())
+        self.chat.chat_view.set_unsaved(indices, self.reason())
         retrying = self.controller.failure is not None and self.controller.store is not None
         if retrying and not self.retry_timer.isActive():
             self.retry_timer.start()
@@ -106,7 +108,7 @@ class UnsavedGuard(QObject):
 
     def export(self) -> Path | None:
         """Write the chat as shown (Markdown or JSON, by the file name) where the user says."""
-        chat = self.window.controller
+        chat = self.chat.controller
         conversation = chat.conversation
         name = _safe_name(conversation.title) + ".md"
         folder = export_folder(self.window.settings)
@@ -119,7 +121,7 @@ class UnsavedGuard(QObject):
         stored = snapshot(
             conversation,
             model=chat.model.name if chat.model is not None else None,
-            system_prompt=self.window.system_prompt(),
+            system_prompt=self.chat.system_prompt(),
             now=datetime.now(UTC),
         )
         text = (

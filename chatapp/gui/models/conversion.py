@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QWidget
 
 from chatapp.datadir import models_dir
 from chatapp.engine.devices import attention_for
-from chatapp.engine.engine import is_cpu
+from chatapp.engine.model_description import is_cpu
 from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.common.progress import ConversionProgressDialog
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, Slot
 
 from chatapp.datadir import models_dir
+from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.models.conversion import GgufConversion
 from chatapp.gui.models.library import ModelsDialog
 from chatapp.gui.models.variant_picker import VariantPicker, has_choice
@@ -27,11 +28,11 @@ class ModelsFeature(QObject):
         self.window = window
         self.conversion = GgufConversion(
             window,
-            window.controller,
+            chat_of(window).controller,
             window.notify,
             window.show_message,
             window.open_model,
-            window.side_panel.device,
+            chat_of(window).device,
         )
         window.before_shutdown.append(self.conversion.progress.close)
         menus = window.menus
@@ -46,7 +47,11 @@ class ModelsFeature(QObject):
         window = self.window
         if not has_choice(folder):
             return window.open_model(folder)
-        picker = VariantPicker(window.tools, folder, window)
+        model = chat_of(window).controller.model
+        same = model is not None and model.folder.resolve() == Path(folder).resolve()
+        running = model.onnx_file if model is not None and same else None
+        on_cpu = chat_of(window).device() == "cpu"
+        picker = VariantPicker(window.tools, folder, window, running, on_cpu)
         picker.sig_chosen.connect(lambda graph: window.open_model(folder, onnx_file=graph))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()
@@ -59,7 +64,7 @@ class ModelsFeature(QObject):
 
     @Slot()
     def show_models_dialog(self) -> ModelsDialog:
-        dialog = ModelsDialog(models_dir(), self.window.model_dir, self.window)
+        dialog = ModelsDialog(models_dir(), chat_of(self.window).model_dir, self.window)
         dialog.sig_open.connect(self.open_model_folder)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()

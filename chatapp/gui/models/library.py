@@ -1,14 +1,13 @@
 """File > Models: the prepared models (size on disk, source, precision), opened or removed
-from one list; the last model used, which the next start opens again; and how long each model
-took to load (the status bar's time left). The variant picker is gui/models/variant_picker.py."""
+from one list. The variant picker is gui/models/variant_picker.py; the last model used and
+the load times kept are gui/common/load_memory.py."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -28,57 +27,8 @@ from chatapp.gui.common.theme import muted
 from chatapp.store.model_library import LibraryError, LibraryModel, list_library, remove_model
 from chatapp.units import fmt_bytes
 
-LAST_FOLDER_KEY = "models/last_folder"
-LAST_ONNX_KEY = "models/last_onnx_file"
 COLUMNS = ("Model", "Size on disk", "Source", "Precision")
 FOLDER_ROLE = Qt.ItemDataRole.UserRole
-
-
-# ---- the last model used --------------------------------------------------------------------
-def remember_last_model(settings: QSettings, folder: Path, onnx_file: str) -> None:
-    settings.setValue(LAST_FOLDER_KEY, str(folder))
-    settings.setValue(LAST_ONNX_KEY, onnx_file)
-
-
-def last_model(settings: QSettings) -> tuple[Path, str | None] | None:
-    """The folder (and graph) used last, if it is still there."""
-    folder = str(settings.value(LAST_FOLDER_KEY, "") or "")
-    if not folder or not Path(folder).is_dir():
-        return None
-    onnx_file = str(settings.value(LAST_ONNX_KEY, "") or "")
-    return Path(folder), onnx_file or None
-
-
-# ---- how long loading took ---------------------------------------------------------------------
-LOAD_SECONDS_KEY = "models/load_seconds"
-KEEP_LOAD_TIMES = 20  # models remembered; the oldest is forgotten first
-
-
-def load_key(folder: Path, onnx_file: str | None, device: str) -> str:
-    """What a load time is kept under: the same graph of the same folder on the same device."""
-    return f"{folder.expanduser().resolve()}|{onnx_file or ''}|{device}"
-
-
-def last_load_seconds(settings: QSettings, key: str) -> float | None:
-    """How long the last load of `key` took, if one finished before."""
-    seconds = _load_times(settings).get(key)
-    return seconds if isinstance(seconds, int | float) and seconds > 0 else None
-
-
-def remember_load_seconds(settings: QSettings, key: str, seconds: float) -> None:
-    times = _load_times(settings)
-    times.pop(key, None)
-    times[key] = round(seconds, 2)
-    kept = dict(list(times.items())[-KEEP_LOAD_TIMES:])
-    settings.setValue(LOAD_SECONDS_KEY, json.dumps(kept))
-
-
-def _load_times(settings: QSettings) -> dict[str, object]:
-    try:
-        times = json.loads(str(settings.value(LOAD_SECONDS_KEY, "") or "{}"))
-    except ValueError:  # a hand-edited or damaged settings file: start again
-        return {}
-    return times if isinstance(times, dict) else {}
 
 
 # ---- File > Models ----------------------------------------------------------------------------

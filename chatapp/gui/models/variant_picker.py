@@ -1,8 +1,11 @@
 """Which graph to open when a model folder holds several (model.onnx, model_fp16.onnx,
-model_q4.onnx, ...). Each graph is read to learn its precision, about half a second for a large
-one, so the reading runs as a job on the window's worker: the dialog says "Reading…" with how
-far it got, then lists the graphs, most precise first. Closing it stops the reading and opens
-nothing."""
+model_q4.onnx, model_gguf.onnx, ...). Each graph is read to learn its precision, about half a
+second for a large one, so the reading runs as a job on the window's worker: the dialog says
+"Reading…" with how far it got, then lists the graphs, most precise first, each with the kernels
+that run it, and says in plain words what a variant is. The one selected is the graph running
+now when the folder is the loaded one, else the one the folder opens with on this computer (its
+GGUF kernels on the CPU, where they run): accepting it never switches kernels unasked. Closing
+it stops the reading and opens nothing."""
 
 from __future__ import annotations
 
@@ -21,12 +24,37 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.model_folder.variants import Variant, candidate_files
+from chatapp.engine.model_folder.model import default_graph_name
+from chatapp.engine.model_folder.variants import GGUF, Variant, candidate_files
+from chatapp.engine.native_kernels import library_isa
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.session.model_jobs import GraphRead, variants_job
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
+ISA_NAMES = {"avx2": "AVX2", "avx512vnni": "AVX-512 VNNI", "scalar": "scalar"}
+WHAT_A_VARIANT_IS = (
+    "A variant is the same model stored another way: at another precision (more precise "
+    "answers a little better, smaller runs faster) or for other kernels, the code that does "
+    "the arithmetic."
+)
+
+
+def kernels_of(variant: Variant) -> str:
+    """Which kernels run a graph, as the window's model line names them."""
+    if variant.precision != GGUF:
+        return "ONNX Runtime kernels"
+    isa = library_isa()
+    return f"GGUF kernels, {ISA_NAMES.get(isa or '', isa or 'not built')}"
+
+
+def variant_text(variant: Variant, default: bool, running: bool) -> str:
+    """One row of the list: the file, precision and size, kernels, and which is which."""
+    notes = ["running now"] if running else []
+    if default:
+        notes.append("opens by default here")
+    tail = f" · {', '.join(notes)}" if notes else ""
+    return f"{variant.label()} — {kernels_of(variant)}{tail}"
 
 
 def has_choice(folder: Path) -> bool:
@@ -44,11 +72,21 @@ class VariantPicker(QDialog):
 
     sig_chosen = Signal(object)  # str | None
 
-    def __init__(self, runner: JobRunner, folder: Path, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        runner: JobRunner,
+        folder: Path,
+        parent: QWidget | None = None,
+        running: str | None = None,
+        on_cpu: bool = True,
+    ) -> None:
+        """`running`: the graph the window runs now, when `folder` is the loaded one."""
         super().__init__(parent)
         self.setObjectName("variantPicker")
         self.setWindowTitle("Choose a variant")
         self.folder = folder
+        self.running = running
+        self.default = default_graph_name(folder, on_cpu)  # file names only: nothing read
         self.variants: list[Variant] | None = None  # None while reading
         self.status_label = QLabel("Waiting for the current work to finish…", self)
         self.status_label.setObjectName("variantStatus")
@@ -58,6 +96,7 @@ class VariantPicker(QDialog):
         self.bar.setTextVisible(False)
         self.list = QListWidget(self)
         self.list.setObjectName("variantList")
+        self.list.setWordWrap(True)  # a row names file, precision, size, kernels and a note
         self.list.hide()
         self.list.itemDoubleClicked.connect(lambda _item: self.accept())
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel, self)
@@ -73,7 +112,7 @@ class VariantPicker(QDialog):
         layout.addWidget(self.bar)
         layout.addWidget(self.list, 1)
         layout.addWidget(buttons)
-        self.resize(520, 300)
+        self.resize(640, 320)
         self.handle: JobHandle | None = runner.submit(variants_job(folder))
         self.handle.sig_started.connect(self._on_started)
         self.handle.sig_yielded.connect(self._on_progress)
@@ -110,13 +149,18 @@ class VariantPicker(QDialog):
             self.accept()
             return
         self.bar.hide()
+        paths = [v.path for v in variants]
+        keep = next((p for p in (self.running, self.default) if p in paths), paths[0])
+        which = "the one running now" if keep == self.running else "what it opens with here"
         self.status_label.setText(
-            f"{self.folder.name} holds {len(variants)} ONNX graphs; the first is the most precise:"
+            f"{self.folder.name} holds {len(variants)} variants of the model, most precise "
+            f"first. {WHAT_A_VARIANT_IS} Selected: {which}."
         )
         for variant in variants:
-            item = QListWidgetItem(variant.label(), self.list)
+            text = variant_text(variant, variant.path == self.default, variant.path == self.running)
+            item = QListWidgetItem(text, self.list)
             item.setData(PATH_ROLE, variant.path)
-        self.list.setCurrentRow(0)
+        self.list.setCurrentRow(paths.index(keep))
         self.list.show()
         self.open_button.setEnabled(True)
         self.list.setFocus()
@@ -142,7 +186,9 @@ class VariantPicker(QDialog):
         if self.reading:
             self._forget_job(stop=True)  # the worker stops between two graphs
         elif result == QDialog.DialogCode.Accepted and self.variants and len(self.variants) > 1:
-            emit(self.sig_chosen, self.chosen())
+            chosen = self.chosen()
+            # The folder's own default stays "the default": it follows the device chosen later.
+            emit(self.sig_chosen, None if chosen == self.default else chosen)
         super().done(result)
 
     def _forget_job(self, stop: bool = False) -> None:

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.engine.figures import AnswerFigures
-from chatapp.gui.chat.side_panel import SidePanel
+from chatapp.gui.chat.side_panel import FIGURES, SidePanel
 from chatapp.gui.common.theme import muted
 from chatapp.remote.engine import UNAVAILABLE
 from chatapp.session import formatting as fmt
@@ -81,32 +81,23 @@ def unavailable_sentence() -> str:
 
 
 class RemoteFigures(QObject):
-    """Switches the side panel between local and remote figures."""
+    """Switches the side panel between local and remote figures, through the panel's own
+    methods (gui/chat/side_panel.py): its box goes where the panel offers one."""
 
     def __init__(self, panel: SidePanel) -> None:
         super().__init__(panel)
         self.panel = panel
         self.remote: RemoteSummary | None = None
         self.box = self._build_box(panel)
-        layout = panel.layout()
-        assert isinstance(layout, QVBoxLayout)
-        layout.insertWidget(layout.indexOf(panel.figures_box) + 1, self.box)
+        panel.add_backend_box(self.box)
         self.box.hide()
-        self.loop_note = _note(LOOP_TIP, panel.loop_box)
+        self.loop_note = _note(LOOP_TIP, panel)
         self.loop_note.setObjectName("remoteLoopNote")
         self.loop_note.hide()
-        loop_layout = panel.loop_box.layout()
-        if loop_layout is not None:
-            loop_layout.addWidget(self.loop_note)
-        self._loop_title = panel.loop_box.title()
-        self._local_tips = {
-            label: label.toolTip()
-            for label in (panel.ttft_value, panel.tokens_per_second_value, panel.context_value)
-        }
-        self._local_tips[panel.prompt_perplexity_value] = panel.prompt_perplexity_value.toolTip()
-        self._local_tips[panel.perplexity_value] = panel.perplexity_value.toolTip()
-        self._local_tips[panel.transfer_value] = panel.transfer_value.toolTip()
-        self._local_device = panel.figures_box.loaded
+        panel.add_loop_note(self.loop_note)
+        self._loop_title = panel.loop_title()
+        self._local_tips = {key: panel.figure_tip(key) for key in FIGURES}
+        self._local_device = panel.loaded()
         panel.sig_figures_shown.connect(self._on_figures_shown)
 
     def _build_box(self, panel: SidePanel) -> QGroupBox:
@@ -146,27 +137,26 @@ class RemoteFigures(QObject):
         was_remote, self.remote = self.remote is not None, summary
         remote = summary is not None
         if remote and not was_remote:
-            self._local_device = panel.figures_box.loaded  # what answers after Disconnect
+            self._local_device = panel.loaded()  # what answers after Disconnect
         if summary is not None:
-            panel.figures_box.set_loaded(
+            panel.set_loaded(
                 LoadedDevice(REMOTE, f"the server {summary.server}", False, 0, summary.name)
             )
         elif was_remote:
-            panel.figures_box.set_loaded(self._local_device)
+            panel.set_loaded(self._local_device)
         panel.set_loop_unavailable(LOOP_TIP if remote else None)
-        title = f"{self._loop_title} (the server's)" if remote else self._loop_title
-        panel.loop_box.setTitle(title)
+        panel.set_loop_title(f"{self._loop_title} (the server's)" if remote else self._loop_title)
         self.loop_note.setVisible(remote)
         self.box.setVisible(remote)
-        for label in (panel.prompt_perplexity_value, panel.transfer_value):
-            label.setEnabled(not remote)
-        for label, tip in self._local_tips.items():
-            label.setToolTip(tip)
+        for key in ("prompt_perplexity", "transfer"):
+            panel.set_figure(key, enabled=not remote)
+        for key, tip in self._local_tips.items():
+            panel.set_figure(key, tip=tip)
         if summary is not None:
-            panel.ttft_value.setToolTip(REMOTE_TIPS["ttft"])
-            panel.tokens_per_second_value.setToolTip(REMOTE_TIPS["speed"])
-            panel.prompt_perplexity_value.setToolTip(PROMPT_PERPLEXITY_TIP)
-            panel.transfer_value.setToolTip(TRANSFER_TIP)
+            panel.set_figure("ttft", tip=REMOTE_TIPS["ttft"])
+            panel.set_figure("tokens_per_second", tip=REMOTE_TIPS["speed"])
+            panel.set_figure("prompt_perplexity", tip=PROMPT_PERPLEXITY_TIP)
+            panel.set_figure("transfer", tip=TRANSFER_TIP)
             self.server_label.setText(f"<b>{_escape(summary.name)}</b> at {summary.server}")
             self.server_caption.setText(
                 "Reported by the server (chatapp serve) for the last answer:"
@@ -178,10 +168,11 @@ class RemoteFigures(QObject):
             panel.start_answer()  # the local model's last figures no longer apply
             panel.set_context(0, summary.max_context)
         else:
-            for label in (panel.perplexity_value, panel.context_value):
-                label.setEnabled(True)
-            panel.transfer_value.setText(fmt.MISSING)  # until the next local answer
-            panel.context_value.setText(fmt.MISSING)
+            for key in ("perplexity", "context"):
+                panel.set_figure(key, enabled=True)
+            # Until the next local answer.
+            panel.set_figure("transfer", text=fmt.MISSING)
+            panel.set_figure("context", text=fmt.MISSING)
             panel.start_answer()
 
     def show_server(self, figures: Mapping[str, Any] | None) -> None:
@@ -196,24 +187,21 @@ class RemoteFigures(QObject):
         if self.remote is None:
             return
         panel = self.panel
-        panel.prompt_perplexity_value.setText(NOT_AVAILABLE)
         # The live figures write each answer's tooltips: a client's words go over them.
-        panel.prompt_perplexity_value.setToolTip(PROMPT_PERPLEXITY_TIP)
-        panel.transfer_value.setText(NOT_AVAILABLE)
-        panel.transfer_value.setToolTip(TRANSFER_TIP)
+        panel.set_figure("prompt_perplexity", text=NOT_AVAILABLE, tip=PROMPT_PERPLEXITY_TIP)
+        panel.set_figure("transfer", text=NOT_AVAILABLE, tip=TRANSFER_TIP)
         answered = figures is not None and (figures.generated_tokens or 0) > 0
         no_logprobs = answered and figures is not None and figures.perplexity is None
-        panel.perplexity_value.setEnabled(not no_logprobs)
-        panel.perplexity_value.setToolTip(
-            NO_LOGPROBS_TIP if no_logprobs else self._local_tips[panel.perplexity_value]
+        panel.set_figure(
+            "perplexity",
+            enabled=not no_logprobs,
+            tip=NO_LOGPROBS_TIP if no_logprobs else self._local_tips["perplexity"],
+            text=NOT_AVAILABLE if no_logprobs else None,
         )
-        if no_logprobs:
-            panel.perplexity_value.setText(NOT_AVAILABLE)
         no_usage = answered and figures is not None and figures.prompt_tokens is None
-        panel.context_value.setEnabled(not no_usage)
+        panel.set_figure("context", enabled=not no_usage)
         if no_usage:
-            panel.context_value.setText(NOT_AVAILABLE)
-            panel.context_value.setToolTip(NO_USAGE_TIP)
+            panel.set_figure("context", text=NOT_AVAILABLE, tip=NO_USAGE_TIP)
 
 
 def _server_value(figures: Mapping[str, Any] | None, key: str, reader: Any) -> str:

@@ -16,6 +16,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QLabel, QToolButton
 
 from chatapp.gui.chat.controller import State
+from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.remote.dialog import ConnectDialog, key_of, save_key, saved_keys
 from chatapp.gui.remote.figures import RemoteFigures
@@ -43,8 +44,9 @@ class RemoteUi(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
-        self.chat = window.controller
-        self.figures = RemoteFigures(window.side_panel)
+        self.chat_feature = chat_of(window)
+        self.chat = self.chat_feature.controller
+        self.figures = RemoteFigures(self.chat_feature.side_panel)
         self.server = WindowServer(window.runner, window.host, self, window.tools)
         self.timeouts = Timeouts()  # tests shorten them
         self.listing_timeouts = LISTING_TIMEOUTS
@@ -186,7 +188,7 @@ class RemoteUi(QObject):
             if model is not None:
                 w.show_backend(f"{model.name} · {model.device_label}", f"{model.name} — chatapp")
                 w.notify(f"Answers come from {model.name} again.", 8000)
-                w.show_context(0, model.max_context)
+                self.chat_feature.side_panel.set_context(0, model.max_context)
             else:
                 w.show_backend("No model", "chatapp")
         self._update_actions()
@@ -236,7 +238,7 @@ class RemoteUi(QObject):
     def _serve_on(self, port: int) -> None:
         remember_port(self.window.settings, port)
         self.server.port = port
-        if not self.server.start(self.window.loop_mode(), port):
+        if not self.server.start(self.chat_feature.loop_mode(), port):
             self._set_serve_checked(False)
         else:
             self.window.notify("Starting the server…")
@@ -283,7 +285,7 @@ class RemoteUi(QObject):
         if serving is not None:
             self.server.stop()
             self._set_serve_checked(True)
-            self.server.start(self.window.loop_mode(), serving.port)
+            self.server.start(self.chat_feature.loop_mode(), serving.port)
         self._update_actions()
 
     def _set_serve_checked(self, checked: bool) -> None:

@@ -27,7 +27,7 @@ from chatapp.logs import LOG_FILE
 if TYPE_CHECKING:
     from PySide6.QtCore import QSettings
 
-    from chatapp.gui.chat.controller import ChatController
+    from chatapp.gui.window.chat_face import ChatFace
 
 RECENT_KEY = "models/recent"
 
@@ -36,9 +36,8 @@ class MenuHost(Protocol):
     """What the menus ask of the window (MainWindow is one): they never import it."""
 
     settings: QSettings
-    model_dir: Path | None
     tabs: QTabWidget
-    controller: ChatController
+    chat: ChatFace  # once the chat is built (after the menus)
     open_folder: Callable[[Path], bool]
 
     def menuBar(self) -> QMenuBar: ...
@@ -140,7 +139,8 @@ class WindowMenus(QObject):
     @Slot()
     def _on_open_folder(self) -> None:
         window = self.window
-        start = str(window.model_dir.parent if window.model_dir else models_dir())
+        model_dir = window.chat.model_dir
+        start = str(model_dir.parent if model_dir else models_dir())
         folder = QFileDialog.getExistingDirectory(self.top, "Open model folder", start)
         if folder:
             emit(self.sig_open_folder, Path(folder))
@@ -184,29 +184,18 @@ class WindowMenus(QObject):
 
     @Slot()
     def _on_about(self) -> None:
-        QMessageBox.about(self.top, "About chatapp", about_text(self.window.controller))
+        QMessageBox.about(self.top, "About chatapp", about_text(self.window.chat))
 
 
-def about_text(controller: ChatController) -> str:
+def about_text(chat: ChatFace) -> str:
     """Help > About: the versions of chatapp, ONNX Runtime, Qt and Python, and the model."""
-    model = controller.model
     rows = [
         ("chatapp", __version__),
         ("ONNX Runtime", f"{ort.__version__} ({', '.join(ort.get_available_providers())})"),
         ("Qt", f"{qVersion()} (PySide6 {PySide6.__version__})"),
         ("Python", platform.python_version()),
     ]
-    if controller.remote is not None:
-        rows.append(("Server", controller.remote.description))
-    if model is not None:
-        rows += [
-            ("Model", model.description),
-            ("Folder", str(model.folder)),
-            ("Device", model.device_label),
-            ("Context allocated", str(model.max_context)),
-        ]
-    else:
-        rows.append(("Model", "none loaded"))
+    rows += chat.about_rows()
     table = "".join(
         f"<tr><td><b>{escape(k)}</b>&nbsp;&nbsp;</td><td>{escape(v)}</td></tr>" for k, v in rows
     )

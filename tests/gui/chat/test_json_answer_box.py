@@ -40,6 +40,21 @@ def test_text_that_is_not_a_json_object_gets_a_note(qtbot) -> None:
         pass
 
 
+def test_a_hostile_schema_gets_a_note_not_an_exception(qtbot) -> None:
+    option = _option(qtbot)
+    option.check.setChecked(True)
+    for text, words in (
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # was an uncaught RecursionError
+        ('{"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}', "loop"),
+        ('{"type": "integer", "maximum": 1e999}', "out of range"),
+        ('{"$ref": "http://example.com/s.json"}', "inside the schema"),
+    ):
+        option.schema_edit.setPlainText(text)
+        assert option.note.isVisible() and words in option.note.text()
+    option.schema_edit.setPlainText('{"type": "object"}')
+    assert not option.note.isVisible()
+
+
 def test_the_sampling_box_saves_and_restores_it(qtbot, tmp_path: Path) -> None:
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     box = SamplingBox()

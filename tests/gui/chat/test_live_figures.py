@@ -44,22 +44,28 @@ def test_switching_device_keeps_the_answer_s_figures_and_words_together(qtbot) -
     panel.begin_answer()
     assert panel.figures_box.answer_label.text().startswith("This answer:")
     panel.finish_answer(WEBGPU_NAIVE)
-    shown = (panel.tokens_per_second_value.text(), panel.transfer_value.text())
+    shown = (
+        panel.figures_box.tokens_per_second_value.text(),
+        panel.figures_box.transfer_value.text(),
+    )
     assert shown == ("1.3", "8.8 MB")
-    note = panel.transfer_note.text()
+    note = panel.figures_box.transfer_note.text()
     assert "naive loop" in note and "8.8 MB" in note
     # Back to the CPU: the WebGPU answer stays as it was, never with the CPU's explanation.
     panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
-    assert (panel.tokens_per_second_value.text(), panel.transfer_value.text()) == shown
+    assert (
+        panel.figures_box.tokens_per_second_value.text(),
+        panel.figures_box.transfer_value.text(),
+    ) == shown
     assert panel.figures_box.answer_label.text() == "Last answer: Naive · WebGPU (software)"
-    assert panel.transfer_note.text() == note
+    assert panel.figures_box.transfer_note.text() == note
     # The next answer is the CPU's, labelled so, with the CPU's words.
     panel.begin_answer()
-    assert panel.tokens_per_second_value.text() == fmt.MISSING
+    assert panel.figures_box.tokens_per_second_value.text() == fmt.MISSING
     assert panel.figures_box.answer_label.text() == "This answer: IO-Binding · CPU"
     panel.finish_answer(CPU_IOBINDING)
-    assert panel.transfer_value.text() == "0 B"
-    cpu_note = panel.transfer_note.text()
+    assert panel.figures_box.transfer_value.text() == "0 B"
+    cpu_note = panel.figures_box.transfer_note.text()
     assert "stays in the computer's memory" in cpu_note and "noise" in cpu_note
     # 30 + 20 tokens, the last one written at the limit but never read back: 49 in the cache.
     assert fmt_bytes(naive_bytes_per_token(KV_PER_TOKEN, 49)) in cpu_note
@@ -71,7 +77,7 @@ def test_a_remote_answer_is_labelled_with_the_server_s_model(qtbot) -> None:
     remote = AnswerFigures(mode="remote", device="remote", model="SmolLM2", tokens_per_s=40.0)
     panel.show_stats(remote)
     assert panel.figures_box.answer_label.text() == "Last answer: remote · SmolLM2"
-    assert "server" in panel.transfer_note.text()
+    assert "server" in panel.figures_box.transfer_note.text()
 
 
 def test_warm_up_is_its_own_phase_and_named_beside_the_answer(qtbot) -> None:
@@ -143,8 +149,8 @@ def test_counts_agree_and_the_context_note_says_why_they_differ(qtbot) -> None:
     panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
     _answer(panel, SEVEN_TOKENS, [0.23] + [0.02] * 6)
     box = panel.figures_box
-    assert panel.context_value.text() == "44 / 8192"
-    assert "(44 tokens in its KV cache)" in panel.transfer_note.text()
+    assert panel.figures_box.context_value.text() == "44 / 8192"
+    assert "(44 tokens in its KV cache)" in panel.figures_box.transfer_note.text()
     assert not box.context_note.isVisible()
     # The window measures the next question's prompt: 50 beside 44, with the reason.
     panel.set_context(50, 8192)
@@ -159,15 +165,15 @@ def test_absurd_perplexity_reads_as_words_and_a_reused_prompt_is_said(qtbot) -> 
     panel = make_panel(qtbot)
     _answer(panel, SEVEN_TOKENS, [0.23])
     box = panel.figures_box
-    assert panel.prompt_perplexity_value.text() == "> 1,000"
-    assert "very unlikely" in panel.prompt_perplexity_value.toolTip()
-    assert "equally likely" in panel.perplexity_value.toolTip()
+    assert panel.figures_box.prompt_perplexity_value.text() == "> 1,000"
+    assert "very unlikely" in panel.figures_box.prompt_perplexity_value.toolTip()
+    assert "equally likely" in panel.figures_box.perplexity_value.toolTip()
     assert not box.prompt_note.isVisible()
     reused = replace(SEVEN_TOKENS, reused_tokens=36, prompt_perplexity=None, ttft_s=0.025)
     _answer(panel, reused, [0.025])
     assert box.prompt_note.isVisible()
     assert "Prompt reused from the cache: only 1 new token was read" in box.prompt_note.text()
-    assert panel.prompt_perplexity_value.text() == fmt.MISSING
+    assert panel.figures_box.prompt_perplexity_value.text() == fmt.MISSING
     assert "Too few new tokens" in box.prompt_note.text()
 
 
@@ -177,9 +183,9 @@ def test_the_note_explains_the_loop_chosen_and_the_loop_that_ran(qtbot) -> None:
     notes = {}
     for mode in ("nocache", "naive", "iobinding"):
         panel.set_mode(mode)
-        notes[mode] = panel.transfer_note.text()
+        notes[mode] = panel.figures_box.transfer_note.text()
     assert len(set(notes.values())) == 3 and "no KV cache" in notes["nocache"]
     panel.set_mode("nocache")
     _answer(panel, replace(SEVEN_TOKENS, mode="nocache"), [0.23] + [0.02] * 6)
-    note = panel.transfer_note.text()
+    note = panel.figures_box.transfer_note.text()
     assert note.startswith("No cache keeps no notes") and "tokens in its KV cache" not in note

@@ -24,22 +24,22 @@ def test_regenerate_at_precise_says_why_and_offers_balanced(
     qtbot, make_window, tiny_model_dir: Path
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    panel, view = window.side_panel, window.chat_view
+    panel, view = window.chat.side_panel, window.chat.chat_view
     panel.sampling_box.use_preset("precise")
-    panel.max_tokens_spin.setValue(6)
+    panel.sampling_box.max_tokens_spin.setValue(6)
     send_and_wait(qtbot, window, "Tell me something")
     note = view.regenerate_note
     assert not note.isVisible()
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
         view.regenerate_button.click()
     assert note.isVisible() and "same answer" in note.label.text()
     assert note.button.text() == "Regenerate with Balanced"
-    qtbot.waitUntil(lambda: window.controller.state is State.READY, timeout=10_000)
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
         note.button.click()
     assert panel.sampling_box.preset() == "balanced" and not note.isVisible()
-    assert window.conversation.messages[-1].version_count == 3  # each regenerate kept
+    assert window.chat.conversation.messages[-1].version_count == 3  # each regenerate kept
     # A new question: the note was about the last answer.
-    qtbot.waitUntil(lambda: window.controller.state is State.READY, timeout=10_000)
+    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
     send_and_wait(qtbot, window, "Another")
     assert not note.isVisible()

@@ -17,11 +17,11 @@ def test_the_readme_question_is_answered_right_at_the_defaults(
 ) -> None:
     window = open_loaded_window(default_model_dir)
     try:
-        box = window.side_panel.sampling_box
+        box = window.chat.side_panel.sampling_box
         assert box.preset() == "model" and box.settings().greedy
         assert "Precise preset" in box.source_label.text()
         send_and_wait(qtbot, window, "What is the capital of France?")
-        answer = window.conversation.messages[-1].content
+        answer = window.chat.conversation.messages[-1].content
         assert "Paris" in answer, answer
     finally:
         window.close()

@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QPushButton
 
 from chatapp.engine.modes import MODES, Mode
-from chatapp.gui.chat.side_panel import LoopToggle
+from chatapp.gui.chat.loop_toggle import LoopToggle
 from chatapp.session import formatting as fmt
 from chatapp.session.loop_notes import LOOP_TIPS
 from tests.gui.conftest import greedy, send_and_wait, set_sampling
@@ -45,6 +45,6 @@ def test_an_answer_without_a_cache_is_labelled_and_warned_about(
     window.findChild(QPushButton, "modeNoCacheButton").click()
     assert "1024 tokens" in window.statusBar().currentMessage()
     send_and_wait(qtbot, window, "hello")
-    figures = window.conversation.messages[-1].figures
+    figures = window.chat.conversation.messages[-1].figures
     assert figures.mode == "nocache"
-    assert fmt.figures_line(figures).startswith("No cache · CPU")
+    assert fmt.figures_line(figures).startswith(f"{varied_model_dir.name} · No cache · CPU")

@@ -64,11 +64,11 @@ def test_the_panel_saves_the_prompt_after_a_pause_and_on_close(qtbot, tmp_path: 
     qtbot.addWidget(panel)
     panel.restore(settings)
     panel.show()
-    assert panel.system_prompt_edit.toPlainText() == "Saved before."
+    assert panel.system_prompt_box.edit.toPlainText() == "Saved before."
     assert not panel.system_prompt_box.pending  # restoring is not a change to save
-    panel.system_prompt_edit.selectAll()
-    qtbot.keyClicks(panel.system_prompt_edit, "New prompt")
+    panel.system_prompt_box.edit.selectAll()
+    qtbot.keyClicks(panel.system_prompt_box.edit, "New prompt")
     qtbot.waitUntil(lambda: settings.value("chat/system_prompt") == "New prompt", timeout=2000)
-    qtbot.keyClicks(panel.system_prompt_edit, ", closed at once")
+    qtbot.keyClicks(panel.system_prompt_box.edit, ", closed at once")
     panel.close()
     assert settings.value("chat/system_prompt") == "New prompt, closed at once"

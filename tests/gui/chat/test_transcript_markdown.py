@@ -87,7 +87,7 @@ def test_one_token_count_per_answer(qtbot, make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(6))
     send_and_wait(qtbot, window, "Count, please")
-    view = window.chat_view
+    view = window.chat.chat_view
     qtbot.waitUntil(
         lambda: (c := view.transcript.context) is not None and c.message_count == 2,
         timeout=10_000,
@@ -97,4 +97,4 @@ def test_one_token_count_per_answer(qtbot, make_window, tiny_model_dir) -> None:
     header = next(line for line in lines if line.startswith("Assistant"))
     figures = next(line for line in lines if "tok/s" in line)
     counts = re.findall(r"(\d+) tokens", header) + re.findall(r"(\d+) tokens", figures)
-    assert len(counts) == 1 and re.search(r"\d+ tokens", header)  # the context's, once
+    assert len(counts) == 1 and re.search(r"\d+ tokens of context", header)  # the context's

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from chatapp.gui.chat.latency_chart import LatencyChart
-from chatapp.gui.chat.side_panel import LoopToggle
+from chatapp.gui.chat.loop_toggle import LoopToggle
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.theme import (
     GRAPHIC_CONTRAST,

@@ -119,3 +119,22 @@ def test_a_report_with_no_cache_has_its_charts_and_the_speed_up(
     assert "Caching, the whole 10-token answer (first token included): No cache " in markdown
     with (files.folder / "tokens.csv").open() as fh:
         assert {r["loop"] for r in csv.DictReader(fh)} == {"nocache", "naive", "iobinding"}
+
+
+@pytest.mark.parametrize("name", ["result.json", "report.md", "tokens.csv", "latency.png"])
+def test_a_report_name_that_links_to_a_users_file_is_replaced_not_written_through(
+    result: dict, tmp_path: Path, qapp: object, name: str
+) -> None:
+    """Issue 37: the report writes its own names in the folder chosen; one that is a symbolic
+    link to a file of the user's is replaced as a link, and the user's file is untouched."""
+    mine = tmp_path / "home" / "thesis.txt"
+    mine.parent.mkdir()
+    mine.write_text("years of work")
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / name).symlink_to(mine)
+    files = write_report(result, folder)
+    assert mine.read_text() == "years of work"
+    assert not (folder / name).is_symlink() and (folder / name).stat().st_size > 0
+    assert files.markdown.is_file()
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".writing")]

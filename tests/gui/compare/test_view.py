@@ -22,7 +22,7 @@ RUN_TIMEOUT_MS = 120_000
 
 def open_compare(make_window: WindowFactory, model: Path) -> tuple[object, CompareView]:
     window = make_window(["--model", str(model)])
-    assert window.controller.state is State.READY
+    assert window.chat.controller.state is State.READY
     feature = window.feature(CompareFeature)
     assert feature is not None
     feature.show()
@@ -41,7 +41,7 @@ def test_comparison_fills_charts_and_table(
     seen_steps: list[int] = []
     assert view.run_comparison()
     # While it runs the chat cannot send (one engine, one thread).
-    assert not window.chat_view.send_button.isEnabled()
+    assert not window.chat.chat_view.send_button.isEnabled()
     assert view.job is not None
     view.job.sig_yielded.connect(
         lambda batch: seen_steps.append(sum(isinstance(i, StepFigures) for i in batch.items))
@@ -88,7 +88,7 @@ def test_comparison_fills_charts_and_table(
     title = view.caching_chart.title()
     assert title.startswith("16 tokens, caching: Naive ") and ", IO-Binding " in title
     assert view.caching_chart.value("nocache") > 0
-    assert window.chat_view.send_button.isEnabled()
+    assert window.chat.chat_view.send_button.isEnabled()
     # The charts take the whole width; the chat's panels return with the chat tab.
     assert not window.side_scroll.isVisible()
     window.tabs.setCurrentIndex(0)
@@ -139,7 +139,7 @@ def test_repeats_give_medians_ranges_and_where_the_time_goes(
     low, high = result["naive"]["spread"]["tokens_per_s"]
     assert low <= result["naive"]["tokens_per_s"] <= high
     assert "–" in view.table.item(0, 0).text()  # the median and the range of the runs
-    assert view.table.item(6, 0).text() == "0 B"  # host->device on the CPU
+    assert view.table.item(7, 0).text() == "0 B"  # host->device on the CPU
     assert view.speed_chart.spreads["naive"].count() == 6  # an "I" drawn beside the bar
     explanation = view.explanation.text()
     assert "CPU" in explanation and "0 bytes per token" in explanation

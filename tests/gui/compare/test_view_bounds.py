@@ -60,7 +60,7 @@ def test_a_system_prompt_longer_than_the_context_is_refused_in_words(
     qtbot, make_window: WindowFactory, tiny_model_dir: Path
 ) -> None:
     window, view = open_compare(make_window, tiny_model_dir)
-    window.side_panel.system_prompt_edit.setPlainText("word " * 2_000_000)  # 10 MB
+    window.chat.side_panel.system_prompt_box.edit.setPlainText("word " * 2_000_000)  # 10 MB
     view.repeats_spin.setValue(1)
     view.tokens_spin.setValue(4)
     assert view.run_comparison()

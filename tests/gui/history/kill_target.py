@@ -44,27 +44,27 @@ def main(model_dir: str, action: str) -> int:
             if time.monotonic() > deadline:
                 raise SystemExit("timed out")
 
-    c = window.controller
+    c = window.chat.controller
     wait(lambda: c.state is not State.LOADING)
     if c.state is not State.READY:
         raise SystemExit(f"model did not load: {window.banner.text()}")
-    panel = window.side_panel
-    panel.temperature_spin.setValue(0.0)
-    panel.repetition_spin.setValue(1.0)
-    panel.max_tokens_spin.setValue(6)
-    window.chat_view.set_prompt_text("first question")
-    window.chat_view.send_button.click()
+    panel = window.chat.side_panel
+    panel.sampling_box.temperature_spin.setValue(0.0)
+    panel.sampling_box.repetition_spin.setValue(1.0)
+    panel.sampling_box.max_tokens_spin.setValue(6)
+    window.chat.chat_view.set_prompt_text("first question")
+    window.chat.chat_view.send_button.click()
     wait(lambda: c.state is State.READY and len(c.conversation.messages) == 2)
     print("ANSWERED", c.conversation.messages[-1].content.replace("\n", " "), flush=True)
 
-    panel.max_tokens_spin.setValue(400)
+    panel.sampling_box.max_tokens_spin.setValue(400)
     batches: list[object] = []
     c.sig_answer_delta.connect(batches.append)
     if action == "send":
-        window.chat_view.set_prompt_text("second question")
-        window.chat_view.send_button.click()
+        window.chat.chat_view.set_prompt_text("second question")
+        window.chat.chat_view.send_button.click()
     else:
-        window.chat_view.regenerate_button.click()
+        window.chat.chat_view.regenerate_button.click()
     # Tokens, not text: the tiny model's random tokens may hold back partial characters.
     wait(lambda: len(batches) >= 2)
     print("STREAMING", flush=True)

@@ -65,3 +65,35 @@ def test_rename_reports_success_and_store_failures(chat: ChatController, tmp_pat
         assert not history.rename(info.id, "   ")
     finally:
         history.close()
+
+
+def test_a_locked_history_is_waited_for_on_the_tools_thread(
+    qtbot, chat: ChatController, tmp_path: Path
+) -> None:
+    """Issue 37: the GUI thread's writes wait 50 ms at most; the tools runner waits for the
+    lock, and once it is free the messages are saved without a word."""
+    import sqlite3
+
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    history = HistoryController(chat, store)
+    messages: list[str] = []
+    history.sig_message.connect(lambda text, _level: messages.append(text))
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        assert store.diagnostics()["busy_timeout_ms"] == 50
+        other.execute("BEGIN IMMEDIATE")
+        conversation = Conversation()
+        conversation.add_user("Hello while it is locked")
+        chat.conversation = conversation
+        history.sync()
+        assert history.failure is not None and messages == []
+        other.execute("ROLLBACK")  # while the tools thread waits
+        qtbot.waitUntil(lambda: history.failure is None, timeout=10_000)
+        assert messages == []
+        (info,) = store.list_conversations()
+        assert [m.content for m in store.load_conversation(info.id).messages] == [
+            "Hello while it is locked"
+        ]
+    finally:
+        other.close()
+        history.close()

@@ -81,7 +81,7 @@ def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def window(make_window, tiny_model_dir: Path) -> MainWindow:
     win = make_window(["--model", str(tiny_model_dir)])
-    assert win.controller.state is State.READY
+    assert win.chat.controller.state is State.READY
     set_sampling(win, greedy(8))
     return win
 
@@ -103,39 +103,39 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
     [(title, messages)] = stored(history_file)
     assert title == "first question"
     assert [(r, c) for r, c, _ in messages] == [
-        (m.role, m.content) for m in window.conversation.messages
+        (m.role, m.content) for m in window.chat.conversation.messages
     ]
     figures = messages[1][2]
-    live = window.conversation.messages[1].figures
+    live = window.chat.conversation.messages[1].figures
     assert figures is not None and messages[0][2] is None
-    assert figures.model == window.controller.model.name
+    assert figures.model == window.chat.controller.model.name
     assert (figures.mode, figures.device, figures.generated_tokens) == ("iobinding", "cpu", 8)
     assert figures.tokens_per_s == pytest.approx(live.tokens_per_s)
     assert figures.prompt_tokens == live.prompt_tokens
-    conversation_id = window.conversation.id
+    conversation_id = window.chat.conversation.id
     assert isinstance(conversation_id, int)
     assert panel.list.currentItem() is panel.item_for(conversation_id)
-    transcript_before = window.chat_view.transcript.toPlainText()
+    transcript_before = window.chat.chat_view.transcript.toPlainText()
 
-    window.chat_view.new_chat_button.click()
-    assert window.conversation.messages == [] and window.conversation.id is None
+    window.chat.chat_view.new_chat_button.click()
+    assert window.chat.conversation.messages == [] and window.chat.conversation.id is None
     assert panel.list.currentItem() is None and panel.list.count() == 1  # nothing stored yet
 
     click_row(qtbot, window, conversation_id)
-    assert window.conversation.id == conversation_id
-    assert [m.content for m in window.conversation.messages] == [
+    assert window.chat.conversation.id == conversation_id
+    assert [m.content for m in window.chat.conversation.messages] == [
         "first question\nwith a second line",
         *[c for _, c, _ in messages[1:2]],
         "second question",
         messages[3][1],
     ]
     # The figures panel shows the last answer's figures, as right after it was written.
-    assert window.side_panel.tokens_per_second_value.text() != "–"
-    restored = window.conversation.messages[1].figures
+    assert window.chat.side_panel.figures_box.tokens_per_second_value.text() != "–"
+    restored = window.chat.conversation.messages[1].figures
     assert restored.tokens_per_s == pytest.approx(live.tokens_per_s)
     assert restored.generated_tokens == 8 and restored.mode == "iobinding"
     # The same transcript, figure lines included, apart from the per-turn token counts.
-    text = window.chat_view.transcript.toPlainText()
+    text = window.chat.chat_view.transcript.toPlainText()
     assert "IO-Binding · CPU ·" in text and "hit the token limit" in text
     assert _without_tokens(text) == _without_tokens(transcript_before)
 
@@ -144,14 +144,16 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
     assert sent[:4] == [m[1] for m in messages]  # the restored history is what the model sees
     [(_, after)] = stored(history_file)
     assert len(after) == 6 and after[4][1] == "third question"
-    assert window.conversation.id == conversation_id
+    assert window.chat.conversation.id == conversation_id
 
 
 def _without_tokens(text: str) -> str:
     import re
 
     # One count per answer: beside its name once the context is measured, else on its figure line.
-    return re.sub(r"   \d+ tokens(?=   (Edit|Copy))| · \d+ tokens(?= ·|$)", "", text, flags=re.M)
+    return re.sub(
+        r"   \d+ tokens of context(?=   (Edit|Copy))| · \d+ tokens(?= ·|$)", "", text, flags=re.M
+    )
 
 
 def test_new_chat_list_rename_and_delete_with_confirmation(
@@ -161,11 +163,11 @@ def test_new_chat_list_rename_and_delete_with_confirmation(
 ) -> None:
     ui = history(window)
     send_and_wait(qtbot, window, "ducks")
-    first = window.conversation.id
+    first = window.chat.conversation.id
     window.new_chat_action.trigger()
     assert ui.panel.list.count() == 1
     send_and_wait(qtbot, window, "geese")
-    second = window.conversation.id
+    second = window.chat.conversation.id
     assert ui.panel.titles() == ["geese", "ducks"]  # most recent first
     assert ui.panel.ids() == [second, first]
 
@@ -188,7 +190,7 @@ def test_new_chat_list_rename_and_delete_with_confirmation(
     qtbot.keyClick(ui.panel.list, Qt.Key.Key_Delete)
     assert [t for t, _ in stored(history_file)] == ["geese"]
     assert ui.panel.ids() == [second]
-    assert window.conversation.id == second  # another conversation: the chat stays
+    assert window.chat.conversation.id == second  # another conversation: the chat stays
 
     # Deleting the conversation shown empties the chat (the real dialog, answered "Delete").
     ui.confirm = HistoryUi._confirm.__get__(ui)
@@ -203,7 +205,7 @@ def test_new_chat_list_rename_and_delete_with_confirmation(
     QTimer.singleShot(0, answer_dialog)
     ui.delete_action.trigger()
     assert stored(history_file) == []
-    assert window.conversation.messages == [] and window.conversation.id is None
+    assert window.chat.conversation.messages == [] and window.chat.conversation.id is None
     assert ui.panel.list.count() == 0
     assert not ui.delete_action.isEnabled() and not ui.export_json_action.isEnabled()
 
@@ -232,22 +234,22 @@ def test_search_is_debounced_and_finds_text_in_messages(qtbot, window: MainWindo
 
 def test_opening_is_refused_while_an_answer_streams(qtbot, window: MainWindow, slow_steps) -> None:
     send_and_wait(qtbot, window, "one")
-    first = window.conversation.id
+    first = window.chat.conversation.id
     window.new_chat_action.trigger()
     set_sampling(window, greedy(300))
-    window.chat_view.set_prompt_text("two")
-    with qtbot.waitSignal(window.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.send_button.click()
-    second = window.conversation.id
+    window.chat.chat_view.set_prompt_text("two")
+    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.send_button.click()
+    second = window.chat.conversation.id
     assert second is not None and second != first  # the question is stored already
     click_row(qtbot, window, first)
-    assert window.conversation.id == second
+    assert window.chat.conversation.id == second
     assert "Wait for the answer" in window.statusBar().currentMessage()
     assert history(window).panel.list.currentItem() is history(window).panel.item_for(second)
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.stop_button.click()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.stop_button.click()
     click_row(qtbot, window, first)
-    assert window.conversation.id == first
+    assert window.chat.conversation.id == first
 
 
 # ---- edit, regenerate, copy ------------------------------------------------------------------
@@ -259,7 +261,7 @@ def test_edit_a_user_message_replaces_everything_after_it(
     send_and_wait(qtbot, window, "alpha")
     send_and_wait(qtbot, window, "beta")
     send_and_wait(qtbot, window, "gamma")
-    view = window.chat_view
+    view = window.chat.chat_view
     view.set_prompt_text("a draft I was writing")
     emit_anchor(view, "edit", 2)  # the "Edit" link of "beta"
     assert view.editing == 2 and view.edit_bar.isVisible()
@@ -270,18 +272,18 @@ def test_edit_a_user_message_replaces_everything_after_it(
 
     emit_anchor(view, "edit", 2)
     view.set_prompt_text("BETA, edited")
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
         view.send_button.click()
     assert view.editing is None and not view.edit_bar.isVisible()
-    assert [m.content for m in window.conversation.messages][:3] == [
+    assert [m.content for m in window.chat.conversation.messages][:3] == [
         "alpha",
-        window.conversation.messages[1].content,
+        window.chat.conversation.messages[1].content,
         "BETA, edited",
     ]
-    assert len(window.conversation.messages) == 4
+    assert len(window.chat.conversation.messages) == 4
     [(_, rows)] = stored(history_file)
     assert [(r, c) for r, c, _ in rows] == [
-        (m.role, m.content) for m in window.conversation.messages
+        (m.role, m.content) for m in window.chat.conversation.messages
     ]
     assert rows[3][2] is not None  # the new answer has its figures
 
@@ -303,15 +305,15 @@ def test_regenerate_keeps_the_old_answer_stored_until_the_new_one_exists(
 ) -> None:
     set_sampling(window, greedy(6))
     send_and_wait(qtbot, window, "question")
-    old = window.conversation.messages[-1]
+    old = window.chat.conversation.messages[-1]
     set_sampling(window, greedy(200))
-    with qtbot.waitSignal(window.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.regenerate_button.click()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.regenerate_button.click()
     [(_, rows)] = stored(history_file)  # mid-answer: the old one is still there
     assert [c for _, c, _ in rows] == ["question", old.content]
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.stop_button.click()
-    new = window.conversation.messages[-1]
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.stop_button.click()
+    new = window.chat.conversation.messages[-1]
     assert new.figures.finish_reason == "stop"
     [(_, rows)] = stored(history_file)
     assert [c for _, c, _ in rows] == ["question", new.content]
@@ -323,16 +325,16 @@ def test_a_regenerate_that_fails_at_once_keeps_the_old_answer(
     qtbot, window: MainWindow, history_file: Path, monkeypatch
 ) -> None:
     send_and_wait(qtbot, window, "question")
-    old = [(m.role, m.content) for m in window.conversation.messages]
+    old = [(m.role, m.content) for m in window.chat.conversation.messages]
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("simulated fault")
 
     monkeypatch.setattr(Engine, "chat", broken)
-    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.regenerate_button.click()
-    assert [(m.role, m.content) for m in window.conversation.messages] == old
-    assert window.chat_view.prompt_text() == ""
+    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.regenerate_button.click()
+    assert [(m.role, m.content) for m in window.chat.conversation.messages] == old
+    assert window.chat.chat_view.prompt_text() == ""
     [(_, rows)] = stored(history_file)
     assert [(r, c) for r, c, _ in rows] == old
 
@@ -342,9 +344,9 @@ def test_a_first_question_that_fails_leaves_no_empty_conversation(
     window: MainWindow,
     history_file: Path,
 ) -> None:
-    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.set_prompt_text("word " * 700)  # over the tiny model's context
-        window.chat_view.send_button.click()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.set_prompt_text("word " * 700)  # over the tiny model's context
+        window.chat.chat_view.send_button.click()
     assert stored(history_file) == []
     assert history(window).panel.list.count() == 0
     send_and_wait(qtbot, window, "short")
@@ -356,7 +358,7 @@ def test_export_markdown_and_json_then_import(
     qtbot, window: MainWindow, tmp_path: Path, history_file: Path
 ) -> None:
     ui = history(window)
-    window.side_panel.system_prompt_edit.setPlainText("Be brief.")
+    window.chat.side_panel.system_prompt_box.edit.setPlainText("Be brief.")
     send_and_wait(qtbot, window, "export me")
     send_and_wait(qtbot, window, "and me")
     asked = []
@@ -377,7 +379,7 @@ def test_export_markdown_and_json_then_import(
     assert "> Be brief." in markdown
 
     ui.ask_save_path = save_to("chat.json")
-    menu = ui.panel.context_menu(ui.panel.item_for(window.conversation.id))
+    menu = ui.panel.context_menu(ui.panel.item_for(window.chat.conversation.id))
     [json_action] = [a for a in menu.actions() if a.text() == "Export as JSON…"]
     json_action.trigger()
     data = json.loads((tmp_path / "chat.json").read_text(encoding="utf-8"))
@@ -392,11 +394,11 @@ def test_export_markdown_and_json_then_import(
     window.new_chat_action.trigger()
     ui.ask_open_path = lambda *_args: str(tmp_path / "chat.json")
     imported = ui.import_conversation()
-    assert imported is not None and window.conversation.id == imported
+    assert imported is not None and window.chat.conversation.id == imported
     assert ui.panel.titles() == ["export me", "export me"]
-    assert [m.content for m in window.conversation.messages][::2] == ["export me", "and me"]
-    assert window.conversation.messages[1].figures.generated_tokens == 8
-    assert "8 tokens · hit the token limit" in window.chat_view.transcript.toPlainText()
+    assert [m.content for m in window.chat.conversation.messages][::2] == ["export me", "and me"]
+    assert window.chat.conversation.messages[1].figures.generated_tokens == 8
+    assert "8 tokens · hit the token limit" in window.chat.chat_view.transcript.toPlainText()
     assert len(stored(history_file)) == 2
 
     (tmp_path / "bad.json").write_text('{"format": "something else"}', encoding="utf-8")
@@ -434,9 +436,9 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     ui = history(window)
     ui.refresh()
     set_sampling(window, greedy(64))
-    window.side_panel.system_prompt_edit.setPlainText("You are terse.")
+    window.chat.side_panel.system_prompt_box.edit.setPlainText("You are terse.")
     with qtbot.waitSignal(
-        window.controller.sig_context, timeout=10_000, check_params_cb=_known
+        window.chat.controller.sig_context, timeout=10_000, check_params_cb=_known
     ) as blocker:
         click_row(qtbot, window, conversation_id)
     report = blocker.args[0]
@@ -447,7 +449,7 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     assert all(t.tokens > 25 for t in report.turns)
     assert report.overhead_tokens + sum(t.tokens for t in report.turns) > 512 - 64
 
-    text = window.chat_view.transcript.toPlainText()
+    text = window.chat.chat_view.transcript.toPlainText()
     assert text.count(CUT_TEXT) == 1
     cut_at = text.index(CUT_TEXT)
     first_sent = report.dropped // 2
@@ -459,10 +461,12 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     first_question, first_answer = report.message_tokens(0), report.message_tokens(1)
     assert first_question is not None and first_answer is not None
     assert first_question + first_answer == report.turns[0].tokens
-    assert text.startswith(f"You   {first_question} tokens   Edit   Copy\n")
-    assert f"Assistant   {first_answer} tokens   Copy\n" in text
-    assert window.side_panel.context_value.text() == f"{report.prompt_tokens} / 512"
-    assert "not sent" in window.side_panel.context_value.toolTip()
+    assert text.startswith(f"You   {first_question} tokens of context   Edit   Copy\n")
+    assert f"Assistant   {first_answer} tokens of context   Copy\n" in text
+    assert (
+        window.chat.side_panel.figures_box.context_value.text() == f"{report.prompt_tokens} / 512"
+    )
+    assert "not sent" in window.chat.side_panel.figures_box.context_value.toolTip()
 
     seen: list[list[str]] = []
     original = Engine.chat
@@ -478,25 +482,25 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     assert sent[1].startswith(f"user:question {report.dropped // 2}:")
     assert not any(m.startswith("user:question 0:") for m in sent)
     assert sent[-1] == "user:and now?"
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.figures.prompt_tokens + 64 <= 512
-    window.chat_view.flush()  # a long chat is drawn a slice at a time
-    assert window.chat_view.transcript.toPlainText().count(CUT_TEXT) == 1
+    window.chat.chat_view.flush()  # a long chat is drawn a slice at a time
+    assert window.chat.chat_view.transcript.toPlainText().count(CUT_TEXT) == 1
 
 
 def test_per_turn_tokens_match_the_tokenizer(qtbot, window: MainWindow) -> None:
     send_and_wait(qtbot, window, "count my tokens please")
     with qtbot.waitSignal(
-        window.controller.sig_context, timeout=10_000, check_params_cb=_known
+        window.chat.controller.sig_context, timeout=10_000, check_params_cb=_known
     ) as blocker:
         history(window).measure()
     report = blocker.args[0]
     engine = window.host.engine
-    messages = window.conversation.engine_messages("")
+    messages = window.chat.conversation.engine_messages("")
     assert report.cut_index is None and report.dropped == 0
     assert report.prompt_tokens == engine.count_tokens(messages)
     assert report.overhead_tokens + report.turns[0].tokens == report.prompt_tokens
-    assert CUT_TEXT not in window.chat_view.transcript.toPlainText()
+    assert CUT_TEXT not in window.chat.chat_view.transcript.toPlainText()
 
 
 # ---- faults -------------------------------------------------------------------------------------
@@ -530,7 +534,7 @@ def test_a_history_from_a_newer_version_is_left_alone_and_chat_still_works(
     assert not ui.controller.enabled and not ui.panel.isEnabled()
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "not saved")
-    assert len(window.conversation.messages) == 2
+    assert len(window.chat.conversation.messages) == 2
     assert history_file.read_bytes() == before
 
 
@@ -547,7 +551,7 @@ def test_two_windows_on_one_file_both_work_and_see_each_other(
     assert ua.controller.store is not ub.controller.store
     ub.poll_timer.setInterval(20)
     send_and_wait(qtbot, a, "from window A")
-    shared = a.conversation.id
+    shared = a.chat.conversation.id
     qtbot.waitUntil(lambda: ub.panel.titles() == ["from window A"], timeout=5000)
 
     # B opens it and continues; A, showing it, follows on its next poll.
@@ -557,31 +561,31 @@ def test_two_windows_on_one_file_both_work_and_see_each_other(
     def a_follows() -> bool:
         # A's own timer may have polled already while B answered (a busy machine).
         ua.poll()
-        return [m.content for m in a.conversation.messages] == [
-            m.content for m in b.conversation.messages
+        return [m.content for m in a.chat.conversation.messages] == [
+            m.content for m in b.chat.conversation.messages
         ]
 
     qtbot.waitUntil(a_follows, timeout=5000)
-    assert len(a.conversation.messages) == 4
+    assert len(a.chat.conversation.messages) == 4
 
     # Both write to it at once (A has not polled yet): neither loses anything; the second
     # writer's turn continues in a copy instead of deleting what it did not know about.
     ua.poll_timer.stop()
     ub.poll_timer.stop()
-    a.chat_view.set_prompt_text("A again")
-    b.chat_view.set_prompt_text("B again")
-    b.chat_view.send_button.click()
-    a.chat_view.send_button.click()
+    a.chat.chat_view.set_prompt_text("A again")
+    b.chat.chat_view.set_prompt_text("B again")
+    b.chat.chat_view.send_button.click()
+    a.chat.chat_view.send_button.click()
     qtbot.waitUntil(
-        lambda: a.controller.state is State.READY and b.controller.state is State.READY,
+        lambda: a.chat.controller.state is State.READY and b.chat.controller.state is State.READY,
         timeout=ANSWER_TIMEOUT_MS,
     )
     conversations = dict(stored(history_file))
     assert sorted(conversations) == ["from window A", "from window A (copy)"]
     original = conversations["from window A"]
     assert [c for _, c, _ in original][::2] == ["from window A", "B continues", "B again"]
-    assert a.conversation.id != shared
-    assert [m.content for m in a.conversation.messages][::2] == [
+    assert a.chat.conversation.id != shared
+    assert [m.content for m in a.chat.conversation.messages][::2] == [
         "from window A",
         "B continues",
         "A again",
@@ -593,12 +597,12 @@ def test_two_windows_on_one_file_both_work_and_see_each_other(
     # Deleted in B while A shows it: A keeps it on screen and saves it again if continued.
     ub.poll()
     ub.confirm = lambda *_args: True
-    assert ub.delete(a.conversation.id)
-    assert ua.poll() and a.conversation.id is None
+    assert ub.delete(a.chat.conversation.id)
+    assert ua.poll() and a.chat.conversation.id is None
     assert "deleted in another chatapp window" in a.banner.text()
     send_and_wait(qtbot, a, "still mine")
-    assert a.conversation.id is not None
-    assert len(a.conversation.messages) == 8
+    assert a.chat.conversation.id is not None
+    assert len(a.chat.conversation.messages) == 8
     ub.poll()
     assert len(ub.panel.ids()) == 2
 
@@ -655,10 +659,12 @@ def test_killed_mid_answer_loses_only_that_answer(
         window = make_window(["--model", str(tiny_model_dir)])
         set_sampling(window, greedy(4))
         click_row(qtbot, window, history(window).panel.ids()[0])
-        assert window.conversation.messages[-1].content == "second question"
-        assert window.chat_view.regenerate_button.isEnabled()
-        with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-            window.chat_view.regenerate_button.click()
+        assert window.chat.conversation.messages[-1].content == "second question"
+        assert window.chat.chat_view.regenerate_button.isEnabled()
+        with qtbot.waitSignal(
+            window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS
+        ):
+            window.chat.chat_view.regenerate_button.click()
         [(_, rows)] = stored(history_file)
         assert [r for r, _, _ in rows] == ["user", "assistant", "user", "assistant"]
         assert rows[2][1] == "second question"
@@ -700,9 +706,11 @@ def test_keyboard_edit_last_message_and_rename(qtbot, window: MainWindow, histor
     send_and_wait(qtbot, window, "first")
     send_and_wait(qtbot, window, "second")
     window.activateWindow()
-    window.chat_view.prompt_edit.setFocus()
-    qtbot.keyClick(window.chat_view.prompt_edit, Qt.Key.Key_Up, Qt.KeyboardModifier.ControlModifier)
-    assert window.chat_view.editing == 2 and window.chat_view.prompt_text() == "second"
+    window.chat.chat_view.prompt_edit.setFocus()
+    qtbot.keyClick(
+        window.chat.chat_view.prompt_edit, Qt.Key.Key_Up, Qt.KeyboardModifier.ControlModifier
+    )
+    assert window.chat.chat_view.editing == 2 and window.chat.chat_view.prompt_text() == "second"
     ui = history(window)
     ui.rename_action.trigger()  # F2: the row's inline editor
     editor = ui.panel.list.findChild(QLineEdit)
@@ -717,4 +725,4 @@ def test_keyboard_edit_last_message_and_rename(qtbot, window: MainWindow, histor
     other = ui.panel.item_for(ui.panel.ids()[1])
     rect = ui.panel.list.visualItemRect(other)
     qtbot.mousePress(ui.panel.list.viewport(), Qt.MouseButton.RightButton, pos=rect.center())
-    assert ui.panel.list.currentItem() is ui.panel.item_for(window.conversation.id)
+    assert ui.panel.list.currentItem() is ui.panel.item_for(window.chat.conversation.id)

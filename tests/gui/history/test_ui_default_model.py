@@ -54,9 +54,9 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
     window.new_chat_action.trigger()
     set_sampling(window, greedy(16))
     send_and_wait(qtbot, window, "What is the capital of France?")
-    first = window.conversation
+    first = window.chat.conversation
     assert first.id is not None and "Paris" in first.messages[1].content
-    line = window.chat_view.transcript.toPlainText().splitlines()[-1]
+    line = window.chat.chat_view.transcript.toPlainText().splitlines()[-1]
     assert "tok/s" in line and "TTFT" in line
 
     other = open_loaded_window(default_model_dir)  # a restart, or a second instance
@@ -64,21 +64,21 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
         set_sampling(other, greedy(16))
         assert first.id in history(other).panel.ids()
         click_row(qtbot, other, first.id)
-        assert other.chat_view.transcript.toPlainText().splitlines()[-1] == line
-        assert [m.content for m in other.conversation.messages] == [
+        assert other.chat.chat_view.transcript.toPlainText().splitlines()[-1] == line
+        assert [m.content for m in other.chat.conversation.messages] == [
             m.content for m in first.messages
         ]
         send_and_wait(qtbot, other, "And what is its most famous tower?")
         sent = [m.content for m in generate_requests[-1].messages]
         assert "What is the capital of France?" in sent and first.messages[1].content in sent
-        assert other.conversation.messages[-1].figures.prompt_tokens > 40  # history included
+        assert other.chat.conversation.messages[-1].figures.prompt_tokens > 40  # history included
     finally:
         other.close()
         other.deleteLater()
     with HistoryStore(history_path) as store:
         rows = store.load_conversation(first.id).messages
     assert [m.role for m in rows] == ["user", "assistant", "user", "assistant"]
-    assert rows[3].figures.model == window.controller.model.name
+    assert rows[3].figures.model == window.chat.controller.model.name
     assert rows[3].figures.generated_tokens and rows[3].figures.tokens_per_s > 0
 
 
@@ -105,15 +105,15 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
             ConversationDraft("bread, at length", now, now, messages=tuple(drafts))
         ).id
     history(window).refresh()
-    window.side_panel.system_prompt_edit.setPlainText("")
+    window.chat.side_panel.system_prompt_box.edit.setPlainText("")
     set_sampling(window, greedy(256))
     with qtbot.waitSignal(
-        window.controller.sig_context, timeout=20_000, check_params_cb=_known
+        window.chat.controller.sig_context, timeout=20_000, check_params_cb=_known
     ) as blocker:
         click_row(qtbot, window, conversation_id)
     report = blocker.args[0]
     engine = window.host.engine
-    whole = engine.count_tokens(window.conversation.engine_messages(""))
+    whole = engine.count_tokens(window.chat.conversation.engine_messages(""))
     print(
         f"\ncontext policy, {len(drafts)} messages / {whole} tokens: counted in "
         f"{report.elapsed_s * 1000:.0f} ms, {report.dropped} messages not sent, "
@@ -123,14 +123,16 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
     assert whole > 8192 and report.dropped > 0 and report.fits
     assert report.prompt_tokens + 256 <= 8192
     assert report.overhead_tokens + sum(t.tokens for t in report.turns) == whole
-    window.chat_view.flush()  # a long chat is drawn a slice at a time
-    text = window.chat_view.transcript.toPlainText()
+    window.chat.chat_view.flush()  # a long chat is drawn a slice at a time
+    text = window.chat.chat_view.transcript.toPlainText()
     assert text.count(CUT_TEXT) == 1
     assert text.index(f"question {report.dropped // 2 - 1} ") < text.index(CUT_TEXT)
-    assert window.side_panel.context_value.text() == f"{report.prompt_tokens} / 8192"
+    assert (
+        window.chat.side_panel.figures_box.context_value.text() == f"{report.prompt_tokens} / 8192"
+    )
     # Measured again (a later answer): the per-turn counts are remembered.
     with qtbot.waitSignal(
-        window.controller.sig_context, timeout=20_000, check_params_cb=_known
+        window.chat.controller.sig_context, timeout=20_000, check_params_cb=_known
     ) as again:
         history(window).measure()
     print(f"measured again in {again.args[0].elapsed_s * 1000:.0f} ms")

@@ -18,24 +18,24 @@ def test_each_message_keeps_its_token_figure_as_the_chat_grows(
     qtbot, make_window, tiny_model_dir: Path
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.controller.state is State.READY
+    assert window.chat.controller.state is State.READY
     set_sampling(window, greedy(6))
     seen: list[list[int]] = []
     for question in ("What is the capital of France?", "And of Italy?", "Thanks!"):
         send_and_wait(qtbot, window, question)
         qtbot.waitUntil(
             lambda: (
-                len(header_figures(window.chat_view.transcript.toPlainText()))
-                == len(window.conversation.messages)
+                len(header_figures(window.chat.chat_view.transcript.toPlainText()))
+                == len(window.chat.conversation.messages)
             ),
             timeout=10_000,
         )
-        window.chat_view.flush()
-        seen.append(header_figures(window.chat_view.transcript.toPlainText()))
+        window.chat.chat_view.flush()
+        seen.append(header_figures(window.chat.chat_view.transcript.toPlainText()))
     # Every figure, once shown, stays: each list starts with the one before.
     assert [len(s) for s in seen] == [2, 4, 6]
     assert seen[1][:2] == seen[0] and seen[2][:4] == seen[1]
     assert all(n > 0 for n in seen[2])
-    report = window.chat_view.transcript.context
+    report = window.chat.chat_view.transcript.context
     assert report is not None
     assert sum(seen[2]) == sum(t.tokens for t in report.turns)

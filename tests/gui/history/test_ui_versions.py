@@ -21,18 +21,18 @@ from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sam
 @pytest.fixture
 def window(make_window, tiny_model_dir: Path) -> MainWindow:
     win = make_window(["--model", str(tiny_model_dir)])
-    assert win.controller.state is State.READY
+    assert win.chat.controller.state is State.READY
     return win
 
 
 def regenerate(qtbot, window: MainWindow, tokens: int) -> None:
     set_sampling(window, greedy(tokens))
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.regenerate_button.click()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.regenerate_button.click()
 
 
 def click_version(window: MainWindow, index: int, version: int) -> None:
-    transcript = window.chat_view.transcript
+    transcript = window.chat.chat_view.transcript
     emit(transcript.anchorClicked, QUrl(transcript.links.href("version", index, version)))
 
 
@@ -47,25 +47,25 @@ def test_regenerate_keeps_versions_switchable_saved_exported_and_imported(
 ) -> None:
     set_sampling(window, greedy(3))
     send_and_wait(qtbot, window, "question")
-    first = window.conversation.messages[1].content
+    first = window.chat.conversation.messages[1].content
     regenerate(qtbot, window, 6)
     regenerate(qtbot, window, 9)
-    answer = window.conversation.messages[1]
-    assert len(window.conversation.messages) == 2
+    answer = window.chat.conversation.messages[1]
+    assert len(window.chat.conversation.messages) == 2
     assert answer.version_count == 3 and answer.version == 2
     contents = [v.content for v in answer.versions()]
     assert contents[0] == first and len(set(contents)) == 3  # 3, 6, 9 tokens
-    window.chat_view.flush()
-    assert "Assistant   ‹ 3/3 ›" in window.chat_view.transcript.toPlainText()
+    window.chat.chat_view.flush()
+    assert "Assistant   ‹ 3/3 ›" in window.chat.chat_view.transcript.toPlainText()
     row = stored_answer(history_file)
     assert row.content == contents[2] and row.version == 2
     assert [a.content for a in row.alternatives] == contents[:2]
 
     # ‹ : the second answer is shown, saved as the one shown, and sent from now on.
     click_version(window, 1, 1)
-    window.chat_view.flush()
-    assert window.conversation.messages[1].content == contents[1]
-    assert "Assistant   ‹ 2/3 ›" in window.chat_view.transcript.toPlainText()
+    window.chat.chat_view.flush()
+    assert window.chat.conversation.messages[1].content == contents[1]
+    assert "Assistant   ‹ 2/3 ›" in window.chat.chat_view.transcript.toPlainText()
     assert stored_answer(history_file).content == contents[1]
     seen: list[list[str]] = []
     original = Engine.chat
@@ -81,15 +81,15 @@ def test_regenerate_keeps_versions_switchable_saved_exported_and_imported(
 
     # A version number out of range, or a forged link, changes nothing.
     click_version(window, 1, 7)
-    emit(window.chat_view.transcript.anchorClicked, QUrl("version:1/0"))
-    assert window.conversation.messages[1].content == contents[1]
+    emit(window.chat.chat_view.transcript.anchorClicked, QUrl("version:1/0"))
+    assert window.chat.conversation.messages[1].content == contents[1]
 
     # Reopened (as after a restart), exported as JSON and imported: the versions come along.
     ui = window.feature(HistoryUi)
-    conversation_id = window.conversation.id
+    conversation_id = window.chat.conversation.id
     window.new_chat_action.trigger()
     assert ui.open(conversation_id)
-    reopened = window.conversation.messages[1]
+    reopened = window.chat.conversation.messages[1]
     assert reopened.version == 1 and [v.content for v in reopened.versions()] == contents
     ui.ask_save_path = lambda *_args: str(tmp_path / "chat.json")
     ui.export_json_action.trigger()
@@ -100,10 +100,10 @@ def test_regenerate_keeps_versions_switchable_saved_exported_and_imported(
     window.new_chat_action.trigger()
     ui.ask_open_path = lambda *_args: str(tmp_path / "chat.json")
     assert ui.import_conversation() is not None
-    imported = window.conversation.messages[1]
+    imported = window.chat.conversation.messages[1]
     assert imported.version == 1 and [v.content for v in imported.versions()] == contents
-    window.chat_view.flush()
-    assert "‹ 2/3 ›" in window.chat_view.transcript.toPlainText()
+    window.chat.chat_view.flush()
+    assert "‹ 2/3 ›" in window.chat.chat_view.transcript.toPlainText()
 
     # Markdown: the version shown, then the others under their own heading; a Markdown
     # export picked for Import is refused in one line that says what to import instead.

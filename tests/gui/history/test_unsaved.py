@@ -31,7 +31,7 @@ from tests.gui.conftest import (
 
 def loaded(make_window, model: Path) -> MainWindow:
     window = make_window(["--model", str(model)])
-    assert window.controller.state is State.READY
+    assert window.chat.controller.state is State.READY
     set_sampling(window, greedy(4))
     return window
 
@@ -74,17 +74,17 @@ def test_a_full_disk_keeps_the_chat_marks_it_asks_and_saves_it_later(
     # Said in words, kept on screen, marked.
     assert window.banner.isVisible() and window.banner.level == "error"
     assert "full" in window.banner.text() and "not saved" in window.banner.text()
-    assert [m.content for m in window.conversation.messages][2] == long
-    window.chat_view.flush()
-    assert window.chat_view.transcript.toPlainText().count("not saved") == 2
+    assert [m.content for m in window.chat.conversation.messages][2] == long
+    window.chat.chat_view.flush()
+    assert window.chat.chat_view.transcript.toPlainText().count("not saved") == 2
     assert ui.unsaved.retry_timer.isActive()
-    assert rows(history_file) == [["saved question", window.conversation.messages[1].content]]
+    assert rows(history_file) == [["saved question", window.chat.conversation.messages[1].content]]
 
     # New chat asks; "cancel" keeps everything.
     asked = answer_unsaved(window, "cancel")
-    window.chat_view.new_chat_button.click()
+    window.chat.chat_view.new_chat_button.click()
     assert len(asked) == 1 and "2 messages of this chat are not in the chat history" in asked[0][1]
-    assert len(window.conversation.messages) == 4
+    assert len(window.chat.conversation.messages) == 4
     # Closing asks too, and "cancel" keeps the window open.
     window.close()
     assert len(asked) == 2 and asked[1][0] == "Close chatapp" and window.isVisible()
@@ -94,11 +94,11 @@ def test_a_full_disk_keeps_the_chat_marks_it_asks_and_saves_it_later(
     ui.unsaved.retry()
     assert "works again" in window.banner.text() and window.banner.level == "info"
     assert not ui.unsaved.retry_timer.isActive()
-    window.chat_view.flush()
-    assert "not saved" not in window.chat_view.transcript.toPlainText()
-    assert rows(history_file) == [[m.content for m in window.conversation.messages]]
-    window.chat_view.new_chat_button.click()  # nothing unsaved: no question
-    assert len(asked) == 2 and window.conversation.messages == []
+    window.chat.chat_view.flush()
+    assert "not saved" not in window.chat.chat_view.transcript.toPlainText()
+    assert rows(history_file) == [[m.content for m in window.chat.conversation.messages]]
+    window.chat.chat_view.new_chat_button.click()  # nothing unsaved: no question
+    assert len(asked) == 2 and window.chat.conversation.messages == []
 
 
 def test_a_read_only_history_is_shown_read_only_and_offers_an_export(
@@ -121,20 +121,20 @@ def test_a_read_only_history_is_shown_read_only_and_offers_an_export(
     assert ui.panel.titles() == ["an old chat"]  # shown, not hidden
     assert ui.panel.read_only_label.isVisible()
     assert not ui.import_action.isEnabled() and not ui.delete_action.isEnabled()
-    assert ui.open(old.id) and window.conversation.messages[0].content == "old question"
+    assert ui.open(old.id) and window.chat.conversation.messages[0].content == "old question"
 
     window.new_chat_action.trigger()
     send_and_wait(qtbot, window, "new question")
     assert window.banner.level == "warning" and "read-only" in window.banner.text()
-    window.chat_view.flush()
-    assert "not saved" in window.chat_view.transcript.toPlainText()
+    window.chat.chat_view.flush()
+    assert "not saved" in window.chat.chat_view.transcript.toPlainText()
     # Closing offers the export; the export holds the chat as shown.
     answer_unsaved(window, "export")
     ui.ask_save_path = lambda *_args: str(tmp_path / "kept.json")
     window.close()
     data = json.loads((tmp_path / "kept.json").read_text(encoding="utf-8"))
     contents = [m["content"] for m in data["conversation"]["messages"]]
-    assert contents == [m.content for m in window.conversation.messages]
+    assert contents == [m.content for m in window.chat.conversation.messages]
     assert contents[0] == "new question"
     assert rows(history_file) == [["old question"]]  # the file is unchanged
 
@@ -169,16 +169,16 @@ def test_a_model_error_keeps_the_chat_and_says_so(
 ) -> None:
     window = loaded(make_window, tiny_model_dir)
     send_and_wait(qtbot, window, "first")
-    before = [m.content for m in window.conversation.messages]
+    before = [m.content for m in window.chat.conversation.messages]
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("the accelerator went away")
 
     monkeypatch.setattr(Engine, "chat", broken)
-    window.chat_view.set_prompt_text("second")
-    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-        window.chat_view.send_button.click()
+    window.chat.chat_view.set_prompt_text("second")
+    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.send_button.click()
     assert window.banner.isVisible() and window.banner.level == "error"
     assert window.banner.text()
-    assert [m.content for m in window.conversation.messages][:2] == before
+    assert [m.content for m in window.chat.conversation.messages][:2] == before
     assert rows(history_file)[0][:2] == before

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
+from chatapp.gui.common.load_memory import last_model
 from chatapp.gui.models.conversion import graph_for
-from chatapp.gui.models.library import last_model
 
 
 def test_the_cpu_gets_auto_and_another_device_both_graphs() -> None:

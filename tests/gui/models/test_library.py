@@ -8,18 +8,10 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.gui.common.load_memory import LAST_FOLDER_KEY, last_model
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.models.feature import ModelsFeature
-from chatapp.gui.models.library import (
-    KEEP_LOAD_TIMES,
-    LAST_FOLDER_KEY,
-    LOAD_SECONDS_KEY,
-    ModelsDialog,
-    last_load_seconds,
-    last_model,
-    load_key,
-    remember_load_seconds,
-)
+from chatapp.gui.models.library import ModelsDialog
 from tests.gui.conftest import ANSWER_TIMEOUT_MS
 
 
@@ -73,9 +65,9 @@ def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     window = make_window(["--model", str(tiny_model_dir)])
     dialog = models_feature(window).show_models_dialog()
     dialog.select("tiny-llama")
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         dialog.open_button.click()
-    assert window.controller.model.folder == models / "tiny-llama"
+    assert window.chat.controller.model.folder == models / "tiny-llama"
     window.close()
     saved = QSettings(str(settings_file), QSettings.Format.IniFormat)
     assert saved.value(LAST_FOLDER_KEY) == str(models / "tiny-llama")
@@ -83,24 +75,7 @@ def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     # CPU, its stock one elsewhere) rather than pinning the one this device ran.
     assert last_model(saved) == (models / "tiny-llama", None)
     again = make_window([])  # no --model: the last one, not the default model
-    assert again.controller.model.folder == models / "tiny-llama"
-
-
-def test_load_times_are_kept_per_model_graph_and_device(tmp_path: Path) -> None:
-    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
-    cpu = load_key(tmp_path / "m", None, "cpu")
-    assert last_load_seconds(settings, cpu) is None
-    remember_load_seconds(settings, cpu, 6.234)
-    assert last_load_seconds(settings, cpu) == 6.23
-    assert last_load_seconds(settings, load_key(tmp_path / "m", "model_q4.onnx", "cpu")) is None
-    assert last_load_seconds(settings, load_key(tmp_path / "m", None, "webgpu")) is None
-    for n in range(KEEP_LOAD_TIMES):  # the oldest is forgotten first
-        remember_load_seconds(settings, load_key(tmp_path / f"other{n}", None, "cpu"), 1.0)
-    assert last_load_seconds(settings, cpu) is None
-    settings.setValue(LOAD_SECONDS_KEY, "{not json")  # damaged: no estimate, no error
-    assert last_load_seconds(settings, cpu) is None
-    remember_load_seconds(settings, cpu, 2.0)
-    assert last_load_seconds(settings, cpu) == 2.0
+    assert again.chat.controller.model.folder == models / "tiny-llama"
 
 
 def models_feature(window: MainWindow) -> ModelsFeature:

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QDialog
 
+from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.model_folder import variants
+from chatapp.engine.model_folder.model import default_graph_name
+from chatapp.engine.native_kernels import native_preferred
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.main_window import MainWindow
@@ -81,8 +84,9 @@ def test_the_graphs_are_read_on_the_worker_with_progress_then_listed(
         "onnx/model_fp16.onnx",
         "onnx/model_q4.onnx",
     ]
-    assert rows[0].endswith(" MiB)") and picker.open_button.isEnabled()  # precision, size
-    assert "holds 3 ONNX graphs" in picker.status_label.text()
+    assert " MiB) — " in rows[0] and picker.open_button.isEnabled()  # precision, size, kernels
+    status = picker.status_label.text()
+    assert "holds 3 variants" in status and "A variant is the same model" in status
     picker.list.setCurrentRow(2)
     picker.open_button.click()
     assert chosen == ["onnx/model_q4.onnx"] and picker.result() == QDialog.DialogCode.Accepted
@@ -105,7 +109,7 @@ def test_closing_while_reading_stops_it_and_opens_nothing(
     again, chosen_again = _picker(qtbot, runner, three_graphs)
     qtbot.waitUntil(lambda: not again.reading, timeout=10_000)
     again.accept()
-    assert chosen_again == ["model.onnx"]
+    assert chosen_again == [None]  # the folder's default (model.onnx) stays "the default"
 
 
 def test_a_folder_that_cannot_be_listed_opens_its_default(
@@ -130,7 +134,7 @@ def test_opening_a_folder_with_variants_asks_which(
     qtbot.waitUntil(lambda: not picker.reading, timeout=10_000)
     picker.reject()  # closed: nothing opens
     qtbot.wait(50)
-    assert window.controller.model.folder == tiny_model_dir
+    assert window.chat.controller.model.folder == tiny_model_dir
     assert models_feature(window).open_model_folder(three_graphs)
     qtbot.waitUntil(
         lambda: (
@@ -142,17 +146,58 @@ def test_opening_a_folder_with_variants_asks_which(
     )
     picker = window.findChild(VariantPicker, "variantPicker")
     picker.list.setCurrentRow(picker.list.count() - 1)
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
         picker.open_button.click()
-    assert window.controller.model.folder == three_graphs
-    assert window.controller.model.onnx_file == "onnx/model_q4.onnx"
+    assert window.chat.controller.model.folder == three_graphs
+    assert window.chat.controller.model.onnx_file == "onnx/model_q4.onnx"
     assert models_feature(window).open_model_folder(
         tiny_model_dir
     )  # one graph: no picker, it loads
-    assert window.controller.state is State.LOADING
+    assert window.chat.controller.state is State.LOADING
 
 
 def models_feature(window: MainWindow) -> ModelsFeature:
     feature = window.feature(ModelsFeature)
     assert feature is not None
     return feature
+
+
+@pytest.fixture(scope="module")
+def both_graphs(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Like the default model's folder: the stock model.onnx and the native model_gguf.onnx."""
+    out = tmp_path_factory.mktemp("both-graphs") / "both"
+    return convert_gguf(tiny_gguf, out, ConvertOptions(graph="both"))
+
+
+def test_the_kernels_the_folder_opens_with_stay_selected(
+    qtbot, runner: JobRunner, both_graphs: Path
+) -> None:
+    # On a CPU where chatapp's GGUF kernels run, the folder opens its native graph, though the
+    # stock one is listed first: accepting keeps the GGUF kernels, it never switches them.
+    expected = "model_gguf.onnx" if native_preferred(True) else "model.onnx"
+    assert default_graph_name(both_graphs) == expected
+    picker, chosen = _picker(qtbot, runner, both_graphs)
+    qtbot.waitUntil(lambda: not picker.reading, timeout=10_000)
+    assert picker.chosen() == expected
+    row = picker.list.currentItem().text()
+    assert "opens by default here" in row
+    assert ("GGUF kernels" in row) == (expected == "model_gguf.onnx")
+    assert "what it opens with here" in picker.status_label.text()
+    picker.open_button.click()
+    assert chosen == [None]  # the folder's default: it follows the device
+
+
+def test_the_graph_running_now_is_selected_when_the_folder_is_reopened(
+    qtbot, runner: JobRunner, both_graphs: Path
+) -> None:
+    other = "model.onnx" if native_preferred(True) else "model_gguf.onnx"
+    picker = VariantPicker(runner, both_graphs, running=other)
+    qtbot.addWidget(picker)
+    chosen: list[object] = []
+    picker.sig_chosen.connect(chosen.append)
+    picker.open()
+    qtbot.waitUntil(lambda: not picker.reading, timeout=10_000)
+    assert picker.chosen() == other and "running now" in picker.list.currentItem().text()
+    assert "the one running now" in picker.status_label.text()
+    picker.open_button.click()
+    assert chosen == [other]

@@ -60,10 +60,12 @@ def connect(qtbot, window: MainWindow, url: str, key: str = "") -> RemoteSummary
     fetch(qtbot, dialog, url, key)
     assert dialog.connect_button.isEnabled(), dialog.status.text()
     with qtbot.waitSignal(
-        window.controller.sig_backend_changed, timeout=CONNECT_TIMEOUT_MS
+        window.chat.controller.sig_backend_changed, timeout=CONNECT_TIMEOUT_MS
     ) as changed:
         dialog.connect_button.click()
-    qtbot.waitUntil(lambda: window.controller.state.value == "ready", timeout=CONNECT_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.state.value == "ready", timeout=CONNECT_TIMEOUT_MS
+    )
     summary = changed.args[0]
     assert isinstance(summary, RemoteSummary)
     return summary

@@ -48,37 +48,37 @@ def test_every_unavailable_figure_is_named() -> None:
 
 def test_a_server_without_logprobs_or_usage(qtbot) -> None:
     panel, figures = panel_with_remote(qtbot)
-    local_note = panel.transfer_note.text()
+    local_note = panel.figures_box.transfer_note.text()
     figures.set_remote(LLAMA_CPP)
     assert figures.box.isVisible() and not figures.server_rows.isVisible()
     assert "reports no figures of its own" in figures.server_caption.text()
     assert "smollm2.gguf" in figures.server_label.text()
-    assert panel.context_value.text() == "0 / 2048"
+    assert panel.figures_box.context_value.text() == "0 / 2048"
     panel.show_stats(BARE)
-    assert panel.tokens_per_second_value.text() == "41.0"
-    assert panel.ttft_value.text() == "200"
-    for label in (panel.perplexity_value, panel.context_value):
+    assert panel.figures_box.tokens_per_second_value.text() == "41.0"
+    assert panel.figures_box.ttft_value.text() == "200"
+    for label in (panel.figures_box.perplexity_value, panel.figures_box.context_value):
         assert label.text() == NOT_AVAILABLE and not label.isEnabled()
-    assert panel.perplexity_value.toolTip() == NO_LOGPROBS_TIP
-    assert panel.context_value.toolTip() == NO_USAGE_TIP
-    assert panel.transfer_value.text() == NOT_AVAILABLE  # never "0 B" for a server
-    assert panel.transfer_note.text() != local_note
+    assert panel.figures_box.perplexity_value.toolTip() == NO_LOGPROBS_TIP
+    assert panel.figures_box.context_value.toolTip() == NO_USAGE_TIP
+    assert panel.figures_box.transfer_value.text() == NOT_AVAILABLE  # never "0 B" for a server
+    assert panel.figures_box.transfer_note.text() != local_note
     # A new answer starts: still greyed, not zeros.
     panel.start_answer()
-    assert panel.prompt_perplexity_value.text() == NOT_AVAILABLE
-    assert panel.transfer_value.text() == NOT_AVAILABLE
+    assert panel.figures_box.prompt_perplexity_value.text() == NOT_AVAILABLE
+    assert panel.figures_box.transfer_value.text() == NOT_AVAILABLE
 
     figures.set_remote(None)  # back to the local model
     assert not figures.box.isVisible() and panel.loop_box.isEnabled()
     for label in (
-        panel.perplexity_value,
-        panel.prompt_perplexity_value,
-        panel.transfer_value,
-        panel.context_value,
+        panel.figures_box.perplexity_value,
+        panel.figures_box.prompt_perplexity_value,
+        panel.figures_box.transfer_value,
+        panel.figures_box.context_value,
     ):
         assert label.isEnabled() and label.text() == fmt.MISSING
-    assert panel.transfer_note.text() == local_note
-    assert "prefill" in panel.ttft_value.toolTip()  # the local explanation again
+    assert panel.figures_box.transfer_note.text() == local_note
+    assert "prefill" in panel.figures_box.ttft_value.toolTip()  # the local explanation again
 
 
 def test_server_figures_read_like_the_panel(qtbot) -> None:

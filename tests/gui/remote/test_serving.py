@@ -138,7 +138,7 @@ def test_served_requests_and_the_chat_take_turns(qtbot, window: MainWindow) -> N
     assert served[0].json()["usage"]["completion_tokens"] == 150
     (record,) = list(worker.records)
     assert record.finished_at < chat_done  # the chat waited for its turn
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.figures is not None and answer.figures.generated_tokens == 5
 
 

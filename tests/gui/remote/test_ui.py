@@ -37,7 +37,7 @@ def test_a_remote_chat_lands_in_the_transcript_history_and_export(
     qtbot, window: MainWindow, served: Served, varied_model_dir: Path, history_file: Path
 ) -> None:
     summary = connect(qtbot, window, served.url)
-    assert summary.name == "varied-llama" and window.controller.remote == summary
+    assert summary.name == "varied-llama" and window.chat.controller.remote == summary
     assert "varied-llama" in window.model_label.text()
     assert "varied-llama" in window.windowTitle()
     set_sampling(window, greedy(10))
@@ -45,38 +45,38 @@ def test_a_remote_chat_lands_in_the_transcript_history_and_export(
 
     expected = Engine(varied_model_dir, threads=1).chat([Message("user", "hello")], greedy(10))
     expected.run()
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.role == "assistant" and answer.content == expected.text
     assert answer.figures is not None and answer.figures.device == "remote"
     assert answer.figures.model == "varied-llama" and answer.figures.generated_tokens == 10
-    assert expected.text in window.chat_view.transcript.toPlainText()
+    assert expected.text in window.chat.chat_view.transcript.toPlainText()
     assert window.banner.isHidden() or window.banner.level not in ("error",)
     # The history keeps it with the server's model id and device "remote".
     assert stored_answers(history_file) == [(expected.text, "varied-llama", "remote", "remote")]
-    conv_id = window.conversation.id
+    conv_id = window.chat.conversation.id
     assert conv_id is not None
     exported = window.feature(HistoryUi).controller.export_text(conv_id, "markdown")
     assert exported is not None and expected.text in exported and "varied-llama" in exported
-    # The line under the answer names the server, not a loop and a device.
+    # The line under the answer names the model and the server, not a loop and a device.
     line = fmt.figures_line(answer.figures)
-    assert line.startswith("remote server") and "10 tokens" in line
+    assert line.startswith("varied-llama · remote server") and "10 tokens" in line
 
 
 def test_the_side_panel_greys_what_a_client_cannot_measure(
     qtbot, window: MainWindow, served: Served
 ) -> None:
-    panel = window.side_panel
+    panel = window.chat.side_panel
     connect(qtbot, window, served.url)
     set_sampling(window, greedy(12))
     send_and_wait(qtbot, window, "hello")
     # Measured here: shown.
-    assert panel.tokens_per_second_value.text() != fmt.MISSING
-    assert panel.ttft_value.text() != fmt.MISSING
-    assert panel.perplexity_value.text() != fmt.MISSING  # chatapp serve sends log-probs
-    assert panel.latency_chart.point_count == 11
-    assert "network" in panel.ttft_value.toolTip()
+    assert panel.figures_box.tokens_per_second_value.text() != fmt.MISSING
+    assert panel.figures_box.ttft_value.text() != fmt.MISSING
+    assert panel.figures_box.perplexity_value.text() != fmt.MISSING  # chatapp serve sends log-probs
+    assert panel.figures_box.latency_chart.point_count == 11
+    assert "network" in panel.figures_box.ttft_value.toolTip()
     # Not measurable from a client: greyed, with a word on why, never 0.
-    for label in (panel.prompt_perplexity_value, panel.transfer_value):
+    for label in (panel.figures_box.prompt_perplexity_value, panel.figures_box.transfer_value):
         assert label.text() == NOT_AVAILABLE and not label.isEnabled()
         assert "Not available from a remote server" in label.toolTip()
     assert not panel.loop_box.isEnabled() and "server" in panel.loop_box.title()
@@ -107,9 +107,9 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     assert figures.server_values["tokens_per_s"].text() != fmt.MISSING
     assert figures.server_values["h2d_bytes_per_token"].text() == "0 B"
     # Usage came back: the context used is the server's count.
-    answer = window.conversation.messages[-1].figures
+    answer = window.chat.conversation.messages[-1].figures
     assert answer is not None and answer.prompt_tokens
-    assert panel.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
+    assert panel.figures_box.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
 
 
 def test_the_comparison_is_unavailable_while_a_server_answers(
@@ -123,15 +123,15 @@ def test_the_comparison_is_unavailable_while_a_server_answers(
     assert not compare.run_button.isEnabled() and not compare.sweep_button.isEnabled()
     assert compare.status.text() == COMPARE_UNAVAILABLE
     remote_ui(window).disconnect_action.trigger()
-    assert window.controller.remote is None and compare.run_button.isEnabled()
+    assert window.chat.controller.remote is None and compare.run_button.isEnabled()
     assert compare.status.text() != COMPARE_UNAVAILABLE
     # The Remote server box has the way back too.
     connect(qtbot, window, served.url)
     button = remote_ui(window).figures.disconnect_button
     assert button.isEnabled()
-    with qtbot.waitSignal(window.controller.sig_backend_changed) as changed:
+    with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
         button.click()
-    assert changed.args == [None] and window.controller.remote is None
+    assert changed.args == [None] and window.chat.controller.remote is None
     assert compare.status.text() != COMPARE_UNAVAILABLE
 
 
@@ -143,26 +143,26 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     connect(qtbot, window, served.url)
     assert ui.disconnect_action.isEnabled()
     window.show_message("The server stopped answering.", "error")  # as a remote failure
-    with qtbot.waitSignal(window.controller.sig_backend_changed) as changed:
+    with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
         ui.disconnect_action.trigger()
-    assert changed.args == [None] and window.controller.remote is None
+    assert changed.args == [None] and window.chat.controller.remote is None
     assert window.banner.isHidden()  # the server's problem went with it
-    panel = window.side_panel
+    panel = window.chat.side_panel
     assert panel.loop_box.isEnabled() and panel.device_selector.isEnabled()
     assert not ui.figures.box.isVisible()
     assert "KV" in panel.loop_toggle.naive_button.toolTip()  # the local tips are back
     assert panel.device_selector.toolTip() != LOOP_TIP and panel.threads_spin.toolTip()
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "hello")
-    local = window.conversation.messages[-1].figures
+    local = window.chat.conversation.messages[-1].figures
     assert local is not None and local.device == "cpu" and local.mode == "iobinding"
-    assert window.side_panel.transfer_value.text() == "0 B"
+    assert window.chat.side_panel.figures_box.transfer_value.text() == "0 B"
     # Connected again, then a local model opened: back to local as well.
     connect(qtbot, window, served.api)
-    with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=LOAD_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=LOAD_TIMEOUT_MS):
         window.open_model(tiny_model_dir)
-    assert window.controller.remote is None and window.controller.state is State.READY
-    assert window.side_panel.loop_box.isEnabled() and not ui.figures.box.isVisible()
+    assert window.chat.controller.remote is None and window.chat.controller.state is State.READY
+    assert window.chat.side_panel.loop_box.isEnabled() and not ui.figures.box.isVisible()
     assert "tiny" in window.model_label.text()
 
 
@@ -172,10 +172,10 @@ def test_regenerate_with_a_server_replaces_the_answer(
     connect(qtbot, window, served.url)
     set_sampling(window, greedy(6))
     send_and_wait(qtbot, window, "same prompt")
-    first = window.conversation.messages[-1]
-    with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=LOAD_TIMEOUT_MS):
-        window.chat_view.regenerate_button.click()
-    assert [m.role for m in window.conversation.messages] == ["user", "assistant"]
-    again = window.conversation.messages[-1]
+    first = window.chat.conversation.messages[-1]
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=LOAD_TIMEOUT_MS):
+        window.chat.chat_view.regenerate_button.click()
+    assert [m.role for m in window.chat.conversation.messages] == ["user", "assistant"]
+    again = window.chat.conversation.messages[-1]
     assert again.content == first.content and again is not first  # greedy: the same answer
     assert again.figures is not None and again.figures.device == "remote"

@@ -65,10 +65,12 @@ def scripted(fakes: list[FakeServer], first: list[Action]) -> FakeServer:
 
 def failed_answer(qtbot, window: MainWindow, text: str = "hello") -> str:
     """Send `text`, wait for the failure; returns the banner's line."""
-    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS) as sig:
-        window.chat_view.set_prompt_text(text)
-        window.chat_view.send_button.click()
-    qtbot.waitUntil(lambda: window.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
+    with qtbot.waitSignal(
+        window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS
+    ) as sig:
+        window.chat.chat_view.set_prompt_text(text)
+        window.chat.chat_view.send_button.click()
+    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
     message = window.banner.text()
     assert message == sig.args[0] and window.banner.level == "error"
     assert "\n" not in message and "Traceback" not in message
@@ -77,7 +79,7 @@ def failed_answer(qtbot, window: MainWindow, text: str = "hello") -> str:
 
 def assert_retry_works(qtbot, window: MainWindow) -> None:
     send_and_wait(qtbot, window, "once more")
-    last = window.conversation.messages[-1]
+    last = window.chat.conversation.messages[-1]
     assert last.role == "assistant" and last.content == "Hello again"
     assert last.figures is not None and last.figures.finish_reason == "eos"
     assert window.banner.isHidden()  # a new answer clears the old failure
@@ -92,11 +94,11 @@ def test_a_malformed_stream_keeps_what_arrived_and_the_next_answer_retries(
     connect(qtbot, window, fake.url)
     message = failed_answer(qtbot, window)
     assert "sent a malformed stream" in message and "The 1 tokens received are kept." in message
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.role == "assistant" and answer.content == "Par"
     assert answer.figures is not None and answer.figures.finish_reason == "error"
     assert "failed" in fmt.figures_line(answer.figures)
-    assert [m.role for m in window.conversation.messages] == ["user", "assistant"]
+    assert [m.role for m in window.chat.conversation.messages] == ["user", "assistant"]
     assert_retry_works(qtbot, window)
 
 
@@ -108,14 +110,14 @@ def test_a_stream_cut_mid_answer_keeps_the_history_and_the_window_goes_on(
     set_sampling(window, greedy(8))
     message = failed_answer(qtbot, window, "first")
     assert "closed the connection while answering" in message
-    assert [(m.role, m.content) for m in window.conversation.messages] == [
+    assert [(m.role, m.content) for m in window.chat.conversation.messages] == [
         ("user", "first"),
         ("assistant", "Half"),
     ]
-    assert "Half" in window.chat_view.transcript.toPlainText()
-    assert window.controller.remote is not None  # still connected: the next answer retries
+    assert "Half" in window.chat.chat_view.transcript.toPlainText()
+    assert window.chat.controller.remote is not None  # still connected: the next answer retries
     assert_retry_works(qtbot, window)
-    assert [m.content for m in window.conversation.messages][:2] == ["first", "Half"]
+    assert [m.content for m in window.chat.conversation.messages][:2] == ["first", "Half"]
 
 
 def test_silence_times_out_and_gives_the_question_back(
@@ -127,9 +129,9 @@ def test_silence_times_out_and_gives_the_question_back(
     message = failed_answer(qtbot, window, "are you there?")
     assert "sent nothing for 0.5 s while answering" in message
     # Nothing was answered: the question goes back to the prompt box, nothing is lost.
-    assert window.conversation.messages == []
-    assert window.chat_view.prompt_text() == "are you there?"
-    window.chat_view.set_prompt_text("")
+    assert window.chat.conversation.messages == []
+    assert window.chat.chat_view.prompt_text() == "are you there?"
+    window.chat.chat_view.set_prompt_text("")
     assert_retry_works(qtbot, window)
 
 
@@ -138,17 +140,17 @@ def test_stop_works_while_a_server_is_silent(
 ) -> None:
     fake = scripted(fakes, [30.0])  # accepts the request, never answers (the read waits 120 s)
     connect(qtbot, window, fake.url)
-    window.chat_view.set_prompt_text("anyone?")
-    window.chat_view.send_button.click()
+    window.chat.chat_view.set_prompt_text("anyone?")
+    window.chat.chat_view.send_button.click()
     asked = lambda: any(r.path.endswith("/chat/completions") for r in fake.requests)  # noqa: E731
     qtbot.waitUntil(asked, timeout=ANSWER_TIMEOUT_MS)
-    with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=10_000) as failed:
-        window.chat_view.stop_button.click()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=10_000) as failed:
+        window.chat.chat_view.stop_button.click()
     assert failed.args[0].startswith("Stopped before http://127.0.0.1:")
-    assert window.conversation.messages == []  # nothing to keep: the question is back
-    assert window.chat_view.prompt_text() == "anyone?"
-    assert window.controller.state is State.READY
-    window.chat_view.set_prompt_text("")
+    assert window.chat.conversation.messages == []  # nothing to keep: the question is back
+    assert window.chat.chat_view.prompt_text() == "anyone?"
+    assert window.chat.controller.state is State.READY
+    window.chat.chat_view.set_prompt_text("")
     assert_retry_works(qtbot, window)
 
 
@@ -157,11 +159,13 @@ def test_closing_the_window_does_not_wait_for_a_silent_server(
 ) -> None:
     fake = scripted(fakes, [stream_head(), event(delta("Hel")), 30.0])
     connect(qtbot, window, fake.url)
-    window.chat_view.set_prompt_text("hello")
-    window.chat_view.send_button.click()
-    qtbot.waitUntil(lambda: window.controller.streaming_text == "Hel", timeout=ANSWER_TIMEOUT_MS)
+    window.chat.chat_view.set_prompt_text("hello")
+    window.chat.chat_view.send_button.click()
+    qtbot.waitUntil(
+        lambda: window.chat.controller.streaming_text == "Hel", timeout=ANSWER_TIMEOUT_MS
+    )
     # The worker thread ends within the runner's wait (60 s), long before the read's 120 s.
-    assert window.controller.runner.shutdown(timeout_ms=10_000)
+    assert window.chat.controller.runner.shutdown(timeout_ms=10_000)
     window.close()
 
 
@@ -172,17 +176,17 @@ def test_a_refused_connection_mid_chat_keeps_the_conversation(
         connect(qtbot, window, served.url)
         set_sampling(window, greedy(4))
         send_and_wait(qtbot, window, "first")
-    before = [(m.role, m.content) for m in window.conversation.messages]
+    before = [(m.role, m.content) for m in window.chat.conversation.messages]
     message = failed_answer(qtbot, window, "second")  # the server is gone
     assert message.startswith("Could not connect to http://127.0.0.1:")
     assert "is the server running" in message
-    assert [(m.role, m.content) for m in window.conversation.messages] == before
-    assert window.chat_view.prompt_text() == "second"
-    assert window.controller.remote is not None  # still connected: it may come back
+    assert [(m.role, m.content) for m in window.chat.conversation.messages] == before
+    assert window.chat.chat_view.prompt_text() == "second"
+    assert window.chat.controller.remote is not None  # still connected: it may come back
 
 
 def tokens_arrived(window: MainWindow) -> bool:
-    return window.side_panel.latency_chart.point_count >= 2
+    return window.chat.side_panel.figures_box.latency_chart.point_count >= 2
 
 
 def test_a_server_killed_mid_answer(qtbot, window: MainWindow, varied_model_dir: Path) -> None:
@@ -190,20 +194,20 @@ def test_a_server_killed_mid_answer(qtbot, window: MainWindow, varied_model_dir:
     try:
         connect(qtbot, window, server.url)
         set_sampling(window, greedy(400))  # 10 ms a token: four seconds, killed long before
-        with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-            window.chat_view.set_prompt_text("hello")
-            window.chat_view.send_button.click()
+        with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+            window.chat.chat_view.set_prompt_text("hello")
+            window.chat.chat_view.send_button.click()
             qtbot.waitUntil(lambda: tokens_arrived(window), timeout=ANSWER_TIMEOUT_MS)
             server.process.kill()  # SIGKILL: no goodbye
     finally:
         server.stop()
     message = window.banner.text()
     assert "closed the connection while answering" in message and "are kept" in message
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.role == "assistant" and answer.content
     assert answer.figures is not None and answer.figures.finish_reason == "error"
     assert 0 < (answer.figures.generated_tokens or 0) < 400
-    assert answer.content in window.chat_view.transcript.toPlainText()
+    assert answer.content in window.chat.chat_view.transcript.toPlainText()
 
 
 def test_stop_ends_a_remote_answer_at_the_next_chunk(
@@ -215,15 +219,17 @@ def test_stop_ends_a_remote_answer_at_the_next_chunk(
         with serving(engine) as served:
             connect(qtbot, window, served.url)
             set_sampling(window, greedy(400))
-            window.chat_view.set_prompt_text("hello")
-            window.chat_view.send_button.click()
+            window.chat.chat_view.set_prompt_text("hello")
+            window.chat.chat_view.send_button.click()
             qtbot.waitUntil(lambda: tokens_arrived(window), timeout=ANSWER_TIMEOUT_MS)
-            with qtbot.waitSignal(window.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
-                window.chat_view.stop_button.click()
+            with qtbot.waitSignal(
+                window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS
+            ):
+                window.chat.chat_view.stop_button.click()
             (record,) = served.wait_for_records(1)
     finally:
         restore()
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.figures is not None and answer.figures.finish_reason == "stop"
     assert 0 < (answer.figures.generated_tokens or 0) < 400
     assert record.cancelled and record.generated_tokens < 400  # the server stopped too
@@ -236,4 +242,4 @@ def test_a_conversation_too_long_for_the_server(
         connect(qtbot, window, served.url)
         message = failed_answer(qtbot, window, "word " * 3000)  # 512-token context
     assert "start a new chat" in message and "Nothing was lost" in message
-    assert window.chat_view.prompt_text().startswith("word word")
+    assert window.chat.chat_view.prompt_text().startswith("word word")

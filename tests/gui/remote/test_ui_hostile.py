@@ -66,7 +66,7 @@ def test_absurd_numbers_connect_and_answer(
     assert summary.max_context == 0 and window.banner.text() == ""
     set_sampling(window, greedy(6))
     send_and_wait(qtbot, window, "hello")
-    answer = window.conversation.messages[-1]
+    answer = window.chat.conversation.messages[-1]
     assert answer.content == "tok" * 6  # max_tokens enforced on this side
 
 
@@ -81,11 +81,11 @@ def test_a_gigabyte_answer_leaves_the_window_responsive(
     set_sampling(window, greedy(8192))
     gaps = GapRecorder()
     try:
-        with qtbot.waitSignal(window.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
-            window.chat_view.set_prompt_text("hello")
-            window.chat_view.send_button.click()  # (what sending costs is not measured here)
+        with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+            window.chat.chat_view.set_prompt_text("hello")
+            window.chat.chat_view.send_button.click()  # (what sending costs is not measured here)
             start_recording(gaps)
-        qtbot.waitUntil(lambda: window.controller.state is State.READY, timeout=10_000)
+        qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
         qtbot.wait(200)  # the failed answer drawn and saved
     finally:
         gaps.stop()
@@ -114,13 +114,13 @@ def test_stop_ends_a_gigabyte_stream_within_half_a_second(
     set_sampling(window, greedy(8192))
     gaps = GapRecorder()
     try:
-        window.chat_view.set_prompt_text("hello")
-        window.chat_view.send_button.click()
+        window.chat.chat_view.set_prompt_text("hello")
+        window.chat.chat_view.send_button.click()
         start_recording(gaps)
         qtbot.waitUntil(lambda: fake.sent_bytes > 100_000, timeout=ANSWER_TIMEOUT_MS)
         clicked, waited = time.perf_counter(), run_queue_wait_s()
-        window.chat_view.stop_button.click()
-        qtbot.waitUntil(lambda: window.controller.state is State.READY, timeout=10_000)
+        window.chat.chat_view.stop_button.click()
+        qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
         stopped_s = time.perf_counter() - clicked - (run_queue_wait_s() - waited)
     finally:
         gaps.stop()

@@ -56,7 +56,7 @@ def test_panes_hide_and_show_from_the_view_menu(
     options.side_action.trigger()
     options.list_action.trigger()
     assert not window.side_scroll.isVisible() and not window.conversation_list.isVisible()
-    assert window.chat_view.prompt_edit.isVisible()
+    assert window.chat.chat_view.prompt_edit.isVisible()
     compare = window.feature(CompareFeature)
     assert compare is not None
     compare.action.trigger()
@@ -77,7 +77,7 @@ w = build_window(["--model", sys.argv[1]])
 w.show()
 def report():
     area = w.screen().availableGeometry()
-    p = w.chat_view.prompt_edit
+    p = w.chat.chat_view.prompt_edit
     top_left = p.mapToGlobal(QPoint(0, 0))
     print(json.dumps({
         "area": [area.x(), area.y(), area.width(), area.height()],

@@ -29,11 +29,11 @@ def rect(x):
     p = x.mapTo(w, QPoint(0, 0))
     return [p.x(), p.y(), x.width(), x.height()]
 def report():
-    sel, hint = w.side_panel.device_selector, w.chat_view.hint_label
-    w.chat_view.set_hint("Enter sends · Shift+Enter: new line")
+    sel, hint = w.chat.side_panel.device_selector, w.chat.chat_view.hint_label
+    w.chat.chat_view.set_hint("Enter sends · Shift+Enter: new line")
     app.processEvents()
     items = [sel.itemText(i) for i in range(sel.count())]
-    edit = w.chat_view.prompt_edit
+    edit = w.chat.chat_view.prompt_edit
     viewport = edit.viewport()
     needs = edit.fontMetrics().boundingRect(
         QRect(0, 0, viewport.width() - 8, 10000), Qt.TextFlag.TextWordWrap,
@@ -55,7 +55,7 @@ def report():
         "placeholder_needs": needs, "viewport_h": viewport.height(),
         "refit_chat": refit[chat_index], "refit_side": refit[side_index],
         "window": [w.width(), w.height()],
-        "chat": rect(w.chat_view), "prompt": rect(w.chat_view.prompt_edit),
+        "chat": rect(w.chat.chat_view), "prompt": rect(w.chat.chat_view.prompt_edit),
         "hint": rect(hint), "hint_needs": hint.heightForWidth(hint.width()),
         "list": w.conversation_list.isVisible(), "side": w.side_scroll.isVisible(),
         "selector": rect(sel), "side_rect": rect(w.side_scroll),

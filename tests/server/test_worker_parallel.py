@@ -1,5 +1,6 @@
-"""`chatapp serve --parallel N`: requests answered together, each on a slot, each answer the
-one the engine gives that request alone (greedy; computed here, on this machine)."""
+"""`chatapp serve --parallel N` (server/worker.py): requests answered together, each on a
+slot, each answer the one the engine gives that request alone (greedy; computed here, on this
+machine)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.loops import Step
 from chatapp.engine.sampling import GREEDY
 from chatapp.engine.slots import SlotBatch
-from chatapp.server.slot_threads import SlotThreads
 from tests.serving import Served, serving
 
 QUESTIONS = [("hello", 20), ("tell me a long story about the sea", 9), ("hi", 14)]
@@ -88,19 +88,3 @@ def test_a_request_for_another_loop_is_refused(parallel: Served) -> None:
     response = ask(parallel, "hello", 4, chatapp={"loop": "naive"})
     assert response.status_code == 400
     assert "--parallel 3" in response.json()["error"]["message"]
-
-
-def test_closing_runs_what_was_queued_and_refuses_what_comes_after(
-    varied_model_dir: Path,
-) -> None:
-    engine = Engine(varied_model_dir, threads=1, max_context=64)
-    answered: list[int] = []
-    refused: list[int] = []
-    pool: SlotThreads[int] = SlotThreads(
-        engine.slots(2), lambda r, _slot: answered.append(r), refused.append
-    )
-    for r in range(5):
-        pool.submit(r)
-    pool.close(WAIT_S)
-    pool.submit(99)
-    assert sorted(answered) == [0, 1, 2, 3, 4] and refused == [99]

@@ -1,0 +1,259 @@
+"""A model folder's `tokenizer.json` loaded with `tokenizers` alone, without transformers.
+
+transformers' `AutoTokenizer` wraps the same `tokenizers.Tokenizer`, and for a folder whose
+tokenizer_config.json has no `added_tokens_decoder` (every folder the converter writes) it also
+parses the whole tokenizer.json in Python to read its added tokens. On Gemma 3's 262k-token
+tokenizer.json (33 MB) that took the load's peak from 424 to 627 MiB for nothing kept; the
+tokenizer itself keeps about 95 MiB (docs/engine.md, "The tokenizer's memory").
+
+Only folders whose tokenizer transformers would load as the generic fast tokenizer are taken
+(tokenizer_class `PreTrainedTokenizerFast` or `TokenizersBackend`: what the converter, Optimum and
+onnxruntime-genai's builder write) and only when every special token the config names is
+already an added token of tokenizer.json, so that nothing transformers would add or rebuild is
+missing; `load` returns None for any other folder and the caller uses transformers. The ids are
+the same as transformers' (tests/engine/test_folder_tokenizer.py compares them on every fixture
+folder and converted family).
+
+The object answers the part of transformers' tokenizer API that chatapp uses (`encode`, `decode`,
+`special_tokens_map`, `added_tokens_decoder`, ...), so ControlTokens, TokenText and the
+constraint compiler take either.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Tokenizer
+
+from chatapp.engine.model_folder.files import optional_inside, read_json_file
+
+GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
+# transformers' named special tokens; a config's other `*_token` keys are special tokens too.
+NAMED_SPECIAL = frozenset(
+    {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
+)
+# Files and folders that make transformers load something tokenizer.json does not hold.
+_OTHER_SOURCES = ("added_tokens.json", "additional_chat_templates")
+
+
+class _SharedLock:
+    """Many encodes at once, or one that switches special tokens off (a setting of the shared
+    tokenizer) alone."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+def _content(value: Any) -> str | None:
+    """A special token's text: a string, or a serialized AddedToken ({"content": ...})."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _special_tokens(folder: Path, config: Mapping[str, Any]) -> dict[str, str] | None:
+    """bos_token, eos_token, ... as transformers 5 reads them (special_tokens_map.json counts
+    only when the config has no added_tokens_decoder); None for a value it would not take."""
+    # A config's own `*_token` keys count when their value is text (a serialized token there
+    # stays a plain setting); special_tokens_map.json is read after that, for the named ones.
+    values: dict[str, Any] = {
+        key: value
+        for key, value in config.items()
+        if value is not None
+        and (key in NAMED_SPECIAL or (key.endswith("_token") and isinstance(value, str)))
+    }
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, dict):  # named extra tokens are special tokens by those names
+        values.update(extra)
+    if "added_tokens_decoder" not in config:
+        for key, value in (read_json_file(folder, "special_tokens_map.json") or {}).items():
+            if key in NAMED_SPECIAL and value is not None:
+                values[key] = value
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        text = _content(value)
+        if text is None:
+            return None
+        out[key] = text
+    return out
+
+
+def _extra_special(folder: Path, config: Mapping[str, Any]) -> list[str] | None:
+    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    if "added_tokens_decoder" not in config:
+        stored = read_json_file(folder, "special_tokens_map.json") or {}
+        extra = [*extra, *(stored.get("additional_special_tokens") or [])]
+    if isinstance(extra, dict):
+        extra = list(extra.values())
+    texts = [_content(v) for v in extra] if isinstance(extra, list) else [None]
+    return None if any(t is None for t in texts) else [t for t in texts if t is not None]
+
+
+def _chat_template(folder: Path, config: Mapping[str, Any]) -> str | dict[str, str] | None:
+    """chat_template.jinja beside the config first, as transformers reads it."""
+    jinja = optional_inside(folder, "chat_template.jinja")
+    if jinja is not None:
+        return jinja.read_text(encoding="utf-8")
+    value = config.get("chat_template")
+    if isinstance(value, list):  # [{"name": ..., "template": ...}, ...]
+        return {
+            str(t["name"]): str(t["template"])
+            for t in value
+            if isinstance(t, dict) and "name" in t and "template" in t
+        }
+    return value if isinstance(value, str) else None
+
+
+class FolderTokenizer:
+    """tokenizer.json with the settings transformers would read beside it."""
+
+    def __init__(
+        self,
+        backend: Tokenizer,
+        special: Mapping[str, str],
+        chat_template: str | dict[str, str] | None,
+        clean_up_spaces: bool,
+    ) -> None:
+        backend.no_truncation()  # transformers' encode() without truncation= or padding=
+        backend.no_padding()
+        backend.encode_special_tokens = False
+        self.backend_tokenizer = backend
+        self.special_tokens_map = dict(special)
+        self.chat_template = chat_template
+        self.added_tokens_decoder: dict[int, AddedToken] = backend.get_added_tokens_decoder()
+        self.all_special_ids = sorted(
+            {i for i, t in self.added_tokens_decoder.items() if t.special}
+            | {i for t in special.values() if (i := backend.token_to_id(t)) is not None}
+        )
+        self.bos_token_id = self._id("bos_token")
+        self.eos_token_id = self._id("eos_token")
+        # transformers skips its clean-up for BPE models (it strips spaces before punctuation).
+        self._clean_up = clean_up_spaces and type(backend.model).__name__ != "BPE"
+        self._lock = _SharedLock()
+
+    @staticmethod
+    def load(folder: Path) -> FolderTokenizer | None:
+        """The folder's tokenizer, or None when transformers must load it (see the module)."""
+        path = optional_inside(folder, "tokenizer.json")
+        config = read_json_file(folder, "tokenizer_config.json")
+        if path is None or config is None:
+            return None
+        if config.get("tokenizer_class") not in GENERIC_CLASSES:
+            return None
+        if any(optional_inside(folder, name) is not None for name in _OTHER_SOURCES):
+            return None
+        special = _special_tokens(folder, config)
+        extra = _extra_special(folder, config)
+        if special is None or extra is None:
+            return None
+        backend = Tokenizer.from_file(str(path))
+        added = {
+            str(t.content): (i, t.special) for i, t in backend.get_added_tokens_decoder().items()
+        }
+        if any(text not in added for text in [*special.values(), *extra]):
+            return None  # transformers would add it as a new token
+        for index, token in (config.get("added_tokens_decoder") or {}).items():
+            if not isinstance(token, dict) or added.get(str(token.get("content"))) != (
+                int(index),
+                bool(token.get("special", False)),
+            ):
+                return None
+        clean = bool(config.get("clean_up_tokenization_spaces", False))
+        return FolderTokenizer(backend, special, _chat_template(folder, config), clean)
+
+    def _id(self, key: str) -> int | None:
+        text = self.special_tokens_map.get(key)
+        return None if text is None else self.backend_tokenizer.token_to_id(text)
+
+    def encode(
+        self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False
+    ) -> list[int]:
+        """Ids of `text`; with `split_special_tokens` a control token's string is plain text.
+        That switches a setting of the one shared tokenizer, so it waits for other encodes
+        and they for it (no second copy of the tokenizer, which cost as much as the first)."""
+        backend = self.backend_tokenizer
+        if not split_special_tokens:
+            with self._lock.shared():
+                return list(backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        with self._lock.exclusive():
+            backend.encode_special_tokens = True
+            try:
+                return list(backend.encode(text, add_special_tokens=add_special_tokens).ids)
+            finally:
+                backend.encode_special_tokens = False
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        text = str(
+            self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        )
+        return _clean_up_tokenization(text) if self._clean_up else text
+
+    def convert_ids_to_tokens(self, token_id: int) -> str | None:
+        return self.backend_tokenizer.id_to_token(int(token_id))
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int | None] | None:
+        """Ids of vocabulary entries; one that is not there: the unknown token's (or None)."""
+        if isinstance(tokens, str):
+            return self._token_id(tokens)
+        return [self._token_id(t) for t in tokens]
+
+    def _token_id(self, token: str) -> int | None:
+        found = self.backend_tokenizer.token_to_id(token)
+        return self._id("unk_token") if found is None else found
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.backend_tokenizer.get_vocab(with_added_tokens=True))
+
+    def __len__(self) -> int:
+        return int(self.backend_tokenizer.get_vocab_size(with_added_tokens=True))
+
+
+def _clean_up_tokenization(text: str) -> str:
+    """transformers' `clean_up_tokenization` (WordPiece-era spacing before punctuation)."""
+    for before, after in (
+        (" .", "."),
+        (" ?", "?"),
+        (" !", "!"),
+        (" ,", ","),
+        (" ' ", "'"),
+        (" n't", "n't"),
+        (" 'm", "'m"),
+        (" 's", "'s"),
+        (" 've", "'ve"),
+        (" 're", "'re"),
+    ):
+        text = text.replace(before, after)
+    return text

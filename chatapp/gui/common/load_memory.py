@@ -1,0 +1,60 @@
+"""What the window remembers of loading models, in its settings: the last model used, which
+the next start opens again, and how long each model took to load (the status bar's time left).
+The chat's loading (gui/chat/loading.py) writes both; the startup (gui/app.py) reads the first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+
+LAST_FOLDER_KEY = "models/last_folder"
+LAST_ONNX_KEY = "models/last_onnx_file"
+
+
+# ---- the last model used --------------------------------------------------------------------
+def remember_last_model(settings: QSettings, folder: Path, onnx_file: str) -> None:
+    settings.setValue(LAST_FOLDER_KEY, str(folder))
+    settings.setValue(LAST_ONNX_KEY, onnx_file)
+
+
+def last_model(settings: QSettings) -> tuple[Path, str | None] | None:
+    """The folder (and graph) used last, if it is still there."""
+    folder = str(settings.value(LAST_FOLDER_KEY, "") or "")
+    if not folder or not Path(folder).is_dir():
+        return None
+    onnx_file = str(settings.value(LAST_ONNX_KEY, "") or "")
+    return Path(folder), onnx_file or None
+
+
+# ---- how long loading took ---------------------------------------------------------------------
+LOAD_SECONDS_KEY = "models/load_seconds"
+KEEP_LOAD_TIMES = 20  # models remembered; the oldest is forgotten first
+
+
+def load_key(folder: Path, onnx_file: str | None, device: str) -> str:
+    """What a load time is kept under: the same graph of the same folder on the same device."""
+    return f"{folder.expanduser().resolve()}|{onnx_file or ''}|{device}"
+
+
+def last_load_seconds(settings: QSettings, key: str) -> float | None:
+    """How long the last load of `key` took, if one finished before."""
+    seconds = _load_times(settings).get(key)
+    return seconds if isinstance(seconds, int | float) and seconds > 0 else None
+
+
+def remember_load_seconds(settings: QSettings, key: str, seconds: float) -> None:
+    times = _load_times(settings)
+    times.pop(key, None)
+    times[key] = round(seconds, 2)
+    kept = dict(list(times.items())[-KEEP_LOAD_TIMES:])
+    settings.setValue(LOAD_SECONDS_KEY, json.dumps(kept))
+
+
+def _load_times(settings: QSettings) -> dict[str, object]:
+    try:
+        times = json.loads(str(settings.value(LOAD_SECONDS_KEY, "") or "{}"))
+    except ValueError:  # a hand-edited or damaged settings file: start again
+        return {}
+    return times if isinstance(times, dict) else {}

@@ -1,0 +1,279 @@
+"""Answering: the one path the window, `chatapp serve` and `chatapp generate` answer through. No Qt.
+
+`answer(backend, request, should_stop)` is a generator of typed events:
+
+- `ContextReport`: what of the conversation the model sees (policy TRIM, a local model);
+- `WarmUpProgress`: the device compiling its programs on its first answer;
+- `Opened`: the answer started (its prompt's size; `stats` fills in as it runs);
+- `TextDelta`: text released, with the tokens it came from (the detokenizer's tail included);
+- `ToolPiece`: a tool call's start or more of its arguments (a request with tools);
+- `AnswerDone`: the text shown, the figures, why it ended, the tool calls.
+
+Stop strings (engine/stops.py) and tool calls (engine/tool_stream.py) are applied here, for
+every caller. The backend is a `Backend` (engine/backend.py): what it can do is read from its
+capabilities. After a device failure, `fall_back_to_cpu` restarts a local model on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from chatapp.engine.backend import AnswerStream, Backend, TokenEvent
+from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.constraints import ConstraintError, OutputFormat
+from chatapp.engine.errors import DeviceFailure, EngineError
+from chatapp.engine.metrics import RunStats
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.stops import StopBuffer
+from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
+from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
+from chatapp.engine.warm_up import WarmUpProgress
+from chatapp.remote.errors import RemoteError
+from chatapp.session.context import ContextReport, counter_for, fit_messages
+
+if TYPE_CHECKING:
+    from chatapp.engine.engine import Engine
+
+STOP_STRING = "stop_string"  # an answer's finish reason when one of its stop strings ended it
+JSON_NOT_HERE = (
+    "JSON answer works with a model run here, not a server: turn it off to ask the server."
+)
+WARM_UP_STOPPED = (
+    "Stopped while the device was being prepared; the question is back in the prompt box."
+)
+
+
+class ContextPolicy(StrEnum):
+    TRIM = "trim"  # the oldest turns that no longer fit are not sent (the window)
+    REFUSE = "refuse"  # a prompt that does not fit is an error (the server, `generate`)
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    """One answer to make: a chat (`messages`) or a raw text to continue (`text`)."""
+
+    messages: tuple[Message, ...]
+    settings: SamplingSettings
+    mode: str | None = None  # the loop; ignored by a backend that does not choose loops
+    text: str | None = None  # a raw prompt to continue instead of the chat (no template)
+    # How `text` becomes tokens: parsing special tokens (an API's prompt) or as a person's text
+    # with BOS first (`generate --raw`).
+    text_by_person: bool = False
+    output_format: OutputFormat | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = NO_TOOLS
+    stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
+    context: ContextPolicy = ContextPolicy.REFUSE
+    prompt_style: str | None = None  # engine/chat.py PROMPT_STYLES; None: as it is
+    continue_last: bool = False  # the last message is an answer to go on with (Continue)
+    top_logprobs: int = 0
+    request_id: int = 0  # the ContextReport's
+
+
+@dataclass(frozen=True)
+class Opened:
+    prompt_tokens: int  # as the backend counts them before the answer (a server: 0)
+    stats: RunStats  # the running figures (filled in as the answer runs)
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    index: int
+    token_id: int | None  # None where not known (a server sends text)
+    logprob: float
+    latency_s: float  # the first token's is its time to first token
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def of(cls, event: TokenEvent) -> TokenInfo:
+        token_id = event.token_id if event.token_id >= 0 else None
+        return cls(event.index, token_id, event.logprob, event.latency_s, event.top_logprobs)
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Text released (up to a stop string), with the tokens it completes; either may be empty.
+    `index`: where text without a token of its own goes (the next token's index)."""
+
+    text: str
+    tokens: tuple[TokenInfo, ...]
+    index: int
+
+
+@dataclass(frozen=True)
+class ToolPiece:
+    piece: StreamPiece
+    tokens: tuple[TokenInfo, ...]
+
+
+@dataclass(frozen=True)
+class AnswerDone:
+    text: str  # the content as shown (without a stop string, without tool calls)
+    stats: RunStats  # the backend's: its finish_reason is the engine's (eos | length | stop)
+    stopped_by_string: bool
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+AnswerEvent = ContextReport | WarmUpProgress | Opened | TextDelta | ToolPiece | AnswerDone
+
+
+def answer(
+    backend: Backend, request: AnswerRequest, should_stop: Callable[[], bool]
+) -> Generator[AnswerEvent, None, None]:
+    """The events of one answer; errors are raised as they happen (an `Opened` tells a caller
+    the answer had started)."""
+    caps = backend.capabilities
+    tokenizer = backend.chat_tokenizer
+    if request.output_format is not None and not caps.constrains_output:
+        raise ConstraintError(JSON_NOT_HERE)
+    if request.continue_last and not caps.continues_answers:
+        raise EngineError(
+            "Continue works with a model run here; a server starts a new answer: use "
+            "Regenerate or ask again."
+        )
+    if tokenizer is not None and request.prompt_style is not None:
+        tokenizer.use_style(request.prompt_style)
+    messages: Sequence[Message] = request.messages
+    if request.context is ContextPolicy.TRIM and caps.counts_tokens and request.text is None:
+        messages, report = fit_messages(
+            request.request_id,
+            request.messages,
+            counter_for(backend),
+            backend.max_context,
+            request.settings.max_new_tokens,
+        )
+        yield report
+    mode = request.mode if caps.chooses_loop else None
+    if backend.needs_warm_up(mode):
+        # The device's first runs compile its programs: a phase of their own, ahead of the
+        # answer, so its TTFT and tokens/s are the model's (engine/warm_up.py).
+        for progress in backend.warm_up(mode):
+            yield progress
+            if should_stop() and not progress.finished:  # the next answer warms up
+                raise EngineError(WARM_UP_STOPPED)
+    stops: StopBuffer[TokenInfo | None] = StopBuffer(request.stops)
+    plan = _tool_plan(backend, request, messages)
+    calls = plan.stream() if plan is not None and plan.active else None
+    gen = _open(backend, request, messages, mode, plan, lambda: should_stop() or stops.stopped)
+    stats = gen.stats
+    yield Opened(stats.prompt_tokens, stats)
+    shown: list[str] = []
+    index = tokens = 0
+    for event in gen:
+        info = None if event.tail else TokenInfo.of(event)
+        tokens += info is not None
+        index = event.index + (info is not None)
+        yield from _release(stops.push(event.text, info), index, shown, calls)
+    if tokens == 0 and stats.finish_reason == "stop" and not caps.counts_tokens:
+        # Stopped while a server was silent: nothing to keep, the question goes back.
+        raise RemoteError(
+            f"Stopped before {backend.answerer} sent anything; the question is back in the "
+            "prompt box."
+        )
+    yield from _release(stops.flush(), index, shown, calls)
+    made: tuple[ToolCall, ...] = ()
+    if calls is not None:
+        for piece in calls.finish():
+            yield from _pieces([piece], (), index, shown)
+        made = tuple(calls.calls())
+    yield AnswerDone("".join(shown), stats, stops.stopped, made)
+
+
+def _tool_plan(
+    backend: Backend, request: AnswerRequest, messages: Sequence[Message]
+) -> ToolPlan | None:
+    """The request's tools, or its history's calls and results, as the model sees them."""
+    tokenizer = backend.chat_tokenizer
+    if tokenizer is None or request.text is not None:
+        return None
+    if not request.tools and not any(m.role == "tool" or m.tool_calls for m in messages):
+        return None
+    return ToolPlan(
+        request.tools, request.tool_choice, tokenizer.template_source, tokenizer.supports_tools
+    )
+
+
+def _open(
+    backend: Backend,
+    request: AnswerRequest,
+    messages: Sequence[Message],
+    mode: str | None,
+    plan: ToolPlan | None,
+    should_stop: Callable[[], bool],
+) -> AnswerStream:
+    tokenizer = backend.chat_tokenizer
+    if request.text is not None and tokenizer is not None:
+        if request.text_by_person:
+            ids = tokenizer.with_bos(tokenizer.encode_text(request.text))
+        else:
+            ids = tokenizer.encode(request.text)
+        return backend.generate_ids(
+            ids,
+            request.settings,
+            mode,
+            should_stop,
+            top_logprobs=request.top_logprobs,
+            output_format=request.output_format,
+        )
+    output, tools = request.output_format, None
+    if plan is not None:
+        messages, tools = plan.messages(messages), plan.template_tools()
+        output = plan.output_format(request.output_format) or request.output_format
+    return backend.chat(
+        messages,
+        request.settings,
+        mode,
+        should_stop,
+        request.top_logprobs,
+        output_format=output,
+        tools=tools,
+        continue_last=request.continue_last,
+    )
+
+
+def _release(
+    released: tuple[str, list[TokenInfo | None]],
+    index: int,
+    shown: list[str],
+    calls: ToolCallStream | None,
+) -> Iterator[TextDelta | ToolPiece]:
+    """What a StopBuffer let through: as content, or (with tools) content and call pieces."""
+    text, items = released
+    tokens = tuple(t for t in items if t is not None)
+    if calls is None:
+        shown.append(text)
+        if text or tokens:
+            yield TextDelta(text, tokens, index)
+        return
+    pieces = calls.push(text) if text else []
+    if not pieces:
+        if tokens:
+            yield TextDelta("", tokens, index)
+        return
+    yield from _pieces(pieces, tokens, index, shown)
+
+
+def _pieces(
+    pieces: Sequence[StreamPiece], tokens: tuple[TokenInfo, ...], index: int, shown: list[str]
+) -> Iterator[TextDelta | ToolPiece]:
+    for i, piece in enumerate(pieces):
+        first = tokens if i == 0 else ()
+        if piece.call_id is None and piece.arguments is None:
+            shown.append(piece.content)
+            yield TextDelta(piece.content, first, index)
+        else:
+            yield ToolPiece(piece, first)
+
+
+def cpu_reason(failure: object) -> str:
+    """Why a model runs on the CPU now: its device failed mid-answer (the window's notice)."""
+    return f"{failure} Running on the CPU."
+
+
+def fall_back_to_cpu(engine: Engine, failure: DeviceFailure) -> None:
+    """After `failure` mid-answer: the same local model on the CPU for the next answer. Raises
+    what the restart raised. (The window runs it as model_jobs.cpu_fallback_job.)"""
+    engine.fall_back_to_cpu(cpu_reason(failure))

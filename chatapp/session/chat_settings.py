@@ -1,0 +1,147 @@
+"""What a chat remembers of how it was answered: the model, the system prompt, the sampling,
+the prompt style and the stop strings (as LM Studio and Jan keep them per chat). No Qt.
+
+The history keeps the model and the system prompt in their own columns and the rest as one
+JSON object (store/schema.py, version 4); each answer request writes them (`remember`), and a
+chat opened from the list gets them back (`Conversation.settings`). What cannot be read (an
+older or hand-edited file) is left out, never an error: the window then keeps what it shows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
+
+from chatapp.engine.chat import PLAIN_CHAT_STOPS, PROMPT_STYLES, STYLE_CONTINUE, STYLE_PLAIN_CHAT
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.session.prompt_style import CHAT, CONTINUE, MAX_STOP_CHARS, MAX_STOPS
+from chatapp.store import HistoryStore, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class AnswerOptions(Protocol):
+    """What an answer request carries (chat_session.GenerationOptions; not imported: the
+    conversation names ChatSettings, and the session imports the conversation)."""
+
+    @property
+    def settings(self) -> SamplingSettings: ...
+    @property
+    def system_prompt(self) -> str: ...
+    @property
+    def stops(self) -> tuple[str, ...]: ...
+    @property
+    def prompt_style(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    model: str | None = None
+    system_prompt: str = ""
+    sampling: SamplingSettings | None = None  # None: not known (a chat from before)
+    prompt_style: str | None = None  # engine/chat.py PROMPT_STYLES; None: not known
+    stops: tuple[str, ...] = ()  # as sent, with the plain-line chat's own
+
+    @property
+    def known(self) -> bool:
+        """Written by an answer request (a chat from before keeps only model and prompt)."""
+        return self.sampling is not None or self.prompt_style is not None
+
+    @property
+    def choice(self) -> str | None:
+        """Chat or text continuation (session/prompt_style.py), as the window offers it."""
+        if self.prompt_style is None:
+            return None
+        return CONTINUE if self.prompt_style == STYLE_CONTINUE else CHAT
+
+    @property
+    def user_stops(self) -> tuple[str, ...]:
+        """The stop strings the person typed (those plain-line chat adds left out)."""
+        if self.prompt_style != STYLE_PLAIN_CHAT:
+            return self.stops
+        return tuple(s for s in self.stops if s not in PLAIN_CHAT_STOPS)
+
+    def to_json(self) -> str:
+        """The settings column: everything but the model and the system prompt."""
+        body: dict[str, Any] = {"stops": list(self.stops)}
+        if self.sampling is not None:
+            body["sampling"] = asdict(self.sampling)
+        if self.prompt_style is not None:
+            body["prompt_style"] = self.prompt_style
+        return json.dumps(body, sort_keys=True)
+
+    @classmethod
+    def from_store(cls, model: str | None, system_prompt: str, text: str) -> ChatSettings:
+        try:
+            body = json.loads(text) if text else {}
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        style = body.get("prompt_style")
+        return cls(
+            model,
+            system_prompt,
+            _sampling(body.get("sampling")),
+            style if style in PROMPT_STYLES else None,
+            _stops(body.get("stops")),
+        )
+
+
+def settings_of(options: AnswerOptions, model: str | None) -> ChatSettings:
+    """What an answer request used, to remember for its chat."""
+    return ChatSettings(
+        model,
+        options.system_prompt.strip(),
+        options.settings,
+        options.prompt_style,
+        options.stops,
+    )
+
+
+def _sampling(value: object) -> SamplingSettings | None:
+    if not isinstance(value, dict):
+        return None
+    known = {f.name: f.type for f in fields(SamplingSettings)}
+    values: dict[str, Any] = {}
+    for name, number in value.items():
+        if name not in known or isinstance(number, bool):
+            continue
+        if name == "seed" and number is None:
+            values[name] = None
+        elif isinstance(number, int | float) and math.isfinite(number):
+            values[name] = int(number) if name in ("top_k", "seed", "max_new_tokens") else number
+    settings = SamplingSettings(**values)
+    try:
+        settings.validate()
+    except ValueError:
+        return None
+    return settings
+
+
+def _stops(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    found = [s for s in value if isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS]
+    return tuple(dict.fromkeys(found))[: MAX_STOPS + len(PLAIN_CHAT_STOPS)]
+
+
+def remember(store: HistoryStore | None, conversation_id: int | None, chat: ChatSettings) -> bool:
+    """Write a stored chat's settings (the history's messages say what failed when the store
+    does: this is one more write to the same file, so it is not said twice)."""
+    if store is None or conversation_id is None or store.read_only:
+        return False
+    try:
+        store.update_conversation(
+            conversation_id,
+            model=chat.model,
+            system_prompt=chat.system_prompt,
+            settings=chat.to_json(),
+        )
+    except StoreError:
+        log.warning("the chat's settings were not saved", exc_info=True)
+        return False
+    return True

@@ -1,0 +1,82 @@
+"""A model folder read once: the description an Engine and a packed copy are built from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatapp.engine import engine as engine_module
+from chatapp.engine import memory, model_description
+from chatapp.engine.engine import Engine, open_model
+from chatapp.engine.errors import EngineError
+from chatapp.engine.memory import MemoryRefusal, estimate_memory
+from chatapp.engine.model_description import engine_context, is_cpu, read_model
+from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.model_folder.sampling_defaults import model_sampling
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The folders read from now on (model_description's one reading function)."""
+    folders: list[Path] = []
+    real = model_description.read_model_folder
+
+    def counted(folder: Path, *args: object, **kwargs: object) -> object:
+        folders.append(Path(folder))
+        return real(folder, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model_description, "read_model_folder", counted)
+    return folders
+
+
+def test_the_description_holds_what_the_folder_says(tiny_model_dir: Path) -> None:
+    model = read_model(tiny_model_dir, max_context=64)
+    info = open_model_folder(tiny_model_dir)
+    assert model.info == info and model.folder == tiny_model_dir
+    assert model.context == 64 == model.memory.context
+    assert model.memory == estimate_memory(info, 64)  # the same figures, one graph read fewer
+    assert model.on_cpu and model.onnx_file is None
+    assert model.sampling == model_sampling(tiny_model_dir, info.onnx_path.stat().st_size)
+    assert read_model(tiny_model_dir).context == engine_context(info)  # the default cap
+    assert not read_model(tiny_model_dir, device="cuda").on_cpu and is_cpu(" CPU ")
+
+
+def test_an_engine_from_a_folder_reads_it_once_and_checks_memory_once(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = count_reads(monkeypatch)
+    checks: list[int] = []
+    real_check = engine_module.check_memory
+
+    def counted_check(estimate: memory.MemoryEstimate, name: str, freed: int = 0) -> None:
+        checks.append(estimate.total)
+        real_check(estimate, name, freed)
+
+    monkeypatch.setattr(engine_module, "check_memory", counted_check)
+    engine = Engine(tiny_model_dir, threads=1, max_context=64)
+    assert reads == [tiny_model_dir] and checks == [engine.memory.total]
+    # Built from a description read before: nothing is read or checked again.
+    model = read_model(tiny_model_dir, max_context=32)
+    reads.clear()
+    checks.clear()
+    again = Engine(model, threads=1)
+    assert reads == [] and checks == []
+    assert again.model is model and again.max_context == 32 and again.info == model.info
+
+
+def test_a_description_has_its_graph_and_context_already(tiny_model_dir: Path) -> None:
+    model = read_model(tiny_model_dir, max_context=32)
+    with pytest.raises(ValueError, match="already"):
+        Engine(model, threads=1, max_context=64)
+    with pytest.raises(EngineError, match="at least 1 token"):
+        read_model(tiny_model_dir, max_context=0)
+
+
+def test_open_model_refuses_what_does_not_fit_counting_what_closing_frees(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need = read_model(tiny_model_dir, max_context=64).memory.total
+    monkeypatch.setattr(memory, "available_memory", lambda: need - 1000)
+    with pytest.raises(MemoryRefusal, match="needs about"):
+        open_model(tiny_model_dir, max_context=64)
+    assert open_model(tiny_model_dir, max_context=64, freed=1000).memory.total == need

@@ -1,0 +1,58 @@
+"""Per-chat settings in the window: a chat remembers its model, sampling, prompt style, stop
+strings and system prompt, gets them back when opened from the list, and the list names the
+model each chat was with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.gui.chat.controller import State
+from chatapp.gui.history.ui import HistoryUi
+from chatapp.gui.main_window import MainWindow
+from chatapp.session import prompt_style as ps
+from chatapp.store import HistoryStore
+from tests.gui.conftest import greedy, send_and_wait, set_sampling
+from tests.gui.history.test_ui import click_row
+
+
+def test_a_reopened_chat_gets_its_settings_back_and_the_list_names_its_model(
+    qtbot, make_window, tiny_model_dir: Path, history_file: Path
+) -> None:
+    window: MainWindow = make_window(["--model", str(tiny_model_dir)])
+    assert window.chat.controller.state is State.READY
+    panel = window.chat.side_panel
+    first = SamplingSettings(temperature=0.4, top_k=5, top_p=0.7, seed=11, max_new_tokens=6)
+    set_sampling(window, first)
+    panel.system_prompt_box.set_text("Answer in French.")
+    prompt = panel.sampling_box.prompt
+    prompt.choice_combo.setCurrentIndex(prompt.choice_combo.findData(ps.CONTINUE))
+    prompt.stops_edit.setText(r"END, \n\n")
+    send_and_wait(qtbot, window, "first chat")
+    chat_id = window.chat.conversation.id
+    assert chat_id is not None
+
+    # Another chat with other settings.
+    window.chat.chat_view.new_chat_button.click()
+    set_sampling(window, greedy(3))
+    panel.system_prompt_box.set_text("")
+    prompt.choice_combo.setCurrentIndex(prompt.choice_combo.findData(ps.CHAT))
+    prompt.stops_edit.setText("")
+    send_and_wait(qtbot, window, "second chat")
+
+    click_row(qtbot, window, chat_id)
+    assert window.chat.conversation.id == chat_id
+    settings = panel.sampling_settings()
+    assert settings.max_new_tokens == 6 and settings.seed == 11
+    assert (settings.temperature, settings.top_k, settings.top_p) == (0.4, 5, 0.7)
+    assert panel.system_prompt_box.text() == "Answer in French."
+    assert prompt.choice() == ps.CONTINUE and prompt.user_stops() == ("END", "\n\n")
+
+    # The list names the model each chat was with; the file keeps it (a restart reads it).
+    name = window.chat.controller.model.name
+    ui = window.feature(HistoryUi)
+    item = ui.panel.item_for(chat_id)
+    assert item is not None and name in item.toolTip()
+    with HistoryStore(history_file) as store:
+        infos = {info.id: info for info in store.list_conversations()}
+    assert infos[chat_id].model == name and '"prompt_style": "continue"' in infos[chat_id].settings

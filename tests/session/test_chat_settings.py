@@ -1,0 +1,74 @@
+"""What a chat remembers of how it was answered, through the history store and back."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_CONTINUE, STYLE_PLAIN_CHAT
+from chatapp.engine.modes import Mode
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.session.chat_session import GenerationOptions
+from chatapp.session.chat_settings import ChatSettings, remember, settings_of
+from chatapp.session.history_records import conversation_from_store
+from chatapp.session.prompt_style import CHAT, CONTINUE
+from chatapp.store import ConversationDraft, HistoryStore, MessageDraft
+
+SAMPLING = SamplingSettings(temperature=0.3, top_k=7, top_p=0.8, seed=42, max_new_tokens=99)
+
+
+def test_an_answer_request_is_remembered_and_read_back() -> None:
+    options = GenerationOptions(SAMPLING, Mode.NAIVE, " Be brief. ", None, ("END",), STYLE_CONTINUE)
+    chat = settings_of(options, "tiny-base")
+    assert chat == ChatSettings("tiny-base", "Be brief.", SAMPLING, STYLE_CONTINUE, ("END",))
+    back = ChatSettings.from_store(chat.model, chat.system_prompt, chat.to_json())
+    assert back == chat and back.choice == CONTINUE
+
+
+def test_plain_line_chat_gives_back_only_the_stops_the_person_typed() -> None:
+    chat = ChatSettings(None, "", None, STYLE_PLAIN_CHAT, ("END", *PLAIN_CHAT_STOPS))
+    assert chat.choice == CHAT and chat.user_stops == ("END",)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{}",
+        "not json",
+        "[1, 2]",
+        '{"sampling": {"temperature": -1}, "prompt_style": "poetry", "stops": "x"}',
+        '{"sampling": {"temperature": 1e999, "top_k": true}, "stops": [1, "", "ok"]}',
+    ],
+)
+def test_what_cannot_be_read_is_left_out(text: str) -> None:
+    chat = ChatSettings.from_store("m", "sys", text)
+    assert chat.model == "m" and chat.system_prompt == "sys"
+    assert chat.prompt_style is None and chat.choice is None
+    assert chat.sampling is None or chat.sampling == SamplingSettings()
+    assert chat.stops in ((), ("ok",))
+
+
+def test_remember_writes_the_stored_chat_and_opening_it_reads_it(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    try:
+        now = datetime.now(UTC)
+        stored = store.add_conversation(
+            ConversationDraft("t", now, now, "old-model", "", (MessageDraft("user", "hi"),))
+        )
+        chat = ChatSettings("tiny", "Be brief.", SAMPLING, STYLE_CONTINUE, ("END",))
+        assert remember(store, stored.id, chat)
+        assert not remember(store, None, chat)  # not stored yet: nothing to write
+        opened = conversation_from_store(store.load_conversation(stored.id))
+        assert opened.settings == chat
+        (info,) = store.list_conversations()
+        assert info.model == "tiny"
+    finally:
+        store.close()
+
+
+def test_a_chat_from_before_knows_only_its_model_and_prompt() -> None:
+    assert not ChatSettings.from_store("m", "sys", "{}").known
+    assert ChatSettings.from_store("m", "", '{"prompt_style": "continue"}').known

@@ -4,10 +4,11 @@ Each run opens the model, notes its resident memory (file-backed: the mapped mod
 anonymous: ONNX Runtime's packed copies, arena, KV, the tokenizer, whose own share it reports)
 and the peak of the load, starts the peak again, answers the bench prompt (`--prompt-tokens`
 pads it with real text to about that many tokens) greedily for --new tokens and notes the
-answer's peak, tokens/s and a digest of the tokens. `--code DIR` runs chatapp from another checkout
-(e.g. /work/main for the baseline) and `--llama PYTHON` adds llama.cpp (llama-cpp-python) on
-`--gguf` with the same prompt ids. Runs are interleaved repeat by repeat, order flipped each
-round; ratios are medians of per-repeat ratios against the first system. Linux only (/proc).
+answer's peak, tokens/s and a digest of the tokens. `--code DIR` runs chatapp from another
+checkout (e.g. /work/main for the baseline) and `--llama PYTHON` adds llama.cpp
+(llama-cpp-python) on `--gguf` with the same prompt ids in a `--context` of 8192 tokens (chatapp
+answers in the folder's). Runs are interleaved repeat by repeat, order flipped each round;
+ratios are medians of per-repeat ratios against the first system. Linux only (/proc).
 
     .venv/bin/python scripts/answer_memory.py FOLDER --code . --code /work/main \
         --llama /work/venvs/llama/bin/python --gguf FILE.gguf --repeats 3 --prompt-tokens 1000
@@ -85,11 +86,11 @@ def chatapp_child(folder: str, new: int, threads: int, tokens: int) -> dict[str,
     }
 
 
-def llama_child(gguf: str, ids: list[int], new: int, threads: int) -> dict[str, Any]:
+def llama_child(gguf: str, ids: list[int], new: int, threads: int, context: int) -> dict[str, Any]:
     from llama_cpp import Llama
 
     started = time.perf_counter()
-    llm = Llama(gguf, n_ctx=2048, n_threads=threads, verbose=False, flash_attn=True)
+    llm = Llama(gguf, n_ctx=context, n_threads=threads, verbose=False, flash_attn=True)
     load_s = time.perf_counter() - started
     loaded = _status()
     _reset_peak()
@@ -131,6 +132,9 @@ def main() -> None:
     )
     parser.add_argument("--llama", help="a Python with llama-cpp-python")
     parser.add_argument("--gguf", help="the GGUF llama.cpp runs")
+    parser.add_argument(
+        "--context", type=int, default=8192, help="llama.cpp's context (the folder's: its own)"
+    )
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
@@ -161,7 +165,7 @@ def main() -> None:
                     name, _, value = setting.partition("=")
                     env[name] = value
                 cmd = [sys.executable, __file__, "--chatapp-child", args.folder]
-            extra = [] if system == "llama.cpp" else [str(args.prompt_tokens)]
+            extra = [str(args.context if system == "llama.cpp" else args.prompt_tokens)]
             res = run([*cmd, str(args.new), str(args.threads), *extra], env)
             ids = ids or res.get("prompt_ids")
             res["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
@@ -208,6 +212,7 @@ if __name__ == "__main__":
         print(json.dumps(res))
     elif len(sys.argv) > 1 and sys.argv[1] == "--llama-child":
         ids = json.loads(sys.argv[3])
-        print(json.dumps(llama_child(sys.argv[2], ids, int(sys.argv[4]), int(sys.argv[5]))))
+        res = llama_child(sys.argv[2], ids, int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+        print(json.dumps(res))
     else:
         main()

@@ -1,6 +1,7 @@
 """Write random-weight GGUF files in the shapes of real models, to measure size and speed.
 
     .venv/bin/python scripts/shaped_gguf.py 1b OUT.gguf [--type Q4_K_M] [--seed 0]
+        [--tokenizer GGUF]
     .venv/bin/python scripts/shaped_gguf.py --list
 
 The files follow llama.cpp's conventions for the llama architecture (and gemma3 for the Gemma 3
@@ -10,7 +11,9 @@ ffn_down layers llama.cpp's `use_more_bits` picks; a matrix whose rows are not w
 super-blocks falls back as llama.cpp's quantizer does: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
 IQ4_XS -> IQ4_NL, and such an output or tied embedding is Q8_0). The tokenizer (vocabulary,
 merges, chat template) is SmolLM2's, copied from the bundled default GGUF: 49,152 tokens, padded
-with unused tokens to the shape's vocabulary where it has more (Gemma 3: 262,144).
+with unused tokens to the shape's vocabulary where it has more (Gemma 3: 262,144); `--tokenizer`
+copies another GGUF's tokenizer.* keys instead (only its header is read: the first part of a
+split file will do).
 
 The codes are random bytes; every block scale is a small finite fp16, so a model built from these
 weights gives finite logits (nonsense tokens). Nothing here is meant to be exact: only sizes and
@@ -82,6 +85,10 @@ SHAPES = {
         vocab=262144,
         window=512,
     ),
+    # Qwen2.5-0.5B in the llama architecture (Qwen2's Q/K/V biases left out): hidden 896 (not
+    # whole super-blocks), 14 heads of 64 / 2 KV, a tied embedding. Write it with
+    # `--tokenizer` naming a GGUF that holds Qwen's tokenizer.* keys (152k tokens).
+    "qwen2.5-0.5b": Shape("Qwen2.5-0.5B shape", 24, 896, 4864, 14, 2, 1000000.0, 32768, True),
 }
 
 Q = gguf.GGMLQuantizationType
@@ -239,11 +246,19 @@ def nbytes(t: TensorPlan) -> int:
     return t.rows * t.cols // block * size
 
 
+class _HeaderReader(gguf.GGUFReader):
+    """A GGUF's keys and values without its tensors: a truncated file (the first part of a
+    split one) will do."""
+
+    def _build_tensors(self, start_offs: int, fields: list[gguf.ReaderField]) -> None:
+        self.tensors = []
+
+
 def tokenizer_fields(
     source: Path,
 ) -> Iterator[tuple[str, object, gguf.GGUFValueType, gguf.GGUFValueType | None]]:
     """(key, value, type, item type) of every tokenizer.* key in `source`."""
-    reader = gguf.GGUFReader(source)
+    reader = _HeaderReader(source)
     for key, field in reader.fields.items():
         if not key.startswith("tokenizer."):
             continue
@@ -348,6 +363,7 @@ def main() -> None:
     parser.add_argument("out", nargs="?", type=Path)
     parser.add_argument("--type", default="Q4_K_M", choices=sorted(PRESETS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", type=Path, help="a GGUF whose tokenizer.* keys to copy")
     parser.add_argument("--list", action="store_true", help="print the shapes and exit")
     args = parser.parse_args()
     if args.list or args.shape is None or args.out is None:
@@ -359,7 +375,7 @@ def main() -> None:
         return
     started = time.perf_counter()
     tmp = args.out.with_name(args.out.name + ".writing")
-    size = write_shaped_gguf(tmp, SHAPES[args.shape], args.type, args.seed)
+    size = write_shaped_gguf(tmp, SHAPES[args.shape], args.type, args.seed, args.tokenizer)
     tmp.replace(args.out)
     print(f"{args.out}: {size / 1e6:.0f} MB in {time.perf_counter() - started:.0f} s")
 

@@ -8,7 +8,9 @@ tokenizer itself keeps about 95 MiB (docs/engine.md, "The tokenizer's memory").
 
 Only folders whose tokenizer transformers would load as the generic fast tokenizer are taken
 (tokenizer_class `PreTrainedTokenizerFast` or `TokenizersBackend`: what the converter, Optimum and
-onnxruntime-genai's builder write) and only when every special token the config names is
+onnxruntime-genai's builder write), or as `Qwen2Tokenizer` (Qwen 2/2.5/3's own folders: 152k
+tokens), whose pipeline around tokenizer.json's vocabulary and merges is rebuilt here as
+transformers 5 rebuilds it, and only when every special token the config names is
 already an added token of tokenizer.json, so that nothing transformers would add or rebuild is
 missing; `load` returns None for any other folder and the caller uses transformers. The ids are
 the same as transformers' (tests/engine/test_folder_tokenizer.py compares them on every fixture
@@ -27,11 +29,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE
 
 from chatapp.engine.model_folder.files import optional_inside, read_json_file
 
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
+# Classes whose transformers __init__ builds its own pipeline around tokenizer.json's BPE.
+QWEN2_CLASSES = frozenset({"Qwen2Tokenizer", "Qwen2TokenizerFast"})
+# transformers 5's Qwen2Tokenizer: its split pattern and the special tokens it defaults to.
+_QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+_QWEN2_DEFAULTS = {
+    "unk_token": "<|endoftext|>",
+    "eos_token": "<|endoftext|>",
+    "pad_token": "<|endoftext|>",
+}
 # transformers' named special tokens; a config's other `*_token` keys are special tokens too.
 NAMED_SPECIAL = frozenset(
     {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
@@ -84,17 +99,21 @@ def _content(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _special_tokens(folder: Path, config: Mapping[str, Any]) -> dict[str, str] | None:
+def _special_tokens(
+    folder: Path, config: Mapping[str, Any], defaults: Mapping[str, str]
+) -> dict[str, str] | None:
     """bos_token, eos_token, ... as transformers 5 reads them (special_tokens_map.json counts
-    only when the config has no added_tokens_decoder); None for a value it would not take."""
+    only when the config has no added_tokens_decoder); None for a value it would not take.
+    `defaults` are the class's own, for the keys the config does not name (null included)."""
     # A config's own `*_token` keys count when their value is text (a serialized token there
     # stays a plain setting); special_tokens_map.json is read after that, for the named ones.
-    values: dict[str, Any] = {
-        key: value
+    values: dict[str, Any] = {k: v for k, v in defaults.items() if k not in config}
+    values.update(
+        (key, value)
         for key, value in config.items()
         if value is not None
         and (key in NAMED_SPECIAL or (key.endswith("_token") and isinstance(value, str)))
-    }
+    )
     extra = config.get("extra_special_tokens")
     if isinstance(extra, dict):  # named extra tokens are special tokens by those names
         values.update(extra)
@@ -137,6 +156,37 @@ def _chat_template(folder: Path, config: Mapping[str, Any]) -> str | dict[str, s
     return value if isinstance(value, str) else None
 
 
+def _qwen2_pipeline(backend: Tokenizer, config: Mapping[str, Any]) -> bool:
+    """Give `backend` the normalizer, pre-tokenizer and decoder transformers 5's Qwen2Tokenizer
+    builds around tokenizer.json's vocabulary and merges; False (nothing changed) when
+    tokenizer.json's BPE settings differ from the ones it builds (its ids would differ)."""
+    model = backend.model
+    if not isinstance(model, BPE):
+        return False
+    settings = (
+        model.dropout,
+        model.unk_token,
+        model.continuing_subword_prefix or "",
+        model.end_of_word_suffix or "",
+        model.fuse_unk,
+        model.byte_fallback,
+        model.ignore_merges,
+    )
+    if settings != (None, None, "", "", False, False, False):
+        return False
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(
+                add_prefix_space=bool(config.get("add_prefix_space")), use_regex=False
+            ),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    return True
+
+
 class FolderTokenizer:
     """tokenizer.json with the settings transformers would read beside it."""
 
@@ -171,15 +221,18 @@ class FolderTokenizer:
         config = read_json_file(folder, "tokenizer_config.json")
         if path is None or config is None:
             return None
-        if config.get("tokenizer_class") not in GENERIC_CLASSES:
+        qwen2 = config.get("tokenizer_class") in QWEN2_CLASSES
+        if not qwen2 and config.get("tokenizer_class") not in GENERIC_CLASSES:
             return None
         if any(optional_inside(folder, name) is not None for name in _OTHER_SOURCES):
             return None
-        special = _special_tokens(folder, config)
+        special = _special_tokens(folder, config, _QWEN2_DEFAULTS if qwen2 else {})
         extra = _extra_special(folder, config)
         if special is None or extra is None:
             return None
         backend = Tokenizer.from_file(str(path))
+        if qwen2 and not _qwen2_pipeline(backend, config):
+            return None
         added = {
             str(t.content): (i, t.special) for i, t in backend.get_added_tokens_decoder().items()
         }

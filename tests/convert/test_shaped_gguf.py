@@ -11,7 +11,14 @@ import pytest
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.preflight import check_convertible, type_name
 from chatapp.convert.weights import SUPPORTED_TYPES
-from scripts.shaped_gguf import PRESETS, SHAPES, Shape, use_more_bits, write_shaped_gguf
+from scripts.shaped_gguf import (
+    PRESETS,
+    SHAPES,
+    Shape,
+    tokenizer_fields,
+    use_more_bits,
+    write_shaped_gguf,
+)
 
 SMALL = Shape("test", 8, 256, 512, 4, 1, 10000.0, 256, False)
 
@@ -52,3 +59,17 @@ def test_real_shapes_have_their_models_sizes() -> None:
     assert (SHAPES["1b"].layers, SHAPES["1b"].hidden, SHAPES["1b"].ffn) == (22, 2048, 5632)
     assert (SHAPES["8b"].heads, SHAPES["8b"].kv_heads, SHAPES["8b"].ffn) == (32, 8, 14336)
     assert SHAPES["3b"].tied and SHAPES["3b"].hidden == 3072
+
+
+def test_the_tokenizer_comes_from_the_first_part_of_a_split_file(
+    tmp_path: Path, tiny_gguf: Path
+) -> None:
+    whole = tmp_path / "whole.gguf"
+    write_shaped_gguf(whole, SMALL, "Q8_0", tokenizer_source=tiny_gguf)
+    part = tmp_path / "part-0000"  # a GGUF cut short, as a split download's first part is
+    part.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(ValueError):
+        gguf.GGUFReader(part)
+    assert [(k, str(v)) for k, v, *_ in tokenizer_fields(part)] == [
+        (k, str(v)) for k, v, *_ in tokenizer_fields(tiny_gguf)
+    ]

@@ -93,9 +93,70 @@ def _edit_config(folder: Path, **changes: Any) -> None:
 
 
 def test_a_class_of_its_own_is_left_to_transformers(folder: Path) -> None:
-    assert FolderTokenizer.load(FIXTURES / "genai-qwen2-int4") is None  # Qwen2Tokenizer
     _edit_config(folder, tokenizer_class="LlamaTokenizer")
     assert FolderTokenizer.load(folder) is None
+
+
+@pytest.fixture
+def qwen(tmp_path: Path) -> Path:
+    out = tmp_path / "qwen"
+    shutil.copytree(FIXTURES / "genai-qwen2-int4", out)  # tokenizer_class Qwen2Tokenizer
+    return out
+
+
+def _edit_tokenizer_json(folder: Path, **changes: Any) -> None:
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def test_qwen2_folders_match_transformers(qwen: Path) -> None:
+    check_same_as_transformers(qwen)
+    # Qwen2.5's own tokenizer_config.json: no BOS, no unknown token, its added tokens listed.
+    added = json.loads((qwen / "tokenizer.json").read_text())["added_tokens"]
+    _edit_config(
+        qwen,
+        add_bos_token=False,
+        add_prefix_space=False,
+        bos_token=None,
+        unk_token=None,
+        errors="replace",
+        split_special_tokens=False,
+        added_tokens_decoder={
+            str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added
+        },
+        additional_special_tokens=[t["content"] for t in added[1:]],
+    )
+    check_same_as_transformers(qwen)
+
+
+def test_qwen2_special_tokens_default_as_transformers_defaults_them(qwen: Path) -> None:
+    config = json.loads((qwen / "tokenizer_config.json").read_text())
+    for key in ("unk_token", "eos_token", "pad_token"):
+        del config[key]
+    (qwen / "tokenizer_config.json").write_text(json.dumps(config))
+    check_same_as_transformers(qwen)
+    ours = FolderTokenizer.load(qwen)
+    assert ours is not None and ours.special_tokens_map["eos_token"] == "<|endoftext|>"
+
+
+def test_qwen2_gets_its_class_pipeline_whatever_tokenizer_json_says(qwen: Path) -> None:
+    _edit_tokenizer_json(
+        qwen,
+        normalizer=None,
+        pre_tokenizer={"type": "Whitespace"},
+        decoder={"type": "Fuse"},
+    )
+    check_same_as_transformers(qwen)  # transformers rebuilds them: so does FolderTokenizer
+    _edit_config(qwen, add_prefix_space=True)
+    check_same_as_transformers(qwen)
+
+
+def test_qwen2_with_other_bpe_settings_is_left_to_transformers(qwen: Path) -> None:
+    model = json.loads((qwen / "tokenizer.json").read_text())["model"]
+    _edit_tokenizer_json(qwen, model={**model, "byte_fallback": True})
+    assert FolderTokenizer.load(qwen) is None
 
 
 def test_a_special_token_tokenizer_json_lacks_is_left_to_transformers(folder: Path) -> None:

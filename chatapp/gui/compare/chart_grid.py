@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter, QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
-from chatapp.engine.bench.summary import loop_figures, per_token_ms, step_ms
+from chatapp.engine.bench.summary import step_ms
 from chatapp.engine.modes import MODES, Mode
 from chatapp.gui.common.theme import ThemeColors, on_theme
 from chatapp.gui.compare.charts import (
@@ -21,6 +21,8 @@ from chatapp.gui.compare.charts import (
     StepSplitChart,
     SweepChart,
     TransferChart,
+    add_sweep_point,
+    show_loop_bars,
 )
 from chatapp.gui.compare.report import PER_TOKEN_TITLE, caching_title
 from chatapp.gui.compare.table import SummaryTable
@@ -109,19 +111,7 @@ class CompareCharts(QWidget):
 
     def show_loop(self, loop: str, summary: dict[str, Any]) -> None:
         """A loop's figures over its runs: the bars and its table column."""
-        per_token = loop_figures(Mode(loop), summary).per_token_ms
-        self.speed_chart.set_value(loop, per_token.median)
-        if per_token.count >= 2:
-            self.speed_chart.set_spread(loop, per_token.low, per_token.high)
-        spread = summary.get("spread") or {}
-        for chart, key, scale in (
-            (self.caching_chart, "answer_s", 1.0),
-            (self.ttft_chart, "ttft_s", 1000.0),
-        ):
-            chart.set_value(loop, summary[key] * scale)
-            if summary.get("repeats", 1) > 1 and key in spread:
-                low, high = spread[key]
-                chart.set_spread(loop, low * scale, high * scale)
+        show_loop_bars(loop, summary, self.speed_chart, self.ttft_chart, self.caching_chart)
         self.table.fill_loop(Mode(loop), summary)
 
     def show_result(self, result: dict[str, Any]) -> None:
@@ -148,13 +138,7 @@ class CompareCharts(QWidget):
         self.transfer_chart.clear()
 
     def add_sweep_point(self, point: dict[str, Any]) -> None:
-        context = point["prompt_tokens"]
-        for loop in (m for m in LOOPS if m in point):
-            summary = point[loop]
-            self.sweep_chart.add_point(loop, context, per_token_ms(summary).median)
-            transfer = summary["transfer"]
-            moved = transfer["h2d_bytes_per_token"] + transfer["d2h_bytes_per_token"]
-            self.transfer_chart.add_point(loop, context, moved)
+        add_sweep_point(self.sweep_chart, self.transfer_chart, point)
 
     # ---- the sentences ------------------------------------------------------------------
     def set_explanation(self, text: str) -> None:

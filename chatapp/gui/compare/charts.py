@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from PySide6.QtCharts import (
     QAbstractBarSeries,
@@ -20,8 +21,8 @@ from PySide6.QtCharts import (
 from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QPainter, QPen
 
-from chatapp.engine.bench.summary import decimals
-from chatapp.engine.modes import MODES
+from chatapp.engine.bench.summary import decimals, loop_figures, per_token_ms
+from chatapp.engine.modes import MODES, Mode
 from chatapp.gui.common.chart_style import (
     EmptyHint,
     mark_outliers,
@@ -379,3 +380,39 @@ class TransferChart(LoopLinesChart):
     def set_shared_memory(self, shared: bool) -> None:
         """On the CPU both lines are zero: the title says why instead of leaving a puzzle."""
         self.setTitle(f"{self.TITLE}: 0 on the CPU" if shared else self.TITLE)
+
+
+def show_loop_bars(
+    loop: str,
+    summary: dict[str, Any],
+    per_token: PairBarChart,
+    ttft: PairBarChart,
+    answer: PairBarChart,
+) -> None:
+    """A loop's bars from its bench summary, as the view and the report draw them: the median
+    time per token with the runs' spread, the time to first token and the whole answer (ranges
+    only over several runs)."""
+    figures = loop_figures(Mode(loop), summary).per_token_ms
+    per_token.set_value(loop, figures.median)
+    if figures.count >= 2:
+        per_token.set_spread(loop, figures.low, figures.high)
+    spread = summary.get("spread") or {}
+    for chart, key, scale in ((answer, "answer_s", 1.0), (ttft, "ttft_s", 1000.0)):
+        if key not in summary:
+            continue
+        chart.set_value(loop, summary[key] * scale)
+        if summary.get("repeats", 1) > 1 and key in spread:
+            low, high = spread[key]
+            chart.set_spread(loop, low * scale, high * scale)
+
+
+def add_sweep_point(sweep: SweepChart, transfer: TransferChart, point: dict[str, Any]) -> None:
+    """One context of a sweep: each loop's median time per token and bytes moved per token."""
+    context = point["prompt_tokens"]
+    for loop in (m for m in LOOPS if m in point):
+        summary = point[loop]
+        sweep.add_point(loop, context, per_token_ms(summary).median)
+        moved = summary["transfer"]
+        transfer.add_point(
+            loop, context, moved["h2d_bytes_per_token"] + moved["d2h_bytes_per_token"]
+        )

@@ -16,7 +16,7 @@ from typing import Any
 
 from chatapp.engine.bench.report import markdown_report
 from chatapp.engine.bench.sentences import caching_title as summary_caching_title
-from chatapp.engine.bench.summary import loop_figures, per_token_ms, summarize_comparison
+from chatapp.engine.bench.summary import summarize_comparison
 from chatapp.engine.modes import MODES, Mode
 from chatapp.safe_delete import replacing, replacing_path
 
@@ -53,6 +53,8 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
         StepSplitChart,
         SweepChart,
         TransferChart,
+        add_sweep_point,
+        show_loop_bars,
     )
 
     charts: dict[str, Any] = {}
@@ -72,18 +74,7 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
             splits[loop].append(*parts)
             if Mode(loop).caches:  # the cached loops on one scale; no cache on its own
                 tallest = max(tallest, sum(parts))
-        per_token = loop_figures(Mode(loop), summary).per_token_ms
-        speed.set_value(loop, per_token.median)
-        if per_token.count >= 2:
-            speed.set_spread(loop, per_token.low, per_token.high)
-        ttft.set_value(loop, summary["ttft_s"] * 1000)
-        if "answer_s" in summary:
-            answer.set_value(loop, summary["answer_s"])
-        spread = summary.get("spread")
-        if spread and summary.get("repeats", 1) > 1:
-            ttft.set_spread(loop, *(x * 1000 for x in spread["ttft_s"]))
-            if "answer_s" in spread:
-                answer.set_spread(loop, *spread["answer_s"])
+        show_loop_bars(loop, summary, speed, ttft, answer)
     for loop, chart in splits.items():
         if Mode(loop).caches:
             chart.set_y_max(tallest)
@@ -101,12 +92,7 @@ def build_charts(result: dict[str, Any]) -> dict[str, Any]:
         sweep, transfer = SweepChart(), TransferChart()
         transfer.set_shared_memory(not result.get("device_own_memory"))
         for point in result["sweep"]:
-            for loop in (m for m in LOOPS if m in point):
-                ms = per_token_ms(point[loop]).median
-                sweep.add_point(loop, point["prompt_tokens"], ms)
-                moved = point[loop]["transfer"]
-                total = moved["h2d_bytes_per_token"] + moved["d2h_bytes_per_token"]
-                transfer.add_point(loop, point["prompt_tokens"], total)
+            add_sweep_point(sweep, transfer, point)
         sweep.apply_colors(light)
         transfer.apply_colors(light)
         charts["sweep"], charts["transfer"] = sweep, transfer

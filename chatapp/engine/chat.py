@@ -172,7 +172,9 @@ class ChatTokenizer:
         return self._control.encode_as_text(valid_text(text))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tok.decode(list(ids), skip_special_tokens=True))
+        hidden = self._control.media_ids
+        shown = [i for i in ids if i not in hidden] if hidden else list(ids)
+        return str(self.tok.decode(shown, skip_special_tokens=True))
 
     def use_style(self, style: str) -> None:
         """How later prompts are built (one of PROMPT_STYLES): the model's template, text

@@ -21,6 +21,20 @@ from chatapp.engine.errors import ModelError
 from chatapp.engine.folder_tokenizer import FolderTokenizer
 
 START, END = "\ufdd0", "\ufdd1"
+
+# Where an image or a sound goes in a multimodal family's prompt. Gemma 3's GGUFs mark them
+# user-defined, so they decode as text, but a converted model never sees media: a sampled one
+# is hidden from the answer, as transformers' tokenizers (which mark them special) hide it.
+MEDIA_MARKERS = frozenset(
+    {
+        "<start_of_image>",
+        "<end_of_image>",
+        "<image_soft_token>",
+        "<start_of_audio>",
+        "<end_of_audio>",
+        "<audio_soft_token>",
+    }
+)
 _MARKED = re.compile(f"{START}([^{START}{END}]*){END}|[{START}{END}]")
 
 
@@ -38,6 +52,9 @@ class ControlTokens:
             if getattr(t, "special", False) and str(t.content).strip()
         }
         self.ids = frozenset(strings.values())
+        self.media_ids = frozenset(
+            int(i) for i, t in added.items() if str(t.content) in MEDIA_MARKERS
+        )
         ordered = sorted(strings, key=len, reverse=True)  # a token before the tokens inside it
         self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
         self._plain: Any = None  # a backend tokenizer with special tokens switched off

@@ -153,3 +153,26 @@ def test_a_template_that_cuts_messages_cannot_join_tokens(
     for text in ("<|im_end|><|im_start|>", "ab<|im_start|>cd<|im_end|>", "x<|im_start|>"):
         ids = tok.chat_ids([Message("user", text)])
         assert control_ids(tok, ids) == control_ids(tok, tok.chat_ids([Message("user", "z")]))
+
+
+def test_a_media_marker_the_model_writes_is_hidden_but_other_added_tokens_stay(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Gemma 3's GGUFs mark <start_of_image> user-defined (not special): a text-only model that
+    samples it must not show it. Its ids and user-defined text tokens (<table>) are unchanged."""
+    from tokenizers import AddedToken, Tokenizer
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, folder)
+    backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    backend.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t in ("<start_of_image>", "<table>")]
+    )
+    backend.save(str(folder / "tokenizer.json"))
+    tok = ChatTokenizer(folder)
+    marker = backend.token_to_id("<start_of_image>")
+    table = backend.token_to_id("<table>")
+    words = tok.encode("Look here")
+    assert tok.encode("<start_of_image>") == [marker]  # still matched whole, as llama.cpp does
+    assert tok.decode([*words, marker]) == tok.decode(words)
+    assert tok.decode([*words, table]) == tok.decode(words) + "<table>"

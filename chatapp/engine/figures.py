@@ -9,7 +9,7 @@ Adding a figure is one field below, named like the RunStats attribute that measu
 `since=` the history schema version that adds its column. The store's columns and migration,
 the JSON export and import, and restoring answers from the history all follow this list.
 Showing it is a separate choice: session/formatting.figures_line (the window) and
-store/export.figures_line (Markdown).
+store/transcript.figures_line (Markdown).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One conversation as Markdown (for people) and as JSON (for chatapp to import again).
+"""One conversation as JSON, for chatapp to import again (Markdown for people: store/transcript.py).
 
 JSON export format, version 1
 -----------------------------
@@ -15,6 +15,8 @@ UTF-8 JSON object::
         "updated": "<ISO 8601 with offset>",   # optional (default: import time)
         "model": "SmolLM2-135M-Instruct",      # optional, string or null
         "system_prompt": "You are ...",        # optional, string (default "")
+        "settings": {"sampling": {...}, ...},  # optional: the chat's own settings, an object
+                                               # as session/chat_settings.py writes it
         "messages": [                          # required, in order
           {"role": "user", "content": "Hi", "created": "<ISO 8601>"},
           {"role": "assistant", "content": "Hello!", "created": "<ISO 8601>",
@@ -46,9 +48,9 @@ bumps the version. `parse_json` checks everything before the store writes anythi
 
 Imports are bounded (`ImportLimits`): a file of at most 32 MB, at most 20 000 messages of at
 most 4 Mi characters each, titles and model names of at most 1 000 characters, a system prompt
-of at most 1 Mi characters, whole numbers that SQLite can hold, text without lone surrogates
-(which JSON can spell as escapes but UTF-8 cannot store). Anything beyond is refused with a
-message naming the place; nothing is written.
+and the settings (as JSON) of at most 1 Mi characters each, whole numbers that SQLite can hold,
+text without lone surrogates (which JSON can spell as escapes but UTF-8 cannot store). Anything
+beyond is refused with a message naming the place; nothing is written.
 """
 
 from __future__ import annotations
@@ -56,15 +58,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import stat
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard, cast
 
 from chatapp import __version__
-from chatapp.engine.modes import MODES, mode_label
 from chatapp.store.errors import ImportFormatError, ImportTooLargeError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,
@@ -77,11 +77,9 @@ from chatapp.store.models import (
     MessageDraft,
     Role,
     StoredConversation,
-    StoredMessage,
     from_iso,
     to_iso,
 )
-from chatapp.units import fmt_bytes
 
 FORMAT = "chatapp-conversation"
 FORMAT_VERSION = 1
@@ -94,19 +92,11 @@ class ImportLimits:
     message_chars: int = 4 << 20
     title_chars: int = 1000
     system_prompt_chars: int = 1 << 20
+    settings_chars: int = 1 << 20
 
 
 LIMITS = ImportLimits()
 MAX_SQLITE_INT = (1 << 63) - 1
-
-REMOTE = "remote"  # the mode and device of a server's answer (chatapp.remote.engine)
-_FINISH_LABELS = {
-    "eos": "finished",
-    "length": "hit the token limit",
-    "stop": "stopped",
-    "stop_string": "ended at a stop string",
-    "error": "failed",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,9 +125,20 @@ def to_json_dict(conv: StoredConversation, exported: datetime | None = None) -> 
             "updated": to_iso(info.updated),
             "model": info.model,
             "system_prompt": info.system_prompt,
+            **_settings_item(info.settings),
             "messages": messages,
         },
     }
+
+
+def _settings_item(settings: str) -> dict[str, Any]:
+    """{"settings": {...}} when the chat has its own settings; what the store cannot parse
+    (a hand-edited file) is left out, as the window leaves it out when opening the chat."""
+    try:
+        value = json.loads(settings)
+    except ValueError:
+        return {}
+    return {"settings": value} if isinstance(value, dict) and value else {}
 
 
 def _alternative_dict(other: Alternative) -> dict[str, Any]:
@@ -243,6 +244,7 @@ def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
     system_prompt = _optional_string(
         conv.get("system_prompt"), "conversation.system_prompt", LIMITS.system_prompt_chars
     )
+    settings = _settings_from(conv.get("settings"))
     raw_messages = conv.get("messages")
     if not isinstance(raw_messages, list):
         raise ImportFormatError(
@@ -260,7 +262,27 @@ def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
         model=model,
         system_prompt=system_prompt or "",
         messages=messages,
+        settings=settings,
     )
+
+
+def _settings_from(raw: Any) -> str:
+    """The chat's settings as the store keeps them (JSON text). Their content is the session's
+    to read, and it leaves out what it cannot use; here only their shape and size count."""
+    if raw is None:
+        return "{}"
+    value = _object(raw, "conversation.settings")
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (RecursionError, ValueError):
+        raise ImportFormatError("is nested too deeply", "conversation.settings") from None
+    if len(text) > LIMITS.settings_chars:
+        raise ImportTooLargeError(
+            f"This chat's settings are {len(text)} characters as JSON; chatapp imports up to "
+            f"{LIMITS.settings_chars}. Nothing was imported."
+        )
+    _string(text, "conversation.settings", LIMITS.settings_chars)  # no lone surrogates
+    return text
 
 
 def _check_message_count(count: int) -> None:
@@ -382,115 +404,3 @@ def _is_int(value: Any) -> TypeGuard[int]:
 def _show(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False) if value is not None else "nothing"
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-# ---------------------------------------------------------------------------------------------
-# Markdown out
-
-
-def to_markdown(conv: StoredConversation, tz: tzinfo | None = None) -> str:
-    """A readable transcript; times in `tz` (default: this computer's local time)."""
-    info = conv.info
-    lines = [f"# {_one_line(info.title) or 'Untitled'}", ""]
-    meta = [f"{len(conv.messages)} messages", f"started {_when(info.created, tz)}"]
-    if info.model:
-        meta.append(f"model {info.model}")
-    lines += [f"*Exported from chatapp {__version__} · {' · '.join(meta)}*", ""]
-    if info.system_prompt.strip():
-        lines += ["**System prompt**", ""]
-        lines += [f"> {line}".rstrip() for line in info.system_prompt.strip().splitlines()]
-        lines.append("")
-    for m in conv.messages:
-        count = len(m.alternatives) + 1
-        which = f" · version {m.version + 1} of {count}" if count > 1 else ""
-        lines += ["---", "", f"### {m.role.capitalize()} · {_when(m.created, tz)}{which}", ""]
-        lines += [_closed_fences(m.content.rstrip("\n")), ""]
-        if m.figures is not None:
-            lines += [f"*{figures_line(m.figures)}*", ""]
-        if m.alternatives:
-            lines += _other_versions(m, count, tz)
-    return "\n".join(lines)
-
-
-def _other_versions(message: StoredMessage, count: int, tz: tzinfo | None) -> list[str]:
-    """The versions not shown, each quoted: whatever Markdown an answer holds (headings, rules,
-    a code fence left open) stays inside its quote and cannot look like the transcript's own."""
-    lines = [f"#### Other versions ({count - 1})", ""]
-    for number, other in _numbered_others(message):
-        when = f" · {_when(other.created, tz)}" if other.created is not None else ""
-        body = [f"**Version {number} of {count}**{when}", ""]
-        body += [_closed_fences(other.content.rstrip("\n"))]
-        if other.figures is not None:
-            body += ["", f"*{figures_line(other.figures)}*"]
-        lines += [f"> {line}" if line else ">" for line in "\n".join(body).split("\n")]
-        lines.append("")
-    return lines
-
-
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-
-
-def _closed_fences(text: str) -> str:
-    """`text` with a code fence it leaves open closed (CommonMark's rules for fences at the
-    top level): an open fence would swallow the rest of the transcript."""
-    opened = ""
-    for line in text.split("\n"):
-        match = _FENCE.fullmatch(line)
-        if match is None:
-            continue
-        fence, rest = match.groups()
-        if not opened:
-            if not (fence[0] == "`" and "`" in rest):  # an info string holds no backtick
-                opened = fence
-        elif fence[0] == opened[0] and len(fence) >= len(opened) and not rest.strip():
-            opened = ""
-    return f"{text}\n{opened}" if opened else text
-
-
-def _numbered_others(message: StoredMessage) -> list[tuple[int, Alternative]]:
-    """The other versions of an answer with their numbers among all versions (1-based)."""
-    return [
-        (i + 1 if i < message.version else i + 2, other)
-        for i, other in enumerate(message.alternatives)
-    ]
-
-
-def figures_line(fig: Figures) -> str:
-    """One line of figures; unknown ones are left out."""
-    parts: list[str] = []
-    if REMOTE in (fig.mode, fig.device):  # a server's answer: its loop and device are its own
-        parts.append(f"remote · {fig.model}" if fig.model else "remote server")
-    else:
-        if fig.model:
-            parts.append(fig.model)
-        if fig.device:
-            parts.append(fig.device)
-        if fig.mode:
-            parts.append(f"{mode_label(fig.mode)} loop" if fig.mode in MODES else fig.mode)
-    if fig.tokens_per_s is not None:
-        parts.append(f"{fig.tokens_per_s:.1f} tokens/s")
-    if fig.ttft_s is not None:
-        parts.append(f"TTFT {fig.ttft_s * 1000:.0f} ms")
-    if fig.perplexity is not None:
-        parts.append(f"perplexity {fig.perplexity:.2f}")
-    if fig.prompt_perplexity is not None:
-        parts.append(f"prompt perplexity {fig.prompt_perplexity:.2f}")
-    if fig.prompt_tokens is not None:
-        parts.append(f"{fig.prompt_tokens} prompt tokens")
-    if fig.generated_tokens is not None:
-        parts.append(f"{fig.generated_tokens} generated tokens")
-    moved = (fig.h2d_bytes_per_token or 0) + (fig.d2h_bytes_per_token or 0)
-    if moved:
-        parts.append(f"host↔device {fmt_bytes(moved)} per token")
-    if fig.finish_reason:
-        parts.append(_FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
-    return " · ".join(parts)
-
-
-def _when(when: datetime, tz: tzinfo | None) -> str:
-    local = when.astimezone(tz)
-    return local.strftime("%Y-%m-%d %H:%M ") + (local.strftime("%z") or "UTC")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import cast
 
 from chatapp.datadir import data_dir
-from chatapp.store import alternatives, export
+from chatapp.store import alternatives, export, transcript
 from chatapp.store.errors import ConversationNotFoundError, MessageNotFoundError
 from chatapp.store.history_file import HistoryFile
 from chatapp.store.models import (
@@ -327,7 +327,7 @@ class HistoryStore(HistoryFile):
     # --- export / import -------------------------------------------------------------------
 
     def export_markdown(self, conversation_id: int) -> str:
-        return export.to_markdown(self.load_conversation(conversation_id))
+        return transcript.to_markdown(self.load_conversation(conversation_id))
 
     def export_json(self, conversation_id: int) -> str:
         return export.to_json(self.load_conversation(conversation_id))
@@ -350,9 +350,16 @@ class HistoryStore(HistoryFile):
         now = self._now()
         with self._write() as conn:
             cur = conn.execute(
-                "INSERT INTO conversations (title, created, updated, model, system_prompt) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (draft.title, to_iso(draft.created), to_iso(now), draft.model, draft.system_prompt),
+                "INSERT INTO conversations (title, created, updated, model, system_prompt, "
+                "settings) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    draft.title,
+                    to_iso(draft.created),
+                    to_iso(now),
+                    draft.model,
+                    draft.system_prompt,
+                    draft.settings,
+                ),
             )
             conv_id = lastrowid(cur)
             self._insert(conn, conv_id, draft.messages)

@@ -104,6 +104,7 @@ class ConversationDraft:
     model: str | None = None
     system_prompt: str = ""
     messages: tuple[MessageDraft, ...] = ()
+    settings: str = "{}"  # the chat's own settings, JSON (session/chat_settings.py)
 
 
 def to_iso(when: datetime) -> str:

@@ -72,3 +72,19 @@ def test_remember_writes_the_stored_chat_and_opening_it_reads_it(tmp_path: Path)
 def test_a_chat_from_before_knows_only_its_model_and_prompt() -> None:
     assert not ChatSettings.from_store("m", "sys", "{}").known
     assert ChatSettings.from_store("m", "", '{"prompt_style": "continue"}').known
+
+
+def test_a_chat_s_settings_travel_through_its_json_export(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    try:
+        now = datetime.now(UTC)
+        stored = store.add_conversation(
+            ConversationDraft("t", now, now, None, "", (MessageDraft("user", "hi"),))
+        )
+        chat = ChatSettings("tiny", "Be brief.", SAMPLING, STYLE_PLAIN_CHAT, ("END",))
+        assert remember(store, stored.id, chat)
+        imported = store.import_json(store.export_json(stored.id))
+        assert imported.id != stored.id
+        assert conversation_from_store(store.load_conversation(imported.id)).settings == chat
+    finally:
+        store.close()

@@ -23,8 +23,9 @@ from chatapp.store import (
     MessageNotFoundError,
 )
 from chatapp.store import export as export_module
-from chatapp.store.export import parse_json, to_json, to_markdown
+from chatapp.store.export import parse_json, to_json
 from chatapp.store.schema import MIGRATIONS, migrate
+from chatapp.store.transcript import to_markdown
 from tests.store.conftest import FULL_FIGURES, count_rows, raw
 
 NOW = datetime(2026, 11, 3, 12, 0, tzinfo=UTC)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from chatapp.store import HistoryStore, ImportFormatError, StoredConversation, StoreError
-from chatapp.store.export import FORMAT, FORMAT_VERSION, to_markdown
+from chatapp.store.export import FORMAT, FORMAT_VERSION
+from chatapp.store.transcript import to_markdown
 from tests.store.conftest import FULL_FIGURES
 
 TEXT = "Grüße 👋\n\n```python\nprint('hi')\n```"
@@ -137,6 +138,8 @@ BAD_FILES = [
     (_with("conversation.created", "2026-01-01T00:00:00"), "UTC offset"),
     (_with("conversation.created", "yesterday"), "conversation.created"),
     (json.dumps(_valid()).replace("1.5", "NaN").encode(), "NaN"),
+    (_with("conversation.settings", ["temperature"]), "conversation.settings"),
+    (_with("conversation.settings", {"stops": ["\ud800"]}), "lone surrogate"),
 ]
 
 
@@ -166,8 +169,8 @@ def test_import_of_a_missing_file(store: HistoryStore, tmp_path: Path) -> None:
 
 
 def test_a_remote_answer_names_the_server_s_model_once() -> None:
-    from chatapp.store.export import figures_line
     from chatapp.store.models import Figures
+    from chatapp.store.transcript import figures_line
 
     remote = Figures(mode="remote", device="remote", model="SmolLM2", tokens_per_s=40.0)
     line = figures_line(remote)
@@ -176,3 +179,25 @@ def test_a_remote_answer_names_the_server_s_model_once() -> None:
     assert figures_line(Figures(mode="remote", device="remote")) == "remote server"
     local = figures_line(Figures(mode="naive", device="cpu", model="SmolLM2"))
     assert local == "SmolLM2 · cpu · Naive loop"
+
+
+def test_settings_are_exported_and_imported_as_an_object(store: HistoryStore) -> None:
+    conv = store.create_conversation("t")
+    store.append_message(conv.id, "user", "hi")
+    assert "settings" not in json.loads(store.export_json(conv.id))["conversation"]  # none yet
+    settings = {"prompt_style": "continue", "stops": ["END"], "later": {"kept": [1, 2]}}
+    store.update_conversation(conv.id, settings=json.dumps(settings))
+    exported = json.loads(store.export_json(conv.id))["conversation"]
+    assert exported["settings"] == settings
+    imported = store.import_json(store.export_json(conv.id))
+    assert json.loads(imported.info.settings) == settings
+
+
+def test_settings_too_large_are_refused_whole(store: HistoryStore) -> None:
+    from chatapp.store import ImportTooLargeError
+    from chatapp.store.export import LIMITS
+
+    data = _with("conversation.settings", {"system": "x" * LIMITS.settings_chars})
+    with pytest.raises(ImportTooLargeError, match="settings"):
+        store.import_json(data)
+    assert store.list_conversations() == []

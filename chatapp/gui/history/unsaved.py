@@ -6,8 +6,8 @@ read-only or turned off). Then:
 - a timer retries every `RETRY_MS` (HistoryController.retry: a short lock timeout, and a
   read-only history that became writable is opened again); when it works, the user is told;
 - New chat, opening another conversation, importing one (which opens it) and closing the
-  window ask first: export the chat as shown (Markdown or JSON, store/export.py), go on
-  without it, or cancel.
+  window ask first: export the chat as shown (Markdown or JSON: store/transcript.py,
+  store/export.py), go on without it, or cancel.
 
 The question is an attribute (`ask`) so tests can answer it.
 """
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QMessageBox
 from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.session.history_records import snapshot
-from chatapp.store import export
+from chatapp.store import export, transcript
 
 if TYPE_CHECKING:
     from chatapp.gui.history.controller import HistoryController
@@ -127,7 +127,7 @@ class UnsavedGuard(QObject):
         text = (
             export.to_json(stored)
             if target.suffix.lower() == ".json"
-            else export.to_markdown(stored)
+            else transcript.to_markdown(stored)
         )
         try:
             target.write_text(text, encoding="utf-8")

@@ -246,10 +246,17 @@ class MainWindow(QMainWindow):
             if widget is not None and widget is not self.tabs:
                 widget.setVisible(chat and self.view_options.wanted(widget))
 
-    def show_message(self, text: str, level: str = "error", until_answer: bool = False) -> None:
+    def show_message(
+        self,
+        text: str,
+        level: str = "error",
+        until_answer: bool = False,
+        action: tuple[str, Callable[[], object]] | None = None,
+    ) -> None:
         """Inline banner over the chat (never a blocking dialog: the app keeps going).
-        `until_answer`: it tells of a failure that an answer succeeding later shows is over."""
-        self.banner.show_message(text, level, until_answer)
+        `until_answer`: it tells of a failure that an answer succeeding later shows is over.
+        `action`: one button beside the message (its label, what it does)."""
+        self.banner.show_message(text, level, until_answer, action)
 
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:

@@ -86,6 +86,19 @@ def describe(folder: Path) -> LibraryModel | None:
     return LibraryModel(folder, disk_usage(folder), "ONNX folder", precision, False)
 
 
+def library_folder(models: Path, name: str) -> Path | None:
+    """The folder of the model called `name` in `models` (a chat remembers its model by name),
+    or None. The name comes from the history, an imported chat's included, so only a plain
+    folder name directly inside `models` counts: no separators, no "..", no links, not hidden
+    (a conversion in progress)."""
+    if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
+        return None
+    folder = models / name
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    return folder if describe(folder) is not None else None
+
+
 def find_converted(
     models: Path, source_sha256: str, options: ConvertOptions | None = None
 ) -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from chatapp.store.model_library import (
     disk_usage,
     earlier_conversion,
     find_converted,
+    library_folder,
     list_library,
     remove_model,
 )
@@ -156,3 +158,26 @@ def test_cli_convert_twice_makes_one_copy(tmp_path: Path, tiny_gguf: Path) -> No
     other = run_cli("convert", tiny_gguf, models / "gqa-off", "--attention", "standard",
                     data_dir=tmp_path)  # fmt: skip
     assert other.returncode == 0 and (models / "gqa-off").is_dir()  # other options: converted
+
+
+def test_a_model_is_found_by_its_plain_name_only(library: Path, tmp_path: Path) -> None:
+    assert library_folder(library, "tiny-llama") == library / "tiny-llama"
+    assert library_folder(library, "hand-made") == library / "hand-made"
+    outside = tmp_path / "outside"
+    shutil.copytree(library / "tiny-llama", outside)
+    (library / "linked").symlink_to(outside)
+    for name in (
+        "",
+        ".",
+        "..",
+        "notes",
+        "missing",
+        ".tiny.partial-1-abc",
+        "linked",
+        "../outside",
+        str(outside),
+        "tiny-llama/",
+        "tiny-llama\\x",
+        "tiny\0llama",
+    ):
+        assert library_folder(library, name) is None, name

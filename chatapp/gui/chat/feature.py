@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 
+from chatapp.datadir import models_dir
 from chatapp.engine.devices import CPU
 from chatapp.engine.modes import Mode
 from chatapp.engine.warm_up import WarmUpProgress
@@ -30,6 +31,7 @@ from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.chat_settings import ChatSettings
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import ModelSummary, device_probe_job
+from chatapp.store.model_library import library_folder
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
@@ -239,7 +241,10 @@ class ChatFeature(QObject):
         model = self.controller.model
         was = conversation.model or (settings.model if settings is not None else None)
         if self.controller.remote is None and model is not None and was and was != model.name:
-            self.window.show_message(reopened_text(was, model.name, model.max_context), "info")
+            folder = library_folder(models_dir(), was)
+            action = None if folder is None else (f"Load {was}", lambda: self.open_model(folder))
+            text = reopened_text(was, model.name, model.max_context)
+            self.window.show_message(text, "info", action=action)
 
     def _restore(self, settings: ChatSettings) -> None:
         """A chat opened again gets its sampling, prompt style, stops and system prompt back."""

@@ -3,12 +3,16 @@
 Each message shown gets the next `serial`, so that what it said can be cleared once it is old:
 a message about a failure that a good answer shows is over (`until_answer`: a device that
 failed, an answer or a load that failed) goes when an answer that started after it succeeds
-(`dismiss_if_before`); a notice (the history moved aside, read-only) stays until dismissed."""
+(`dismiss_if_before`); a notice (the history moved aside, read-only) stays until dismissed.
+A message may offer one action (a button beside it: "Load SmolLM2"); pressing it dismisses the
+message and runs the action."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, colors, on_theme
@@ -29,6 +33,11 @@ class MessageBanner(QFrame):
         # Messages quote file names and chat titles: "<img src=...>" in one is not markup.
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.action_button = QPushButton(self)
+        self.action_button.setObjectName("bannerActionButton")
+        self.action_button.hide()
+        self.action_button.clicked.connect(self._on_action)
+        self._action: Callable[[], object] | None = None
         self.close_button = QToolButton(self)
         self.close_button.setObjectName("bannerCloseButton")
         self.close_button.setText("✕")
@@ -38,6 +47,7 @@ class MessageBanner(QFrame):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(10, 6, 4, 6)
         layout.addWidget(self.label, 1)
+        layout.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
         layout.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
         self.hide()
         on_theme(self, self._style)
@@ -51,13 +61,29 @@ class MessageBanner(QFrame):
             f"#bannerText, #bannerCloseButton {{ color: {level.text.name()}; }}"
         )
 
-    def show_message(self, text: str, level: str = "error", until_answer: bool = False) -> None:
+    def show_message(
+        self,
+        text: str,
+        level: str = "error",
+        until_answer: bool = False,
+        action: tuple[str, Callable[[], object]] | None = None,
+    ) -> None:
+        """`action`: a button's label and what pressing it does (None: no button)."""
         self.level = level
         self.serial += 1
         self.until_answer = until_answer
         self._style(colors())
         self.label.setText(text)
+        self._action = action[1] if action is not None else None
+        self.action_button.setText(action[0] if action is not None else "")
+        self.action_button.setVisible(action is not None)
         self.show()
+
+    def _on_action(self) -> None:
+        act = self._action
+        self.dismiss()
+        if act is not None:
+            act()
 
     def text(self) -> str:
         return self.label.text()
@@ -71,4 +97,5 @@ class MessageBanner(QFrame):
     def dismiss(self) -> None:
         self.hide()
         self.level = ""
+        self._action = None
         emit(self.sig_closed)

@@ -56,3 +56,43 @@ def test_a_reopened_chat_gets_its_settings_back_and_the_list_names_its_model(
     with HistoryStore(history_file) as store:
         infos = {info.id: info for info in store.list_conversations()}
     assert infos[chat_id].model == name and '"prompt_style": "continue"' in infos[chat_id].settings
+
+
+def test_a_chat_reopened_under_another_model_offers_to_load_its_own(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The banner names the model the chat was with, and its button loads that model when it
+    is in the models folder (found by name only: a chat's model name is never a path)."""
+    import shutil
+
+    from chatapp.datadir import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "data"))
+    own = tmp_path / "data" / "models" / "tiny-own"
+    shutil.copytree(tiny_model_dir, own)
+    other = tmp_path / "elsewhere" / "tiny-other"
+    shutil.copytree(tiny_model_dir, other)
+    window: MainWindow = make_window(["--model", str(own)])
+    set_sampling(window, greedy(2))
+    send_and_wait(qtbot, window, "first chat")
+    chat_id = window.chat.conversation.id
+    assert chat_id is not None
+
+    window.chat.chat_view.new_chat_button.click()
+    assert window.chat.open_model(other)
+    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=60_000)
+    assert window.chat.controller.model.name == "tiny-other"
+    click_row(qtbot, window, chat_id)
+    banner = window.banner
+    assert banner.isVisible() and "This chat was with tiny-own" in banner.text()
+    assert banner.action_button.isVisible() and banner.action_button.text() == "Load tiny-own"
+    banner.action_button.click()
+    assert not banner.isVisible()
+    qtbot.waitUntil(
+        lambda: (
+            window.chat.controller.state is State.READY
+            and window.chat.controller.model.name == "tiny-own"
+        ),
+        timeout=60_000,
+    )
+    assert window.chat.conversation.id == chat_id  # the chat stays, now with its own model

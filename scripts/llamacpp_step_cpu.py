@@ -13,6 +13,7 @@ import argparse
 import statistics
 import time
 
+import numpy as np
 from llama_cpp import Llama
 
 PROMPT = b"Explain what a KV cache is in a few sentences. "
@@ -25,7 +26,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    llm = Llama(model_path=args.gguf, n_threads=1, n_threads_batch=1, n_ctx=512, verbose=False)
+    # The context holds the prompt and the steps (at least 512, as before).
+    context = max(512, args.prompt + args.steps + 8)
+    llm = Llama(model_path=args.gguf, n_threads=1, n_threads_batch=1, n_ctx=context, verbose=False)
     prompt = llm.tokenize(PROMPT * (args.prompt // 8 + 1))[: args.prompt]
     for repeat in range(args.repeats):
         llm.reset()
@@ -38,7 +41,9 @@ def main() -> None:
             start = time.process_time()
             llm.eval([token])
             steps.append((time.process_time() - start) * 1e3)
-            token = int(llm.scores[llm.n_tokens - 1].argmax())
+            # The last row's logits (llm.scores is only filled with logits_all).
+            last = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+            token = int(last.argmax())
         with open("/proc/loadavg") as f:
             load = " ".join(f.read().split()[:3])
         print(

@@ -1,39 +1,38 @@
-"""Pick the loop class for a mode and a model's KV layout."""
+"""Build a loop: its plumbing from the mode, its KV strategy from the graph's KV layout."""
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import onnxruntime as ort
 
 from chatapp.engine.devices import Device
+from chatapp.engine.kv_strategy import KvStrategy, SharedBufferKv, StandardKv
 from chatapp.engine.loops import IOBindingLoop, KVLoop, NaiveLoop
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
-from chatapp.engine.nocache import NoCacheLoop, NoCacheStaticLoop
-from chatapp.engine.static_window import IOBindingStaticLoop, NaiveStaticLoop
+from chatapp.engine.nocache import NoCacheKv
+from chatapp.engine.static_window import StaticWindowKv
 
-
-class LoopKind(NamedTuple):
-    """What decides the loop class: fixed-shape (static-window) graphs need loops of their own."""
-
-    static_window: bool
-    mode: Mode
-
-
-LOOPS: dict[LoopKind, type[KVLoop]] = {
-    LoopKind(static_window=False, mode=Mode.NOCACHE): NoCacheLoop,
-    LoopKind(static_window=False, mode=Mode.NAIVE): NaiveLoop,
-    LoopKind(static_window=False, mode=Mode.IOBINDING): IOBindingLoop,
-    LoopKind(static_window=True, mode=Mode.NOCACHE): NoCacheStaticLoop,
-    LoopKind(static_window=True, mode=Mode.NAIVE): NaiveStaticLoop,
-    LoopKind(static_window=True, mode=Mode.IOBINDING): IOBindingStaticLoop,
+# How each layout the manifest names keeps its KV.
+KV_STRATEGIES: dict[KVLayout, type[KvStrategy]] = {
+    KVLayout.CONCAT: StandardKv,
+    KVLayout.SHARED_BUFFER: SharedBufferKv,
+    KVLayout.STATIC_WINDOW: StaticWindowKv,
 }
+
+
+def make_kv(mode: Mode, info: ModelInfo, device: Device, max_context: int) -> KvStrategy:
+    """The KV strategy for the model's layout; without a cache, wrapped so nothing is kept."""
+    mode = Mode(mode)
+    kv = KV_STRATEGIES[info.layout](info, device, max_context)
+    return kv if mode.caches else NoCacheKv(kv)
 
 
 def make_loop(
     mode: Mode, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
 ) -> KVLoop:
-    """The loop for `mode` that fits the model's KV layout."""
-    kind = LoopKind(static_window=info.layout is KVLayout.STATIC_WINDOW, mode=mode)
-    return LOOPS[kind](session, info, device, max_context)
+    """The loop for `mode`, given the KV strategy that fits the model's layout. The loop
+    without a cache is the naive loop's plumbing (`session.run`) given `NoCacheKv`."""
+    mode = Mode(mode)  # a Mode equals its string: "naive" is taken too
+    kv = make_kv(mode, info, device, max_context)
+    loop_class = IOBindingLoop if mode is Mode.IOBINDING else NaiveLoop
+    return loop_class(session, info, device, kv)

@@ -6,6 +6,11 @@ NaiveLoop     `session.run` with numpy feeds; after every step the host builds t
 IOBindingLoop KV buffers allocated once on the device and bound once; per step only the token,
               the mask (and positions) go in and the logits the sampler needs come out.
 
+Each loop is written once and given a KV strategy (engine/kv_strategy.py): standard (concat),
+shared buffer, static window, or none (the No-cache loop is the naive loop given `NoCacheKv`).
+The strategy says what fits, how a step's tokens become runs of the graph, and where the KV
+lives; the loop feeds or binds each run (`_run_graph`). engine/loop_factory.py picks both.
+
 Logits: a forward returns the last position's row unless asked for more. Graphs with the
 `logits_positions` input (chatapp's converter) compute only the rows asked for, so a prompt
 costs one row of lm_head (and its memory) instead of one per token; other graphs compute every
@@ -22,41 +27,27 @@ import itertools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.errors import DeviceFailure, EngineError, ModelError
-from chatapp.engine.model_folder.model import KVLayout, ModelInfo
+from chatapp.engine.kv_strategy import GraphRun, KvStrategy, combined, crossing
+from chatapp.engine.kv_strategy import Step as Step  # re-exported: the loops' result
+from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.tensor_types import (
-    download,
     host_value,
     is_bfloat16,
     needs_ortvalues,
-    ort_element_type,
     run_with_host_arrays,
-    upload,
 )
 from chatapp.error_text import STATUS_LINE, first_line
 
 perf = time.perf_counter
 _SHRINK_AFTER_RUN = ort.RunOptions()
 _SHRINK_AFTER_RUN.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One forward: its logits, where its time went and what crossed the device boundary."""
-
-    logits: np.ndarray  # [len(rows), vocab] when rows were asked for, else [vocab]; may be
-    # a reused buffer
-    host_s: float  # input / KV preparation on the host
-    run_s: float  # inside onnxruntime, until the device has finished
-    h2d_bytes: int = 0  # host -> device
-    d2h_bytes: int = 0  # device -> host
 
 
 def run_failure(exc: BaseException) -> str:
@@ -72,6 +63,8 @@ def _from_runtime(exc: BaseException) -> bool:
 
 
 class KVLoop(ABC):
+    """What both loops share: the tokens cached, prompt pieces, logits rows, errors, bytes."""
+
     mode: Mode
     # Prompts longer than this run in pieces: peak memory at a 2k-token prompt stays that of
     # loading the model (SmolLM2: 522 MB, against 818 MB in one piece) at no cost in speed.
@@ -83,44 +76,40 @@ class KVLoop(ABC):
     warmed_up = False  # its device's programs are compiled (engine/warm_up.py)
 
     def __init__(
-        self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
+        self, session: ort.InferenceSession, info: ModelInfo, device: Device, kv: KvStrategy
     ) -> None:
         self.session = session
         self.info = info
         self.device = device
-        self.max_context = max_context
+        self.kv = kv
+        if not kv.caches:
+            self.mode = Mode.NOCACHE
+        self.max_context = kv.context
         self.cached: list[int] = []
         if device.max_run_rows is not None:
             self.prefill_chunk = min(self.prefill_chunk, device.max_run_rows)
-        self._mask = np.ones((1, max_context), dtype=np.int64)
-        self._needs_positions = info.has_position_ids
+        self._mask = np.ones((1, self.max_context), dtype=np.int64)
         self.io = info.io
-        # Bytes moved outside a forward (resetting or cutting the cache), charged to the next.
-        self._pending_h2d = 0
-        self._pending_d2h = 0
 
     def reset(self) -> None:
         """Forget the cache (new chat, or the model/device changed)."""
-        self._truncate(0)
+        self.kv.truncate(0)
         self.cached = []
 
     def prepare(self, prompt: Sequence[int]) -> int:
         """Keep the cached prefix shared with `prompt`; returns how many tokens are reused."""
-        reuse = 0
-        limit = min(len(self.cached), len(prompt) - 1)  # at least one token must run
-        while reuse < limit and self.cached[reuse] == prompt[reuse]:
-            reuse += 1
-        self._truncate(reuse)
+        reuse = self.kv.reusable(self.cached, prompt)
+        self.kv.truncate(reuse)
         self.cached = list(prompt[:reuse])
         return reuse
 
     def fits(self, prompt_tokens: int) -> bool:
         """Can a prompt this long run and leave room to generate?"""
-        return prompt_tokens < self.max_context
+        return self.kv.fits(prompt_tokens)
 
     def tokens_that_fit(self, new_tokens: int) -> int:
         """How many tokens can be generated after prefilling `new_tokens` more."""
-        return self.max_context - len(self.cached) - new_tokens
+        return self.kv.tokens_that_fit(len(self.cached), new_tokens)
 
     def forward(
         self, new_ids: Sequence[int], all_logits: bool = False, rows: Sequence[int] | None = None
@@ -132,7 +121,7 @@ class KVLoop(ABC):
         The logits may live in a buffer the next call overwrites: copy them to keep them.
         A failure on a device other than the CPU is raised as DeviceFailure.
         """
-        self._check_room(len(new_ids))
+        self.kv.check_room(len(self.cached), len(new_ids))
         if self.check_weights is not None:
             self.check_weights()
         ids = [int(t) for t in new_ids]
@@ -148,8 +137,8 @@ class KVLoop(ABC):
             self.release_weights()
 
     def _forward_ids(self, ids: list[int], wanted: list[int] | None) -> Step:
-        chunk = self.prefill_chunk
-        if len(ids) <= chunk:
+        chunk = self.kv.piece_tokens(self.prefill_chunk)
+        if chunk is None or len(ids) <= chunk:
             return self._charge_pending(self._run(ids, wanted))
         # A long prompt in pieces: activations (attention scores grow with piece x context)
         # and, for graphs that return every row, logits stay bounded by the piece.
@@ -163,18 +152,11 @@ class KVLoop(ABC):
                 picked.append(step.logits.copy())  # the next piece may reuse the buffer
             steps.append(step)
         logits = steps[-1].logits if wanted is None else np.concatenate(picked)
-        total = Step(
-            logits,
-            sum(s.host_s for s in steps),
-            sum(s.run_s for s in steps),
-            sum(s.h2d_bytes for s in steps),
-            sum(s.d2h_bytes for s in steps),
-        )
-        return self._charge_pending(total)
+        return self._charge_pending(combined(steps, logits))
 
     def _run(self, ids: list[int], wanted: list[int] | None) -> Step:
         try:
-            step = self._forward(ids, len(self.cached), wanted)
+            step = self.kv.forward(self._run_graph, self.cached, ids, wanted)
         except Exception as exc:
             if isinstance(exc, ValueError | EngineError):
                 raise
@@ -190,30 +172,24 @@ class KVLoop(ABC):
         self.cached.extend(ids)
         return step
 
-    def _check_room(self, n: int) -> None:
-        if len(self.cached) + n > self.max_context:
-            raise ValueError("the KV cache is full")
-
     def _charge_pending(self, step: Step) -> Step:
-        if not (self._pending_h2d or self._pending_d2h):
+        kv = self.kv
+        if not (kv.pending_h2d or kv.pending_d2h):
             return step
         step = Step(
             step.logits,
             step.host_s,
             step.run_s,
-            step.h2d_bytes + self._pending_h2d,
-            step.d2h_bytes + self._pending_d2h,
+            step.h2d_bytes + kv.pending_h2d,
+            step.d2h_bytes + kv.pending_d2h,
         )
-        self._pending_h2d = self._pending_d2h = 0
+        kv.pending_h2d = kv.pending_d2h = 0
         return step
 
-    def _run_options(self, n: int) -> ort.RunOptions | None:
+    def _run_options(self, run: GraphRun) -> ort.RunOptions | None:
         """A prompt's run hands the memory arena's growth back when it ends: without this
         the arena keeps its prefill peak (and fragments further) for the rest of the chat."""
-        return _SHRINK_AFTER_RUN if n > 1 else None
-
-    def _positions(self, past_len: int, n: int) -> np.ndarray:
-        return np.arange(past_len, past_len + n, dtype=np.int64)[None, :]
+        return _SHRINK_AFTER_RUN if run.shrink_arena else None
 
     def _logits_positions(self, wanted: list[int] | None, n: int) -> list[int] | None:
         """What to feed the graph's logits_positions input; None when it has none."""
@@ -231,11 +207,9 @@ class KVLoop(ABC):
         return logits[wanted]
 
     @abstractmethod
-    def _forward(self, new_ids: list[int], past_len: int, wanted: list[int] | None) -> Step:
-        """Logits of the rows `wanted` ([len(wanted), vocab]), or of the last one ([vocab])."""
-
-    @abstractmethod
-    def _truncate(self, keep: int) -> None: ...
+    def _run_graph(self, run: GraphRun) -> Step:
+        """One run of the graph: logits of the rows `run.wanted` ([len, vocab]) or of the
+        last one ([vocab])."""
 
 
 def _wanted_rows(n: int, all_logits: bool, rows: Sequence[int] | None) -> list[int] | None:
@@ -250,60 +224,47 @@ def _wanted_rows(n: int, all_logits: bool, rows: Sequence[int] | None) -> list[i
     return wanted
 
 
-def crossing(device: Device, arrays: Sequence[np.ndarray]) -> int:
-    """Bytes of host arrays that cross to (or from) `device`: none where it shares host memory."""
-    return sum(a.nbytes for a in arrays) if device.own_memory else 0
-
-
 class NaiveLoop(KVLoop):
     mode = Mode.NAIVE
 
     def __init__(
-        self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
+        self, session: ort.InferenceSession, info: ModelInfo, device: Device, kv: KvStrategy
     ) -> None:
-        super().__init__(session, info, device, max_context)
+        super().__init__(session, info, device, kv)
         self._output_names = [o.name for o in session.get_outputs()]
-        self._present_index = {name: i for i, name in enumerate(self._output_names)}
-        self._past: dict[str, np.ndarray] = {}
         # session.run takes and returns no bfloat16: such models run with OrtValues.
         self._ortvalue_io = needs_ortvalues(info.kv_dtype, info.logits_dtype)
-        self._truncate(0)
+        kv.truncate(0)  # the empty pasts (host arrays)
 
-    def _truncate(self, keep: int) -> None:
-        info = self.info
-        if keep == 0 or not self._past:
-            empty: np.ndarray = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
-            self._past = {t.past_name: empty for t in info.kv}
-        else:
-            self._past = {k: np.ascontiguousarray(v[:, :, :keep]) for k, v in self._past.items()}
-
-    def _forward(self, new_ids: list[int], past_len: int, wanted: list[int] | None) -> Step:
+    def _run_graph(self, run: GraphRun) -> Step:
         t0 = perf()
         io = self.io
+        n = len(run.ids)
+        mask = self._mask[:, : run.start + n] if run.mask is None else run.mask
         feeds: dict[str, np.ndarray] = {
-            io.input_ids: np.asarray([new_ids], dtype=np.int64),
-            io.attention_mask: np.ones((1, past_len + len(new_ids)), dtype=np.int64),
+            io.input_ids: np.asarray([run.ids], dtype=np.int64),
+            io.attention_mask: mask,
         }
-        keep = self._logits_positions(wanted, len(new_ids))
+        keep = self._logits_positions(run.wanted, n)
         if io.logits_positions and keep is not None:
             feeds[io.logits_positions] = np.asarray(keep, dtype=np.int64)
         if io.position_ids:
-            feeds[io.position_ids] = self._positions(past_len, len(new_ids))
+            feeds[io.position_ids] = np.arange(run.start, run.start + n, dtype=np.int64)[None, :]
         if io.use_cache_branch:  # legacy merged decoders: the first run has no past
-            feeds[io.use_cache_branch] = np.array([past_len > 0])
-        feeds.update(self._past)
+            feeds[io.use_cache_branch] = np.array([run.start > 0])
+        feeds.update(self.kv.host_feeds())
+        names = self._output_names if run.keep_kv else [io.logits]
         t1 = perf()
         # onnxruntime copies every feed to the device and every output back to the host.
         if self._ortvalue_io:
-            outputs = run_with_host_arrays(self.session, self._output_names, feeds)
+            outputs = run_with_host_arrays(self.session, names, feeds)
         else:
-            outputs = self.session.run(self._output_names, feeds, self._run_options(len(new_ids)))
+            outputs = self.session.run(names, feeds, self._run_options(run))
         t2 = perf()
-        # The host rebuilds every layer's past from the presents that came back.
-        self._past = {
-            t.past_name: outputs[self._present_index[t.present_name]] for t in self.info.kv
-        }
-        logits = self._pick(outputs[self._present_index[io.logits]][0], wanted)
+        by_name = dict(zip(names, outputs, strict=True))
+        if run.keep_kv:
+            self.kv.keep_host(by_name)
+        logits = self._pick(by_name[io.logits][0], run.wanted)
         t3 = perf()
         return Step(
             logits,
@@ -318,84 +279,36 @@ class IOBindingLoop(KVLoop):
     mode = Mode.IOBINDING
 
     def __init__(
-        self, session: ort.InferenceSession, info: ModelInfo, device: Device, max_context: int
+        self, session: ort.InferenceSession, info: ModelInfo, device: Device, kv: KvStrategy
     ) -> None:
-        super().__init__(session, info, device, max_context)
+        super().__init__(session, info, device, kv)
+        context = self.max_context
         self._binding = session.io_binding()
-        self._ids = np.zeros((1, max_context), dtype=np.int64)
-        self._pos = np.zeros((1, max_context), dtype=np.int64)
-        self._keep = np.zeros(max_context, dtype=np.int64)  # logits_positions
+        self._ids = np.zeros((1, context), dtype=np.int64)
+        self._pos = np.zeros((1, context), dtype=np.int64)
+        self._keep = np.zeros(context, dtype=np.int64)  # logits_positions
         self._step_logits = np.zeros((1, 1, info.vocab_size), dtype=info.logits_dtype)
         self._prefill_logits = np.empty((1, 0, info.vocab_size), dtype=info.logits_dtype)
         self._branch = np.zeros(1, dtype=np.bool_)  # use_cache_branch of merged decoders
-        self._bound_step = False  # are the per-token (length 1) logits bound?
+        self._bound_logits: tuple[int, int] | None = None  # (address, rows) bound now
         self._bound_len: dict[str, int] = {}  # per-step inputs: the length bound now
-        self._kv: dict[str, ort.OrtValue] = {}
         self._out_order: list[str] = []  # IOBinding returns outputs in first-bound order
-        if info.layout is KVLayout.SHARED_BUFFER:
-            self._allocate_shared()
+        kv.bind(self)
+
+    # -- the Binder the KV strategy binds through ---------------------------------------------
+    def bind_input(self, name: str, value: ort.OrtValue) -> None:
+        self._binding.bind_ortvalue_input(name, value)
+
+    def bind_output(self, name: str, value: ort.OrtValue | None) -> None:
+        if value is None:  # onnxruntime allocates it on the device (concat presents)
+            self._binding.bind_output(name, self.device.ortvalue_device, 0)
         else:
-            self._bind_empty_concat()
-
-    # -- KV plumbing -------------------------------------------------------------------------
-    def _allocate_shared(self) -> None:
-        """One buffer per KV tensor, context long, on the device, bound as past and present.
-
-        Not zeroed: GroupQueryAttention reads only the first `total_sequence_length` rows.
-        """
-        info = self.info
-        shape = [1, info.kv_heads, self.max_context, info.head_dim]
-        for t in info.kv:
-            value = self.device.allocate(shape, ort_element_type(info.kv_dtype))
-            self._kv[t.past_name] = value
-            self._binding.bind_ortvalue_input(t.past_name, value)
-            self._binding.bind_ortvalue_output(t.present_name, value)
-            self._note_output(t.present_name)
-
-    def _bind_empty_concat(self) -> None:
-        info = self.info
-        empty: np.ndarray = np.zeros((1, info.kv_heads, 0, info.head_dim), dtype=info.kv_dtype)
-        for t in info.kv:
-            value = upload(self.device, empty)
-            self._kv[t.past_name] = value
-            self._binding.bind_ortvalue_input(t.past_name, value)
-            self._bind_device_output(t.present_name)
-
-    def _note_output(self, name: str) -> None:
+            self._binding.bind_ortvalue_output(name, value)
         if name not in self._out_order:
             self._out_order.append(name)
 
-    def _bind_device_output(self, name: str) -> None:
-        """Let onnxruntime allocate this output on the device (concat presents)."""
-        self._binding.bind_output(name, self.device.ortvalue_device, 0)
-        self._note_output(name)
-
-    def _truncate(self, keep: int) -> None:
-        if self.info.layout is KVLayout.SHARED_BUFFER:
-            return  # positions past `keep` are simply overwritten by the next run
-        if keep == 0:
-            self._bind_empty_concat()
-            return
-        # Concat models: shortening a device tensor needs one round trip, once per turn.
-        for t in self.info.kv:
-            old = self._kv[t.past_name]
-            host = np.ascontiguousarray(download(self.device, old)[:, :, :keep])
-            if self.device.own_memory:
-                self._pending_d2h += old.tensor_size_in_bytes()
-                self._pending_h2d += host.nbytes
-            value = upload(self.device, host)
-            self._kv[t.past_name] = value
-            self._binding.bind_ortvalue_input(t.past_name, value)
-            self._bind_device_output(t.present_name)
-
-    def _after_concat_run(self) -> None:
-        """Concat models: this run's presents (still on the device) become the next pasts."""
-        outputs = dict(zip(self._out_order, self._binding.get_outputs(), strict=True))
-        for t in self.info.kv:
-            value = outputs[t.present_name]
-            self._kv[t.past_name] = value
-            self._binding.bind_ortvalue_input(t.past_name, value)
-            self._bind_device_output(t.present_name)
+    def outputs(self) -> dict[str, ort.OrtValue]:
+        return dict(zip(self._out_order, self._binding.get_outputs(), strict=True))
 
     # -- one run -----------------------------------------------------------------------------
     def _bind_row(self, name: str, row: np.ndarray, n: int) -> int:
@@ -413,22 +326,25 @@ class IOBindingLoop(KVLoop):
             self._bound_len[name] = n
         return crossing(self.device, [row[..., :n]])
 
-    def _forward(self, new_ids: list[int], past_len: int, wanted: list[int] | None) -> Step:
+    def _run_graph(self, run: GraphRun) -> Step:
         t0 = perf()
-        n = len(new_ids)
-        total = past_len + n
+        n = len(run.ids)
+        total = run.start + n
         io = self.io
-        self._ids[0, :n] = new_ids
+        self._ids[0, :n] = run.ids
         h2d = self._bind_row(io.input_ids, self._ids, n)
-        h2d += self._bind_row(io.attention_mask, self._mask, total)
+        if run.mask is None:
+            h2d += self._bind_row(io.attention_mask, self._mask, total)
+        else:  # a fixed-shape mask, rewritten in place by the strategy
+            h2d += self._bind_row(io.attention_mask, run.mask, run.mask.shape[1])
         if io.position_ids:
-            self._pos[0, :n] = np.arange(past_len, total)
+            self._pos[0, :n] = np.arange(run.start, total)
             h2d += self._bind_row(io.position_ids, self._pos, n)
         if io.use_cache_branch:  # legacy merged decoders: the first run has no past
-            self._branch[0] = past_len > 0
+            self._branch[0] = run.start > 0
             h2d += self._bind_row(io.use_cache_branch, self._branch, 1)
         rows = n
-        keep = self._logits_positions(wanted, n)
+        keep = self._logits_positions(run.wanted, n)
         if io.logits_positions and keep is not None:
             rows = len(keep)
             self._keep[:rows] = keep
@@ -437,12 +353,11 @@ class IOBindingLoop(KVLoop):
         t1 = perf()
         # The logits are bound in host memory, so the run returns only once the device has
         # finished and copied them back: the run clock covers the device's work.
-        self.session.run_with_iobinding(self._binding, self._run_options(n))
+        self.session.run_with_iobinding(self._binding, self._run_options(run))
         t2 = perf()
-        if self.info.layout is KVLayout.CONCAT:
-            self._after_concat_run()
+        self.kv.keep_bound()
         t3 = perf()
-        logits = self._pick(logits_buf[0], wanted)
+        logits = self._pick(logits_buf[0], run.wanted)
         d2h = crossing(self.device, [logits_buf])
         return Step(logits, (t1 - t0) + (t3 - t2), t2 - t1, h2d, d2h)
 
@@ -451,19 +366,20 @@ class IOBindingLoop(KVLoop):
         vocab = self.info.vocab_size
         if n == 1:
             buf = self._step_logits
-            if self._bound_step:
-                return buf
-            self._bound_step = True
         else:
             # Grow-only: a fresh multi-hundred-MB buffer per prompt would page-fault every time.
             if self._prefill_logits.shape[1] < n:
                 self._prefill_logits = np.empty((1, n, vocab), dtype=self.info.logits_dtype)
             buf = self._prefill_logits[:, :n]
-            self._bound_step = False
+        bound = (buf.ctypes.data, n)
+        if self._bound_logits == bound:
+            return buf
         name = self.io.logits
         if is_bfloat16(buf.dtype):  # no numpy type to bind by: an OrtValue over the buffer
             self._binding.bind_ortvalue_output(name, host_value(buf))
         else:
             self._binding.bind_output(name, "cpu", 0, buf.dtype, [1, n, vocab], buf.ctypes.data)
-        self._note_output(name)
+        if name not in self._out_order:
+            self._out_order.append(name)
+        self._bound_logits = bound
         return buf

@@ -31,6 +31,7 @@ import onnxruntime as ort
 
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.errors import EngineError
+from chatapp.engine.kv_strategy import SharedBufferKv
 from chatapp.engine.loops import IOBindingLoop, Step
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 
@@ -57,16 +58,12 @@ class SlotLoop(IOBindingLoop):
     def __init__(self, batch: SlotBatch, index: int) -> None:
         self.batch = batch
         self.index = index
-        super().__init__(batch.session, batch.info, batch.device, batch.max_context)
-
-    def _allocate_shared(self) -> None:
-        for t in self.info.kv:
-            row = self.batch.kv[t.past_name][self.index : self.index + 1]  # contiguous
-            value = ort.OrtValue.ortvalue_from_numpy(row)
-            self._kv[t.past_name] = value
-            self._binding.bind_ortvalue_input(t.past_name, value)
-            self._binding.bind_ortvalue_output(t.present_name, value)
-            self._note_output(t.present_name)
+        rows = {  # contiguous
+            name: ort.OrtValue.ortvalue_from_numpy(kv[index : index + 1])
+            for name, kv in batch.kv.items()
+        }
+        kv = SharedBufferKv(batch.info, batch.device, batch.max_context, buffers=rows)
+        super().__init__(batch.session, batch.info, batch.device, kv)
 
     def _run(self, ids: list[int], wanted: list[int] | None) -> Step:
         if len(ids) == 1 and wanted is None:  # a decode step: taken with the other slots'

@@ -94,10 +94,10 @@ def test_static_iobinding_moves_only_inputs_and_logits(layouts: dict[str, Path])
 
 def test_shared_buffer_kv_stays_in_device_values(layouts: dict[str, Path]) -> None:
     loop = loop_on(layouts["shared-buffer"], EMULATED, "iobinding")
-    values = dict(loop._kv)  # type: ignore[attr-defined]
+    values = loop.kv.bound_values()
     greedy_trace(loop, PROMPT, 4)
     assert loop.info.layout is KVLayout.SHARED_BUFFER
-    assert all(loop._kv[name] is value for name, value in values.items())  # type: ignore[attr-defined]
+    assert all(loop.kv.bound_values()[name] is value for name, value in values.items())
 
 
 def test_a_failed_run_on_a_device_is_a_device_failure(

@@ -10,10 +10,11 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
+from chatapp.engine.loops import IOBindingLoop
 from chatapp.engine.model_folder.model import KVLayout, open_model_folder
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.static_window import IOBindingStaticLoop
+from chatapp.engine.static_window import StaticWindowKv
 
 CONTEXT = 96
 LAYOUTS = {
@@ -100,9 +101,10 @@ def test_static_iobinding_never_copies_kv_through_the_host(
 ) -> None:
     engine = Engine(folders["static"], mode="iobinding", threads=1)
     loop = engine.loop()
-    assert isinstance(loop, IOBindingStaticLoop)
-    kv_values = {id(v) for v in (*loop.past.values(), *loop.present.values())}
-    pointers = {name: v.data_ptr() for name, v in {**loop.past, **loop.present}.items()}
+    assert isinstance(loop, IOBindingLoop) and isinstance(loop.kv, StaticWindowKv)
+    bound = loop.kv.bound_values()  # the past and present buffers
+    kv_values = {id(v) for v in bound.values()}
+    pointers = {name: v.data_ptr() for name, v in bound.items()}
     reads: list[str] = []
     original = ort.OrtValue.numpy
 
@@ -117,10 +119,10 @@ def test_static_iobinding_never_copies_kv_through_the_host(
     monkeypatch.undo()
     assert reads == []
     # The same device buffers stay bound: their addresses never changed.
-    assert {n: v.data_ptr() for n, v in {**loop.past, **loop.present}.items()} == pointers
+    assert {n: v.data_ptr() for n, v in loop.kv.bound_values().items()} == pointers
     # ... and they hold the sequence: the newest slot of layer 0's present is the last token's key.
     name = engine.info.kv[0].present_name
-    assert np.abs(loop.present[name].numpy()[0, :, -1]).sum() > 0
+    assert np.abs(loop.kv.present_values[name].numpy()[0, :, -1]).sum() > 0
 
 
 def test_concat_iobinding_keeps_presents_on_the_device(folders: dict[str, Path]) -> None:
@@ -128,6 +130,6 @@ def test_concat_iobinding_keeps_presents_on_the_device(folders: dict[str, Path])
     loop = engine.loop()
     settings = SamplingSettings(temperature=0.0, max_new_tokens=4)
     engine.generate_ids([5, 6, 7], settings, ignore_eos=True).run()
-    past = loop._kv[engine.info.kv[0].past_name]
+    past = loop.kv.bound_values()[engine.info.kv[0].past_name]
     # The bound past is the previous run's present, still an OrtValue: 3 + 3 tokens fed.
     assert past.shape() == [1, 2, 6, 16]

@@ -65,7 +65,7 @@ def test_iobinding_binds_one_buffer_as_past_and_present(engine: Engine) -> None:
     loop = engine.loop("iobinding")
     assert isinstance(loop, IOBindingLoop)
     loop.reset()
-    key = loop._kv[engine.info.kv[0].past_name]
+    key = loop.kv.bound_values()[engine.info.kv[0].past_name]
     before = key.numpy()[0, :, :5].copy()
     loop.forward([3, 4, 5, 6, 7])
     after = key.numpy()[0, :, :5]

@@ -11,11 +11,12 @@ import pytest
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import nocache
 from chatapp.engine.engine import Engine
+from chatapp.engine.loops import NaiveLoop
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode, mode_label
 from chatapp.engine.nocache import (
     MIN_ANSWER,
     SEQUENCE_CAP,
-    NoCacheLoop,
+    NoCacheKv,
     capped_new_tokens,
 )
 from chatapp.engine.packed_cache import ENV_VAR as PACKED_ENV_VAR
@@ -40,7 +41,8 @@ def test_all_three_loops_give_the_same_greedy_tokens(engine: Engine, prompt: lis
 
 def test_every_step_runs_the_whole_sequence_with_an_empty_past(engine: Engine) -> None:
     loop = engine.loop("nocache")
-    assert isinstance(loop, NoCacheLoop)
+    assert isinstance(loop, NaiveLoop) and isinstance(loop.kv, NoCacheKv)
+    assert loop.mode is Mode.NOCACHE
     seen: list[tuple[int, int, int]] = []
     real_run = loop.session.run
 

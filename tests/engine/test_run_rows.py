@@ -12,6 +12,7 @@ import pytest
 
 from chatapp.engine.devices import CPU, WEBGPU_MAX_RUN_ROWS
 from chatapp.engine.engine import Engine
+from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.modes import MODES
 from tests.engine.test_logits_rows import CONTEXT, folders  # noqa: F401  (a fixture)
@@ -48,7 +49,7 @@ def test_short_runs_give_the_logits_of_one_run(
         calls += 1
         return run(*args, **kwargs)  # type: ignore[arg-type]
 
-    limited.device = SHORT_RUNS
+    limited.device = limited.kv.device = SHORT_RUNS  # the loop's and its KV strategy's
     limited.prefill_chunk = 8  # what a loop made on such a device sets itself
     limited.session.run = counted  # type: ignore[method-assign]
     tokens, logits = greedy(limited, 6)
@@ -65,6 +66,6 @@ def test_loops_on_a_short_run_device_cut_their_prompt_pieces(
     folders: dict[str, Path],  # noqa: F811
 ) -> None:
     engine = Engine(folders["gqa"], threads=1, max_context=CONTEXT)
-    loop = type(engine.loop())(engine.session, engine.info, SHORT_RUNS, CONTEXT)
+    loop = make_loop(engine.mode, engine.session, engine.info, SHORT_RUNS, CONTEXT)
     assert loop.prefill_chunk == 8
     assert WEBGPU_MAX_RUN_ROWS < 32  # the length where WebGPU's other attention kernel starts

@@ -106,7 +106,7 @@ def test_iobinding_keeps_the_kv_on_the_device(webgpu: Device, layouts: dict[str,
     loop = gpu.loop("iobinding")
     assert gpu.info.layout is KVLayout.SHARED_BUFFER
     trace = greedy_trace(loop, PROMPT, 6)
-    assert {v.device_name() for v in loop._kv.values()} == {"webgpu"}  # type: ignore[attr-defined]
+    assert {v.device_name() for v in loop.kv.bound_values().values()} == {"webgpu"}
     for i, step in enumerate(trace.steps):
         expected = iobinding_step_bytes(gpu.info, len(PROMPT) + i + 1)
         assert (step.h2d_bytes, step.d2h_bytes) == expected

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
+from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
@@ -103,6 +104,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     shape.add_argument(
         "--json-object", action="store_true", help="the answer must be a JSON object"
     )
+    add_tool_args(gen)
     gen.set_defaults(func=run_generate)
 
     var = sub.add_parser("variants", help="the ONNX graphs of a model folder: precision, size")
@@ -286,6 +288,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.raw and not args.prompt:
         raise UserError("--raw needs a prompt to continue; --prompt is empty.")
     output_format = output_format_from_args(args)
+    tools, tool_choice = tools_from_args(args)
     engine = start_engine(args)
     if engine.tokenizer.notice and not args.raw:
         print(f"chatapp: {engine.tokenizer.notice}", file=sys.stderr)
@@ -297,6 +300,8 @@ def run_generate(args: argparse.Namespace) -> int:
         text=args.prompt if args.raw else None,
         text_by_person=True,
         output_format=output_format,
+        tools=tools,
+        tool_choice=tool_choice,
         stops=tuple(s for s in args.stop if s),
     )
     done: AnswerDone | None = None
@@ -313,6 +318,8 @@ def run_generate(args: argparse.Namespace) -> int:
     stats = done.stats
     if args.json:
         out: dict[str, Any] = {"text": done.text, **stats.to_dict()}
+        if tools:
+            out["tool_calls"] = calls_as_json(done.tool_calls)
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
         out["kernels"] = kernels_label(engine.model.native)  # GGUF kernels or ORT's
@@ -320,6 +327,8 @@ def run_generate(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         print()
+        if done.tool_calls:
+            print(calls_text(done.tool_calls))
         print(
             f"[{stats.mode} on {stats.device}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
 
 NEW_TOKENS = checks.whole(1, checks.MAX_NEW_TOKENS, "a token count")
+MAX_SLOTS = 16  # as `chatapp serve --parallel`
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -157,6 +158,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=checks.sweep,
         default=None,
         help="comma-separated context lengths, e.g. 128,512,1024,2048",
+    )
+    bench.add_argument(
+        "--parallel",
+        type=checks.whole(2, MAX_SLOTS, "a number of clients"),
+        default=None,
+        metavar="N",
+        help="instead of the loops: one client alone against N decoded together (the "
+        "slots of `chatapp serve --parallel N`), every answer --max-new-tokens long",
     )
     bench.add_argument(
         "--report",
@@ -349,6 +358,8 @@ def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> P
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.parallel is not None:
+        return run_parallel_bench(args)
     from chatapp.engine.bench.report import markdown_report
     from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
@@ -380,6 +391,29 @@ def run_bench(args: argparse.Namespace) -> int:
 
         write_bench_report(result, args.report)
     print(json.dumps(result, indent=2) if args.json else markdown_report(result))
+    return 0
+
+
+def run_parallel_bench(args: argparse.Namespace) -> int:
+    from chatapp.engine.bench.parallel import measure_parallel, parallel_sentences
+    from chatapp.engine.engine import Engine
+
+    if args.report is not None or args.peer or args.sweep or args.context_tokens:
+        raise UserError("--parallel measures on its own: leave out --report, --peer, --sweep.")
+    engine = Engine(
+        resolve_model(args.model),
+        args.device,
+        Mode.IOBINDING,
+        args.threads,
+        args.context,
+        onnx_file=args.onnx_file,
+    )
+    print(f"chatapp bench: 1 client, then {args.parallel} together", file=sys.stderr)
+    result = measure_parallel(engine, args.parallel, args.max_new_tokens)
+    if args.json:
+        print(json.dumps({"model": engine.info.name, **result.to_dict()}, indent=2))
+    else:
+        print("\n".join(parallel_sentences(result)))
     return 0
 
 

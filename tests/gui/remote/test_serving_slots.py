@@ -15,10 +15,12 @@ import pytest
 from chatapp.engine import guards
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.gui.chat.controller import State
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.serving import Serving
-from tests.gui.conftest import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, greedy
+from tests.gui.conftest import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, greedy, set_sampling
 from tests.gui.remote.conftest import remote_ui
+from tests.serving import slow_down
 
 
 def start_with_slots(qtbot, window: MainWindow, slots: int) -> Serving:
@@ -82,3 +84,40 @@ def test_slots_whose_memory_does_not_fit_are_refused_in_a_sentence(
     assert "\n" not in text and "Traceback" not in text
     assert not ui.serve_action.isChecked() and ui.server.serving is None
     assert not ui.serving_box.isVisible()
+
+
+def test_served_requests_decode_while_the_chat_answers(
+    qtbot, window: MainWindow, tiny_model_dir: Path
+) -> None:
+    serving = start_with_slots(qtbot, window, 2)
+    engine = window.host.engine
+    assert engine is not None
+    restore = slow_down(engine, 0.005)  # the chat's 150 tokens last 0.75 s at least
+    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 6}
+    body |= {"temperature": 0, "repetition_penalty": 1.0}
+    answers: list[Any] = []
+    chat = window.chat.controller
+    try:
+        set_sampling(window, greedy(150))
+        window.chat.chat_view.set_prompt_text("a long one")
+        window.chat.chat_view.send_button.click()
+        qtbot.waitUntil(lambda: chat.state is State.GENERATING, timeout=ANSWER_TIMEOUT_MS)
+        url = f"{serving.url}/chat/completions"
+        for _ in range(2):  # not behind the chat's answer: on the slots, beside it
+            threading.Thread(
+                target=lambda: answers.append(
+                    httpx2.post(url, json=body, timeout=60, trust_env=False)
+                ),
+                daemon=True,
+            ).start()
+        qtbot.waitUntil(lambda: len(answers) == 2, timeout=ANSWER_TIMEOUT_MS)
+        served_while_chatting = chat.state is State.GENERATING
+        qtbot.waitUntil(lambda: chat.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
+    finally:
+        restore()
+    expected = Engine(tiny_model_dir, threads=1).chat([Message("user", "hello")], greedy(6))
+    expected.run()
+    assert [a.json()["choices"][0]["message"]["content"] for a in answers] == [expected.text] * 2
+    assert served_while_chatting
+    answer = window.chat.conversation.messages[-1]
+    assert answer.figures is not None and answer.figures.generated_tokens == 150

@@ -4,8 +4,10 @@ On one engine, in one process: one client's prompt answered on the engine's own 
 loop, then N clients at once, each on its own thread through a slot (all join at the start,
 their prompts prefilled one after another, then their decode steps run as one batched step).
 Every answer generates exactly `new_tokens` tokens (greedy, end of text ignored), so the two
-runs do the same work per client. Tokens per second are generated tokens over the wall time
-from the first prompt to the last token (prefill included), one run each. The first client's
+runs do the same work per client. Both first run WARM_UP tokens per client, not counted (a
+slot's first answer faults in its fresh KV pages, docs/engine.md). Tokens per second are
+generated tokens over the wall time from the first prompt to the last token (prefill
+included), one run each. The first client's
 tokens together are compared with its tokens alone: a batched step must not change an answer.
 """
 
@@ -29,6 +31,7 @@ PROMPTS = (
     "List five things to pack for a weekend hiking trip in the mountains, and why.",
 )
 perf = time.perf_counter
+WARM_UP = 4  # tokens per client before the measured runs
 
 
 @dataclass(frozen=True)
@@ -66,14 +69,31 @@ class ParallelResult:
 def measure_parallel(engine: Engine, slots: int, new_tokens: int) -> ParallelResult:
     """One client alone, then `slots` together (EngineError where the model or device
     cannot decode several sequences at once, or their KV caches would not fit)."""
-    batch = engine.slots(slots)  # refused before any time is spent on the solo run
+    engine.slots(slots)  # refused before any time is spent on the solo run
     settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=new_tokens)
     tok = engine.tokenizer.tok
     prompts = [list(tok.encode(PROMPTS[i % len(PROMPTS)])) for i in range(slots)]
-    engine.reset()
+    warm = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=WARM_UP)
+    _alone(engine, prompts[0], warm)  # the first runs fault in fresh pages: not counted
+    _together(engine, prompts, warm)
     started = perf()
-    alone = [e.token_id for e in engine.generate_ids(prompts[0], settings, ignore_eos=True)]
+    alone = _alone(engine, prompts[0], settings)
     solo = ClientsRun(1, len(alone), perf() - started)
+    started = perf()
+    results = _together(engine, prompts, settings)
+    together = ClientsRun(slots, sum(len(r) for r in results), perf() - started)
+    return ParallelResult(slots, new_tokens, solo, together, results[0] == alone)
+
+
+def _alone(engine: Engine, prompt: list[int], settings: SamplingSettings) -> list[int]:
+    engine.reset()  # the whole prompt prefilled, as each client's together
+    return [e.token_id for e in engine.generate_ids(prompt, settings, ignore_eos=True)]
+
+
+def _together(
+    engine: Engine, prompts: list[list[int]], settings: SamplingSettings
+) -> list[list[int]]:
+    batch = engine.slots(len(prompts))
     for loop in batch.loops:  # every client prefills its whole prompt, as the solo one did
         loop.reset()
     results: list[list[int]] = [[] for _ in prompts]
@@ -85,22 +105,19 @@ def measure_parallel(engine: Engine, slots: int, new_tokens: int) -> ParallelRes
         try:
             for event in engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop):
                 results[i].append(event.token_id)
-        except BaseException as exc:  # said on the caller's thread
+        except BaseException as exc:  # raised on the caller's thread
             failures.append(exc)
         finally:
             batch.release(loop)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(slots)]
-    started = perf()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    wall = perf() - started
     if failures:
         raise failures[0]
-    together = ClientsRun(slots, sum(len(r) for r in results), wall)
-    return ParallelResult(slots, new_tokens, solo, together, results[0] == alone)
+    return results
 
 
 def parallel_sentences(result: ParallelResult) -> list[str]:

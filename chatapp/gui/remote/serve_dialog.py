@@ -70,7 +70,8 @@ class ServeDialog(QDialog):
         layout = QVBoxLayout(self)
         intro = QLabel(
             "Programs on this machine can use the loaded model through an OpenAI-compatible "
-            "API; their requests take turns with the chat.",
+            "API. One request at once takes turns with the chat; more decode together, "
+            "beside it.",
             self,
         )
         intro.setWordWrap(True)
@@ -120,6 +121,7 @@ class ServeDialog(QDialog):
         self._on_port_changed(port)
         self.slots_spin.valueChanged.connect(self._on_slots_changed)
         self._on_slots_changed(slots)
+        self.setMinimumWidth(420)  # wrapped notes read in a few lines, not a narrow column
         self.setMaximumWidth(480)
 
     def port(self) -> int:
@@ -134,6 +136,7 @@ class ServeDialog(QDialog):
         if slots == 1 or not self.kv_bytes_per_slot:
             self.memory_label.setText("")
             self.memory_label.setVisible(False)
+            self.adjustSize()
             return
         total = fmt_bytes(slots * self.kv_bytes_per_slot)
         self.memory_label.setText(
@@ -142,6 +145,7 @@ class ServeDialog(QDialog):
             "computer's memory."
         )
         self.memory_label.setVisible(True)
+        self.adjustSize()  # the note's lines fit
 
     @Slot(int)
     def _on_port_changed(self, port: int) -> None:

@@ -63,6 +63,12 @@ def main() -> int:
         action="store_true",
         help="the conversation list and the side panel open (as a user who opened them)",
     )
+    parser.add_argument(
+        "--tools",
+        type=Path,
+        default=None,
+        help="a JSON file of tools (Sampling > Tools), with 'Must call one'",
+    )
     args = parser.parse_args()
     # The prepared default model, without copying it into the fresh data folder.
     from chatapp.convert.default_model import default_model_dir
@@ -90,6 +96,12 @@ def main() -> int:
     if args.prompt is not None:
         choices = chat.side_panel.sampling_box.prompt.choice_combo
         choices.setCurrentIndex(choices.findData(args.prompt))
+    if args.tools is not None:
+        tools = chat.side_panel.sampling_box.tools
+        if not tools.load_file(args.tools):
+            print(window.banner.text(), file=sys.stderr)
+            return 1
+        tools.choice_box.setCurrentIndex(tools.choice_box.findData("required"))
     if not args.no_question:
         chat.chat_view.set_prompt_text(args.question)
         chat.chat_view.send_button.click()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
+from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
 
 NEW_TOKENS = checks.whole(1, checks.MAX_NEW_TOKENS, "a token count")
+MAX_SLOTS = 16  # as `chatapp serve --parallel`
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -103,6 +105,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     shape.add_argument(
         "--json-object", action="store_true", help="the answer must be a JSON object"
     )
+    add_tool_args(gen)
     gen.set_defaults(func=run_generate)
 
     var = sub.add_parser("variants", help="the ONNX graphs of a model folder: precision, size")
@@ -155,6 +158,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=checks.sweep,
         default=None,
         help="comma-separated context lengths, e.g. 128,512,1024,2048",
+    )
+    bench.add_argument(
+        "--parallel",
+        type=checks.whole(2, MAX_SLOTS, "a number of clients"),
+        default=None,
+        metavar="N",
+        help="instead of the loops: one client alone against N decoded together (the "
+        "slots of `chatapp serve --parallel N`), every answer --max-new-tokens long",
     )
     bench.add_argument(
         "--report",
@@ -286,6 +297,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.raw and not args.prompt:
         raise UserError("--raw needs a prompt to continue; --prompt is empty.")
     output_format = output_format_from_args(args)
+    tools, tool_choice = tools_from_args(args)
     engine = start_engine(args)
     if engine.tokenizer.notice and not args.raw:
         print(f"chatapp: {engine.tokenizer.notice}", file=sys.stderr)
@@ -297,6 +309,8 @@ def run_generate(args: argparse.Namespace) -> int:
         text=args.prompt if args.raw else None,
         text_by_person=True,
         output_format=output_format,
+        tools=tools,
+        tool_choice=tool_choice,
         stops=tuple(s for s in args.stop if s),
     )
     done: AnswerDone | None = None
@@ -313,6 +327,8 @@ def run_generate(args: argparse.Namespace) -> int:
     stats = done.stats
     if args.json:
         out: dict[str, Any] = {"text": done.text, **stats.to_dict()}
+        if tools:
+            out["tool_calls"] = calls_as_json(done.tool_calls)
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
         out["kernels"] = kernels_label(engine.model.native)  # GGUF kernels or ORT's
@@ -320,6 +336,8 @@ def run_generate(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         print()
+        if done.tool_calls:
+            print(calls_text(done.tool_calls))
         print(
             f"[{stats.mode} on {stats.device}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
@@ -340,6 +358,8 @@ def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> P
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.parallel is not None:
+        return run_parallel_bench(args)
     from chatapp.engine.bench.report import markdown_report
     from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
@@ -371,6 +391,29 @@ def run_bench(args: argparse.Namespace) -> int:
 
         write_bench_report(result, args.report)
     print(json.dumps(result, indent=2) if args.json else markdown_report(result))
+    return 0
+
+
+def run_parallel_bench(args: argparse.Namespace) -> int:
+    from chatapp.engine.bench.parallel import measure_parallel, parallel_sentences
+    from chatapp.engine.engine import Engine
+
+    if args.report is not None or args.peer or args.sweep or args.context_tokens:
+        raise UserError("--parallel measures on its own: leave out --report, --peer, --sweep.")
+    engine = Engine(
+        resolve_model(args.model),
+        args.device,
+        Mode.IOBINDING,
+        args.threads,
+        args.context,
+        onnx_file=args.onnx_file,
+    )
+    print(f"chatapp bench: 1 client, then {args.parallel} together", file=sys.stderr)
+    result = measure_parallel(engine, args.parallel, args.max_new_tokens)
+    if args.json:
+        print(json.dumps({"model": engine.info.name, **result.to_dict()}, indent=2))
+    else:
+        print("\n".join(parallel_sentences(result)))
     return 0
 
 

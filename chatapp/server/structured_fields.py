@@ -7,7 +7,6 @@ the field; a schema the grammar library refuses is found when the job starts, st
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from chatapp.engine.chat import Message, ToolCall
@@ -15,14 +14,13 @@ from chatapp.engine.constraints import (
     MISSING_LIBRARY,
     ConstraintError,
     OutputFormat,
-    check_schema,
     library_available,
 )
-from chatapp.engine.tool_calls import Tool, ToolChoice, argument_schema
+from chatapp.engine.tool_calls import Tool, ToolChoice
 from chatapp.server.errors import invalid
+from chatapp.session import tool_specs
 
-MAX_TOOLS = 128  # OpenAI's limit
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
+FUNCTION_NAME = tool_specs.FUNCTION_NAME
 
 
 def response_format(value: Any) -> OutputFormat | None:
@@ -69,76 +67,18 @@ def response_format(value: Any) -> OutputFormat | None:
 
 
 def tools(value: Any) -> tuple[Tool, ...]:
-    if value is None or value == []:
-        return ()
-    if not isinstance(value, list):
-        raise invalid('tools must be a list of {"type": "function", "function": {...}}.', "tools")
-    if len(value) > MAX_TOOLS:
-        raise invalid(f"tools takes at most {MAX_TOOLS} functions.", "tools")
-    if not library_available():
-        raise invalid(MISSING_LIBRARY.replace("Structured output", "Tool calling"), "tools")
-    out = [_tool(item, f"tools[{i}]") for i, item in enumerate(value)]
-    names = [t.name for t in out]
-    if len(set(names)) != len(names):
-        raise invalid("tools has two functions with the same name.", "tools")
-    return tuple(out)
-
-
-def _tool(item: Any, where: str) -> Tool:
-    if not isinstance(item, dict) or item.get("type") != "function":
-        raise invalid(f'{where} must be {{"type": "function", "function": {{...}}}}.', where)
-    function = item.get("function")
-    if not isinstance(function, dict):
-        raise invalid(f"{where}.function must be an object with a name.", f"{where}.function")
-    name = function.get("name")
-    if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
-        raise invalid(
-            f"{where}.function.name must be 1-64 letters, digits, _ or -.", f"{where}.function"
-        )
-    description = function.get("description", "")
-    if not isinstance(description, str):
-        raise invalid(f"{where}.function.description must be a string.", f"{where}.function")
-    parameters = function.get("parameters", {"type": "object"})
-    if not isinstance(parameters, dict):
-        raise invalid(
-            f"{where}.function.parameters must be a JSON schema object.", f"{where}.function"
-        )
     try:
-        check_schema(parameters)
-        argument_schema(parameters)
-    except ConstraintError as exc:
-        raise invalid(f"{where}.function.parameters: {exc}", f"{where}.function") from exc
-    strict = function.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        raise invalid(f"{where}.function.strict must be true or false.", f"{where}.function")
-    return Tool(name, description, parameters, bool(strict))
+        return tool_specs.parse_tools(value)
+    except tool_specs.ToolSpecError as exc:
+        raise invalid(exc.message, exc.where) from exc
 
 
 def tool_choice(value: Any, listed: tuple[Tool, ...], parallel: Any = None) -> ToolChoice:
-    """`parallel`: the request's parallel_tool_calls. Absent, one call per answer, as
-    llama.cpp's server does (OpenAI's default is several): a small model given the choice
-    repeats its call until max_tokens."""
-    where = "tool_choice"
-    if parallel is not None and not isinstance(parallel, bool):
-        raise invalid("parallel_tool_calls must be true or false.", "parallel_tool_calls")
-    several = parallel is True
-    if value is None:
-        return ToolChoice("auto" if listed else "none", parallel=several)
-    if value in ("none", "auto", "required"):
-        if value == "required" and not listed:
-            raise invalid('tool_choice "required" needs tools.', where)
-        return ToolChoice(value, parallel=several)
-    function = value.get("function") if isinstance(value, dict) else None
-    name = function.get("name") if isinstance(function, dict) else None
-    if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(name, str):
-        raise invalid(
-            'tool_choice must be "none", "auto", "required" or '
-            '{"type": "function", "function": {"name": ...}}.',
-            where,
-        )
-    if name not in {t.name for t in listed}:
-        raise invalid(f"tool_choice names '{name}', which is not among the tools.", where)
-    return ToolChoice("named", name, parallel=several)
+    """`parallel`: the request's parallel_tool_calls (session/tool_specs.py)."""
+    try:
+        return tool_specs.parse_tool_choice(value, listed, parallel)
+    except tool_specs.ToolSpecError as exc:
+        raise invalid(exc.message, exc.where) from exc
 
 
 def tool_message(item: dict[str, Any], content: str, where: str) -> Message:

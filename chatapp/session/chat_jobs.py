@@ -15,7 +15,7 @@ import copy
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from chatapp.engine.backend import Backend
 from chatapp.engine.chat import STYLE_TEMPLATE, Message
@@ -25,6 +25,7 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.tool_calls import NO_TOOLS, Tool
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.engine import RemoteStats
 from chatapp.remote.errors import RemoteError
@@ -36,12 +37,16 @@ from chatapp.session.answer import (
     ContextPolicy,
     Opened,
     TextDelta,
+    ToolPiece,
     answer,
 )
 from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
+from chatapp.session.tool_specs import ToolSpecError, choice_by_word, with_calls
+
+TOOLS_NOT_HERE = "Tools work with a model run here, not a server: clear them to ask the server."
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,44 @@ class GenerateRequest:
     stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
     prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES (a local model's)
     continue_last: bool = False  # the last message is an answer to go on with (Continue)
+    tools: tuple[Tool, ...] = ()  # the model may call these (session/tool_specs.py)
+    tool_choice: str = "auto"  # auto, required, none or a tool's name
+
+    @classmethod
+    def of(
+        cls, messages: tuple[Message, ...], options: AskedOptions, continue_last: bool
+    ) -> GenerateRequest:
+        return cls(
+            messages,
+            options.settings,
+            options.mode,
+            options.json_schema,
+            options.stops,
+            options.prompt_style,
+            continue_last,
+            options.tools,
+            options.tool_choice,
+        )
+
+
+class AskedOptions(Protocol):
+    """What the side panel decides for one answer (chat_session.GenerationOptions, which
+    imports this module)."""
+
+    @property
+    def settings(self) -> SamplingSettings: ...
+    @property
+    def mode(self) -> Mode: ...
+    @property
+    def json_schema(self) -> str | None: ...
+    @property
+    def stops(self) -> tuple[str, ...]: ...
+    @property
+    def prompt_style(self) -> str: ...
+    @property
+    def tools(self) -> tuple[Tool, ...]: ...
+    @property
+    def tool_choice(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -139,6 +182,8 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             if not backend.capabilities.constrains_output:
                 raise ConstraintError(JSON_NOT_HERE)
             output = output_format_from_text(request.json_schema)
+        if request.tools and backend.chat_tokenizer is None:
+            raise EngineError(TOOLS_NOT_HERE)
         asked = AnswerRequest(
             request.messages,
             request.settings,
@@ -149,6 +194,10 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             prompt_style=request.prompt_style,
             continue_last=request.continue_last,
             request_id=control.request_id,
+            tools=request.tools,
+            tool_choice=choice_by_word(request.tool_choice, request.tools)
+            if request.tools
+            else NO_TOOLS,
         )
         for event in answer(backend, asked, lambda: control.stopped):
             if isinstance(event, ContextReport | WarmUpProgress):
@@ -161,11 +210,14 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
                 yield from _items(event)
                 if any(t.index == 0 for t in event.tokens):
                     control.flush()  # the first token goes out at once: it is the TTFT
+            elif isinstance(event, ToolPiece):  # shown whole at the end; its tokens count now
+                yield from _items(TextDelta("", event.tokens, 0))
             elif isinstance(event, AnswerDone):
                 control.partial = None
                 if event.stopped_by_string:
                     event.stats.finish_reason = STOP_STRING
-                return AnswerResult(event.text, copy.deepcopy(event.stats))
+                text = with_calls(event.text, event.tool_calls)
+                return AnswerResult(text, copy.deepcopy(event.stats))
         raise EngineError("The answer ended without its figures.")  # answer() always ends so
 
     return Job("generation", run, _explain_generation, (EngineError, ValueError))
@@ -189,6 +241,8 @@ def _explain_generation(exc: BaseException) -> str:
         return remote_message(exc)
     if isinstance(exc, EngineError | ConstraintError):  # a JSON answer's schema, too
         return str(exc)
+    if isinstance(exc, ToolSpecError):  # the Tools option's choice names no tool
+        return exc.message
     if isinstance(exc, ValueError):  # SamplingSettings.validate
         return f"Invalid sampling settings: {exc}."
     return failed("Generation", exc)

@@ -24,6 +24,7 @@ from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.tool_calls import Tool
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.session.answer import cpu_reason
 from chatapp.session.chat_jobs import (
@@ -78,6 +79,8 @@ class GenerationOptions:
     json_schema: str | None = None  # the "JSON answer" option (chat_jobs.GenerateRequest)
     stops: tuple[str, ...] = ()  # the answer ends before the first of these
     prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES
+    tools: tuple[Tool, ...] = ()  # the Tools option's (session/tool_specs.py)
+    tool_choice: str = "auto"  # auto, required or none (tool_specs.choice_by_word)
 
 
 class ChatObserver:
@@ -339,15 +342,8 @@ class ChatSession:
         self._set_state(State.GENERATING)
         # The request first: the worker starts on the prompt while this thread redraws the
         # transcript and saves the question (answer_started); its tokens queue up meanwhile.
-        request = GenerateRequest(
-            tuple(self.conversation.engine_messages(options.system_prompt)),
-            options.settings,
-            options.mode,
-            options.json_schema,
-            options.stops,
-            options.prompt_style,
-            continue_last=self._continued is not None,
-        )
+        messages = tuple(self.conversation.engine_messages(options.system_prompt))
+        request = GenerateRequest.of(messages, options, self._continued is not None)
         watcher = JobWatcher(self._on_yielded, self._on_finished, self._on_error)
         job = self._answer = self.submit(generate_job(self.host, request), watcher)
         self._context_id = job.request_id

@@ -1,5 +1,6 @@
 """What a chat remembers of how it was answered: the model, the system prompt, the sampling,
-the prompt style and the stop strings (as LM Studio and Jan keep them per chat). No Qt.
+the prompt style, the stop strings (as LM Studio and Jan keep them per chat) and the tools the
+model may call (their JSON and the choice, under "tools" and "tool_choice"). No Qt.
 
 The history keeps the model and the system prompt in their own columns and the rest as one
 JSON object (store/schema.py, version 4); each answer request writes them (`remember`), and a
@@ -17,7 +18,9 @@ from typing import Any, Protocol
 
 from chatapp.engine.chat import PLAIN_CHAT_STOPS, PROMPT_STYLES, STYLE_CONTINUE, STYLE_PLAIN_CHAT
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.tool_calls import Tool
 from chatapp.session.prompt_style import CHAT, CONTINUE, MAX_STOP_CHARS, MAX_STOPS
+from chatapp.session.tool_specs import CHOICES, ToolSpecError, tools_as_json, tools_from_value
 from chatapp.store import HistoryStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,10 @@ class AnswerOptions(Protocol):
     def stops(self) -> tuple[str, ...]: ...
     @property
     def prompt_style(self) -> str: ...
+    @property
+    def tools(self) -> tuple[Tool, ...]: ...
+    @property
+    def tool_choice(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class ChatSettings:
     sampling: SamplingSettings | None = None  # None: not known (a chat from before)
     prompt_style: str | None = None  # engine/chat.py PROMPT_STYLES; None: not known
     stops: tuple[str, ...] = ()  # as sent, with the plain-line chat's own
+    tools: tuple[Tool, ...] = ()  # the Tools option's (session/tool_specs.py)
+    tool_choice: str = "auto"  # auto, required or none
 
     @property
     def known(self) -> bool:
@@ -71,6 +80,9 @@ class ChatSettings:
             body["sampling"] = asdict(self.sampling)
         if self.prompt_style is not None:
             body["prompt_style"] = self.prompt_style
+        if self.tools:
+            body["tools"] = tools_as_json(self.tools)
+            body["tool_choice"] = self.tool_choice
         return json.dumps(body, sort_keys=True)
 
     @classmethod
@@ -88,6 +100,7 @@ class ChatSettings:
             _sampling(body.get("sampling")),
             style if style in PROMPT_STYLES else None,
             _stops(body.get("stops")),
+            *_tools(body.get("tools"), body.get("tool_choice")),
         )
 
 
@@ -99,6 +112,8 @@ def settings_of(options: AnswerOptions, model: str | None) -> ChatSettings:
         options.settings,
         options.prompt_style,
         options.stops,
+        options.tools,
+        options.tool_choice if options.tools else "auto",
     )
 
 
@@ -127,6 +142,18 @@ def _stops(value: object) -> tuple[str, ...]:
         return ()
     found = [s for s in value if isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS]
     return tuple(dict.fromkeys(found))[: MAX_STOPS + len(PLAIN_CHAT_STOPS)]
+
+
+def _tools(value: object, choice: object) -> tuple[tuple[Tool, ...], str]:
+    """The chat's tools and choice; none where they cannot be used (a hand-edited file, or
+    llguidance missing here)."""
+    if not isinstance(value, list) or not value:
+        return (), "auto"
+    try:
+        tools = tools_from_value(value)
+    except (ToolSpecError, RecursionError):
+        return (), "auto"
+    return tools, choice if choice in CHOICES else "auto"
 
 
 def remember(store: HistoryStore | None, conversation_id: int | None, chat: ChatSettings) -> bool:

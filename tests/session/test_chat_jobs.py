@@ -260,3 +260,33 @@ def test_stop_during_the_warm_up_gives_the_question_back(
     assert out.error is not None and "being prepared" in (out.message or "")
     assert not any(isinstance(i, TokenItem) for i in out.items)
     assert fresh.engine.needs_warm_up("iobinding")  # not warmed: the next answer does it
+
+
+def test_a_tool_call_ends_the_text_as_a_block_of_its_own(host: EngineHost) -> None:
+    pytest.importorskip("llguidance", reason="tool calls need llguidance")
+    import json
+
+    from chatapp.engine.tool_calls import Tool
+
+    pick = Tool(
+        "pick",
+        "Pick a colour",
+        {
+            "type": "object",
+            "properties": {"colour": {"enum": ["red", "blue"]}},
+            "required": ["colour"],
+            "additionalProperties": False,
+        },
+    )
+    asked = replace(ask(), tools=(pick,), tool_choice="required")
+    out = drive(generate_job(host, asked))
+    assert out.message is None, out.message
+    text = out.result.text
+    # The grammar makes the tiny model's answer a call: shown as its name, then a JSON block.
+    heading, _, block = text.partition("**Tool call: pick**\n\n```json\n")
+    assert heading == "" and block.endswith("\n```")
+    assert json.loads(block.removesuffix("\n```"))["colour"] in ("red", "blue")
+    streamed = [i for i in out.items if isinstance(i, TokenItem) and i.token_id is not None]
+    assert len(streamed) == out.result.stats.generated_tokens  # the call's tokens counted
+    wrong = drive(generate_job(host, replace(asked, tool_choice="get_time")))
+    assert wrong.message is not None and "not among the tools" in wrong.message

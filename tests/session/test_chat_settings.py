@@ -10,6 +10,7 @@ import pytest
 from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_CONTINUE, STYLE_PLAIN_CHAT
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.tool_calls import Tool
 from chatapp.session.chat_session import GenerationOptions
 from chatapp.session.chat_settings import ChatSettings, remember, settings_of
 from chatapp.session.history_records import conversation_from_store
@@ -88,3 +89,30 @@ def test_a_chat_s_settings_travel_through_its_json_export(tmp_path: Path) -> Non
         assert conversation_from_store(store.load_conversation(imported.id)).settings == chat
     finally:
         store.close()
+
+
+def test_a_chats_tools_are_remembered_and_read_back() -> None:
+    pytest.importorskip("llguidance", reason="tools are read only where they can be used")
+    weather = Tool("get_weather", "The weather", {"type": "object", "properties": {}})
+    options = GenerationOptions(SAMPLING, Mode.IOBINDING, tools=(weather,), tool_choice="required")
+    chat = settings_of(options, "tiny")
+    assert chat.tools == (weather,) and chat.tool_choice == "required"
+    assert ChatSettings.from_store("tiny", "", chat.to_json()) == chat
+    # Without tools the choice is not kept; an older chat (no "tools" key) has none.
+    assert settings_of(GenerationOptions(SAMPLING, Mode.IOBINDING, tool_choice="none"), None) == (
+        settings_of(GenerationOptions(SAMPLING, Mode.IOBINDING), None)
+    )
+    assert ChatSettings.from_store("m", "", '{"stops": []}').tools == ()
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        '"get_weather"',
+        '[{"type": "function", "function": {"name": "two words"}}]',
+        '[{"name": "f", "parameters": {"type": "string"}}]',
+    ],
+)
+def test_tools_that_cannot_be_used_are_left_out(tools: str) -> None:
+    chat = ChatSettings.from_store("m", "", f'{{"tools": {tools}, "tool_choice": "required"}}')
+    assert chat.tools == () and chat.tool_choice == "auto"

@@ -15,6 +15,7 @@ from chatapp.engine.sampling import SamplingSettings
 from chatapp.remote.engine import RemoteEngine, RemoteStats
 from chatapp.remote.errors import RemoteConnectionError, RemoteHTTPError
 from chatapp.session.chat_jobs import (
+    TOOLS_NOT_HERE,
     AnswerResult,
     GenerateRequest,
     StatsSnapshot,
@@ -184,3 +185,12 @@ class serving_nothing:
 
     def __exit__(self, *_exc: object) -> None:
         return None
+
+
+def test_tools_asked_of_a_server_are_one_sentence(served: Served) -> None:
+    from chatapp.engine.tool_calls import Tool
+
+    host = connected(served)
+    request = GenerateRequest(HELLO, GREEDY, "naive", tools=(Tool("pick"),))
+    out = drive(generate_job(host, request))
+    assert out.message == TOOLS_NOT_HERE and out.result is None

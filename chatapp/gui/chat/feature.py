@@ -89,6 +89,7 @@ class ChatFeature(QObject):
         self._chat_placeholder = view.prompt_edit.placeholderText()
         self._empty_chat = view.transcript.placeholderText()
         panel.sampling_box.prompt.sig_changed.connect(self._show_prompt_choice)
+        panel.sampling_box.tools.sig_refused.connect(lambda text: window.show_message(text))
         c.sig_model_loaded.connect(self._show_prompt_choice)
         c.sig_conversation_changed.connect(self._show_prompt_choice)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
@@ -253,6 +254,7 @@ class ChatFeature(QObject):
             box.set_chat_values(settings.sampling)
         if settings.choice is not None:
             box.prompt.set_state(settings.choice, settings.user_stops)
+        box.tools.set_state(settings.tools, settings.tool_choice)
         prompt_box = self.side_panel.system_prompt_box
         if prompt_box.text() != settings.system_prompt:
             prompt_box.set_text(settings.system_prompt)

@@ -34,6 +34,7 @@ from chatapp.engine.model_folder.sampling_defaults import (
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.json_answer_box import JsonAnswerOption
 from chatapp.gui.chat.prompt_option import PromptOption
+from chatapp.gui.chat.tools_option import ToolsOption
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
@@ -152,6 +153,8 @@ class SamplingBox(QGroupBox):
         self.json_answer = JsonAnswerOption(self)
         self.json_answer.sig_changed.connect(self._on_plain_edit)
         form.addRow(self.json_answer)
+        self.tools = ToolsOption(self)  # functions the model may call (per chat, not saved here)
+        form.addRow(self.tools)
         self.prompt = PromptOption(self)  # chat or text continuation, stop strings
         self.prompt.sig_changed.connect(self._on_plain_edit)
         form.addRow(self.prompt)

@@ -116,6 +116,7 @@ class SidePanel(QWidget):
         self.sampling_box = box = SamplingBox(self)
         box.sig_changed.connect(self._save)
         box.max_tokens_spin.valueChanged.connect(lambda _v: emit(self.sig_request_changed))
+        box.tools.sig_changed.connect(lambda: emit(self.sig_request_changed))
         return box
 
     def _build_system_prompt(self) -> SystemPromptBox:
@@ -141,6 +142,8 @@ class SidePanel(QWidget):
             self.sampling_box.json_answer.schema_text(),
             self.sampling_box.prompt.stops(),
             self.sampling_box.prompt.prompt_style(),
+            self.sampling_box.tools.tools(),
+            self.sampling_box.tools.choice(),
         )
 
     def mode(self) -> Mode:

@@ -1,5 +1,7 @@
 """Serve this model's question before it starts: which port (8000 unless the user chose another,
-remembered for next time; 0 takes any free one), with the address clients will use."""
+remembered for next time; 0 takes any free one), with the address clients will use, and how
+many requests decode together (`chatapp serve --parallel N`: 1 to 8, remembered too), with the
+KV cache memory they take."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from PySide6.QtWidgets import (
 
 from chatapp.gui.common.theme import muted
 from chatapp.gui.remote.serving import DEFAULT_PORT
+from chatapp.units import fmt_bytes
 
 PORT_KEY = "serving/port"
+SLOTS_KEY = "serving/slots"
+MAX_SLOTS = 8
 
 
 def remembered_port(settings: QSettings, default: int = DEFAULT_PORT) -> int:
@@ -33,18 +38,40 @@ def remember_port(settings: QSettings, port: int) -> None:
     settings.setValue(PORT_KEY, port)
 
 
+def remembered_slots(settings: QSettings) -> int:
+    """How many requests the user last chose to decode together (1 unless chosen)."""
+    try:
+        slots = int(settings.value(SLOTS_KEY, 1))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 1
+    return slots if 1 <= slots <= MAX_SLOTS else 1
+
+
+def remember_slots(settings: QSettings, slots: int) -> None:
+    settings.setValue(SLOTS_KEY, slots)
+
+
 class ServeDialog(QDialog):
     """Port and address; "Start serving" accepts, Cancel or Esc leaves serving off."""
 
-    def __init__(self, parent: QWidget | None, port: int, host: str) -> None:
+    def __init__(
+        self,
+        parent: QWidget | None,
+        port: int,
+        host: str,
+        slots: int = 1,
+        kv_bytes_per_slot: int = 0,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("serveDialog")
         self.setWindowTitle("Serve this model")
         self.host = host
+        self.kv_bytes_per_slot = kv_bytes_per_slot  # one whole context's KV cache
         layout = QVBoxLayout(self)
         intro = QLabel(
             "Programs on this machine can use the loaded model through an OpenAI-compatible "
-            "API; their requests take turns with the chat.",
+            "API. One request at once takes turns with the chat; more decode together, "
+            "beside it.",
             self,
         )
         intro.setWordWrap(True)
@@ -60,7 +87,22 @@ class ServeDialog(QDialog):
             "another program uses it, you are told and can choose another."
         )
         form.addRow("Port", self.port_spin)
+        self.slots_spin = QSpinBox(self)
+        self.slots_spin.setObjectName("serveSlotsSpin")
+        self.slots_spin.setRange(1, MAX_SLOTS)
+        self.slots_spin.setValue(slots)
+        self.slots_spin.setToolTip(
+            "Requests decoded together, each in a slot with its own KV cache of the whole "
+            "context (chatapp serve --parallel N). Above 1 they run on the IO-Binding loop, on "
+            "the CPU, with chatapp's own conversion; the others wait for a free slot."
+        )
+        form.addRow("Requests at once", self.slots_spin)
         layout.addLayout(form)
+        self.memory_label = QLabel("", self)
+        self.memory_label.setObjectName("serveMemoryLabel")
+        self.memory_label.setWordWrap(True)
+        muted(self.memory_label)
+        layout.addWidget(self.memory_label)
         self.address_label = QLabel("", self)
         self.address_label.setObjectName("serveAddressLabel")
         self.address_label.setWordWrap(True)
@@ -77,10 +119,33 @@ class ServeDialog(QDialog):
         layout.addWidget(buttons)
         self.port_spin.valueChanged.connect(self._on_port_changed)
         self._on_port_changed(port)
+        self.slots_spin.valueChanged.connect(self._on_slots_changed)
+        self._on_slots_changed(slots)
+        self.setMinimumWidth(420)  # wrapped notes read in a few lines, not a narrow column
         self.setMaximumWidth(480)
 
     def port(self) -> int:
         return self.port_spin.value()
+
+    def slots(self) -> int:
+        return self.slots_spin.value()
+
+    @Slot(int)
+    def _on_slots_changed(self, slots: int) -> None:
+        """What the slots' KV caches take; whether that fits is checked as serving starts."""
+        if slots == 1 or not self.kv_bytes_per_slot:
+            self.memory_label.setText("")
+            self.memory_label.setVisible(False)
+            self.adjustSize()
+            return
+        total = fmt_bytes(slots * self.kv_bytes_per_slot)
+        self.memory_label.setText(
+            f"{slots} slots keep {total} of KV cache besides the chat's "
+            f"({fmt_bytes(self.kv_bytes_per_slot)} each); refused if that is over half of this "
+            "computer's memory."
+        )
+        self.memory_label.setVisible(True)
+        self.adjustSize()  # the note's lines fit
 
     @Slot(int)
     def _on_port_changed(self, port: int) -> None:

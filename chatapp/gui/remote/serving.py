@@ -15,6 +15,12 @@ up to 10 s for open streams). uvicorn's thread calls `dispatch`
 submits the job; the engine's thread answers it.
 A request that was dispatched but never reached the worker when serving stops is answered
 503 at once rather than left waiting.
+
+With several slots (the dialog's "Requests at once", `chatapp serve --parallel N`), the
+worker answers on its own slot threads instead (session/slot_threads.py, engine/slots.py):
+up to N requests decode together on the IO-Binding loop, beside the chat's answers, each on
+its own KV cache (the engine's `slots` checks their memory as the command line does). Stopping
+cancels them all; the threads end on their own within a step.
 """
 
 from __future__ import annotations
@@ -27,12 +33,15 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from chatapp.engine.errors import EngineError
+from chatapp.engine.modes import Mode
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobRunner
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 
 if TYPE_CHECKING:
+    from chatapp.engine.slots import SlotBatch
     from chatapp.server.runner import ServerThread
     from chatapp.server.worker import EngineWorker, ServedRequest
 
@@ -46,6 +55,7 @@ class Serving:
     url: str  # http://127.0.0.1:PORT/v1
     model: str  # the id clients use
     port: int
+    slots: int = 1  # requests decoded together
 
 
 class WindowServer(QObject):
@@ -56,6 +66,7 @@ class WindowServer(QObject):
     sig_stopped = Signal()
     sig_answered = Signal(int)  # requests answered since it started
     _sig_dispatch = Signal(object)  # a served Job, from uvicorn's thread to this one
+    _sig_slot_answered = Signal()  # a slot thread ended a request
 
     def __init__(
         self,
@@ -78,11 +89,20 @@ class WindowServer(QObject):
         self._closed = True
         self._starting = False
         self._cancelled = False  # stop() came while the server was starting
+        self._batch: SlotBatch | None = None  # with several slots
         self._sig_dispatch.connect(self._submit)
+        self._sig_slot_answered.connect(lambda: self._on_answered(None))
 
     @property
     def active(self) -> bool:
         return self.serving is not None or self._starting
+
+    def busy_slots(self) -> tuple[int, int]:
+        """(requests being answered, slots) while serving."""
+        batch, worker = self._batch, self._worker
+        if batch is not None:
+            return batch.busy, batch.size
+        return (0 if worker is None or worker.running is None else 1), 1
 
     @property
     def worker(self) -> EngineWorker | None:
@@ -90,9 +110,10 @@ class WindowServer(QObject):
         return self._worker
 
     # ---- starting and stopping (GUI thread) -------------------------------------------------
-    def start(self, mode: str, port: int | None = None) -> bool:
-        """Serve the loaded local model, with `mode` as the loop when a request names none;
-        answers with sig_started or sig_failed."""
+    def start(self, mode: str, port: int | None = None, slots: int = 1) -> bool:
+        """Serve the loaded local model, with `mode` as the loop when a request names none
+        (with several `slots`, the IO-Binding loop: they decode together on it); answers with
+        sig_started or sig_failed."""
         if self.active:
             return False
         try:
@@ -110,11 +131,19 @@ class WindowServer(QObject):
 
         def make_worker(_control: JobControl) -> EngineWorker:
             engine = self.host.require()  # on the engine's own thread
-            return EngineWorker(engine, mode, log=log.info, dispatch=self._dispatch)
+            if slots == 1:
+                return EngineWorker(engine, mode, log=log.info, dispatch=self._dispatch)
+            # Refused here where the model or device cannot batch, or the slots' KV caches
+            # would take more than half the memory (engine/guards.py), as `chatapp serve` is.
+            self._batch = engine.slots(slots)
+            return EngineWorker(engine, Mode.IOBINDING, log=self._log_slot, parallel=slots)
 
-        handle = self.runner.submit(
-            Job("serving setup", make_worker, lambda exc: failed("Starting the server", exc))
-        )
+        def explain(exc: BaseException) -> str:
+            if isinstance(exc, EngineError):
+                return f"Could not serve {slots} requests at once: {exc}"
+            return failed("Starting the server", exc)
+
+        handle = self.runner.submit(Job("serving setup", make_worker, explain))
         handle.sig_finished.connect(lambda worker: self._listen(worker, wanted))
         handle.sig_errored.connect(self._on_setup_failed)
         return True
@@ -123,6 +152,7 @@ class WindowServer(QObject):
         """Bind and start uvicorn on the tool thread; sig_started or sig_failed then."""
         if self._cancelled:
             self._starting = False
+            self._batch = None
             worker.close()
             return
         handle = self.tools.submit(
@@ -172,13 +202,14 @@ class WindowServer(QObject):
             return  # stopped while starting
         self.answered = 0
         actual = int(server.url.rsplit(":", 1)[1])
-        self.serving = Serving(f"{server.url}/v1", worker.card.id, actual)
+        self.serving = Serving(f"{server.url}/v1", worker.card.id, actual, worker.parallel)
         log.info("serving %s at %s", worker.card.id, self.serving.url)
         emit(self.sig_started, self.serving)
 
     @Slot(object)
     def _on_setup_failed(self, error: JobError) -> None:
         self._starting = False
+        self._batch = None
         emit(self.sig_failed, error.message)
 
     def stop(self, wait: bool = False) -> None:
@@ -202,12 +233,17 @@ class WindowServer(QObject):
 
         for job in waiting:
             worker.discard(job, ApiError(503, "The window stopped serving this model."))
-        worker.close()  # cancels the request being answered, if any
+        for job in worker.waiting_requests():  # several slots: the queued ones end at once
+            job.cancel()
+        # Cancels the requests being answered; slot threads end on their own within a step
+        # (waited for only when the window closes).
+        worker.close(10.0 if wait else 0.0)
         if wait:
             server.stop()
         else:
             self.tools.submit(Job("server stop", lambda _control: server.stop()))
         self._worker = self._server = None
+        self._batch = None
         self.serving = None
         log.info("stopped serving")
         emit(self.sig_stopped)
@@ -238,6 +274,12 @@ class WindowServer(QObject):
             worker.answer(job)
 
         return run
+
+    def _log_slot(self, line: str) -> None:
+        """A slot thread's log line; each request it ends says so in one ("request N: ...")."""
+        log.info(line)
+        if line.startswith("request "):
+            emit(self._sig_slot_answered)
 
     @Slot(object)
     def _on_answered(self, _result: object) -> None:

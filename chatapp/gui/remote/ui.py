@@ -20,8 +20,15 @@ from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.remote.dialog import ConnectDialog, key_of, save_key, saved_keys
 from chatapp.gui.remote.figures import RemoteFigures
-from chatapp.gui.remote.serve_dialog import ServeDialog, remember_port, remembered_port
+from chatapp.gui.remote.serve_dialog import (
+    ServeDialog,
+    remember_port,
+    remember_slots,
+    remembered_port,
+    remembered_slots,
+)
 from chatapp.gui.remote.serving import HOST, Serving, WindowServer
+from chatapp.gui.remote.serving_box import ServingBox
 from chatapp.remote.client import Timeouts, api_base
 from chatapp.remote.errors import RemoteAddressError
 from chatapp.session.chat_jobs import StatsSnapshot
@@ -48,6 +55,8 @@ class RemoteUi(QObject):
         self.chat = self.chat_feature.controller
         self.figures = RemoteFigures(self.chat_feature.side_panel)
         self.server = WindowServer(window.runner, window.host, self, window.tools)
+        self.serving_box = ServingBox(self.server)
+        self.chat_feature.side_panel.add_backend_box(self.serving_box)
         self.timeouts = Timeouts()  # tests shorten them
         self.listing_timeouts = LISTING_TIMEOUTS
         # API keys by address: this session's, and those the user asked to remember.
@@ -221,9 +230,11 @@ class RemoteUi(QObject):
         if self.serve_dialog is not None:
             self.serve_dialog.raise_()
             return
-        port = remembered_port(self.window.settings, self.server.port)
-        dialog = ServeDialog(self.window, port, HOST)
-        dialog.accepted.connect(lambda: self._serve_on(dialog.port()))
+        settings, model = self.window.settings, self.chat.model
+        port = remembered_port(settings, self.server.port)
+        kv = model.kv_bytes_per_token * model.max_context if model is not None else 0
+        dialog = ServeDialog(self.window, port, HOST, remembered_slots(settings), kv)
+        dialog.accepted.connect(lambda: self._serve_on(dialog.port(), dialog.slots()))
         dialog.rejected.connect(lambda: self._set_serve_checked(False))
         dialog.finished.connect(self._on_serve_dialog_finished)
         self.serve_dialog = dialog
@@ -235,10 +246,11 @@ class RemoteUi(QObject):
             self.serve_dialog.deleteLater()
             self.serve_dialog = None
 
-    def _serve_on(self, port: int) -> None:
+    def _serve_on(self, port: int, slots: int = 1) -> None:
         remember_port(self.window.settings, port)
+        remember_slots(self.window.settings, slots)
         self.server.port = port
-        if not self.server.start(self.chat_feature.loop_mode(), port):
+        if not self.server.start(self.chat_feature.loop_mode(), port, slots):
             self._set_serve_checked(False)
         else:
             self.window.notify("Starting the server…")
@@ -246,9 +258,13 @@ class RemoteUi(QObject):
     @Slot(object)
     def _on_serving_started(self, serving: Serving) -> None:
         self._show_serving()
+        how = (
+            f"up to {serving.slots} of their requests decode together, beside the chat"
+            if serving.slots > 1
+            else "their requests take turns with the chat"
+        )
         self.window.notify(
-            f"Serving {serving.model} at {serving.url} for programs on this machine; their "
-            "requests take turns with the chat.",
+            f"Serving {serving.model} at {serving.url} for programs on this machine; {how}.",
             10000,
         )
 
@@ -256,6 +272,7 @@ class RemoteUi(QObject):
         serving = self.server.serving
         if serving is None:
             return
+        self.serving_box.refresh()
         count = self.server.answered
         self.serving_label.setText(
             f"Serving at {serving.url} · {count} request{'s' if count != 1 else ''}"
@@ -276,6 +293,7 @@ class RemoteUi(QObject):
         self._set_serve_checked(False)
         self.serving_label.hide()
         self.copy_button.hide()
+        self.serving_box.refresh()
         self.window.notify("Stopped serving.", 5000)
 
     @Slot(object)
@@ -285,7 +303,7 @@ class RemoteUi(QObject):
         if serving is not None:
             self.server.stop()
             self._set_serve_checked(True)
-            self.server.start(self.chat_feature.loop_mode(), serving.port)
+            self.server.start(self.chat_feature.loop_mode(), serving.port, serving.slots)
         self._update_actions()
 
     def _set_serve_checked(self, checked: bool) -> None:

@@ -1,10 +1,13 @@
 """Per-chat settings in the window: a chat remembers its model, sampling, prompt style, stop
-strings and system prompt, gets them back when opened from the list, and the list names the
+strings, system prompt and tools, gets them back when opened from the list, and the list names the
 model each chat was with."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.controller import State
@@ -96,3 +99,30 @@ def test_a_chat_reopened_under_another_model_offers_to_load_its_own(
         timeout=60_000,
     )
     assert window.chat.conversation.id == chat_id  # the chat stays, now with its own model
+
+
+def test_a_reopened_chat_gets_its_tools_back(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("llguidance", reason="tools are kept only where they can be used")
+    window: MainWindow = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(40))
+    tools = window.chat.side_panel.sampling_box.tools
+    pick = {"name": "pick", "parameters": {"type": "object", "properties": {}}}
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps([pick]), encoding="utf-8")
+    assert tools.load_file(path)
+    tools.choice_box.setCurrentIndex(tools.choice_box.findData("required"))
+    send_and_wait(qtbot, window, "with tools")
+    with_tools = window.chat.conversation.id
+    assert window.chat.conversation.messages[-1].content.startswith("**Tool call: pick**")
+    window.chat.chat_view.new_chat_button.click()
+    tools.clear_button.click()
+    send_and_wait(qtbot, window, "without")
+    without = window.chat.conversation.id
+    assert with_tools is not None and without is not None
+
+    click_row(qtbot, window, with_tools)
+    assert [t.name for t in tools.tools()] == ["pick"] and tools.choice() == "required"
+    click_row(qtbot, window, without)
+    assert tools.tools() == () and tools.label.text() == "Tools: none"

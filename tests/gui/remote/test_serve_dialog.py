@@ -1,5 +1,6 @@
 """Serve this model asks for the port: 8000 unless the user chose another, remembered; a port in
-use is said in one sentence, not replaced by another address."""
+use is said in one sentence, not replaced by another address. And how many requests decode
+together (1 to 8, remembered), with the KV cache they take."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from PySide6.QtCore import QSettings
 
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.serve_dialog import (
+    MAX_SLOTS,
     PORT_KEY,
+    SLOTS_KEY,
     ServeDialog,
     remember_port,
+    remember_slots,
     remembered_port,
+    remembered_slots,
 )
 from chatapp.gui.remote.serving import HOST
 from tests.gui.conftest import LOAD_TIMEOUT_MS
@@ -68,3 +73,21 @@ def test_a_port_in_use_is_said_plainly_and_the_choice_remembered(qtbot, window: 
         accept_port(ui)
     assert ui.serve_action.isChecked()
     ui.serve_action.trigger()  # off
+
+
+def test_requests_at_once_are_remembered_and_their_memory_shown(qtbot, tmp_path) -> None:
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    assert remembered_slots(settings) == 1
+    remember_slots(settings, 4)
+    assert remembered_slots(settings) == 4
+    for wrong in ("many", 0, MAX_SLOTS + 1):
+        settings.setValue(SLOTS_KEY, wrong)
+        assert remembered_slots(settings) == 1
+    dialog = ServeDialog(None, 8000, HOST, 1, kv_bytes_per_slot=50_000_000)
+    qtbot.addWidget(dialog)
+    assert dialog.slots() == 1 and dialog.memory_label.isHidden()  # the chat's own KV only
+    dialog.slots_spin.setValue(3)
+    assert dialog.slots() == 3 and not dialog.memory_label.isHidden()
+    assert dialog.memory_label.text().startswith("3 slots keep 150.0 MB of KV cache")
+    assert "50.0 MB each" in dialog.memory_label.text()
+    assert dialog.slots_spin.maximum() == MAX_SLOTS == 8

@@ -219,6 +219,8 @@ class EngineWorker:
             try:
                 self._queue(request)
             except BaseException:
+                for queued in requests[:i]:
+                    queued.cancel()  # nobody will read them: they end before their first step
                 for left in requests[i + 1 :]:
                     self._finished(left)
                 raise

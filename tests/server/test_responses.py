@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
 from tests.server.test_app import QUESTION, post, stream_chunks
-from tests.serving import Served
+from tests.serving import Served, serving
 
 
 def test_greedy_choices_are_each_the_solo_answer(served: Served, reference: Engine) -> None:
@@ -90,3 +91,14 @@ def test_the_openai_sdk_reads_the_choices(client: Any, model: str) -> None:
     assert answer.choices[0].message.content == answer.choices[1].message.content
     with pytest.raises(openai.BadRequestError, match="from 1 to 8"):
         client.chat.completions.create(model=model, messages=QUESTION, n=9)
+
+
+def test_more_choices_than_the_queue_holds_is_a_400(varied_model_dir: Path) -> None:
+    with serving(Engine(varied_model_dir, threads=1), max_queue=2) as small:
+        response = post(small, "chat/completions", {"messages": QUESTION, "n": 3})
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error["param"] == "n" and "--max-queue" in error["message"]
+        two = post(small, "chat/completions", {"messages": QUESTION, "n": 2, "max_tokens": 2})
+        assert two.status_code == 200 and len(two.json()["choices"]) == 2
+        small.wait_until(lambda: small.worker.pending == 0)  # the 400 left nothing queued

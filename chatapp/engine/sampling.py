@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+MAX_LOGIT_BIAS = 100  # OpenAI's bound: -100 bans a token
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -17,6 +19,9 @@ class SamplingSettings:
     repetition_penalty: float = 1.1  # 1.0 = off
     seed: int | None = None
     max_new_tokens: int = 256
+    # OpenAI's logit_bias: (token id, bias) pairs added to the logits before any choice; a bias
+    # of -100 bans the token (its logit becomes -inf), +100 all but forces it.
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -39,6 +44,11 @@ class SamplingSettings:
             raise ValueError("max new tokens must be at least 1")
         if self.seed is not None and not self.seed >= 0:
             raise ValueError("the seed must be 0 or more")
+        for token, bias in self.logit_bias:
+            if not token >= 0:
+                raise ValueError("logit bias token ids must be 0 or more")
+            if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+                raise ValueError(f"logit biases must be from -{MAX_LOGIT_BIAS} to {MAX_LOGIT_BIAS}")
 
 
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)
@@ -49,10 +59,16 @@ class Sampler:
         settings.validate()
         self.settings = settings
         self.rng = np.random.default_rng(settings.seed)
+        ids = [token for token, _ in settings.logit_bias]
+        biases = [-np.inf if b <= -MAX_LOGIT_BIAS else b for _, b in settings.logit_bias]
+        self._bias_ids = np.asarray(ids, dtype=np.int64)
+        self._biases = np.asarray(biases, dtype=np.float32)
 
     def __call__(self, logits: np.ndarray, history: Sequence[int]) -> int:
         """Pick a token from raw logits [vocab]; `history` feeds the repetition penalty."""
         s = self.settings
+        if self._bias_ids.size:
+            logits = self._biased(logits)
         if s.repetition_penalty != 1.0 and history:
             logits = _penalize(logits, history, s.repetition_penalty)
         if s.greedy:
@@ -70,6 +86,18 @@ class Sampler:
             keep = int(np.searchsorted(np.cumsum(probs), s.top_p) + 1)
             order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
         return int(order[self.rng.choice(order.size, p=probs)])
+
+    def _biased(self, logits: np.ndarray) -> np.ndarray:
+        if int(self._bias_ids.max()) >= logits.size:
+            raise ValueError(
+                f"logit_bias names token {int(self._bias_ids.max())}, but the model's "
+                f"vocabulary has {logits.size} tokens"
+            )
+        out = logits.astype(np.float32)  # a copy: the caller's row keeps the raw logits
+        out[self._bias_ids] += self._biases
+        if out.max() == -np.inf:  # with a grammar's mask: nothing left to choose from
+            raise ValueError("logit_bias bans every token the answer may continue with")
+        return out
 
 
 def _penalize(logits: np.ndarray, history: Sequence[int], penalty: float) -> np.ndarray:

@@ -86,7 +86,8 @@ class _ShuttingDown:
 
 
 SHUTTING_DOWN = _ShuttingDown()
-StreamEvent = RequestEvent | _ShuttingDown
+# A choice's event (its index, for a request of n choices), or the server stopping.
+StreamEvent = tuple[int, RequestEvent] | _ShuttingDown
 
 
 def build_app(
@@ -126,13 +127,17 @@ def build_app(
     async def chat(request: Request) -> Response:
         body = await _read_json(request)
         card = worker.card
-        req = parse_chat(body, worker.default_mode, card.max_context, card.max_chars)
+        req = parse_chat(
+            body, worker.default_mode, card.max_context, card.max_chars, card.vocab_size
+        )
         return await _answer(request, worker, req, notice, lambda: ChatReply(req, worker.card.id))
 
     async def completions(request: Request) -> Response:
         body = await _read_json(request)
         card = worker.card
-        req = parse_completion(body, worker.default_mode, card.max_context, card.max_chars)
+        req = parse_completion(
+            body, worker.default_mode, card.max_context, card.max_chars, card.vocab_size
+        )
         return await _answer(
             request, worker, req, notice, lambda: ChatReply(req, worker.card.id, chat=False)
         )
@@ -189,13 +194,18 @@ async def _answer(
     notice: ShutdownNotice,
     make_reply: Callable[[], Reply],
 ) -> Response:
-    """Queue `req`, then answer in the shape `make_reply` gives (chat, completion, response)."""
+    """Queue `req` (its n choices, each a request of its own: with --parallel they decode
+    together), then answer in the shape `make_reply` gives (chat, completion, response)."""
     # Any `model` is answered by the one model served, under its own id (as llama.cpp does):
     # clients send "gpt-3.5-turbo" and the like by default.
     events: asyncio.Queue[StreamEvent] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    served = ServedRequest(req, lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
-    worker.submit(served)
+
+    def deliver(index: int) -> Callable[[RequestEvent], object]:
+        return lambda event: loop.call_soon_threadsafe(events.put_nowait, (index, event))
+
+    served = [ServedRequest(r, deliver(i)) for i, r in enumerate(req.choices())]
+    worker.submit_all(served)
     notice.listen(loop, events)
     watcher = asyncio.create_task(_cancel_on_disconnect(request.receive, served))
     streaming = False
@@ -206,15 +216,15 @@ async def _answer(
 
     try:
         first = await events.get()  # the request waits its turn in the queue until then
-        if isinstance(first, Failed):
-            raise first.error
         if isinstance(first, _ShuttingDown):
             raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
+        if isinstance(first[1], Failed):
+            raise first[1].error
         reply = make_reply()
         if req.stream:
             streaming = True  # from here the stream owns the request and the watcher
-            return EventStream(_stream(reply, events), on_close=close)
-        return await _whole(reply, events)
+            return EventStream(_stream(reply, events, len(served)), on_close=close)
+        return await _whole(reply, events, len(served))
     finally:
         if not streaming:
             close()
@@ -223,38 +233,50 @@ async def _answer(
 SHUTDOWN_MESSAGE = "The server is shutting down; the answer was cut short."
 
 
-async def _whole(reply: Reply, events: asyncio.Queue[StreamEvent]) -> Response:
+async def _whole(reply: Reply, events: asyncio.Queue[StreamEvent], choices: int) -> Response:
+    dones: dict[int, Done] = {}
     while True:
-        event = await events.get()
+        item = await events.get()
+        if isinstance(item, _ShuttingDown):
+            raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
+        index, event = item
         if isinstance(event, Delta):
-            reply.add(event)
+            reply.add(event, index)
         elif isinstance(event, Done):
-            return JSONResponse(reply.whole(event))
+            dones[index] = event
+            if len(dones) == choices:
+                return JSONResponse(reply.whole(*(dones[i] for i in range(choices))))
         elif isinstance(event, Failed):
             raise event.error
-        elif isinstance(event, _ShuttingDown):
-            raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
 
 
-async def _stream(reply: Reply, events: asyncio.Queue[StreamEvent]) -> AsyncIterator[bytes]:
+async def _stream(
+    reply: Reply, events: asyncio.Queue[StreamEvent], choices: int
+) -> AsyncIterator[bytes]:
     for chunk in reply.opening():
         yield chunk
+    ended = 0
     while True:
-        event = await events.get()
-        if isinstance(event, Delta):
-            pieces = reply.delta(event)
-        elif isinstance(event, Done):
-            pieces = reply.closing(event)
-        elif isinstance(event, Failed):
-            # The status line has gone out: the error travels in the stream (as vLLM does).
-            pieces = reply.failure(event.error)
-        elif isinstance(event, _ShuttingDown):  # on_close cancels the request
+        item = await events.get()
+        if isinstance(item, _ShuttingDown):  # on_close cancels the request
             pieces = reply.failure(ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down"))
+            last = True
         else:
-            continue
+            index, event = item
+            if isinstance(event, Delta):
+                pieces, last = reply.delta(event, index), False
+            elif isinstance(event, Done):
+                ended += 1
+                last = ended == choices
+                pieces = reply.closing(event, index, last)
+            elif isinstance(event, Failed):
+                # The status line has gone out: the error travels in the stream (as vLLM does).
+                pieces, last = reply.failure(event.error), True
+            else:
+                continue
         for chunk in pieces:
             yield chunk
-        if not isinstance(event, Delta):
+        if last:
             return
 
 
@@ -285,17 +307,19 @@ class EventStream(StreamingResponse):
             self.on_close()
 
 
-async def _cancel_on_disconnect(receive: Receive, served: ServedRequest) -> None:
+async def _cancel_on_disconnect(receive: Receive, served: list[ServedRequest]) -> None:
     """The only reader of `receive` once the body is read: waits for the client to leave."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            served.cancel()
+            for choice in served:
+                choice.cancel()
             return
 
 
-def _close(served: ServedRequest, watcher: asyncio.Task[None]) -> None:
-    served.cancel()  # a no-op once it has finished
+def _close(served: list[ServedRequest], watcher: asyncio.Task[None]) -> None:
+    for choice in served:
+        choice.cancel()  # a no-op once it has finished
     watcher.cancel()
 
 

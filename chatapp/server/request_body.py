@@ -2,20 +2,20 @@
 
 Every refusal is an `ApiError` (400) that names the field, in OpenAI's error shape. Fields
 chatapp does not know are ignored (as vLLM and llama.cpp's server do); fields it knows but
-cannot honour (n > 1, images, presence penalty...) are refused rather than dropped. The fields
+cannot honour (images, presence penalty...) are refused rather than dropped. The fields
 of structured output and tools are checked in structured_fields.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from chatapp.engine.chat import Message
 from chatapp.engine.constraints import OutputFormat
 from chatapp.engine.modes import MODES
-from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.sampling import MAX_LOGIT_BIAS, SamplingSettings
 from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
@@ -33,6 +33,8 @@ MAX_SEED = 2**63 - 1
 MAX_TEMPERATURE = 2.0
 MAX_REPETITION_PENALTY = 10.0
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+MAX_CHOICES = 8  # `n`: each choice is a sequence of its own (a slot with --parallel)
+MAX_LOGIT_BIASES = 1024
 ROLES = {
     "system": "system",
     "developer": "system",
@@ -59,22 +61,48 @@ class GenerationRequest:
     output_format: OutputFormat | None = None  # response_format json_object / json_schema
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = NO_TOOLS
+    n: int = 1  # choices asked for: `choices()` gives one request per choice
+
+    def choices(self) -> list[GenerationRequest]:
+        """One request per choice, each with n = 1. Choice i samples with seed + i (mod 2^63),
+        so choice 0 is the answer the same request gets with n = 1, and choice i is the one
+        it gets with n = 1 and seed + i; without a seed each choice draws its own."""
+        seed = self.settings.seed
+        return [
+            replace(
+                self,
+                n=1,
+                settings=replace(self.settings, seed=None if seed is None else (seed + i) % 2**63),
+            )
+            for i in range(self.n)
+        ]
 
 
 def parse_chat(
-    body: dict[str, Any], default_mode: str, max_context: int, max_chars: int | None = None
+    body: dict[str, Any],
+    default_mode: str,
+    max_context: int,
+    max_chars: int | None = None,
+    vocab_size: int = 0,
 ) -> GenerationRequest:
-    """`max_chars`: the most text the model's context can hold (None: not counted)."""
+    """`max_chars`: the most text the model's context can hold (None: not counted);
+    `vocab_size`: the model's, for `logit_bias` (0: its token ids are not checked here)."""
     _refuse_unsupported(body, chat=True)
     raw = body.get("messages")
     check_message_count(len(raw) if isinstance(raw, list) else 0, "messages")
     messages = _messages(raw)
     check_chat_size(messages, max_context, max_chars, "messages")
-    return chat_request(body, messages, default_mode, max_context)
+    return replace(
+        chat_request(body, messages, default_mode, max_context, vocab_size), n=_choices(body)
+    )
 
 
 def chat_request(
-    body: dict[str, Any], messages: tuple[Message, ...], default_mode: str, max_context: int
+    body: dict[str, Any],
+    messages: tuple[Message, ...],
+    default_mode: str,
+    max_context: int,
+    vocab_size: int = 0,
 ) -> GenerationRequest:
     """The request for `messages` with the other fields of a chat completions `body` (the
     Responses API hands in its own fields under these names, responses_request.py)."""
@@ -91,7 +119,7 @@ def chat_request(
     return GenerationRequest(
         messages=messages,
         text=None,
-        settings=_settings(body, max_tokens),
+        settings=_settings(body, max_tokens, vocab_size),
         mode=_mode(body, default_mode),
         stop=_stops(body.get("stop")),
         logprobs=logprobs,
@@ -106,9 +134,14 @@ def chat_request(
 
 
 def parse_completion(
-    body: dict[str, Any], default_mode: str, max_context: int = 0, max_chars: int | None = None
+    body: dict[str, Any],
+    default_mode: str,
+    max_context: int = 0,
+    max_chars: int | None = None,
+    vocab_size: int = 0,
 ) -> GenerationRequest:
-    """`max_chars`: the most text the model's context (`max_context` tokens) can hold."""
+    """`max_chars`: the most text the model's context (`max_context` tokens) can hold;
+    `vocab_size` as in parse_chat."""
     _refuse_unsupported(body, chat=False)
     for name, allowed in (("echo", False), ("best_of", 1)):
         if name in body and body[name] not in (None, allowed):
@@ -127,7 +160,7 @@ def parse_completion(
     return GenerationRequest(
         messages=None,
         text=prompt,
-        settings=_settings(body, max_tokens),
+        settings=_settings(body, max_tokens, vocab_size),
         mode=_mode(body, default_mode),
         stop=_stops(body.get("stop")),
         logprobs=raw is not None,
@@ -135,20 +168,17 @@ def parse_completion(
         stream=_bool(body, "stream", False),
         include_usage=_include_usage(body),
         model=_model(body),
+        n=_choices(body),
     )
 
 
 def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
-    if body.get("n", 1) != 1:
-        raise invalid("chatapp generates one choice per request: n must be 1.", "n")
     for name in ("presence_penalty", "frequency_penalty"):
         value = body.get(name)
         if value not in (None, 0, 0.0):
             raise invalid(
                 f"{name} is not supported by chatapp; use repetition_penalty instead.", name
             )
-    if body.get("logit_bias"):
-        raise invalid("logit_bias is not supported by chatapp.", "logit_bias")
     if chat:
         for name in ("functions", "function_call"):
             if body.get(name):
@@ -219,7 +249,52 @@ def _prompt(value: Any) -> str:
     return value
 
 
-def _settings(body: dict[str, Any], max_tokens: int) -> SamplingSettings:
+def _choices(body: dict[str, Any]) -> int:
+    value = body.get("n")
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHOICES:
+        raise invalid(
+            f"n must be a whole number from 1 to {MAX_CHOICES} (the choices chatapp makes for "
+            f"one request; got {str(value)[:20]}).",
+            "n",
+        )
+    return value
+
+
+def _logit_bias(value: Any, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """OpenAI's map of token ids (as strings) to biases from -100 to 100."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        example = '{"42": -100}'
+        raise invalid(
+            f"logit_bias must be an object of token ids to biases: {example}.", "logit_bias"
+        )
+    if len(value) > MAX_LOGIT_BIASES:
+        raise invalid(f"logit_bias takes at most {MAX_LOGIT_BIASES} tokens.", "logit_bias")
+    out = []
+    for key, bias in value.items():
+        token = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else -1
+        if token < 0 or (vocab_size and token >= vocab_size):
+            known = f" from 0 to {vocab_size - 1}" if vocab_size else ""
+            raise invalid(
+                f"logit_bias: {key[:20]!r} is not a token id of this model (ids are whole "
+                f"numbers{known}).",
+                "logit_bias",
+            )
+        ok = not isinstance(bias, bool) and isinstance(bias, int | float) and math.isfinite(bias)
+        if not ok or not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+            raise invalid(
+                f"logit_bias[{key}] must be a number from -{MAX_LOGIT_BIAS} (ban the token) to "
+                f"{MAX_LOGIT_BIAS}.",
+                "logit_bias",
+            )
+        out.append((token, float(bias)))
+    return tuple(out)
+
+
+def _settings(body: dict[str, Any], max_tokens: int, vocab_size: int = 0) -> SamplingSettings:
     top_k = _int(body, "top_k", 0, -1, 1 << 24)
     seed = body.get("seed")
     if seed is not None and (
@@ -235,6 +310,7 @@ def _settings(body: dict[str, Any], max_tokens: int) -> SamplingSettings:
         ),
         seed=seed,
         max_new_tokens=max_tokens,
+        logit_bias=_logit_bias(body.get("logit_bias"), vocab_size),
     )
     settings.validate()  # the engine's own rules, already met by the checks above
     return settings

@@ -21,71 +21,91 @@ from chatapp.server.worker import Delta, Done, TokenOut
 
 
 class Reply(Protocol):
-    """One request's answer in an endpoint's shapes, built from the worker's events."""
+    """One request's answer in an endpoint's shapes, built from the worker's events. A request
+    of n choices (chat and completions) has events for choices 0..n-1 (`index`)."""
 
     def opening(self) -> list[bytes]:
         """A stream's first events, once the request runs."""
         ...
 
-    def delta(self, event: Delta) -> list[bytes]:
+    def delta(self, event: Delta, index: int = 0) -> list[bytes]:
         """A stream's events for more of the answer."""
         ...
 
-    def closing(self, done: Done) -> list[bytes]:
-        """A stream's last events."""
+    def closing(self, done: Done, index: int = 0, last: bool = True) -> list[bytes]:
+        """A stream's events when a choice ends; `last`: the last choice to end (the stream's
+        last events)."""
         ...
 
     def failure(self, error: ApiError) -> list[bytes]:
         """A stream's last events when the answer fails after the status line went out."""
         ...
 
-    def add(self, event: Delta) -> None:
+    def add(self, event: Delta, index: int = 0) -> None:
         """More of a whole (not streamed) answer."""
         ...
 
-    def whole(self, done: Done) -> dict[str, Any]:
-        """The whole answer's body."""
+    def whole(self, done: Done, *others: Done) -> dict[str, Any]:
+        """The whole answer's body (`others`: how choices 1..n-1 ended)."""
         ...
 
 
 class ChatReply:
-    """/v1/chat/completions and /v1/completions: an `Answer` as bodies and chunks."""
+    """/v1/chat/completions and /v1/completions: one `Answer` per choice, as bodies and chunks
+    (the choices share the id; usage counts the prompt once and the tokens of every choice)."""
 
     def __init__(self, request: GenerationRequest, model: str, chat: bool = True) -> None:
-        self.answer = Answer(request, model, chat)
+        first = Answer(request, model, chat)
+        self.answers = [first] + [
+            Answer(request, model, chat, id=first.id, created=first.created, index=i)
+            for i in range(1, request.n)
+        ]
+        self.dones: dict[int, Done] = {}
 
     def opening(self) -> list[bytes]:
-        first = self.answer.first_chunk()
-        return [sse(first)] if first is not None else []
+        firsts = (answer.first_chunk() for answer in self.answers)
+        return [sse(first) for first in firsts if first is not None]
 
-    def delta(self, event: Delta) -> list[bytes]:
-        return [sse(self.answer.delta_chunk(event.text, event.tokens, event.tool))]
+    def delta(self, event: Delta, index: int = 0) -> list[bytes]:
+        return [sse(self.answers[index].delta_chunk(event.text, event.tokens, event.tool))]
 
-    def closing(self, done: Done) -> list[bytes]:
-        out = [sse(self.answer.last_chunk(done))]
-        if self.answer.request.include_usage:
-            out.append(sse(self.answer.usage_chunk(done)))
+    def closing(self, done: Done, index: int = 0, last: bool = True) -> list[bytes]:
+        self.dones[index] = done
+        answer = self.answers[index]
+        out = [sse(answer.last_chunk(done))]
+        if not last:
+            return out
+        if answer.request.include_usage:
+            out.append(sse(answer.usage_chunk(*(self.dones[i] for i in sorted(self.dones)))))
         return [*out, sse("[DONE]")]
 
     def failure(self, error: ApiError) -> list[bytes]:
         return [sse(error.body()), sse("[DONE]")]
 
-    def add(self, event: Delta) -> None:
-        self.answer.delta_chunk(event.text, event.tokens, event.tool)
+    def add(self, event: Delta, index: int = 0) -> None:
+        self.answers[index].delta_chunk(event.text, event.tokens, event.tool)
 
-    def whole(self, done: Done) -> dict[str, Any]:
-        return self.answer.whole(done)
+    def whole(self, done: Done, *others: Done) -> dict[str, Any]:
+        dones = (done, *others)
+        choices = [answer.choice(d) for answer, d in zip(self.answers, dones, strict=True)]
+        return {
+            **self.answers[0].head("whole"),
+            "choices": choices,
+            "usage": usage(*dones),
+            "chatapp": done.figures,  # choice 0's; a stream sends each choice's with its end
+        }
 
 
 @dataclass
 class Answer:
-    """One response being built: an id, a creation time, and what came so far."""
+    """One choice being built: an id, a creation time, and what came so far."""
 
     request: GenerationRequest
     model: str
     chat: bool
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    index: int = 0  # the choice's
     text: str = ""
     tokens: list[TokenOut] = field(default_factory=list)
 
@@ -119,54 +139,47 @@ class Answer:
             chunk["usage"] = None  # OpenAI: usage comes in its own chunk, after this one
         return chunk
 
-    def usage_chunk(self, done: Done) -> dict[str, Any]:
-        return {**self._head("chunk"), "choices": [], "usage": usage(done)}
+    def usage_chunk(self, *dones: Done) -> dict[str, Any]:
+        return {**self.head("chunk"), "choices": [], "usage": usage(*dones)}
 
     # ---- whole answers --------------------------------------------------------------
-    def whole(self, done: Done) -> dict[str, Any]:
+    def choice(self, done: Done) -> dict[str, Any]:
         logprobs = self._logprobs(self.tokens, 0) if self.request.logprobs else None
-        if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": self.text}
-            if done.tool_calls:  # OpenAI: no content beside the calls
-                message = {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [_call(c) for c in done.tool_calls],
-                }
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": message,
-                "logprobs": logprobs,
-                "finish_reason": done.finish_reason,
-            }
-        else:
-            choice = {
-                "index": 0,
+        if not self.chat:
+            return {
+                "index": self.index,
                 "text": self.text,
                 "logprobs": logprobs,
                 "finish_reason": done.finish_reason,
             }
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if done.tool_calls:  # OpenAI: no content beside the calls
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [_call(c) for c in done.tool_calls],
+            }
         return {
-            **self._head("whole"),
-            "choices": [choice],
-            "usage": usage(done),
-            "chatapp": done.figures,
+            "index": self.index,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": done.finish_reason,
         }
 
-    # ---- parts ----------------------------------------------------------------------
-    def _head(self, kind: str) -> dict[str, Any]:
+    def head(self, kind: str) -> dict[str, Any]:
         if self.chat:
             obj = "chat.completion.chunk" if kind == "chunk" else "chat.completion"
         else:
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
+    # ---- parts ----------------------------------------------------------------------
     def _chunk(self, delta: Any, logprobs: Any, finish: str | None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0}
+        choice: dict[str, Any] = {"index": self.index}
         choice["delta" if self.chat else "text"] = delta
         choice["logprobs"] = logprobs
         choice["finish_reason"] = finish
-        return {**self._head("chunk"), "choices": [choice]}
+        return {**self.head("chunk"), "choices": [choice]}
 
     def _logprobs(self, tokens: Sequence[TokenOut], offset: int) -> dict[str, Any]:
         if self.chat:
@@ -219,11 +232,13 @@ def _chat_entry(t: TokenOut) -> dict[str, Any]:
     }
 
 
-def usage(done: Done) -> dict[str, int]:
+def usage(done: Done, *others: Done) -> dict[str, int]:
+    """The prompt once (the choices share it), the tokens of every choice."""
+    completion = done.completion_tokens + sum(d.completion_tokens for d in others)
     return {
         "prompt_tokens": done.prompt_tokens,
-        "completion_tokens": done.completion_tokens,
-        "total_tokens": done.prompt_tokens + done.completion_tokens,
+        "completion_tokens": completion,
+        "total_tokens": done.prompt_tokens + completion,
     }
 
 

@@ -57,7 +57,8 @@ class _Item:
 
 @dataclass
 class ResponsesReply:
-    """One response being built (app.Reply): stream events, or the whole object at the end."""
+    """One response being built (app.Reply): stream events, or the whole object at the end.
+    A response has one choice (the Responses API has no `n`)."""
 
     parsed: ResponsesRequest
     model: str
@@ -75,7 +76,7 @@ class ResponsesReply:
             self._event("response.in_progress", response=head),
         ]
 
-    def delta(self, event: Delta) -> list[bytes]:
+    def delta(self, event: Delta, index: int = 0) -> list[bytes]:
         piece = event.tool
         if piece is None or (piece.call_id is None and piece.arguments is None):
             text = event.text if piece is None else piece.content
@@ -99,7 +100,7 @@ class ResponsesReply:
             )
         return out
 
-    def closing(self, done: Done) -> list[bytes]:
+    def closing(self, done: Done, index: int = 0, last: bool = True) -> list[bytes]:
         out = self._settle(done)
         response = self.response(_status(done), done)
         self._keep(response)
@@ -115,10 +116,10 @@ class ResponsesReply:
         ]
 
     # ---- a whole response ------------------------------------------------------------
-    def add(self, event: Delta) -> None:
+    def add(self, event: Delta, index: int = 0) -> None:
         self.delta(event)
 
-    def whole(self, done: Done) -> dict[str, Any]:
+    def whole(self, done: Done, *others: Done) -> dict[str, Any]:
         self._settle(done)
         response = self.response(_status(done), done)
         self._keep(response)

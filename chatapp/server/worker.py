@@ -137,6 +137,7 @@ class ModelCard:
     default_mode: str
     max_chars: int | None = None  # the most text the context can hold (request_limits.py)
     parallel: int = 1  # requests decoded together (--parallel)
+    vocab_size: int = 0  # logits per token (the ids logit_bias may name)
 
 
 class EngineWorker:
@@ -192,15 +193,39 @@ class EngineWorker:
             return [r for r in self._submitted.values() if r.id not in self._active]
 
     def submit(self, request: ServedRequest) -> None:
+        self.submit_all([request])
+
+    def submit_all(self, requests: list[ServedRequest]) -> None:
+        """Queue `requests` together (the choices of one request: all or none of them, in
+        order, so that with --parallel they decode together)."""
+        if len(requests) > self.max_queue:
+            raise ApiError(
+                400,
+                f"This server queues at most {self.max_queue} requests (--max-queue), so it "
+                f"cannot make {len(requests)} choices at once; ask for fewer (n).",
+                param="n",
+            )
         with self._lock:
-            if len(self._submitted) >= self.max_queue:
+            if len(self._submitted) + len(requests) > self.max_queue:
                 raise ApiError(
                     503,
                     f"The server is busy: {len(self._submitted)} requests are waiting; "
                     "try again later.",
                     code="queue_full",
                 )
-            self._submitted[request.id] = request
+            for request in requests:
+                self._submitted[request.id] = request
+        for i, request in enumerate(requests):
+            try:
+                self._queue(request)
+            except BaseException:
+                for queued in requests[:i]:
+                    queued.cancel()  # nobody will read them: they end before their first step
+                for left in requests[i + 1 :]:
+                    self._finished(left)
+                raise
+
+    def _queue(self, request: ServedRequest) -> None:
         if self._slots is not None:
             self._slots.submit(request)
             return
@@ -373,6 +398,7 @@ class EngineWorker:
             default_mode=self.default_mode,
             max_chars=engine.tokenizer.max_chars(engine.max_context),
             parallel=self.parallel,
+            vocab_size=engine.info.vocab_size,
         )
 
 

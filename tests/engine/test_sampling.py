@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -107,3 +108,36 @@ def test_top_logprobs_are_the_most_likely_tokens_in_order() -> None:
     assert [i for i, _ in top] == [1, 5, 2]
     assert [lp for _, lp in top] == pytest.approx([math.log(probs[i]) for i in (1, 5, 2)])
     assert len(top_logprobs(LOGITS, 50)) == LOGITS.size  # never more than the vocabulary
+
+
+# ---- logit_bias (OpenAI's semantics) ------------------------------------------------------
+def test_a_ban_of_minus_100_takes_the_greedy_token_away() -> None:
+    banned = SamplingSettings(temperature=0.0, logit_bias=((1, -100.0),))
+    assert Sampler(banned)(LOGITS, []) == 5  # the next best
+    sampled = replace(banned, temperature=1.5, top_k=0, top_p=1.0, seed=2)
+    assert 1 not in draws(sampled)
+
+
+def test_plus_100_forces_a_token_and_small_biases_add() -> None:
+    assert Sampler(SamplingSettings(temperature=0.0, logit_bias=((3, 100.0),)))(LOGITS, []) == 3
+    forced = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, seed=4, logit_bias=((4, 100.0),))
+    assert set(draws(forced, 100)) == {4}
+    # 2.5 + 0.6 > 3.0: a small bias changes the order without banning anything
+    assert Sampler(SamplingSettings(temperature=0.0, logit_bias=((2, 0.6),)))(LOGITS, []) == 2
+
+
+def test_the_bias_leaves_the_callers_logits_raw() -> None:
+    row = LOGITS.copy()
+    Sampler(SamplingSettings(temperature=0.0, logit_bias=((1, -100.0), (3, 50.0))))(row, [])
+    assert np.array_equal(row, LOGITS)  # log-probs are read from the raw row afterwards
+
+
+def test_a_bias_outside_the_vocabulary_or_banning_everything_is_refused() -> None:
+    with pytest.raises(ValueError, match="vocabulary has 6 tokens"):
+        Sampler(SamplingSettings(temperature=0.0, logit_bias=((6, 1.0),)))(LOGITS, [])
+    every = tuple((i, -100.0) for i in range(LOGITS.size))
+    with pytest.raises(ValueError, match="bans every token"):
+        Sampler(SamplingSettings(temperature=0.0, logit_bias=every))(LOGITS, [])
+    for bad in (((0, 100.5),), ((-1, 1.0),), ((0, math.nan),)):
+        with pytest.raises(ValueError, match="logit bias"):
+            SamplingSettings(logit_bias=bad).validate()

@@ -193,7 +193,9 @@ def test_seeded_sampling_is_reproducible(served: Served) -> None:
         ({"messages": QUESTION, "top_p": 0}, "top_p", "above 0"),
         ({"messages": QUESTION, "max_tokens": 0}, "max_tokens", "whole number"),
         ({"messages": QUESTION, "max_tokens": 2.5}, "max_tokens", "whole number"),
-        ({"messages": QUESTION, "n": 2}, "n", "one choice"),
+        ({"messages": QUESTION, "n": 9}, "n", "from 1 to 8"),
+        ({"messages": QUESTION, "logit_bias": {"x": 1}}, "logit_bias", "not a token id"),
+        ({"messages": QUESTION, "logit_bias": {"1": 101}}, "logit_bias", "from -100"),
         ({"messages": QUESTION, "seed": -1}, "seed", "whole number"),
         ({"messages": QUESTION, "stop": ["a"] * 5}, "stop", "at most 4"),
         ({"messages": QUESTION, "stop": [""]}, "stop", "1 to 200"),
@@ -292,3 +294,57 @@ def test_figures_are_finite_json_numbers(served: Served) -> None:
     for key, value in data["chatapp"].items():
         if isinstance(value, float):
             assert math.isfinite(value), key
+
+
+def test_logit_bias_bans_and_forces_tokens(served: Served, reference: Engine) -> None:
+    solo = reference_answer(reference, "hello", 6)
+    first = solo.stats.token_ids[0]
+    body = {"messages": QUESTION, "temperature": 0, "max_tokens": 6}
+    banned = post(served, "chat/completions", {**body, "logit_bias": {str(first): -100}}).json()
+    settings = replace(GREEDY, max_new_tokens=6, logit_bias=((first, -100.0),))
+    expected = reference.chat([Message("user", "hello")], settings)
+    expected.run()
+    assert first not in expected.stats.token_ids  # reference computed here, with the ban
+    assert banned["choices"][0]["message"]["content"] == expected.text != solo.text
+    forced = post(
+        served,
+        "chat/completions",
+        {**body, "logit_bias": {str(first): 100}, "logprobs": True, "max_tokens": 4},
+    ).json()["choices"][0]
+    tokens = [entry["token"] for entry in forced["logprobs"]["content"]]
+    assert len(tokens) == 4 and set(tokens) == {forced["logprobs"]["content"][0]["token"]}
+    completion = post(
+        served,
+        "completions",
+        {
+            "prompt": "in the",
+            "max_tokens": 3,
+            "temperature": 0.9,
+            "logit_bias": {str(first): 100},
+            "logprobs": 0,
+        },
+    ).json()["choices"][0]
+    assert len(set(completion["logprobs"]["tokens"])) == 1  # sampled, yet forced
+
+
+def test_the_default_model_obeys_logit_bias(default_served: Served) -> None:
+    """Real tokens of SmolLM2-135M: banning its greedy first token changes the answer;
+    +100 on " Paris" makes every token " Paris"."""
+    tokenizer = default_served.worker.engine.tokenizer
+    ask = {"messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    body = {**ask, "temperature": 0, "max_tokens": 8, "logprobs": True}
+    plain = post(default_served, "chat/completions", body).json()["choices"][0]
+    first = plain["logprobs"]["content"][0]["token"]
+    (first_id,) = tokenizer.encode_text(first)
+    banned = post(
+        default_served, "chat/completions", {**body, "logit_bias": {str(first_id): -100}}
+    ).json()["choices"][0]
+    assert banned["logprobs"]["content"][0]["token"] != first
+    assert banned["message"]["content"] != plain["message"]["content"]
+    (paris,) = tokenizer.encode_text(" Paris")
+    forced = post(
+        default_served,
+        "chat/completions",
+        {**body, "max_tokens": 3, "logit_bias": {str(paris): 100}},
+    ).json()["choices"][0]
+    assert forced["message"]["content"] == " Paris" * 3

@@ -243,7 +243,7 @@ INVALID: dict[str, tuple[Any, bool]] = {  # body, refused by llama.cpp's server 
     "an unknown role": ({"messages": [{"role": "wizard", "content": "hi"}]}, False),
     "temperature as text": ({"messages": HELLO, "temperature": "hot"}, True),
     "negative max_tokens": ({"messages": HELLO, "max_tokens": -1}, False),
-    "n of 2": ({"messages": HELLO, "n": 2}, False),
+    "n of 9": ({"messages": HELLO, "n": 9}, False),
     "a deep body": (b"[" * 100_000, False),
 }
 

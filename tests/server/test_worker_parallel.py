@@ -88,3 +88,24 @@ def test_a_request_for_another_loop_is_refused(parallel: Served) -> None:
     response = ask(parallel, "hello", 4, chatapp={"loop": "naive"})
     assert response.status_code == 400
     assert "--parallel 3" in response.json()["error"]["message"]
+
+
+def test_the_choices_of_one_request_decode_together(
+    parallel: Served, varied_model_dir: Path
+) -> None:
+    batch = parallel.worker.engine.slots(3)
+    steps, rows = batch.steps, batch.rows
+    first_steps_together(batch, 3)  # would wait out WAIT_S unless the three choices run at once
+    body = {"messages": [{"role": "user", "content": "tell me a long story about the sea"}]}
+    body |= {"temperature": 0, "max_tokens": 11, "n": 3}
+    data = httpx2.post(
+        f"{parallel.api}/chat/completions", json=body, timeout=60, trust_env=False
+    ).json()
+    reference = Engine(varied_model_dir, threads=1, max_context=256)
+    gen = reference.chat(
+        [Message("user", "tell me a long story about the sea")], replace(GREEDY, max_new_tokens=11)
+    )
+    gen.run()
+    assert [c["message"]["content"] for c in data["choices"]] == [gen.text] * 3
+    assert data["usage"]["completion_tokens"] == 33
+    assert batch.steps > steps and batch.rows - rows >= batch.steps - steps + 2

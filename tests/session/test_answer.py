@@ -171,3 +171,17 @@ def test_a_server_backend_answers_alike_and_refuses_what_its_capabilities_lack(
             list(answer(remote, replace(request, continue_last=True), lambda: False))
     finally:
         remote.close()
+
+
+def test_a_requests_logit_bias_reaches_the_sampler(host: EngineHost) -> None:
+    """The window and `generate` answer through the same path: a ban in the request's
+    settings takes the greedy answer's first token away (reference computed here)."""
+    assert host.engine is not None
+    request = AnswerRequest((Message("user", PROMPT),), GREEDY)
+    plain = list(answer(host.engine, request, lambda: False))[-1]
+    assert isinstance(plain, AnswerDone)
+    first = plain.stats.token_ids[0]
+    biased = replace(request, settings=replace(GREEDY, logit_bias=((first, -100.0),)))
+    done = list(answer(host.engine, biased, lambda: False))[-1]
+    assert isinstance(done, AnswerDone)
+    assert first not in done.stats.token_ids and done.text != plain.text

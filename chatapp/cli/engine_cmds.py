@@ -375,7 +375,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def run_variants(args: argparse.Namespace) -> int:
-    from chatapp.engine.model_folder.model import folder_variants
+    from chatapp.engine.model_folder.variants import folder_variants
 
     folder = resolve_model(args.model)
     if not folder.is_dir():

@@ -28,11 +28,11 @@ from chatapp.engine.errors import (
     ModelError,
 )
 from chatapp.engine.generation import Generation
-from chatapp.engine.guards import check_kv_memory, check_threads
+from chatapp.engine.guards import check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.mapped_files import MappedFiles
-from chatapp.engine.memory import MemoryEstimate, check_memory
+from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
 from chatapp.engine.model_description import ModelDescription, is_cpu, read_model
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode

@@ -2,22 +2,16 @@
 
 Threads: ONNX Runtime starts one OS thread per intra-op thread; past a few per core they only
 contend (and 1000 of them reserve gigabytes of stacks), so at most `THREADS_PER_CPU` per
-logical CPU are accepted. KV cache: the IO-Binding loop allocates it for the whole context up
-front, so a folder claiming a huge context (or a large `--context`) is refused when that cache
-would take more than half of this computer's memory, with the figure, rather than failing deep
-inside numpy or onnxruntime.
+logical CPU are accepted. The context asked for must be a whole number of tokens; whether its
+KV cache fits is memory.py's check (`check_kv_memory`). The command line imports this module:
+it must stay light.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from chatapp.engine.errors import EngineError
-from chatapp.system_memory import physical_memory
-
-if TYPE_CHECKING:  # the command line imports this module; it must stay light
-    from chatapp.engine.model_folder.model import ModelInfo
 
 THREADS_PER_CPU = 4
 
@@ -41,13 +35,3 @@ def check_context(max_context: int | None) -> None:
         isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1
     ):
         raise EngineError(f"The context must be at least 1 token; got {max_context}.")
-
-
-def check_kv_memory(info: ModelInfo, context: int) -> None:
-    need = info.kv_bytes_per_token() * context
-    total = physical_memory()
-    if total is not None and need > total // 2:
-        raise EngineError(
-            f"The KV cache for {context} tokens of {info.name} would take {need >> 20} MB, "
-            f"more than half of this computer's {total >> 20} MB; choose a smaller context."
-        )

@@ -301,9 +301,8 @@ class ConvertPlan:
 def convert_job(request: ConvertRequest) -> Job:
     """Convert a GGUF file into a model folder (reusing a verified earlier copy); yields
     Progress, returns the folder. Stopping abandons it (the converter cleans up)."""
-    from chatapp.convert.converter import ConvertOptions, convert_gguf
+    from chatapp.convert.converter import ConvertOptions, convert_gguf, earlier_conversion
     from chatapp.engine.packed_cache import prepare_folder
-    from chatapp.store.model_library import earlier_conversion
 
     def run(control: JobControl) -> Path:
         control.put(Progress(0.0, "checking the source file"))

@@ -17,6 +17,7 @@ from chatapp.convert.converter import (
     NATIVE_MODEL_FILE,
     ConvertOptions,
     convert_gguf,
+    earlier_conversion,
     graphs_to_write,
     read_manifest,
 )
@@ -34,7 +35,8 @@ from chatapp.engine.devices import (
     start_session,
 )
 from chatapp.engine.engine import Engine
-from chatapp.engine.model_folder.model import folder_variants, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.variants import folder_variants
 from chatapp.engine.native_kernels import (
     NativeKernelsUnavailable,
     kernels_label,
@@ -43,7 +45,6 @@ from chatapp.engine.native_kernels import (
 )
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.native_library import LIBRARY_ENV, usable_isa
-from chatapp.store.model_library import earlier_conversion
 from tests.tiny_model import write_tiny_gguf
 
 USABLE = usable_isa() is not None

@@ -275,7 +275,6 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from chatapp.engine.chat import Message
-    from chatapp.engine.native_kernels import kernels_label
     from chatapp.session.answer import AnswerDone, AnswerRequest, TextDelta, answer
 
     settings = sampling_from_args(args)
@@ -315,7 +314,7 @@ def run_generate(args: argparse.Namespace) -> int:
         out: dict[str, Any] = {"text": done.text, **stats.to_dict()}
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
-        out["kernels"] = kernels_label(engine.model.native)  # GGUF kernels or ORT's
+        out["kernels"] = engine.model.kernels  # GGUF kernels or ORT's
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:

@@ -28,17 +28,15 @@ from chatapp.engine.errors import (
     ModelError,
 )
 from chatapp.engine.generation import Generation
-from chatapp.engine.guards import check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.mapped_files import MappedFiles
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
-from chatapp.engine.model_description import ModelDescription, is_cpu, read_model
+from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.nocache import capped_new_tokens
-from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, saved_already, wanted
-from chatapp.engine.resident import MappedPages, released_while_loading
+from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
+from chatapp.engine.resident import MappedFiles, MappedPages, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch
@@ -64,17 +62,8 @@ def open_model(
     before anything is loaded where it would not fit in memory: the memory available now plus
     `freed` (what closing the current model gives back). The one memory check of a load."""
     model = read_model(folder, onnx_file, device, max_context)
-    check_memory(resident_need(model.memory, model.info, device), model.info.name, freed)
+    check_memory(resident_need(model), model.info.name, freed)
     return model
-
-
-def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> MemoryEstimate:
-    """What loading and answering will hold at their peak: one kernel's packed copies where a
-    CPU session maps a packed copy already saved, else (packing on the heap, or saving that
-    copy first) both kernels'."""
-    if is_cpu(device) and wanted(estimate) and saved_already(info.onnx_path, estimate):
-        return estimate.one_kernel_resident()
-    return estimate
 
 
 def attention_refusal(device: Device, info: ModelInfo) -> str | None:
@@ -113,7 +102,6 @@ class Engine:
     ) -> None:
         """`model`: a description read already (its graph and context were chosen then:
         `max_context` and `onnx_file` are for a folder), or a folder, read here."""
-        check_threads(threads)
         if not isinstance(model, ModelDescription):
             model = open_model(model, device, onnx_file, max_context)
         elif max_context is not None or onnx_file is not None:
@@ -154,7 +142,7 @@ class Engine:
                         raise
                     damaged = exc
             return self._start_without_damaged_copy(graph, damaged, threads)
-        except ModelError:  # already a sentence that says what to do (native_kernels.py)
+        except EngineError:  # already a sentence that says what to do (threads, native kernels)
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
             name, why = self.info.onnx_path.name, first_line(exc, STATUS_LINE)

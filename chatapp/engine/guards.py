@@ -2,9 +2,9 @@
 
 Threads: ONNX Runtime starts one OS thread per intra-op thread; past a few per core they only
 contend (and 1000 of them reserve gigabytes of stacks), so at most `THREADS_PER_CPU` per
-logical CPU are accepted. The context asked for must be a whole number of tokens; whether its
-KV cache fits is memory.py's check (`check_kv_memory`). The command line imports this module:
-it must stay light.
+logical CPU are accepted (devices.check_threads, when a session's options are made). The
+context asked for must be a whole number of tokens; whether its KV cache fits is memory.py's
+check (`check_kv_memory`). The command line imports this module: it must stay light.
 """
 
 from __future__ import annotations
@@ -18,16 +18,6 @@ THREADS_PER_CPU = 4
 
 def max_threads() -> int:
     return THREADS_PER_CPU * (os.cpu_count() or 1)
-
-
-def check_threads(threads: int | None) -> None:
-    if threads is None:
-        return
-    cap = max_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cap:
-        raise EngineError(
-            f"Threads must be from 1 to {cap} ({THREADS_PER_CPU} per CPU here); got {threads}."
-        )
 
 
 def check_context(max_context: int | None) -> None:

@@ -34,6 +34,7 @@ from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling, sampling_of
 from chatapp.engine.native_kernels import native_preferred
 from chatapp.folder_format.graph import all_nodes, declares_native
+from chatapp.folder_format.native_library import library_isa
 
 CPU_NAME = "cpu"  # devices.CPU's name (devices.py imports onnxruntime; this module does not)
 
@@ -64,6 +65,16 @@ class ModelDescription:
     def context(self) -> int:
         """The context an engine allocates for it (the KV cache's tokens)."""
         return self.memory.context
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels run its graph, for the backend line: "GGUF kernels, AVX2" (chatapp's
+        native graph, with the instruction set its library picked) or "ONNX Runtime kernels"."""
+        if not self.native:
+            return "ONNX Runtime kernels"
+        isa = library_isa()
+        names = {"avx2": "AVX2", "avx512vnni": "AVX-512 VNNI", "scalar": "scalar"}
+        return f"GGUF kernels, {names.get(isa or '', isa or 'not built')}"
 
 
 def read_model(

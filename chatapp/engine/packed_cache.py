@@ -92,6 +92,16 @@ def saved_already(onnx_path: Path, estimate: MemoryEstimate) -> bool:
     return (folder / GRAPH).is_file() and (folder / DATA).is_file()
 
 
+def resident_need(model: ModelDescription) -> MemoryEstimate:
+    """What loading and answering `model` will hold at their peak: one kernel's packed copies
+    where a CPU session maps a packed copy already saved, else (packing on the heap, or saving
+    that copy first) both kernels'."""
+    estimate = model.memory
+    if model.on_cpu and wanted(estimate) and saved_already(model.info.onnx_path, estimate):
+        return estimate.one_kernel_resident()
+    return estimate
+
+
 def packed_copy(
     onnx_path: Path,
     estimate: MemoryEstimate,

@@ -22,7 +22,6 @@ from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
-from chatapp.engine.native_kernels import kernels_label
 from chatapp.engine.resident import return_freed_heap
 from chatapp.error_text import first_line
 from chatapp.remote.engine import RemoteEngine
@@ -193,7 +192,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         onnx_file=engine.info.onnx_file,
         sampling=engine.model.sampling,
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
-        kernels=kernels_label(engine.model.native),
+        kernels=engine.model.kernels,
         has_chat_template=engine.tokenizer.has_template,
     )
 

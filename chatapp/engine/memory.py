@@ -73,6 +73,14 @@ class MemoryEstimate:
         )
 
 
+def check_context(max_context: int | None) -> None:
+    """A context asked for (`--context`) is a whole number of tokens, at least one."""
+    if max_context is not None and (
+        isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1
+    ):
+        raise EngineError(f"The context must be at least 1 token; got {max_context}.")
+
+
 def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
     """The context an Engine allocates for `info` when asked for `max_context` (None: the
     default cap)."""

@@ -20,8 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chatapp.engine.errors import FolderFileError, ModelError
-from chatapp.engine.guards import check_context
-from chatapp.engine.memory import MemoryEstimate, check_kv_memory, engine_context, estimate_memory
+from chatapp.engine.memory import (
+    MemoryEstimate,
+    check_context,
+    check_kv_memory,
+    engine_context,
+    estimate_memory,
+)
 from chatapp.engine.model_folder.describe import check_configs, describe_graph
 from chatapp.engine.model_folder.files import (
     external_data_files,

@@ -200,7 +200,8 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
 def _open_engine(
     request: LoadRequest, model: ModelDescription | None = None
 ) -> tuple[Engine, str | None]:
-    """An engine for `request`, from `model` where the folder was read already."""
+    """An engine for `request`, from `model` where the folder was read already; the reason it
+    runs elsewhere than asked, if so."""
     try:
         if model is not None:
             engine = Engine(model, request.device, request.mode, threads=request.threads)

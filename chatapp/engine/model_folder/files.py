@@ -60,7 +60,7 @@ GGUF = "gguf"  # the precision and file-name suffix of a native graph (model_ggu
 
 # Most precise first. int4 with float32 activations (q4) is more precise than with float16 (q4f16).
 # "gguf": chatapp's native graph (model_gguf.onnx) on the GGUF's own blocks; it runs on the CPU
-# with chatapp's library only, so it is chosen by device (model.py), not by this order.
+# with chatapp's library only, so it is chosen by device (`by_device`), not by this order.
 PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4", GGUF)
 # transformers.js's file-name suffixes (model_<suffix>.onnx) and what they mean.
 NAME_SUFFIXES = {
@@ -215,7 +215,8 @@ def by_device(folder: Path, candidates: list[Path], prefer_native: bool) -> list
     """The candidates with the folder's native graphs (model_gguf.onnx: `chatapp convert
     --graph both` writes one beside the stock model.onnx that genai_config.json names) first
     where they are preferred (the CPU with the library usable), else left out; a folder with
-    no other graph keeps its own, so that the session says what to do (native_kernels.py)."""
+    no other graph keeps its own, so that the session says what to do
+    (devices.register_if_needed)."""
     native = []
     for path in candidate_files(folder):
         if split_name(path.name)[1] == GGUF:

@@ -157,7 +157,6 @@ def save_in_child(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH", "")) if p)
     command = [*_child_command(), str(onnx_path), "--threads", str(threads or 0)]
-    copies = cache_root() / _source_key(onnx_path)
     started = time.perf_counter()
     try:
         child = subprocess.Popen(
@@ -185,7 +184,7 @@ def save_in_child(
             saved = True
     finally:  # a stop, a failure, Ctrl+C or the app closing: the child and its leftovers go
         if not saved:
-            _remove_abandoned(copies)
+            _remove_abandoned(cache_root() / _source_key(onnx_path))
     return saved
 
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.default_model import bundled_gguf
 from chatapp.convert.gguf_file import GGUFModel
-from chatapp.engine import native_kernels
+from chatapp.engine import devices
 from chatapp.engine.bench.run import filler_text
 from chatapp.engine.chat import ChatTokenizer
 from chatapp.engine.sampling import token_logprobs
@@ -109,7 +109,7 @@ def main() -> None:
             ref_logits = reference.logits(ids)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 2
-        native_kernels.register_if_needed(folder / "model.onnx", True, "the CPU", opts)
+        devices.register_if_needed(folder / "model.onnx", True, "the CPU", opts)
         session = ort.InferenceSession(str(folder / "model.onnx"), opts)
         assert ref_logits is not None
         prompt = session.run(["logits"], empty_feeds(session, ids))[0][0]

@@ -15,7 +15,7 @@ from pathlib import Path
 from chatapp.convert.default_model import default_model_dir
 from chatapp.engine.devices import CPU, create_session, session_options
 from chatapp.engine.loop_factory import make_loop
-from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.model_description import open_model_folder
 from chatapp.engine.modes import MODES
 from chatapp.units import fmt_bytes
 

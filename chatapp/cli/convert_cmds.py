@@ -101,7 +101,7 @@ def run_convert(args: argparse.Namespace) -> int:
         graph=args.graph,
     ).resolved()
     if not args.force:
-        from chatapp.store.model_library import earlier_conversion
+        from chatapp.convert.converter import earlier_conversion
 
         earlier = earlier_conversion(args.gguf, args.out_dir, opts)
         if earlier is not None:

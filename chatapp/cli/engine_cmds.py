@@ -286,7 +286,6 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from chatapp.engine.chat import Message
-    from chatapp.engine.native_kernels import kernels_label
     from chatapp.session.answer import AnswerDone, AnswerRequest, TextDelta, answer
 
     settings = sampling_from_args(args)
@@ -331,7 +330,7 @@ def run_generate(args: argparse.Namespace) -> int:
             out["tool_calls"] = calls_as_json(done.tool_calls)
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
-        out["kernels"] = kernels_label(engine.model.native)  # GGUF kernels or ORT's
+        out["kernels"] = engine.model.kernels  # GGUF kernels or ORT's
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
@@ -418,7 +417,7 @@ def run_parallel_bench(args: argparse.Namespace) -> int:
 
 
 def run_variants(args: argparse.Namespace) -> int:
-    from chatapp.engine.model_folder.model import folder_variants
+    from chatapp.engine.model_folder.variants import folder_variants
 
     folder = resolve_model(args.model)
     if not folder.is_dir():

@@ -9,17 +9,22 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
-from chatapp.engine import native_kernels, webgpu
+from chatapp.engine import webgpu
 from chatapp.engine.device_probe import device_problem
+from chatapp.engine.errors import EngineError
+from chatapp.engine.guards import THREADS_PER_CPU, max_threads
+from chatapp.engine.native_kernels import NativeKernelsUnavailable, NativeNodeMismatch, library_path
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
 from chatapp.error_text import STATUS_LINE, first_line
-from chatapp.folder_format.graph import float_kernel_copy
+from chatapp.folder_format.graph import declares_native, float_kernel_copy, native_node_problem
 
 
 @dataclass(frozen=True)
@@ -260,7 +265,21 @@ def default_threads() -> int:
     )
 
 
+def check_threads(threads: int | None) -> None:
+    """At most `THREADS_PER_CPU` intra-op threads per logical CPU (guards.py says why)."""
+    if threads is None:
+        return
+    cap = max_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cap:
+        raise EngineError(
+            f"Threads must be from 1 to {cap} ({THREADS_PER_CPU} per CPU here); got {threads}."
+        )
+
+
 def session_options(threads: int | None = None) -> ort.SessionOptions:
+    """A session's options with `threads` intra-op threads (None: one per core); EngineError
+    for a count that cannot be."""
+    check_threads(threads)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = threads or default_threads()
@@ -270,22 +289,17 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     return opts
 
 
-def external_data_folder(opts: ort.SessionOptions, model_path: Path) -> None:
-    """Where a session made from a graph's bytes finds the weights it keeps in files."""
-    opts.add_session_config_entry(
-        "session.model_external_initializers_file_folder_path", str(model_path.parent)
-    )
-
-
 def create_session(
     model: Path | bytes, device: Device, opts: ort.SessionOptions
 ) -> ort.InferenceSession:
     """A session on `device` (CPU for the ops the device lacks); raises what the provider raises."""
-    native_kernels.register_if_needed(model, device.provider == CPU.provider, device.label, opts)
+    register_if_needed(model, device.provider == CPU.provider, device.label, opts)
     if device.provider != CPU.provider and isinstance(model, Path):
         copy = float_kernel_copy(model)  # int8 levels hold on the CPU only; no If
-        if copy is not None:
-            external_data_folder(opts, model)
+        if copy is not None:  # its weights stay in the files beside the graph
+            opts.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", str(model.parent)
+            )
             model = copy
     source = model if isinstance(model, bytes) else str(model)
     if device.ep_device is not None:
@@ -293,6 +307,49 @@ def create_session(
         return ort.InferenceSession(source, sess_options=opts)
     providers = list(dict.fromkeys([device.provider, CPU.provider]))
     return ort.InferenceSession(source, sess_options=opts, providers=providers)
+
+
+def register_if_needed(
+    model: Path | bytes, on_cpu: bool, device_label: str, opts: ort.SessionOptions
+) -> None:
+    """Register chatapp's GGUF kernels (native_kernels.py) with `opts` when the graph needs
+    them; refuse with a sentence the user can act on when they cannot run here, or when a
+    native node disagrees with its weight (an edited or damaged folder)."""
+    if isinstance(model, bytes) or not needs_native(model):
+        return
+    if not on_cpu:
+        raise NativeKernelsUnavailable(
+            f"{model.parent.name} runs on chatapp's GGUF kernels, which run on the CPU only; to "
+            f"run it on {device_label}, open its GGUF again with that device selected (or "
+            "`chatapp convert --graph both`)."
+        )
+    path = library_path()
+    if path is None:
+        raise NativeKernelsUnavailable(
+            f"{model.parent.name} needs chatapp's GGUF kernels, which are not built here; run "
+            "`make native`, or convert the GGUF again with --graph stock."
+        )
+    problem = native_node_problem(model)
+    if problem is not None:
+        raise NativeNodeMismatch(
+            f"{model.name} of {model.parent.name} is damaged: {problem}; convert its GGUF again."
+        )
+    opts.register_custom_ops_library(str(path))
+
+
+def needs_native(model: Path) -> bool:
+    """Whether the graph at `model` uses the native kernels (reads the graph, not its weights)."""
+    try:
+        st = model.stat()
+    except OSError:
+        return False
+    return _declares_native(str(model), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=32)
+def _declares_native(path: str, mtime_ns: int, size: int) -> bool:
+    del mtime_ns, size  # the cache key: a rewritten file is read again
+    return declares_native(onnx.load(path, load_external_data=False))
 
 
 @dataclass
@@ -308,7 +365,7 @@ def start_session(model_path: Path, device: Device, threads: int | None = None) 
         return StartedSession(create_session(model_path, CPU, session_options(threads)), CPU, None)
     try:
         session = create_session(model_path, device, session_options(threads))
-    except native_kernels.NativeKernelsUnavailable as exc:  # a native-only folder: its fix
+    except NativeKernelsUnavailable as exc:  # a native-only folder: its fix
         return cpu_session(model_path, threads, f"{exc} Running on the CPU.")
     except Exception as exc:  # providers fail in many ways (drivers, memory, unsupported ops)
         reason = (

@@ -28,17 +28,15 @@ from chatapp.engine.errors import (
     ModelError,
 )
 from chatapp.engine.generation import Generation
-from chatapp.engine.guards import check_kv_memory, check_threads
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.mapped_files import MappedFiles
-from chatapp.engine.memory import MemoryEstimate, check_memory
-from chatapp.engine.model_description import ModelDescription, is_cpu, read_model
+from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
+from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.nocache import capped_new_tokens
-from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, saved_already, wanted
-from chatapp.engine.resident import MappedPages, released_while_loading
+from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
+from chatapp.engine.resident import MappedFiles, MappedPages, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch
@@ -64,17 +62,9 @@ def open_model(
     before anything is loaded where it would not fit in memory: the memory available now plus
     `freed` (what closing the current model gives back). The one memory check of a load."""
     model = read_model(folder, onnx_file, device, max_context)
-    check_memory(resident_need(model.memory, model.info, device), model.info.name, freed)
+    need = resident_need(model)  # a packed copy saved already is mapped, not packed again
+    check_memory(need, model.info.name, freed)
     return model
-
-
-def resident_need(estimate: MemoryEstimate, info: ModelInfo, device: str) -> MemoryEstimate:
-    """What loading and answering will hold at their peak: one kernel's packed copies where a
-    CPU session maps a packed copy already saved, else (packing on the heap, or saving that
-    copy first) both kernels'."""
-    if is_cpu(device) and wanted(estimate) and saved_already(info.onnx_path, estimate):
-        return estimate.one_kernel_resident()
-    return estimate
 
 
 def attention_refusal(device: Device, info: ModelInfo) -> str | None:
@@ -89,6 +79,45 @@ def attention_refusal(device: Device, info: ModelInfo) -> str | None:
         "and IO-Binding would give wrong tokens. Running on the CPU; for this device, convert "
         "the GGUF again with it selected (or `chatapp convert --attention standard`)."
     )
+
+
+def start_model(
+    model: ModelDescription, device: Device, threads: int | None, reason: str | None = None
+) -> tuple[StartedSession, MappedFiles]:
+    """A session for `model` on `device`, and the weight files it maps (checked before each
+    run: resident.py). On the CPU a big model runs from its packed copy (packed_cache.py: saved
+    by a child process the first time); a copy that would not load is deleted and saved again,
+    else the folder's own graph runs, and the session's reason says so. `reason`: why it runs
+    on the CPU."""
+    info, memory = model.info, model.memory
+    # Native kernels read the GGUF's bytes: nothing is packed for them.
+    use_copy = device is CPU and not model.native and wanted(memory)
+    damaged: Path | None = None
+    while True:
+        copy = None
+        if use_copy and (damaged is None or remove_copy(damaged)):
+            copy = packed_copy(info.onnx_path, memory, threads)
+        mapped = (copy.parent / DATA,) if copy is not None else memory.mapped_files
+        try:
+            with released_while_loading(mapped):
+                weight_files = MappedFiles(mapped, info.name)
+                graph = copy or info.onnx_path
+                started = (  # on the CPU for a reason (a refusal, a failure): no other device
+                    cpu_session(graph, threads, reason)
+                    if device is CPU and reason is not None
+                    else start_session(graph, device, threads)
+                )
+        except Exception as exc:
+            if copy is None:
+                raise
+            log.warning("the packed copy %s would not load: %s", copy, first_line(exc, STATUS_LINE))
+            use_copy = damaged is None  # saved again once; then the folder's own graph
+            damaged = copy
+            continue
+        if damaged is not None:
+            again = "they were saved again" if copy else "running from the folder's own graph"
+            reason = f"The saved packed weights of {info.name} were damaged; {again}."
+        return (replace(started, fallback_reason=reason) if reason else started), weight_files
 
 
 def _mode(mode: Mode | str) -> Mode:
@@ -113,12 +142,11 @@ class Engine:
     ) -> None:
         """`model`: a description read already (its graph and context were chosen then:
         `max_context` and `onnx_file` are for a folder), or a folder, read here."""
-        check_threads(threads)
         if not isinstance(model, ModelDescription):
             model = open_model(model, device, onnx_file, max_context)
         elif max_context is not None or onnx_file is not None:
             raise ValueError("a ModelDescription has its graph and context already")
-        self._adopt(model)
+        self.model, self.info, self.memory = model, model.info, model.memory
         self._onnx_file = model.onnx_file  # the user's pick of a graph; None: the engine chooses
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
@@ -129,87 +157,45 @@ class Engine:
         self.constraints = ConstraintCompiler(
             self.tokenizer.tok, self.info.eos_token_ids, self.info.vocab_size
         )
-        self._use(self._start(find_device(device), threads))
         log_softmax_session()  # made now, not in the first answer's time to first token
-        try:
-            self.loop()  # fail early (e.g. out of device memory for the KV buffers)
-        except DeviceFailure as exc:
-            self.fall_back_to_cpu(f"{exc} Running on the CPU.")
-            self.loop()
+        reason: str | None = None  # why it runs on the CPU after the device failed
+        while True:
+            self._start(CPU if reason else find_device(device), threads, reason)
+            try:
+                self.loop()  # fail early (e.g. out of device memory for the KV buffers)
+                break
+            except DeviceFailure as exc:  # never raised on the CPU: this runs once at most
+                reason = f"{exc} Running on the CPU."
 
-    def _start(self, device: Device, threads: int | None) -> StartedSession:
+    def _start(self, device: Device, threads: int | None, reason: str | None = None) -> None:
+        """Start the session on `device` (the CPU where its attention would leave this graph:
+        then, unless the user picked the graph, the one a CPU session takes, read for it);
+        `reason`: why it runs on the CPU. Cached prefixes are dropped."""
         refusal = attention_refusal(device, self.info)
         if refusal is not None:
-            if self._onnx_file is None:
-                self._choose_cpu_graph()
             device = CPU
+        model = self.model
+        if device is CPU and self._onnx_file is None and not model.on_cpu:
+            model = read_model(self.info.folder, None, CPU.name, self.max_context)
         try:
-            graph = self._cpu_graph() if device is CPU else self.info.onnx_path
-            with released_while_loading(self.mapped_files):
-                try:
-                    started = start_session(graph, device, threads)
-                    return replace(started, fallback_reason=refusal) if refusal else started
-                except Exception as exc:
-                    if graph == self.info.onnx_path:
-                        raise
-                    damaged = exc
-            return self._start_without_damaged_copy(graph, damaged, threads)
-        except ModelError:  # already a sentence that says what to do (native_kernels.py)
+            started, self.weight_files = start_model(model, device, threads, reason or refusal)
+        except EngineError:  # already a sentence that says what to do (threads, native kernels)
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
-            name, why = self.info.onnx_path.name, first_line(exc, STATUS_LINE)
+            name, why = model.info.onnx_path.name, first_line(exc, STATUS_LINE)
             raise ModelError(f"onnxruntime cannot run {name} ({why}).") from exc
-
-    def _start_without_damaged_copy(
-        self, copy: Path, exc: Exception, threads: int | None
-    ) -> StartedSession:
-        """The packed copy (engine/packed_cache.py) would not load, but the folder is intact:
-        delete the copy, save it again, else run from the folder's own graph; the note says so."""
-        log.warning("the packed copy %s would not load: %s", copy, first_line(exc, STATUS_LINE))
-        self.mapped_files = self.memory.mapped_files
-        note = f"The saved packed weights of {self.info.name} were damaged"
-        if remove_copy(copy):
-            graph = self._cpu_graph()
-            if graph != self.info.onnx_path:
-                try:
-                    with released_while_loading(self.mapped_files):
-                        started = start_session(graph, CPU, threads)
-                    return replace(started, fallback_reason=f"{note}; they were saved again.")
-                except Exception:
-                    log.warning("the packed copy saved again would not load either", exc_info=True)
-                    self.mapped_files = self.memory.mapped_files
-        with released_while_loading(self.mapped_files):
-            started = start_session(self.info.onnx_path, CPU, threads)
-        return replace(started, fallback_reason=f"{note}; running from the folder's own graph.")
-
-    def _use(self, started: StartedSession) -> None:
-        self.session = started.session
-        self.device: Device = started.device
+        self.model, self.info, self.memory = model, model.info, model.memory
+        self.mapped_files = self.weight_files.files  # a packed copy's, or the folder's
+        self.session, self.device = started.session, started.device
         self.fallback_reason = started.fallback_reason
         self._loops = {}
         self._slots = None
-        self.weight_files = MappedFiles(self.mapped_files, self.info.name)
 
     def fall_back_to_cpu(self, reason: str) -> None:
         """After the device failed: the same model on the CPU, in the graph a CPU session would
         have chosen (the folder's native one where the library runs); cached prefixes are
         dropped."""
-        if self._onnx_file is None and self.device is not CPU:
-            self._choose_cpu_graph()
-        graph = self._cpu_graph()
-        with released_while_loading(self.mapped_files):
-            self._use(cpu_session(graph, self.threads, reason))
-
-    def _adopt(self, model: ModelDescription) -> None:
-        self.model = model
-        self.info: ModelInfo = model.info
-        self.memory: MemoryEstimate = model.memory
-        self.mapped_files = self.memory.mapped_files  # what the running session maps
-
-    def _choose_cpu_graph(self) -> None:
-        model = read_model(self.info.folder, None, CPU.name, self.max_context)
-        if model.info.onnx_path != self.info.onnx_path:
-            self._adopt(model)
+        self._start(CPU, self.threads, reason)
 
     @property
     def resident_estimate(self) -> MemoryEstimate:
@@ -217,18 +203,6 @@ class Engine:
         if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
             return self.memory.one_kernel_resident()
         return self.memory
-
-    def _cpu_graph(self) -> Path:
-        """The graph a CPU session runs: for a big model its copy with packed weights saved
-        (engine/packed_cache.py; saved by a child process the first time), else the folder's
-        own."""
-        if not wanted(self.memory) or self.model.native:
-            return self.info.onnx_path  # native kernels read the GGUF bytes: nothing is packed
-        graph = packed_copy(self.info.onnx_path, self.memory, self.threads)
-        if graph is None:
-            return self.info.onnx_path
-        self.mapped_files = (graph.parent / DATA,)
-        return graph
 
     def loop(self, mode: Mode | str | None = None) -> KVLoop:
         mode = _mode(mode) if mode else self.mode

@@ -70,7 +70,7 @@ class KVLoop(ABC):
     # loading the model (SmolLM2: 522 MB, against 818 MB in one piece) at no cost in speed.
     prefill_chunk = 512
     release_weights: Callable[[], object] | None = None  # set by the Engine (packed_cache.py)
-    # Raises where a mapped weight file changed on disk (engine/mapped_files.py); set by the
+    # Raises where a mapped weight file changed on disk (engine/resident.py); set by the
     # Engine, asked before every run.
     check_weights: Callable[[], None] | None = None
     warmed_up = False  # its device's programs are compiled (engine/warm_up.py)

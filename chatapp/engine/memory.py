@@ -1,12 +1,13 @@
 """What a model will hold in memory while it answers, what this computer has free, and the
 refusal when the first does not fit in the second. No Qt.
 
-The estimate is read from the folder's files, before anything is loaded: the weights once (the
-graph and its external data), plus ONNX Runtime's pre-packed copies of the matrix weights
-(MatMulNBits and MatMul with a constant right-hand side: each node packs its own copy for its
-kernel, and a converter-version-6+ graph runs two kernels on the same weights, one for prompts
-and one for decode steps), minus the originals those copies replace, plus the KV cache at the
-engine's context (allocated up front by the IO-Binding loop), the tokenizer (from the size of
+The estimate is made from the folder as read once (model_description.read_model), before
+anything is loaded: the weights once (the graph and its external data), plus ONNX Runtime's
+pre-packed copies of the matrix weights (MatMulNBits and MatMul with a constant right-hand side:
+each node packs its own copy for its kernel, and a converter-version-6+ graph runs two kernels
+on the same weights, one for prompts and one for decode steps), minus the originals those
+copies replace, plus the KV cache at the engine's context (allocated up front by the IO-Binding
+loop and refused beyond half of the memory: `check_kv_memory`), the tokenizer (from the size of
 its tokenizer.json) and a fixed allowance for the runtime and a prompt's activations.
 docs/engine.md, "Memory while answering", compares it with measured peaks.
 """
@@ -19,10 +20,8 @@ from pathlib import Path
 
 import onnx
 
-from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import load_onnx_graph, optional_inside
-from chatapp.engine.model_folder.model import ModelInfo
-from chatapp.engine.model_folder.variants import external_data_files
+from chatapp.engine.errors import EngineError, ModelError
+from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.folder_format.graph import all_nodes
 from chatapp.system_memory import available_memory, physical_memory
 from chatapp.units import fmt_bytes
@@ -34,6 +33,9 @@ RUNTIME_OVERHEAD = 200_000_000
 # model's 3.5 MB (13 MiB), 3.1x for Gemma 3's 33 MB (99 MiB).
 TOKENIZER_PER_JSON_BYTE = 4
 INT8_KERNEL = 4  # MatMulNBits accuracy_level whose packing adds block scales and block sums
+# IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
+# does not reserve gigabytes for a chat that will use a few thousand tokens.
+DEFAULT_MAX_CONTEXT = 8192
 
 
 class MemoryRefusal(ModelError):
@@ -71,31 +73,48 @@ class MemoryEstimate:
         )
 
 
-def estimate_memory(
-    info: ModelInfo, context: int, proto: onnx.ModelProto | None = None
-) -> MemoryEstimate:
-    """What `info`'s graph holds at `context` tokens of KV; reads the graph (unless `proto`,
-    the graph read already, is given), not its weights."""
-    if proto is None:
-        proto = load_onnx_graph(info.onnx_path)
-    files = external_data_files(proto, info.onnx_path)
-    on_disk = info.onnx_path.stat().st_size + sum(f.stat().st_size for f in files)
-    sizes = packed_sizes(proto)
+def check_context(max_context: int | None) -> None:
+    """A context asked for (`--context`) is a whole number of tokens, at least one."""
+    if max_context is not None and (
+        isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1
+    ):
+        raise EngineError(f"The context must be at least 1 token; got {max_context}.")
+
+
+def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
+    """The context an Engine allocates for `info` when asked for `max_context` (None: the
+    default cap)."""
+    return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
+
+
+def check_kv_memory(info: ModelInfo, context: int) -> None:
+    """Refuse a KV cache for `context` tokens that would take more than half of this computer's
+    memory (the IO-Binding loop allocates it up front), with the figure, rather than failing
+    deep inside numpy or onnxruntime."""
+    need = info.kv_bytes_per_token() * context
+    total = physical_memory()
+    if total is not None and need > total // 2:
+        raise EngineError(
+            f"The KV cache for {context} tokens of {info.name} would take {need >> 20} MB, "
+            f"more than half of this computer's {total >> 20} MB; choose a smaller context."
+        )
+
+
+def estimate_memory(read: FolderRead, context: int) -> MemoryEstimate:
+    """What the graph of a folder read once (model_description.read_model_folder) holds at
+    `context` tokens of KV, from its files' sizes and its nodes (nothing is read again)."""
+    info = read.info
+    on_disk = info.onnx_path.stat().st_size + sum(f.stat().st_size for f in read.weight_files)
+    sizes = packed_sizes(read.graph, read.nodes)
     return MemoryEstimate(
         weights=max(0, on_disk - sizes.replaced),
         packed=sizes.total,
         packed_one_kernel=sizes.one_kernel,
         kv=info.kv_bytes_per_token() * context,
         context=context,
-        mapped_files=tuple(files),
-        tokenizer=tokenizer_estimate(info.folder),
+        mapped_files=read.weight_files,
+        tokenizer=TOKENIZER_PER_JSON_BYTE * read.tokenizer_bytes,
     )
-
-
-def tokenizer_estimate(folder: Path) -> int:
-    """What the folder's tokenizer will keep once loaded (0 without a tokenizer.json)."""
-    path = optional_inside(folder, "tokenizer.json")
-    return TOKENIZER_PER_JSON_BYTE * path.stat().st_size if path is not None else 0
 
 
 @dataclass(frozen=True)
@@ -116,17 +135,18 @@ class PackedSizes:
 
 def packed_bytes(proto: onnx.ModelProto) -> tuple[int, int]:
     """(bytes of the packed copies, bytes of the originals they replace)."""
-    sizes = packed_sizes(proto)
+    sizes = packed_sizes(proto, tuple(all_nodes(proto.graph)))
     return sizes.total, sizes.replaced
 
 
-def packed_sizes(proto: onnx.ModelProto) -> PackedSizes:
-    """What ONNX Runtime's packed copies take, by kernel. Every node packs its own copy; an
-    original shared by several nodes is replaced once."""
-    sizes = _initializer_sizes(proto)
+def packed_sizes(proto: onnx.ModelProto, nodes: tuple[onnx.NodeProto, ...]) -> PackedSizes:
+    """What ONNX Runtime's packed copies take, by kernel (`nodes`: the graph's, subgraphs
+    included, walked already). Every node packs its own copy; an original shared by several
+    nodes is replaced once."""
+    sizes = _initializer_sizes(proto, nodes)
     by_kernel = {"int8": 0, "float": 0, "matmul": 0}
     originals: dict[str, int] = {}
-    for node in all_nodes(proto.graph):
+    for node in nodes:
         weight = node.input[1] if len(node.input) > 1 else ""
         if node.op_type == "MatMulNBits" and weight in sizes:
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -147,11 +167,11 @@ def packed_sizes(proto: onnx.ModelProto) -> PackedSizes:
     )
 
 
-def _initializer_sizes(proto: onnx.ModelProto) -> dict[str, int]:
+def _initializer_sizes(proto: onnx.ModelProto, nodes: tuple[onnx.NodeProto, ...]) -> dict[str, int]:
     sizes: dict[str, int] = {}
     graphs = [proto.graph] + [
         attr.g
-        for node in all_nodes(proto.graph)
+        for node in nodes
         for attr in node.attribute
         if attr.type == onnx.AttributeProto.GRAPH
     ]

@@ -4,10 +4,13 @@ from. No Qt.
 llama.cpp splits a model (what was read from its file) from the context that runs it; here
 `ModelDescription` is the model: the graph chosen for a device, its description (`ModelInfo`:
 KV layout, tokens, context), whether it runs on the GGUF kernels, the sampling it suggests and
-what it will hold in memory at the context an engine allocates, all read by `read_model` from
-the folder's configs and one read of the graph (never its weights).
+what it will hold in memory at the context an engine allocates. `read_model` reads it in one
+pass down the folder: its configs (files.py), the graph chosen for the device and read once
+without its weights, its nodes walked once (folder_format/graph.py), the graph described
+(describe.py), its memory estimated (memory.py) and its sampling suggested
+(sampling_defaults.py).
 It is immutable and passed down: `packed_cache.prepare_folder` saves the packed copy from it, a
-load checks its memory (`engine.check_fits`) and the `Engine` starts its session and loops
+load checks its memory (`engine.open_model`) and the `Engine` starts its session and loops
 from it (the context of the split).
 """
 
@@ -16,27 +19,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from chatapp.engine.guards import check_context, check_kv_memory
-from chatapp.engine.memory import MemoryEstimate, estimate_memory
-from chatapp.engine.model_folder.model import ModelInfo, read_model_folder
+from chatapp.engine.errors import FolderFileError, ModelError
+from chatapp.engine.memory import (
+    MemoryEstimate,
+    check_context,
+    check_kv_memory,
+    engine_context,
+    estimate_memory,
+)
+from chatapp.engine.model_folder.describe import check_configs, describe_graph
+from chatapp.engine.model_folder.files import (
+    external_data_files,
+    graph_candidates,
+    load_onnx_graph,
+    read_configs,
+    tokenizer_bytes,
+)
+from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling, sampling_of
-from chatapp.folder_format.graph import declares_native
+from chatapp.engine.native_kernels import native_preferred
+from chatapp.folder_format.graph import all_nodes, declares_native
+from chatapp.folder_format.native_library import library_isa
 
-# IO-Binding allocates KV for the whole context up front; cap it so a 128k-context model
-# does not reserve gigabytes for a chat that will use a few thousand tokens.
-DEFAULT_MAX_CONTEXT = 8192
 CPU_NAME = "cpu"  # devices.CPU's name (devices.py imports onnxruntime; this module does not)
-
-
-def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
-    """The context an Engine allocates for `info` when asked for `max_context` (None: the
-    default cap)."""
-    return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
 
 
 def is_cpu(device: str) -> bool:
     """Whether the device named on the command line or in the panel is the CPU (a native graph
-    of the folder is then preferred: model_folder/model.py)."""
+    of the folder is then preferred: files.by_device)."""
     return device.strip().lower() == CPU_NAME
 
 
@@ -61,6 +71,16 @@ class ModelDescription:
         """The context an engine allocates for it (the KV cache's tokens)."""
         return self.memory.context
 
+    @property
+    def kernels(self) -> str:
+        """Which kernels run its graph, for the backend line: "GGUF kernels, AVX2" (chatapp's
+        native graph, with the instruction set its library picked) or "ONNX Runtime kernels"."""
+        if not self.native:
+            return "ONNX Runtime kernels"
+        isa = library_isa()
+        names = {"avx2": "AVX2", "avx512vnni": "AVX-512 VNNI", "scalar": "scalar"}
+        return f"GGUF kernels, {names.get(isa or '', isa or 'not built')}"
+
 
 def read_model(
     folder: Path | str,
@@ -73,14 +93,90 @@ def read_model(
     it cannot be opened. The one place a model folder is read for running."""
     check_context(max_context)
     on_cpu = is_cpu(device)
-    info, proto, config, generation = read_model_folder(folder, onnx_file, on_cpu=on_cpu)
-    context = engine_context(info, max_context)
-    check_kv_memory(info, context)
+    read = read_model_folder(folder, onnx_file, on_cpu)
+    context = engine_context(read.info, max_context)
+    check_kv_memory(read.info, context)
     return ModelDescription(
-        info,
-        estimate_memory(info, context, proto),
+        read.info,
+        estimate_memory(read, context),
         on_cpu,
-        native=declares_native(proto),
-        sampling=sampling_of(info.folder, config, generation, info.onnx_path.stat().st_size),
+        native=read.native,
+        sampling=sampling_of(
+            read.info.folder,
+            read.config,
+            read.generation,
+            read.info.onnx_path.stat().st_size,
+            made_by_chatapp=read.made_by_chatapp,
+        ),
         onnx_file=onnx_file,
     )
+
+
+def open_model_folder(
+    folder: Path | str, onnx_file: str | Path | None = None, on_cpu: bool = True
+) -> ModelInfo:
+    """Describe the model in `folder` (as `read_model_folder`, without the graph)."""
+    return read_model_folder(folder, onnx_file, on_cpu).info
+
+
+def read_model_folder(
+    folder: Path | str, onnx_file: str | Path | None = None, on_cpu: bool = True
+) -> FolderRead:
+    """Describe the model in `folder`, with the graph and configs read for it (the graph
+    without its weights: the memory estimate reads its initializers' sizes from it);
+    ModelError says what is missing or unsupported.
+
+    Without `onnx_file`: the graph genai_config.json names, else the most precise graph that
+    this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first;
+    and a native graph beside it (model_gguf.onnx, chatapp's GGUF kernels) before either when
+    the session runs `on_cpu` with the library usable, never otherwise (files.by_device).
+    Every file it names is opened only inside the folder (see model_folder/files.py): a graph or an
+    external data file that is missing, a link out or not a regular file refuses the folder
+    rather than being skipped for the next graph.
+    """
+    configs = read_configs(folder)
+    decoder_file = check_configs(configs.config, configs.genai)
+    folder = configs.folder
+    candidates = graph_candidates(folder, onnx_file, decoder_file, native_preferred(on_cpu))
+    tokenizer = tokenizer_bytes(folder)
+    if configs.config is None and configs.genai is None:
+        raise ModelError(f"{folder.name} has neither config.json nor genai_config.json.")
+    first_error: ModelError | None = None
+    for onnx_path in candidates:
+        try:
+            proto = load_onnx_graph(onnx_path)
+            weight_files = external_data_files(proto, onnx_path)
+            nodes = tuple(all_nodes(proto.graph))
+            native = declares_native(proto)
+            info = describe_graph(
+                folder,
+                onnx_path,
+                proto.graph,
+                frozenset(node.op_type for node in nodes),
+                configs.config or {},
+                configs.genai or {},
+                configs.generation,
+            )
+        except FolderFileError:
+            raise
+        except ModelError as exc:
+            first_error = first_error or exc
+            continue
+        return FolderRead(
+            info,
+            proto,
+            nodes,
+            native,
+            tuple(weight_files),
+            configs.config or {},
+            configs.generation,
+            configs.made_by_chatapp,
+            tokenizer,
+        )
+    assert first_error is not None
+    if len(candidates) > 1:
+        raise ModelError(
+            f"None of the {len(candidates)} ONNX graphs in {folder.name} can be run here; "
+            f"the first: {first_error}"
+        ) from first_error
+    raise first_error

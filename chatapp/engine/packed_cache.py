@@ -92,6 +92,16 @@ def saved_already(onnx_path: Path, estimate: MemoryEstimate) -> bool:
     return (folder / GRAPH).is_file() and (folder / DATA).is_file()
 
 
+def resident_need(model: ModelDescription) -> MemoryEstimate:
+    """What loading and answering `model` will hold at their peak: one kernel's packed copies
+    where a CPU session maps a packed copy already saved, else (packing on the heap, or saving
+    that copy first) both kernels'."""
+    estimate = model.memory
+    if model.on_cpu and wanted(estimate) and saved_already(model.info.onnx_path, estimate):
+        return estimate.one_kernel_resident()
+    return estimate
+
+
 def packed_copy(
     onnx_path: Path,
     estimate: MemoryEstimate,
@@ -100,11 +110,10 @@ def packed_copy(
 ) -> Path | None:
     """The packed copy of `onnx_path` for this machine, saved first by a child process where it
     is missing; None where it could not be saved (the caller packs on the heap as before)."""
-    if not saved_already(onnx_path, estimate):
-        save_in_child(onnx_path, threads, should_stop)
-    if not saved_already(onnx_path, estimate):
-        return None
-    return _copy_folder(onnx_path, estimate) / GRAPH
+    graph = _copy_folder(onnx_path, estimate) / GRAPH
+    if saved_already(onnx_path, estimate) or save_in_child(onnx_path, threads, should_stop):
+        return graph  # a child that says it saved the copy has put it in place
+    return None
 
 
 def prepare_folder(
@@ -140,7 +149,8 @@ def save_in_child(
     onnx_path: Path, threads: int | None, should_stop: Callable[[], bool] | None = None
 ) -> bool:
     """Save the packed copy in a child process; True when it says it did. `should_stop` is
-    asked every POLL_S: the child is then killed and what it wrote removed."""
+    asked every POLL_S: the child is then killed. What a child that did not save wrote is
+    removed."""
     import chatapp
 
     code = str(Path(chatapp.__file__).resolve().parents[1])
@@ -155,32 +165,48 @@ def save_in_child(
     except OSError:
         log.exception("could not start the process that saves the packed weights")
         return False
+    saved = False
+    try:
+        said = _wait(child, should_stop)
+        if said is None:
+            log.info("saving the packed copy of %s was stopped", onnx_path)
+        elif child.returncode != 0:
+            reason = _child_reason(*said, child)
+            log.warning("the packed copy of %s was not saved: %s", onnx_path, reason)
+        else:
+            last = said[0].strip().splitlines()[-1] if said[0].strip() else ""
+            log.info(
+                "packed copy of %s saved in %.1f s: %s",
+                onnx_path,
+                time.perf_counter() - started,
+                last,
+            )
+            saved = True
+    finally:  # a stop, a failure, Ctrl+C or the app closing: the child and its leftovers go
+        if not saved:
+            _remove_abandoned(cache_root() / _source_key(onnx_path))
+    return saved
+
+
+def _wait(
+    child: subprocess.Popen[str], should_stop: Callable[[], bool] | None
+) -> tuple[str, str] | None:
+    """What the child printed (stdout, stderr) once it ended; None when `should_stop` said so
+    first (the child is then killed, as it is when this is interrupted)."""
     try:
         while True:
             try:
-                out, err = child.communicate(timeout=POLL_S)
-                break
+                return child.communicate(timeout=POLL_S)
             except subprocess.TimeoutExpired:
                 if should_stop is not None and should_stop():
-                    log.info("saving the packed copy of %s was stopped", onnx_path)
-                    _stop(child, onnx_path)
-                    return False
-    except BaseException:  # Ctrl+C, the app closing: the child goes too
-        _stop(child, onnx_path)
+                    break
+    except BaseException:
+        child.kill()
+        child.communicate()
         raise
-    if child.returncode != 0:
-        log.warning(
-            "the packed copy of %s was not saved: %s", onnx_path, _child_reason(out, err, child)
-        )
-        _remove_abandoned(cache_root() / _source_key(onnx_path))
-        return False
-    log.info(
-        "packed copy of %s saved in %.1f s: %s",
-        onnx_path,
-        time.perf_counter() - started,
-        out.strip().splitlines()[-1] if out.strip() else "",
-    )
-    return True
+    child.kill()
+    child.communicate()
+    return None
 
 
 def packed_graph(onnx_path: Path, estimate: MemoryEstimate, opts: ort.SessionOptions) -> Path:
@@ -267,12 +293,6 @@ def _child_reason(out: str, err: str, child: subprocess.Popen[str]) -> str:
     if lines:
         return lines[-1][:STATUS_LINE]
     return f"the process that saves it ended with status {child.returncode}"
-
-
-def _stop(child: subprocess.Popen[str], onnx_path: Path) -> None:
-    child.kill()
-    child.communicate()
-    _remove_abandoned(cache_root() / _source_key(onnx_path))
 
 
 def _child_command() -> list[str]:

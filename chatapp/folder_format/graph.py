@@ -1,12 +1,15 @@
-"""Graph nodes the converter names so that a session can find them again, and walking a graph.
+"""Graph nodes the converter names so that a session can find them again, walking a graph, and
+the check that a native graph's nodes agree with their weights.
 
 The converter builds (convert/decoder_graph.py, step_split.py, int8_levels.py, native_graph.py)
-and the engine reads (model_folder/, devices.py, native_kernels.py, memory.py) by these names.
+and the engine reads (model_description.py, model_folder/, devices.py, memory.py) by these
+names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 import onnx
@@ -14,7 +17,7 @@ import onnx
 # The custom operators of chatapp's native GGUF kernels (native/, convert/gguf_blocks.py).
 NATIVE_DOMAIN = "chatapp.gguf"
 # Formats the library has kernels for: (weights per block, bytes per block). The converter
-# writes them, the engine checks a graph's nodes against them at load (native_kernels.py).
+# writes them, a session checks a graph's nodes against them at load (`native_node_problem`).
 NATIVE_FORMATS: dict[str, tuple[int, int]] = {
     "Q4_0": (32, 18),
     "Q4_1": (32, 20),
@@ -26,6 +29,8 @@ NATIVE_FORMATS: dict[str, tuple[int, int]] = {
     "Q6_K": (256, 210),
     "IQ4_XS": (256, 136),
 }
+# The native operators and which of their inputs is the weight.
+_WEIGHT_INPUT = {"GgufMatMul": 1, "GgufGather": 0}
 # The If that runs the layers with int8 levels for one new token and without for a prompt
 # (convert/step_split.py).
 STEP_OR_PROMPT_NODE = "layers/step_or_prompt"
@@ -47,6 +52,76 @@ def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                 yield from all_nodes(attr.g)
             for sub in attr.graphs:
                 yield from all_nodes(sub)
+
+
+def native_node_problem(model: Path) -> str | None:
+    """Why a native node of the graph at `model` disagrees with its weight, naming the node (an
+    edited or damaged folder: the kernel would refuse it at the first answer); None when none
+    does. Reads the graph, not its weights, once per version of the file."""
+    st = model.stat()
+    return _native_node_problem(str(model), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=32)
+def _native_node_problem(path: str, mtime_ns: int, size: int) -> str | None:
+    """Why a native node of the graph at `path` disagrees with its weight (None: none does).
+    `mtime_ns` and `size` are the cache key: a rewritten file is read again."""
+    del mtime_ns, size
+    graph = onnx.load(path, load_external_data=False).graph
+    weights = {t.name: t for t in graph.initializer}
+    for node in all_nodes(graph):
+        if node.domain != NATIVE_DOMAIN:
+            continue
+        problem = _node_problem(node, weights)
+        if problem is not None:
+            return f"node '{node.name or node.op_type}' ({node.op_type}) {problem}"
+    return None
+
+
+def _node_problem(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> str | None:
+    if node.op_type not in _WEIGHT_INPUT:
+        return "is not an operator of chatapp's GGUF kernels"
+    attrs = {a.name: a for a in node.attribute}
+    qtype_attr, k_attr, n_attr = attrs.get("qtype"), attrs.get("K"), attrs.get("N")
+    if qtype_attr is None or k_attr is None or n_attr is None:
+        return "lacks one of its attributes qtype, K and N"
+    qtype = qtype_attr.s.decode("utf-8", "replace")
+    k, n = k_attr.i, n_attr.i
+    if qtype not in NATIVE_FORMATS:
+        return f"names the format '{qtype[:20]}', which the kernels do not read"
+    values, block_bytes = NATIVE_FORMATS[qtype]
+    if k <= 0 or n <= 0 or k % values:
+        return f"has K={k}, N={n}: K must be a positive multiple of {values} for {qtype}"
+    index = _WEIGHT_INPUT[node.op_type]
+    name = node.input[index] if len(node.input) > index else ""
+    weight = weights.get(name)
+    if weight is None:
+        return f"takes its weight '{name[:80]}' from no initializer of the graph"
+    row = k // values * block_bytes
+    if weight.data_type != onnx.TensorProto.UINT8 or list(weight.dims) != [n, row]:
+        try:
+            kind = onnx.TensorProto.DataType.Name(weight.data_type).lower()
+        except ValueError:
+            kind = f"type {weight.data_type}"
+        return (
+            f"says {qtype} with K={k}, N={n} (uint8 [{n}, {row}]) but its weight is "
+            f"{kind} {list(weight.dims)[:4]}"
+        )
+    stored = _stored_bytes(weight)
+    if stored is not None and stored != n * row:
+        return f"has a weight of {n * row} bytes, but the folder holds {stored} for it"
+    return None
+
+
+def _stored_bytes(weight: onnx.TensorProto) -> int | None:
+    """The bytes the folder holds for `weight` (None: not known without reading them)."""
+    if weight.data_location == onnx.TensorProto.EXTERNAL:
+        entry = {e.key: e.value for e in weight.external_data}
+        length = entry.get("length")
+        return int(length) if length is not None and length.isdigit() else None
+    if weight.HasField("raw_data"):
+        return len(weight.raw_data)
+    return len(weight.int32_data)  # uint8 stored as one int32 each
 
 
 def levels_projection(node: onnx.NodeProto) -> str | None:

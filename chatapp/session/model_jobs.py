@@ -22,7 +22,6 @@ from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
-from chatapp.engine.native_kernels import kernels_label
 from chatapp.engine.resident import return_freed_heap
 from chatapp.error_text import first_line
 from chatapp.remote.engine import RemoteEngine
@@ -193,7 +192,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         onnx_file=engine.info.onnx_file,
         sampling=engine.model.sampling,
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
-        kernels=kernels_label(engine.model.native),
+        kernels=engine.model.kernels,
         has_chat_template=engine.tokenizer.has_template,
     )
 
@@ -201,7 +200,8 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
 def _open_engine(
     request: LoadRequest, model: ModelDescription | None = None
 ) -> tuple[Engine, str | None]:
-    """An engine for `request`, from `model` where the folder was read already."""
+    """An engine for `request`, from `model` where the folder was read already; the reason it
+    runs elsewhere than asked, if so."""
     try:
         if model is not None:
             engine = Engine(model, request.device, request.mode, threads=request.threads)
@@ -301,9 +301,8 @@ class ConvertPlan:
 def convert_job(request: ConvertRequest) -> Job:
     """Convert a GGUF file into a model folder (reusing a verified earlier copy); yields
     Progress, returns the folder. Stopping abandons it (the converter cleans up)."""
-    from chatapp.convert.converter import ConvertOptions, convert_gguf
+    from chatapp.convert.converter import ConvertOptions, convert_gguf, earlier_conversion
     from chatapp.engine.packed_cache import prepare_folder
-    from chatapp.store.model_library import earlier_conversion
 
     def run(control: JobControl) -> Path:
         control.put(Progress(0.0, "checking the source file"))

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chatapp.convert.converter import ConvertOptions, is_verified_copy, sha256_file
+from chatapp.convert.converter import ConvertOptions, converted_from, subfolders
 from chatapp.convert.output_folder import made_by_chatapp, read_json
-from chatapp.engine.model_folder.variants import candidate_files, split_name
+from chatapp.engine.model_folder.files import candidate_files, split_name
 from chatapp.folder_format.manifest import MANIFEST_FILE
 from chatapp.safe_delete import remove_owned
 
@@ -105,74 +105,10 @@ def find_converted(
     """A folder in `models` converted from the GGUF with this sha256 by this converter
     version, with the same conversion options, intact (its files checked against its
     manifest); None if there is none. Reads only the manifests of chatapp's folders."""
-    for folder in _subfolders(models):
+    for folder in subfolders(models):
         if converted_from(folder, source_sha256, options):
             return folder
     return None
-
-
-def earlier_conversion(
-    gguf: Path, out_dir: Path, options: ConvertOptions | None = None
-) -> Path | None:
-    """`out_dir` itself, or a folder beside it, holding this GGUF's intact conversion with
-    these options (None: convert it). The file is hashed only when a manifest records its
-    size: an unrelated file (a 40 GB one the converter refuses at once) is not read."""
-    try:
-        size = gguf.stat().st_size
-    except OSError:
-        return None  # the converter says what is wrong with it
-    folders = [out_dir] if out_dir.is_dir() and not out_dir.is_symlink() else []
-    folders += [f for f in _subfolders(out_dir.parent) if f != out_dir]
-    candidates = [f for f in folders if _source_bytes(f) == size]
-    if not candidates:
-        return None
-    try:
-        source_sha256 = sha256_file(gguf)
-    except OSError:
-        return None
-    return next((f for f in candidates if converted_from(f, source_sha256, options)), None)
-
-
-def _subfolders(parent: Path) -> list[Path]:
-    try:
-        entries = sorted(parent.iterdir(), key=lambda p: p.name.lower())
-    except OSError:
-        return []
-    return [e for e in entries if not e.name.startswith(".") and not e.is_symlink() and e.is_dir()]
-
-
-def _source_bytes(folder: Path) -> int | None:
-    manifest = read_json(folder / MANIFEST_FILE)
-    source = manifest.get("source") if manifest is not None else None
-    size = source.get("bytes") if isinstance(source, dict) else None
-    return size if isinstance(size, int) else None
-
-
-def converted_from(folder: Path, source_sha256: str, options: ConvertOptions | None) -> bool:
-    """Whether `folder` is chatapp's intact conversion of that GGUF with those options."""
-    manifest = read_json(folder / MANIFEST_FILE)
-    if manifest is None or manifest.get("converter") != "chatapp":
-        return False
-    source, recorded = manifest.get("source"), manifest.get("options")
-    if not isinstance(source, dict) or source.get("sha256") != source_sha256:
-        return False
-    wanted = (options or ConvertOptions()).resolved()  # auto: what it writes on this machine
-    if not same_options(recorded if isinstance(recorded, dict) else {}, wanted):
-        return False
-    return is_verified_copy(folder, source_sha256)
-
-
-def same_options(recorded: dict[str, Any], wanted: ConvertOptions) -> bool:
-    """Whether a folder converted with `recorded` options is what `wanted` would make (a
-    context length left to the file matches whatever the file gave)."""
-    for key, value in asdict(wanted).items():
-        if key == "overwrite" or (key == "context_length" and value is None):
-            continue
-        if key == "graph" and recorded.get(key) == "both" and value in ("native", "stock"):
-            continue  # a folder with both graphs has the one asked for
-        if recorded.get(key) != value:
-            return False
-    return True
 
 
 def remove_model(models: Path, folder: Path) -> None:

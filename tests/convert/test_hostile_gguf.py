@@ -403,7 +403,7 @@ def test_refusals_peak_memory_in_a_separate_process(tmp_path: Path, tiny_gguf: P
 
 def test_an_end_token_of_minus_one_means_none(tmp_path: Path, tiny_gguf: Path) -> None:
     """llama.cpp writes -1 for "no such token": converted, and the folder opens."""
-    from chatapp.engine.model_folder.model import open_model_folder
+    from chatapp.engine.model_description import open_model_folder
 
     parts = GGUFParts.from_file(tiny_gguf).set("tokenizer.ggml.eot_token_id", INT32, -1)
     out = convert_gguf(parts.write(tmp_path / "eot.gguf"), tmp_path / "out")

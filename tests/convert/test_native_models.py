@@ -14,11 +14,11 @@ import pytest
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP
 from chatapp.convert.gguf_file import GGUFModel
-from chatapp.engine import native_kernels
+from chatapp.engine import devices
 from chatapp.engine.bench.floor import onnx_step_bytes
-from chatapp.engine.devices import CPU, Device, start_session
+from chatapp.engine.devices import CPU, Device, needs_native, start_session
 from chatapp.engine.engine import Engine
-from chatapp.engine.native_kernels import NativeKernelsUnavailable, library_path, needs_native
+from chatapp.engine.native_kernels import NativeKernelsUnavailable, library_path
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.graph import all_nodes
 from tests.convert import test_graph
@@ -50,7 +50,7 @@ def sessions_with_the_library(monkeypatch: pytest.MonkeyPatch) -> None:
     def new_session(folder: Path) -> ort.InferenceSession:
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        native_kernels.register_if_needed(folder / "model.onnx", True, "the CPU", opts)
+        devices.register_if_needed(folder / "model.onnx", True, "the CPU", opts)
         return ort.InferenceSession(
             str(folder / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"]
         )
@@ -122,7 +122,7 @@ def test_without_the_library_a_native_folder_is_refused_in_one_sentence(
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
     folder = convert_gguf(gguf, tmp_path / "model", NATIVE)  # converting needs no library
     assert needs_native(folder / "model.onnx")
-    monkeypatch.setattr(native_kernels, "library_path", lambda: None)
+    monkeypatch.setattr(devices, "library_path", lambda: None)
     with pytest.raises(NativeKernelsUnavailable, match="make native") as caught:
         Engine(folder, threads=1)
     assert "\n" not in str(caught.value)
@@ -135,7 +135,7 @@ def test_a_device_session_falls_back_to_the_cpu_with_the_reason(
     gpu = Device("cuda", "CUDAExecutionProvider", "cuda", "a test GPU", own_memory=True)
     if library_path() is None:  # the CPU fallback needs the library too; check the refusal only
         with pytest.raises(NativeKernelsUnavailable, match="CPU only"):
-            native_kernels.register_if_needed(
+            devices.register_if_needed(
                 folder / "model.onnx", False, gpu.label, ort.SessionOptions()
             )
         return

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
-from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.model_description import open_model_folder
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tensor_types import BFLOAT16, as_float32, host_copy, host_value

@@ -17,7 +17,7 @@ from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine import engine as engine_module
 from chatapp.engine.devices import CPU, attention_for
 from chatapp.engine.engine import Engine
-from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.model_description import open_model_folder
 from chatapp.engine.sampling import SamplingSettings
 
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=8)

@@ -21,7 +21,8 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.model_folder.model import KVLayout, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.model import KVLayout
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.device_checks import (
     FOLLOW_UP,

@@ -17,6 +17,7 @@ from chatapp.convert.converter import (
     NATIVE_MODEL_FILE,
     ConvertOptions,
     convert_gguf,
+    earlier_conversion,
     graphs_to_write,
     read_manifest,
 )
@@ -30,20 +31,19 @@ from chatapp.engine.devices import (
     DeviceError,
     StartedSession,
     create_session,
+    needs_native,
     session_options,
     start_session,
 )
 from chatapp.engine.engine import Engine
-from chatapp.engine.model_folder.model import folder_variants, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.variants import folder_variants
 from chatapp.engine.native_kernels import (
     NativeKernelsUnavailable,
-    kernels_label,
     library_path,
-    needs_native,
 )
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.native_library import LIBRARY_ENV, usable_isa
-from chatapp.store.model_library import earlier_conversion
 from tests.tiny_model import write_tiny_gguf
 
 USABLE = usable_isa() is not None
@@ -149,7 +149,7 @@ def test_on_the_cpu_with_the_library_the_native_graph_runs(both: Path) -> None:
     assert open_model_folder(both).onnx_file == NATIVE_MODEL_FILE
     engine = Engine(both, threads=1, max_context=64)
     assert engine.info.onnx_file == NATIVE_MODEL_FILE
-    assert kernels_label(engine.model.native).startswith("GGUF kernels, AVX")
+    assert engine.model.kernels.startswith("GGUF kernels, AVX")
     statuses = {s.variant.path: s for s in folder_variants(both)}
     assert statuses[NATIVE_MODEL_FILE].variant.precision == "gguf"
     assert statuses[NATIVE_MODEL_FILE].default and not statuses["model.onnx"].default
@@ -158,7 +158,7 @@ def test_on_the_cpu_with_the_library_the_native_graph_runs(both: Path) -> None:
 def test_without_the_library_the_stock_graph_runs(both: Path, no_library: None) -> None:
     engine = Engine(both, threads=1, max_context=64)
     assert engine.info.onnx_file == "model.onnx"
-    assert kernels_label(engine.model.native) == "ONNX Runtime kernels"
+    assert engine.model.kernels == "ONNX Runtime kernels"
     statuses = {s.variant.path: s for s in folder_variants(both)}
     assert statuses["model.onnx"].default
     problem = statuses[NATIVE_MODEL_FILE].problem
@@ -313,7 +313,7 @@ def test_after_a_device_failure_the_cpu_runs_the_native_graph(
     on_device = engine.generate_ids([1, 5, 9, 2, 7], GREEDY, ignore_eos=True).run().token_ids
     engine.fall_back_to_cpu("The device failed. The next answer runs on the CPU.")
     assert engine.device is CPU and engine.info.onnx_file == NATIVE_MODEL_FILE
-    assert kernels_label(engine.model.native).startswith("GGUF kernels")
+    assert engine.model.kernels.startswith("GGUF kernels")
     after = engine.generate_ids([1, 5, 9, 2, 7], GREEDY, ignore_eos=True).run().token_ids
     assert after == on_device
 

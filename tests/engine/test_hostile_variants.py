@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine.errors import FolderFileError, ModelError
-from chatapp.engine.model_folder.model import folder_variants, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.variants import folder_variants
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "onnx_folders"
 

@@ -11,7 +11,8 @@ import pytest
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
 from chatapp.engine.loops import IOBindingLoop
-from chatapp.engine.model_folder.model import KVLayout, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.model import KVLayout
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.static_window import StaticWindowKv

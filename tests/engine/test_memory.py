@@ -18,8 +18,8 @@ from chatapp.engine.memory import (
     estimate_memory,
     packed_bytes,
 )
+from chatapp.engine.model_description import read_model_folder
 from chatapp.engine.model_folder.files import load_onnx_graph
-from chatapp.engine.model_folder.model import open_model_folder
 from chatapp.units import fmt_bytes
 
 
@@ -41,8 +41,9 @@ def test_the_estimate_counts_the_weights_once_their_packed_copies_and_the_kv(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     folder = with_external_data(tiny_model_dir, tmp_path / "external")
-    info = open_model_folder(folder)
-    estimate = estimate_memory(info, 300)
+    read = read_model_folder(folder)
+    info = read.info
+    estimate = estimate_memory(read, 300)
     packed, replaced = packed_bytes(load_onnx_graph(info.onnx_path))
     on_disk = (folder / "model.onnx").stat().st_size + (folder / "model.onnx.data").stat().st_size
     assert estimate.packed == packed > 0
@@ -94,7 +95,7 @@ def test_a_model_that_does_not_fit_is_refused_before_loading(
 def test_memory_freed_by_closing_the_current_model_counts(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    estimate = estimate_memory(open_model_folder(tiny_model_dir), 64)
+    estimate = estimate_memory(read_model_folder(tiny_model_dir), 64)
     monkeypatch.setattr(memory, "available_memory", lambda: estimate.total - 1000)
     with pytest.raises(MemoryRefusal):
         check_memory(estimate, "tiny")
@@ -104,7 +105,7 @@ def test_memory_freed_by_closing_the_current_model_counts(
 def test_without_an_available_figure_the_whole_memory_is_the_limit(
     monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path
 ) -> None:
-    estimate = estimate_memory(open_model_folder(tiny_model_dir), 64)
+    estimate = estimate_memory(read_model_folder(tiny_model_dir), 64)
     monkeypatch.setattr(memory, "available_memory", lambda: None)
     monkeypatch.setattr(memory, "physical_memory", lambda: estimate.total // 2)
     with pytest.raises(MemoryRefusal, match="is all this computer has"):

@@ -12,7 +12,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.model import KVLayout, onnx_candidates, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.files import ordered_candidates
+from chatapp.engine.model_folder.model import KVLayout
 
 
 def copy_folder(src: Path, dst: Path) -> Path:
@@ -195,7 +197,7 @@ def test_optimum_folder_with_several_graphs(tiny_model_dir: Path, tmp_path: Path
     (folder / "onnx").mkdir()
     shutil.move(folder / "model.onnx", folder / "onnx" / "model_q4.onnx")
     shutil.copy(folder / "onnx" / "model_q4.onnx", folder / "onnx" / "model_fp16.onnx")
-    assert [p.name for p in onnx_candidates(folder)] == ["model_fp16.onnx", "model_q4.onnx"]
+    assert [p.name for p in ordered_candidates(folder)] == ["model_fp16.onnx", "model_q4.onnx"]
     info = open_model_folder(folder, "onnx/model_q4.onnx")
     assert info.onnx_path.name == "model_q4.onnx"
     with pytest.raises(ModelError, match="model_int8"):

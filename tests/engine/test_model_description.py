@@ -10,9 +10,8 @@ from chatapp.engine import engine as engine_module
 from chatapp.engine import memory, model_description
 from chatapp.engine.engine import Engine, open_model
 from chatapp.engine.errors import EngineError
-from chatapp.engine.memory import MemoryRefusal, estimate_memory
-from chatapp.engine.model_description import engine_context, is_cpu, read_model
-from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.memory import MemoryRefusal, engine_context, estimate_memory
+from chatapp.engine.model_description import is_cpu, read_model, read_model_folder
 from chatapp.engine.model_folder.sampling_defaults import model_sampling
 
 
@@ -31,10 +30,11 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 def test_the_description_holds_what_the_folder_says(tiny_model_dir: Path) -> None:
     model = read_model(tiny_model_dir, max_context=64)
-    info = open_model_folder(tiny_model_dir)
+    read = read_model_folder(tiny_model_dir)
+    info = read.info
     assert model.info == info and model.folder == tiny_model_dir
     assert model.context == 64 == model.memory.context
-    assert model.memory == estimate_memory(info, 64)  # the same figures, one graph read fewer
+    assert model.memory == estimate_memory(read, 64)  # the same figures, one graph read fewer
     assert model.on_cpu and model.onnx_file is None
     assert model.sampling == model_sampling(tiny_model_dir, info.onnx_path.stat().st_size)
     assert read_model(tiny_model_dir).context == engine_context(info)  # the default cap

@@ -11,11 +11,9 @@ import pytest
 
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import packed_cache
-from chatapp.engine.engine import Engine, resident_need
-from chatapp.engine.memory import estimate_memory
+from chatapp.engine.engine import Engine
 from chatapp.engine.model_description import read_model
-from chatapp.engine.model_folder.model import open_model_folder
-from chatapp.engine.packed_cache import ENV_VAR, cache_root, prepare_folder
+from chatapp.engine.packed_cache import ENV_VAR, cache_root, prepare_folder, resident_need
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.test_memory import with_external_data
 
@@ -157,14 +155,15 @@ def test_once_the_copy_is_saved_the_estimate_counts_one_kernels_copies(
     folder = with_external_data(tiny_model_dir, tmp_path / "external")
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
     monkeypatch.setenv(ENV_VAR, "1")
-    info = open_model_folder(folder)
-    estimate = estimate_memory(info, 64)
-    assert resident_need(estimate, info, "cpu") == estimate  # the first load packs both
+    model = read_model(folder, max_context=64)
+    estimate = model.memory
+    assert resident_need(model) == estimate  # the first load packs both
     engine = Engine(folder, threads=1, max_context=64)
-    one = resident_need(estimate, info, "cpu")
+    one = resident_need(model)
     assert one.packed == estimate.packed_one_kernel < estimate.packed
     assert engine.resident_estimate == one
-    assert resident_need(estimate, info, "webgpu") == estimate  # other devices: their own copy
+    on_device = read_model(folder, device="webgpu", max_context=64)
+    assert resident_need(on_device) == on_device.memory  # other devices: their own copy
 
 
 def test_the_copies_of_a_removed_model_go_when_another_is_made(

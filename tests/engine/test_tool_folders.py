@@ -32,7 +32,9 @@ import pytest
 
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.model import KVLayout, folder_variants, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.model import KVLayout
+from chatapp.engine.model_folder.variants import folder_variants
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from tests.engine.device_checks import Trace, greedy_trace

@@ -14,9 +14,7 @@ from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.memory import estimate_memory
-from chatapp.engine.model_description import ModelDescription
-from chatapp.engine.model_folder import model as model_folder
-from chatapp.engine.model_folder.model import open_model_folder
+from chatapp.engine.model_description import ModelDescription, read_model_folder
 from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
@@ -206,7 +204,7 @@ def test_a_model_that_does_not_fit_is_refused_and_the_current_one_stays(
     engine = host.engine
     assert engine is not None
     # Free memory and what closing the current model gives back together fall 1 MB short.
-    need = estimate_memory(open_model_folder(varied_model_dir), 512).total
+    need = estimate_memory(read_model_folder(varied_model_dir), 512).total
     monkeypatch.setattr(memory, "available_memory", lambda: need - host.held_bytes() - 10**6)
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
     assert out.message is not None and "needs about" in out.message and "are free" in out.message
@@ -232,13 +230,12 @@ def test_a_load_reads_the_folder_once_and_checks_its_memory_once(
     host = EngineHost()
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))  # a model to replace
     reads = calls_to(monkeypatch, model_description, "read_model_folder")
-    graphs = calls_to(monkeypatch, model_folder, "load_onnx_graph")
-    graphs_again = calls_to(monkeypatch, memory, "load_onnx_graph")
+    graphs = calls_to(monkeypatch, model_description, "load_onnx_graph")
     checks = calls_to(monkeypatch, engine_module, "check_memory")
     summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
     assert summary.folder == varied_model_dir
     assert [call[0] for call in reads] == [varied_model_dir]
-    assert len(graphs) == 1 and graphs_again == []  # the estimate reuses the graph read
+    assert len(graphs) == 1  # the estimate reuses the graph read
     assert len(checks) == 1
     assert host.engine is not None and host.engine.model.memory == checks[0][0]
 

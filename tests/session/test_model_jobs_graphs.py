@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from chatapp.convert.converter import NATIVE_MODEL_FILE
-from chatapp.engine.native_kernels import needs_native
+from chatapp.engine.devices import needs_native
 from chatapp.folder_format.native_library import LIBRARY_ENV, usable_isa
 from chatapp.session.model_jobs import ConvertRequest, convert_job
 from tests.session.drive import drive

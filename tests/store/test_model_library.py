@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.convert.converter import ConvertOptions, convert_gguf, sha256_file
+from chatapp.convert.converter import (
+    ConvertOptions,
+    convert_gguf,
+    earlier_conversion,
+    sha256_file,
+)
 from chatapp.store.model_library import (
     LibraryError,
     disk_usage,
-    earlier_conversion,
     find_converted,
     library_folder,
     list_library,
@@ -126,7 +130,7 @@ def test_a_conversion_with_other_options_is_not_reused(library: Path, tiny_gguf:
 def test_earlier_conversion_hashes_only_a_file_of_a_recorded_size(
     library: Path, tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatapp.store import model_library
+    from chatapp.convert import converter
 
     assert earlier_conversion(tiny_gguf, library / "new-name") == library / "tiny-llama"
     assert earlier_conversion(tiny_gguf, library / "tiny-llama") == library / "tiny-llama"
@@ -137,7 +141,7 @@ def test_earlier_conversion_hashes_only_a_file_of_a_recorded_size(
     def no_hashing(_path: Path) -> str:
         raise AssertionError("hashed a file no conversion came from")
 
-    monkeypatch.setattr(model_library, "sha256_file", no_hashing)
+    monkeypatch.setattr(converter, "sha256_file", no_hashing)
     assert earlier_conversion(other, library / "big") is None
     assert earlier_conversion(tmp_path / "missing.gguf", library / "x") is None
 

@@ -31,7 +31,6 @@ from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import CACHED_MODES, Mode
-from chatapp.engine.native_kernels import kernels_label
 from chatapp.engine.sampling import GREEDY
 
 Progress = Callable[[str], None]
@@ -315,7 +314,7 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "model": engine.info.name,
         "model_dir": str(engine.info.folder),
         "onnx_file": engine.info.onnx_file,
-        "kernels": kernels_label(engine.model.native),  # GGUF kernels (native graph) or ORT's
+        "kernels": engine.model.kernels,  # GGUF kernels (native graph) or ORT's
         "layout": engine.info.layout.value,
         "device": engine.device.name,
         "device_label": engine.device.label,

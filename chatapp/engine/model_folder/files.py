@@ -1,4 +1,11 @@
-"""The files a model folder names, opened only when they are regular files inside it.
+"""The files of a model folder, opened only when they are regular files inside it: its configs
+(read once: `read_configs`), the graphs it offers and the order they are tried in
+(`graph_candidates`), a graph without its weights and the weight files it names.
+
+Optimum puts `model.onnx` at the top of the folder; onnx-community repositories put several
+precisions in `onnx/` (`model.onnx`, `model_fp16.onnx`, `model_q4.onnx`, `model_quantized.onnx`,
+...); older Optimum exports have `decoder_model_merged.onnx` beside `decoder_model.onnx` and
+`decoder_with_past_model.onnx`. The default is the most precise one that both loops can run.
 
 A model folder is untrusted input: its `genai_config.json` names the decoder file, its `.onnx`
 names external data files, and any of them can be a link. Each name is resolved (links
@@ -12,14 +19,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from chatapp.engine.errors import FolderFileError, ModelError
+from chatapp.folder_format.manifest import MANIFEST_FILE
 
 MAX_JSON_BYTES = 16 << 20  # config.json, genai_config.json, tokenizer_config.json, ...
 # tokenizer.json of a 256k vocabulary is ~33 MB (Gemma 3); a 500 MB one took 1.3 GB to refuse.
@@ -44,6 +54,33 @@ TOKENIZER_FILES = (
 # First byte of a serialized ModelProto: the tag of its lowest field (ir_version = 0x08 in
 # every exporter's output). Anything else is not an ONNX model, and is refused unread.
 _MODEL_PROTO_TAGS = {0x08, 0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2, 0xCA, 0xD2}
+
+
+GGUF = "gguf"  # the precision and file-name suffix of a native graph (model_gguf.onnx)
+
+# Most precise first. int4 with float32 activations (q4) is more precise than with float16 (q4f16).
+# "gguf": chatapp's native graph (model_gguf.onnx) on the GGUF's own blocks; it runs on the CPU
+# with chatapp's library only, so it is chosen by device (`by_device`), not by this order.
+PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4", GGUF)
+# transformers.js's file-name suffixes (model_<suffix>.onnx) and what they mean.
+NAME_SUFFIXES = {
+    "fp32": "fp32",
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "quantized": "int8",
+    "q8": "int8",
+    "int8": "int8",
+    "uint8": "uint8",
+    "q4": "q4",
+    "int4": "q4",
+    "q4f16": "q4f16",
+    "bnb4": "bnb4",
+    GGUF: GGUF,
+}
+# Graph names by how a folder uses them: the plain decoder first, legacy layouts after it; a
+# decoder without past inputs (Optimum's legacy decoder_model.onnx) cannot run here at all.
+STEMS = ("model", "decoder_model_merged", "decoder_with_past_model", "decoder_model")
+_SUFFIX = re.compile(r"^(?P<stem>.+?)_(?P<suffix>[a-z0-9]+)$")
 
 
 def resolve_inside(folder: Path, name: str | os.PathLike[str], what: str) -> Path:
@@ -111,6 +148,104 @@ def read_capped(path: Path, limit: int, what: str) -> bytes:
     return data
 
 
+def candidate_files(folder: Path) -> list[Path]:
+    """Every .onnx entry at the top of the folder and in onnx/ but sub-folders. Links and
+    special files count too: they are refused by name when checked (files.py), rather
+    than skipped in silence."""
+    found: list[Path] = []
+    for sub in (folder, folder / "onnx"):
+        if sub.is_dir():
+            found += sorted(p for p in sub.glob("*.onnx") if p.is_symlink() or not p.is_dir())
+    return found
+
+
+def split_name(file_name: str) -> tuple[str, str | None]:
+    """('model', 'q4') for model_q4.onnx; ('model', None) for model.onnx."""
+    stem = file_name.removesuffix(".onnx")
+    match = _SUFFIX.match(stem)
+    if match and match.group("suffix") in NAME_SUFFIXES:
+        return match.group("stem"), NAME_SUFFIXES[match.group("suffix")]
+    return stem, None
+
+
+def preference(folder: Path, path: Path) -> tuple[int, int, str]:
+    """Sort key: most precise first (a plain name is taken as fp32), then plain layouts first."""
+    stem, precision = split_name(path.name)
+    rank = PRECISION_ORDER.index(precision or "fp32")
+    kind = STEMS.index(stem) if stem in STEMS else len(STEMS)
+    return rank, kind, path.relative_to(folder).as_posix()
+
+
+def ordered_candidates(folder: Path) -> list[Path]:
+    """The folder's graphs in the order they are tried when none is named."""
+    return sorted(candidate_files(folder), key=lambda p: preference(folder, p))
+
+
+def graph_candidates(
+    folder: Path, onnx_file: str | Path | None, decoder_file: object, prefer_native: bool
+) -> list[Path]:
+    """The graphs to try, in order: `onnx_file` (the user's pick), else the one genai_config.json
+    names (`decoder_file`), else the folder's by `preference`, its native graphs first where they
+    are preferred (`by_device`). Each is a regular file inside the folder, links resolved; all
+    are checked before any is read, so a link out among them refuses the folder."""
+    if onnx_file is not None:
+        return [resolve_inside(folder, onnx_file, "--onnx-file")]
+    return by_device(folder, _unnamed_candidates(folder, decoder_file), prefer_native)
+
+
+def _unnamed_candidates(folder: Path, name: object) -> list[Path]:
+    """The graphs to try when the user named none: genai_config.json's, else the folder's."""
+    if name is not None:
+        # Named means meant: a missing or misplaced file is an error, not another graph instead.
+        if not isinstance(name, str):
+            raise ModelError(f"genai_config.json's decoder filename is {name!r}, not a name.")
+        return [resolve_inside(folder, name, "genai_config.json's decoder filename")]
+    found = ordered_candidates(folder)
+    if not found:
+        raise ModelError(f"{folder.name} holds no ONNX model (model.onnx or onnx/model*.onnx).")
+    resolved: list[Path] = []
+    for path in found:
+        real = resolve_inside(folder, path.relative_to(folder), folder.name)
+        if real not in resolved:  # a link to another graph of the folder is tried once
+            resolved.append(real)
+    return resolved
+
+
+def by_device(folder: Path, candidates: list[Path], prefer_native: bool) -> list[Path]:
+    """The candidates with the folder's native graphs (model_gguf.onnx: `chatapp convert
+    --graph both` writes one beside the stock model.onnx that genai_config.json names) first
+    where they are preferred (the CPU with the library usable), else left out; a folder with
+    no other graph keeps its own, so that the session says what to do
+    (devices.register_if_needed)."""
+    native = []
+    for path in candidate_files(folder):
+        if split_name(path.name)[1] == GGUF:
+            real = resolve_inside(folder, path.relative_to(folder), folder.name)
+            if real not in native:
+                native.append(real)
+    others = [p for p in candidates if p not in native]
+    if prefer_native:
+        return native + others
+    return others or candidates
+
+
+def external_data_files(model: onnx.ModelProto, onnx_path: Path) -> list[Path]:
+    """The external data files the graph names (only those inside its own folder)."""
+    names: set[str] = set()
+    for init in model.graph.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            for entry in init.external_data:
+                if entry.key == "location":
+                    names.add(entry.value)
+    base = onnx_path.parent.resolve()
+    files = []
+    for name in sorted(names):
+        path = (base / name).resolve()
+        if path.is_relative_to(base) and path.is_file():
+            files.append(path)
+    return files
+
+
 def check_tokenizer_files(folder: Path) -> None:
     """Every tokenizer file present is a capped regular file inside the folder."""
     for name in TOKENIZER_FILES:
@@ -127,6 +262,48 @@ def check_tokenizer_files(folder: Path) -> None:
                     f"{name} in {folder.name} is {size >> 20} MB; more than {limit >> 20} MB "
                     "is refused."
                 )
+
+
+@dataclass(frozen=True)
+class FolderConfigs:
+    """A model folder's configs, read once (each size-capped, inside the folder, an object)."""
+
+    folder: Path
+    genai: dict[str, Any] | None  # genai_config.json (None without one)
+    config: dict[str, Any] | None  # config.json (None without one)
+    generation: dict[str, Any]  # generation_config.json ({} without one)
+    made_by_chatapp: bool  # its manifest names chatapp's converter
+
+
+def read_configs(folder: Path | str) -> FolderConfigs:
+    """The configs of the model folder `folder`; ModelError says what is unreadable."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        if folder.exists():
+            raise ModelError(
+                f"{folder} is a file, not a model folder (a .gguf file is converted first: "
+                "File > Open GGUF, or `chatapp convert`)."
+            )
+        raise ModelError(f"The model folder {folder} does not exist.")
+    genai = read_json_file(folder, "genai_config.json")
+    config = read_json_file(folder, "config.json")
+    generation = read_json_file(folder, "generation_config.json") or {}
+    try:
+        manifest = read_json_file(folder, MANIFEST_FILE)
+    except ModelError:  # only the sampling defaults read it: a bad one is no chatapp's
+        manifest = None
+    made_by_chatapp = manifest is not None and manifest.get("converter") == "chatapp"
+    return FolderConfigs(folder, genai, config, generation, made_by_chatapp)
+
+
+def tokenizer_bytes(folder: Path) -> int:
+    """The size of the folder's tokenizer.json (0 with only a tokenizer.model), once every
+    tokenizer file present is checked (`check_tokenizer_files`); ModelError without one."""
+    check_tokenizer_files(folder)
+    tokenizer = optional_inside(folder, "tokenizer.json")
+    if tokenizer is None and not (folder / "tokenizer.model").is_file():
+        raise ModelError(f"{folder.name} has no tokenizer (tokenizer.json is missing).")
+    return tokenizer.stat().st_size if tokenizer is not None else 0
 
 
 def load_onnx_graph(path: Path) -> onnx.ModelProto:

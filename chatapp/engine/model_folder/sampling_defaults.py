@@ -82,7 +82,14 @@ def model_sampling(folder: Path | str, graph_bytes: int | None = None) -> ModelS
         generation, unreadable = read_json_file(folder, GENERATION_CONFIG), None
     except ModelError as exc:
         generation, unreadable = None, exc
-    return sampling_of(folder, _json(folder, "config.json"), generation, graph_bytes, unreadable)
+    return sampling_of(
+        folder,
+        _json(folder, "config.json"),
+        generation,
+        graph_bytes,
+        unreadable,
+        made_by_chatapp=_made_by_chatapp(folder),
+    )
 
 
 def sampling_of(
@@ -91,9 +98,11 @@ def sampling_of(
     generation: dict[str, Any] | None,
     graph_bytes: int | None = None,
     unreadable: Exception | None = None,
+    made_by_chatapp: bool = False,
 ) -> ModelSampling:
-    """`model_sampling` for a folder whose config.json and generation_config.json were read
-    already (None or {}: the folder has none; `unreadable`: why the latter could not be)."""
+    """`model_sampling` for a folder whose config.json, generation_config.json and manifest
+    were read already (None or {}: the folder has none; `unreadable`: why the second could
+    not be; `made_by_chatapp`: the manifest names chatapp's converter)."""
     parameters = estimate_parameters(config or None)
     if parameters is None and graph_bytes:
         parameters = graph_bytes // 2  # about 16 bits per weight: a guess for the preset only
@@ -101,7 +110,7 @@ def sampling_of(
     from_file = None
     if generation and problem is None:
         try:
-            from_file = sampling_from_config(generation, _made_by_chatapp(folder))
+            from_file = sampling_from_config(generation, made_by_chatapp)
         except ValueError as exc:
             problem = exc
     if from_file is not None:

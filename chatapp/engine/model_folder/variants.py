@@ -1,51 +1,35 @@
-"""The ONNX graphs a model folder offers, their precision and size, and which one to open.
-
-Optimum puts `model.onnx` at the top of the folder; onnx-community repositories put several
-precisions in `onnx/` (`model.onnx`, `model_fp16.onnx`, `model_q4.onnx`, `model_quantized.onnx`,
-...); older Optimum exports have `decoder_model_merged.onnx` beside `decoder_model.onnx` and
-`decoder_with_past_model.onnx`. The default is the most precise one that both loops can run.
-"""
+"""The ONNX graphs a model folder offers, for a picker and `chatapp variants`: their precision
+and size, whether each can be opened and which one opens by default (the files themselves and
+the order they are tried in: files.py)."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx import TensorProto
 
-from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import load_onnx_graph, resolve_inside
+from chatapp.engine.errors import FolderFileError, ModelError
+from chatapp.engine.model_folder.describe import check_configs, describe_graph
+from chatapp.engine.model_folder.files import (
+    GGUF,
+    PRECISION_ORDER,
+    STEMS,
+    candidate_files,
+    external_data_files,
+    graph_candidates,
+    load_onnx_graph,
+    read_json_file,
+    resolve_inside,
+    split_name,
+)
+from chatapp.engine.native_kernels import NOT_BUILT, library_path, native_preferred
 from chatapp.folder_format.graph import all_nodes, declares_native
 
-GGUF = "gguf"  # the precision and file-name suffix of a native graph (model_gguf.onnx)
-
-# Most precise first. int4 with float32 activations (q4) is more precise than with float16 (q4f16).
-# "gguf": chatapp's native graph (model_gguf.onnx) on the GGUF's own blocks; it runs on the CPU
-# with chatapp's library only, so it is chosen by device (model.py), not by this order.
-PRECISION_ORDER = ("fp32", "fp16", "bf16", "int8", "uint8", "q4", "q4f16", "bnb4", GGUF)
-# transformers.js's file-name suffixes (model_<suffix>.onnx) and what they mean.
-NAME_SUFFIXES = {
-    "fp32": "fp32",
-    "fp16": "fp16",
-    "bf16": "bf16",
-    "quantized": "int8",
-    "q8": "int8",
-    "int8": "int8",
-    "uint8": "uint8",
-    "q4": "q4",
-    "int4": "q4",
-    "q4f16": "q4f16",
-    "bnb4": "bnb4",
-    GGUF: GGUF,
-}
-# Graph names by how a folder uses them: the plain decoder first, legacy layouts after it; a
-# decoder without past inputs (Optimum's legacy decoder_model.onnx) cannot run here at all.
-STEMS = ("model", "decoder_model_merged", "decoder_with_past_model", "decoder_model")
-_SUFFIX = re.compile(r"^(?P<stem>.+?)_(?P<suffix>[a-z0-9]+)$")
 _FLOAT_BYTES = {
     TensorProto.FLOAT: "fp32",
     TensorProto.FLOAT16: "fp16",
@@ -72,39 +56,6 @@ class Variant:
     def label(self) -> str:
         mib = self.size_bytes / 2**20
         return f"{self.path} ({self.precision}, {mib:.1f} MiB)"
-
-
-def candidate_files(folder: Path) -> list[Path]:
-    """Every .onnx entry at the top of the folder and in onnx/ but sub-folders. Links and
-    special files count too: they are refused by name when checked (files.py), rather
-    than skipped in silence."""
-    found: list[Path] = []
-    for sub in (folder, folder / "onnx"):
-        if sub.is_dir():
-            found += sorted(p for p in sub.glob("*.onnx") if p.is_symlink() or not p.is_dir())
-    return found
-
-
-def split_name(file_name: str) -> tuple[str, str | None]:
-    """('model', 'q4') for model_q4.onnx; ('model', None) for model.onnx."""
-    stem = file_name.removesuffix(".onnx")
-    match = _SUFFIX.match(stem)
-    if match and match.group("suffix") in NAME_SUFFIXES:
-        return match.group("stem"), NAME_SUFFIXES[match.group("suffix")]
-    return stem, None
-
-
-def preference(folder: Path, path: Path) -> tuple[int, int, str]:
-    """Sort key: most precise first (a plain name is taken as fp32), then plain layouts first."""
-    stem, precision = split_name(path.name)
-    rank = PRECISION_ORDER.index(precision or "fp32")
-    kind = STEMS.index(stem) if stem in STEMS else len(STEMS)
-    return rank, kind, path.relative_to(folder).as_posix()
-
-
-def ordered_candidates(folder: Path) -> list[Path]:
-    """The folder's graphs in the order they are tried when none is named."""
-    return sorted(candidate_files(folder), key=lambda p: preference(folder, p))
 
 
 def graph_precision(model: onnx.ModelProto) -> str | None:
@@ -138,23 +89,6 @@ def graph_precision(model: onnx.ModelProto) -> str | None:
     if ops & _QUANT_8BIT_OPS and int8_bytes:
         return "uint8" if int8_bytes.most_common(1)[0][0] == TensorProto.UINT8 else "int8"
     return floats
-
-
-def external_data_files(model: onnx.ModelProto, onnx_path: Path) -> list[Path]:
-    """The external data files the graph names (only those inside its own folder)."""
-    names: set[str] = set()
-    for init in model.graph.initializer:
-        if init.data_location == TensorProto.EXTERNAL:
-            for entry in init.external_data:
-                if entry.key == "location":
-                    names.add(entry.value)
-    base = onnx_path.parent.resolve()
-    files = []
-    for name in sorted(names):
-        path = (base / name).resolve()
-        if path.is_relative_to(base) and path.is_file():
-            files.append(path)
-    return files
 
 
 def read_candidate(
@@ -208,3 +142,75 @@ def list_variants(
             before_each(done, len(files), path.relative_to(folder).as_posix())
         found.append(describe_variant(folder, path, *read_candidate(folder, path)[:2]))
     return sorted(found, key=variant_order)
+
+
+@dataclass(frozen=True)
+class VariantStatus:
+    """A graph of the folder, whether this app can open it and whether it is the default."""
+
+    variant: Variant
+    problem: str | None  # why it cannot be opened; None when it can
+    default: bool
+
+
+def folder_variants(folder: Path | str, on_cpu: bool = True) -> list[VariantStatus]:
+    """Every graph in the folder with its size and precision, whether it can be opened and
+    which one opens by default (on the CPU or a device): for a picker. Each graph is read once,
+    never its weights, and only after the same checks `read_model_folder` makes."""
+    folder = Path(folder).expanduser()
+    genai = read_json_file(folder, "genai_config.json") or {}
+    config = read_json_file(folder, "config.json") or {}
+    generation = read_json_file(folder, "generation_config.json") or {}
+    found: list[tuple[Variant, Path | None, ModelError | None]] = []
+    for path in candidate_files(folder):
+        real, proto, error = read_candidate(folder, path)
+        if proto is not None and real is not None:
+            try:
+                op_types = frozenset(node.op_type for node in all_nodes(proto.graph))
+                describe_graph(folder, real, proto.graph, op_types, config, genai, generation)
+            except ModelError as exc:
+                error = exc
+        variant = describe_variant(folder, path, real, proto)
+        if error is None and variant.precision == GGUF and library_path() is None:
+            error = ModelError(NOT_BUILT)
+        found.append((variant, real, error))
+    errors = {real: error for _, real, error in found if real}
+    default = _default_graph(folder, genai, errors, on_cpu)
+    found.sort(key=lambda item: variant_order(item[0]))
+    statuses = []
+    for variant, real, error in found:
+        problem = None if error is None else str(error)
+        statuses.append(VariantStatus(variant, problem, real is not None and real == default))
+    return statuses
+
+
+def default_graph_name(folder: Path | str, on_cpu: bool = True) -> str | None:
+    """The graph `read_model_folder` tries first without a name, relative to the folder with
+    "/" (as Variant.path), from the file names alone (no graph is read); None when the folder
+    cannot say."""
+    folder = Path(folder).expanduser()
+    try:
+        genai = read_json_file(folder, "genai_config.json") or {}
+        decoder_file = check_configs(None, genai)
+        candidates = graph_candidates(folder, None, decoder_file, native_preferred(on_cpu))
+        first = candidates[0].relative_to(folder.resolve())
+    except (ModelError, OSError, IndexError, ValueError):
+        return None
+    return first.as_posix()
+
+
+def _default_graph(
+    folder: Path, genai: dict[str, Any], errors: dict[Path, ModelError | None], on_cpu: bool
+) -> Path | None:
+    """The graph `read_model_folder` opens without a name; None when it would refuse."""
+    try:
+        decoder_file = check_configs(None, genai)
+        candidates = graph_candidates(folder, None, decoder_file, native_preferred(on_cpu))
+    except ModelError:
+        return None
+    for path in candidates:
+        if path not in errors or isinstance(errors[path], FolderFileError):
+            return None  # not listed (genai names another folder), or the open stops there
+        if errors[path] is None:
+            return path
+    return None

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.model_folder.model import default_graph_name
-from chatapp.engine.model_folder.variants import GGUF, Variant, candidate_files
+from chatapp.engine.model_folder.files import GGUF, candidate_files
+from chatapp.engine.model_folder.variants import Variant, default_graph_name
 from chatapp.engine.native_kernels import library_isa
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch

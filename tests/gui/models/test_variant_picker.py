@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QDialog
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.model_folder import variants
-from chatapp.engine.model_folder.model import default_graph_name
+from chatapp.engine.model_folder.variants import default_graph_name
 from chatapp.engine.native_kernels import native_preferred
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.workers import JobRunner

@@ -14,7 +14,8 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.kv_strategy import GraphRun, SharedBufferKv, StandardKv, Step
 from chatapp.engine.loop_factory import make_kv
 from chatapp.engine.loops import IOBindingLoop, NaiveLoop
-from chatapp.engine.model_folder.model import ModelInfo, open_model_folder
+from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.nocache import NoCacheKv
 from chatapp.engine.static_window import PAD_ID, StaticWindowKv

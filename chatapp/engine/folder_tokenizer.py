@@ -271,13 +271,14 @@ class FolderTokenizer:
         (a paste) in pieces where the pipeline allows (engine/tokenizer_pieces.py), with
         encode_batch_fast: encode's ids without the character offsets nothing here reads (a
         table of every character: a fifth of a 1 MB paste's instructions), on tokenizers'
-        worker threads, as transformers' encode_batch ran it (docs/engine.md, "A long
-        paste"). Special tokens a post-processor adds around a text ask for it whole."""
+        worker threads, each with a heap of its own (docs/engine.md, "A long paste").
+        Special tokens a post-processor adds around a text ask for it whole."""
         backend = self.backend_tokenizer
         if len(text) <= LONG_TEXT:
             return list(backend.encode(text, add_special_tokens=add_special_tokens).ids)
-        cut = self._pieces is not None and not add_special_tokens
-        pieces = self._pieces.cut(text) if self._pieces is not None and cut else [text]
+        pieces = [text]
+        if self._pieces is not None and not add_special_tokens:
+            pieces = self._pieces.cut(text)
         encodings = backend.encode_batch_fast(pieces, add_special_tokens=add_special_tokens)
         return [i for encoding in encodings for i in encoding.ids]
 

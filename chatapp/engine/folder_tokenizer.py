@@ -279,7 +279,9 @@ class FolderTokenizer:
         pieces = [text]
         if self._pieces is not None and not add_special_tokens:
             pieces = self._pieces.cut(text)
-        encodings = backend.encode_batch_fast(pieces, add_special_tokens=add_special_tokens)
+        # tokenizers before 0.20 has no encode_batch_fast: the same ids with the offsets.
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        encodings = encode(pieces, add_special_tokens=add_special_tokens)
         return [i for encoding in encodings for i in encoding.ids]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:

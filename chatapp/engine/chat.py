@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from chatapp.engine.folder_tokenizer import FolderTokenizer
 from chatapp.engine.model_folder.files import check_tokenizer_files, optional_inside, read_json_file
 from chatapp.engine.resident import resident_memory, return_freed_heap
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
+from chatapp.engine.tokenizer_pieces import LONG_TEXT
 from chatapp.error_text import first_line
 
 log = logging.getLogger(__name__)
@@ -137,6 +139,7 @@ class ChatTokenizer:
         self._ordinary_renders = False  # a small ordinary chat rendered within the limits
         self._control = ControlTokens(self.tok)
         self._max_chars: int | None = None
+        self._last_long: tuple[bool, str, array[int]] | None = None  # see _encode_once
         # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
         self.notice: str | None = None if self.has_template else NO_TEMPLATE_NOTICE
         self._bos = self._bos_to_add()
@@ -234,10 +237,22 @@ class ChatTokenizer:
         text = self.render(messages, tools=tools) + partial
         self._check_length(text, limit)
         if not any(self._control.found_in(m.content) for m in [*messages, Message("", partial)]):
-            return self.with_bos(self.encode(text))
+            return self.with_bos(self._encode_once(text, False))
         marked = [{**m.as_dict(), "content": self._control.mark(m.content)} for m in messages]
         prompt = self._render(marked, True, tools) + self._control.mark(partial)
-        return self.with_bos(self._control.encode_marked(prompt))
+        return self.with_bos(self._encode_once(prompt, True))
+
+    def _encode_once(self, prompt: str, marked: bool) -> list[int]:
+        """The prompt's ids; a long one (a paste) is encoded once for the count that fits the
+        chat to the context and the answer that follows with the same messages: the last long
+        prompt's ids are kept (4 bytes a token)."""
+        last = self._last_long
+        if last is not None and last[0] == marked and last[1] == prompt:
+            return last[2].tolist()
+        ids = self._control.encode_marked(prompt) if marked else self.encode(prompt)
+        if len(prompt) > LONG_TEXT:
+            self._last_long = (marked, prompt, array("i", ids))
+        return ids
 
     def _check_length(self, text: str, limit: int | None) -> None:
         if limit is None:

@@ -33,15 +33,12 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_
 from tokenizers.models import BPE
 
 from chatapp.engine.model_folder.files import optional_inside, read_json_file
+from chatapp.engine.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
 
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
 # Classes whose transformers __init__ builds its own pipeline around tokenizer.json's BPE.
 QWEN2_CLASSES = frozenset({"Qwen2Tokenizer", "Qwen2TokenizerFast"})
-# transformers 5's Qwen2Tokenizer: its split pattern and the special tokens it defaults to.
-_QWEN2_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+# transformers 5's Qwen2Tokenizer: the special tokens it defaults to (its split: QWEN2_SPLIT).
 _QWEN2_DEFAULTS = {
     "unk_token": "<|endoftext|>",
     "eos_token": "<|endoftext|>",
@@ -177,7 +174,7 @@ def _qwen2_pipeline(backend: Tokenizer, config: Mapping[str, Any]) -> bool:
     backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(
                 add_prefix_space=bool(config.get("add_prefix_space")), use_regex=False
             ),
@@ -213,6 +210,7 @@ class FolderTokenizer:
         # transformers skips its clean-up for BPE models (it strips spaces before punctuation).
         self._clean_up = clean_up_spaces and type(backend.model).__name__ != "BPE"
         self._lock = _SharedLock()
+        self._pieces = TextPieces.for_tokenizer(backend, self.added_tokens_decoder.values())
 
     @staticmethod
     def load(folder: Path) -> FolderTokenizer | None:
@@ -260,13 +258,31 @@ class FolderTokenizer:
         backend = self.backend_tokenizer
         if not split_special_tokens:
             with self._lock.shared():
-                return list(backend.encode(text, add_special_tokens=add_special_tokens).ids)
+                return self._ids(text, add_special_tokens)
         with self._lock.exclusive():
             backend.encode_special_tokens = True
             try:
-                return list(backend.encode(text, add_special_tokens=add_special_tokens).ids)
+                return self._ids(text, add_special_tokens)
             finally:
                 backend.encode_special_tokens = False
+
+    def _ids(self, text: str, add_special_tokens: bool) -> list[int]:
+        """A text up to LONG_TEXT characters: encode, on this thread, as always. A longer one
+        (a paste) in pieces where the pipeline allows (engine/tokenizer_pieces.py), with
+        encode_batch_fast: encode's ids without the character offsets nothing here reads (a
+        table of every character: a fifth of a 1 MB paste's instructions), on tokenizers'
+        worker threads, each with a heap of its own (docs/engine.md, "A long paste").
+        Special tokens a post-processor adds around a text ask for it whole."""
+        backend = self.backend_tokenizer
+        if len(text) <= LONG_TEXT:
+            return list(backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        pieces = [text]
+        if self._pieces is not None and not add_special_tokens:
+            pieces = self._pieces.cut(text)
+        # tokenizers before 0.20 has no encode_batch_fast: the same ids with the offsets.
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        encodings = encode(pieces, add_special_tokens=add_special_tokens)
+        return [i for encoding in encodings for i in encoding.ids]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         text = str(

@@ -273,3 +273,32 @@ def test_the_tokenizer_measures_what_it_keeps_after_handing_the_parse_back(
     tokenizer = ChatTokenizer(tiny_model_dir)
     assert events == ["measured", "trimmed", "measured"]  # kept: after the freed heap is back
     assert tokenizer.resident_bytes == 30 << 20
+
+
+def test_a_long_prompt_is_encoded_once_for_its_count_and_its_answer(tiny_model_dir: Path) -> None:
+    tokenizer = ChatTokenizer(tiny_model_dir)
+    encoded: list[int] = []
+    encode = tokenizer.tok.encode
+
+    def counting(text: str, *args: object, **kwargs: object) -> list[int]:
+        encoded.append(len(text))
+        return list(encode(text, *args, **kwargs))
+
+    tokenizer.tok.encode = counting
+    paste = [Message("user", "A pasted line of text, again and again.\n" * 2000)]
+    count = len(tokenizer.chat_ids(paste, limit=10**6))  # fitting the chat to the context
+    ids = tokenizer.chat_ids(paste, limit=10**6)  # the answer with the same messages
+    assert len(ids) == count and len(encoded) == 1
+    assert ids == tokenizer.with_bos(encode(tokenizer.render(paste), add_special_tokens=False))
+    longer = [*paste, Message("assistant", "Yes."), Message("user", "And?")]
+    tokenizer.chat_ids(longer)  # another prompt: encoded
+    assert len(encoded) == 2
+    special = next(str(t) for t in tokenizer.tok.added_tokens_decoder.values() if t.special)
+    marked = [Message("user", paste[0].content + special)]  # control tokens typed: as text
+    first = tokenizer.chat_ids(marked)
+    calls = len(encoded)
+    assert tokenizer.chat_ids(marked) == first and len(encoded) == calls
+    short = [Message("user", "Hi")]
+    tokenizer.chat_ids(short)
+    tokenizer.chat_ids(short)
+    assert len(encoded) == calls + 2  # short prompts are not kept

@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from chatapp.engine import guards
+from chatapp.engine import memory
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
@@ -71,7 +71,7 @@ def test_two_requests_decode_together_and_the_panel_counts_slots(
 def test_slots_whose_memory_does_not_fit_are_refused_in_a_sentence(
     qtbot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(guards, "physical_memory", lambda: 1 << 20)  # 1 MiB of memory
+    monkeypatch.setattr(memory, "physical_memory", lambda: 1 << 20)  # 1 MiB of memory
     ui = remote_ui(window)
     with qtbot.waitSignal(ui.server.sig_failed, timeout=LOAD_TIMEOUT_MS):
         ui.serve_action.trigger()

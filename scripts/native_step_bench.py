@@ -69,6 +69,10 @@ SHAPES: dict[str, list[Matrix]] = {
     "formats": [
         Matrix(f"4096x640 ({q})", q, 4096, 640, 1) for q in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
     ],
+    # One 1024 x 2048 matrix (cache-resident) in each 256-wide format
+    "kformats": [
+        Matrix(f"1024x2048 ({q})", q, 1024, 2048, 1) for q in ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+    ],
     # SmolLM2-135M, the default model: Q4_1 layers, tied Q8_0 head
     "default": [
         Matrix("q+k+v (Q4_1)", "Q4_1", 576 + 192 + 192, 576, 30),

@@ -6,13 +6,12 @@
 //     attributes: qtype (string: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS), K, N
 //
 // One row (a decode step): the row is quantized to int16 per block of 32 (as exact as the stock
-// graph's two int8 levels), held as two int8 levels, and every weight row is an integer dot
-// product on its unsigned GGUF codes (AVX2 vpmaddubsw, or AVX-512 VNNI vpdpbusd, per level),
-// four weight rows at a time (Q8_0 and Q6_K one: CHATAPP_STREAM_ROWS), spread over the
+// graph's two int8 levels), and every weight row is an integer dot product of its GGUF codes
+// widened to int16 with it (AVX2 vpmaddwd, AVX-512 VNNI vpdpwssd), four weight rows at a time (Q8_0 and Q6_K one: CHATAPP_STREAM_ROWS), spread over the
 // session's intra-op threads. Input [m, 1, K] (one new token of each of m sequences decoded
 // together, engine/slots.py): each row on that one-row path, bit for bit its product alone,
 // every task's weight rows read from memory once for all m rows; the 32-value block formats
-// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K, Q5_K and Q6_K also unpack each weight block once for
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K, Q5_K and Q6_K also widen each weight block once for
 // four rows (dot_kernels.inc: BLOCK32_MULTI, q45_k_multi, q6_k_multi). Several rows (a prompt),
 // float32 products as exact as the stock graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
@@ -39,23 +38,21 @@
 
 namespace chatapp_gguf {
 
-// An activation row in int16 per block of 32, as two int8 levels: x ~ s (255 hi + lo)
-// (dot_kernels.inc).
-static const float kLevels = 32512.0f;  // 127 x 256: the largest |q| whose levels fit int8
+// An activation row in int16 per block of 32: x ~ s q (dot_kernels.inc).
+static const float kLevels = 32512.0f;  // 127 x 256: the stock graph's two int8 levels' range
 struct QuantizedRow {
-  int8_t* hi;  // k high levels
-  int8_t* lo;  // k low levels
+  int16_t* q;  // k values
   float* s;    // k / 32 block scales
   float* sq;   // k / 32: s x sum(q) of the block (block minimums)
 };
 
 struct QuantizedStorage {
   int k;
-  std::vector<int8_t> codes;
+  std::vector<int16_t> codes;
   std::vector<float> floats;
   QuantizedRow row{};
-  explicit QuantizedStorage(int width) : k(width), codes(2 * size_t(k)), floats(2 * size_t(k / 32)) {
-    row = {codes.data(), codes.data() + k, floats.data(), floats.data() + k / 32};
+  explicit QuantizedStorage(int width) : k(width), codes(size_t(k)), floats(2 * size_t(k / 32)) {
+    row = {codes.data(), floats.data(), floats.data() + k / 32};
   }
 };
 
@@ -72,9 +69,9 @@ struct PromptChunk {
   size_t n, col;
 };
 
-// One activation block's two levels in registers.
-struct ActBlock {
-  __m256i hi, lo;
+// One activation block's 32 int16 values in registers: elements 0..15, 16..31.
+struct Act16 {
+  __m256i x0, x1;
 };
 
 // Step kernels read CHATAPP_ROWS weight rows together and prefetch each one the next group's
@@ -107,9 +104,7 @@ static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
     float sum = 0.0f;
     for (int i = 0; i < 32; ++i) {
       float q = std::nearbyint(x[32 * b + i] * inv);  // ties to even, as the vector rounding
-      float h = std::nearbyint(q / 255.0f);
-      out->hi[32 * b + i] = int8_t(h);
-      out->lo[32 * b + i] = int8_t(q - 255.0f * h);
+      out->q[32 * b + i] = int16_t(q);
       sum += q;
     }
     out->s[b] = amax / kLevels;
@@ -119,27 +114,21 @@ static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
 
 #define ISA avx2
 #define TARGET __attribute__((target("avx2,fma,f16c")))
-#define DOT_LEVELS(u, x)                                                                       \
-  _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, (x).hi), _mm256_set1_epi16(255)), \
-                   _mm256_madd_epi16(_mm256_maddubs_epi16(u, (x).lo), _mm256_set1_epi16(1)))
+#define DOT16(w0, w1, x0, x1) \
+  _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT_LEVELS
+#undef DOT16
 
-// VNNI: vpdpbusd per level, the high one times 255 (x 256 less itself) in between.
+// VNNI: vpmaddwd, then vpdpwssd adds the second half's pairs into it (the same integers).
 #define ISA avx512
 #define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define DOT_LEVELS(u, x) dot_levels_avx512(u, x)
-TARGET static inline __m256i dot_levels_avx512(__m256i u, const ActBlock& x) {
-  __m256i high = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x.hi);
-  high = _mm256_sub_epi32(_mm256_slli_epi32(high, 8), high);
-  return _mm256_dpbusd_epi32(high, u, x.lo);
-}
+#define DOT16(w0, w1, x0, x1) _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
 #include "dot_kernels.inc"
 #undef ISA
 #undef TARGET
-#undef DOT_LEVELS
+#undef DOT16
 
 enum class Isa { Scalar, Avx2, Avx512 };
 
@@ -181,7 +170,7 @@ static void rows_dot_scalar(const FormatInfo& info, const uint8_t* w, size_t row
         int ab = (b * info.block_values + i) / 32;
         float part = 0.0f;
         for (int j = 0; j < 32; ++j)
-          part += block[i + j] * float(255 * a.hi[32 * ab + j] + a.lo[32 * ab + j]);
+          part += block[i + j] * float(a.q[32 * ab + j]);
         total += part * a.s[ab];
       }
     }

@@ -9,6 +9,9 @@ Example:
     PYTHONPATH=. .venv/bin/python scripts/native_step_bench.py \
         --lib native/build/libchatapp_gguf.so --lib /tmp/old.so --shape 1b --threads 1 --cpu
     PYTHONPATH=. .venv/bin/python scripts/native_step_bench.py --rows 42 --calls 1 ...
+    PYTHONPATH=. .venv/bin/python scripts/native_step_bench.py --rows 4 --step-rows ...
+
+--step-rows feeds the rows as [rows, 1, K], a decode step of that many sequences (engine/slots.py).
 
 A --lib of PATH@int16 runs that library's prompts on the int16 path (CHATAPP_GGUF_PROMPT).
 """
@@ -66,6 +69,10 @@ SHAPES: dict[str, list[Matrix]] = {
     "formats": [
         Matrix(f"4096x640 ({q})", q, 4096, 640, 1) for q in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
     ],
+    # One 1024 x 2048 matrix (cache-resident) in each 256-wide format
+    "kformats": [
+        Matrix(f"1024x2048 ({q})", q, 1024, 2048, 1) for q in ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+    ],
     # SmolLM2-135M, the default model: Q4_1 layers, tied Q8_0 head
     "default": [
         Matrix("q+k+v (Q4_1)", "Q4_1", 576 + 192 + 192, 576, 30),
@@ -88,14 +95,16 @@ def random_blocks(qtype: str, n: int, k: int, rng: np.random.Generator) -> np.nd
     return raw.reshape(n, -1)
 
 
-def session(lib: str, m: Matrix, raw: np.ndarray, threads: int, rows: int) -> ort.InferenceSession:
+def session(
+    lib: str, m: Matrix, raw: np.ndarray, threads: int, shape: list[int]
+) -> ort.InferenceSession:
     node = helper.make_node(
         NATIVE_OP, ["x", "w"], ["y"], domain=NATIVE_DOMAIN, qtype=m.qtype, K=m.k, N=m.n
     )
     graph = helper.make_graph(
         [node],
         "step",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, m.k])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(raw, "w")],
     )
@@ -122,6 +131,13 @@ def main() -> None:
     parser.add_argument(
         "--rows", type=int, default=1, help="activation rows per call (1: a step; more: a prompt)"
     )
+    parser.add_argument("--only", default="", help="only the shape's matrices whose name has this")
+    parser.add_argument(
+        "--step-rows",
+        action="store_true",
+        help="feed the rows as [rows, 1, K]: one decode step of `rows` sequences (engine/slots.py) "
+        "instead of a prompt",
+    )
     parser.add_argument(
         "--cpu",
         action="store_true",
@@ -130,12 +146,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    matrices = SHAPES[args.shape]
+    matrices = [m for m in SHAPES[args.shape] if args.only in m.name]
     sessions = []
     for m in matrices:
         raw = random_blocks(m.qtype, m.n, m.k, rng)
-        x = {"x": rng.normal(size=(args.rows, m.k)).astype(np.float32)}
-        sessions.append([(session(lib, m, raw, args.threads, args.rows), x) for lib in args.lib])
+        shape = [args.rows, 1, m.k] if args.step_rows else [args.rows, m.k]
+        x = {"x": rng.normal(size=shape).astype(np.float32)}
+        sessions.append([(session(lib, m, raw, args.threads, shape), x) for lib in args.lib])
     clock = time.process_time if args.cpu else time.perf_counter
     best = np.full((len(matrices), len(args.lib)), np.inf)
     for _ in range(args.rounds):
@@ -154,7 +171,7 @@ def main() -> None:
         load = f.read().split()[:3]
     kind = "CPU time" if args.cpu else "wall time"
     print(
-        f"threads {args.threads}, {args.rows} rows, {kind}, "
+        f"threads {args.threads}, {args.rows} {'step ' if args.step_rows else ''}rows, {kind}, "
         f"min of {args.rounds} rounds x {args.calls} calls, load {load}"
     )
     header = "".join(f"{'lib ' + str(j):>12}" for j in range(len(args.lib)))
@@ -169,7 +186,13 @@ def main() -> None:
     )
     for j, lib in enumerate(args.lib):
         total = float(counts @ best[:, j])
-        per = "token" if args.rows == 1 else f"{args.rows}-row prompt"
+        per = (
+            "token"
+            if args.rows == 1
+            else f"{args.rows}-sequence step"
+            if args.step_rows
+            else f"{args.rows}-row prompt"
+        )
         print(f"lib {j}: {total * 1e3:.2f} ms per {per}, {nbytes / total / 1e9:.1f} GB/s  {lib}")
 
 

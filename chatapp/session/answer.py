@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from chatapp.engine.backend import AnswerStream, Backend, TokenEvent
 from chatapp.engine.chat import Message, ToolCall
 from chatapp.engine.constraints import ConstraintError, OutputFormat
-from chatapp.engine.errors import DeviceFailure, EngineError
+from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.stops import StopBuffer
@@ -32,7 +32,7 @@ from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
 from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.errors import RemoteError
-from chatapp.session.context import ContextReport, counter_for, fit_messages
+from chatapp.session.context import ContextReport, TokenCounter, counter_for, fit_messages
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
@@ -141,7 +141,7 @@ def answer(
         messages, report = fit_messages(
             request.request_id,
             request.messages,
-            counter_for(backend),
+            context_counter(backend, _tool_plan(backend, request, request.messages)),
             backend.max_context,
             request.settings.max_new_tokens,
         )
@@ -186,14 +186,40 @@ def _tool_plan(
     backend: Backend, request: AnswerRequest, messages: Sequence[Message]
 ) -> ToolPlan | None:
     """The request's tools, or its history's calls and results, as the model sees them."""
+    if request.text is not None:
+        return None
+    return tool_plan(backend, request.tools, request.tool_choice, messages)
+
+
+def tool_plan(
+    backend: Backend, tools: tuple[Tool, ...], choice: ToolChoice, messages: Sequence[Message]
+) -> ToolPlan | None:
+    """How `tools` (or the calls and results in `messages`) reach the model; None: no tools."""
     tokenizer = backend.chat_tokenizer
-    if tokenizer is None or request.text is not None:
+    if tokenizer is None:
         return None
-    if not request.tools and not any(m.role == "tool" or m.tool_calls for m in messages):
+    if not tools and not any(m.role == "tool" or m.tool_calls for m in messages):
         return None
-    return ToolPlan(
-        request.tools, request.tool_choice, tokenizer.template_source, tokenizer.supports_tools
-    )
+    return ToolPlan(tools, choice, tokenizer.template_source, tokenizer.supports_tools)
+
+
+def context_counter(backend: Backend, plan: ToolPlan | None) -> Callable[[list[Message]], int]:
+    """What counts a chat's tokens for the context policy: with tools, as the model will see
+    the chat (the tools' definitions and instructions included), else the backend's counter."""
+    tokenizer = backend.chat_tokenizer
+    if plan is None or tokenizer is None:
+        return counter_for(backend)
+    tools = plan.template_tools()
+
+    def count(messages: list[Message]) -> int:
+        # The policy's probe turn has only a role and a content: as messages, for the plan.
+        chat = [m if isinstance(m, Message) else Message(m.role, m.content) for m in messages]
+        try:
+            return len(tokenizer.chat_ids(plan.messages(chat), backend.max_context, tools))
+        except ContextOverflowError as exc:  # far too long: a lower bound above the context
+            return exc.prompt_tokens
+
+    return TokenCounter(count)
 
 
 def _open(

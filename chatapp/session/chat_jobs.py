@@ -39,13 +39,16 @@ from chatapp.session.answer import (
     TextDelta,
     ToolPiece,
     answer,
+    context_counter,
+    tool_plan,
 )
-from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
+from chatapp.session.context import ContextReport, ContextRequest, fit_messages
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
 from chatapp.session.tool_specs import ToolSpecError, choice_by_word, with_calls
 
+TOOL_CALLS = "tool_calls"  # an answer's finish reason when it is a call (as OpenAI says)
 TOOLS_NOT_HERE = "Tools work with a model run here, not a server: clear them to ask the server."
 
 
@@ -216,6 +219,8 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
                 control.partial = None
                 if event.stopped_by_string:
                     event.stats.finish_reason = STOP_STRING
+                if event.tool_calls:  # the answer is a call: shown as one, told apart in notes
+                    event.stats.finish_reason = TOOL_CALLS
                 text = with_calls(event.text, event.tool_calls)
                 return AnswerResult(text, copy.deepcopy(event.stats))
         raise EngineError("The answer ended without its figures.")  # answer() always ends so
@@ -269,10 +274,11 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
         if tokenizer is None:  # a server's tokens are not known
             return None
         tokenizer.use_style(request.prompt_style)
+        plan = tool_plan(backend, request.tools, request.tool_choice, request.messages)
         _, report = fit_messages(
             control.request_id,
             request.messages,
-            counter_for(backend),
+            context_counter(backend, plan),
             backend.max_context,
             request.max_new_tokens,
         )

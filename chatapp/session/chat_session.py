@@ -24,7 +24,7 @@ from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.tool_calls import Tool
+from chatapp.engine.tool_calls import NO_TOOLS, Tool
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.session.answer import cpu_reason
 from chatapp.session.chat_jobs import (
@@ -59,6 +59,7 @@ from chatapp.session.remote_jobs import (
     disconnect_job,
 )
 from chatapp.session.running import JobWatcher, RunningJob, Submit, YieldedBatch
+from chatapp.session.tool_specs import usable_choice
 
 
 class State(Enum):
@@ -296,7 +297,10 @@ class ChatSession:
         if self.state is not State.READY or not self.conversation.messages:
             return False
         messages = tuple(self.conversation.engine_messages(options.system_prompt))
-        request = ContextRequest(messages, options.settings.max_new_tokens, options.prompt_style)
+        choice = usable_choice(options.tool_choice, options.tools)  # the tools' text counts
+        tools = options.tools if choice is not NO_TOOLS else ()
+        max_new = options.settings.max_new_tokens
+        request = ContextRequest(messages, max_new, options.prompt_style, tools, choice)
         # Errors: the log has them.
         watcher = JobWatcher(on_finished=self._on_context)
         job = self.submit(measure_context_job(self.host, request), watcher)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatapp.engine.chat import STYLE_TEMPLATE, Message
+from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
 from chatapp.session.context_policy import fit_to_context
 
 # The answer's room is "max new tokens", but never more than this share of the context: with a
@@ -41,6 +42,8 @@ class ContextRequest:
     messages: tuple[Message, ...]  # as sent: the system prompt (if any), then the conversation
     max_new_tokens: int
     prompt_style: str = STYLE_TEMPLATE  # how the prompt is built (engine/chat.py PROMPT_STYLES)
+    tools: tuple[Tool, ...] = ()  # the functions the next answer may call: their text counts
+    tool_choice: ToolChoice = NO_TOOLS
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ FINISH_LABELS = {
     "length": "hit the token limit",
     "stop": "stopped",
     "stop_string": "ended at a stop string",
+    "tool_calls": "called a tool",
     "error": "failed",
 }
 

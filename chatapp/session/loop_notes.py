@@ -170,9 +170,12 @@ def prompt_note(fig: AnswerFigures | None) -> str:
     return unscored.strip()
 
 
-def context_note(fig: AnswerFigures | None, used: int, writing: bool = False) -> str:
+def context_note(
+    fig: AnswerFigures | None, used: int, writing: bool = False, dropped: int = 0
+) -> str:
     """Why "Context used" differs from the answer's own count, when it does: after an answer it
-    counts the conversation as the next question will send it. Empty when they agree."""
+    counts the conversation as the next question will send it (`dropped`: the oldest messages
+    it leaves out). Empty when they agree."""
     if fig is None or writing or fig.mode == REMOTE or fig.device == REMOTE or not used:
         return ""
     read = fig.tokens_read
@@ -183,10 +186,21 @@ def context_note(fig: AnswerFigures | None, used: int, writing: bool = False) ->
         if fig.mode != "nocache"
         else f"the {read} tokens the last answer read for its last token"
     )
+    if dropped:
+        return (
+            f"{used}: the conversation as the next question will send it, the oldest "
+            f"{dropped} message{'s' if dropped != 1 else ''} left out (the last answer had "
+            f"{read})."
+        )
+    if fig.finish_reason == "tool_calls":
+        return (
+            f"{used}: the conversation as the next question will send it, the tool call as "
+            f"the chat shows it, not as the model wrote it ({had})."
+        )
     if used < read:
         return (
-            f"{used}: the conversation as the next question will send it, the oldest turns "
-            f"left out (the last answer had {read})."
+            f"{used}: the conversation as the next question will send it, the last answer as "
+            f"the chat keeps it: fewer tokens than {had}."
         )
     unread = (
         " and its last token, written but not yet read back"

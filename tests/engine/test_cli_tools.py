@@ -9,19 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.engine.test_cli import chatapp
+from tests.weather_tool import WEATHER
 
 pytest.importorskip("llguidance", reason="tool calling needs llguidance")
 
-WEATHER = {
-    "name": "get_weather",
-    "description": "Get the current weather in a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "maxLength": 20}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 ASK = ("--prompt", "What is the weather in Paris?", "--greedy", "--max-new-tokens", "40")
 
 

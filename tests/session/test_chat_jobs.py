@@ -286,7 +286,29 @@ def test_a_tool_call_ends_the_text_as_a_block_of_its_own(host: EngineHost) -> No
     heading, _, block = text.partition("**Tool call: pick**\n\n```json\n")
     assert heading == "" and block.endswith("\n```")
     assert json.loads(block.removesuffix("\n```"))["colour"] in ("red", "blue")
+    assert out.result.stats.finish_reason == "tool_calls"  # notes tell a call apart
     streamed = [i for i in out.items if isinstance(i, TokenItem) and i.token_id is not None]
     assert len(streamed) == out.result.stats.generated_tokens  # the call's tokens counted
     wrong = drive(generate_job(host, replace(asked, tool_choice="get_time")))
     assert wrong.message is not None and "not among the tools" in wrong.message
+
+
+def test_the_context_count_includes_the_tools_the_next_answer_is_given(host: EngineHost) -> None:
+    """The tools' definitions are part of the prompt: "Context used" counts them, as the answer
+    that follows sends them (the same count as the prompt the engine builds)."""
+    from chatapp.engine.tool_calls import Tool, ToolPlan
+    from chatapp.session.tool_specs import choice_by_word
+
+    pick = Tool("pick", "Pick a colour", {"type": "object", "properties": {"c": {"enum": ["r"]}}})
+    messages = (Message("user", "hi"), Message("assistant", "hello"))
+    plain = drive(measure_context_job(host, ContextRequest(messages, 64))).result
+    choice = choice_by_word("required", (pick,))
+    with_tools = ContextRequest(messages, 64, tools=(pick,), tool_choice=choice)
+    counted = drive(measure_context_job(host, with_tools)).result
+    tokenizer = host.engine.tokenizer
+    plan = ToolPlan((pick,), choice, tokenizer.template_source, tokenizer.supports_tools)
+    sent = tokenizer.chat_ids(plan.messages(list(messages)), None, plan.template_tools())
+    assert counted.prompt_tokens == len(sent) > plain.prompt_tokens
+    # The tools are the prompt's shared part, not the first question's.
+    assert counted.message_tokens(0) == plain.message_tokens(0)
+    assert counted.overhead_tokens > plain.overhead_tokens

@@ -135,7 +135,23 @@ def test_context_used_and_the_answer_s_count_agree_or_say_why() -> None:
     cut = context_note(_answer("iobinding", finish_reason="length"), 50)
     assert "the 43 tokens in the last answer's KV cache" in cut and "not yet read back" in cut
     assert "KV cache" not in context_note(_answer("nocache"), 50)
-    assert "oldest turns left out" in context_note(fig, 30)
+    # Fewer: the oldest messages left out only where the count left them out.
+    assert context_note(fig, 30, dropped=4) == (
+        "30: the conversation as the next question will send it, the oldest 4 messages left "
+        "out (the last answer had 44)."
+    )
+    kept = context_note(fig, 30)
+    assert "left out" not in kept
+    assert kept.endswith(
+        "the last answer as the chat keeps it: fewer tokens than the 44 tokens "
+        "in the last answer's KV cache."
+    )
+    # A tool call is shown as a call, not as the JSON the model wrote: more or fewer tokens.
+    call = _answer("iobinding", finish_reason="tool_calls")
+    for used in (30, 60):
+        note = context_note(call, used)
+        assert "the tool call as the chat shows it" in note and "left out" not in note
+        assert "template's marks" not in note
 
 
 def test_perplexity_reads_in_plain_words() -> None:

@@ -231,10 +231,10 @@ class SidePanel(QWidget):
         self.threads_spin.setEnabled(not loading)
 
     # ---- figures (live_figures.py) ---------------------------------------------------------
-    def set_context(self, used: int, total: int, tip: str | None = None) -> None:
+    def set_context(self, used: int, total: int, tip: str | None = None, dropped: int = 0) -> None:
         """`used` of `total` tokens; `tip`: what the count holds, on the figure and its bar
-        ("": none; None: the tooltips stay)."""
-        self.figures_box.set_context(used, total)
+        ("": none; None: the tooltips stay); `dropped`: the oldest messages it leaves out."""
+        self.figures_box.set_context(used, total, dropped)
         if tip is not None:
             self.figures_box.context_value.setToolTip(tip)
             if tip:

@@ -66,10 +66,13 @@ class ToolsOption(QWidget):
         self.load_button.setToolTip(TIP)
         self.clear_button = QPushButton("Clear", self)
         self.clear_button.setObjectName("clearToolsButton")
-        row.addWidget(self.choice_box, 1)
+        # The buttons, then the choice under them: in one row they widened the side panel
+        # beyond what an 800 px window holds beside the chat and the conversation list.
         row.addWidget(self.load_button)
         row.addWidget(self.clear_button)
+        row.addStretch(1)
         layout.addLayout(row)
+        layout.addWidget(self.choice_box)
         self.load_button.clicked.connect(self._on_load_clicked)
         self.clear_button.clicked.connect(self._on_clear_clicked)
         self.choice_box.currentIndexChanged.connect(self._on_choice_changed)

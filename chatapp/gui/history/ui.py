@@ -314,7 +314,9 @@ class HistoryUi(QObject):
             total = self.chat.backend.max_context if self.chat.backend is not None else 0
             chat.side_panel.set_context(0, total, "")
         else:
-            chat.side_panel.set_context(report.prompt_tokens, report.limit, report.describe())
+            chat.side_panel.set_context(
+                report.prompt_tokens, report.limit, report.describe(), report.dropped
+            )
 
     @Slot(object)
     def _on_conversation_changed(self, conversation: Conversation) -> None:

@@ -11,19 +11,9 @@ import pytest
 
 from chatapp.gui.chat.tools_option import ToolsOption
 from tests.gui.conftest import greedy, send_and_wait, set_sampling
+from tests.weather_tool import WEATHER
 
 pytest.importorskip("llguidance", reason="tool calling needs llguidance")
-
-WEATHER = {
-    "name": "get_weather",
-    "description": "Get the current weather in a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "maxLength": 20}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 
 
 @pytest.fixture

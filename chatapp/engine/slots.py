@@ -131,8 +131,9 @@ class SlotBatch:
 
     @property
     def busy(self) -> int:
-        with self._cond:
-            return sum(self._taken)
+        """Slots in use, for display. Read without `_cond`: a step holds it while the model
+        runs, and the window asks this on its GUI thread, which must never wait."""
+        return sum(self._taken)
 
     # -- the batched step --------------------------------------------------------------------
     def step(self, index: int, token: int) -> Step:

@@ -180,3 +180,34 @@ def test_no_free_slot_gives_none(varied_model_dir: Path) -> None:
         assert loop is not None
         batch.release(loop)
     assert batch.busy == 0
+
+
+def test_the_busy_count_is_read_while_a_step_holds_the_batch(varied_model_dir: Path) -> None:
+    """The window polls it on its GUI thread; a step holds the batch's lock for a whole run."""
+    import threading
+
+    engine = Engine(varied_model_dir, threads=1, max_context=32)
+    batch = engine.slots(2)
+    loop = batch.acquire()
+    assert loop is not None
+    holding, done = threading.Event(), threading.Event()
+
+    def step_running() -> None:
+        with batch._cond:  # as _run_if_complete holds it while the session runs
+            holding.set()
+            done.wait(5)
+
+    thread = threading.Thread(target=step_running)
+    thread.start()
+    try:
+        assert holding.wait(5)
+        counted: list[int] = []
+        reader = threading.Thread(target=lambda: counted.append(batch.busy))
+        reader.start()
+        reader.join(2)
+        assert counted == [1], "busy waited for the running step"
+    finally:
+        done.set()
+        thread.join()
+        reader.join()
+    batch.release(loop)

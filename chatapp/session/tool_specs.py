@@ -22,6 +22,8 @@ from chatapp.engine.constraints import (
     check_schema,
     library_available,
 )
+from chatapp.engine.errors import ModelError
+from chatapp.engine.model_folder.files import read_capped
 from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, argument_schema
 
 MAX_TOOLS = 128  # OpenAI's limit
@@ -153,9 +155,10 @@ def tools_from_file(path: Path) -> tuple[Tool, ...]:
     try:
         if not path.is_file():
             raise ToolSpecError(f"{where} is not a file.", where)
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ToolSpecError(f"{where} is larger than {MAX_FILE_BYTES} bytes.", where)
-        value = json.loads(path.read_text(encoding="utf-8"))
+        # Capped as it is read, too: a file that grows after its size was checked is refused.
+        value = json.loads(read_capped(path, MAX_FILE_BYTES, where).decode("utf-8"))
+    except ModelError as exc:  # over the size
+        raise ToolSpecError(str(exc), where) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolSpecError(f"{where} cannot be read ({exc}).", where) from exc
     except json.JSONDecodeError as exc:

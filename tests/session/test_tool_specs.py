@@ -10,6 +10,7 @@ import pytest
 
 from chatapp.engine.tool_calls import Tool, ToolChoice
 from chatapp.session.tool_specs import (
+    MAX_FILE_BYTES,
     ToolSpecError,
     choice_by_word,
     parse_tool_choice,
@@ -86,6 +87,7 @@ def test_a_file_is_read_or_refused_with_its_name(tmp_path: Path) -> None:
         "shape.json": ('{"name": 3}', "tools must be a list"),
         "empty.json": ("[]", "lists no tool"),
         "binary.json": (b"\xff\xfe\x00", "cannot be read"),
+        "huge.json": (b" " * (MAX_FILE_BYTES + 1) + b"[]", "more than 1 MB is refused"),
     }
     for name, (content, words) in cases.items():
         path = tmp_path / name

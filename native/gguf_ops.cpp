@@ -17,6 +17,7 @@
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
 // Gemm. CHATAPP_GGUF_PROMPT=int16: prompts on int16 activations instead (prompt16.inc).
+//   chatapp.gguf.DecodeAttention: GroupQueryAttention for one new token (decode_attention.inc).
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
 
@@ -151,6 +152,7 @@ static Isa detect_isa() {
 static Isa g_isa = Isa::Scalar;
 
 #include "prompt16.inc"
+#include "decode_attention.inc"
 
 static const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
@@ -575,12 +577,14 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
   chatapp_gguf::g_isa = chatapp_gguf::detect_isa();
   static chatapp_gguf::GgufMatMulOp matmul;
   static chatapp_gguf::GgufGatherOp gather;
+  static chatapp_gguf::DecodeAttentionOp attention;
   try {
     static Ort::CustomOpDomain domain(kDomain);
     static bool added = false;
     if (!added) {
       domain.Add(&matmul);
       domain.Add(&gather);
+      domain.Add(&attention);
       added = true;
     }
     Ort::UnownedSessionOptions session_options(options);

@@ -24,6 +24,8 @@ from chatapp.convert.features import ArchFeatures, LayerAttention, plain_feature
 from chatapp.convert.gguf_file import DecoderSpec
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.rope import Rope
+from chatapp.folder_format.graph import DECODE_ATTENTION as DECODE_ATTENTION_OP
+from chatapp.folder_format.graph import NATIVE_DOMAIN
 
 # Large negative instead of -inf: a fully masked row (left padding) stays finite after Softmax.
 MASKED = np.float32(-1e9)
@@ -69,6 +71,8 @@ class GQAAttention:
         # Inside a branch of the step/prompt If (step_split.py) the presents get the branch's
         # prefix; the If's own outputs carry the graph's names.
         self.present_prefix = ""
+        # In a native graph's step branch: the library's DecodeAttention instead (same inputs).
+        self.decode_op = False
         for rope in self.features.ropes:
             if rope.dims % 16:
                 # The kernel wants cos/sin tables of a multiple of 8 frequencies.
@@ -108,6 +112,8 @@ class GQAAttention:
         if plan.window:
             # Measured: the kernel lets a query see keys with query_pos - key_pos < this.
             extra["local_window_size"] = int(plan.window)
+        if self.decode_op:
+            return self._decode_step(qkv, layer)
         inputs = qkv if len(qkv) == 3 else [qkv[0], "", ""]
         out, _, _ = g.op(
             "GroupQueryAttention",
@@ -132,6 +138,42 @@ class GQAAttention:
             rotary_interleaved=0,
             scale=float(plan.scale),
             **extra,
+        )
+        return out
+
+    def _decode_step(self, qkv: list[str], layer: int) -> str:
+        """DecodeAttention: GroupQueryAttention's inputs and arithmetic for one new token, reading
+        only the positions a sliding window lets it see (native/decode_attention.inc)."""
+        g, s = self.g, self.spec
+        plan = self.features.layers[layer]
+        if len(qkv) == 1:
+            sizes = [s.n_heads * s.head_dim] + [s.n_kv_heads * s.head_dim] * 2
+            qkv = g.op(
+                "Split", [qkv[0], g.const("qkv_sizes", np.array(sizes, np.int64))], 3, axis=-1
+            )
+        cos, sin = self.tables[plan.rope]
+        out, _, _ = g.op(
+            DECODE_ATTENTION_OP,
+            [
+                *qkv,
+                f"past_key_values.{layer}.key",
+                f"past_key_values.{layer}.value",
+                self.seqlens_k,
+                self.total,
+                cos,
+                sin,
+            ],
+            [
+                g.unique(f"layers.{layer}.attn/output"),
+                f"{self.present_prefix}present.{layer}.key",
+                f"{self.present_prefix}present.{layer}.value",
+            ],
+            domain=NATIVE_DOMAIN,
+            num_heads=s.n_heads,
+            kv_num_heads=s.n_kv_heads,
+            scale=float(plan.scale),
+            softcap=float(plan.softcap or 0.0),
+            local_window_size=int(plan.window or -1),
         )
         return out
 

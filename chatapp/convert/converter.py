@@ -52,7 +52,7 @@ from chatapp.folder_format.native_library import usable_isa
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
 # 9: graphs by --graph (auto, native, stock, both: model.onnx and model_gguf.onnx); the default
 # model holds both.
-CONVERTER_VERSION = "9"
+CONVERTER_VERSION = "10"
 INT8_LEVELS = ("decode", "all", "head")
 # Which graphs a folder holds (docs/converter.md, "Native kernels"): "auto" is the native graph
 # where chatapp's library runs its fast kernels on this machine, else the stock one.

@@ -82,6 +82,8 @@ class LayerPath:
     # The prompt path of a split graph: 8-bit weights dequantized at run time from the step
     # path's codes (prompt_dequant.py) instead of a second copy as 4-bit halves.
     dequantize_8bit: bool = False
+    # A native graph's step path: attention by the library's DecodeAttention (attention.py).
+    decode_attention: bool = False
 
 
 @dataclass(frozen=True)
@@ -315,6 +317,13 @@ class DecoderGraphBuilder:
         """How the layers are built: once, or twice under the step/prompt If (step_split.py)
         when single-token steps would take the int8 levels the first layer's weights allow."""
         o = self.options
+        if isinstance(first.q, GgufWeight) and isinstance(self.attn, GQAAttention):
+            # Native kernels: the same layers twice, the step path's attention reading only
+            # what a step needs (a sliding window's positions; each cached row once a group).
+            return [
+                LayerPath(x, x, levels=0, nodes=[], prefix="step/", decode_attention=True),
+                LayerPath(x, x, levels=0, nodes=[], prefix="prompt/"),
+            ]
         if o.int8_levels == "all":
             return [LayerPath(x, x, levels=LEVELS)]
         takes_levels = any(
@@ -352,6 +361,7 @@ class DecoderGraphBuilder:
     def _name_presents(self, prefix: str) -> None:
         if isinstance(self.attn, GQAAttention):
             self.attn.present_prefix = prefix
+            self.attn.decode_op = self.path.decode_attention
 
     def _join(self, paths: list[LayerPath], ids: str) -> str:
         """The If that runs the step path for one new token and the prompt path otherwise."""

@@ -15,7 +15,7 @@ from onnx import helper
 
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP, GgufWeight
 from chatapp.convert.onnx_graph import OnnxGraph
-from chatapp.folder_format.graph import declares_native
+from chatapp.folder_format.graph import all_nodes, declares_native
 
 
 def native_matmul(g: OnnxGraph, x: str, w: GgufWeight, name: str) -> str:
@@ -33,7 +33,7 @@ def native_gather(g: OnnxGraph, ids: str, w: GgufWeight) -> str:
 
 def declare_native_domain(model: onnx.ModelProto) -> bool:
     """Add the custom domain to the model's opsets when a node uses it; True if one does."""
-    if not any(node.domain == NATIVE_DOMAIN for node in model.graph.node):
+    if not any(node.domain == NATIVE_DOMAIN for node in all_nodes(model.graph)):
         return False
     if not declares_native(model):
         model.opset_import.append(helper.make_opsetid(NATIVE_DOMAIN, 1))

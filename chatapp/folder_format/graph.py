@@ -31,6 +31,9 @@ NATIVE_FORMATS: dict[str, tuple[int, int]] = {
 }
 # The native operators and which of their inputs is the weight.
 _WEIGHT_INPUT = {"GgufMatMul": 1, "GgufGather": 0}
+# The native attention of decode steps (convert/attention.py): no weight; its head counts.
+DECODE_ATTENTION = "DecodeAttention"
+_MAX_GROUP = 64  # query heads to a KV head the kernel takes
 # The If that runs the layers with int8 levels for one new token and without for a prompt
 # (convert/step_split.py).
 STEP_OR_PROMPT_NODE = "layers/step_or_prompt"
@@ -78,7 +81,29 @@ def _native_node_problem(path: str, mtime_ns: int, size: int) -> str | None:
     return None
 
 
+def _attention_problem(node: onnx.NodeProto) -> str | None:
+    attrs = {a.name: a for a in node.attribute}
+    missing = [
+        n
+        for n in ("num_heads", "kv_num_heads", "scale", "softcap", "local_window_size")
+        if n not in attrs
+    ]
+    if missing:
+        return f"lacks its attribute {missing[0]}"
+    heads, kv_heads = attrs["num_heads"].i, attrs["kv_num_heads"].i
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or heads // kv_heads > _MAX_GROUP:
+        return (
+            f"has {heads} query heads for {kv_heads} KV heads: they must be a positive multiple "
+            f"of them, at most {_MAX_GROUP} to one"
+        )
+    if len(node.input) != 9 or len(node.output) != 3:
+        return "does not take GroupQueryAttention's 9 inputs and 3 outputs"
+    return None
+
+
 def _node_problem(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> str | None:
+    if node.op_type == DECODE_ATTENTION:
+        return _attention_problem(node)
     if node.op_type not in _WEIGHT_INPUT:
         return "is not an operator of chatapp's GGUF kernels"
     attrs = {a.name: a for a in node.attribute}

@@ -19,7 +19,7 @@ from chatapp.convert.gguf_file import GGUFModel
 from chatapp.engine.engine import Engine
 from chatapp.engine.native_kernels import library_path
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.folder_format.graph import all_nodes
+from chatapp.folder_format.graph import DECODE_ATTENTION, all_nodes
 from scripts.shaped_gguf import SHAPES, Shape, plan, write_shaped_gguf
 from tests.convert.reference import ReferenceModel
 from tests.convert.test_families import CONTEXT, LAYOUTS, assert_matches, full_pass, prompt
@@ -124,7 +124,7 @@ def native_qtypes(folder: Path) -> dict[str, set[str]]:
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
     found: dict[str, set[str]] = {}
     for node in all_nodes(graph):
-        if node.domain == NATIVE_DOMAIN:
+        if node.domain == NATIVE_DOMAIN and node.op_type != DECODE_ATTENTION:
             qtype = next(a.s.decode() for a in node.attribute if a.name == "qtype")
             found.setdefault(node.op_type, set()).add(qtype)
     return found

@@ -94,7 +94,14 @@ def edited(native: Path, tmp_path: Path, edit: Edit) -> Path:
     node = next(
         n for n in all_nodes(model.graph) if n.domain == NATIVE_DOMAIN and n.op_type == "GgufMatMul"
     )
+    weight = node.input[1]
     edit(node, weights)
+    # A native graph runs its layers twice (step and prompt branches) on shared weights: the
+    # other readers of the weight take the edited node's attributes.
+    for other in all_nodes(model.graph):
+        if other is not node and other.op_type == "GgufMatMul" and other.input[1] == weight:
+            del other.attribute[:]
+            other.attribute.extend(node.attribute)
     onnx.save(model, str(folder / "model.onnx"))
     return folder
 

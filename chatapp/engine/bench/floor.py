@@ -18,12 +18,14 @@ from onnx.external_data_helper import uses_external_data
 # Ops that read one row per token of a table: which of their inputs are such tables
 # (GatherBlockQuantized gathers its scales and zero points by row with the codes; the native
 # GgufGather reads rows of the GGUF's own blocks; GroupQueryAttention reads the rows of its cos
-# and sin caches at the tokens' positions: 67 MB for Gemma 3's 32k context, one row a step).
+# and sin caches at the tokens' positions: 67 MB for Gemma 3's 32k context, one row a step;
+# so does the native DecodeAttention, which takes the same inputs).
 _GATHERS = {
     "Gather": (0,),
     "GatherBlockQuantized": (0, 2, 3),
     "GgufGather": (0,),
     "GroupQueryAttention": (7, 8),
+    "DecodeAttention": (7, 8),
 }
 # chatapp's step/prompt If (convert/step_split.py): a decode step runs only its `then` branch.
 _STEP_SPLIT = ("layers/step_or_prompt", "then_branch")

@@ -16,7 +16,8 @@
 // float32 products as exact as the stock graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
-// Gemm. CHATAPP_GGUF_PROMPT=int16: prompts on int16 activations instead (prompt16.inc).
+// Gemm. Prompts on int16 activations instead (prompt16.inc): the session config entry
+// chatapp.gguf.prompt=int16 (the engine's prompt precision), or CHATAPP_GGUF_PROMPT=int16.
 //   chatapp.gguf.DecodeAttention: GroupQueryAttention for one new token (decode_attention.inc).
 // The instruction set is picked once, when the library is registered; CHATAPP_GGUF_ISA=scalar or
 // avx2 asks for less (tests use it to cover every path on one machine).
@@ -221,9 +222,12 @@ static size_t prompt_gemm_rows() {
   return asked != nullptr ? size_t(std::strtoull(asked, nullptr, 10)) : size_t(64);
 }
 
-// Prompts on the int16 path (prompt16.inc) instead of the float32 ones: CHATAPP_GGUF_PROMPT=int16
-// or float, read when a session creates its kernels.
-static bool prompt_int16() {
+// Prompts on int16 activations: the session's config entry "chatapp.gguf.prompt" ("int16" or
+// "float": the engine's prompt precision), else CHATAPP_GGUF_PROMPT (experiments).
+static const char* kPromptConfig = "chatapp.gguf.prompt";
+
+static bool prompt_int16(const std::string& configured) {
+  if (!configured.empty()) return configured == "int16";
   const char* asked = std::getenv("CHATAPP_GGUF_PROMPT");
   return asked != nullptr && std::string(asked) == "int16";
 }
@@ -284,9 +288,10 @@ struct GgufMatMulKernel {
   size_t row_bytes = 0;
   Ort::Op gemm{nullptr};
   size_t gemm_rows = prompt_gemm_rows();
-  bool int16_prompt = prompt_int16();
+  bool int16_prompt = false;
 
-  GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info) {
+  GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info, bool int16)
+      : int16_prompt(int16) {
     Ort::ConstKernelInfo ki(kernel_info);
     std::string qtype = ki.GetAttribute<std::string>("qtype");
     info = format_info(qtype);
@@ -483,9 +488,11 @@ struct GgufMatMulKernel {
 };
 
 struct GgufMatMulOp : Ort::CustomOpBase<GgufMatMulOp, GgufMatMulKernel, true> {
+  bool int16_prompt;
+  explicit GgufMatMulOp(bool int16) : int16_prompt(int16) {}
   OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
     try {
-      *kernel = new GgufMatMulKernel(api, info);
+      *kernel = new GgufMatMulKernel(api, info, int16_prompt);
       return nullptr;
     } catch (const std::exception& e) {
       return api.CreateStatus(ORT_INVALID_ARGUMENT, e.what());
@@ -575,20 +582,26 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
                                                                                 const OrtApiBase* api) {
   Ort::InitApi(api->GetApi(ORT_API_VERSION));
   chatapp_gguf::g_isa = chatapp_gguf::detect_isa();
-  static chatapp_gguf::GgufMatMulOp matmul;
+  // One domain for each prompt precision, made once: a session gets the one its options ask for
+  // (ONNX Runtime keeps the domains it is given for as long as the sessions live).
+  static chatapp_gguf::GgufMatMulOp matmul_float(false), matmul_int16(true);
   static chatapp_gguf::GgufGatherOp gather;
   static chatapp_gguf::DecodeAttentionOp attention;
   try {
-    static Ort::CustomOpDomain domain(kDomain);
+    static Ort::CustomOpDomain domain_float(kDomain), domain_int16(kDomain);
     static bool added = false;
     if (!added) {
-      domain.Add(&matmul);
-      domain.Add(&gather);
-      domain.Add(&attention);
+      domain_float.Add(&matmul_float);
+      domain_int16.Add(&matmul_int16);
+      for (Ort::CustomOpDomain* d : {&domain_float, &domain_int16}) {
+        d->Add(&gather);
+        d->Add(&attention);
+      }
       added = true;
     }
     Ort::UnownedSessionOptions session_options(options);
-    session_options.Add(domain);
+    std::string configured = session_options.GetConfigEntryOrDefault(chatapp_gguf::kPromptConfig, "");
+    session_options.Add(chatapp_gguf::prompt_int16(configured) ? domain_int16 : domain_float);
   } catch (const std::exception& e) {
     return Ort::GetApi().CreateStatus(ORT_FAIL, e.what());
   }

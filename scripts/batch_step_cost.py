@@ -45,8 +45,8 @@ def profiled(prefix: str) -> None:
     """Make every session this process starts write ONNX Runtime's profile under `prefix`."""
     plain = devices.session_options
 
-    def with_profile(threads: int | None = None) -> ort.SessionOptions:
-        opts = plain(threads)
+    def with_profile(threads: int | None = None, prompt: str | None = None) -> ort.SessionOptions:
+        opts = plain(threads, prompt)
         opts.enable_profiling = True
         opts.profile_file_prefix = prefix
         return opts

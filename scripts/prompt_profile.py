@@ -28,13 +28,20 @@ if str(ROOT) not in sys.path:
 PROMPT = "What is the capital of France? Answer in one sentence."
 
 
+# An If's own time is its branch's nodes' (which the profiler lists too): not counted twice.
+CONTAINERS = {"If"}
+
+
 def node_groups(model: Path) -> dict[str, str]:
-    """Node name -> its group: 'GgufMatMul Q4_K' for the native matrices, else the op type."""
+    """Node name -> its group: 'GgufMatMul Q4_K' for the native matrices, else the op type
+    (the nodes inside the step/prompt If's branches too)."""
     import onnx
+
+    from chatapp.folder_format.graph import all_nodes
 
     graph = onnx.load(str(model), load_external_data=False).graph
     groups = {}
-    for node in graph.node:
+    for node in all_nodes(graph):
         group = node.op_type
         if node.op_type == "GgufMatMul":
             qtype = next(a.s.decode() for a in node.attribute if a.name == "qtype")
@@ -59,7 +66,9 @@ def group_times(events: list[dict[str, Any]], groups: dict[str, str]) -> dict[st
         if e["ts"] < start:
             continue
         name = e["name"][: -len("_kernel_time")]
-        totals[groups.get(name, e.get("args", {}).get("op_name", "?"))] += e["dur"] / 1000.0
+        group = groups.get(name, e.get("args", {}).get("op_name", "?"))
+        if group not in CONTAINERS:
+            totals[group] += e["dur"] / 1000.0
     return dict(totals)
 
 
@@ -77,8 +86,8 @@ def main() -> None:
     prefix = Path(tempfile.mkdtemp()) / "prompt_profile"
     plain = devices.session_options
 
-    def profiling(threads: int | None = None) -> Any:
-        opts = plain(threads)
+    def profiling(threads: int | None = None, prompt: str | None = None) -> Any:
+        opts = plain(threads, prompt)
         opts.enable_profiling = True
         opts.profile_file_prefix = str(prefix)
         return opts

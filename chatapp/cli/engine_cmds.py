@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from chatapp.cli.errors import UserError
 from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
+from chatapp.engine.guards import PROMPT_PRECISIONS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import arg_checks as checks
@@ -40,6 +41,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         type=checks.threads,
         default=None,
         help=f"intra-op threads (default: cores; at most {checks.THREADS_PER_CPU} per CPU)",
+    )
+    p.add_argument(
+        "--prompt-precision",
+        choices=PROMPT_PRECISIONS,
+        default=None,
+        help="how the GGUF kernels multiply a prompt: float (exact, default) or int16 (a decode "
+        "step's precision: about twice as fast with AVX-512 VNNI, slower with AVX2 only; "
+        "docs/engine.md)",
     )
     p.add_argument(
         "--context",
@@ -254,6 +263,7 @@ def start_engine(args: argparse.Namespace) -> Engine:
         args.threads,
         args.context,
         onnx_file=args.onnx_file,
+        prompt_precision=args.prompt_precision,
     )
     if engine.fallback_reason:
         print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
@@ -330,7 +340,7 @@ def run_generate(args: argparse.Namespace) -> int:
             out["tool_calls"] = calls_as_json(done.tool_calls)
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
-        out["kernels"] = engine.model.kernels  # GGUF kernels or ORT's
+        out["kernels"] = engine.kernels  # GGUF kernels or ORT's
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
@@ -373,6 +383,7 @@ def run_bench(args: argparse.Namespace) -> int:
         modes=tuple(Mode(m) for m in args.modes),
         repeats=args.repeats,
         threads=args.threads,
+        prompt_precision=args.prompt_precision,
         max_context=args.context,
         context_tokens=args.context_tokens,
         peers=peers,
@@ -406,6 +417,7 @@ def run_parallel_bench(args: argparse.Namespace) -> int:
         args.threads,
         args.context,
         onnx_file=args.onnx_file,
+        prompt_precision=args.prompt_precision,
     )
     print(f"chatapp bench: 1 client, then {args.parallel} together", file=sys.stderr)
     result = measure_parallel(engine, args.parallel, args.max_new_tokens)

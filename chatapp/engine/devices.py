@@ -20,7 +20,7 @@ import onnxruntime as ort
 from chatapp.engine import webgpu
 from chatapp.engine.device_probe import device_problem
 from chatapp.engine.errors import EngineError
-from chatapp.engine.guards import THREADS_PER_CPU, max_threads
+from chatapp.engine.guards import PROMPT_PRECISIONS, THREADS_PER_CPU, max_threads
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, NativeNodeMismatch, library_path
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
 from chatapp.error_text import STATUS_LINE, first_line
@@ -276,11 +276,26 @@ def check_threads(threads: int | None) -> None:
         )
 
 
-def session_options(threads: int | None = None) -> ort.SessionOptions:
-    """A session's options with `threads` intra-op threads (None: one per core); EngineError
-    for a count that cannot be."""
+# The session config entry the GGUF kernels read their prompt precision from (native/).
+PROMPT_CONFIG = "chatapp.gguf.prompt"
+
+
+def check_prompt_precision(precision: str | None) -> None:
+    if precision is not None and precision not in PROMPT_PRECISIONS:
+        raise EngineError(
+            f"Prompt precision must be {' or '.join(PROMPT_PRECISIONS)}; got {precision!r}."
+        )
+
+
+def session_options(threads: int | None = None, prompt: str | None = None) -> ort.SessionOptions:
+    """A session's options with `threads` intra-op threads (None: one per core) and the GGUF
+    kernels' prompt precision (None: the library's default, float unless CHATAPP_GGUF_PROMPT
+    says int16); EngineError for a count or a precision that cannot be."""
     check_threads(threads)
+    check_prompt_precision(prompt)
     opts = ort.SessionOptions()
+    if prompt is not None:
+        opts.add_session_config_entry(PROMPT_CONFIG, prompt)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = threads or default_threads()
     opts.inter_op_num_threads = 1
@@ -359,24 +374,31 @@ class StartedSession:
     fallback_reason: str | None  # why the requested device was not used
 
 
-def start_session(model_path: Path, device: Device, threads: int | None = None) -> StartedSession:
-    """A session on `device`; if that device fails to start, on the CPU with the reason kept."""
+def start_session(
+    model_path: Path, device: Device, threads: int | None = None, prompt: str | None = None
+) -> StartedSession:
+    """A session on `device`; if that device fails to start, on the CPU with the reason kept.
+    `prompt`: the GGUF kernels' prompt precision (`session_options`)."""
     if device is CPU:
-        return StartedSession(create_session(model_path, CPU, session_options(threads)), CPU, None)
+        opts = session_options(threads, prompt)
+        return StartedSession(create_session(model_path, CPU, opts), CPU, None)
     try:
-        session = create_session(model_path, device, session_options(threads))
+        session = create_session(model_path, device, session_options(threads, prompt))
     except NativeKernelsUnavailable as exc:  # a native-only folder: its fix
-        return cpu_session(model_path, threads, f"{exc} Running on the CPU.")
+        return cpu_session(model_path, threads, f"{exc} Running on the CPU.", prompt)
     except Exception as exc:  # providers fail in many ways (drivers, memory, unsupported ops)
         reason = (
             f"{device.label} failed to start ({first_line(exc, STATUS_LINE)}); running on the CPU."
         )
-        return cpu_session(model_path, threads, reason)
+        return cpu_session(model_path, threads, reason, prompt)
     if device.provider not in session.get_providers():
         reason = f"{device.label} is not usable with this model; running on the CPU."
-        return cpu_session(model_path, threads, reason)
+        return cpu_session(model_path, threads, reason, prompt)
     return StartedSession(session, device, None)
 
 
-def cpu_session(model_path: Path, threads: int | None, reason: str) -> StartedSession:
-    return StartedSession(create_session(model_path, CPU, session_options(threads)), CPU, reason)
+def cpu_session(
+    model_path: Path, threads: int | None, reason: str, prompt: str | None = None
+) -> StartedSession:
+    opts = session_options(threads, prompt)
+    return StartedSession(create_session(model_path, CPU, opts), CPU, reason)

@@ -17,6 +17,7 @@ from chatapp.engine.devices import (
     CPU,
     Device,
     StartedSession,
+    check_prompt_precision,
     cpu_session,
     find_device,
     start_session,
@@ -82,13 +83,17 @@ def attention_refusal(device: Device, info: ModelInfo) -> str | None:
 
 
 def start_model(
-    model: ModelDescription, device: Device, threads: int | None, reason: str | None = None
+    model: ModelDescription,
+    device: Device,
+    threads: int | None,
+    reason: str | None = None,
+    prompt: str | None = None,
 ) -> tuple[StartedSession, MappedFiles]:
     """A session for `model` on `device`, and the weight files it maps (checked before each
     run: resident.py). On the CPU a big model runs from its packed copy (packed_cache.py: saved
     by a child process the first time); a copy that would not load is deleted and saved again,
     else the folder's own graph runs, and the session's reason says so. `reason`: why it runs
-    on the CPU."""
+    on the CPU. `prompt`: the GGUF kernels' prompt precision (devices.session_options)."""
     info, memory = model.info, model.memory
     # Native kernels read the GGUF's bytes: nothing is packed for them.
     use_copy = device is CPU and not model.native and wanted(memory)
@@ -103,9 +108,9 @@ def start_model(
                 weight_files = MappedFiles(mapped, info.name)
                 graph = copy or info.onnx_path
                 started = (  # on the CPU for a reason (a refusal, a failure): no other device
-                    cpu_session(graph, threads, reason)
+                    cpu_session(graph, threads, reason, prompt)
                     if device is CPU and reason is not None
-                    else start_session(graph, device, threads)
+                    else start_session(graph, device, threads, prompt)
                 )
         except Exception as exc:
             if copy is None:
@@ -139,9 +144,13 @@ class Engine:
         threads: int | None = None,
         max_context: int | None = None,
         onnx_file: str | None = None,
+        prompt_precision: str | None = None,
     ) -> None:
         """`model`: a description read already (its graph and context were chosen then:
-        `max_context` and `onnx_file` are for a folder), or a folder, read here."""
+        `max_context` and `onnx_file` are for a folder), or a folder, read here.
+        `prompt_precision`: how the GGUF kernels multiply a prompt ("float", "int16"; None: the
+        library's default, float), devices.PROMPT_PRECISIONS."""
+        check_prompt_precision(prompt_precision)
         if not isinstance(model, ModelDescription):
             model = open_model(model, device, onnx_file, max_context)
         elif max_context is not None or onnx_file is not None:
@@ -150,6 +159,7 @@ class Engine:
         self._onnx_file = model.onnx_file  # the user's pick of a graph; None: the engine chooses
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
+        self.prompt_precision = prompt_precision
         self.max_context = model.context
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
@@ -178,7 +188,9 @@ class Engine:
         if device is CPU and self._onnx_file is None and not model.on_cpu:
             model = read_model(self.info.folder, None, CPU.name, self.max_context)
         try:
-            started, self.weight_files = start_model(model, device, threads, reason or refusal)
+            started, self.weight_files = start_model(
+                model, device, threads, reason or refusal, self.prompt_precision
+            )
         except EngineError:  # already a sentence that says what to do (threads, native kernels)
             raise
         except Exception as exc:  # on the CPU too: an op or type onnxruntime lacks
@@ -196,6 +208,13 @@ class Engine:
         have chosen (the folder's native one where the library runs); cached prefixes are
         dropped."""
         self._start(CPU, self.threads, reason)
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels run the graph, for the backend line ("GGUF kernels, AVX2", with
+        ", int16 prompts" when prompts take a step's precision)."""
+        int16 = self.model.native and self.prompt_precision == "int16"
+        return self.model.kernels + (", int16 prompts" if int16 else "")
 
     @property
     def resident_estimate(self) -> MemoryEstimate:

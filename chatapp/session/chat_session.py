@@ -162,13 +162,13 @@ class ChatSession:
         threads: int | None = None,
         mode: str = "",
         onnx_file: str | None = None,
+        prompt_precision: str | None = None,
     ) -> bool:
         """Ask the worker to load a model; answers with model_loaded or load_failed."""
         if self.busy:
             return False
-        request = LoadRequest(
-            Path(folder), device, threads, Mode(mode or Mode.IOBINDING), onnx_file
-        )
+        mode_ = Mode(mode or Mode.IOBINDING)
+        request = LoadRequest(Path(folder), device, threads, mode_, onnx_file, prompt_precision)
         self._set_state(State.LOADING)
         self.submit(load_job(self.host, request), self._load_watcher())
         return True

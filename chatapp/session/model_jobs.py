@@ -79,6 +79,7 @@ class LoadRequest:
     threads: int | None = None
     mode: Mode = Mode.IOBINDING
     onnx_file: str | None = None  # which graph of the folder (None: the folder's default)
+    prompt_precision: str | None = None  # the GGUF kernels' (devices.PROMPT_PRECISIONS)
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         onnx_file=engine.info.onnx_file,
         sampling=engine.model.sampling,
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
-        kernels=engine.model.kernels,
+        kernels=engine.kernels,
         has_chat_template=engine.tokenizer.has_template,
     )
 
@@ -204,7 +205,13 @@ def _open_engine(
     runs elsewhere than asked, if so."""
     try:
         if model is not None:
-            engine = Engine(model, request.device, request.mode, threads=request.threads)
+            engine = Engine(
+                model,
+                request.device,
+                request.mode,
+                threads=request.threads,
+                prompt_precision=request.prompt_precision,
+            )
         else:
             engine = Engine(
                 request.model_dir,
@@ -212,6 +219,7 @@ def _open_engine(
                 request.mode,
                 threads=request.threads,
                 onnx_file=request.onnx_file,
+                prompt_precision=request.prompt_precision,
             )
         return engine, engine.fallback_reason
     except DeviceError as exc:
@@ -223,6 +231,7 @@ def _open_engine(
             request.mode,
             threads=request.threads,
             onnx_file=request.onnx_file,
+            prompt_precision=request.prompt_precision,
         )
         return engine, f"{exc} Running on the CPU."
 

@@ -90,6 +90,21 @@ def test_generate_json_has_every_field(tiny_model_dir: Path, mode: str) -> None:
     assert len(data["latencies_s"]) == len(data["token_ids"]) - 1
 
 
+def test_generate_says_when_prompts_take_int16(tiny_model_dir: Path) -> None:
+    args = ["generate", "--model", str(tiny_model_dir), "--prompt", "the", "--greedy"]
+    runs = {
+        p: chatapp(*args, "--max-new-tokens", "3", "--prompt-precision", p, "--json")
+        for p in ("float", "int16")
+    }
+    for out in runs.values():
+        assert out.returncode == 0, out.stderr
+    data = {p: json.loads(out.stdout) for p, out in runs.items()}
+    if data["float"]["kernels"].startswith("GGUF kernels"):
+        assert data["int16"]["kernels"] == data["float"]["kernels"] + ", int16 prompts"
+    else:  # ONNX Runtime's kernels have no such choice: nothing claims it
+        assert data["int16"]["kernels"] == data["float"]["kernels"]
+
+
 def test_generate_same_tokens_in_every_mode(tiny_model_dir: Path) -> None:
     ids = []
     for mode in ("nocache", "naive", "iobinding"):
@@ -205,6 +220,7 @@ def test_bench_prints_a_markdown_table(tiny_model_dir: Path) -> None:
         (["generate", "--model", "/nonexistent/model", "--prompt", "x"], "does not exist"),
         (["generate", "--device", "tpu9000", "--prompt", "x"], "Unknown device"),
         (["generate", "--temperature", "-1", "--prompt", "x"], "temperature"),
+        (["generate", "--prompt-precision", "int8", "--prompt", "x"], "--prompt-precision"),
     ],
 )
 def test_bad_input_is_one_clear_line(args: list[str], message: str, tiny_model_dir: Path) -> None:

@@ -120,8 +120,11 @@ def test_engine_falls_back_to_the_cpu_after_a_device_failure(
 ) -> None:
     folder = layouts["shared-buffer"]
 
-    def start_emulated(path: Path, _device: Device, threads: int | None = None) -> StartedSession:
-        return StartedSession(create_session(path, CPU, session_options(threads)), EMULATED, None)
+    def start_emulated(
+        path: Path, _device: Device, threads: int | None = None, prompt: str | None = None
+    ) -> StartedSession:
+        opts = session_options(threads, prompt)
+        return StartedSession(create_session(path, CPU, opts), EMULATED, None)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
     monkeypatch.setattr(engine_module, "start_session", start_emulated)

@@ -296,8 +296,11 @@ EMULATED = dataclasses.replace(CPU, name="emulated", label="Emulated device", ow
 def emulated_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """'emulated' is a device with its own memory whose sessions run on the CPU provider."""
 
-    def start_emulated(path: Path, _device: Device, threads: int | None = None) -> StartedSession:
-        return StartedSession(create_session(path, CPU, session_options(threads)), EMULATED, None)
+    def start_emulated(
+        path: Path, _device: Device, threads: int | None = None, prompt: str | None = None
+    ) -> StartedSession:
+        opts = session_options(threads, prompt)
+        return StartedSession(create_session(path, CPU, opts), EMULATED, None)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
     monkeypatch.setattr(engine_module, "start_session", start_emulated)

@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
-from chatapp.engine.errors import ModelError
+from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.native_kernels import NativeNodeMismatch, library_path
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.graph import NATIVE_DOMAIN, all_nodes
@@ -145,3 +145,24 @@ def test_a_node_only_a_run_can_fault_stops_the_answer_in_one_line(
 def test_the_intact_folder_loads_and_answers(native: Path) -> None:
     engine = Engine(native, threads=1, max_context=64)
     assert len(engine.generate_ids([3, 4, 5], GREEDY, ignore_eos=True).run().token_ids) == 3
+
+
+def test_int16_prompts_take_effect_in_the_session_and_stay_close(native: Path) -> None:
+    """The engine's prompt precision reaches the library through the session's config: a
+    prompt's logits move by a step's rounding, never more, and the greedy answer of the tiny
+    model stays; an unknown precision is refused in words."""
+    if library_path() is None:
+        pytest.skip("native kernels not built (make native)")
+    prompt = list(range(3, 30))
+    answers, logits = {}, {}
+    for precision in ("float", "int16"):
+        engine = Engine(native, threads=1, max_context=64, prompt_precision=precision)
+        assert engine.kernels.endswith(", int16 prompts") is (precision == "int16")
+        logits[precision] = engine.loop().forward(prompt).logits.copy()  # a fresh cache
+        answer = engine.generate_ids(prompt, GREEDY, ignore_eos=True).run()
+        answers[precision] = answer.token_ids
+    difference = np.abs(logits["float"] - logits["int16"]).max()
+    assert 0 < difference < 0.05 * np.abs(logits["float"]).max()
+    assert answers["float"] == answers["int16"]
+    with pytest.raises(EngineError, match="Prompt precision must be float or int16"):
+        Engine(native, threads=1, max_context=64, prompt_precision="int8")

@@ -76,8 +76,11 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> Device:
     """Every load starts on a device with its own memory (the CPU provider underneath): the
     loops re-bind inputs and count bytes as on a GPU, without needing one."""
 
-    def start(path: Path, _device: Device, threads: int | None = None) -> StartedSession:
-        return StartedSession(create_session(path, CPU, session_options(threads)), EMULATED, None)
+    def start(
+        path: Path, _device: Device, threads: int | None = None, prompt: str | None = None
+    ) -> StartedSession:
+        opts = session_options(threads, prompt)
+        return StartedSession(create_session(path, CPU, opts), EMULATED, None)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
     monkeypatch.setattr(engine_module, "start_session", start)

@@ -351,8 +351,8 @@ def test_device_that_fails_to_start_shows_the_fallback_reason(
 
     real_start = engine_module.start_session
 
-    def failing_start(model_path, device, threads=None):
-        started = real_start(model_path, device, threads)
+    def failing_start(model_path, device, threads=None, prompt=None):
+        started = real_start(model_path, device, threads, prompt)
         started.fallback_reason = "GPU (test) failed to start (no driver); running on the CPU."
         return started
 
@@ -377,6 +377,28 @@ def test_changing_threads_reloads_the_model_and_keeps_the_chat(
     assert len(window.chat.conversation.messages) == 2
     send_and_wait(qtbot, window, "and continue")
     assert len(window.chat.conversation.messages) == 4
+
+
+def test_faster_prompts_reload_the_model_keep_the_chat_and_are_remembered(
+    qtbot, make_window, tiny_model_dir
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(4))
+    send_and_wait(qtbot, window, "keep me")
+    check = window.chat.side_panel.fast_prompt_check
+    assert not check.isChecked() and window.host.engine.prompt_precision == "float"
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000) as blocker:
+        check.setChecked(True)
+    assert window.host.engine.prompt_precision == "int16"
+    if window.host.engine.model.native:  # the model line says what runs
+        assert blocker.args[0].kernels.endswith(", int16 prompts")
+    assert len(window.chat.conversation.messages) == 2
+    send_and_wait(qtbot, window, "and continue")
+    assert len(window.chat.conversation.messages) == 4
+    assert window.settings.value("engine/prompt_precision") == "int16"
+    again = make_window(["--model", str(tiny_model_dir)])
+    assert again.chat.side_panel.fast_prompt_check.isChecked()
+    assert again.host.engine.prompt_precision == "int16"
 
 
 class _Cycle:

@@ -49,6 +49,7 @@ class BenchConfig:
     modes: tuple[Mode, ...] = CACHED_MODES  # the loops to run, in MODES order
     repeats: int = 3
     threads: int | None = None
+    prompt_precision: str | None = None  # the GGUF kernels' (devices.PROMPT_PRECISIONS)
     max_context: int | None = None
     context_tokens: int | None = None  # pad the prompt with real text to about this length
     peers: tuple[str, ...] = ()  # "genai", "llamacpp": other systems, a run beside each repeat
@@ -202,6 +203,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         config.threads,
         config.max_context,
         onnx_file=config.onnx_file,
+        prompt_precision=config.prompt_precision,
     )
     if config.context_tokens is not None and config.context_tokens >= engine.max_context:
         raise EngineError(
@@ -314,7 +316,7 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "model": engine.info.name,
         "model_dir": str(engine.info.folder),
         "onnx_file": engine.info.onnx_file,
-        "kernels": engine.model.kernels,  # GGUF kernels (native graph) or ORT's
+        "kernels": engine.kernels,  # GGUF kernels (native graph) or ORT's
         "layout": engine.info.layout.value,
         "device": engine.device.name,
         "device_label": engine.device.label,

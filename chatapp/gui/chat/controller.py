@@ -113,8 +113,9 @@ class ChatController(QObject):
         threads: int | None = None,
         mode: str = "",
         onnx_file: str | None = None,
+        prompt_precision: str | None = None,
     ) -> bool:
-        return self.session.open_model(folder, device, threads, mode, onnx_file)
+        return self.session.open_model(folder, device, threads, mode, onnx_file, prompt_precision)
 
     def connect_remote(self, request: ConnectRequest) -> bool:
         return self.session.connect_remote(request)

@@ -43,6 +43,7 @@ class ModelLoading(QObject):
         panel.sig_mode_changed.connect(self._on_mode_changed)
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
+        panel.sig_prompt_precision_changed.connect(self._on_engine_setting_changed)
 
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
@@ -53,7 +54,12 @@ class ModelLoading(QObject):
         folder = Path(folder).expanduser()
         panel = self.panel
         started = self.controller.open_model(
-            folder, device or panel.device(), panel.threads(), panel.mode(), onnx_file
+            folder,
+            device or panel.device(),
+            panel.threads(),
+            panel.mode(),
+            onnx_file,
+            panel.prompt_precision(),
         )
         if started:
             self.model_dir = folder
@@ -113,7 +119,8 @@ class ModelLoading(QObject):
         self.window.show_message(message, "error", until_answer=True)
 
     def _on_engine_setting_changed(self, _value: object) -> None:
-        # Device and threads live in the session: reload the same model (the chat stays).
+        # Device, threads and prompt precision live in the session: reload the same model (the
+        # chat stays).
         # The side panel locks both while an answer streams, so this never lands mid-answer.
         if self.model_dir is not None and self.controller.state in (State.READY, State.NO_MODEL):
             self.open_model(self.model_dir, onnx_file=self.onnx_file)

@@ -24,8 +24,8 @@ def test_a_device_failure_warning_goes_once_an_answer_succeeds(
 ) -> None:
     real_start = engine_module.start_session
 
-    def failing_start(model_path, device, threads=None):
-        started = real_start(model_path, device, threads)
+    def failing_start(model_path, device, threads=None, prompt=None):
+        started = real_start(model_path, device, threads, prompt)
         started.fallback_reason = "GPU (test) failed to start (no driver); running on the CPU."
         return started
 

@@ -69,6 +69,11 @@ def main() -> int:
         default=None,
         help="a JSON file of tools (Sampling > Tools), with 'Must call one'",
     )
+    parser.add_argument(
+        "--fast-prompts",
+        action="store_true",
+        help="'Faster prompts (int16)' checked, as a user who chose it (remembered)",
+    )
     args = parser.parse_args()
     # The prepared default model, without copying it into the fresh data folder.
     from chatapp.convert.default_model import default_model_dir
@@ -77,8 +82,13 @@ def main() -> int:
     data = Path(tempfile.mkdtemp(prefix="chatapp-shots-"))
     os.environ["CHATAPP_DATA_DIR"] = str(data)  # fresh data and settings
     os.environ.pop("CHATAPP_SETTINGS", None)
+    remembered = ""
     if args.both_panes:
-        (data / "chatapp.ini").write_text("[view]\nconversation_list=true\nside_panel=true\n")
+        remembered += "[view]\nconversation_list=true\nside_panel=true\n"
+    if args.fast_prompts:
+        remembered += "[engine]\nprompt_precision=int16\n"
+    if remembered:
+        (data / "chatapp.ini").write_text(remembered)
     from chatapp.gui.app import application, build_window
     from chatapp.gui.chat.controller import State
     from chatapp.gui.chat.feature import chat_of

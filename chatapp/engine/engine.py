@@ -248,6 +248,11 @@ class Engine:
             self._slots = SlotBatch(self.session, self.info, self.device, self.max_context, count)
         return self._slots
 
+    def release_slots(self) -> None:
+        """Forget the slots (serving ended): their KV caches are freed once the last request
+        that still runs on one lets go of it."""
+        self._slots = None
+
     def set_mode(self, mode: Mode | str) -> None:
         self.loop(mode)
         self.mode = _mode(mode)

@@ -243,10 +243,18 @@ class WindowServer(QObject):
         else:
             self.tools.submit(Job("server stop", lambda _control: server.stop()))
         self._worker = self._server = None
+        if self._batch is not None and not wait:  # the slots' KV caches: not kept for nothing
+            self.runner.submit(Job("slots released", lambda _control: self._release_slots()))
         self._batch = None
         self.serving = None
         log.info("stopped serving")
         emit(self.sig_stopped)
+
+    def _release_slots(self) -> None:
+        """The engine's thread: drop the slots, unless serving started again meanwhile."""
+        engine = self.host.engine
+        if engine is not None and self._batch is None:
+            engine.release_slots()
 
     # ---- requests ---------------------------------------------------------------------------
     def _dispatch(self, job: ServedRequest) -> None:

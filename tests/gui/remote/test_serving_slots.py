@@ -64,8 +64,12 @@ def test_two_requests_decode_together_and_the_panel_counts_slots(
     ui.server.busy_slots = lambda: (1, 2)  # type: ignore[method-assign]
     box.refresh()
     assert box.slots_label.text().startswith("Slots busy: 1 of 2")
+    engine = window.host.engine
+    assert engine is not None and engine._slots is not None
     ui.serve_action.trigger()  # off
     assert ui.server.serving is None and not box.isVisible()
+    # The slots' KV caches (2 x the context) are not kept once nothing serves from them.
+    qtbot.waitUntil(lambda: engine._slots is None, timeout=5000)
 
 
 def test_slots_whose_memory_does_not_fit_are_refused_in_a_sentence(

@@ -45,6 +45,8 @@ STREAM_CURSOR = " ▍"
 ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
 CUT_TEXT = "— earlier messages are not sent to the model (context full) —"
 EMPTY_ANSWER = "*(empty answer)*"
+# An answer whose first token ended it: said so, since nothing else on screen explains it.
+EMPTY_AT_ONCE = "*(empty answer: the model ended it before writing anything)*"
 SLICE_S = 0.03  # drawing a long chat yields to the event loop after this long
 # A short chat is drawn at once whatever the clock says (each message is bounded anyway), so
 # that what the window shows after a change does not depend on the machine's load.
@@ -226,7 +228,7 @@ class TranscriptView(TranscriptActions):
         start = cursor.position()
         self._starts.append((start, index))
         # What the user typed is shown as typed: line breaks kept, no Markdown surprises.
-        text = message.content or (EMPTY_ANSWER if message.role == "assistant" else "")
+        text = message.content or (empty_text(message) if message.role == "assistant" else "")
         plan = render_policy.plan(text, markdown=message.role == "assistant")
         self._insert_body(cursor, index, plan, text, streaming=False)
         if not_sent:
@@ -453,3 +455,12 @@ class TranscriptView(TranscriptActions):
     def loadResource(self, _type: int, _name: QUrl | str) -> object:
         """Nothing a message names is loaded (the document refuses too: safe_document.py)."""
         return None
+
+
+def empty_text(message: ChatMessage) -> str:
+    """What an answer without text shows: why, where its figures say the model ended it at its
+    first token (an end-of-text token, e.g. a base model that took the text as finished)."""
+    fig = message.figures
+    if fig is not None and fig.finish_reason == "eos" and fig.generated_tokens == 0:
+        return EMPTY_AT_ONCE
+    return EMPTY_ANSWER

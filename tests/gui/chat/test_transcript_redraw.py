@@ -129,3 +129,24 @@ def test_nothing_changed_changes_nothing(views) -> None:
     messages = chat(3)
     redraw(views, messages)
     assert redraw(views, messages) is None
+
+
+def test_an_empty_answer_says_when_the_model_ended_it_at_once(qtbot) -> None:
+    view = TranscriptView()
+    qtbot.addWidget(view)
+    at_once = replace(FIGURES, generated_tokens=0, finish_reason="eos")
+    hidden_only = replace(FIGURES, generated_tokens=3, finish_reason="eos")  # tokens, no text
+    view.show_messages(
+        [
+            ChatMessage("user", "go on"),
+            ChatMessage("assistant", "", at_once),
+            ChatMessage("user", "again"),
+            ChatMessage("assistant", "", hidden_only),
+            ChatMessage("user", "and again"),
+            ChatMessage("assistant", ""),  # no figures (an imported chat)
+        ]
+    )
+    qtbot.waitUntil(lambda: "and again" in view.toPlainText(), timeout=5000)
+    text = view.toPlainText()
+    assert text.count("(empty answer: the model ended it before writing anything)") == 1
+    assert text.count("(empty answer)") == 2

@@ -13,7 +13,8 @@
 // every task's weight rows read from memory once for all m rows; the 32-value block formats
 // (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K, Q5_K and Q6_K also widen each weight block once for
 // four rows (dot_kernels.inc: BLOCK32_MULTI, q45_k_multi, q6_k_multi). Several rows (a prompt),
-// float32 products as exact as the stock graph's prompt: under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
+// float32 products as exact as the stock graph's prompt: 2 to 6 rows, each weight row dequantized
+// whole and dotted with every row (few_rows.inc); under 64 rows, tasks of 16 weight rows dequantized 256 values at a time into
 // L1, packed [k][16], times every activation row (six rows by sixteen weight rows a register
 // tile, FMA); from 64 rows, 256-row tiles dequantized by all threads, then ONNX Runtime's own
 // Gemm. Prompts on int16 activations instead (prompt16.inc): the session config entry
@@ -154,6 +155,7 @@ static Isa g_isa = Isa::Scalar;
 
 #include "prompt16.inc"
 #include "decode_attention.inc"
+#include "few_rows.inc"
 
 static const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
@@ -288,6 +290,7 @@ struct GgufMatMulKernel {
   size_t row_bytes = 0;
   Ort::Op gemm{nullptr};
   size_t gemm_rows = prompt_gemm_rows();
+  size_t few_rows = prompt_few_rows();
   bool int16_prompt = false;
 
   GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info, bool int16)
@@ -354,7 +357,9 @@ struct GgufMatMulKernel {
       Prompt16Job job{info, wb, row_bytes, size_t(n), &packed, y};
       ctx.ParallelFor(prompt16_task, (size_t(n) + kPrompt16Rows - 1) / kPrompt16Rows, 0, &job);
     } else {
-      if (m < gemm_rows)
+      if (m <= few_rows)
+        prompt_few(ctx, x, m, wb, y);
+      else if (m < gemm_rows)
         prompt(ctx, x, m, wb, y);
       else
         prompt_gemm(ctx, context, x, m, wb, y);
@@ -434,6 +439,32 @@ struct GgufMatMulKernel {
     if (rows < kPromptRows && g_isa != Isa::Scalar)
       for (size_t c = 0; c < m; ++c)
         std::copy_n(spare.data() + c * kPromptRows, rows, job->y + c * n + begin);
+  }
+
+  // A few rows (few_rows.inc): tasks of kPromptRows weight rows, each row dequantized whole
+  // into a per-thread buffer and dotted with every activation row.
+  static void few_task(void* data, size_t task) {
+    auto* job = static_cast<PromptJob*>(data);
+    const GgufMatMulKernel* self = job->self;
+    size_t n = size_t(self->n), m = job->m, begin = task * kPromptRows;
+    size_t end = std::min(n, begin + kPromptRows);
+    int k = int(self->k);
+    thread_local std::vector<float> wf;
+    wf.resize(size_t(k));
+    float dots[kFewRowsMax];
+    auto few_dots = g_isa == Isa::Avx512 ? few_dots_avx512
+                    : g_isa == Isa::Avx2 ? few_dots_avx2
+                                         : few_dots_scalar;
+    for (size_t r = begin; r < end; ++r) {
+      self->dequantize_part(job->wb + r * self->row_bytes, 0, k, wf.data());
+      few_dots(wf.data(), job->x, m, k, dots);
+      for (size_t c = 0; c < m; ++c) job->y[c * n + r] = dots[c];
+    }
+  }
+
+  void prompt_few(Ort::KernelContext& ctx, const float* x, size_t m, const uint8_t* wb, float* y) {
+    PromptJob job{this, wb, x, m, y};
+    ctx.ParallelFor(few_task, (size_t(n) + kPromptRows - 1) / kPromptRows, 0, &job);
   }
 
   // Tasks of kPromptRows weight rows spread over the session's threads: each dequantizes its

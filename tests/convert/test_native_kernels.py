@@ -171,18 +171,23 @@ def test_step_rows_of_several_sequences_are_each_the_one_row_product(qtype: str,
 
 
 GEMM_ROWS = 64  # the library's default: prompts of this many rows or more take the Gemm tiles
+FEW_ROWS = 6  # and prompts of 2 to this many rows the few-rows path (native/few_rows.inc)
 
 
 @pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
-@pytest.mark.parametrize("rows", [2, 7, GEMM_ROWS - 1, GEMM_ROWS, GEMM_ROWS + 5])
+@pytest.mark.parametrize(
+    "rows", [2, 3, FEW_ROWS, FEW_ROWS + 1, GEMM_ROWS - 1, GEMM_ROWS, GEMM_ROWS + 5]
+)
 def test_several_rows_are_the_float_product(
     qtype: str, rows: int, isa: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both prompt paths (the library's own tiles below GEMM_ROWS, ONNX Runtime's Gemm from
-    there) multiply by the exactly dequantized weights in float32: within 1e-5 of sum |x||w|.
-    131 weight rows: eight whole tasks of 16 and a partial one; 2..69 activation rows: every
-    tile height (six rows a tile) and both sides of the threshold."""
+    """Every float prompt path (a few rows up to FEW_ROWS, the library's own tiles below
+    GEMM_ROWS, ONNX Runtime's Gemm from there) multiplies by the exactly dequantized weights in
+    float32: within 1e-5 of sum |x||w|. 131 weight rows: eight whole tasks of 16 and a partial
+    one; 2..69 activation rows: every tile height (six rows a tile) and both sides of each
+    threshold."""
     monkeypatch.delenv("CHATAPP_GGUF_GEMM_ROWS", raising=False)
+    monkeypatch.delenv("CHATAPP_GGUF_FEW_ROWS", raising=False)
     k = widths(qtype)[-1]
     raw = gguf_blocks(qtype, 131, k)
     w = dequantized(qtype, raw)
@@ -192,6 +197,23 @@ def test_several_rows_are_the_float_product(
     scale = np.abs(x).astype(np.float64) @ np.abs(w).T
     assert got.shape == (1, rows, 131)
     assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, isa, rows)
+
+
+@pytest.mark.parametrize("few_rows", ["0", "8"])
+def test_a_few_rows_agree_with_the_tiles(few_rows: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CHATAPP_GGUF_FEW_ROWS=0 sends 2-8 rows to the tiles, 8 to the few-rows path: both are
+    the float product of every format, odd K and a weight count that is no multiple of 16."""
+    monkeypatch.setenv("CHATAPP_GGUF_FEW_ROWS", few_rows)
+    for qtype in NATIVE_FORMATS:
+        k = widths(qtype)[-1]
+        raw = gguf_blocks(qtype, 37, k, seed=5)
+        w = dequantized(qtype, raw)
+        for rows in (2, 5, 8):
+            x = activations(rows, k, seed=rows)[None]
+            got = session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0]
+            want = x.astype(np.float64) @ w.T
+            scale = np.abs(x).astype(np.float64) @ np.abs(w).T
+            assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), (qtype, rows, few_rows)
 
 
 @pytest.mark.parametrize("gemm_rows", ["2", "1000"])

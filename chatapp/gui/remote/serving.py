@@ -152,7 +152,7 @@ class WindowServer(QObject):
         """Bind and start uvicorn on the tool thread; sig_started or sig_failed then."""
         if self._cancelled:
             self._starting = False
-            self._batch = None
+            self._drop_batch()
             worker.close()
             return
         handle = self.tools.submit(
@@ -209,7 +209,7 @@ class WindowServer(QObject):
     @Slot(object)
     def _on_setup_failed(self, error: JobError) -> None:
         self._starting = False
-        self._batch = None
+        self._drop_batch()
         emit(self.sig_failed, error.message)
 
     def stop(self, wait: bool = False) -> None:
@@ -243,17 +243,25 @@ class WindowServer(QObject):
         else:
             self.tools.submit(Job("server stop", lambda _control: server.stop()))
         self._worker = self._server = None
-        if self._batch is not None and not wait:  # the slots' KV caches: not kept for nothing
-            self.runner.submit(Job("slots released", lambda _control: self._release_slots()))
-        self._batch = None
+        if wait:  # the window is closing: the engine goes with it
+            self._batch = None
+        else:
+            self._drop_batch()
         self.serving = None
         log.info("stopped serving")
         emit(self.sig_stopped)
 
+    def _drop_batch(self) -> None:
+        """Forget the slots and have the engine's thread free their KV caches (queued there: a
+        later start's setup, which makes slots again, runs after it)."""
+        if self._batch is not None:
+            self.runner.submit(Job("slots released", lambda _control: self._release_slots()))
+        self._batch = None
+
     def _release_slots(self) -> None:
-        """The engine's thread: drop the slots, unless serving started again meanwhile."""
+        """The engine's thread: drop the slots (their caches go once no request holds them)."""
         engine = self.host.engine
-        if engine is not None and self._batch is None:
+        if engine is not None:
             engine.release_slots()
 
     # ---- requests ---------------------------------------------------------------------------

@@ -102,58 +102,38 @@ class GQAAttention:
         ]
 
     def __call__(self, qkv: list[str], layer: int) -> str:
-        """qkv: [packed] or [q, k, v] projections [B, S, ...]; returns [B, S, heads*D]."""
+        """qkv: [packed] or [q, k, v] projections [B, S, ...]; returns [B, S, heads*D].
+        GroupQueryAttention, or in a native graph's step branch the library's DecodeAttention:
+        the same inputs and arithmetic for one new token, reading only the positions a sliding
+        window lets it see (native/decode_attention.inc)."""
         g, s = self.g, self.spec
         plan = self.features.layers[layer]
         cos, sin = self.tables[plan.rope]
-        extra: dict[str, Any] = {}  # more attributes of the node
-        if plan.softcap:
-            extra["softcap"] = float(plan.softcap)
-        if plan.window:
-            # Measured: the kernel lets a query see keys with query_pos - key_pos < this.
-            extra["local_window_size"] = int(plan.window)
+        attrs: dict[str, Any] = {
+            "num_heads": s.n_heads,
+            "kv_num_heads": s.n_kv_heads,
+            "scale": float(plan.scale),
+        }
         if self.decode_op:
-            return self._decode_step(qkv, layer)
-        inputs = qkv if len(qkv) == 3 else [qkv[0], "", ""]
+            op, domain = DECODE_ATTENTION_OP, NATIVE_DOMAIN
+            # Every attribute spelled out (a custom op has no defaults); <= 0: no window.
+            attrs.update(softcap=float(plan.softcap), local_window_size=int(plan.window or -1))
+            if len(qkv) == 1:  # it takes q, k and v apart
+                sizes = [s.n_heads * s.head_dim] + [s.n_kv_heads * s.head_dim] * 2
+                split = g.const("qkv_sizes", np.array(sizes, np.int64))
+                qkv = g.op("Split", [qkv[0], split], 3, axis=-1)
+        else:
+            op, domain = "GroupQueryAttention", MS_DOMAIN
+            attrs.update(do_rotary=1, rotary_interleaved=0)
+            if plan.softcap:
+                attrs["softcap"] = float(plan.softcap)
+            if plan.window:
+                # Measured: the kernel lets a query see keys with query_pos - key_pos < this.
+                attrs["local_window_size"] = int(plan.window)
+            if len(qkv) == 1:
+                qkv = [qkv[0], "", ""]
         out, _, _ = g.op(
-            "GroupQueryAttention",
-            [
-                *inputs,
-                f"past_key_values.{layer}.key",
-                f"past_key_values.{layer}.value",
-                self.seqlens_k,
-                self.total,
-                cos,
-                sin,
-            ],
-            [
-                g.unique(f"layers.{layer}.attn/output"),
-                f"{self.present_prefix}present.{layer}.key",
-                f"{self.present_prefix}present.{layer}.value",
-            ],
-            domain=MS_DOMAIN,
-            num_heads=s.n_heads,
-            kv_num_heads=s.n_kv_heads,
-            do_rotary=1,
-            rotary_interleaved=0,
-            scale=float(plan.scale),
-            **extra,
-        )
-        return out
-
-    def _decode_step(self, qkv: list[str], layer: int) -> str:
-        """DecodeAttention: GroupQueryAttention's inputs and arithmetic for one new token, reading
-        only the positions a sliding window lets it see (native/decode_attention.inc)."""
-        g, s = self.g, self.spec
-        plan = self.features.layers[layer]
-        if len(qkv) == 1:
-            sizes = [s.n_heads * s.head_dim] + [s.n_kv_heads * s.head_dim] * 2
-            qkv = g.op(
-                "Split", [qkv[0], g.const("qkv_sizes", np.array(sizes, np.int64))], 3, axis=-1
-            )
-        cos, sin = self.tables[plan.rope]
-        out, _, _ = g.op(
-            DECODE_ATTENTION_OP,
+            op,
             [
                 *qkv,
                 f"past_key_values.{layer}.key",
@@ -168,12 +148,8 @@ class GQAAttention:
                 f"{self.present_prefix}present.{layer}.key",
                 f"{self.present_prefix}present.{layer}.value",
             ],
-            domain=NATIVE_DOMAIN,
-            num_heads=s.n_heads,
-            kv_num_heads=s.n_kv_heads,
-            scale=float(plan.scale),
-            softcap=float(plan.softcap or 0.0),
-            local_window_size=int(plan.window or -1),
+            domain=domain,
+            **attrs,
         )
         return out
 

@@ -7,7 +7,6 @@ Skipped when the library is not built (`make native`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,17 +16,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from chatapp.convert.attention import DECODE_ATTENTION_OP
-from chatapp.engine.native_kernels import library_isa, library_path
 from chatapp.folder_format.graph import NATIVE_DOMAIN
+from tests.convert.native_library import NOT_BUILT, session
 
-LIBRARY = library_path()
-pytestmark = pytest.mark.skipif(LIBRARY is None, reason="native kernels not built (make native)")
-BEST = library_isa()
-ISAS = (
-    ["scalar"]
-    + (["avx2"] if BEST in ("avx2", "avx512vnni") else [])
-    + (["best"] if BEST == "avx512vnni" else [])
-)
+pytestmark = NOT_BUILT
 
 
 @dataclass(frozen=True)
@@ -48,15 +40,6 @@ SHAPES = {
     "one head a group": Shape(2, 2, 16, 8, 5, 0.0, 0.0),
 }
 POSITIONS = 300  # RoPE table rows
-
-
-@pytest.fixture(params=ISAS)
-def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param in ("scalar", "avx2"):
-        monkeypatch.setenv("CHATAPP_GGUF_ISA", request.param)
-    else:
-        monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
-    yield request.param
 
 
 def model(op: str, s: Shape, shapes: bool = True) -> onnx.ModelProto:
@@ -104,13 +87,6 @@ def model(op: str, s: Shape, shapes: bool = True) -> onnx.ModelProto:
             helper.make_opsetid(NATIVE_DOMAIN, 1),
         ],
     )
-
-
-def session(m: onnx.ModelProto, threads: int = 2) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.register_custom_ops_library(str(LIBRARY))
-    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def feeds(s: Shape, lengths: list[int], past: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -9,28 +9,18 @@ its AVX2 ones and the scalar ones alike). Skipped when the library is not built 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import gguf
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_FORMATS, NATIVE_OP
-from chatapp.engine.native_kernels import library_isa, library_path
+from chatapp.engine.native_kernels import library_isa
+from tests.convert.native_library import ISAS, NOT_BUILT, session
 from tests.tiny_model import K_QUANT_SCALE_FIELDS, random_kquant
 
-LIBRARY = library_path()
-pytestmark = pytest.mark.skipif(LIBRARY is None, reason="native kernels not built (make native)")
-BEST = library_isa()
-# every path this CPU can run: the forced ones, then the library's own choice when it is another
-ISAS = (
-    ["scalar"]
-    + (["avx2"] if BEST in ("avx2", "avx512vnni") else [])
-    + (["best"] if BEST == "avx512vnni" else [])
-)
+pytestmark = NOT_BUILT
 
 
 def gguf_blocks(qtype: str, n: int, k: int, seed: int = 0) -> np.ndarray:
@@ -60,25 +50,6 @@ def matmul_model(qtype: str, raw: np.ndarray, k: int) -> onnx.ModelProto:
     return helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NATIVE_DOMAIN, 1)],
-    )
-
-
-@pytest.fixture(params=ISAS)
-def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The library reads CHATAPP_GGUF_ISA when a session registers it."""
-    if request.param in ("scalar", "avx2"):
-        monkeypatch.setenv("CHATAPP_GGUF_ISA", request.param)
-    else:
-        monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
-    yield request.param
-
-
-def session(model: onnx.ModelProto, threads: int = 2) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.register_custom_ops_library(str(LIBRARY))
-    return ort.InferenceSession(
-        model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"]
     )
 
 

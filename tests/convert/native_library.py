@@ -1,0 +1,30 @@
+"""The native kernels' library as the kernel tests use it: where it is, the instruction-set
+paths this CPU can run, and a session on it (`conftest.py`'s `isa` fixture runs a test on each
+path)."""
+
+from __future__ import annotations
+
+import onnx
+import onnxruntime as ort
+import pytest
+
+from chatapp.engine.native_kernels import library_isa, library_path
+
+LIBRARY = library_path()
+NOT_BUILT = pytest.mark.skipif(LIBRARY is None, reason="native kernels not built (make native)")
+BEST = library_isa()
+# every path this CPU can run: the forced ones, then the library's own choice when it is another
+ISAS = (
+    ["scalar"]
+    + (["avx2"] if BEST in ("avx2", "avx512vnni") else [])
+    + (["best"] if BEST == "avx512vnni" else [])
+)
+
+
+def session(model: onnx.ModelProto, threads: int = 2) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.register_custom_ops_library(str(LIBRARY))
+    return ort.InferenceSession(
+        model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"]
+    )

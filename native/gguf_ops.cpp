@@ -154,6 +154,7 @@ static Isa detect_isa() {
 static Isa g_isa = Isa::Scalar;
 
 #include "prompt16.inc"
+#include "float_dots.inc"
 #include "decode_attention.inc"
 #include "few_rows.inc"
 
@@ -452,9 +453,7 @@ struct GgufMatMulKernel {
     thread_local std::vector<float> wf;
     wf.resize(size_t(k));
     float dots[kFewRowsMax];
-    auto few_dots = g_isa == Isa::Avx512 ? few_dots_avx512
-                    : g_isa == Isa::Avx2 ? few_dots_avx2
-                                         : few_dots_scalar;
+    auto few_dots = dots_for(g_isa);
     for (size_t r = begin; r < end; ++r) {
       self->dequantize_part(job->wb + r * self->row_bytes, 0, k, wf.data());
       few_dots(wf.data(), job->x, m, k, dots);

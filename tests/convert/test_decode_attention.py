@@ -38,6 +38,7 @@ SHAPES = {
     "llama-like": Shape(8, 2, 32, 16, 0, 0.0, 0.0),
     "partial rope": Shape(6, 3, 48, 8, 0, 0.0, 0.0),
     "one head a group": Shape(2, 2, 16, 8, 5, 0.0, 0.0),
+    "twelve heads a group": Shape(12, 1, 32, 16, 0, 0.0, 0.0),  # more than a pass of 8 dots
 }
 POSITIONS = 300  # RoPE table rows
 

@@ -347,7 +347,7 @@ class DecoderGraphBuilder:
         """Build into `path` (its node list, a branch body, or this graph; its levels; its
         presents' prefix), then back to the path before."""
         before, self.path = self.path, path
-        self._name_presents(path.prefix)
+        self._point_attention(path)
         try:
             if path.nodes is None:
                 yield
@@ -356,12 +356,14 @@ class DecoderGraphBuilder:
                     yield
         finally:
             self.path = before
-            self._name_presents(before.prefix)
+            self._point_attention(before)
 
-    def _name_presents(self, prefix: str) -> None:
+    def _point_attention(self, path: LayerPath) -> None:
+        """The attention block builds for `path`: its presents' prefix, and DecodeAttention in
+        a native graph's step path."""
         if isinstance(self.attn, GQAAttention):
-            self.attn.present_prefix = prefix
-            self.attn.decode_op = self.path.decode_attention
+            self.attn.present_prefix = path.prefix
+            self.attn.decode_op = path.decode_attention
 
     def _join(self, paths: list[LayerPath], ids: str) -> str:
         """The If that runs the step path for one new token and the prompt path otherwise."""

@@ -162,10 +162,12 @@ def prompt_note(fig: AnswerFigures | None) -> str:
     )
     if reused:
         plural = "token was" if new == 1 else "tokens were"
+        # No TTFT is shown for an answer without a first token (millis: only above 0).
+        short = ", so the TTFT is short" if fig.ttft_s is not None and fig.ttft_s > 0 else ""
         return (
             f"Prompt reused from the cache: only {new} new {plural} read ({reused} of "
-            f"{fig.prompt_tokens} already in the cache from the previous answer), so the TTFT "
-            f"is short.{unscored}"
+            f"{fig.prompt_tokens} already in the cache from the previous answer){short}."
+            f"{unscored}"
         )
     return unscored.strip()
 

@@ -109,13 +109,19 @@ def test_the_tokens_in_the_cache_leave_out_a_last_token_never_read_back(
 
 
 def test_a_reused_prompt_is_said_to_be_reused() -> None:
-    reused = _answer("iobinding", reused_tokens=36, prompt_perplexity=None)
+    reused = _answer("iobinding", reused_tokens=36, prompt_perplexity=None, ttft_s=0.05)
     assert prompt_note(reused) == (
         "Prompt reused from the cache: only 1 new token was read (36 of 37 already in the "
         "cache from the previous answer), so the TTFT is short. Too few new tokens to score "
         "the prompt's perplexity."
     )
     assert "only 5 new tokens were read" in prompt_note(_answer("naive", reused_tokens=32))
+    # An answer ended at its first token shows no TTFT: the note says nothing of one.
+    empty = _answer("iobinding", reused_tokens=36, generated_tokens=0, ttft_s=0.0)
+    assert prompt_note(empty) == (
+        "Prompt reused from the cache: only 1 new token was read (36 of 37 already in the "
+        "cache from the previous answer)."
+    )
     assert prompt_note(_answer("iobinding", reused_tokens=0)) == ""
     assert prompt_note(None) == ""
     remote = AnswerFigures(mode="remote", device="remote", prompt_tokens=37)

@@ -165,6 +165,19 @@ def send_and_wait(qtbot, window: MainWindow, text: str, timeout: int = ANSWER_TI
         window.chat.chat_view.send_button.click()
 
 
+def counted_transcript(qtbot, window: MainWindow, messages: int) -> str:
+    """The transcript's text once the worker has counted the chat's `messages` messages: until
+    then an answer's token count is on its figure line, after it on its header (one count per
+    answer), so a test that reads before the count arrives races it."""
+    view = window.chat.chat_view
+    qtbot.waitUntil(
+        lambda: (c := view.transcript.context) is not None and c.message_count == messages,
+        timeout=10_000,
+    )
+    view.flush()
+    return view.transcript.toPlainText()
+
+
 def _is_ready(state: State) -> bool:
     return state is State.READY
 

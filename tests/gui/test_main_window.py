@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import time
 import weakref
 from pathlib import Path
@@ -18,7 +19,13 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.models.feature import ModelsFeature
 from chatapp.session import model_jobs
-from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+from tests.gui.conftest import (
+    ANSWER_TIMEOUT_MS,
+    counted_transcript,
+    greedy,
+    send_and_wait,
+    set_sampling,
+)
 
 
 @pytest.fixture
@@ -94,9 +101,12 @@ def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_
     assert (
         window.chat.side_panel.figures_box.latency_chart.point_count == 39
     )  # decode steps after the first
-    text = window.chat.chat_view.transcript.toPlainText()
+    text = counted_transcript(qtbot, window, messages=2)
     assert "hello there" in text
-    assert "IO-Binding · CPU ·" in text and "40 tokens · hit the token limit" in text
+    # Counted: the answer's tokens are on its header, the figure line says why it ended.
+    assert re.search(r"^Assistant\s+\d+ tokens of context\b", text, re.MULTILINE)
+    line = text.splitlines()[-1]
+    assert "IO-Binding · CPU ·" in line and line.endswith("· hit the token limit")
     assert window.chat.chat_view.prompt_text() == ""
     assert window.chat.chat_view.regenerate_button.isEnabled()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -36,7 +37,13 @@ from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
 from chatapp.session.chat_jobs import GenerateRequest
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
-from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+from tests.gui.conftest import (
+    ANSWER_TIMEOUT_MS,
+    counted_transcript,
+    greedy,
+    send_and_wait,
+    set_sampling,
+)
 
 REPO = Path(chatapp.__file__).resolve().parent.parent
 
@@ -398,7 +405,9 @@ def test_export_markdown_and_json_then_import(
     assert ui.panel.titles() == ["export me", "export me"]
     assert [m.content for m in window.chat.conversation.messages][::2] == ["export me", "and me"]
     assert window.chat.conversation.messages[1].figures.generated_tokens == 8
-    assert "8 tokens · hit the token limit" in window.chat.chat_view.transcript.toPlainText()
+    text = counted_transcript(qtbot, window, messages=4)
+    assert "· hit the token limit" in text
+    assert len(re.findall(r"^Assistant\s+\d+ tokens of context\b", text, re.MULTILINE)) == 2
     assert len(stored(history_file)) == 2
 
     (tmp_path / "bad.json").write_text('{"format": "something else"}', encoding="utf-8")

@@ -14,7 +14,13 @@ from chatapp.gui.main_window import MainWindow
 from chatapp.session.chat_jobs import GenerateRequest
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
 from chatapp.store import history as store_history
-from tests.gui.conftest import greedy, open_loaded_window, send_and_wait, set_sampling
+from tests.gui.conftest import (
+    counted_transcript,
+    greedy,
+    open_loaded_window,
+    send_and_wait,
+    set_sampling,
+)
 from tests.gui.history.test_ui import _known, click_row, history
 
 pytestmark = pytest.mark.default_model
@@ -44,16 +50,6 @@ def _keep_module_history(history_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(store_history, "default_history_path", lambda: history_path)
 
 
-def last_line_once_counted(qtbot, window: MainWindow, messages: int) -> str:
-    view = window.chat.chat_view
-    qtbot.waitUntil(
-        lambda: (c := view.transcript.context) is not None and c.message_count == messages,
-        timeout=10_000,
-    )
-    view.flush()
-    return view.transcript.toPlainText().splitlines()[-1]
-
-
 def test_a_saved_chat_reopens_in_another_window_and_continues(
     qtbot,
     window: MainWindow,
@@ -66,7 +62,7 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
     send_and_wait(qtbot, window, "What is the capital of France?")
     first = window.chat.conversation
     assert first.id is not None and "Paris" in first.messages[1].content
-    line = last_line_once_counted(qtbot, window, messages=2)
+    line = counted_transcript(qtbot, window, messages=2).splitlines()[-1]
     assert "tok/s" in line and "TTFT" in line
 
     other = open_loaded_window(default_model_dir)  # a restart, or a second instance
@@ -76,7 +72,7 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
         click_row(qtbot, other, first.id)
         # The reopened chat is counted on the worker: until then the figure line carries the
         # answer's token count, after it the header does (one count per answer).
-        assert last_line_once_counted(qtbot, other, messages=2) == line
+        assert counted_transcript(qtbot, other, messages=2).splitlines()[-1] == line
         assert [m.content for m in other.chat.conversation.messages] == [
             m.content for m in first.messages
         ]

@@ -169,16 +169,6 @@ def resident_memory() -> dict[str, int]:
     return found
 
 
-def reset_peak() -> bool:
-    """Start the peak ("VmHWM") again from the current resident size (Linux 4.0+)."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
-            clear.write("5")
-        return True
-    except OSError:
-        return False
-
-
 # ---- the weight files a session maps, checked before each run ------------------------------
 # So that one changed on disk is refused instead of killing the process.
 #

@@ -174,6 +174,12 @@ class ChatTokenizer:
         """Ids of text a person wrote: special tokens in it stay text."""
         return self._control.encode_as_text(valid_text(text))
 
+    @property
+    def media_ids(self) -> frozenset[int]:
+        """Image and sound markers (Gemma 3's <start_of_image>, ...): a converted model is
+        given no media, so no answer contains one (engine/sampling.Sampler's `never`)."""
+        return self._control.media_ids
+
     def decode(self, ids: Sequence[int]) -> str:
         hidden = self._control.media_ids
         shown = [i for i in ids if i not in hidden] if hidden else list(ids)

@@ -23,8 +23,10 @@ from chatapp.engine.folder_tokenizer import FolderTokenizer
 START, END = "\ufdd0", "\ufdd1"
 
 # Where an image or a sound goes in a multimodal family's prompt. Gemma 3's GGUFs mark them
-# user-defined, so they decode as text, but a converted model never sees media: a sampled one
-# is hidden from the answer, as transformers' tokenizers (which mark them special) hide it.
+# user-defined, so they decode as text, but a converted model never sees media: none is
+# sampled (a marker promises an image that never comes; Gemma 3 270M ranks <start_of_image>
+# high after text), and one in text to decode is hidden, as transformers' tokenizers (which
+# mark them special) hide it.
 MEDIA_MARKERS = frozenset(
     {
         "<start_of_image>",

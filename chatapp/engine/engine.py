@@ -299,6 +299,7 @@ class Engine:
             should_stop,
             top_logprobs,
             constraint,
+            never_ids=self.tokenizer.media_ids,
         )
 
     def chat(

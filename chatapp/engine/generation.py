@@ -4,7 +4,7 @@ at the end one more for text the detokenizer held back, if any (`StepEvent.tail`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,7 @@ from chatapp.engine.sampling import (
 from chatapp.engine.tensor_types import as_float32
 
 perf = time.perf_counter
+NONE: frozenset[int] = frozenset()
 
 # Prompt perplexity is estimated from an even sample of the new prompt tokens: a quarter of
 # them, at most 64, and at most as many rows as fit in PROMPT_LOGITS_BYTES. Each scored position
@@ -97,7 +98,9 @@ class Generation:
         should_stop: Callable[[], bool] | None = None,
         top_logprobs: int = 0,
         constraint: TokenConstraint | None = None,
+        never_ids: Iterable[int] = (),
     ) -> None:
+        """`never_ids`: tokens no answer may contain (Sampler's `never`)."""
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty")
         if not loop.fits(len(prompt_ids)):
@@ -105,7 +108,7 @@ class Generation:
         self.loop = loop
         self.prompt_ids = list(prompt_ids)
         self.settings = settings
-        self.sampler = Sampler(settings)
+        self.sampler = Sampler(settings, never_ids)
         self.eos_ids = frozenset(eos_ids)
         self.detok = detokenizer
         self.should_stop = should_stop or (lambda: False)
@@ -139,10 +142,11 @@ class Generation:
         limit = min(self.settings.max_new_tokens, loop.tokens_that_fit(0))
         while True:
             t_sample = perf()
+            avoid = self.eos_ids if stats.generated_tokens < self.settings.min_new_tokens else NONE
             if self.constraint is None:
-                token = self.sampler(last, history)
+                token = self.sampler(last, history, avoid)
             else:
-                token = self.sampler(self.constraint.masked(last), history)
+                token = self.sampler(self.constraint.masked(last), history, avoid)
                 if token not in self.eos_ids:
                     self.constraint.advance(token)
             logprob = token_logprob(last, token)

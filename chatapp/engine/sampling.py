@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,6 +22,9 @@ class SamplingSettings:
     # OpenAI's logit_bias: (token id, bias) pairs added to the logits before any choice; a bias
     # of -100 bans the token (its logit becomes -inf), +100 all but forces it.
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # The end-of-text token is not chosen before this many tokens (transformers'
+    # min_new_tokens, vLLM's min_tokens): text continuation asks for at least one.
+    min_new_tokens: int = 0
 
     @property
     def greedy(self) -> bool:
@@ -42,6 +45,8 @@ class SamplingSettings:
             raise ValueError("repetition penalty must be positive")
         if not self.max_new_tokens >= 1:
             raise ValueError("max new tokens must be at least 1")
+        if not self.min_new_tokens >= 0:
+            raise ValueError("min new tokens must be 0 or more")
         if self.seed is not None and not self.seed >= 0:
             raise ValueError("the seed must be 0 or more")
         for token, bias in self.logit_bias:
@@ -55,7 +60,12 @@ GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)
 
 
 class Sampler:
-    def __init__(self, settings: SamplingSettings) -> None:
+    """Chooses tokens for one answer. `never`: ids no answer may contain (a text-only model's
+    image and sound markers); a call's `avoid` adds ids for that token alone (the end of text
+    before min_new_tokens). A choice that falls on one is made again with them masked (greedy:
+    the best other token), so the usual choice pays one set lookup, not a copy of the row."""
+
+    def __init__(self, settings: SamplingSettings, never: Iterable[int] = ()) -> None:
         settings.validate()
         self.settings = settings
         self.rng = np.random.default_rng(settings.seed)
@@ -63,9 +73,23 @@ class Sampler:
         biases = [-np.inf if b <= -MAX_LOGIT_BIAS else b for _, b in settings.logit_bias]
         self._bias_ids = np.asarray(ids, dtype=np.int64)
         self._biases = np.asarray(biases, dtype=np.float32)
+        self._never = frozenset(int(t) for t in never)
 
-    def __call__(self, logits: np.ndarray, history: Sequence[int]) -> int:
+    def __call__(
+        self, logits: np.ndarray, history: Sequence[int], avoid: frozenset[int] = frozenset()
+    ) -> int:
         """Pick a token from raw logits [vocab]; `history` feeds the repetition penalty."""
+        token = self._choose(logits, history)
+        if token not in self._never and token not in avoid:
+            return token
+        banned = [t for t in self._never | avoid if 0 <= t < logits.size]
+        masked = logits.astype(np.float32)  # a copy: the caller's row keeps the raw logits
+        masked[banned] = -np.inf
+        if masked.max() == -np.inf:  # nothing else is allowed (a grammar that must end)
+            return token
+        return self._choose(masked, history)
+
+    def _choose(self, logits: np.ndarray, history: Sequence[int]) -> int:
         s = self.settings
         if self._bias_ids.size:
             logits = self._biased(logits)

@@ -17,12 +17,12 @@ capabilities. After a device failure, `fall_back_to_cpu` restarts a local model 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from chatapp.engine.backend import AnswerStream, Backend, TokenEvent
-from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.chat import STYLE_CONTINUE, Message, ToolCall
 from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError
 from chatapp.engine.metrics import RunStats
@@ -136,6 +136,10 @@ def answer(
         )
     if tokenizer is not None and request.prompt_style is not None:
         tokenizer.use_style(request.prompt_style)
+    if request.prompt_style == STYLE_CONTINUE and request.settings.min_new_tokens < 1:
+        # Send asks for what follows the text: a base model often takes a finished sentence as
+        # the end of its document, and an end-of-text first would answer nothing at all.
+        request = replace(request, settings=replace(request.settings, min_new_tokens=1))
     messages: Sequence[Message] = request.messages
     if request.context is ContextPolicy.TRIM and caps.counts_tokens and request.text is None:
         messages, report = fit_messages(

@@ -141,3 +141,42 @@ def test_a_bias_outside_the_vocabulary_or_banning_everything_is_refused() -> Non
     for bad in (((0, 100.5),), ((-1, 1.0),), ((0, math.nan),)):
         with pytest.raises(ValueError, match="logit bias"):
             SamplingSettings(logit_bias=bad).validate()
+
+
+# ---- tokens no answer may contain, and the end of text before min_new_tokens ---------------
+def test_a_never_token_is_drawn_around_greedy_and_sampled() -> None:
+    assert Sampler(SamplingSettings(temperature=0.0), never=[1])(LOGITS, []) == 5
+    sampled = SamplingSettings(temperature=1.5, top_k=0, top_p=1.0, seed=2)
+    sampler = Sampler(sampled, never=[1, 5])
+    picks = [sampler(LOGITS, []) for _ in range(2000)]
+    assert {1, 5}.isdisjoint(picks) and {0, 2, 3, 4} <= set(picks)
+    # Drawn around in proportion: the others keep their odds among themselves.
+    rest = np.array([0, 2, 3, 4])
+    odds = np.exp(LOGITS[rest] / 1.5) / np.exp(LOGITS[rest] / 1.5).sum()
+    counts = np.array([picks.count(int(t)) for t in rest]) / len(picks)
+    np.testing.assert_allclose(counts, odds, atol=0.04)
+
+
+def test_avoid_holds_for_one_call_and_the_raw_row_is_left_alone() -> None:
+    sampler, row = Sampler(SamplingSettings(temperature=0.0)), LOGITS.copy()
+    assert sampler(row, [], frozenset({1})) == 5
+    assert sampler(row, []) == 1  # the next call may choose it again
+    assert np.array_equal(row, LOGITS)
+
+
+def test_when_only_avoided_tokens_are_allowed_one_is_still_chosen() -> None:
+    """A grammar that must end allows only the end of text: it ends, even before min tokens."""
+    only_end = np.full(LOGITS.size, -np.inf, dtype=np.float32)
+    only_end[3] = 0.0
+    assert Sampler(SamplingSettings(temperature=0.0))(only_end, [], frozenset({3})) == 3
+    sampled = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, seed=0)
+    assert Sampler(sampled)(only_end, [], frozenset({3})) == 3
+
+
+def test_never_ids_outside_the_vocabulary_are_ignored() -> None:
+    assert Sampler(SamplingSettings(temperature=0.0), never=[1, 99])(LOGITS, []) == 5
+
+
+def test_min_new_tokens_below_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match="min new tokens"):
+        SamplingSettings(min_new_tokens=-1).validate()

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from chatapp.engine.chat import Message
+from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message
 from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, EngineError
@@ -185,3 +185,35 @@ def test_a_requests_logit_bias_reaches_the_sampler(host: EngineHost) -> None:
     done = list(answer(host.engine, biased, lambda: False))[-1]
     assert isinstance(done, AnswerDone)
     assert first not in done.stats.token_ids and done.text != plain.text
+
+
+def test_text_continuation_answers_at_least_one_token(host: EngineHost) -> None:
+    """Send in text continuation asks for what follows: an end of text the model puts first
+    (here forced by a bias) is drawn around once; a chat may still end at once."""
+    assert host.engine is not None
+    eos = host.engine.info.eos_token_ids[0]
+    forced = replace(GREEDY, logit_bias=((eos, 100.0),))
+    chat = AnswerRequest((Message("user", PROMPT),), forced, prompt_style=STYLE_TEMPLATE)
+    done = list(answer(host.engine, chat, lambda: False))[-1]
+    assert isinstance(done, AnswerDone)
+    assert done.stats.generated_tokens == 0 and done.stats.finish_reason == "eos"
+    continued = replace(chat, prompt_style=STYLE_CONTINUE)
+    done = list(answer(host.engine, continued, lambda: False))[-1]
+    assert isinstance(done, AnswerDone)
+    assert done.stats.generated_tokens == 1 and done.stats.finish_reason == "eos"
+    assert eos not in done.stats.token_ids
+
+
+def test_a_media_marker_is_never_sampled(host: EngineHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Image and sound markers (Gemma 3's <start_of_image>) promise media a converted model is
+    never given: the tokenizer's markers reach the sampler, which draws around them."""
+    assert host.engine is not None
+    request = AnswerRequest((Message("user", PROMPT),), GREEDY)
+    plain = list(answer(host.engine, request, lambda: False))[-1]
+    assert isinstance(plain, AnswerDone)
+    marker = plain.stats.token_ids[1]  # pretend the second token were a marker
+    monkeypatch.setattr(host.engine.tokenizer._control, "media_ids", frozenset({marker}))
+    done = list(answer(host.engine, request, lambda: False))[-1]
+    assert isinstance(done, AnswerDone)
+    assert marker not in done.stats.token_ids
+    assert done.stats.token_ids[0] == plain.stats.token_ids[0]

@@ -459,7 +459,7 @@ class TranscriptView(TranscriptActions):
 
 def empty_text(message: ChatMessage) -> str:
     """What an answer without text shows: why, where its figures say the model ended it at its
-    first token (an end-of-text token, e.g. a base model that took the text as finished)."""
+    first token (an end-of-text token; text continuation sets it aside, chat does not)."""
     fig = message.figures
     if fig is not None and fig.finish_reason == "eos" and fig.generated_tokens == 0:
         return EMPTY_AT_ONCE

@@ -77,7 +77,9 @@ class ChatSettings:
         """The settings column: everything but the model and the system prompt."""
         body: dict[str, Any] = {"stops": list(self.stops)}
         if self.sampling is not None:
-            body["sampling"] = asdict(self.sampling)
+            body["sampling"] = {
+                k: v for k, v in asdict(self.sampling).items() if k not in NOT_REMEMBERED
+            }
         if self.prompt_style is not None:
             body["prompt_style"] = self.prompt_style
         if self.tools:
@@ -117,10 +119,14 @@ def settings_of(options: AnswerOptions, model: str | None) -> ChatSettings:
     )
 
 
+# Set per answer, not chosen by the person (session/answer.py: text continuation's one token).
+NOT_REMEMBERED = frozenset({"min_new_tokens"})
+
+
 def _sampling(value: object) -> SamplingSettings | None:
     if not isinstance(value, dict):
         return None
-    known = {f.name: f.type for f in fields(SamplingSettings)}
+    known = {f.name: f.type for f in fields(SamplingSettings) if f.name not in NOT_REMEMBERED}
     values: dict[str, Any] = {}
     for name, number in value.items():
         if name not in known or isinstance(number, bool):

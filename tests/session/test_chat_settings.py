@@ -28,6 +28,16 @@ def test_an_answer_request_is_remembered_and_read_back() -> None:
     assert back == chat and back.choice == CONTINUE
 
 
+def test_an_answers_minimum_is_not_a_chat_setting() -> None:
+    """Text continuation's one-token minimum is set per answer: it is neither stored nor read
+    back from a stored or imported chat (one could otherwise keep a model from ending)."""
+    chat = ChatSettings("m", "", SamplingSettings(min_new_tokens=1), STYLE_CONTINUE)
+    assert "min_new_tokens" not in chat.to_json()
+    body = '{"sampling": {"temperature": 0.5, "min_new_tokens": 100000}}'
+    back = ChatSettings.from_store("m", "", body)
+    assert back.sampling == SamplingSettings(temperature=0.5)
+
+
 def test_plain_line_chat_gives_back_only_the_stops_the_person_typed() -> None:
     chat = ChatSettings(None, "", None, STYLE_PLAIN_CHAT, ("END", *PLAIN_CHAT_STOPS))
     assert chat.choice == CHAT and chat.user_stops == ("END",)

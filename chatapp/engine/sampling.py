@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 MAX_LOGIT_BIAS = 100  # OpenAI's bound: -100 bans a token
+PENALTY_LAST_N = 64
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,10 @@ class SamplingSettings:
     top_k: int = 40  # 0 = off
     top_p: float = 0.95  # 1.0 = off
     repetition_penalty: float = 1.1  # 1.0 = off
+    # How many of the latest tokens (prompt and answer) the penalty looks at: 64 as llama.cpp,
+    # Ollama and LM Studio; -1 all of them (transformers' and vLLM's meaning). Over a whole
+    # chat it shrank every common token: SmolLM2 wrote "Germanyis also the capital of Europe".
+    penalty_last_n: int = PENALTY_LAST_N
     seed: int | None = None
     max_new_tokens: int = 256
     # OpenAI's logit_bias: (token id, bias) pairs added to the logits before any choice; a bias
@@ -45,6 +50,8 @@ class SamplingSettings:
             raise ValueError("repetition penalty must be positive")
         if not self.max_new_tokens >= 1:
             raise ValueError("max new tokens must be at least 1")
+        if not self.penalty_last_n >= -1:
+            raise ValueError("the penalty's last tokens must be -1 (all), 0 (none) or more")
         if not self.min_new_tokens >= 0:
             raise ValueError("min new tokens must be 0 or more")
         if self.seed is not None and not self.seed >= 0:
@@ -93,8 +100,9 @@ class Sampler:
         s = self.settings
         if self._bias_ids.size:
             logits = self._biased(logits)
-        if s.repetition_penalty != 1.0 and history:
-            logits = _penalize(logits, history, s.repetition_penalty)
+        if s.repetition_penalty != 1.0 and history and s.penalty_last_n != 0:
+            recent = history if s.penalty_last_n < 0 else history[-s.penalty_last_n :]
+            logits = _penalize(logits, recent, s.repetition_penalty)
         if s.greedy:
             return int(np.argmax(logits))
         scaled = logits.astype(np.float64) / s.temperature

@@ -308,6 +308,8 @@ def _settings(body: dict[str, Any], max_tokens: int, vocab_size: int = 0) -> Sam
         repetition_penalty=_number(
             body, "repetition_penalty", 1.0, 0.0, MAX_REPETITION_PENALTY, low_open=True
         ),
+        # llama.cpp's name; absent, the penalty means what vLLM's does: the whole sequence.
+        penalty_last_n=_int(body, "repeat_last_n", -1, -1, 1 << 24),
         seed=seed,
         max_new_tokens=max_tokens,
         logit_bias=_logit_bias(body.get("logit_bias"), vocab_size),

@@ -119,8 +119,9 @@ def settings_of(options: AnswerOptions, model: str | None) -> ChatSettings:
     )
 
 
-# Set per answer, not chosen by the person (session/answer.py: text continuation's one token).
-NOT_REMEMBERED = frozenset({"min_new_tokens"})
+# Not chosen by the person: set per answer (session/answer.py: text continuation's one token)
+# or the app's own (the penalty's last 64 tokens).
+NOT_REMEMBERED = frozenset({"min_new_tokens", "penalty_last_n"})
 
 
 def _sampling(value: object) -> SamplingSettings | None:

@@ -180,3 +180,15 @@ def test_never_ids_outside_the_vocabulary_are_ignored() -> None:
 def test_min_new_tokens_below_zero_is_refused() -> None:
     with pytest.raises(ValueError, match="min new tokens"):
         SamplingSettings(min_new_tokens=-1).validate()
+
+
+def test_the_penalty_looks_at_the_last_tokens_only() -> None:
+    """64 latest tokens by default (llama.cpp's repeat_last_n); -1 all of them, 0 none."""
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.5)
+    seen_long_ago = [1] + [0] * 64  # token 1 (3.0) is 65 tokens back
+    assert Sampler(settings)(LOGITS, seen_long_ago) == 1
+    assert Sampler(replace(settings, penalty_last_n=-1))(LOGITS, seen_long_ago) == 5
+    assert Sampler(replace(settings, penalty_last_n=0))(LOGITS, [1]) == 1
+    assert Sampler(replace(settings, penalty_last_n=1))(LOGITS, [0, 1]) == 5
+    with pytest.raises(ValueError, match="last tokens"):
+        SamplingSettings(penalty_last_n=-2).validate()

@@ -77,3 +77,13 @@ def test_bad_logit_bias_is_a_400_in_words(bias: Any, words: str) -> None:
 def test_logit_bias_on_completions_too() -> None:
     request = parse_completion({"prompt": "a", "logit_bias": {"3": -100}}, "iobinding", 512)
     assert request.settings.logit_bias == ((3, -100.0),)
+
+
+def test_the_penalty_looks_at_the_whole_sequence_unless_repeat_last_n_says() -> None:
+    """repetition_penalty keeps vLLM's meaning (all tokens); llama.cpp's repeat_last_n picks
+    the latest ones, as the window and `generate` do with 64."""
+    assert chat(repetition_penalty=1.2).settings.penalty_last_n == -1
+    assert chat(repetition_penalty=1.2, repeat_last_n=64).settings.penalty_last_n == 64
+    assert chat(repeat_last_n=0).settings.penalty_last_n == 0
+    for bad in (-2, 1.5, True, "64", 1 << 25):
+        assert refusal(repeat_last_n=bad).param == "repeat_last_n"

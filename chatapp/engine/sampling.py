@@ -18,10 +18,6 @@ class SamplingSettings:
     top_k: int = 40  # 0 = off
     top_p: float = 0.95  # 1.0 = off
     repetition_penalty: float = 1.1  # 1.0 = off
-    # How many of the latest tokens (prompt and answer) the penalty looks at: 64 as llama.cpp,
-    # Ollama and LM Studio; -1 all of them (transformers' and vLLM's meaning). Over a whole
-    # chat it shrank every common token: SmolLM2 wrote "Germanyis also the capital of Europe".
-    penalty_last_n: int = PENALTY_LAST_N
     seed: int | None = None
     max_new_tokens: int = 256
     # OpenAI's logit_bias: (token id, bias) pairs added to the logits before any choice; a bias
@@ -30,6 +26,10 @@ class SamplingSettings:
     # The end-of-text token is not chosen before this many tokens (transformers'
     # min_new_tokens, vLLM's min_tokens): text continuation asks for at least one.
     min_new_tokens: int = 0
+    # How many of the latest tokens (prompt and answer) the penalty looks at: 64 as llama.cpp,
+    # Ollama and LM Studio; -1 all of them (transformers' and vLLM's meaning). Over a whole
+    # chat it shrank every common token: SmolLM2 wrote "Germanyis also the capital of Europe".
+    penalty_last_n: int = PENALTY_LAST_N
 
     @property
     def greedy(self) -> bool:

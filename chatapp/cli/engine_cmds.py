@@ -13,7 +13,7 @@ from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tool
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
 from chatapp.engine.guards import PROMPT_PRECISIONS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
-from chatapp.engine.sampling import PENALTY_LAST_N, SamplingSettings
+from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import arg_checks as checks
 
 if TYPE_CHECKING:
@@ -93,8 +93,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--repetition-penalty",
         type=checks.number(0, checks.MAX_PENALTY, low_open=True),
         default=1.1,
-        help=f"makes tokens among the last {PENALTY_LAST_N} of the prompt and answer less likely "
-        "(1: off)",
+        help="makes tokens already in the prompt or the answer less likely (1: off)",
     )
     gen.add_argument("--seed", type=checks.whole(0, checks.MAX_SEED, "a seed"), default=None)
     gen.add_argument(

@@ -208,6 +208,7 @@ class RemoteEngine:
         if settings.repetition_penalty != 1.0:
             body["repetition_penalty"] = settings.repetition_penalty  # vLLM, chatapp
             body["repeat_penalty"] = settings.repetition_penalty  # llama.cpp
+            # llama.cpp's own default is the last 64 tokens: ask for what is penalized here
             body["repeat_last_n"] = settings.penalty_last_n  # llama.cpp, chatapp
         if mode and self.is_chatapp:
             body["chatapp"] = {"loop": mode}

@@ -15,7 +15,7 @@ from typing import Any
 from chatapp.engine.chat import Message
 from chatapp.engine.constraints import OutputFormat
 from chatapp.engine.modes import MODES
-from chatapp.engine.sampling import MAX_LOGIT_BIAS, SamplingSettings
+from chatapp.engine.sampling import MAX_LOGIT_BIAS, PENALTY_ALL, SamplingSettings
 from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
@@ -309,7 +309,7 @@ def _settings(body: dict[str, Any], max_tokens: int, vocab_size: int = 0) -> Sam
             body, "repetition_penalty", 1.0, 0.0, MAX_REPETITION_PENALTY, low_open=True
         ),
         # llama.cpp's name; absent, the penalty means what vLLM's does: the whole sequence.
-        penalty_last_n=_int(body, "repeat_last_n", -1, -1, 1 << 24),
+        penalty_last_n=_int(body, "repeat_last_n", PENALTY_ALL, -1, 1 << 24),
         seed=seed,
         max_new_tokens=max_tokens,
         logit_bias=_logit_bias(body.get("logit_bias"), vocab_size),

@@ -120,7 +120,7 @@ def settings_of(options: AnswerOptions, model: str | None) -> ChatSettings:
 
 
 # Not chosen by the person: set per answer (session/answer.py: text continuation's one token)
-# or the app's own (the penalty's last 64 tokens).
+# or the app's own (what the penalty looks at).
 NOT_REMEMBERED = frozenset({"min_new_tokens", "penalty_last_n"})
 
 

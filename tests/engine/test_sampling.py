@@ -182,12 +182,13 @@ def test_min_new_tokens_below_zero_is_refused() -> None:
         SamplingSettings(min_new_tokens=-1).validate()
 
 
-def test_the_penalty_looks_at_the_last_tokens_only() -> None:
-    """64 latest tokens by default (llama.cpp's repeat_last_n); -1 all of them, 0 none."""
+def test_the_penalty_looks_at_every_token_or_the_last_n() -> None:
+    """All tokens by default (transformers', vLLM's); n: the last n (llama.cpp's repeat_last_n);
+    0: none."""
     settings = SamplingSettings(temperature=0.0, repetition_penalty=1.5)
     seen_long_ago = [1] + [0] * 64  # token 1 (3.0) is 65 tokens back
-    assert Sampler(settings)(LOGITS, seen_long_ago) == 1
-    assert Sampler(replace(settings, penalty_last_n=-1))(LOGITS, seen_long_ago) == 5
+    assert Sampler(settings)(LOGITS, seen_long_ago) == 5
+    assert Sampler(replace(settings, penalty_last_n=64))(LOGITS, seen_long_ago) == 1
     assert Sampler(replace(settings, penalty_last_n=0))(LOGITS, [1]) == 1
     assert Sampler(replace(settings, penalty_last_n=1))(LOGITS, [0, 1]) == 5
     with pytest.raises(ValueError, match="last tokens"):

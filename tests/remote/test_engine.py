@@ -64,7 +64,7 @@ def test_sampling_settings_reach_the_server(served: Served) -> None:
     body = engine.request_body(HELLO, settings, "iobinding")
     assert body["top_k"] == 5 and body["seed"] == 3 and body["top_p"] == 0.8
     assert body["repetition_penalty"] == body["repeat_penalty"] == 1.1
-    assert body["repeat_last_n"] == 64  # the window's: a chatapp or llama.cpp server reads it
+    assert body["repeat_last_n"] == -1  # all, as here: llama.cpp's own default is 64
     assert body["chatapp"] == {"loop": "iobinding"}  # only because the server is chatapp
     first, again = engine.chat(HELLO, settings), engine.chat(HELLO, settings)
     first.run()
@@ -75,20 +75,22 @@ def test_sampling_settings_reach_the_server(served: Served) -> None:
 def test_a_penalized_answer_through_the_server_is_the_local_one(
     served: Served, reference: Engine
 ) -> None:
-    """The penalty over the last 64 tokens reaches a chatapp server, which would otherwise
-    look at the whole sequence (vLLM's meaning): greedy, the same tokens as here."""
+    """What the penalty looks at reaches a chatapp server (repeat_last_n), as it would a
+    llama.cpp one: greedy, the same tokens as here, for all tokens and for the last 64."""
     settings = replace(greedy(40), repetition_penalty=5.0)
     # Many different tokens, then more than 64 of one: only the whole sequence sees the first.
     early = "The quick brown fox jumps over the lazy dog 0123456789 ,;:!?"
     long_chat = [Message("user", early + " a" * 80)]
-    expected = reference.chat(long_chat, settings)
-    expected.run()
-    whole = reference.chat(long_chat, replace(settings, penalty_last_n=-1))
-    whole.run()
-    assert whole.text != expected.text  # the two meanings differ on this chat
-    remote = RemoteEngine(served.api).chat(long_chat, settings)
-    remote.run()
-    assert remote.text == expected.text
+    texts = []
+    for last_n in (-1, 64):
+        asked = replace(settings, penalty_last_n=last_n)
+        expected = reference.chat(long_chat, asked)
+        expected.run()
+        remote = RemoteEngine(served.api).chat(long_chat, asked)
+        remote.run()
+        assert remote.text == expected.text
+        texts.append(expected.text)
+    assert texts[0] != texts[1]  # the two differ on this chat: the server did not ignore it
 
 
 def test_stop_closes_the_stream_and_the_server_stops(tiny_model_dir: Path) -> None:

@@ -80,8 +80,8 @@ def test_logit_bias_on_completions_too() -> None:
 
 
 def test_the_penalty_looks_at_the_whole_sequence_unless_repeat_last_n_says() -> None:
-    """repetition_penalty keeps vLLM's meaning (all tokens); llama.cpp's repeat_last_n picks
-    the latest ones, as the window and `generate` do with 64."""
+    """repetition_penalty keeps vLLM's meaning (all tokens), as the window and `generate`;
+    llama.cpp's repeat_last_n picks the latest ones."""
     assert chat(repetition_penalty=1.2).settings.penalty_last_n == -1
     assert chat(repetition_penalty=1.2, repeat_last_n=64).settings.penalty_last_n == 64
     assert chat(repeat_last_n=0).settings.penalty_last_n == 0

@@ -31,7 +31,7 @@ from chatapp.engine.model_folder.sampling_defaults import (
     ModelSampling,
     matching_preset,
 )
-from chatapp.engine.sampling import PENALTY_LAST_N, SamplingSettings
+from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.json_answer_box import JsonAnswerOption
 from chatapp.gui.chat.prompt_option import PromptOption
 from chatapp.gui.chat.tools_option import ToolsOption
@@ -57,9 +57,7 @@ TIPS = {
         "probability (1: all of them)"
     ),
     "top_k": "Draw only from this many of the most likely tokens (off: all of them)",
-    "repetition_penalty": (
-        f"Makes tokens among the last {PENALTY_LAST_N} of the conversation less likely (off: 1)"
-    ),
+    "repetition_penalty": "Makes tokens already in the conversation less likely (off: 1)",
     "seed": "The same seed and settings write the same answer again (random: a new draw each time)",
 }
 GREEDY_TIP = (

@@ -185,10 +185,10 @@ def main() -> None:
     first = systems[0]
     print(f"\n{args.new} new tokens, {args.threads} threads, medians of {args.repeats} repeats")
     print(
-        "| system | peak at load MiB | peak answering MiB | tokenizer MiB | tok/s "
-        "| tok/s / first | TTFT s | tokens |"
+        "| system | load s | peak at load MiB | peak answering MiB | tokenizer MiB | tok/s "
+        "| tok/s / first | TTFT ms | tokens |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for system in systems:
         mine = runs[system]
         if not mine:
@@ -196,11 +196,12 @@ def main() -> None:
         pairs = zip(mine, runs[first], strict=False)
         ratio = statistics.median(a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs)
         print(
-            f"| {system} | {statistics.median(m['after_load']['peak'] for m in mine):.0f} "
+            f"| {system} | {statistics.median(m['load_s'] for m in mine):.2f} "
+            f"| {statistics.median(m['after_load']['peak'] for m in mine):.0f} "
             f"| {statistics.median(m['after_answer']['peak'] for m in mine):.0f} "
             f"| {statistics.median(m['after_load'].get('tokenizer', 0) for m in mine):.0f} "
             f"| {statistics.median(m['tokens_per_s'] for m in mine):.1f} | {ratio:.2f} "
-            f"| {statistics.median(m.get('ttft_s', float('nan')) for m in mine):.2f} "
+            f"| {1000 * statistics.median(m.get('ttft_s', float('nan')) for m in mine):.0f} "
             f"| {','.join(sorted({m['tokens'] for m in mine}))} |"
         )
     print("load average:", Path("/proc/loadavg").read_text().strip())

@@ -37,7 +37,12 @@ from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
-from chatapp.engine.resident import MappedFiles, MappedPages, released_while_loading
+from chatapp.engine.resident import (
+    MappedFiles,
+    MappedPages,
+    populate_mapped,
+    released_while_loading,
+)
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch
@@ -119,6 +124,9 @@ def start_model(
             use_copy = damaged is None  # saved again once; then the folder's own graph
             damaged = copy
             continue
+        if model.native and device is CPU:  # the kernels read the mapped GGUF blocks whole
+            for file in mapped:
+                populate_mapped(file, [(o, n) for f, o, n in memory.block_spans if f == file])
         if damaged is not None:
             again = "they were saved again" if copy else "running from the folder's own graph"
             reason = f"The saved packed weights of {info.name} were damaged; {again}."

@@ -32,10 +32,13 @@ NONE: frozenset[int] = frozenset()
 # 5% of the time to first token on short prompts and 64 rows are ~1% at 1k tokens, with 12 MB of
 # logits at most; scoring every position cost ~20% and 197 MB per 1000 tokens. A row of Gemma 3's
 # 262k vocabulary is 1 MiB: 64 of them, their copies and their log-softmax added 230 MiB to a
-# 1k-token prompt's peak, so large vocabularies score fewer rows (Gemma 3: 12). It is the same
-# figure (mean log-prob over the prompt), estimated.
+# 1k-token prompt's peak, so large vocabularies score fewer rows (Gemma 3: 12). A larger
+# vocabulary also makes each row dearer: past SmolLM2's, one row per 4 x vocab / 49152 new
+# tokens (Gemma 3: one per 21), which took a 15-token Gemma prompt from 4 head rows to 2 and its
+# TTFT from 61.7 to 55.3 ms (median of 15). It is the same figure (mean log-prob), estimated.
 PROMPT_SAMPLE = 64
-PROMPT_LOGITS_BYTES = 64 * 49_152 * 4  # SmolLM2's 64 rows of float32 logits
+SAMPLE_VOCAB = 49_152  # SmolLM2's: the vocabulary the quarter was measured with
+PROMPT_LOGITS_BYTES = 64 * SAMPLE_VOCAB * 4  # SmolLM2's 64 rows of float32 logits
 
 
 def check_finite_row(row: np.ndarray, model_name: str) -> None:
@@ -51,11 +54,14 @@ def check_finite_row(row: np.ndarray, model_name: str) -> None:
 
 def prompt_sample(new_tokens: int, vocab: int = 0, most: int = PROMPT_SAMPLE) -> list[int]:
     """Positions of the new prompt tokens whose logits score the next prompt token (with
-    `vocab`, no more rows than PROMPT_LOGITS_BYTES of float32 logits hold)."""
+    `vocab`, no more rows than PROMPT_LOGITS_BYTES of float32 logits hold, and fewer per new
+    token past SmolLM2's vocabulary: each row costs one row of the output head)."""
+    per_row = 4
     if vocab > 0:
         most = max(1, min(most, PROMPT_LOGITS_BYTES // (4 * vocab)))
+        per_row = max(per_row, 4 * vocab // SAMPLE_VOCAB)
     scoreable = new_tokens - 1
-    count = min(most, scoreable, max(1, new_tokens // 4))
+    count = min(most, scoreable, max(1, new_tokens // per_row))
     if count <= 0:
         return []
     if count == 1:

@@ -56,6 +56,9 @@ class MemoryEstimate:
     mapped_files: tuple[Path, ...] = ()  # the external data files ONNX Runtime maps
     overhead: int = RUNTIME_OVERHEAD
     tokenizer: int = 0  # what the tokenizer keeps (TOKENIZER_PER_JSON_BYTE)
+    # (file, offset, length) of the byte tensors in the mapped files: a native graph's GGUF
+    # blocks, which its kernels read whole at every step (resident.populate_mapped).
+    block_spans: tuple[tuple[Path, int, int], ...] = ()
 
     @property
     def total(self) -> int:
@@ -114,7 +117,28 @@ def estimate_memory(read: FolderRead, context: int) -> MemoryEstimate:
         context=context,
         mapped_files=read.weight_files,
         tokenizer=TOKENIZER_PER_JSON_BYTE * read.tokenizer_bytes,
+        block_spans=matmul_block_spans(read, info.onnx_path),
     )
+
+
+def matmul_block_spans(read: FolderRead, onnx_path: Path) -> tuple[tuple[Path, int, int], ...]:
+    """Where the GGUF blocks that GgufMatMul nodes multiply by lie in the files: (file, offset,
+    length). Blocks only gathered a row at a time (an untied embedding) are left out."""
+    multiplied = {
+        node.input[1] for node in read.nodes if node.op_type == "GgufMatMul" and len(node.input) > 1
+    }
+    base = onnx_path.parent.resolve()
+    spans = []
+    for tensor in read.graph.graph.initializer:
+        if tensor.name not in multiplied or tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        entries = {e.key: e.value for e in tensor.external_data}
+        try:  # checked when the folder was read (files.check_external_data)
+            offset, length = int(entries.get("offset", 0)), int(entries["length"])
+            spans.append(((base / entries["location"]).resolve(), offset, length))
+        except (KeyError, ValueError):
+            continue
+    return tuple(spans)
 
 
 @dataclass(frozen=True)

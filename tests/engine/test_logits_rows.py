@@ -122,7 +122,17 @@ def test_a_large_vocabulary_scores_fewer_rows() -> None:
     assert len(gemma) == PROMPT_LOGITS_BYTES // (4 * 262_144) == 12
     assert gemma[0] == 0 and gemma[-1] == 998  # still spread over the whole prompt
     assert prompt_sample(1000, 10_000_000) == [998]  # at least one row
-    assert prompt_sample(6, 262_144) == prompt_sample(6)  # a short prompt: a quarter anyway
+    assert prompt_sample(6, 262_144) == prompt_sample(6)  # a short prompt: one row anyway
+
+
+def test_a_dearer_head_row_scores_fewer_rows_per_new_token() -> None:
+    """A quarter of the new tokens at SmolLM2's vocabulary (and below); one per 4 x V / 49152
+    past it, so the head's share of a short prompt stays about the same."""
+    assert len(prompt_sample(40, 49_152)) == len(prompt_sample(40, 32_000)) == 10
+    assert len(prompt_sample(42, 128_256)) == 4  # Llama 3: one row per 10 new tokens
+    assert len(prompt_sample(40, 262_144)) == 1  # Gemma 3: one per 21
+    assert len(prompt_sample(15, 262_144)) == 1  # at least one
+    assert len(prompt_sample(300, 262_144)) == 12  # then the logits' bytes bound it
 
 
 def test_prompt_perplexity_is_scored_on_the_sample(folders: dict[str, Path]) -> None:

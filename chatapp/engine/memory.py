@@ -56,8 +56,8 @@ class MemoryEstimate:
     mapped_files: tuple[Path, ...] = ()  # the external data files ONNX Runtime maps
     overhead: int = RUNTIME_OVERHEAD
     tokenizer: int = 0  # what the tokenizer keeps (TOKENIZER_PER_JSON_BYTE)
-    # (file, offset, length) of the byte tensors in the mapped files: a native graph's GGUF
-    # blocks, which its kernels read whole at every step (resident.populate_mapped).
+    # (file, offset, length) of the GGUF blocks a native graph's GgufMatMul nodes multiply by,
+    # read whole at every step: faulted in at load (resident.populate_mapped).
     block_spans: tuple[tuple[Path, int, int], ...] = ()
 
     @property

@@ -70,11 +70,12 @@ def release_mapped(files: Iterable[Path]) -> int:
 def populate_mapped(file: Path, spans: Sequence[tuple[int, int]]) -> int:
     """Fault in now this process's mappings of `file` that hold any of `spans` (offset, length
     in the file), as llama.cpp does when it loads. The GGUF kernels read their blocks whole at
-    every step; without this the first answer faulted them in (real Gemma 3 270M: 240 MiB,
-    about 40 ms of its TTFT). Other tensors (Gemma's 64 MiB of RoPE tables, read a row a token)
-    stay lazy. ONNX Runtime maps each tensor on its own. One madvise a mapping
-    (MADV_POPULATE_READ; before Linux 5.14 MADV_WILLNEED, which only reads ahead); returns the
-    bytes populated (0 where this cannot be done)."""
+    every step; without this the first answer faulted them in (real Gemma 3 270M: 240 MiB; its
+    first TTFT went 96 -> 66 ms with this and a smaller perplexity sample, docs/engine.md).
+    Other tensors (Gemma's 64 MiB of RoPE tables, read a row a token) stay lazy: ONNX Runtime
+    maps each tensor on its own. One madvise a mapping (MADV_POPULATE_READ; before Linux 5.14
+    MADV_WILLNEED, which only reads ahead); returns the bytes populated (0 where this cannot be
+    done)."""
     if _LIBC is None or not spans:
         return 0
     path = os.path.realpath(file)

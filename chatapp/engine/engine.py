@@ -125,8 +125,7 @@ def start_model(
             damaged = copy
             continue
         if model.native and device is CPU:  # the kernels read the mapped GGUF blocks whole
-            for file in mapped:
-                populate_mapped(file, [(o, n) for f, o, n in memory.block_spans if f == file])
+            populate_mapped(memory.block_spans)
         if damaged is not None:
             again = "they were saved again" if copy else "running from the folder's own graph"
             reason = f"The saved packed weights of {info.name} were damaged; {again}."

@@ -19,7 +19,7 @@ import gc
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,31 +67,29 @@ def release_mapped(files: Iterable[Path]) -> int:
     return released
 
 
-def populate_mapped(file: Path, spans: Sequence[tuple[int, int]]) -> int:
-    """Fault in now this process's mappings of `file` that hold any of `spans` (offset, length
-    in the file), as llama.cpp does when it loads. The GGUF kernels read their blocks whole at
-    every step; without this the first answer faulted them in (real Gemma 3 270M: 240 MiB; its
-    first TTFT went 96 -> 66 ms with this and a smaller perplexity sample, docs/engine.md).
-    Other tensors (Gemma's 64 MiB of RoPE tables, read a row a token) stay lazy: ONNX Runtime
-    maps each tensor on its own. One madvise a mapping (MADV_POPULATE_READ; before Linux 5.14
+def populate_mapped(spans: Iterable[tuple[Path, int, int]]) -> int:
+    """Fault in now this process's mappings that hold any of `spans` (file, offset, length), as
+    llama.cpp does when it loads. The GGUF kernels read their blocks whole at every step;
+    without this the first answer faulted them in (real Gemma 3 270M: 240 MiB; its first TTFT
+    went 96 -> 66 ms with this and a smaller perplexity sample, docs/engine.md). Other tensors
+    (Gemma's 64 MiB of RoPE tables, read a row a token) stay lazy: ONNX Runtime maps each
+    tensor on its own. One madvise a mapping (MADV_POPULATE_READ; before Linux 5.14
     MADV_WILLNEED, which only reads ahead); returns the bytes populated (0 where this cannot be
     done)."""
-    if _LIBC is None or not spans:
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for file, offset, length in spans:
+        by_file.setdefault(os.path.realpath(file), []).append((offset, length))
+    if _LIBC is None or not by_file:
         return 0
-    path = os.path.realpath(file)
-    ordered = sorted(spans)
+    for held in by_file.values():
+        held.sort()
     populated = 0
     try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            lines = [line.split(maxsplit=5) for line in maps]
+        mappings = list(_maps_of(set(by_file)))
     except OSError:
         return 0
-    for fields in lines:
-        if len(fields) != 6 or fields[5].strip() != path:
-            continue
-        low, high = (int(x, 16) for x in fields[0].split("-"))
-        first = int(fields[2], 16)  # the file offset the mapping starts at
-        if not _overlaps(ordered, first, first + high - low):
+    for path, low, high, first in mappings:
+        if not _overlaps(by_file[path], first, first + high - low):
             continue
         if _LIBC.madvise(low, high - low, MADV_POPULATE_READ) == 0:
             populated += high - low
@@ -155,14 +153,18 @@ class MappedPages:
 
 
 def _current_ranges(paths: set[str]) -> set[tuple[int, int]]:
-    found = set()
+    return {(low, high) for _, low, high, _ in _maps_of(paths)}
+
+
+def _maps_of(paths: set[str]) -> Iterator[tuple[str, int, int, int]]:
+    """(path, start, end, the file offset it starts at) of each mapping of `paths`, from
+    /proc/self/maps."""
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].strip() in paths:
+            if len(fields) == 6 and (path := fields[5].strip()) in paths:
                 low, high = fields[0].split("-")
-                found.add((int(low, 16), int(high, 16)))
-    return found
+                yield path, int(low, 16), int(high, 16), int(fields[2], 16)
 
 
 @contextmanager

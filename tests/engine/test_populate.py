@@ -51,17 +51,17 @@ def test_only_the_mappings_holding_a_span_are_populated(tmp_path: Path, populati
         try:
             release_mapped([path])
             assert mapped_rss(path) < 100  # kB: nothing read yet
-            assert populate_mapped(path, [(5000, 10)]) == 1 << 20  # in the first only
+            assert populate_mapped([(path, 5000, 10)]) == 1 << 20  # in the first only
             assert 1000 <= mapped_rss(path) < 1100
-            assert populate_mapped(path, [(1 << 20, PAGE)]) == 0  # between the two: none
-            assert populate_mapped(path, [(0, 3 << 20)]) == 2 << 20  # overlaps both
+            assert populate_mapped([(path, 1 << 20, PAGE)]) == 0  # between the two: none
+            assert populate_mapped([(path, 0, 3 << 20)]) == 2 << 20  # overlaps both
             assert mapped_rss(path) >= 2000
             assert first[5000:5010] == bytes(range(136, 146))  # the file's bytes, unchanged
             assert second[:4] == bytes(range(4))
         finally:
             first.close()
             second.close()
-    assert populate_mapped(path, []) == 0
+    assert populate_mapped([]) == 0
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from pathlib import Path
 import onnx
 
 from chatapp.engine.errors import EngineError, ModelError
+from chatapp.engine.model_folder.files import external_span
 from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.folder_format.graph import all_nodes
 from chatapp.system_memory import available_memory, physical_memory
@@ -127,17 +128,11 @@ def matmul_block_spans(read: FolderRead, onnx_path: Path) -> tuple[tuple[Path, i
     multiplied = {
         node.input[1] for node in read.nodes if node.op_type == "GgufMatMul" and len(node.input) > 1
     }
-    base = onnx_path.parent.resolve()
     spans = []
     for tensor in read.graph.graph.initializer:
-        if tensor.name not in multiplied or tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        entries = {e.key: e.value for e in tensor.external_data}
-        try:  # checked when the folder was read (files.check_external_data)
-            offset, length = int(entries.get("offset", 0)), int(entries["length"])
-            spans.append(((base / entries["location"]).resolve(), offset, length))
-        except (KeyError, ValueError):
-            continue
+        span = external_span(tensor, onnx_path) if tensor.name in multiplied else None
+        if span is not None and span[2] is not None:
+            spans.append((span[0], span[1], span[2]))
     return tuple(spans)
 
 

@@ -331,25 +331,36 @@ def check_external_data(proto: onnx.ModelProto, onnx_path: Path) -> None:
     """Each tensor stored outside the .onnx names a regular file beside it (or below), and the
     bytes it takes from that file are there. Recent ONNX Runtime versions refuse paths outside
     the model's own folder too; older ones did not."""
-    base = onnx_path.parent
     sizes: dict[Path, int] = {}
     for tensor in _all_tensors(proto):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        span = external_span(tensor, onnx_path)
+        if span is None:
             continue
-        entries = {e.key: e.value for e in tensor.external_data}
-        what = f"{onnx_path.name} (tensor '{tensor.name}')"
-        location = entries.get("location")
-        if not location:
-            raise ModelError(f"{what} is stored outside the file but names no location.")
-        real = resolve_inside(base, location, what)
+        real, offset, length = span
         size = sizes.setdefault(real, real.stat().st_size)
-        offset = _count(entries, "offset", what, 0) or 0
-        length = _count(entries, "length", what, None)
         end = offset + (length if length is not None else 0)
         if offset > size or end > size:
+            what = f"{onnx_path.name} (tensor '{tensor.name}')"
+            location = next(e.value for e in tensor.external_data if e.key == "location")
             raise ModelError(
                 f"{what} takes bytes {offset} to {end} of '{location}', which has {size}."
             )
+
+
+def external_span(tensor: onnx.TensorProto, onnx_path: Path) -> tuple[Path, int, int | None] | None:
+    """Where a tensor stored outside `onnx_path` lies: (its file, inside the folder and links
+    resolved; offset; length, None for the rest of the file); None for a tensor stored inside.
+    ModelError names a location or a number that cannot be used."""
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return None
+    entries = {e.key: e.value for e in tensor.external_data}
+    what = f"{onnx_path.name} (tensor '{tensor.name}')"
+    location = entries.get("location")
+    if not location:
+        raise ModelError(f"{what} is stored outside the file but names no location.")
+    real = resolve_inside(onnx_path.parent, location, what)
+    offset = _count(entries, "offset", what, 0) or 0
+    return real, offset, _count(entries, "length", what, None)
 
 
 def _count(entries: dict[str, str], key: str, what: str, default: int | None) -> int | None:

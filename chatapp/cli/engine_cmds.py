@@ -15,6 +15,7 @@ from chatapp.engine.guards import PROMPT_PRECISIONS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import arg_checks as checks
+from chatapp.session import formatting
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
@@ -351,7 +352,7 @@ def run_generate(args: argparse.Namespace) -> int:
         print(
             f"[{stats.mode} on {stats.device}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
-            f"perplexity {stats.perplexity:.2f}, finish: {stats.finish_reason}]",
+            f"perplexity {formatting.perplexity(stats.perplexity)}, finish: {stats.finish_reason}]",
             file=sys.stderr,
         )
     return 0

@@ -69,7 +69,7 @@ class AnswerFigures:
 
     @classmethod
     def from_stats(cls, stats: RunStats, finish_reason: str | None = None) -> AnswerFigures:
-        figures = cls(**{c.name: getattr(stats, c.name) for c in FIGURES if c.measured})
+        figures = cls(**{c.name: _measured(stats, c.name) for c in FIGURES if c.measured})
         return replace(figures, finish_reason=finish_reason) if finish_reason else figures
 
     @classmethod
@@ -105,6 +105,15 @@ class AnswerFigures:
     def new_prompt_tokens(self) -> int:
         """The prompt's tokens the model read for this answer: the rest came from the cache."""
         return max(0, (self.prompt_tokens or 0) - (self.reused_tokens or 0))
+
+
+def _measured(stats: RunStats, name: str) -> Any:
+    """One figure of `stats`; unknown (None) where its arithmetic fails (an overflow, a
+    division by zero): a figure is never what ends an answer."""
+    try:
+        return getattr(stats, name)
+    except ArithmeticError:
+        return None
 
 
 @dataclass(frozen=True)

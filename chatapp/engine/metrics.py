@@ -131,9 +131,14 @@ def _median(values: list[int]) -> float:
 
 
 def _perplexity(logprobs: list[float]) -> float:
+    """exp(-mean logprob); infinite (shown "> 1,000", stored as unknown) where that overflows:
+    a model with huge weights gives logprobs of -1e6, and a figure must never end an answer."""
     if not logprobs:
         return float("nan")
-    return math.exp(-sum(logprobs) / len(logprobs))
+    try:
+        return math.exp(-sum(logprobs) / len(logprobs))
+    except OverflowError:
+        return math.inf
 
 
 def _finite(x: float) -> float | None:

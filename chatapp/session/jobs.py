@@ -126,11 +126,12 @@ def run_job(
     pending: list[Any] = []
     last_flush = -float("inf")
 
-    def flush() -> None:
+    def flush(with_snapshot: bool = True) -> None:
         nonlocal last_flush
         last_flush = perf()
         if pending:
-            snapshot = control.snapshot() if control.snapshot is not None else None
+            wanted = with_snapshot and control.snapshot is not None
+            snapshot = control.snapshot() if wanted else None  # type: ignore[misc]
             listener.yielded(request_id, tuple(pending), snapshot)
             pending.clear()
 
@@ -150,11 +151,11 @@ def run_job(
             result = _drain(result, put)
         flush()
     except JobAborted as exc:
-        flush()
+        _flush_after_fault(flush, job.name, request_id)
         log.info("%s %d stopped: %s", job.name, request_id, exc)
         listener.aborted(request_id, one_line(str(exc)))
     except Exception as exc:
-        flush()  # what was made before the fault stays visible
+        _flush_after_fault(flush, job.name, request_id)  # what was made stays visible
         message = explain(job, exc)
         if isinstance(exc, job.expected):  # a refusal foreseen: one line is the whole story
             log.warning("%s %d: %s", job.name, request_id, message)
@@ -164,6 +165,19 @@ def run_job(
     else:
         log.debug("%s %d finished in %.3f s", job.name, request_id, perf() - started)
         listener.finished(request_id, result)
+
+
+def _flush_after_fault(flush: Callable[[bool], None], name: str, request_id: int) -> None:
+    """Send what the job made before it ended, without the figures if they are what failed:
+    nothing raised here may keep the job's end (its error event) from going out."""
+    try:
+        flush(True)
+    except Exception:
+        log.exception("%s %d: its last figures failed", name, request_id)
+        try:
+            flush(False)
+        except Exception:
+            log.exception("%s %d: its last items could not be sent", name, request_id)
 
 
 def explain(job: Job, exc: Exception) -> str:

@@ -10,10 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from chatapp.engine.figures import FIGURES, AnswerFigures
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.modes import Mode
+from chatapp.session import formatting
 from chatapp.store import ConversationDraft, HistoryStore, MessageDraft
 from chatapp.store.export import parse_json, to_json
 from chatapp.store.schema import CURRENT_VERSION, MIGRATIONS, migrate
@@ -89,3 +91,23 @@ def test_figure_columns_follow_the_record_through_the_migrations(tmp_path: Path)
     assert columns(conn).items() >= {f.name: f.sql_type for f in FIGURES}.items()
     assert max(f.since for f in FIGURES) <= CURRENT_VERSION
     conn.close()
+
+
+@pytest.mark.parametrize(
+    "logprobs",
+    [[-1e6], [-800.0] * 3, [-1e308, -1e308], [-1500.0, -0.1], [-float("inf")]],
+)
+def test_a_perplexity_that_overflows_is_unknown_never_an_error(logprobs: list[float]) -> None:
+    """A model with huge weights: exp(-mean logprob) is past a float's range."""
+    stats = RunStats("naive", "cpu", logprobs=list(logprobs), prompt_logprobs=list(logprobs))
+    assert stats.perplexity == math.inf
+    figures = AnswerFigures.from_stats(stats)
+    assert figures.perplexity is None and figures.prompt_perplexity is None
+    assert stats.to_dict()["perplexity"] is None
+    assert formatting.perplexity(stats.perplexity) == formatting.MISSING
+
+
+def test_a_perplexity_just_inside_the_range_is_kept() -> None:
+    stats = RunStats("naive", "cpu", logprobs=[-700.0])
+    assert stats.perplexity == pytest.approx(math.exp(700.0))
+    assert formatting.perplexity(stats.perplexity) == "> 1,000"

@@ -119,6 +119,49 @@ def test_an_explanation_that_fails_still_gives_one_line() -> None:
     assert error.message == "Lookup failed: KeyError: 'k'"
 
 
+def figures_failing(after_items: int, then: str) -> Job:
+    """A job whose figures (its snapshot) fail once it has yielded `after_items` items; then it
+    fails ("fail"), stops ("stop") or yields one more item ("yield")."""
+
+    def run(control: JobControl) -> Generator[int, None, str]:
+        made: list[int] = []
+
+        def snapshot() -> int:
+            if len(made) >= after_items:
+                raise OverflowError("math range error")
+            return len(made)
+
+        control.snapshot = snapshot
+        for i in range(after_items):
+            made.append(i)
+            yield i
+        if then == "fail":
+            raise RuntimeError("the step failed")
+        if then == "stop":
+            raise JobAborted("Stopped.")
+        yield after_items
+        return "done"
+
+    return Job("figures", run)
+
+
+@pytest.mark.parametrize("after_items", [2, 5])  # the first item goes out at once
+@pytest.mark.parametrize("then", ["fail", "stop", "yield"])
+def test_failing_figures_never_keep_a_job_from_ending(after_items: int, then: str) -> None:
+    """Figures that raise while the runner flushes, in the job or as it ends after another
+    fault, still end the job with exactly one event (the window waits for it)."""
+    heard = Heard()
+    run_job(figures_failing(after_items, then), 1, lambda: False, heard, flush_interval_s=3600)
+    ends = [kind for kind, _ in heard.events if kind in ("finished", "errored", "aborted")]
+    assert len(ends) == 1 and heard.events[-1][0] == ends[0]
+    expected = {"fail": "errored", "stop": "aborted", "yield": "errored"}[then]
+    assert ends == [expected]
+    if then == "yield":  # the figures' own failure is the job's
+        assert "OverflowError" in heard.events[-1][1].message
+    elif then == "fail":  # the job's own fault is what the user reads, not the figures'
+        assert "the step failed" in heard.events[-1][1].message
+
+
 def test_first_line_keeps_one_line_within_the_limit() -> None:
     assert first_line(ValueError("a\nb"), 300) == "a"
     assert first_line(ValueError("x" * 400), 200) == "x" * 200

@@ -1,0 +1,73 @@
+"""`chatapp serve` and a fault at each stage of an answer: a bug is a 500 with one line (a stream
+ends with an error event), an overflowing figure is unknown, and the next request is answered."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from chatapp.engine.engine import Engine
+from tests.answer_faults import FAILING_STAGES, inject, message_of
+from tests.serving import Served, serving
+
+QUESTION = {"messages": [{"role": "user", "content": "hello"}], "temperature": 0, "max_tokens": 8}
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir: Path) -> Iterator[Served]:
+    with serving(Engine(tiny_model_dir, threads=1)) as s:
+        yield s
+
+
+def post(served: Served, **extra: object) -> httpx2.Response:
+    return httpx2.post(
+        f"{served.api}/chat/completions", json={**QUESTION, **extra}, timeout=60, trust_env=False
+    )
+
+
+@pytest.mark.parametrize("stage", FAILING_STAGES)
+def test_a_bug_at_any_stage_is_a_500_of_one_line_and_the_next_request_works(
+    served: Served, stage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        inject(patch, stage)
+        failed = post(served)
+    assert failed.status_code == 500, failed.text
+    message = failed.json()["error"]["message"]
+    assert message_of(stage) in message and "\n" not in message
+    after = post(served)
+    assert after.status_code == 200 and after.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("stage", FAILING_STAGES)
+def test_a_bug_at_any_stage_ends_a_stream_with_one_error_event(
+    served: Served, stage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        inject(patch, stage)
+        response = post(served, stream=True)
+    data = [
+        line[len("data: ") :] for line in response.text.splitlines() if line.startswith("data: ")
+    ]
+    errors = [json.loads(d)["error"] for d in data if d != "[DONE]" and "error" in json.loads(d)]
+    if response.status_code == 200:  # the stream had started: its last event says why it ended
+        assert len(errors) == 1 and message_of(stage) in errors[0]["message"]
+    else:
+        assert response.status_code == 500 and message_of(stage) in response.text
+    assert post(served).status_code == 200
+
+
+def test_an_overflowing_perplexity_is_unknown_not_a_failure(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        inject(patch, "figures overflow")
+        response = post(served)
+    assert response.status_code == 200, response.text
+    figures = response.json()["chatapp"]
+    assert figures["perplexity"] is None and figures["prompt_perplexity"] is None
+    assert figures["generated_tokens"] > 0

@@ -26,6 +26,7 @@ from typing import IO
 log = logging.getLogger(__name__)
 
 OWNED_MARKER = ".chatapp-owned"
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0)  # POSIX; Windows has no such links to follow
 
 
 def mark_owned(folder: Path) -> None:
@@ -74,24 +75,43 @@ def remove_owned(path: Path, within: Path, owned: Callable[[Path], bool] = marke
 
 @contextmanager
 def replacing(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
-    """A UTF-8 text file to write that then takes the place of `path`: written beside it and
-    renamed over it, so that a `path` that is a symbolic link (a report folder's `result.json`
-    linking to a file of the user's) is replaced as a link, and the file it pointed to is
-    untouched. Nothing is left behind when the body fails."""
+    """A UTF-8 text file to write that then takes the place of `path`: written to a fresh
+    temporary file beside it (`replacing_path`) and renamed over it, so that a `path` that is a
+    symbolic link (a report folder's `result.json` linking to a file of the user's) is replaced
+    as a link, and the file it pointed to is untouched. Nothing is left behind when the body
+    fails."""
     with (
         replacing_path(path) as temporary,
-        open(temporary, "x", encoding="utf-8", newline=newline) as fh,
+        os.fdopen(_reopen(temporary), "w", encoding="utf-8", newline=newline) as fh,
     ):
         yield fh
+
+
+def write_replacing(path: Path, data: str | bytes) -> None:
+    """The one way the app writes a whole file of its own: `data` (text as UTF-8) to a fresh
+    temporary file beside `path`, renamed over it (see `replacing_path`)."""
+    with replacing_path(path) as temporary, os.fdopen(_reopen(temporary), "wb") as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def _reopen(temporary: Path) -> int:
+    """The file `replacing_path` just made, opened to write without following a link."""
+    return os.open(temporary, os.O_WRONLY | _NO_LINK | getattr(os, "O_CLOEXEC", 0))
 
 
 @contextmanager
 def replacing_path(path: Path) -> Iterator[Path]:
     """A fresh path beside `path` to write (by any means, with the usual permissions); renamed
-    over `path` at the end."""
+    over `path` at the end. The temporary file is created here, exclusively and without
+    following a link (O_EXCL | O_NOFOLLOW), under a random name: a link planted at any name
+    beside `path` is never written through; writing to the path then opens that new file."""
     temporary = path.parent / f".{path.name}.{secrets.token_hex(6)}.writing"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINK | getattr(os, "O_CLOEXEC", 0)
+    os.close(os.open(temporary, flags, 0o666))
     try:
         yield temporary
+        if temporary.is_symlink() or not temporary.is_file():  # swapped for a link meanwhile
+            raise OSError(f"{temporary} was replaced while it was written")
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from chatapp import safe_delete
 from chatapp.safe_delete import (
     linked_between,
     mark_owned,
     marked_owned,
     remove_owned,
     replacing,
+    write_replacing,
 )
 
 
@@ -128,3 +130,37 @@ def test_replacing_writes_over_a_link_not_through_it_and_leaves_nothing_on_failu
     assert target.read_text() == "{}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "result.json"]
     assert contents(home) == before
+
+
+@pytest.mark.parametrize("data", ["text é\n", b"\x00bytes\xff"])
+def test_write_replacing_writes_whole_files_over_links_not_through_them(
+    tmp_path: Path, data: str | bytes
+) -> None:
+    users = tmp_path / "users.txt"
+    users.write_text("mine", encoding="utf-8")
+    target = tmp_path / "state.json"
+    target.symlink_to(users)
+    write_replacing(target, data)
+    assert users.read_text(encoding="utf-8") == "mine"
+    assert not target.is_symlink()
+    written = target.read_bytes()
+    assert written == (data.encode("utf-8") if isinstance(data, str) else data)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "users.txt"]
+
+
+@pytest.mark.parametrize("planted", ["link to a file", "dangling link", "file"])
+def test_a_name_planted_at_the_temporary_name_is_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: str
+) -> None:
+    users = tmp_path / "users.txt"
+    users.write_text("mine", encoding="utf-8")
+    monkeypatch.setattr(safe_delete.secrets, "token_hex", lambda _n: "feedfacecafe")
+    temporary = tmp_path / ".state.json.feedfacecafe.writing"
+    if planted == "file":
+        temporary.write_text("someone's", encoding="utf-8")
+    else:
+        temporary.symlink_to(users if planted == "link to a file" else tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        write_replacing(tmp_path / "state.json", "new")
+    assert users.read_text(encoding="utf-8") == "mine"
+    assert not (tmp_path / "nowhere").exists() and not (tmp_path / "state.json").exists()

@@ -48,6 +48,7 @@ from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES, Weight
 from chatapp.folder_format.manifest import MANIFEST_FILE
 from chatapp.folder_format.native_library import usable_isa
+from chatapp.safe_delete import write_replacing
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
 # 9: graphs by --graph (auto, native, stock, both: model.onnx and model_gguf.onnx); the default
@@ -338,7 +339,7 @@ def _save_onnx(model: onnx.ModelProto, path: Path, external: ExternalData) -> No
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_replacing(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def _replace(tmp: Path, out: Path) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from chatapp.convert.errors import ConversionError
 from chatapp.folder_format.manifest import MANIFEST_FILE
-from chatapp.safe_delete import remove_owned
+from chatapp.safe_delete import remove_owned, write_replacing
 
 PARTIAL_MARKER = "chatapp-partial.json"
 _LEFTOVER = re.compile(r"^\..+\.(partial|old)-(\d+)(?:-[A-Za-z0-9_]+)?$")
@@ -93,7 +93,7 @@ def check_destination(src: Path, out: Path, overwrite: bool) -> None:
 
 def write_partial_marker(tmp: Path) -> None:
     marker = {"converter": "chatapp", "pid": os.getpid(), "host": socket.gethostname()}
-    (tmp / PARTIAL_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
+    write_replacing(tmp / PARTIAL_MARKER, json.dumps(marker) + "\n")
 
 
 def clean_leftovers(parent: Path) -> list[Path]:

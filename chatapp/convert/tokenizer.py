@@ -40,6 +40,7 @@ from chatapp.convert.tokenizer_families import (
     rstrip,
     strips_after_special_tokens,
 )
+from chatapp.safe_delete import write_replacing
 
 __all__ = ["TokenizerConversionError", "tokenizer_from_gguf_metadata", "write_tokenizer_files"]
 
@@ -407,11 +408,12 @@ def write_tokenizer_files(meta: Mapping[str, Any], out_dir: Path) -> None:
     # Known to transformers 4 and 5 and to onnxruntime-extensions; transformers 5 writes its own
     # class name, "TokenizersBackend", which the latter does not know.
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    config_path.write_text(
-        json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    write_replacing(
+        config_path, json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     )
 
     present = {key: settings[key] for key in SPECIAL_TOKEN_KEYS if settings[key] is not None}
-    (out_dir / "special_tokens_map.json").write_text(
-        json.dumps(present, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    write_replacing(
+        out_dir / "special_tokens_map.json",
+        json.dumps(present, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
     )

@@ -12,6 +12,7 @@ TokenBatch. The backend is the host's: the local Engine, or a connected RemoteEn
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -43,10 +44,12 @@ from chatapp.session.answer import (
     tool_plan,
 )
 from chatapp.session.context import ContextReport, ContextRequest, fit_messages
-from chatapp.session.jobs import Job, JobControl, failed
+from chatapp.session.jobs import Job, JobControl, JobError, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
 from chatapp.session.tool_specs import ToolSpecError, choice_by_word, with_calls
+
+log = logging.getLogger(__name__)
 
 TOOL_CALLS = "tool_calls"  # an answer's finish reason when it is a call (as OpenAI says)
 TOOLS_NOT_HERE = "Tools work with a model run here, not a server: clear them to ask the server."
@@ -251,6 +254,27 @@ def _explain_generation(exc: BaseException) -> str:
     if isinstance(exc, ValueError):  # SamplingSettings.validate
         return f"Invalid sampling settings: {exc}."
     return failed("Generation", exc)
+
+
+def failed_figures(stats: RunStats) -> AnswerFigures:
+    """A failed answer's figures, marked "error"; only that where they are what failed."""
+    try:
+        return answer_figures(stats, "error")
+    except Exception:
+        log.exception("the figures of a failed answer failed too")
+        return AnswerFigures(finish_reason="error")
+
+
+def final_figures(
+    request_id: int, stats: RunStats
+) -> tuple[StatsSnapshot, AnswerFigures] | JobError:
+    """The last snapshot and the record of an answer that ended; where computing them raised
+    (a bug), the error that fails the answer instead, with what it wrote."""
+    try:
+        return StatsSnapshot.of(request_id, stats), answer_figures(stats)
+    except Exception as exc:
+        log.exception("the figures of answer %d failed", request_id)
+        return JobError(request_id, failed("Generation", exc), stats, type(exc), str(exc))
 
 
 def failure_stats(partial: object) -> RunStats | None:

@@ -15,7 +15,6 @@ way (`busy`), so the observers see every state change in order.
 from __future__ import annotations
 
 import gc
-import logging
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -23,7 +22,6 @@ from pathlib import Path
 from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
-from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import NO_TOOLS, Tool
@@ -35,14 +33,15 @@ from chatapp.session.chat_jobs import (
     StatsSnapshot,
     TokenBatch,
     TokenItem,
-    answer_figures,
+    failed_figures,
     failure_stats,
+    final_figures,
     generate_job,
     measure_context_job,
 )
 from chatapp.session.context import ContextReport, ContextRequest
 from chatapp.session.conversation import ChatMessage, Conversation
-from chatapp.session.jobs import JobError, failed
+from chatapp.session.jobs import JobError
 from chatapp.session.model_jobs import (
     ConvertPlan,
     ConvertRequest,
@@ -62,8 +61,6 @@ from chatapp.session.remote_jobs import (
 )
 from chatapp.session.running import JobWatcher, RunningJob, Submit, YieldedBatch
 from chatapp.session.tool_specs import usable_choice
-
-log = logging.getLogger(__name__)
 
 
 class State(Enum):
@@ -386,15 +383,10 @@ class ChatSession:
 
     def _on_finished(self, result: AnswerResult) -> None:
         request_id = self._answer.request_id if self._answer is not None else 0
-        try:
-            # The final figures (a chatapp server sends its own with the last chunk).
-            final = StatsSnapshot.of(request_id, result.stats)
-            figures = self._named(answer_figures(result.stats))
-        except Exception as exc:  # a bug in the figures: the answer fails, the window goes on
-            log.exception("the figures of answer %d failed", request_id)
-            line = failed("Generation", exc)
-            self._on_error(JobError(request_id, line, result.stats, type(exc), str(exc)))
-            return
+        done = final_figures(request_id, result.stats)  # a server sends its own at the end
+        if isinstance(done, JobError):  # a bug in them: the answer fails, the window goes on
+            return self._on_error(done)
+        final, figures = done[0], self._named(done[1])
         self._answer = None
         replaced, self._replaced = self._replaced, None
         for o in list(self.observers):
@@ -422,7 +414,7 @@ class ChatSession:
         if stats is not None and stats.generated_tokens > 0:
             # Keep what was written before the fault, marked as failed (the answer it was to
             # replace stays one of its versions).
-            figures = self._failed_figures(stats)
+            figures = self._named(failed_figures(stats))
             if continued is not None:
                 written = self.streaming_text[len(continued.content) :]
                 self.conversation.add_continued(continued, written, figures)
@@ -445,14 +437,6 @@ class ChatSession:
             # The same model on the CPU, queued before any next answer.
             fallback = cpu_fallback_job(self.host, cpu_reason(error.detail))
             self.submit(fallback, self._load_watcher())
-
-    def _failed_figures(self, stats: RunStats) -> AnswerFigures:
-        """A failed answer's figures; none (but "failed") where they are what failed."""
-        try:
-            return self._named(answer_figures(stats, "error"))
-        except Exception:
-            log.exception("the figures of a failed answer failed too")
-            return self._named(AnswerFigures(finish_reason="error"))
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:
         """An answer's figures name the model that wrote it (a server names its own)."""

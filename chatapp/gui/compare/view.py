@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from chatapp.engine.bench.sentences import explanation
 from chatapp.engine.bench.summary import per_token_ms
 from chatapp.engine.modes import MODES, Mode
+from chatapp.error_text import first_line
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit
@@ -61,7 +62,7 @@ from chatapp.session.compare_jobs import (
 )
 from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
-from chatapp.store.compare_results import SavedResults, load_results, save_results
+from chatapp.store.compare_results import ReadResults, SavedResults, read_saved, save_results
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 DEFAULT_SWEEP = ",".join(map(str, SWEEP_CONTEXTS))
@@ -99,9 +100,8 @@ class CompareView(QWidget):
         self.choose_export_folder: Callable[[], str] = self._ask_folder
         self._build()
         self._update_buttons()
-        saved = load_results(results_path) if results_path is not None else None
-        if saved is not None:
-            self.show_saved(saved)
+        if results_path is not None:
+            self._show_saved_file(results_path)
 
     # ---- layout -------------------------------------------------------------------------
     def _build(self) -> None:
@@ -412,6 +412,24 @@ class CompareView(QWidget):
             save_results(saved, self.results_path)
         except OSError:  # the results stay on screen; only the next start misses them
             log.warning("could not save the comparison to %s", self.results_path, exc_info=True)
+
+    def _show_saved_file(self, path: Path) -> None:
+        """The last results, checked whole first; a damaged file is moved aside, and its one
+        line is the status (a shape the check let through that still fails to draw, too)."""
+        read = read_saved(path)
+        try:
+            if read.results is not None:
+                self.show_saved(read.results)
+        except Exception as exc:  # the view must open whatever the file held
+            log.exception("the saved comparison %s could not be shown", path)
+            self.compared = self.result = self.sweep_header = None
+            self.sweep_points.clear()
+            self._update_buttons()
+            read = ReadResults(
+                None, f"The saved comparison {path} could not be shown ({first_line(exc)})."
+            )
+        if read.notice:
+            self.status.setText(read.notice)
 
     def show_saved(self, saved: SavedResults) -> None:
         """The last results, as they were when the app closed (no run needed)."""

@@ -23,6 +23,7 @@ from chatapp.gui.common.export_folder import export_folder, remember_export_fold
 from chatapp.gui.history.controller import HistoryController, OpenedHistory
 from chatapp.gui.history.panel import HistoryPanel, Row
 from chatapp.gui.history.unsaved import UnsavedGuard
+from chatapp.safe_delete import write_replacing
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import Conversation
 from chatapp.store import ConversationInfo, SearchHit
@@ -238,7 +239,7 @@ class HistoryUi(QObject):
         if not target.suffix:
             target = target.with_suffix(suffix)
         try:
-            target.write_text(text, encoding="utf-8")
+            write_replacing(target, text)
         except OSError as exc:
             self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
             return None

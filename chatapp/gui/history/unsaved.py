@@ -24,6 +24,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
+from chatapp.safe_delete import write_replacing
 from chatapp.session.history_records import snapshot
 from chatapp.store import export, transcript
 
@@ -130,7 +131,7 @@ class UnsavedGuard(QObject):
             else transcript.to_markdown(stored)
         )
         try:
-            target.write_text(text, encoding="utf-8")
+            write_replacing(target, text)
         except OSError as exc:
             self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
             return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.gui.compare.test_view import RUN_TIMEOUT_MS, open_compare
 from tests.gui.conftest import WindowFactory
 
@@ -54,3 +56,46 @@ def test_a_damaged_results_file_starts_empty(
     assert view.result is None and view.explanation.text() == ""
     assert not view.export_button.isEnabled()
     assert view.sweep_estimate.text() == "Estimated when it starts"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 200_000 + "]" * 200_000,  # deeper than any parser's recursion
+        '{"format": 1, "comparison": {"prompt_tokens": 20, "max_new_tokens": 4, "device": "cpu",'
+        ' "naive": {"tokens_per_s": 1.0}}}',  # the right shape, its fields missing
+    ],
+    ids=["nested", "fields missing"],
+)
+def test_a_hostile_results_file_is_moved_aside_and_named(
+    make_window: WindowFactory, tiny_model_dir: Path, compare_results_file: Path, text: str
+) -> None:
+    compare_results_file.parent.mkdir(parents=True, exist_ok=True)
+    compare_results_file.write_text(text, encoding="utf-8")
+    _window, view = open_compare(make_window, tiny_model_dir)
+    assert view.result is None and not view.export_button.isEnabled()
+    status = view.status.text()
+    assert str(compare_results_file) in status and "moved to" in status
+    assert not compare_results_file.exists()
+    assert list(compare_results_file.parent.glob("comparison.json.corrupt-*"))
+
+
+def test_results_that_fail_to_draw_leave_an_empty_view_and_one_line(
+    make_window: WindowFactory,
+    tiny_model_dir: Path,
+    compare_results_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chatapp.gui.compare.view import CompareView
+    from chatapp.store.compare_results import SavedResults, save_results
+    from tests.store.test_compare_results import comparison
+
+    save_results(SavedResults(comparison()), compare_results_file)
+
+    def broken(_self: CompareView, _saved: SavedResults) -> None:
+        raise KeyError("a field nobody checked")
+
+    monkeypatch.setattr(CompareView, "show_saved", broken)
+    _window, view = open_compare(make_window, tiny_model_dir)
+    assert view.result is None and not view.export_button.isEnabled()
+    assert "could not be shown" in view.status.text() and "\n" not in view.status.text()

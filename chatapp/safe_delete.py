@@ -30,8 +30,14 @@ _NO_LINK = getattr(os, "O_NOFOLLOW", 0)  # POSIX; Windows has no such links to f
 
 
 def mark_owned(folder: Path) -> None:
-    """Mark `folder`, which the app just made, as one `remove_owned` may delete."""
-    (folder / OWNED_MARKER).write_text("made by chatapp; safe for it to delete\n", "utf-8")
+    """Mark `folder`, which the app just made, as one `remove_owned` may delete. The marker is
+    created exclusively, never through a link: a folder that has one already, or that is a
+    link, was not just made by the app (OSError)."""
+    if folder.is_symlink():
+        raise OSError(f"{folder} is a symbolic link; it is not marked as chatapp's")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINK | getattr(os, "O_CLOEXEC", 0)
+    with os.fdopen(os.open(folder / OWNED_MARKER, flags, 0o666), "w", encoding="utf-8") as fh:
+        fh.write("made by chatapp; safe for it to delete\n")
 
 
 def marked_owned(folder: Path) -> bool:

@@ -106,7 +106,7 @@ def start_model(
     while True:
         copy = None
         if use_copy and (damaged is None or remove_copy(damaged)):
-            copy = packed_copy(info.onnx_path, memory, threads)
+            copy = packed_copy(info.onnx_path, memory, threads, folder=info.folder)
         mapped = (copy.parent / DATA,) if copy is not None else memory.mapped_files
         try:
             with released_while_loading(mapped):

@@ -23,9 +23,11 @@ kernels' copies (1B: 1.7 GB, for 10 s on a quiet machine), the app's stays that 
 load. A child that is stopped or killed leaves only its `.writing-PID-*` folder, which the next
 save removes.
 
-The cache deletes only folders it made (chatapp/safe_delete.py): each carries the app's marker
-(or, from before the marker, the cache's own shape), and nothing is deleted where `cache/packed`
-is a symbolic link: a copy is then not saved at all.
+The cache deletes only folders it made (chatapp/safe_delete.py): each carries the app's marker,
+written only into a folder the cache has just created (a folder of the right name that was there
+before is not the cache's, and no copy is saved into it). `cache`, `cache/packed`, a graph's
+folder of copies and the copy itself are checked for symbolic links before anything is written
+there as well as before anything is deleted: where one is a link, a copy is not saved at all.
 """
 
 from __future__ import annotations
@@ -50,7 +52,14 @@ from chatapp.datadir import data_dir
 from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate
 from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.error_text import STATUS_LINE, first_line
-from chatapp.safe_delete import OWNED_MARKER, mark_owned, marked_owned, remove_owned
+from chatapp.safe_delete import (
+    OWNED_MARKER,
+    linked_between,
+    mark_owned,
+    marked_owned,
+    remove_owned,
+    write_replacing,
+)
 from chatapp.system_memory import available_memory
 
 log = logging.getLogger(__name__)
@@ -66,7 +75,6 @@ DATA = "model.onnx.data"
 SOURCE = "source.txt"  # beside a graph's copies: the graph they were made from
 WORK_PREFIX = ".writing-"  # + the writing process's id: a copy being saved
 POLL_S = 0.2  # how often a parent waiting for the child checks whether to stop
-_KEY_LENGTH = 16  # hex digits of a source or machine key (a folder's name)
 _CACHE_FILES = frozenset({GRAPH, DATA, SOURCE, OWNED_MARKER})
 
 
@@ -76,6 +84,11 @@ class CacheUnusable(Exception):
 
 def cache_root() -> Path:
     return data_dir() / "cache" / "packed"
+
+
+def _cache_top() -> Path:
+    """What the cache writes in and deletes in: no link from here down is ever followed."""
+    return data_dir() / "cache"
 
 
 def wanted(estimate: MemoryEstimate) -> bool:
@@ -107,11 +120,14 @@ def packed_copy(
     estimate: MemoryEstimate,
     threads: int | None,
     should_stop: Callable[[], bool] | None = None,
+    folder: Path | None = None,
 ) -> Path | None:
-    """The packed copy of `onnx_path` for this machine, saved first by a child process where it
-    is missing; None where it could not be saved (the caller packs on the heap as before)."""
+    """The packed copy of `onnx_path` (a graph of the model `folder`, by default the graph's
+    own folder) for this machine, saved first by a child process where it is missing; None
+    where it could not be saved (the caller packs on the heap as before)."""
     graph = _copy_folder(onnx_path, estimate) / GRAPH
-    if saved_already(onnx_path, estimate) or save_in_child(onnx_path, threads, should_stop):
+    saved = saved_already(onnx_path, estimate)
+    if saved or save_in_child(onnx_path, threads, should_stop, folder):
         return graph  # a child that says it saved the copy has put it in place
     return None
 
@@ -139,24 +155,29 @@ def prepare_folder(
             return None
         if say is not None:
             say("saving ONNX Runtime's packed weights for this computer (loading then maps them)")
-        return packed_copy(info.onnx_path, estimate, threads, should_stop)
+        return packed_copy(info.onnx_path, estimate, threads, should_stop, info.folder)
     except Exception:  # an optional step: the folder itself is complete
         log.exception("could not prepare the packed copy of %s", info.folder)
         return None
 
 
 def save_in_child(
-    onnx_path: Path, threads: int | None, should_stop: Callable[[], bool] | None = None
+    onnx_path: Path,
+    threads: int | None,
+    should_stop: Callable[[], bool] | None = None,
+    folder: Path | None = None,
 ) -> bool:
-    """Save the packed copy in a child process; True when it says it did. `should_stop` is
-    asked every POLL_S: the child is then killed. What a child that did not save wrote is
-    removed."""
+    """Save the packed copy in a child process; True when it says it did. `folder`: the model
+    folder the graph belongs to (an onnx-community folder keeps its graphs in `onnx/`, its
+    tokenizer and configs above). `should_stop` is asked every POLL_S: the child is then
+    killed. What a child that did not save wrote is removed."""
     import chatapp
 
     code = str(Path(chatapp.__file__).resolve().parents[1])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH", "")) if p)
     command = [*_child_command(), str(onnx_path), "--threads", str(threads or 0)]
+    command += ["--folder", str(folder or onnx_path.parent)]
     started = time.perf_counter()
     try:
         child = subprocess.Popen(
@@ -217,15 +238,12 @@ def packed_graph(onnx_path: Path, estimate: MemoryEstimate, opts: ort.SessionOpt
     folder = _copy_folder(onnx_path, estimate)
     if (folder / GRAPH).is_file() and (folder / DATA).is_file():
         return folder / GRAPH
-    root = cache_root()
-    if root.is_symlink():
-        raise CacheUnusable(f"{root} is a symbolic link; the cache writes only in its own folder")
+    _refuse_links(folder)
     on_disk = sum(f.stat().st_size for f in (onnx_path, *estimate.mapped_files))
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        mark_owned(folder.parent)
+        _own_copies_folder(folder.parent)
         # Named first, so that a folder of copies without it is one that nothing will use.
-        (folder.parent / SOURCE).write_text(str(onnx_path.resolve()), encoding="utf-8")
+        write_replacing(folder.parent / SOURCE, str(onnx_path.resolve()))
         free = shutil.disk_usage(folder.parent).free
         if free < on_disk + estimate.packed + DISK_MARGIN:
             raise CacheUnusable(f"too little room on the disk ({free >> 20} MiB free)")
@@ -233,15 +251,16 @@ def packed_graph(onnx_path: Path, estimate: MemoryEstimate, opts: ort.SessionOpt
         _remove_abandoned(folder.parent)
         for stale in folder.parent.iterdir():  # the copies of older versions of this file
             if stale.name not in _CACHE_FILES and not stale.name.startswith(WORK_PREFIX):
-                remove_owned(stale, root, _cache_owned)
+                remove_owned(stale, _cache_top())
         prefix = f"{WORK_PREFIX}{os.getpid()}-"
         work = Path(tempfile.mkdtemp(prefix=prefix, dir=folder.parent))
         mark_owned(work)
         try:
             _save(onnx_path, work, opts)
+            _refuse_links(folder)  # nothing changed into a link while it was saved
             work.rename(folder)
         finally:
-            remove_owned(work, root, _cache_owned)
+            remove_owned(work, _cache_top())
     except CacheUnusable:
         raise
     except Exception as exc:  # a runtime without the option, a full disk: pack on the heap
@@ -253,30 +272,28 @@ def packed_graph(onnx_path: Path, estimate: MemoryEstimate, opts: ort.SessionOpt
 def remove_copy(graph: Path) -> bool:
     """Delete the packed copy whose graph is `graph` (one that would not load); True when it
     is gone and the next `packed_copy` saves it again."""
-    return remove_owned(graph.parent, cache_root(), _cache_owned)
+    return remove_owned(graph.parent, _cache_top())
 
 
-def _cache_owned(folder: Path) -> bool:
-    """A folder of this cache: marked, or (saved before the marker) named as the cache names
-    them and holding only the cache's files and folders."""
-    if marked_owned(folder):
-        return True
-    name = folder.name
-    if not (name.startswith(WORK_PREFIX) or _is_key(name)):
-        return False
-    for entry in folder.iterdir():
-        if entry.is_symlink():
-            return False
-        if entry.is_dir() and (entry.name.startswith(WORK_PREFIX) or _is_key(entry.name)):
-            if not _cache_owned(entry):
-                return False
-        elif not (entry.is_file() and entry.name in _CACHE_FILES):
-            return False
-    return True
+def _refuse_links(path: Path) -> None:
+    """CacheUnusable where `cache` or anything below it down to `path` is a symbolic link."""
+    link = linked_between(_cache_top(), path)
+    if link is not None:
+        raise CacheUnusable(f"{link} is a symbolic link; the cache writes only in its own folders")
 
 
-def _is_key(name: str) -> bool:
-    return len(name) == _KEY_LENGTH and all(c in "0123456789abcdef" for c in name)
+def _own_copies_folder(copies: Path) -> None:
+    """Make the folder of a graph's copies and mark it, or check that the cache made the one
+    that is there: a marker is only ever written into a folder made here and now."""
+    copies.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        copies.mkdir()
+    except FileExistsError:
+        if copies.is_symlink() or not copies.is_dir() or not marked_owned(copies):
+            message = f"{copies} was not made by chatapp; the cache leaves it alone"
+            raise CacheUnusable(message) from None
+        return
+    mark_owned(copies)
 
 
 def _child_reason(out: str, err: str, child: subprocess.Popen[str]) -> str:
@@ -306,7 +323,7 @@ def _remove_abandoned(parent: Path) -> None:
     for work in parent.glob(f"{WORK_PREFIX}*"):
         pid = work.name[len(WORK_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or not _alive(int(pid)):
-            remove_owned(work, cache_root(), _cache_owned)
+            remove_owned(work, _cache_top())
 
 
 def _alive(pid: int) -> bool:
@@ -321,7 +338,7 @@ def _alive(pid: int) -> bool:
 
 def _forget_removed_models() -> None:
     """Delete the copies of graphs that are no longer there (a model removed or moved), and
-    folders of copies that name no graph (left by an older version of this cache)."""
+    folders of copies that name no graph; only folders the cache marked as its own."""
     root = cache_root()
     for copies in root.iterdir():
         source = copies / SOURCE
@@ -329,7 +346,7 @@ def _forget_removed_models() -> None:
             if copies.is_symlink() or not copies.is_dir():
                 continue
             if not source.is_file() or not Path(source.read_text(encoding="utf-8")).is_file():
-                remove_owned(copies, root, _cache_owned)
+                remove_owned(copies, _cache_top())
         except OSError:
             continue
 
@@ -386,8 +403,10 @@ def _child_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Save a graph's packed weights copy.")
     parser.add_argument("graph", type=Path)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--folder", type=Path, help="the model folder (default: the graph's)")
     args = parser.parse_args(argv)
-    model = read_model(args.graph.parent, args.graph.name, max_context=1)
+    folder = args.folder or args.graph.parent
+    model = read_model(folder, str(args.graph.relative_to(folder)), max_context=1)
     info, estimate = model.info, model.memory
     opts = session_options(args.threads or None)
     try:

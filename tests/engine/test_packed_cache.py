@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import onnx
 import pytest
 
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
@@ -15,6 +16,7 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.model_description import read_model
 from chatapp.engine.packed_cache import ENV_VAR, cache_root, prepare_folder, resident_need
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.safe_delete import OWNED_MARKER, mark_owned
 from tests.engine.test_memory import with_external_data
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -77,8 +79,12 @@ def test_a_model_without_external_weights_runs_from_its_own_graph(
 DYING_CHILD = """
 import os, pathlib, sys, time
 graph = pathlib.Path(sys.argv[1])
-work = pathlib.Path(os.environ["CHATAPP_TEST_SOURCE_FOLDER"]) / f".writing-{os.getpid()}-x"
-work.mkdir(parents=True)
+source = pathlib.Path(os.environ["CHATAPP_TEST_SOURCE_FOLDER"])
+source.mkdir(parents=True)  # as the real child: each folder marked as it is made
+(source / ".chatapp-owned").write_text("made by chatapp")
+work = source / f".writing-{os.getpid()}-x"
+work.mkdir()
+(work / ".chatapp-owned").write_text("made by chatapp")
 (work / "model.onnx.data").write_bytes(b"half")
 if os.environ.get("CHATAPP_TEST_HANG"):
     time.sleep(60)
@@ -107,7 +113,8 @@ def test_a_failed_save_falls_back_to_packing_on_the_heap(
     dying_child(tmp_path, folder, monkeypatch)
     engine = Engine(folder, threads=1, max_context=64)
     assert engine.mapped_files == engine.memory.mapped_files
-    assert [p.name for p in cache_root().rglob("*") if p.is_file()] == []  # nothing half-written
+    left = [p.name for p in cache_root().rglob("*") if p.is_file()]
+    assert left == [OWNED_MARKER]  # nothing half-written: the graph's folder of copies, empty
 
 
 def test_a_stopped_save_leaves_nothing_and_the_next_one_completes(
@@ -126,13 +133,18 @@ def test_a_stopped_save_leaves_nothing_and_the_next_one_completes(
 
         assert prepare_folder(read_model(folder), threads=1, should_stop=stop_once_writing) is None
         assert time.monotonic() - started < 30  # stopped, not waited for
-        assert [p for p in cache_root().rglob("*") if p.is_file()] == []
-    # a copy abandoned by a writer that is gone is removed by the next save
-    abandoned = source / ".writing-999999999-x"
-    abandoned.mkdir(parents=True)
+        assert [p.name for p in cache_root().rglob("*") if p.is_file()] == [OWNED_MARKER]
+    # a copy abandoned by a writer that is gone is removed by the next save; a folder of the
+    # same name without the app's marker is not the app's to delete
+    abandoned, unmarked = source / ".writing-999999999-x", source / ".writing-999999998-y"
+    abandoned.mkdir()
+    mark_owned(abandoned)
+    unmarked.mkdir()
+    (unmarked / "model.onnx.data").write_text("someone's")
     graph = prepare_folder(read_model(folder), threads=1)
     assert graph is not None and graph.is_file()
     assert not abandoned.exists()
+    assert (unmarked / "model.onnx.data").read_text() == "someone's"
     engine = Engine(folder, threads=1, max_context=64)
     assert engine.mapped_files == (graph.parent / packed_cache.DATA,)
 
@@ -175,13 +187,18 @@ def test_the_copies_of_a_removed_model_go_when_another_is_made(
     Engine(first, threads=1, max_context=64)
     assert len(list(cache_root().iterdir())) == 1
     shutil.rmtree(first)  # the model is removed from the library
-    unnamed = cache_root() / "0123456789abcdef" / "fedcba9876543210"  # an older cache's copy
-    unnamed.mkdir(parents=True)
+    older = cache_root() / "0123456789abcdef"  # a folder of copies that names no graph
+    older.mkdir(parents=True)
+    mark_owned(older)
+    unmarked = cache_root() / "00000000deadbeef"  # the cache's shape, but not marked: not ours
+    (unmarked / "fedcba9876543210").mkdir(parents=True)
+    (unmarked / "fedcba9876543210" / "model.onnx").write_text("someone's")
     second_graph = with_external_data(tiny_model_dir, tmp_path / "second") / "model.onnx"
     Engine(second_graph.parent, threads=1, max_context=64)
     sources = [p.read_text() for p in cache_root().glob("*/source.txt")]
     assert sources == [str((tmp_path / "second" / "model.onnx").resolve())]
-    assert [p.name for p in cache_root().iterdir()] == [packed_cache._source_key(second_graph)]
+    names = sorted(p.name for p in cache_root().iterdir())
+    assert names == sorted([packed_cache._source_key(second_graph), unmarked.name])
 
 
 # ---- the cache never deletes what it did not make (issue 37, cause 3) --------------------------
@@ -214,10 +231,13 @@ def test_user_files_behind_a_link_in_the_cache_survive_a_save(
         (cache_root() / "fedcba9876543210").symlink_to(home, target_is_directory=True)
     elif link == "stale_copy":  # an older copy of this very graph, as a link
         source.mkdir(parents=True)
+        mark_owned(source)  # the graph's folder of copies is the cache's own
         (source / "fedcba9876543210").symlink_to(home, target_is_directory=True)
     else:  # a stale copy of ours holding a link to the user's folder
         stale = source / "fedcba9876543210"
         stale.mkdir(parents=True)
+        mark_owned(source)
+        mark_owned(stale)
         (stale / "model.onnx").symlink_to(home, target_is_directory=True)
     engine = Engine(folder, threads=1, max_context=64)
     assert engine.generate_ids([3, 4, 5], greedy(2), ignore_eos=True).run().token_ids
@@ -291,3 +311,96 @@ def test_a_failed_save_is_logged_in_one_line_with_its_reason(
     (record,) = [r for r in caplog.records if "not saved" in r.getMessage()]
     assert expected in record.getMessage()
     assert "\n" not in record.getMessage() and "Traceback" not in record.getMessage()
+
+
+# ---- nothing written or deleted without the app's marker (issue 48, cause 5) -----------------
+def tree(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): p.read_text() if p.is_file() else "<dir>"
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    "planted", ["cache is a link", "the graph's folder is the user's", "a user folder in the cache"]
+)
+def test_nothing_is_written_or_deleted_without_the_marker(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: str
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    home = tmp_path / "home"
+    user_files(home)
+    (home / "0123456789abcdef" / "model.onnx").write_text("the user's model")  # the cache's shape
+    folder = with_external_data(tiny_model_dir, tmp_path / "external")
+    source = cache_root() / packed_cache._source_key(folder / "model.onnx")
+    if planted == "cache is a link":  # $DATA/cache, above cache/packed, links to the user's
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "cache").symlink_to(home, target_is_directory=True)
+        watched = home
+    elif planted == "the graph's folder is the user's":  # a folder there before the cache
+        source.parent.mkdir(parents=True)
+        shutil.copytree(home, source)
+        watched = source
+    else:  # a folder the cache did not make, with a name and files like its own
+        cache_root().mkdir(parents=True)
+        shutil.copytree(home / "0123456789abcdef", cache_root() / "0123456789abcdef")
+        watched = cache_root() / "0123456789abcdef"
+    before = tree(watched)
+    engine = Engine(folder, threads=1, max_context=64)
+    assert engine.generate_ids([3, 4, 5], greedy(2), ignore_eos=True).run().token_ids
+    assert tree(watched) == before  # no copy, no marker, nothing deleted
+    assert not list(home.rglob(OWNED_MARKER))
+    if planted == "a user folder in the cache":  # the cache's own folders beside it still work
+        assert engine.mapped_files != engine.memory.mapped_files
+    else:  # packed on the heap, as before the cache
+        assert engine.mapped_files == engine.memory.mapped_files
+
+
+def test_a_marker_is_written_only_into_a_folder_just_made(tmp_path: Path) -> None:
+    made = tmp_path / "made"
+    made.mkdir()
+    mark_owned(made)
+    with pytest.raises(FileExistsError):  # marked twice: it was not just made
+        mark_owned(made)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "users", target_is_directory=True)
+    (tmp_path / "users").mkdir()
+    with pytest.raises(OSError):
+        mark_owned(link)
+    assert not (tmp_path / "users" / OWNED_MARKER).exists()
+
+
+def onnx_community_layout(folder: Path, out: Path) -> Path:
+    """A copy of `folder` laid out as onnx-community's: the graph and its external weights in
+    `onnx/` (`model.onnx` + `model.onnx_data`), the tokenizer and configs above."""
+    shutil.copytree(folder, out)
+    (out / "onnx").mkdir()
+    proto = onnx.load(str(out / "model.onnx"))
+    onnx.save_model(
+        proto,
+        str(out / "onnx" / "model.onnx"),
+        save_as_external_data=True,
+        location="model.onnx_data",
+        size_threshold=4096,
+    )
+    (out / "model.onnx").unlink()
+    (out / "genai_config.json").unlink(missing_ok=True)  # onnx-community ships none
+    return out
+
+
+def test_the_packed_copy_is_saved_for_the_onnx_community_layout(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    folder = onnx_community_layout(tiny_model_dir, tmp_path / "community")
+    reference = Engine(with_external_data(tiny_model_dir, tmp_path / "flat"), threads=1)
+    packed_cache_off = reference.generate_ids([3, 4, 5], greedy(8), ignore_eos=True).run()
+    engine = Engine(folder, threads=1, max_context=64)
+    (data,) = engine.mapped_files
+    assert data.name == packed_cache.DATA and data.is_relative_to(cache_root())
+    answer = engine.generate_ids([3, 4, 5], greedy(8), ignore_eos=True).run()
+    assert answer.token_ids == packed_cache_off.token_ids
+    model = read_model(folder)
+    assert prepare_folder(model, threads=1) == data.parent / packed_cache.GRAPH  # saved once

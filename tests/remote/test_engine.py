@@ -4,6 +4,7 @@ on the client, Stop, a server that waits too long, and a server killed mid-answe
 from __future__ import annotations
 
 import math
+import socket
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -148,3 +149,13 @@ def test_server_killed_mid_answer_keeps_what_arrived(killable_server: ServerProc
     assert gen.stats.received_tokens >= 3 and gen.text == received
     assert f"The {gen.stats.received_tokens} tokens received are kept." in message
     assert gen.stats.finish_reason == "error"
+
+
+def test_a_helper_server_listens_as_soon_as_it_announces_its_address(
+    killable_server: ServerProcess,
+) -> None:
+    """The load race: an address printed after bind() but before listen() refused a client
+    that connected at once ("Connection refused" on a fresh clone)."""
+    host, port = killable_server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5):
+        pass  # accepted (refused would raise ConnectionRefusedError)

@@ -9,13 +9,25 @@ private file mapping's pages from the process: a later read faults them back fro
 cache, byte for byte the same file. A mapping with any page written (copy-on-write, counted as
 `Anonymous` in smaps) is left alone, since dropping it would lose the writes. Elsewhere these
 are no-ops.
+
+Those mappings are ONNX Runtime's, not the app's: while a session is being made it maps and
+unmaps each external tensor, and a range read from smaps may be unmapped and reused by the heap
+before the advice reaches it; MADV_DONTNEED then zeroed live heap memory (`free(): invalid
+pointer` in 6 of 60 loads of an onnx-community folder, issue 48). So MADV_DONTNEED is only given
+while no session is being made or dropped in this process (`_MAPPINGS`, a lock the loads and the
+model's closing hold, which each release takes or skips), on ranges that still map the file.
+During a load the pages are released with MADV_PAGEOUT (Linux 5.4+) instead: it reclaims a
+range's pages but never changes what they hold (a clean file page is read again, a written or
+anonymous one goes to swap or stays), whoever owns the range by the time it arrives.
 """
 
 from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import gc
+import mmap
 import os
 import sys
 import threading
@@ -28,6 +40,7 @@ from chatapp.engine.errors import ModelError
 
 MADV_DONTNEED = 4
 MADV_WILLNEED = 3
+MADV_PAGEOUT = 21  # Linux 5.4+: reclaim now, contents kept
 MADV_POPULATE_READ = 22  # Linux 5.14+
 RELEASE_INTERVAL_S = 0.25  # while a session loads: often enough to keep the file's share small
 
@@ -46,25 +59,38 @@ def _libc() -> ctypes.CDLL | None:
 
 
 _LIBC = _libc()
+# Held while ONNX Runtime may map or unmap weight files (a session being made or dropped);
+# MADV_DONTNEED is given only by whoever holds it (see the module's docstring).
+_MAPPINGS = threading.RLock()
 
 
 def release_mapped(files: Iterable[Path]) -> int:
     """Drop this process's unwritten mapped pages of `files`; returns the bytes of the mappings
-    released (0 where this cannot be done)."""
+    released (0 where this cannot be done, or while a session is being made or dropped)."""
+    if not _MAPPINGS.acquire(blocking=False):
+        return 0
+    try:
+        return _advise_mappings(files, MADV_DONTNEED)
+    finally:
+        _MAPPINGS.release()
+
+
+def _advise_mappings(files: Iterable[Path], advice: int) -> int:
+    """`advice` on each unwritten mapping of `files`; the bytes it was given for."""
     if _LIBC is None:
         return 0
     wanted = {os.path.realpath(f) for f in files}
     if not wanted:
         return 0
-    released = 0
+    advised = 0
     try:
         mappings = list(_file_mappings(wanted))
     except OSError:
         return 0
     for start, end in mappings:
-        if _LIBC.madvise(start, end - start, MADV_DONTNEED) == 0:
-            released += end - start
-    return released
+        if _LIBC.madvise(start, end - start, advice) == 0:
+            advised += end - start
+    return advised
 
 
 def populate_mapped(spans: Iterable[tuple[Path, int, int]]) -> int:
@@ -139,16 +165,24 @@ class MappedPages:
     def release(self) -> int:
         if _LIBC is None or not self.paths:
             return 0
+        if not _MAPPINGS.acquire(blocking=False):  # a session is being made: not now
+            return 0
         try:
             if self._ranges is None:
                 self._ranges = list(_file_mappings(self.paths))
             current = _current_ranges(self.paths)
         except OSError:
+            _MAPPINGS.release()
             return 0
         released = 0
-        for start, end in self._ranges:
-            if (start, end) in current and _LIBC.madvise(start, end - start, MADV_DONTNEED) == 0:
-                released += end - start
+        try:
+            for start, end in self._ranges:
+                if (start, end) in current and _LIBC.madvise(
+                    start, end - start, MADV_DONTNEED
+                ) == 0:
+                    released += end - start
+        finally:
+            _MAPPINGS.release()
         return released
 
 
@@ -169,31 +203,61 @@ def _maps_of(paths: set[str]) -> Iterator[tuple[str, int, int, int]]:
 
 @contextmanager
 def released_while_loading(files: Iterable[Path]) -> Iterator[None]:
-    """Release `files`' mapped pages every RELEASE_INTERVAL_S while the body runs (a session
-    being created reads each weight once to pack it) and once at the end."""
+    """While the body makes a session (which reads each weight once to pack it, mapping and
+    unmapping as it goes): reclaim `files`' mapped pages every RELEASE_INTERVAL_S with
+    MADV_PAGEOUT, which keeps any memory's contents; once the session is made, drop what is
+    left with MADV_DONTNEED. No other load, drop or release runs in this process meanwhile."""
     paths = list(files)
-    if _LIBC is None or not paths:
-        yield
-        return
-    done = threading.Event()
+    with _MAPPINGS:
+        if _LIBC is None or not paths:
+            yield
+            return
+        done = threading.Event()
 
-    def keep_releasing() -> None:
-        while not done.wait(RELEASE_INTERVAL_S):
-            release_mapped(paths)
+        def keep_reclaiming() -> None:
+            if not _kernel_takes(MADV_PAGEOUT):  # before Linux 5.4: kept until the load ends
+                return
+            while not done.wait(RELEASE_INTERVAL_S):
+                _advise_mappings(paths, MADV_PAGEOUT)
 
-    thread = threading.Thread(target=keep_releasing, name="release-weight-pages", daemon=True)
-    thread.start()
+        thread = threading.Thread(target=keep_reclaiming, name="reclaim-weight-pages", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+            _advise_mappings(paths, MADV_DONTNEED)  # the session holds its mappings now
+
+
+@functools.cache
+def _kernel_takes(advice: int) -> bool:
+    """Whether madvise knows `advice`, tried on a page of the app's own (a fresh mapping)."""
+    if _LIBC is None:
+        return False
+    page = mmap.mmap(-1, mmap.PAGESIZE)
     try:
-        yield
+        view = ctypes.c_char.from_buffer(page)
+        try:
+            return bool(_LIBC.madvise(ctypes.addressof(view), mmap.PAGESIZE, advice) == 0)
+        finally:
+            del view
     finally:
-        done.set()
-        thread.join()
-        release_mapped(paths)
+        page.close()
+
+
+@contextmanager
+def dropping_sessions() -> Iterator[None]:
+    """Around code that may drop a session (a model closed, collected): ONNX Runtime unmaps its
+    weights then, so no release may run meanwhile."""
+    with _MAPPINGS:
+        yield
 
 
 def return_freed_heap() -> None:
     """After a model is closed: collect it, and have glibc hand freed heap back to the system."""
-    gc.collect()
+    with dropping_sessions():
+        gc.collect()
     if _LIBC is not None:
         with suppress(AttributeError):  # not glibc (musl)
             _LIBC.malloc_trim(0)

@@ -22,7 +22,7 @@ from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
-from chatapp.engine.resident import return_freed_heap
+from chatapp.engine.resident import dropping_sessions, return_freed_heap
 from chatapp.error_text import first_line
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.jobs import NO_DETAILS, Job, JobAborted, JobControl, failed
@@ -47,8 +47,9 @@ class EngineHost:
     def close_engine(self) -> LoadRequest | None:
         """Drop the local engine, its session and its buffers, and give their memory back
         before another model loads; returns what had opened it."""
-        request, self.engine, self.loaded = self.loaded, None, None
-        return_freed_heap()
+        with dropping_sessions():  # ONNX Runtime unmaps the weights: no release meanwhile
+            request, self.engine, self.loaded = self.loaded, None, None
+            return_freed_heap()
         return request
 
     def held_bytes(self) -> int:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import mmap
+import os
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +122,155 @@ def test_mapped_pages_find_the_mappings_once_and_skip_ranges_that_are_gone(
             assert mapped_rss(path) < 100
         assert view[:] == data
     assert pages.release() == 0  # unmapped: its range is not touched again
+
+
+# ---- never advise memory the app does not own (issue 48, cause 6) -----------------------------
+class Advices:
+    """Every madvise the module gives (address, length, advice), passed on to the real one."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.given: list[tuple[int, int, int]] = []
+        libc = resident._LIBC
+        assert libc is not None
+        real = libc.madvise
+
+        class Recording:
+            def __getattr__(self, name: str) -> object:
+                return getattr(libc, name)
+
+            def madvise(_self, start: int, length: int, advice: int) -> int:
+                self.given.append((start, length, advice))
+                return int(real(start, length, advice))
+
+        monkeypatch.setattr(resident, "_LIBC", Recording())
+
+    def kinds(self) -> set[int]:
+        return {advice for _, _, advice in self.given}
+
+
+@linux_only
+def test_while_a_session_is_made_pages_are_only_reclaimed_never_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX Runtime maps and unmaps while it loads: a range may hold the heap by the time the
+    advice arrives. During the load only MADV_PAGEOUT (contents kept), after it DONTNEED."""
+    if not resident._kernel_takes(resident.MADV_PAGEOUT):
+        pytest.skip("this kernel has no MADV_PAGEOUT (Linux 5.4+)")
+    data = bytes(range(256)) * (16 << 12)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data)
+    monkeypatch.setattr(resident, "RELEASE_INTERVAL_S", 0.001)
+    advices = Advices(monkeypatch)
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        with released_while_loading([path]):
+            deadline = time.monotonic() + 10
+            while not advices.given and time.monotonic() < deadline:
+                assert view[:] == data  # read, as a session packing its weights does
+                time.sleep(0.002)
+            during = advices.kinds()
+            # Another thread's release must wait: the load's mappings are changing.
+            answers: list[int] = []
+            other = threading.Thread(target=lambda: answers.append(release_mapped([path])))
+            other.start()
+            other.join(10)
+            assert answers == [0]
+        assert during == {resident.MADV_PAGEOUT}
+        assert advices.given[-1][2] == resident.MADV_DONTNEED  # once the session holds them
+        assert view[:] == data
+
+
+@linux_only
+def test_the_reclaim_used_while_loading_keeps_memory_that_is_not_the_files() -> None:
+    """The advice a load gives may land on a range the heap took over: it must keep its bytes
+    (MADV_DONTNEED would have zeroed them: the heap corruption of issue 48)."""
+    if not resident._kernel_takes(resident.MADV_PAGEOUT):
+        pytest.skip("this kernel has no MADV_PAGEOUT (Linux 5.4+)")
+    libc = resident._LIBC
+    assert libc is not None
+    size = 64 * mmap.PAGESIZE
+    heap_like = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # as malloc's
+    pattern = bytes(range(251)) * (size // 251) + bytes(size % 251)
+    heap_like[:] = pattern
+    view = ctypes.c_char.from_buffer(heap_like)
+    try:
+        address = ctypes.addressof(view)
+        assert libc.madvise(address, size, resident.MADV_PAGEOUT) == 0
+        assert heap_like[:] == pattern
+        libc.madvise(address, size, resident.MADV_DONTNEED)  # what the old release gave
+        assert heap_like[:] != pattern  # zeroed: why it must never reach someone's memory
+    finally:
+        del view
+        heap_like.close()
+
+
+@linux_only
+def test_no_release_runs_while_a_session_is_dropped(tmp_path: Path) -> None:
+    data = bytes(range(256)) * (4 << 12)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data)
+    pages = MappedPages([path])
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        assert view[:] == data
+        released: list[int] = []
+        with resident.dropping_sessions():
+
+            def release_both() -> None:
+                released.extend([release_mapped([path]), pages.release()])
+
+            other = threading.Thread(target=release_both)
+            other.start()
+            other.join(10)
+        assert released == [0, 0]  # skipped, not waited for
+        assert release_mapped([path]) >= len(data)  # and given once the drop is over
+
+
+STRESS_LOADS = """
+import gc, sys
+from chatapp.engine import resident
+from chatapp.engine.engine import Engine
+from chatapp.engine.sampling import SamplingSettings
+resident.RELEASE_INTERVAL_S = 0.0005  # as often as it can: the race had a window of ms
+first = None
+for _ in range(int(sys.argv[2])):
+    engine = Engine(sys.argv[1], threads=1, max_context=64)
+    settings = SamplingSettings(temperature=0.0, max_new_tokens=4)
+    tokens = engine.generate_ids([3, 4, 5], settings, ignore_eos=True).run().token_ids
+    assert tokens == (first := first or tokens), (tokens, first)  # the weights read intact
+    del engine
+    gc.collect()
+print("loaded", sys.argv[2])
+"""
+
+
+@linux_only
+def test_many_parallel_loads_of_an_external_weights_folder_never_crash(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The issue's case: an onnx-community folder (`onnx/model.onnx` + `onnx/model.onnx_data`)
+    loaded again and again in parallel processes, pages released as often as can be."""
+    from tests.engine.test_packed_cache import onnx_community_layout
+
+    folder = onnx_community_layout(tiny_model_dir, tmp_path / "community")
+    script = tmp_path / "loads.py"
+    script.write_text(STRESS_LOADS)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "CHATAPP_PACKED_CACHE": "0"}
+    loads, processes = 15, 4
+    children = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(folder), str(loads)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    for child in children:
+        try:
+            out, err = child.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+        assert child.returncode == 0, err[-2000:]
+        assert out.strip() == f"loaded {loads}"

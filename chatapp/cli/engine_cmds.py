@@ -14,6 +14,7 @@ from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, Output
 from chatapp.engine.guards import PROMPT_PRECISIONS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.json_text import JsonTextError, parse_json_text
 from chatapp.session import arg_checks as checks
 from chatapp.session import formatting
 
@@ -284,13 +285,13 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
             raise UserError(f"--json-schema: {path} is not a file.")
         if path.stat().st_size > 4 * MAX_SCHEMA_CHARS:
             raise UserError(f"--json-schema: {path} is larger than {4 * MAX_SCHEMA_CHARS} bytes.")
-        schema = json.loads(path.read_text(encoding="utf-8"))
+        schema = parse_json_text(path.read_text(encoding="utf-8"))
         return OutputFormat.json_schema(schema)
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--json-schema: {path} cannot be read ({exc}).") from exc
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--json-schema: {path} is not valid JSON ({exc}).") from exc
-    except RecursionError:
+    except JsonTextError as exc:
+        raise UserError(f"--json-schema: {path} {exc}.") from None
+    except RecursionError:  # a schema that parses but is too deep for its checks
         raise UserError(f"--json-schema: {path} is nested too deeply.") from None
     except ConstraintError as exc:
         raise UserError(f"--json-schema: {exc}") from exc

@@ -33,6 +33,7 @@ from chatapp.engine.json_schema import (
     prepared_schema,
 )
 from chatapp.error_text import first_line
+from chatapp.json_text import JsonTextError, parse_json_text
 
 __all__ = ["MAX_SCHEMA_CHARS", "ConstraintError", "check_schema"]
 
@@ -77,11 +78,9 @@ def output_format_from_text(text: str) -> OutputFormat:
     if not text.strip():
         return OutputFormat.json_object()
     try:
-        schema = json.loads(text)
-    except ValueError as exc:
-        raise ConstraintError(f"The JSON schema is not valid JSON ({exc}).") from exc
-    except RecursionError:
-        raise ConstraintError("The JSON schema is nested too deeply.") from None
+        schema = parse_json_text(text)
+    except JsonTextError as exc:
+        raise ConstraintError(f"The JSON schema {exc}.") from None
     return OutputFormat.json_schema(schema)
 
 

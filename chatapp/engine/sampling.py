@@ -66,6 +66,10 @@ class SamplingSettings:
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)
 
 
+class BiasRefused(ValueError):
+    """A request's logit_bias that leaves nothing to sample: the request's fault, at any step."""
+
+
 class Sampler:
     """Chooses tokens for one answer. `never`: ids no answer may contain (a text-only model's
     image and sound markers); a call's `avoid` adds ids for that token alone (the end of text
@@ -121,14 +125,17 @@ class Sampler:
 
     def _biased(self, logits: np.ndarray) -> np.ndarray:
         if int(self._bias_ids.max()) >= logits.size:
-            raise ValueError(
+            raise BiasRefused(
                 f"logit_bias names token {int(self._bias_ids.max())}, but the model's "
-                f"vocabulary has {logits.size} tokens"
+                f"vocabulary has {logits.size} tokens."
             )
         out = logits.astype(np.float32)  # a copy: the caller's row keeps the raw logits
         out[self._bias_ids] += self._biases
         if out.max() == -np.inf:  # with a grammar's mask: nothing left to choose from
-            raise ValueError("logit_bias bans every token the answer may continue with")
+            raise BiasRefused(
+                "logit_bias bans every token the answer may continue with (with a JSON "
+                "schema: every token the schema allows); ban fewer tokens."
+            )
         return out
 
 

@@ -275,7 +275,9 @@ def _logit_bias(value: Any, vocab_size: int) -> tuple[tuple[int, float], ...]:
         raise invalid(f"logit_bias takes at most {MAX_LOGIT_BIASES} tokens.", "logit_bias")
     out = []
     for key, bias in value.items():
-        token = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else -1
+        # Digits only, and few: int() of 5000 digits raises (Python's 4300-digit limit).
+        digits = isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 12
+        token = int(key) if digits else -1
         if token < 0 or (vocab_size and token >= vocab_size):
             known = f" from 0 to {vocab_size - 1}" if vocab_size else ""
             raise invalid(

@@ -110,9 +110,14 @@ def input_messages(value: Any) -> tuple[Message, ...]:
     joining the assistant message before it (chat's `tool_calls`)."""
     if isinstance(value, str):
         return (Message("user", value),)
-    items = _list(value, "input")
-    if not items:
-        raise invalid("input must be a string or a non-empty list of items.", "input")
+    if not isinstance(value, list) or not value:  # 42, an object, null: say what it takes
+        got = "empty" if isinstance(value, list) else f"a {_json_kind(value)}"
+        raise invalid(
+            f"input must be text or a non-empty list of items ({got} was given), e.g. "
+            '"input": "Hello" or "input": [{"role": "user", "content": "Hello"}].',
+            "input",
+        )
+    items = value
     out: list[Message] = []
     for i, item in enumerate(items):
         where = f"input[{i}]"
@@ -259,6 +264,17 @@ def _in_responses_words(exc: ApiError) -> ApiError:
         message = re.sub(pattern, to, message)
         param = re.sub(pattern, to, param) if param else param
     return ApiError(exc.status, message, param=param, code=exc.code, kind=exc.kind)
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON calls `value`'s type, for a message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def _list(value: Any, where: str) -> list[Any]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from chatapp.engine.constraints import ConstraintError
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
 from chatapp.engine.modes import Mode
+from chatapp.engine.sampling import BiasRefused
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
@@ -436,6 +437,8 @@ def _api_error(req: GenerationRequest, exc: Exception, opened: bool) -> ApiError
         return ApiError(400, str(exc), param=param)
     if isinstance(exc, DeviceFailure):
         return ApiError(500, f"{exc} The next request runs on the CPU.")
+    if isinstance(exc, BiasRefused):  # found at a step, but the request's own doing
+        return ApiError(400, str(exc), param="logit_bias")
     if not opened:
         if isinstance(exc, ContextOverflowError):
             return ApiError(400, str(exc), param="messages", code="context_length_exceeded")

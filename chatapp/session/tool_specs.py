@@ -25,6 +25,7 @@ from chatapp.engine.constraints import (
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import read_capped
 from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, argument_schema
+from chatapp.json_text import JsonTextError, parse_json_text
 
 MAX_TOOLS = 128  # OpenAI's limit
 FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
@@ -156,15 +157,13 @@ def tools_from_file(path: Path) -> tuple[Tool, ...]:
         if not path.is_file():
             raise ToolSpecError(f"{where} is not a file.", where)
         # Capped as it is read, too: a file that grows after its size was checked is refused.
-        value = json.loads(read_capped(path, MAX_FILE_BYTES, where).decode("utf-8"))
+        value = parse_json_text(read_capped(path, MAX_FILE_BYTES, where).decode("utf-8"))
     except ModelError as exc:  # over the size
         raise ToolSpecError(str(exc), where) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolSpecError(f"{where} cannot be read ({exc}).", where) from exc
-    except json.JSONDecodeError as exc:
-        raise ToolSpecError(f"{where} is not valid JSON ({exc}).", where) from exc
-    except RecursionError:
-        raise ToolSpecError(f"{where} is nested too deeply.", where) from None
+    except JsonTextError as exc:
+        raise ToolSpecError(f"{where} {exc}.", where) from None
     try:
         tools = tools_from_value(value)
     except ToolSpecError as exc:

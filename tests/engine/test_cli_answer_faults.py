@@ -42,3 +42,23 @@ def test_an_overflowing_perplexity_is_unknown(
         assert '"perplexity": null' in out
     else:
         assert f"perplexity {MISSING}," in err
+
+
+HOSTILE_JSON = {
+    "a number of 5000 digits": ('{"type": "string", "minLength": ' + "9" * 5000 + "}", "digits"),
+    "nested 100k deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "not JSON": ("{'type': 'object'}", "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("flag", ["--json-schema", "--tools"])
+@pytest.mark.parametrize("text,said", HOSTILE_JSON.values(), ids=HOSTILE_JSON.keys())
+def test_a_users_json_file_that_cannot_be_read_is_one_line_not_a_bug(
+    tiny_model_dir: Path, tmp_path: Path, capsys, flag: str, text: str, said: str
+) -> None:
+    path = tmp_path / "given.json"
+    path.write_text(text, encoding="utf-8")
+    assert generate(tiny_model_dir, flag, str(path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err
+    assert "a bug" not in err and "sys.set_int_max_str_digits" not in err

@@ -71,3 +71,47 @@ def test_an_overflowing_perplexity_is_unknown_not_a_failure(
     figures = response.json()["chatapp"]
     assert figures["perplexity"] is None and figures["prompt_perplexity"] is None
     assert figures["generated_tokens"] > 0
+
+
+@pytest.mark.parametrize("key", ["1" * 5000, "9" * 13, "-" + "1" * 5000, "٣"])
+def test_a_logit_bias_key_that_is_no_token_id_is_a_400(served: Served, key: str) -> None:
+    response = post(served, logit_bias={key: 5})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "logit_bias"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_bias_that_bans_every_token_a_schema_allows_is_a_400(
+    served: Served, stream: bool
+) -> None:
+    vocab = served.worker.card.vocab_size
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+    response = post(
+        served,
+        stream=stream,
+        logit_bias={str(i): -100 for i in range(vocab)},
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    )
+    if stream and response.status_code == 200:  # refused at the first step: an error event
+        assert "bans every token" in response.text and "logit_bias" in response.text
+    else:
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert "bans every token" in error["message"] and error["param"] == "logit_bias"
+    assert post(served).status_code == 200
+
+
+@pytest.mark.parametrize("given", [42, True, None, {"role": "user"}, [], 4.5])
+def test_a_responses_input_of_the_wrong_kind_says_what_it_takes(
+    served: Served, given: object
+) -> None:
+    response = httpx2.post(
+        f"{served.api}/responses",
+        json={"input": given, "max_output_tokens": 4},
+        timeout=60,
+        trust_env=False,
+    )
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert message.startswith("input must be text or a non-empty list of items")
+    assert "\n" not in message

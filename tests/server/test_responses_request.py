@@ -102,7 +102,7 @@ def test_previous_response_id_prepends_the_kept_conversation() -> None:
     [
         ({}, "input", "input must be"),
         ({"input": []}, "input", "non-empty"),
-        ({"input": 7}, "input", "must be a list"),
+        ({"input": 7}, "input", "must be text or a non-empty list of items (a number was given)"),
         ({"input": [7]}, "input[0]", "must be an object"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "role must be"),
         (

@@ -274,7 +274,7 @@ def _json_kind(value: Any) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)
+    return "object" if isinstance(value, dict) else type(value).__name__  # str: never here
 
 
 def _list(value: Any, where: str) -> list[Any]:

@@ -33,7 +33,6 @@ from PySide6.QtWidgets import (
 from chatapp.engine.bench.sentences import explanation
 from chatapp.engine.bench.summary import per_token_ms
 from chatapp.engine.modes import MODES, Mode
-from chatapp.error_text import first_line
 from chatapp.gui.common.export_folder import export_folder, remember_export_folder
 from chatapp.gui.common.progress import ProgressWithTimeLeft
 from chatapp.gui.common.qtcompat import emit
@@ -414,20 +413,17 @@ class CompareView(QWidget):
             log.warning("could not save the comparison to %s", self.results_path, exc_info=True)
 
     def _show_saved_file(self, path: Path) -> None:
-        """The last results, checked whole first; a damaged file is moved aside, and its one
-        line is the status (a shape the check let through that still fails to draw, too)."""
+        """The last results, checked first: a damaged file is moved aside, its line the status."""
         read = read_saved(path)
         try:
             if read.results is not None:
                 self.show_saved(read.results)
-        except Exception as exc:  # the view must open whatever the file held
+        except Exception as exc:  # a shape the check let through that still fails to draw
             log.exception("the saved comparison %s could not be shown", path)
             self.compared = self.result = self.sweep_header = None
             self.sweep_points.clear()
             self._update_buttons()
-            read = ReadResults(
-                None, f"The saved comparison {path} could not be shown ({first_line(exc)})."
-            )
+            read = ReadResults(None, f"{path} could not be shown ({type(exc).__name__}).")
         if read.notice:
             self.status.setText(read.notice)
 

@@ -99,3 +99,4 @@ def test_results_that_fail_to_draw_leave_an_empty_view_and_one_line(
     _window, view = open_compare(make_window, tiny_model_dir)
     assert view.result is None and not view.export_button.isEnabled()
     assert "could not be shown" in view.status.text() and "\n" not in view.status.text()
+    assert str(compare_results_file) in view.status.text()

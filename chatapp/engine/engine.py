@@ -235,7 +235,7 @@ class Engine:
         if mode not in self._loops:
             try:
                 loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
-                loop.check_weights = self.weight_files.check
+                loop.weights_in_use = self.weight_files.in_use
                 if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
                     loop.release_weights = MappedPages(self.mapped_files).release
                 self._loops[mode] = loop

@@ -27,6 +27,7 @@ import itertools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import onnxruntime as ort
@@ -70,9 +71,9 @@ class KVLoop(ABC):
     # loading the model (SmolLM2: 522 MB, against 818 MB in one piece) at no cost in speed.
     prefill_chunk = 512
     release_weights: Callable[[], object] | None = None  # set by the Engine (packed_cache.py)
-    # Raises where a mapped weight file changed on disk (engine/resident.py); set by the
-    # Engine, asked before every run.
-    check_weights: Callable[[], None] | None = None
+    # Around every run: raises where a mapped weight file changed on disk or another program
+    # has begun to change it, and holds its lease meanwhile (engine/resident.py MappedFiles).
+    weights_in_use: Callable[[], AbstractContextManager[None]] | None = None
     warmed_up = False  # its device's programs are compiled (engine/warm_up.py)
 
     def __init__(
@@ -122,19 +123,19 @@ class KVLoop(ABC):
         A failure on a device other than the CPU is raised as DeviceFailure.
         """
         self.kv.check_room(len(self.cached), len(new_ids))
-        if self.check_weights is not None:
-            self.check_weights()
-        ids = [int(t) for t in new_ids]
-        wanted = _wanted_rows(len(ids), all_logits, rows)
-        if len(ids) == 1 or self.release_weights is None:
-            return self._forward_ids(ids, wanted)
-        # A prompt reads the prompt kernel's packed weights, a step the step kernel's: where
-        # they are mapped pages (engine/packed_cache.py), only one set stays resident.
-        self.release_weights()
-        try:
-            return self._forward_ids(ids, wanted)
-        finally:
+        # The mapped weight files: checked, and held against truncation while the pass runs.
+        with self.weights_in_use() if self.weights_in_use is not None else nullcontext():
+            ids = [int(t) for t in new_ids]
+            wanted = _wanted_rows(len(ids), all_logits, rows)
+            if len(ids) == 1 or self.release_weights is None:
+                return self._forward_ids(ids, wanted)
+            # A prompt reads the prompt kernel's packed weights, a step the step kernel's:
+            # where they are mapped pages (engine/packed_cache.py), only one set stays resident.
             self.release_weights()
+            try:
+                return self._forward_ids(ids, wanted)
+            finally:
+                self.release_weights()
 
     def _forward_ids(self, ids: list[int], wanted: list[int] | None) -> Step:
         chunk = self.kv.piece_tokens(self.prefill_chunk)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chatapp.engine.errors import ModelError
+from chatapp.engine.file_leases import WeightLeases
 
 MADV_DONTNEED = 4
 MADV_WILLNEED = 3
@@ -309,11 +310,25 @@ class MappedFilesChanged(ModelError):
 
 
 class MappedFiles:
-    """The identities of `files` now; `check` raises MappedFilesChanged once one differs."""
+    """The identities of `files` now, and read leases on them (engine/file_leases.py): `check`
+    raises MappedFilesChanged once one differs; `in_use()` around a run also refuses it where
+    another program has begun to change one, and keeps that program waiting until it ends."""
 
     def __init__(self, files: Iterable[Path], model_name: str) -> None:
         self.model_name = model_name
         self._known = {Path(f): _identity(Path(f)) for f in files}
+        self._leases = WeightLeases(self._known)
+
+    @contextmanager
+    def in_use(self) -> Iterator[None]:
+        with self._leases.running() as changing:
+            if changing is not None:
+                raise MappedFilesChanged(
+                    f"{changing.name} of {self.model_name} is being changed by another program "
+                    "(cut short or rewritten); restore it and open the model again."
+                )
+            self.check()
+            yield
 
     @property
     def files(self) -> tuple[Path, ...]:

@@ -1,0 +1,157 @@
+"""Read leases on the weight files a session maps, so that no other program cuts one short
+under a running answer. No Qt. Linux; elsewhere nothing changes (the identity check stays).
+
+ONNX Runtime maps a model's external data and chatapp's GGUF kernels read the blocks from that
+mapping; a page past the new end of a file truncated meanwhile raises SIGBUS, which ends the
+process (the window, `chatapp serve` and every client with it). Python cannot catch it. What
+was weighed (issue 48):
+- a SIGBUS handler with siglongjmp around reads, as the JVM turns a fault in a mapped buffer
+  into an exception: possible for chatapp's own kernels only, never for ONNX Runtime's, which
+  read the same mappings (a stock graph, a packed copy);
+- private copies of the weights: the memory the mapping saves (the 1.1B shape: 1 GB);
+- a read lease (`fcntl(F_SETLEASE, F_RDLCK)`), chosen: Linux then makes any other process
+  that opens the file to write, or truncates it, wait until the holder lets go (at most
+  /proc/sys/fs/lease-break-time, 45 s by default) and tells the holder (SIGIO). The app lets
+  go as soon as no forward pass is running (at most one step later), so the other program
+  waits milliseconds; every forward after that is refused with one line naming the file
+  (`MappedFilesChanged`), and opening the model again maps the file as it now is.
+Its cost: a descriptor per file and one fcntl per file every POLL_S on a thread shared by
+all models; nothing in the forward pass but an uncontended lock. Where a lease cannot be had
+(NFS, a file someone has open to write, another owner) the file is only checked, as before.
+
+SIGIO's default action ends the process, so leases are taken only once `install_signal()`
+has run on the main thread (the command line does it first thing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.05  # how soon a waiting writer is let through when no forward runs
+_LINUX = sys.platform.startswith("linux")
+_installed = False
+_held: weakref.WeakSet[WeightLeases] = weakref.WeakSet()
+_watcher: threading.Thread | None = None
+_watcher_lock = threading.Lock()
+
+
+def install_signal() -> bool:
+    """Make SIGIO (a lease break's signal) harmless; main thread only. True when leases may
+    be taken in this process."""
+    global _installed
+    if _installed:
+        return True
+    if not _LINUX or threading.current_thread() is not threading.main_thread():
+        return False
+    # The watcher does the work; the handler only keeps the default action (exit) away.
+    signal.signal(signal.SIGIO, lambda _signum, _frame: None)
+    # Restart a system call it lands in (this process's own write to a leased file waits in
+    # one) instead of failing it with EINTR.
+    signal.siginterrupt(signal.SIGIO, False)
+    _installed = True
+    return True
+
+
+class WeightLeases:
+    """Read leases on `files` while a model maps them; `running()` around each forward pass."""
+
+    def __init__(self, files: Iterable[Path]) -> None:
+        self._fds: dict[Path, int] = {}
+        self._running = threading.Lock()
+        self.changing: Path | None = None  # the file another program opened to write
+        if not (_installed or install_signal()):
+            return
+        for path in files:
+            self._take(Path(path))
+        if self._fds:
+            _held.add(self)
+            _start_watcher()
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(self._fds)
+
+    def _take(self, path: Path) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        except OSError as exc:  # NFS, open to write elsewhere, not the owner: checked only
+            log.info("no read lease on %s (%s); it is checked before each run", path, exc)
+            os.close(fd)
+            return
+        self._fds[path] = fd
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Path | None]:
+        """Hold the leases for one forward pass; yields the file another program has begun to
+        change (the caller refuses the run), else None."""
+        with self._running:
+            yield self.changing
+
+    def poll(self) -> None:
+        """Let go of every lease once one is being broken and no forward runs."""
+        if not self._fds or not self._running.acquire(blocking=False):
+            return
+        try:
+            for path, fd in self._fds.items():
+                try:
+                    breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
+                except OSError:
+                    breaking = True
+                if breaking:
+                    self.changing = path
+                    break
+            if self.changing is not None:
+                log.warning("%s is being changed by another program", self.changing)
+                self.let_go()
+        finally:
+            self._running.release()
+
+    def let_go(self) -> None:
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+
+    def __del__(self) -> None:
+        self.let_go()
+
+
+def _start_watcher() -> None:
+    global _watcher
+    with _watcher_lock:
+        if _watcher is not None and _watcher.is_alive():
+            return
+        _watcher = threading.Thread(target=_watch, name="weight-file-leases", daemon=True)
+        _watcher.start()
+
+
+def _watch() -> None:
+    """Poll every model's leases; ends when no model holds any (the next one starts it)."""
+    global _watcher
+    while True:
+        time.sleep(POLL_S)
+        with _watcher_lock:
+            current = [leases for leases in list(_held) if leases.files]
+            if not current:
+                _watcher = None
+                return
+        for leases in current:
+            leases.poll()

@@ -9,3 +9,9 @@ def fmt_bytes(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.{2 if unit == 'GB' else 1}f} {unit}"
     return f"{n:.0f} B"
+
+
+def whole_mb_up(n: int | float) -> int:
+    """Bytes as whole MB (MiB) rounded up, for sizes said beside a limit: a file just over a
+    1 MB limit reads "2 MB", never "1 MB; more than 1 MB is refused"."""
+    return -(-int(n) // (1 << 20))

@@ -25,7 +25,7 @@ from chatapp.engine.model_folder.files import external_span
 from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.folder_format.graph import all_nodes
 from chatapp.system_memory import available_memory, physical_memory
-from chatapp.units import fmt_bytes
+from chatapp.units import fmt_bytes, whole_mb_up
 
 # Python, ONNX Runtime's libraries and arena, a 512-token prompt piece's activations: about
 # 150-200 MB measured with the default model (docs/engine.md).
@@ -99,7 +99,7 @@ def check_kv_memory(info: ModelInfo, context: int) -> None:
     total = physical_memory()
     if total is not None and need > total // 2:
         raise EngineError(
-            f"The KV cache for {context} tokens of {info.name} would take {need >> 20} MB, "
+            f"The KV cache for {context} tokens of {info.name} would take {whole_mb_up(need)} MB, "
             f"more than half of this computer's {total >> 20} MB; choose a smaller context."
         )
 

@@ -80,6 +80,7 @@ from chatapp.store.models import (
     from_iso,
     to_iso,
 )
+from chatapp.units import whole_mb_up
 
 FORMAT = "chatapp-conversation"
 FORMAT_VERSION = 1
@@ -197,7 +198,7 @@ def _is_markdown_export(text: str) -> bool:
 def check_import_size(size: int) -> None:
     if size > LIMITS.file_bytes:
         raise ImportTooLargeError(
-            f"This chat export is {size / 2**20:.0f} MB; chatapp imports exports of up to "
+            f"This chat export is {whole_mb_up(size)} MB; chatapp imports exports of up to "
             f"{LIMITS.file_bytes >> 20} MB. Nothing was imported."
         )
 

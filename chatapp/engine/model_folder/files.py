@@ -30,6 +30,7 @@ import onnx
 
 from chatapp.engine.errors import FolderFileError, ModelError
 from chatapp.folder_format.manifest import MANIFEST_FILE
+from chatapp.units import whole_mb_up
 
 MAX_JSON_BYTES = 16 << 20  # config.json, genai_config.json, tokenizer_config.json, ...
 # tokenizer.json of a 256k vocabulary is ~33 MB (Gemma 3); a 500 MB one took 1.3 GB to refuse.
@@ -137,7 +138,9 @@ def read_json_file(folder: Path, name: str) -> dict[str, Any] | None:
 def read_capped(path: Path, limit: int, what: str) -> bytes:
     size = path.stat().st_size
     if size > limit:
-        raise ModelError(f"{what} is {size >> 20} MB; more than {limit >> 20} MB is refused.")
+        raise ModelError(
+            f"{what} is {whole_mb_up(size)} MB; more than {limit >> 20} MB is refused."
+        )
     try:
         with path.open("rb") as fh:
             data = fh.read(limit + 1)
@@ -259,8 +262,8 @@ def check_tokenizer_files(folder: Path) -> None:
             size = path.stat().st_size
             if size > limit:
                 raise ModelError(
-                    f"{name} in {folder.name} is {size >> 20} MB; more than {limit >> 20} MB "
-                    "is refused."
+                    f"{name} in {folder.name} is {whole_mb_up(size)} MB; more than "
+                    f"{limit >> 20} MB is refused."
                 )
 
 

@@ -44,7 +44,7 @@ from chatapp.store.errors import (
     wrap,
 )
 from chatapp.store.read_only import connect_read_only, unwritable_reason
-from chatapp.store.recovery import Recovery, move_aside
+from chatapp.store.recovery import Recovery, move_aside, problems_line
 from chatapp.store.rows import fold
 
 
@@ -165,7 +165,7 @@ class HistoryFile:
             mode = schema.configure(conn, busy_timeout_ms=round(self._timeout_s * 1000))
             problems = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
             if problems != ["ok"]:
-                raise _Corrupt("; ".join(problems[:3]), conn)
+                raise _Corrupt(problems_line(problems), conn)
             schema.migrate(conn, self.path, self._migrations)
         except _Corrupt:
             raise

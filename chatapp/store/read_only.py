@@ -15,6 +15,7 @@ from pathlib import Path
 
 from chatapp.store import schema
 from chatapp.store.errors import SchemaTooNewError, StoreError
+from chatapp.store.recovery import problems_line
 from chatapp.store.rows import fold
 
 
@@ -70,7 +71,7 @@ def _check(conn: sqlite3.Connection, path: Path, max_version: int) -> None:
     problems = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
     if problems != ["ok"]:
         raise StoreError(
-            f"The chat history {path} is damaged ({'; '.join(problems[:3])}) and read-only, "
+            f"The chat history {path} is damaged ({problems_line(problems)}) and read-only, "
             "so it cannot be moved aside."
         )
     conn.execute("PRAGMA query_only=ON")

@@ -31,9 +31,23 @@ class Recovery:
 
     def message(self) -> str:
         return (
-            f"The chat history file {self.original} was damaged ({self.reason}). "
+            f"The chat history file {self.original} was damaged ({one_line(self.reason)}). "
             f"It was moved to {self.moved_to} and a new, empty history was started."
         )
+
+
+REASON_CHARS = 200  # SQLite's integrity text can run to pages: the first of it, one line
+
+
+def one_line(reason: str) -> str:
+    """SQLite's words as one short line (its integrity checks answer in several)."""
+    text = " ".join(reason.split())
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
+
+
+def problems_line(problems: list[str]) -> str:
+    """The first few rows of a `PRAGMA quick_check` that did not say "ok", as one line."""
+    return one_line("; ".join(problems[:3]))
 
 
 def corrupt_name(path: Path, when: datetime) -> Path:

@@ -136,3 +136,34 @@ def test_a_path_that_cannot_be_opened_is_an_error_not_corruption(tmp_path: Path)
     with pytest.raises(StoreError, match="could not be used"):
         HistoryStore(folder)
     assert folder.is_dir() and [p.name for p in tmp_path.iterdir()] == ["history.sqlite3"]
+
+
+@pytest.mark.parametrize("scribbles", [1, 3, 8])
+def test_the_recovery_line_is_one_short_line_whatever_sqlite_says(
+    db_path: Path, scribbles: int
+) -> None:
+    """quick_check answers in rows that hold newlines ("*** in database main ***\\nPage 5:
+    ..."), up to pages of them; the person reads one line."""
+    _filled(db_path, conversations=8)
+    data = bytearray(db_path.read_bytes())
+    pages = len(data) // 4096
+    for n in range(scribbles):
+        at = (pages * (n + 1) // (scribbles + 1)) * 4096
+        data[at : at + 4096] = bytes((i * 7 + n) % 256 for i in range(4096))
+    db_path.write_bytes(bytes(data))
+    with HistoryStore(db_path) as s:
+        assert s.recovery is not None
+        message = s.recovery.message()
+    assert "\n" not in message and "  " not in message
+    assert len(message) < 200 + len(str(db_path)) + len(str(s.recovery.moved_to)) + 120
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["*** in database main ***\nPage 5: btreeInitPage() returns error code 11", "x" * 5000],
+)
+def test_one_line_of_sqlites_words(reason: str) -> None:
+    from chatapp.store.recovery import REASON_CHARS, one_line
+
+    line = one_line(reason)
+    assert "\n" not in line and len(line) <= REASON_CHARS

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -45,6 +46,8 @@ from chatapp.server.worker import (
 )
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+
+log = logging.getLogger(__name__)
 
 
 class ShutdownNotice:
@@ -329,11 +332,16 @@ async def _read_json(request: Request) -> dict[str, Any]:
     if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB.")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                message = f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB."
+                raise ApiError(413, message)
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone mid-body: nobody to answer, one line for the log
+        log.warning("a client closed the connection while sending %s", request.url.path)
+        raise ApiError(499, "The client closed the connection while sending its request.") from None
     try:
         body = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:

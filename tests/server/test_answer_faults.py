@@ -4,6 +4,9 @@ ends with an error event), an overflowing figure is unknown, and the next reques
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,3 +118,28 @@ def test_a_responses_input_of_the_wrong_kind_says_what_it_takes(
     message = response.json()["error"]["message"]
     assert message.startswith("input must be text or a non-empty list of items")
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"Content-Length: 100000\r\n\r\n",  # the headers, then nothing
+        b'Content-Length: 100000\r\n\r\n{"messages": [',  # part of the body
+        b'Transfer-Encoding: chunked\r\n\r\n10\r\n{"messages": [{\r\n',  # a chunk of many
+    ],
+    ids=["headers only", "half a body", "chunked"],
+)
+def test_a_client_that_leaves_mid_body_is_one_log_line_not_a_traceback(
+    served: Served, sent: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    host, port = served.url.removeprefix("http://").rsplit(":", 1)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    with caplog.at_level(logging.WARNING), socket.create_connection((host, int(port))) as sock:
+        sock.sendall(head + b"Content-Type: application/json\r\n" + sent)
+        time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while not any("closed the connection" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+        time.sleep(0.02)
+    assert [r for r in caplog.records if r.exc_info] == []  # no traceback
+    assert post(served).status_code == 200

@@ -124,6 +124,13 @@ def settings_of(options: AnswerOptions, model: str | None) -> ChatSettings:
 NOT_REMEMBERED = frozenset({"min_new_tokens", "penalty_last_n"})
 
 
+# What the window's spin boxes hold (gui/chat/sampling_box.py): a stored or imported value
+# beyond them (a seed of 2^70) is dropped or brought in, never handed to Qt (OverflowError).
+MAX_SEED = 2**31 - 1
+MAX_NEW_TOKENS = 8192
+WHOLE = ("top_k", "seed", "max_new_tokens")
+
+
 def _sampling(value: object) -> SamplingSettings | None:
     if not isinstance(value, dict):
         return None
@@ -135,13 +142,26 @@ def _sampling(value: object) -> SamplingSettings | None:
         if name == "seed" and number is None:
             values[name] = None
         elif isinstance(number, int | float) and math.isfinite(number):
-            values[name] = int(number) if name in ("top_k", "seed", "max_new_tokens") else number
+            values[name] = _in_range(name, int(number) if name in WHOLE else number)
     settings = SamplingSettings(**values)
     try:
         settings.validate()
     except ValueError:
         return None
     return settings
+
+
+def _in_range(name: str, number: float) -> Any:
+    """A stored value as the window can show it; the rest of the settings still come back."""
+    if name == "seed" and not 0 <= number <= MAX_SEED:
+        log.warning("a chat's seed %.3g is beyond %d: a random seed instead", number, MAX_SEED)
+        return None
+    if name == "max_new_tokens" and not 1 <= number <= MAX_NEW_TOKENS:
+        log.warning("a chat's token limit %.3g is brought within 1..%d", number, MAX_NEW_TOKENS)
+        return min(max(int(number), 1), MAX_NEW_TOKENS)
+    if name == "top_k" and number > 1 << 24:  # more than any vocabulary: all of them
+        return 0
+    return number
 
 
 def _stops(value: object) -> tuple[str, ...]:

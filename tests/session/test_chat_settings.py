@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -126,3 +127,25 @@ def test_a_chats_tools_are_remembered_and_read_back() -> None:
 def test_tools_that_cannot_be_used_are_left_out(tools: str) -> None:
     chat = ChatSettings.from_store("m", "", f'{{"tools": {tools}, "tool_choice": "required"}}')
     assert chat.tools == () and chat.tool_choice == "auto"
+
+
+@pytest.mark.parametrize(
+    "given,seed,max_new_tokens",
+    [
+        ({"seed": 2**70, "max_new_tokens": 2**31}, None, 8192),
+        ({"seed": -5, "max_new_tokens": 0}, None, 1),
+        ({"seed": 2**31 - 1, "max_new_tokens": 8192}, 2**31 - 1, 8192),
+        ({"seed": 1e300, "max_new_tokens": 1e300}, None, 8192),
+    ],
+)
+def test_stored_values_beyond_the_window_are_brought_in_and_the_rest_restored(
+    given: dict[str, float], seed: int | None, max_new_tokens: int
+) -> None:
+    sampling = {"temperature": 0.3, "top_k": 7, **given}
+    text = json.dumps({"sampling": sampling, "stops": ["END"]})
+    restored = ChatSettings.from_store("m", "be brief", text)
+    assert restored.sampling is not None
+    assert restored.sampling.seed == seed
+    assert restored.sampling.max_new_tokens == max_new_tokens
+    assert (restored.sampling.temperature, restored.sampling.top_k) == (0.3, 7)
+    assert restored.user_stops == ("END",) and restored.system_prompt == "be brief"

@@ -218,8 +218,11 @@ class SamplingBox(QGroupBox):
         }
         self._filling = True
         try:
-            self.max_tokens_spin.setValue(settings.max_new_tokens)
-            self.seed_spin.setValue(-1 if settings.seed is None else settings.seed)
+            # Within the boxes' ranges: Qt takes a C int (a seed of 2^70 raised OverflowError).
+            spin, seed = self.max_tokens_spin, self.seed_spin
+            spin.setValue(min(max(settings.max_new_tokens, spin.minimum()), spin.maximum()))
+            given = -1 if settings.seed is None else settings.seed
+            seed.setValue(given if 0 <= given <= seed.maximum() else -1)
         finally:
             self._filling = False
         self._show()

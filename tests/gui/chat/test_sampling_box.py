@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QSettings
 
 from chatapp.engine.model_folder.sampling_defaults import PRESETS, ModelSampling
@@ -101,3 +102,18 @@ def test_at_temperature_0_the_controls_of_the_random_draw_are_greyed_with_why(qt
     for spin in draw:
         assert spin.isEnabled() and spin.toolTip() != GREEDY_TIP
     assert box.settings().temperature == 0.7
+
+
+@pytest.mark.parametrize(
+    "seed,max_new_tokens,shown_seed,shown_tokens",
+    [(2**70, 2**31, -1, 8192), (-3, -3, -1, 1), (12, 77, 12, 77), (None, 10**12, -1, 8192)],
+)
+def test_chat_values_beyond_the_boxes_are_shown_within_them(
+    qtbot, seed: int | None, max_new_tokens: int, shown_seed: int, shown_tokens: int
+) -> None:
+    box = _box(qtbot)
+    settings = SamplingSettings(temperature=0.5, seed=seed, max_new_tokens=max_new_tokens)
+    box.set_chat_values(settings)  # was OverflowError in a Qt slot: the rest never restored
+    assert box.seed_spin.value() == shown_seed
+    assert box.max_tokens_spin.value() == shown_tokens
+    assert box.spins["temperature"].value() == pytest.approx(0.5)

@@ -86,6 +86,9 @@ def describe(folder: Path) -> LibraryModel | None:
     return LibraryModel(folder, disk_usage(folder), "ONNX folder", precision, False)
 
 
+MAX_NAME_BYTES = 255  # a file name's limit on Linux, macOS and Windows file systems
+
+
 def library_folder(models: Path, name: str) -> Path | None:
     """The folder of the model called `name` in `models` (a chat remembers its model by name),
     or None. The name comes from the history, an imported chat's included, so only a plain
@@ -93,8 +96,13 @@ def library_folder(models: Path, name: str) -> Path | None:
     (a conversion in progress)."""
     if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
         return None
+    if len(os.fsencode(name)) > MAX_NAME_BYTES:  # no folder has such a name (ENAMETOOLONG)
+        return None
     folder = models / name
-    if folder.is_symlink() or not folder.is_dir():
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return None
+    except OSError:  # what the file system refuses to look up is not a model of the library
         return None
     return folder if describe(folder) is not None else None
 

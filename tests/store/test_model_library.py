@@ -185,3 +185,10 @@ def test_a_model_is_found_by_its_plain_name_only(library: Path, tmp_path: Path) 
         "tiny\0llama",
     ):
         assert library_folder(library, name) is None, name
+
+
+@pytest.mark.parametrize("name", ["a" * 256, "é" * 128, "模" * 86, "a" * 5000])
+def test_a_model_name_longer_than_any_file_name_is_no_folder(tmp_path: Path, name: str) -> None:
+    """An imported chat names its model; a name over 255 bytes raised ENAMETOOLONG."""
+    (tmp_path / "model").mkdir()
+    assert library_folder(tmp_path, name) is None

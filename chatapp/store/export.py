@@ -48,9 +48,9 @@ bumps the version. `parse_json` checks everything before the store writes anythi
 
 Imports are bounded (`ImportLimits`): a file of at most 32 MB, at most 20 000 messages of at
 most 4 Mi characters each, titles and model names of at most 1 000 characters, a system prompt
-and the settings (as JSON) of at most 1 Mi characters each, whole numbers that SQLite can hold,
-text without lone surrogates (which JSON can spell as escapes but UTF-8 cannot store). Anything
-beyond is refused with a message naming the place; nothing is written.
+of at most 1 Mi characters and the settings (as JSON) of at most 2 Mi, whole numbers that SQLite
+can hold, text without lone surrogates (which JSON can spell as escapes but UTF-8 cannot store).
+Anything beyond is refused with a message naming the place; nothing is written.
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ class ImportLimits:
     message_chars: int = 4 << 20
     title_chars: int = 1000
     system_prompt_chars: int = 1 << 20
-    settings_chars: int = 1 << 20
+    # The app's own settings must come back: a tools file of up to 1 MiB (session/tool_specs.py)
+    # as the session stores it, beside stops and sampling (at 1 Mi a file near its cap failed).
+    settings_chars: int = 2 << 20
 
 
 LIMITS = ImportLimits()

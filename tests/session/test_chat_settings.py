@@ -149,3 +149,34 @@ def test_stored_values_beyond_the_window_are_brought_in_and_the_rest_restored(
     assert restored.sampling.max_new_tokens == max_new_tokens
     assert (restored.sampling.temperature, restored.sampling.top_k) == (0.3, 7)
     assert restored.user_stops == ("END",) and restored.system_prompt == "be brief"
+
+
+@pytest.mark.parametrize("text", ["x", "é", '\\n"'])
+def test_a_tools_file_at_its_cap_survives_the_apps_own_export_and_import(
+    tmp_path: Path, text: str
+) -> None:
+    """The settings column holds the tools as the session stores them; the export's import
+    limit must let the app's own export of them back in (it refused one near the cap)."""
+    from chatapp.session.tool_specs import MAX_FILE_BYTES, tools_from_file
+    from chatapp.store import HistoryStore
+
+    tool = {
+        "type": "function",
+        "function": {"name": "look_up", "description": "", "parameters": {}},
+    }
+    room = MAX_FILE_BYTES - len(json.dumps([tool], ensure_ascii=False).encode()) - 64
+    unit = len(json.dumps(text, ensure_ascii=False).encode()) - 2
+    tool["function"]["description"] = text * (room // unit)
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps([tool], ensure_ascii=False), encoding="utf-8")
+    assert MAX_FILE_BYTES - 200 < path.stat().st_size <= MAX_FILE_BYTES
+    tools = tools_from_file(path)
+    stops = tuple(f"stop {i} " + "s" * 190 for i in range(8))
+    chat = ChatSettings("m", "", SamplingSettings(), CHAT, stops, tools, "auto")
+    with HistoryStore(tmp_path / "history.sqlite3") as store:
+        conv = store.create_conversation("tools at the cap")
+        store.append_message(conv.id, "user", "hi")
+        assert remember(store, conv.id, chat)
+        imported = store.import_json(store.export_json(conv.id))
+    back = ChatSettings.from_store("m", "", imported.info.settings)
+    assert back.tools == tools and back.user_stops == stops

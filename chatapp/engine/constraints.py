@@ -153,6 +153,15 @@ def on_big_stack(work: Callable[[], T]) -> T:
     return result[0]
 
 
+# llguidance's error once a grammar has nested further than it tracks: a schema whose every
+# value contains another of itself (a required property or a minItems item that $refs back).
+ENDLESS_GRAMMAR = "Too many items"
+ENDLESS_SCHEMA = (
+    "The JSON schema allows no value of finite size: something it requires contains itself "
+    "again (a required property or a minItems item whose $ref leads back), so no answer can end."
+)
+
+
 class TokenConstraint:
     """One generation's matcher: masks logits, advances with each sampled token."""
 
@@ -191,7 +200,10 @@ class TokenConstraint:
 
     def advance(self, token: int) -> None:
         if not self._matcher.consume_token(int(token)):
-            raise ConstraintError(f"The output constraint refused a token: {self._error()}")
+            error = self._error()
+            if ENDLESS_GRAMMAR in error:  # llguidance's words for a value that never closes
+                raise ConstraintError(ENDLESS_SCHEMA)
+            raise ConstraintError(f"The output constraint refused a token: {error}")
 
     @property
     def stopped(self) -> bool:

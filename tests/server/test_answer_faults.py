@@ -143,3 +143,32 @@ def test_a_client_that_leaves_mid_body_is_one_log_line_not_a_traceback(
         time.sleep(0.02)
     assert [r for r in caplog.records if r.exc_info] == []  # no traceback
     assert post(served).status_code == 200
+
+
+ENDLESS_SCHEMAS = {
+    "a required property of itself": {
+        "type": "object",
+        "properties": {"a": {"$ref": "#"}},
+        "required": ["a"],
+    },
+    "a non-empty list of itself": {
+        "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "minItems": 1}},
+        "$ref": "#/$defs/n",
+    },
+}
+
+
+@pytest.mark.parametrize("schema", ENDLESS_SCHEMAS.values(), ids=ENDLESS_SCHEMAS.keys())
+def test_an_endless_recursive_schema_is_a_400_in_words_not_the_librarys(
+    served: Served, schema: dict[str, object]
+) -> None:
+    response = post(
+        served,
+        max_tokens=64,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    )
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "finite size" in message
+    assert "parser error" not in message and "ff_tokens" not in message and "lexeme" not in message
+    assert post(served).status_code == 200

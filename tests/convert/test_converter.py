@@ -348,15 +348,17 @@ def test_full_disk_while_saving_the_model(
 def test_full_disk_writing_config_after_the_model(
     tmp_path: Path, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write_text = Path.write_text
+    from chatapp.convert import converter
 
-    def write_text(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
-        if self.name == "config.json":
-            assert (self.parent / "model.onnx").is_file()  # the big file is already there
-            raise OSError(errno.ENOSPC, "No space left on device", str(self))
-        return real_write_text(self, data, *args, **kwargs)
+    real_write = converter.write_replacing  # the one writer of the app's files (safe_delete)
 
-    monkeypatch.setattr(Path, "write_text", write_text)
+    def write_replacing(path: Path, data: str | bytes) -> None:
+        if path.name == "config.json":
+            assert (path.parent / "model.onnx").is_file()  # the big file is already there
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_write(path, data)
+
+    monkeypatch.setattr(converter, "write_replacing", write_replacing)
     out = tmp_path / "out"
     with pytest.raises(ConversionError, match="is full"):
         convert_gguf(tiny_gguf, out)

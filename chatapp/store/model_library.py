@@ -86,6 +86,11 @@ def describe(folder: Path) -> LibraryModel | None:
     return LibraryModel(folder, disk_usage(folder), "ONNX folder", precision, False)
 
 
+def folder_name(gguf: Path) -> str:
+    """A model folder name from a GGUF file name (safe on every file system)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", gguf.stem).strip("-.") or "model"
+
+
 def library_folder(models: Path, name: str) -> Path | None:
     """The folder of the model called `name` in `models` (a chat remembers its model by name),
     or None. The name comes from the history, an imported chat's included, so only a plain

@@ -33,7 +33,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 @dataclass
 class Fault:
     status: int | None = None  # answer this instead of the file
-    drop_after: int | None = None  # close the connection after this many bytes of the body
+    drop_after: int | None = None  # close the connection when the file reaches this byte
     times: int = 1 << 30  # how many requests the fault hits, then it is gone
     wrong_bytes: bool = False  # serve other bytes of the same length (a bad hash)
 
@@ -216,7 +216,7 @@ class FakeHub:
         headers["Content-Length"] = str(len(body))
         if request.method == "HEAD":
             return Response(b"", status, headers=headers)
-        drop = fault.drop_after if fault is not None else None
+        drop = max(0, fault.drop_after - start) if fault and fault.drop_after is not None else None
         return StreamingResponse(self._stream(body, drop), status, headers=headers)
 
     async def _stream(self, body: bytes, drop_after: int | None) -> AsyncIterator[bytes]:

@@ -29,6 +29,9 @@ class Origin:
     def line(self) -> str:
         return f"{self.repo} / {self.file} @ {self.revision[:10]}"
 
+    def describe(self) -> str:
+        return f"{self.endpoint}/{self.repo}, file {self.file}, commit {self.revision}"
+
 
 def origin_path(model_file: Path) -> Path:
     return model_file.with_name(model_file.name + ORIGIN_SUFFIX)

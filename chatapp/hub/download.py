@@ -23,10 +23,9 @@ from typing import BinaryIO
 
 from chatapp.hub.catalog import FilePart, HubFile
 from chatapp.hub.errors import DownloadCancelled, HubError, endpoint, hub_error
-from chatapp.hub.provenance import Origin, read_origin, write_origin
+from chatapp.hub.provenance import DOWNLOADS, Origin, read_origin, write_origin
 from chatapp.units import fmt_bytes
 
-DOWNLOADS = ".downloads"
 PART_SUFFIX = ".part"
 CHUNK = 1 << 20
 # A connection lost mid-file is tried again this many times (each time from where it stopped).

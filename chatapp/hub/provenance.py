@@ -11,6 +11,8 @@ from pathlib import Path
 
 from chatapp.safe_delete import replacing
 
+# Downloads wait in this hidden folder of the models folder (the model list skips it).
+DOWNLOADS = ".downloads"
 ORIGIN_SUFFIX = ".origin.json"
 MAX_ORIGIN_BYTES = 64 << 10
 
@@ -66,8 +68,6 @@ def read_origin(model_file: Path) -> Origin | None:
 def origins_by_sha256(models: Path) -> dict[str, Origin]:
     """Every download's origin in `models/.downloads`, by the sha256 of the file on disk (what
     a converted folder's manifest names as its source)."""
-    from chatapp.hub.download import DOWNLOADS
-
     found: dict[str, Origin] = {}
     root = models / DOWNLOADS
     try:

@@ -17,7 +17,13 @@ def test_the_menus_and_their_shortcuts(make_window, tiny_model_dir: Path) -> Non
     window = make_window(["--model", str(tiny_model_dir)])
     menus = {a.text().replace("&", ""): a.menu() for a in window.menuBar().actions()}
     file_items = _texts(menus["File"])
-    assert file_items[:4] == ["Open model folder…", "Open GGUF…", "Models…", "Recent models"]
+    assert file_items[:5] == [
+        "Open model folder…",
+        "Open GGUF…",
+        "Models…",
+        "Get models…",
+        "Recent models",
+    ]
     assert "New chat" in file_items  # the remote server adds its actions before it
     assert _texts(menus["File"])[-1] == "Quit"
     assert _texts(menus["View"])[:2] == ["Chat", "Compare loops"]

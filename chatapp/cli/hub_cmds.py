@@ -71,7 +71,7 @@ def run_search(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     from chatapp.datadir import models_dir
     from chatapp.hub.catalog import repo_files
-    from chatapp.hub.download import Download
+    from chatapp.hub.download import Download, DownloadProgress
 
     listing = _hub(lambda: repo_files(args.repo, args.revision))
     if args.file is None and args.quant is None:
@@ -85,13 +85,17 @@ def run_pull(args: argparse.Namespace) -> int:
     if chosen.not_a_model:
         raise UserError(f"{chosen.name} is {chosen.not_a_model}.")
     bar = ProgressBar("pull")
-    download = Download(
-        models_dir(),
-        listing.repo,
-        listing.revision,
-        chosen,
-        lambda p: bar(p.fraction, p.line()),
-    )
+    shown = {"percent": -1}
+    every_update = bar.stream.isatty()
+
+    def show(progress: DownloadProgress) -> None:
+        # A terminal redraws its line; a log gets a line per whole percent, not four a second.
+        percent = int(progress.fraction * 100)
+        if every_update or percent != shown["percent"]:
+            shown["percent"] = percent
+            bar(progress.fraction, progress.line())
+
+    download = Download(models_dir(), listing.repo, listing.revision, chosen, show)
     print(
         f"chatapp: {listing.repo} / {chosen.name} at {listing.revision[:10]}: "
         f"{fmt_bytes(chosen.size or 0)} into {download.folder}",

@@ -11,6 +11,7 @@ the file, `<file>.origin.json` says where it came from (provenance.py).
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -149,20 +150,30 @@ class Download:
         return self.target
 
     # ---- what it takes --------------------------------------------------------------------
-    def _part_paths(self, part: FilePart) -> tuple[Path, Path]:
+    def part_paths(self, part: FilePart) -> tuple[Path, Path]:
         name = Path(part.name).name
         final = self.folder / name if self.file.is_split else self.target
-        return final, self.folder / (name + PART_SUFFIX)
+        # The expected hash in the part's name: bytes of another revision's file at the same
+        # path are never resumed into this one.
+        tag = f".{part.sha256[:12]}" if part.sha256 else ""
+        return final, self.folder / f"{name}{tag}{PART_SUFFIX}"
 
     def _on_disk(self) -> int:
+        """Bytes of this file already here: the parts growing, and a split's parts that are
+        complete and checked (a single file's final name may hold another revision)."""
         have = 0
         for part in self.file.parts:
-            final, partial = self._part_paths(part)
-            for path in (partial, final):
+            final, partial = self.part_paths(part)
+            places = (partial, final) if self.file.is_split else (partial,)
+            for path in places:
                 if path.is_file() and not path.is_symlink():
                     have += path.stat().st_size
                     break
         return have
+
+    def kept_bytes(self) -> int:
+        """What a download of this file started before left to resume from (0: none)."""
+        return 0 if self.file.size is None else min(self._on_disk(), self.file.size)
 
     def _check_disk(self) -> None:
         total = self.file.size or 0
@@ -176,7 +187,7 @@ class Download:
 
     # ---- one part -----------------------------------------------------------------------
     def _fetch_part(self, part: FilePart) -> Path:
-        final, partial = self._part_paths(part)
+        final, partial = self.part_paths(part)
         if self.file.is_split and final.is_file() and not final.is_symlink():
             return final  # verified on an earlier try
         tries = 0
@@ -202,7 +213,14 @@ class Download:
                     raise DownloadCancelled(_cancelled(part, partial)) from exc
         self._verify(part, partial)
         os.replace(partial, final)
+        self._remove_stale_parts(part)
         return final
+
+    def _remove_stale_parts(self, part: FilePart) -> None:
+        """Parts of the same file at other revisions: never to be resumed into this one."""
+        for stale in self.folder.glob(f"{glob.escape(Path(part.name).name)}.*{PART_SUFFIX}"):
+            if stale.is_file() and not stale.is_symlink():
+                stale.unlink(missing_ok=True)
 
     def _transfer(self, part: FilePart, partial: Path) -> None:
         from huggingface_hub import hf_hub_url

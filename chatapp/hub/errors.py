@@ -32,15 +32,23 @@ def hub_error(exc: BaseException, what: str) -> HubError:
     if isinstance(exc, errors.OfflineModeIsEnabled):
         return HubError(f"{what}: HF_HUB_OFFLINE is set, so chatapp does not contact the hub.")
     status = _status(exc)
-    if isinstance(exc, errors.GatedRepoError) or status in (401, 403):
+    if isinstance(exc, errors.GatedRepoError):
         return HubError(
-            f"{what}: the hub refused access ({status}): the repository is gated or private; "
-            "accept its licence on its page and set HF_TOKEN (or log in with `hf auth login`)."
+            f"{what}: the repository is gated: accept its licence on its page on the hub, "
+            "then set HF_TOKEN (or log in with `hf auth login`)."
         )
     if status == 404 or isinstance(
         exc, errors.RepositoryNotFoundError | errors.RevisionNotFoundError
     ):
-        return HubError(f"{what}: not found on {where}; check the repository and file names.")
+        return HubError(
+            f"{what}: not found on {where}; check the repository and file names "
+            "(a private repository needs HF_TOKEN)."
+        )
+    if status in (401, 403):
+        return HubError(
+            f"{what}: the hub refused access ({status}): the repository is gated or private; "
+            "accept its licence on its page and set HF_TOKEN (or log in with `hf auth login`)."
+        )
     if status == 429:
         return HubError(f"{what}: the hub is limiting requests (429); wait a minute and retry.")
     if status is not None and status >= 500:

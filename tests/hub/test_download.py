@@ -42,6 +42,11 @@ def _ranges(hub: FakeHub) -> list[str | None]:
     return [r for method, path, r in hub.requests if method == "GET" and "/cdn/" in path]
 
 
+def _part(models: Path) -> Path:
+    (part,) = repo_folder(models, REPO).glob("*" + PART_SUFFIX)
+    return part
+
+
 def _nothing_looks_like_a_model(models: Path) -> None:
     assert list_library(models) == []
     assert [p.name for p in models.iterdir()] in ([], [".downloads"])
@@ -94,7 +99,7 @@ def test_a_lost_connection_keeps_the_part_and_the_next_try_resumes(
     with pytest.raises(HubError, match="kept; downloading again resumes") as caught:
         _download(hub_env).run()
     assert "\n" not in str(caught.value)
-    part = repo_folder(hub_env, REPO) / (NAME + PART_SUFFIX)
+    part = _part(hub_env)
     assert part.stat().st_size == 120_000
     assert not (repo_folder(hub_env, REPO) / NAME).exists()
     _nothing_looks_like_a_model(hub_env)
@@ -123,13 +128,30 @@ def test_cancel_keeps_the_part_and_a_later_download_resumes(
     with pytest.raises(DownloadCancelled, match="cancelled"):
         job.run()
     assert started.is_set()
-    part = repo_folder(hub_env, REPO) / (NAME + PART_SUFFIX)
-    kept = part.stat().st_size
+    kept = _part(hub_env).stat().st_size
+    assert job.kept_bytes() == kept
     assert 0 < kept < len(data)
     _nothing_looks_like_a_model(hub_env)
     fake_hub.throttle_s = 0.0
     assert _download(hub_env).run().read_bytes() == data
     assert _ranges(fake_hub)[-1] == f"bytes={kept}-"
+
+
+def test_a_part_of_another_revision_is_not_resumed(
+    fake_hub: FakeHub, hub_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(download_module, "RETRY_WAIT_S", 0.01)
+    hosted = _host(fake_hub, os.urandom(300_000))
+    fake_hub.faults[NAME] = Fault(drop_after=100_000)
+    with pytest.raises(HubError, match="kept"):
+        _download(hub_env).run()
+    del fake_hub.faults[NAME]
+    new = os.urandom(300_000)  # the file changed on the hub meanwhile
+    hosted.files[NAME] = new
+    path = _download(hub_env).run()
+    assert path.read_bytes() == new
+    assert _ranges(fake_hub)[-1] is None  # from the start, not from the old part
+    assert not list(repo_folder(hub_env, REPO).glob("*" + PART_SUFFIX))  # the old part is gone
 
 
 def test_a_wrong_hash_removes_the_file(fake_hub: FakeHub, hub_env: Path) -> None:
@@ -178,7 +200,7 @@ def test_a_link_in_place_of_the_part_is_not_followed(
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     job.folder.mkdir(parents=True)
-    (job.folder / (NAME + PART_SUFFIX)).symlink_to(victim)
+    job.part_paths(job.file.parts[0])[1].symlink_to(victim)
     with pytest.raises(HubError, match="not a plain file"):
         job.run()
     assert victim.read_text() == "keep me"

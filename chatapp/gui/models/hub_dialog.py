@@ -7,6 +7,7 @@ chatapp/hub (no Qt)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +35,8 @@ from PySide6.QtWidgets import (
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted
 from chatapp.hub.catalog import HubFile, RepoFiles, RepoHit, repo_files, search
-from chatapp.hub.download import PART_SUFFIX, Download, DownloadProgress, downloaded_file
-from chatapp.hub.errors import HubError, endpoint
+from chatapp.hub.download import Download, DownloadProgress, downloaded_file
+from chatapp.hub.errors import HubError, endpoint, first_line
 from chatapp.hub.fit import Fit, fit
 from chatapp.hub.probe import Shape, probe
 from chatapp.units import fmt_bytes
@@ -160,15 +161,23 @@ class GetModelsDialog(QDialog):
         thread.start()
 
     def _guarded(self, what: str, call: Callable[[], Any], reply: Callable[[Any], None]) -> None:
+        """Run `call` (on a worker thread) and reply with its value or its one-line error."""
         try:
             value = call()
         except HubError as exc:
-            emit(self.replies.sig_failed, what, str(exc))
+            self._reply(self.replies.sig_failed, what, str(exc))
             return
         except Exception as exc:  # a bug, still one line in the dialog
-            emit(self.replies.sig_failed, what, f"unexpected {type(exc).__name__}: {exc}")
+            line = f"unexpected {type(exc).__name__}: {first_line(exc)}"
+            self._reply(self.replies.sig_failed, what, line)
             return
-        reply(value)
+        with contextlib.suppress(RuntimeError):  # the dialog is gone: no one to tell
+            reply(value)
+
+    @staticmethod
+    def _reply(signal: Any, *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the dialog was closed and deleted meanwhile
+            emit(signal, *args)
 
     # ---- search -------------------------------------------------------------------------
     @Slot()
@@ -295,13 +304,7 @@ class GetModelsDialog(QDialog):
     def _kept_bytes(self, file: HubFile) -> int:
         if self.listing is None:
             return 0
-        folder = Download(self.models, self.listing.repo, self.listing.revision, file).folder
-        kept = 0
-        for part in file.parts:
-            path = folder / (Path(part.name).name + PART_SUFFIX)
-            if path.is_file() and not path.is_symlink():
-                kept += path.stat().st_size
-        return kept
+        return Download(self.models, self.listing.repo, self.listing.revision, file).kept_bytes()
 
     @Slot()
     def start_download(self) -> None:

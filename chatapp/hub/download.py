@@ -249,7 +249,7 @@ class Download:
                 last = 0.0
                 for chunk in response.iter_bytes():  # as received: a drop loses nothing kept
                     if self.cancelled.is_set():
-                        raise DownloadCancelled(_cancelled(part, partial))
+                        break
                     out.write(chunk)
                     self._moved += len(chunk)
                     now = time.monotonic()
@@ -257,6 +257,8 @@ class Download:
                         out.flush()
                         last = now
                         self._report(part)
+            if self.cancelled.is_set():  # said once the part is closed: its true size
+                raise DownloadCancelled(_cancelled(part, partial))
         self._report(part)
         if part.size is not None and _open_size(partial) < part.size:
             import httpx2

@@ -111,7 +111,7 @@ class GetModelsDialog(QDialog):
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
         splitter.addWidget(self.repo_list)
         splitter.addWidget(self.file_table)
-        splitter.setSizes([260, 520])
+        splitter.setSizes([330, 520])
 
         self.detail_label = QLabel("", self)
         self.detail_label.setObjectName("hubDetail")
@@ -122,6 +122,9 @@ class GetModelsDialog(QDialog):
         self.progress_bar = QProgressBar(self)
         self.progress_bar.setObjectName("hubProgress")
         self.progress_bar.setRange(0, PROGRESS_STEPS)
+        keep_place = self.progress_bar.sizePolicy()
+        keep_place.setRetainSizeWhenHidden(True)  # the buttons stay where they are
+        self.progress_bar.setSizePolicy(keep_place)
         self.progress_bar.hide()
         self.download_button = QPushButton("Download", self)
         self.download_button.setObjectName("hubDownloadButton")
@@ -203,7 +206,9 @@ class GetModelsDialog(QDialog):
             gated = "  (gated)" if hit.gated else ""
             item = QListWidgetItem(f"{hit.repo}{gated}")
             item.setData(Qt.ItemDataRole.UserRole, hit.repo)
-            item.setToolTip(f"{hit.downloads or 0:,} downloads, updated {hit.last_modified}")
+            item.setToolTip(
+                f"{hit.repo}: {hit.downloads or 0:,} downloads, updated {hit.last_modified}"
+            )
             self.repo_list.addItem(item)
         self.message_label.setText(
             f"{len(hits)} repositories with GGUF files for {text}."

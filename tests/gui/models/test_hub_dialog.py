@@ -12,6 +12,7 @@ from chatapp.hub.download import PART_SUFFIX
 from tests.gui.conftest import (
     LOAD_TIMEOUT_MS,
     WindowFactory,
+    answer_unsaved,
     greedy,
     send_and_wait,
     set_sampling,
@@ -56,6 +57,9 @@ def test_search_download_cancel_resume_open_and_chat(
 ) -> None:
     _host(fake_hub, tiny_gguf, tmp_path)
     window = make_window(["--model", str(tiny_model_dir)])
+    answer_unsaved(window, "discard")
+    set_sampling(window, greedy(4))
+    send_and_wait(qtbot, window, "a question to the first model")
     requests_before = len(fake_hub.requests)
     dialog = _open_dialog(window)
     assert len(fake_hub.requests) == requests_before  # nothing asked before the search
@@ -97,9 +101,10 @@ def test_search_download_cancel_resume_open_and_chat(
         ),
         timeout=LOAD_TIMEOUT_MS,
     )
-    set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "hello")
-    assert window.chat.chat_view.transcript.toPlainText().strip()
+    transcript = window.chat.chat_view.transcript.toPlainText()
+    assert "hello" in transcript
+    assert "a question to the first model" not in transcript  # a new chat
 
     window.menus.models_action.trigger()
     models = window.findChild(ModelsDialog)

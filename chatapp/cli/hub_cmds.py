@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from chatapp.cli.errors import UserError, terminate_as_interrupt
 from chatapp.cli.progress import ProgressBar
-from chatapp.hub.catalog import RepoFiles
+from chatapp.hub.catalog import HubFile, RepoFiles
 from chatapp.hub.errors import HubError
 from chatapp.session import arg_checks as checks
 from chatapp.units import fmt_bytes
@@ -71,7 +71,7 @@ def run_search(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     from chatapp.datadir import models_dir
     from chatapp.hub.catalog import repo_files
-    from chatapp.hub.download import Download, DownloadProgress
+    from chatapp.hub.download import Download, DownloadProgress, downloaded_file
 
     listing = _hub(lambda: repo_files(args.repo, args.revision))
     if args.file is None and args.quant is None:
@@ -84,6 +84,8 @@ def run_pull(args: argparse.Namespace) -> int:
         raise UserError(f"{listing.repo} has {what}; its GGUF files: {names}.")
     if chosen.not_a_model:
         raise UserError(f"{chosen.name} is {chosen.not_a_model}.")
+    if downloaded_file(models_dir(), listing.repo, chosen, listing.revision) is None:
+        _check_fit(listing, chosen, args.context)
     bar = ProgressBar("pull")
     shown = {"percent": -1}
     every_update = bar.stream.isatty()
@@ -123,6 +125,20 @@ def run_pull(args: argparse.Namespace) -> int:
     earlier = earlier_conversion(gguf, target, opts)
     print(earlier if earlier is not None else convert_file(gguf, target, opts))
     return 0
+
+
+def _check_fit(listing: RepoFiles, chosen: HubFile, context: int | None) -> None:
+    """Before gigabytes are fetched: the header's first bytes (one ranged request) say the
+    architecture and the KV cache; a family the converter lacks is refused, a model that does
+    not fit the memory free now is said (it may fit once other programs close)."""
+    from chatapp.hub.fit import fit
+    from chatapp.hub.probe import probe
+
+    shape = _hub(lambda: probe(listing.repo, chosen.parts[0].name, listing.revision))
+    verdict = fit(chosen, listing.architecture, shape, context)
+    if verdict.mark in ("unsupported", "not a model"):
+        raise UserError(verdict.why)
+    print(f"chatapp: {verdict.why}", file=sys.stderr, flush=True)
 
 
 def _print_files(listing: RepoFiles, context: int | None, as_json: bool) -> None:

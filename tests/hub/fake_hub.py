@@ -47,6 +47,7 @@ class HostedRepo:
     gated: bool = False
     downloads: int = 100
     no_lfs: frozenset[str] = frozenset()  # files served as plain git blobs (no sha256)
+    token: str | None = None  # gated: info and files only with "Authorization: Bearer TOKEN"
 
     def sibling(self, name: str) -> dict[str, Any]:
         data = self.files[name]
@@ -99,6 +100,17 @@ class FakeHub:
         fault.times -= 1
         return fault
 
+    @staticmethod
+    def _refused(repo: HostedRepo, request: Request) -> Response | None:
+        """A gated repository without the token: 401, as the hub says it (GatedRepo)."""
+        if repo.token is None or request.headers.get("authorization") == f"Bearer {repo.token}":
+            return None
+        return JSONResponse(
+            {"error": "Access to this repository is restricted."},
+            401,
+            headers={"X-Error-Code": "GatedRepo", "X-Error-Message": "gated"},
+        )
+
     def _status(self, key: str) -> Response | None:
         fault = self.faults.get(key)
         if fault is not None and fault.status is not None and self._fault(key) is not None:
@@ -142,6 +154,9 @@ class FakeHub:
             return JSONResponse(
                 {"error": "Repository not found"}, 404, headers={"X-Error-Code": "RepoNotFound"}
             )
+        refused = self._refused(repo, request)
+        if refused is not None:
+            return refused
         blobs = request.query_params.get("blobs") in ("1", "true", "True")
         siblings = [repo.sibling(n) if blobs else {"rfilename": n} for n in sorted(repo.files)]
         info: dict[str, Any] = {
@@ -174,7 +189,7 @@ class FakeHub:
                 {"error": "Entry not found"}, 404, headers={"X-Error-Code": "EntryNotFound"}
             )
         repo, path, data = found
-        failed = self._status(path)
+        failed = self._refused(repo, request) or self._status(path)
         if failed is not None:
             return failed
         sha = hashlib.sha256(data).hexdigest()

@@ -83,6 +83,21 @@ def test_pull_downloads_converts_and_the_model_answers(
     assert [r for r in fake_hub.requests[before:] if "/cdn/" in r[1]] == []
 
 
+def test_pull_refuses_an_unsupported_family_before_downloading(
+    fake_hub: FakeHub, hub_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.tiny_model import write_tiny_gguf
+
+    phi2 = write_tiny_gguf(tmp_path / "phi2.gguf", architecture="phi2")
+    # The hub does not say the architecture: the header's first bytes do.
+    fake_hub.add(HostedRepo(REPO, {"phi2-Q4_1.gguf": phi2.read_bytes()}, architecture=None))
+    assert main(["pull", REPO, "phi2-Q4_1.gguf"]) == 2
+    err = capsys.readouterr().err
+    assert "'phi2' model" in err and err.count("\n") == 1
+    assert [r[2] for r in fake_hub.requests if "/cdn/" in r[1]] == ["bytes=0-524287"]
+    assert list(hub_env.iterdir()) == []
+
+
 def test_pull_failures_are_one_line(
     fake_hub: FakeHub, hub_env: Path, tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -179,6 +179,18 @@ def test_an_error_answer_for_the_file_is_one_line(
     _nothing_looks_like_a_model(hub_env)
 
 
+def test_a_gated_repository_needs_the_token_and_hf_token_is_sent(
+    fake_hub: FakeHub, hub_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(20_000)
+    fake_hub.add(HostedRepo(REPO, {NAME: data}, token="hf_test_token", gated=True))
+    with pytest.raises(HubError, match="gated: accept its licence") as caught:
+        repo_files(REPO)
+    assert "HF_TOKEN" in str(caught.value) and "\n" not in str(caught.value)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")  # read at the request, not at import
+    assert _download(hub_env).run().read_bytes() == data
+
+
 def test_a_full_disk_is_refused_before_anything_is_fetched(
     fake_hub: FakeHub, hub_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,7 @@ the file, `<file>.origin.json` says where it came from (provenance.py).
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import os
@@ -28,6 +29,7 @@ from chatapp.hub.provenance import DOWNLOADS, Origin, read_origin, write_origin
 from chatapp.units import fmt_bytes
 
 PART_SUFFIX = ".part"
+CHECKED_SUFFIX = ".checked"  # a split's part, complete and checked, waiting for the others
 CHUNK = 1 << 20
 # A connection lost mid-file is tried again this many times (each time from where it stopped).
 RETRIES = 3
@@ -74,18 +76,15 @@ def repo_folder(models: Path, repo: str) -> Path:
 
 
 def downloaded_file(models: Path, repo: str, file: HubFile, revision: str) -> Path | None:
-    """The finished download of `file` at `revision`, if it is there (its origin says so)."""
+    """The finished download of `file`, if it is there: its origin names the same hashes (the
+    same bytes, at whatever commit), or for a file the hub gives no hash of, this revision."""
     path = repo_folder(models, repo) / file.local_name
     origin = read_origin(path)
-    if (
-        origin is not None
-        and path.is_file()
-        and not path.is_symlink()
-        and origin.revision == revision
-        and origin.size == path.stat().st_size
-    ):
-        return path
-    return None
+    if origin is None or not path.is_file() or path.is_symlink():
+        return None
+    hashes = [p.sha256 or "" for p in file.parts]
+    same = origin.sha256 == hashes if all(hashes) else origin.revision == revision
+    return path if same and origin.size == path.stat().st_size else None
 
 
 class Download:
@@ -151,11 +150,12 @@ class Download:
 
     # ---- what it takes --------------------------------------------------------------------
     def part_paths(self, part: FilePart) -> tuple[Path, Path]:
+        """(where the part goes once checked, where it grows). The expected hash is in both
+        names: bytes of another revision's file at the same path are never resumed into this
+        one, nor a checked part of another revision joined with this one's."""
         name = Path(part.name).name
-        final = self.folder / name if self.file.is_split else self.target
-        # The expected hash in the part's name: bytes of another revision's file at the same
-        # path are never resumed into this one.
         tag = f".{part.sha256[:12]}" if part.sha256 else ""
+        final = self.folder / f"{name}{tag}{CHECKED_SUFFIX}" if self.file.is_split else self.target
         return final, self.folder / f"{name}{tag}{PART_SUFFIX}"
 
     def _on_disk(self) -> int:
@@ -245,12 +245,19 @@ class Download:
                 hf_raise_for_status(response)
             if have and response.status_code != 206:
                 have = 0  # the server sent the whole file: write it from the start
-            with _open_part(partial, append=have > 0) as out:
+            try:
+                opened = _open_part(partial, append=have > 0)
+            except OSError as exc:
+                raise HubError(_write_error(exc, part, partial)) from exc
+            with opened as out:
                 last = 0.0
                 for chunk in response.iter_bytes():  # as received: a drop loses nothing kept
                     if self.cancelled.is_set():
                         break
-                    out.write(chunk)
+                    try:
+                        out.write(chunk)
+                    except OSError as exc:  # this disk, not the network
+                        raise HubError(_write_error(exc, part, partial)) from exc
                     self._moved += len(chunk)
                     now = time.monotonic()
                     if now - last >= REPORT_EVERY_S:
@@ -294,6 +301,16 @@ class Download:
 def _cancelled(part: FilePart, partial: Path) -> str:
     have = partial.stat().st_size if partial.exists() else 0
     return f"Download of {part.name} cancelled; {fmt_bytes(have)} kept to resume."
+
+
+def _write_error(exc: OSError, part: FilePart, partial: Path) -> str:
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        have = partial.stat().st_size if partial.exists() else 0
+        return (
+            f"The disk is full while writing {part.name} ({fmt_bytes(have)} kept); free some "
+            "space and download again to resume."
+        )
+    return f"Could not write {partial}: {exc.strerror or exc}."
 
 
 def _transient(exc: BaseException) -> bool:

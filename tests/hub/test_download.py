@@ -4,6 +4,7 @@ anything the model list would take for a model."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import threading
@@ -204,6 +205,45 @@ def test_a_full_disk_is_refused_before_anything_is_fetched(
     assert _ranges(fake_hub) == []
 
 
+def test_a_disk_filling_up_mid_file_is_said_as_such_and_the_part_kept(
+    fake_hub: FakeHub, hub_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(300_000)
+    _host(fake_hub, data)
+    real_open = download_module._open_part
+
+    class FillsUp:
+        """The part's file, on a disk with room for 100,000 bytes."""
+
+        def __init__(self, path: Path, append: bool) -> None:
+            self.inner = real_open(path, append)
+
+        def __enter__(self) -> FillsUp:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.inner.close()
+
+        def write(self, chunk: bytes) -> int:
+            if self.inner.tell() + len(chunk) > 100_000:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.inner.write(chunk)
+
+        def flush(self) -> None:
+            self.inner.flush()
+
+    monkeypatch.setattr(download_module, "_open_part", FillsUp)
+    with pytest.raises(HubError, match="The disk is full while writing") as caught:
+        _download(hub_env).run()
+    assert "\n" not in str(caught.value) and "could not reach" not in str(caught.value)
+    kept = _part(hub_env).stat().st_size
+    assert 0 < kept <= 100_000
+    _nothing_looks_like_a_model(hub_env)
+    monkeypatch.setattr(download_module, "_open_part", real_open)  # space freed
+    assert _download(hub_env).run().read_bytes() == data
+    assert _ranges(fake_hub)[-1] == f"bytes={kept}-"
+
+
 def test_a_link_in_place_of_the_part_is_not_followed(
     fake_hub: FakeHub, hub_env: Path, tmp_path: Path
 ) -> None:
@@ -230,6 +270,10 @@ def test_split_parts_download_and_join_into_one_checked_file(
     path = Download(hub_env, REPO, listing.revision, file).run()
     assert path.name == "tiny.gguf"
     assert sorted(p.name for p in path.parent.iterdir()) == ["tiny.gguf", "tiny.gguf.origin.json"]
+    # Asked again, at another commit of the same bytes: nothing fetched.
+    before = len(_ranges(fake_hub))
+    assert Download(hub_env, REPO, "another-commit", file).run() == path
+    assert len(_ranges(fake_hub)) == before
     origin = read_origin(path)
     assert origin is not None and origin.parts == [p.name for p in parts]
     assert origin.file_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()

@@ -103,6 +103,10 @@ class Message:
         return out
 
 
+# Set beside HF_HUB_OFFLINE when ChatTokenizer set it, not the user.
+HUB_OFFLINE_SET_BY_CHATAPP = "CHATAPP_HF_HUB_OFFLINE_SET"
+
+
 class ChatTokenizer:
     """The folder's tokenizer (`tokenizers`, or transformers where that alone would give other
     ids; local files only) with its chat template.
@@ -115,8 +119,11 @@ class ChatTokenizer:
     """
 
     def __init__(self, folder: Path) -> None:
-        # Never reach a model hub: the folder is all there is.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # Never reach a model hub: the folder is all there is. Marked as chatapp's, so that
+        # the hub's requests the user asks for (chatapp/hub) tell it from the user's own.
+        if "HF_HUB_OFFLINE" not in os.environ:
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ[HUB_OFFLINE_SET_BY_CHATAPP] = "1"
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         check_tokenizer_files(folder)  # links out of the folder, devices, giant files
         anon_before = resident_memory().get("anon", 0)

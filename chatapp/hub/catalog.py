@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from urllib.parse import quote
 
-from chatapp.hub.errors import endpoint, hub_error
+from chatapp.hub.errors import HubError, endpoint
+from chatapp.hub.http import get_json
 
 SEARCH_LIMIT = 40
-REQUEST_TIMEOUT_S = 30
 # llama.cpp's split files: NAME-00001-of-00003.gguf
 _SPLIT = re.compile(r"^(?P<base>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.I)
 # llama.cpp's quantization names as they appear in GGUF file names.
@@ -96,12 +96,6 @@ def quant_of(file_name: str) -> str | None:
     return match.group(1).upper() if match else None
 
 
-def _api() -> Any:
-    from huggingface_hub import HfApi
-
-    return HfApi(endpoint=endpoint(), library_name="chatapp")
-
-
 def search(text: str, limit: int = SEARCH_LIMIT) -> list[RepoHit]:
     """Text-generation repositories with GGUF files whose name matches `text`, most
     downloaded first."""
@@ -111,7 +105,6 @@ def search(text: str, limit: int = SEARCH_LIMIT) -> list[RepoHit]:
     # One page of the endpoint HfApi.list_models reads, asked directly: its pagination
     # retries a refused or unreachable hub for about 20 s before saying so.
     from huggingface_hub.hf_api import ModelInfo
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     params = {
         "search": text,
@@ -121,17 +114,12 @@ def search(text: str, limit: int = SEARCH_LIMIT) -> list[RepoHit]:
         "direction": "-1",
         "limit": str(limit),
     }
+    what = f"Searching for {text!r}"
+    items = get_json(f"{endpoint()}/api/models", what, params)
     try:
-        response = get_session().get(
-            f"{endpoint()}/api/models",
-            params=params,
-            headers=build_hf_headers(library_name="chatapp"),
-            timeout=REQUEST_TIMEOUT_S,
-        )
-        hf_raise_for_status(response)
-        found = [ModelInfo(**item) for item in response.json()[:limit]]
-    except Exception as exc:  # the client's and the network's errors: one line
-        raise hub_error(exc, f"Searching for {text!r}") from exc
+        found = [ModelInfo(**item) for item in items[:limit]]
+    except (TypeError, KeyError, ValueError) as exc:
+        raise HubError(f"{what}: the hub's answer is not a list of models.") from exc
     hits = []
     for info in found:
         modified = getattr(info, "last_modified", None)
@@ -150,12 +138,18 @@ def search(text: str, limit: int = SEARCH_LIMIT) -> list[RepoHit]:
 def repo_files(repo: str, revision: str | None = None) -> RepoFiles:
     """The GGUF files of `repo` at `revision` (None: the default branch) with their sizes and
     sha256, the commit they are at, and the architecture the hub read from them."""
+    # HfApi.model_info's request (files_metadata=True: `blobs`), on chatapp's client.
+    from huggingface_hub.hf_api import ModelInfo
+
+    url = f"{endpoint()}/api/models/{repo}"
+    if revision is not None:
+        url += f"/revision/{quote(revision, safe='')}"
+    what = f"Listing {repo}"
+    data = get_json(url, what, {"blobs": "true"})
     try:
-        info = _api().model_info(
-            repo, revision=revision, files_metadata=True, timeout=REQUEST_TIMEOUT_S
-        )
-    except Exception as exc:
-        raise hub_error(exc, f"Listing {repo}") from exc
+        info = ModelInfo(**data)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise HubError(f"{what}: the hub's answer does not describe a repository.") from exc
     parts = [
         FilePart(
             s.rfilename,

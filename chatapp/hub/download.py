@@ -224,8 +224,11 @@ class Download:
 
     def _transfer(self, part: FilePart, partial: Path) -> None:
         from huggingface_hub import hf_hub_url
-        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+        from huggingface_hub.utils import hf_raise_for_status
 
+        from chatapp.hub import http
+
+        http.refuse_when_offline(f"Downloading {part.name}")
         have = _open_size(partial)
         if part.size is not None and have >= part.size:
             if have > part.size:  # not this file: start again
@@ -234,12 +237,8 @@ class Download:
             else:
                 return
         url = hf_hub_url(self.repo, part.name, revision=self.revision, endpoint=endpoint())
-        headers = build_hf_headers(library_name="chatapp")
-        if have:
-            headers["Range"] = f"bytes={have}-"
-        with get_session().stream(
-            "GET", url, headers=headers, follow_redirects=True, timeout=60
-        ) as response:
+        asked = http.headers({"Range": f"bytes={have}-"} if have else None)
+        with http.client().stream("GET", url, headers=asked, timeout=60) as response:
             if response.status_code >= 400:
                 response.read()
                 hf_raise_for_status(response)

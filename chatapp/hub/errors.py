@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from chatapp.error_text import first_line
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
@@ -29,8 +31,6 @@ def hub_error(exc: BaseException, what: str) -> HubError:
     where = endpoint()
     if isinstance(exc, HubError):
         return exc
-    if isinstance(exc, errors.OfflineModeIsEnabled):
-        return HubError(f"{what}: HF_HUB_OFFLINE is set, so chatapp does not contact the hub.")
     status = _status(exc)
     if isinstance(exc, errors.GatedRepoError):
         return HubError(
@@ -61,11 +61,6 @@ def hub_error(exc: BaseException, what: str) -> HubError:
             "HF_ENDPOINT or the proxy settings."
         )
     return HubError(f"{what}: {type(exc).__name__}: {first_line(exc)}")
-
-
-def first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _status(exc: BaseException) -> int | None:

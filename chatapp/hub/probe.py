@@ -117,16 +117,17 @@ def probe(repo: str, file_name: str, revision: str) -> Shape | None:
     """Read the first PROBE_BYTES of the file on the hub; None when the hub does not give them
     (errors are HubError)."""
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub.utils import hf_raise_for_status
 
+    from chatapp.hub import http
     from chatapp.hub.errors import endpoint, hub_error
 
+    what = f"Reading the header of {file_name}"
+    http.refuse_when_offline(what)
     url = hf_hub_url(repo, file_name, revision=revision, endpoint=endpoint())
-    headers = build_hf_headers(library_name="chatapp")
-    headers["Range"] = f"bytes=0-{PROBE_BYTES - 1}"
     try:
-        with get_session().stream(
-            "GET", url, headers=headers, follow_redirects=True, timeout=30
+        with http.client().stream(
+            "GET", url, headers=http.headers({"Range": f"bytes=0-{PROBE_BYTES - 1}"})
         ) as response:
             if response.status_code >= 400:
                 response.read()
@@ -138,4 +139,4 @@ def probe(repo: str, file_name: str, revision: str) -> Shape | None:
                     break
         return parse_shape(bytes(data[:PROBE_BYTES]))
     except Exception as exc:
-        raise hub_error(exc, f"Reading the header of {file_name}") from exc
+        raise hub_error(exc, what) from exc

@@ -29,7 +29,8 @@ class Origin:
     file_sha256: str = ""  # of the file on disk (the joined one for a split); filled on demand
 
     def line(self) -> str:
-        return f"{self.repo} / {self.file} @ {self.revision[:10]}"
+        """Short, for a table's cell: the repository and the commit."""
+        return f"{self.repo} @ {self.revision[:7]}"
 
     def describe(self) -> str:
         return f"{self.endpoint}/{self.repo}, file {self.file}, commit {self.revision}"

@@ -4,6 +4,7 @@ each failure the hub can answer with as one line."""
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 from pathlib import Path
 
@@ -116,3 +117,35 @@ def test_no_network_is_one_line_at_once(hub_env: Path, monkeypatch: pytest.Monke
     with pytest.raises(HubError, match="could not reach") as caught:
         search("smol")
     assert "\n" not in str(caught.value)
+
+
+def test_chatapps_own_offline_setting_does_not_block_what_the_user_asks(
+    fake_hub: FakeHub, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    from chatapp.engine.chat import HUB_OFFLINE_SET_BY_CHATAPP, ChatTokenizer
+
+    _repo(fake_hub)
+    monkeypatch.delenv(HUB_OFFLINE_SET_BY_CHATAPP, raising=False)
+    ChatTokenizer(tiny_model_dir)  # what loading a model does: no tokenizer reaches a hub
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ[HUB_OFFLINE_SET_BY_CHATAPP]
+    # huggingface_hub imported after that reads offline mode once, at import.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert [h.repo for h in search("smol")] == ["someone/SmolLM2-135M-Instruct-GGUF"]
+    assert repo_files("someone/SmolLM2-135M-Instruct-GGUF").files
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_the_users_offline_setting_is_honoured(
+    fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    from chatapp.engine.chat import HUB_OFFLINE_SET_BY_CHATAPP
+
+    _repo(fake_hub)
+    monkeypatch.delenv(HUB_OFFLINE_SET_BY_CHATAPP, raising=False)
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(HubError, match="HF_HUB_OFFLINE is set") as caught:
+        search("smol")
+    assert "\n" not in str(caught.value)
+    assert fake_hub.requests == []

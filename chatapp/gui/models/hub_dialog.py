@@ -32,11 +32,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.error_text import first_line
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted
 from chatapp.hub.catalog import HubFile, RepoFiles, RepoHit, repo_files, search
 from chatapp.hub.download import Download, DownloadProgress, downloaded_file
-from chatapp.hub.errors import HubError, endpoint, first_line
+from chatapp.hub.errors import HubError, endpoint
 from chatapp.hub.fit import Fit, fit
 from chatapp.hub.probe import Shape, probe
 from chatapp.units import fmt_bytes

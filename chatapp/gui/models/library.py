@@ -81,7 +81,7 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.table, 1)
         layout.addWidget(self.message_label)
         layout.addWidget(buttons)
-        self.resize(640, 320)
+        self.resize(780, 320)  # room for a hub repository's name as the source
         self.refresh()
 
     def refresh(self) -> None:

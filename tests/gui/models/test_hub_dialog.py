@@ -18,7 +18,7 @@ from tests.gui.conftest import (
     set_sampling,
 )
 from tests.hub.conftest import fake_hub, hub_env  # noqa: F401 (fixtures)
-from tests.hub.fake_hub import FakeHub, HostedRepo
+from tests.hub.fake_hub import COMMIT, FakeHub, HostedRepo
 from tests.tiny_model import write_tiny_gguf
 
 REPO = "someone/Tiny-Llama-GGUF"
@@ -109,8 +109,9 @@ def test_search_download_cancel_resume_open_and_chat(
     window.menus.models_action.trigger()
     models = window.findChild(ModelsDialog)
     assert isinstance(models, ModelsDialog)
-    sources = [models.table.item(r, 2).text() for r in range(models.table.rowCount())]
-    assert any(s.startswith(f"{REPO} / {FILE} @ ") for s in sources), sources
+    cells = [models.table.item(r, 2) for r in range(models.table.rowCount())]
+    (ours,) = [c for c in cells if c.text() == f"{REPO} @ {COMMIT[:7]}"]
+    assert f"file {FILE}, commit {COMMIT}" in ours.toolTip()
     models.close()
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from chatapp.error_text import first_line
 from chatapp.hub.catalog import FilePart, HubFile
 from chatapp.hub.errors import DownloadCancelled, HubError, endpoint, hub_error
 from chatapp.hub.provenance import DOWNLOADS, Origin, read_origin, write_origin
@@ -201,9 +202,15 @@ class Download:
                 raise
             except Exception as exc:
                 tries += 1
-                error = hub_error(exc, f"Downloading {part.name}")
                 if not _transient(exc) or tries > RETRIES:
                     have = partial.stat().st_size if partial.exists() else 0
+                    if have and _transient(exc):  # it was reached: the connection broke
+                        raise HubError(
+                            f"Downloading {part.name}: the connection was lost "
+                            f"({first_line(exc, 120)}) after {RETRIES} retries; "
+                            f"{fmt_bytes(have)} are kept; downloading again resumes."
+                        ) from exc
+                    error = hub_error(exc, f"Downloading {part.name}")
                     if have:
                         raise HubError(
                             f"{error} {fmt_bytes(have)} are kept; downloading again resumes."

@@ -100,6 +100,7 @@ def test_a_lost_connection_keeps_the_part_and_the_next_try_resumes(
     with pytest.raises(HubError, match="kept; downloading again resumes") as caught:
         _download(hub_env).run()
     assert "\n" not in str(caught.value)
+    assert "the connection was lost" in str(caught.value)
     part = _part(hub_env)
     assert part.stat().st_size == 120_000
     assert not (repo_folder(hub_env, REPO) / NAME).exists()

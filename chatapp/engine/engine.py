@@ -247,6 +247,12 @@ class Engine:
                 ) from exc
         return self._loops[mode]
 
+    def kv_positions(self) -> tuple[int, int]:
+        """(positions held, positions allocated) over the KV caches of the loops made so far:
+        a server's figure, read without waiting for a run (a list's length is atomic)."""
+        loops = list(self._loops.values())
+        return sum(len(loop.cached) for loop in loops), len(loops) * self.max_context
+
     def slots(self, count: int) -> SlotBatch:
         """`count` slots decoding together (engine/slots.py), each with the engine's context;
         made on first use (EngineError where this model or device cannot batch)."""

@@ -34,6 +34,7 @@ from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineErr
 from chatapp.engine.modes import Mode
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
+from chatapp.server.operators import Load, ServerCounters
 from chatapp.server.request_body import GenerationRequest
 from chatapp.server.token_text import TokenText
 from chatapp.session.answer import (
@@ -107,6 +108,11 @@ class ServedRequest:
     id: int = field(default_factory=itertools.count(1).__next__)
     cancelled: threading.Event = field(default_factory=threading.Event)
     queued_at: float = field(default_factory=perf)
+    # Written by the thread that answers it, read for /slots (a display figure, no lock).
+    slot: int | None = None
+    started_at: float | None = None
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -157,6 +163,7 @@ class EngineWorker:
         self.max_queue = max_queue
         self.log = log or (lambda line: None)
         self.records: deque[RequestRecord] = deque(maxlen=256)
+        self.counters = ServerCounters()
         self.parallel = parallel
         self.card = self._card()
         # Submitted and not finished, in order: those generating and those waiting.
@@ -187,6 +194,49 @@ class EngineWorker:
         with self._lock:
             return next(iter(self._active.values()), None)
 
+    def load(self) -> Load:
+        """What the server is doing now (for /health, /metrics, /slots): never waits for a
+        model run."""
+        with self._lock:
+            submitted, running = len(self._submitted), len(self._active)
+        batch = self._slots.batch if self._slots is not None else None
+        if batch is not None:
+            used = sum(len(loop.cached) for loop in batch.loops)
+            capacity = batch.size * batch.max_context
+        else:
+            used, capacity = self.engine.kv_positions()
+        return Load(submitted - running, running, self.parallel, used, capacity)
+
+    def slot_views(self, with_prompts: bool = False) -> list[dict[str, Any]]:
+        """llama.cpp's /slots: each slot, its cache and the request on it (its prompt only
+        when asked)."""
+        with self._lock:
+            on_slot = {r.slot if r.slot is not None else 0: r for r in self._active.values()}
+        batch = self._slots.batch if self._slots is not None else None
+        cached = [len(loop.cached) for loop in batch.loops] if batch else [None]
+        now = perf()
+        views = []
+        for index, cached_tokens in enumerate(cached):
+            request = on_slot.get(index)
+            view: dict[str, Any] = {
+                "id": index,
+                "n_ctx": self.card.max_context,
+                "is_processing": request is not None,
+            }
+            if cached_tokens is not None:
+                view["cached_tokens"] = cached_tokens
+            if request is not None:
+                view["request"] = _request_view(request, now, with_prompts)
+            views.append(view)
+        return views
+
+    def _retry_after_s(self) -> int:
+        """Seconds a refused client should wait: the median of the last requests' run times
+        (1 to 60 s; 1 before any has ended)."""
+        runs = sorted(r.finished_at - r.started_at for r in list(self.records)[-16:])
+        median = runs[len(runs) // 2] if runs else 1.0
+        return max(1, min(60, round(median)))
+
     def waiting_requests(self) -> list[ServedRequest]:
         """The requests in the queue, not those generating (a snapshot)."""
         with self._lock:
@@ -206,12 +256,15 @@ class EngineWorker:
                 param="n",
             )
         with self._lock:
-            if len(self._submitted) + len(requests) > self.max_queue:
+            waiting = len(self._submitted) - len(self._active)
+            if waiting + len(requests) > self.max_queue:
+                retry = self._retry_after_s()
                 raise ApiError(
                     503,
-                    f"The server is busy: {len(self._submitted)} requests are waiting; "
-                    "try again later.",
+                    f"The server is busy: its queue is full ({waiting} waiting); try again "
+                    f"in {retry} s.",
                     code="queue_full",
+                    headers={"Retry-After": str(retry)},
                 )
             for request in requests:
                 self._submitted[request.id] = request
@@ -271,6 +324,8 @@ class EngineWorker:
     def answer(self, request: ServedRequest, slot: SlotLoop | None = None) -> None:
         """Answer one request on the calling thread, which must be the engine's owner (or,
         with `slot`, one of the --parallel threads, on that slot)."""
+        request.slot = slot.index if slot is not None else None
+        request.started_at = perf()
         with self._lock:
             self._active[request.id] = request
         try:
@@ -299,6 +354,7 @@ class EngineWorker:
         if served.cancelled.is_set():  # the client left while waiting
             _send(served, Failed(ApiError(499, "The client closed the request.")))
             self._record(served, started, "cancelled", 0)
+            self.counters.ended_early("cancelled", 0)
             return
         if slot is not None and served.request.mode != Mode.IOBINDING:
             error = ApiError(
@@ -317,10 +373,13 @@ class EngineWorker:
                 sent = True
                 if isinstance(event, Opened):
                     stats = event.stats
+                    served.prompt_tokens = event.prompt_tokens
                     sent = _send(served, Started(event.prompt_tokens))
                 elif isinstance(event, TextDelta):
+                    served.generated_tokens += len(event.tokens)
                     sent = _send(served, Delta(event.text, self._token_outs(event.tokens)))
                 elif isinstance(event, ToolPiece):
+                    served.generated_tokens += len(event.tokens)
                     sent = _send(served, Delta("", self._token_outs(event.tokens), event.piece))
                 elif isinstance(event, AnswerDone):
                     done = event
@@ -337,6 +396,14 @@ class EngineWorker:
         finish = "length" if length else "tool_calls" if done.tool_calls else "stop"
         figures = self._figures(stats, started - served.queued_at)
         self._record(served, started, stats.finish_reason, stats.generated_tokens)
+        self.counters.answered(
+            finish,
+            stats.prompt_tokens,
+            stats.generated_tokens,
+            stats.ttft_s,
+            stats.decode_s,
+            started - served.queued_at,
+        )
         gone = served.cancelled.is_set()  # before Done: the receiver cancels when it closes
         made = done.tool_calls
         _send(served, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
@@ -358,7 +425,9 @@ class EngineWorker:
         self, served: ServedRequest, started: float, stats: RunStats | None, error: ApiError
     ) -> None:
         _send(served, Failed(error))
-        self._record(served, started, "error", stats.generated_tokens if stats else 0)
+        generated = stats.generated_tokens if stats else 0
+        self._record(served, started, "error", generated)
+        self.counters.ended_early("error", generated)
         self.log(f"request {served.id}: failed: {error.message}")
 
     def _fall_back_to_cpu(self, failure: DeviceFailure) -> None:
@@ -400,6 +469,24 @@ class EngineWorker:
             parallel=self.parallel,
             vocab_size=engine.info.vocab_size,
         )
+
+
+def _request_view(request: ServedRequest, now: float, with_prompt: bool) -> dict[str, Any]:
+    req = request.request
+    started = request.started_at if request.started_at is not None else now
+    view: dict[str, Any] = {
+        "id": request.id,
+        "running_s": round(now - started, 3),
+        "queued_s": round(started - request.queued_at, 3),
+        "prompt_tokens": request.prompt_tokens,
+        "generated_tokens": request.generated_tokens,
+        "max_tokens": req.settings.max_new_tokens,
+        "loop": str(req.mode),
+        "stream": req.stream,
+    }
+    if with_prompt:
+        view["prompt"] = req.text if req.messages is None else [m.as_dict() for m in req.messages]
+    return view
 
 
 def _send(served: ServedRequest, event: RequestEvent) -> bool:

@@ -25,8 +25,8 @@ class Load:
     waiting: int  # requests queued, not yet generating
     running: int  # requests generating
     slots: int  # requests that can generate together (--parallel)
-    kv_tokens_used: int  # positions held in the slots' KV caches
-    kv_tokens_capacity: int  # positions the KV buffers were allocated for
+    kv_tokens_used: int  # KV positions held (slots: reservations and idle caches)
+    kv_tokens_capacity: int  # KV positions that may be held (slots: their budget)
 
     @property
     def state(self) -> str:
@@ -135,10 +135,14 @@ class ServerCounters:
             ("requests_running", "Requests generating now.", load.running),
             ("slots_total", "Requests that can generate together (--parallel).", load.slots),
             ("slots_busy", "Slots generating now.", min(load.running, load.slots)),
-            ("kv_tokens_used", "Positions held in the KV caches.", load.kv_tokens_used),
+            (
+                "kv_tokens_used",
+                "KV positions held (with slots: running requests' reservations and idle caches).",
+                load.kv_tokens_used,
+            ),
             (
                 "kv_tokens_capacity",
-                "Positions the KV caches were allocated for.",
+                "KV positions the server may hold (with slots: their shared budget).",
                 load.kv_tokens_capacity,
             ),
         )

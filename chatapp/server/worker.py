@@ -11,9 +11,10 @@ hands each request to `dispatch` (from the HTTP thread), and whoever owns the en
 `answer(request)` on its own thread, or `discard(request, error)` for one that will never run
 (the window's "Serve this model" answers on its JobRunner, between chat answers).
 
-With `parallel` N > 1 (`chatapp serve --parallel N`), N threads answer requests together, each
-on a slot of the engine (session/slot_threads.py, engine/slots.py): their decode steps run as one
-batched step. Those requests run on the IO-Binding loop; one naming another loop is refused.
+With `parallel` N > 1 (`chatapp serve`'s default where the model can batch), N threads answer
+requests together, each on a slot of the engine (session/slot_threads.py, engine/slots.py), all
+within one KV budget: their decode steps run as one batched step on the IO-Binding loop. A
+request naming another loop runs on the engine's own cache while the batch waits.
 """
 
 from __future__ import annotations
@@ -156,7 +157,10 @@ class EngineWorker:
         log: Callable[[str], None] | None = None,
         dispatch: Callable[[ServedRequest], None] | None = None,
         parallel: int = 1,
+        kv_budget: int | None = None,
     ) -> None:
+        """`kv_budget`: with `parallel` > 1, the KV positions all slots share (default: one
+        context, engine/slots.py)."""
         self.engine = engine
         self.default_mode = default_mode
         self.served_name = served_name or engine.info.name
@@ -177,7 +181,7 @@ class EngineWorker:
         if parallel > 1:  # EngineError where this model or device cannot batch
             if dispatch is not None:
                 raise ValueError("a dispatched worker answers one request at a time")
-            self._slots = SlotThreads(engine.slots(parallel), self.answer, self._refuse)
+            self._slots = SlotThreads(engine.slots(parallel, kv_budget), self.answer, self._refuse)
         elif dispatch is None:
             self._thread = JobThread("chatapp-engine")
 
@@ -201,8 +205,7 @@ class EngineWorker:
             submitted, running = len(self._submitted), len(self._active)
         batch = self._slots.batch if self._slots is not None else None
         if batch is not None:
-            used = sum(len(loop.cached) for loop in batch.loops)
-            capacity = batch.size * batch.max_context
+            used, capacity = batch.held, batch.budget
         else:
             used, capacity = self.engine.kv_positions()
         return Load(submitted - running, running, self.parallel, used, capacity)
@@ -329,7 +332,13 @@ class EngineWorker:
         with self._lock:
             self._active[request.id] = request
         try:
-            self._serve(request, slot)
+            if slot is not None and request.request.mode != Mode.IOBINDING:
+                # Another loop runs on the engine's own cache, alone: the batch's steps and
+                # prefills wait for it (a teaching request, not a throughput one).
+                with slot.batch.run_lock:
+                    self._serve(request, None)
+            else:
+                self._serve(request, slot)
         except Exception as exc:  # a bug must not end the thread every request waits on
             traceback.print_exc(file=sys.stderr)
             _send(request, Failed(ApiError(500, f"Internal error: {first_line(exc)}")))
@@ -355,15 +364,6 @@ class EngineWorker:
             _send(served, Failed(ApiError(499, "The client closed the request.")))
             self._record(served, started, "cancelled", 0)
             self.counters.ended_early("cancelled", 0)
-            return
-        if slot is not None and served.request.mode != Mode.IOBINDING:
-            error = ApiError(
-                400,
-                f"This server decodes requests together (--parallel {self.parallel}) on the "
-                f"IO-Binding loop; it cannot run the {served.request.mode} loop.",
-                param="chatapp.loop",
-            )
-            self._fail(served, started, None, error)
             return
         backend = self.engine if slot is None else OnSlot(self.engine, slot)
         stats: RunStats | None = None

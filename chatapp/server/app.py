@@ -30,22 +30,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chatapp.server.access import AccessGuard, BearerAuth
 from chatapp.server.errors import ApiError, invalid
+from chatapp.server.events import Delta, Done, Failed, RequestEvent, ServedRequest
 from chatapp.server.operators import CONTENT_TYPE as METRICS_TYPE
-from chatapp.server.operators import ServerCounters
+from chatapp.server.operators import ServerCounters, slot_views
 from chatapp.server.request_body import GenerationRequest, parse_chat, parse_completion
 from chatapp.server.responses import ChatReply, Reply
 from chatapp.server.responses_output import ResponsesReply
 from chatapp.server.responses_request import parse_responses
 from chatapp.server.responses_store import ResponseStore
 from chatapp.server.security import AccessPolicy
-from chatapp.server.worker import (
-    Delta,
-    Done,
-    EngineWorker,
-    Failed,
-    RequestEvent,
-    ServedRequest,
-)
+from chatapp.server.worker import EngineWorker
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -181,7 +175,10 @@ def build_app(
         if not _loopback(client):
             raise ApiError(403, "/slots answers only on this machine (localhost).")
         with_prompts = request.query_params.get("prompts", "") in ("1", "true")
-        return JSONResponse(worker.slot_views(with_prompts))
+        views = slot_views(
+            worker.running_requests(), worker.slot_batch, worker.card.max_context, with_prompts
+        )
+        return JSONResponse(views)
 
     routes = [
         Route("/v1/models", models, methods=["GET"]),

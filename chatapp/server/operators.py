@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chatapp.server.events import RequestRecord, ServedRequest
+
+if TYPE_CHECKING:
+    from chatapp.engine.slots import SlotBatch
 
 # Prometheus text exposition format, version 0.0.4 (what every scraper reads).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -178,3 +186,57 @@ def _number(value: float) -> str:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(float(value))
+
+
+def slot_views(
+    running: Iterable[ServedRequest],
+    batch: SlotBatch | None,
+    n_ctx: int,
+    with_prompts: bool = False,
+) -> list[dict[str, Any]]:
+    """llama.cpp's /slots: each slot, its cache and the request on it (its prompt only when
+    asked); `batch` None: the one-request-at-a-time server's one slot. Read without waiting for
+    a model run."""
+    on_slot = {r.slot if r.slot is not None else 0: r for r in running}
+    cached = [len(loop.cached) for loop in batch.loops] if batch else [None]
+    now = time.perf_counter()
+    views = []
+    for index, cached_tokens in enumerate(cached):
+        request = on_slot.get(index)
+        view: dict[str, Any] = {
+            "id": index,
+            "n_ctx": n_ctx,
+            "is_processing": request is not None,
+        }
+        if cached_tokens is not None:
+            view["cached_tokens"] = cached_tokens
+        if request is not None:
+            view["request"] = _request_view(request, now, with_prompts)
+        views.append(view)
+    return views
+
+
+def _request_view(request: ServedRequest, now: float, with_prompt: bool) -> dict[str, Any]:
+    req = request.request
+    started = request.started_at if request.started_at is not None else now
+    view: dict[str, Any] = {
+        "id": request.id,
+        "running_s": round(now - started, 3),
+        "queued_s": round(started - request.queued_at, 3),
+        "prompt_tokens": request.prompt_tokens,
+        "generated_tokens": request.generated_tokens,
+        "max_tokens": req.settings.max_new_tokens,
+        "loop": str(req.mode),
+        "stream": req.stream,
+    }
+    if with_prompt:
+        view["prompt"] = req.text if req.messages is None else [m.as_dict() for m in req.messages]
+    return view
+
+
+def retry_after_s(records: Iterable[RequestRecord]) -> int:
+    """Seconds a refused client should wait: the median of the last requests' run times
+    (1 to 60 s; 1 before any has ended)."""
+    runs = sorted(r.finished_at - r.started_at for r in list(records)[-16:])
+    median = runs[len(runs) // 2] if runs else 1.0
+    return max(1, min(60, round(median)))

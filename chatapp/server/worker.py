@@ -19,15 +19,13 @@ request naming another loop runs on the engine's own cache while the batch waits
 
 from __future__ import annotations
 
-import builtins
-import itertools
 import sys
 import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatapp.engine.constraints import ConstraintError
@@ -35,7 +33,17 @@ from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineErr
 from chatapp.engine.modes import Mode
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
-from chatapp.server.operators import Load, ServerCounters
+from chatapp.server.events import (
+    Delta,
+    Done,
+    Failed,
+    RequestEvent,
+    RequestRecord,
+    ServedRequest,
+    Started,
+    TokenOut,
+)
+from chatapp.server.operators import Load, ServerCounters, retry_after_s
 from chatapp.server.request_body import GenerationRequest
 from chatapp.server.token_text import TokenText
 from chatapp.session.answer import (
@@ -53,83 +61,12 @@ from chatapp.session.jobs import Job, JobControl, JobThread
 from chatapp.session.slot_threads import OnSlot, SlotThreads
 
 if TYPE_CHECKING:
-    from chatapp.engine.chat import ToolCall
     from chatapp.engine.engine import Engine
     from chatapp.engine.metrics import RunStats
-    from chatapp.engine.slots import SlotLoop
-    from chatapp.engine.tool_stream import StreamPiece
+    from chatapp.engine.slots import SlotBatch, SlotLoop
 
 perf = time.perf_counter
 LOGPROB_FLOOR = -9999.0  # OpenAI's stand-in for "practically impossible" (JSON has no -inf)
-
-
-@dataclass(frozen=True)
-class TokenOut:
-    token: str
-    bytes: bytes
-    logprob: float
-    top: tuple[tuple[str, builtins.bytes, float], ...]  # most likely first
-
-
-@dataclass(frozen=True)
-class Started:
-    prompt_tokens: int
-
-
-@dataclass(frozen=True)
-class Delta:
-    text: str
-    tokens: tuple[TokenOut, ...]
-    tool: StreamPiece | None = None  # a tool call's start or more of its arguments
-
-
-@dataclass(frozen=True)
-class Done:
-    finish_reason: str  # OpenAI's: stop | length | tool_calls
-    prompt_tokens: int
-    completion_tokens: int
-    figures: dict[str, Any]  # the `chatapp` extension field
-    tool_calls: tuple[ToolCall, ...] = ()
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: ApiError
-
-
-RequestEvent = Started | Delta | Done | Failed
-
-
-@dataclass
-class ServedRequest:
-    """One HTTP request for the engine, with the way back to its client."""
-
-    request: GenerationRequest
-    deliver: Callable[[RequestEvent], object]  # its return value is ignored
-    id: int = field(default_factory=itertools.count(1).__next__)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    queued_at: float = field(default_factory=perf)
-    # Written by the thread that answers it, read for /slots (a display figure, no lock).
-    slot: int | None = None
-    started_at: float | None = None
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """What became of a request (kept for the log and the tests)."""
-
-    id: int
-    queued_at: float
-    started_at: float
-    finished_at: float
-    engine_finish_reason: str  # eos | length | stop | error | cancelled (before it started)
-    generated_tokens: int
-    cancelled: bool
 
 
 @dataclass(frozen=True)
@@ -203,42 +140,22 @@ class EngineWorker:
         model run."""
         with self._lock:
             submitted, running = len(self._submitted), len(self._active)
-        batch = self._slots.batch if self._slots is not None else None
+        batch = self.slot_batch
         if batch is not None:
             used, capacity = batch.held, batch.budget
         else:
             used, capacity = self.engine.kv_positions()
         return Load(submitted - running, running, self.parallel, used, capacity)
 
-    def slot_views(self, with_prompts: bool = False) -> list[dict[str, Any]]:
-        """llama.cpp's /slots: each slot, its cache and the request on it (its prompt only
-        when asked)."""
+    def running_requests(self) -> list[ServedRequest]:
+        """The requests generating now (a snapshot)."""
         with self._lock:
-            on_slot = {r.slot if r.slot is not None else 0: r for r in self._active.values()}
-        batch = self._slots.batch if self._slots is not None else None
-        cached = [len(loop.cached) for loop in batch.loops] if batch else [None]
-        now = perf()
-        views = []
-        for index, cached_tokens in enumerate(cached):
-            request = on_slot.get(index)
-            view: dict[str, Any] = {
-                "id": index,
-                "n_ctx": self.card.max_context,
-                "is_processing": request is not None,
-            }
-            if cached_tokens is not None:
-                view["cached_tokens"] = cached_tokens
-            if request is not None:
-                view["request"] = _request_view(request, now, with_prompts)
-            views.append(view)
-        return views
+            return list(self._active.values())
 
-    def _retry_after_s(self) -> int:
-        """Seconds a refused client should wait: the median of the last requests' run times
-        (1 to 60 s; 1 before any has ended)."""
-        runs = sorted(r.finished_at - r.started_at for r in list(self.records)[-16:])
-        median = runs[len(runs) // 2] if runs else 1.0
-        return max(1, min(60, round(median)))
+    @property
+    def slot_batch(self) -> SlotBatch | None:
+        """The slots the requests decode on (None: one request at a time)."""
+        return self._slots.batch if self._slots is not None else None
 
     def waiting_requests(self) -> list[ServedRequest]:
         """The requests in the queue, not those generating (a snapshot)."""
@@ -261,7 +178,7 @@ class EngineWorker:
         with self._lock:
             waiting = len(self._submitted) - len(self._active)
             if waiting + len(requests) > self.max_queue:
-                retry = self._retry_after_s()
+                retry = retry_after_s(self.records)
                 raise ApiError(
                     503,
                     f"The server is busy: its queue is full ({waiting} waiting); try again "
@@ -469,24 +386,6 @@ class EngineWorker:
             parallel=self.parallel,
             vocab_size=engine.info.vocab_size,
         )
-
-
-def _request_view(request: ServedRequest, now: float, with_prompt: bool) -> dict[str, Any]:
-    req = request.request
-    started = request.started_at if request.started_at is not None else now
-    view: dict[str, Any] = {
-        "id": request.id,
-        "running_s": round(now - started, 3),
-        "queued_s": round(started - request.queued_at, 3),
-        "prompt_tokens": request.prompt_tokens,
-        "generated_tokens": request.generated_tokens,
-        "max_tokens": req.settings.max_new_tokens,
-        "loop": str(req.mode),
-        "stream": req.stream,
-    }
-    if with_prompt:
-        view["prompt"] = req.text if req.messages is None else [m.as_dict() for m in req.messages]
-    return view
 
 
 def _send(served: ServedRequest, event: RequestEvent) -> bool:

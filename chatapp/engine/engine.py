@@ -247,12 +247,22 @@ class Engine:
                 ) from exc
         return self._loops[mode]
 
-    def slots(self, count: int) -> SlotBatch:
-        """`count` slots decoding together (engine/slots.py), each with the engine's context;
-        made on first use (EngineError where this model or device cannot batch)."""
-        if self._slots is None or self._slots.size != count:
-            check_kv_memory(self.info, self.max_context * count)
-            self._slots = SlotBatch(self.session, self.info, self.device, self.max_context, count)
+    def kv_positions(self) -> tuple[int, int]:
+        """(positions held, positions allocated) over the KV caches of the loops made so far:
+        a server's figure, read without waiting for a run (a list's length is atomic)."""
+        loops = list(self._loops.values())
+        return sum(len(loop.cached) for loop in loops), len(loops) * self.max_context
+
+    def slots(self, count: int, budget: int | None = None) -> SlotBatch:
+        """`count` slots decoding together (engine/slots.py), each with the engine's context,
+        all within one KV budget of `budget` positions (default: one context); made on first
+        use (EngineError where this model or device cannot batch)."""
+        budget = self.max_context if budget is None else budget
+        if self._slots is None or (self._slots.size, self._slots.budget) != (count, budget):
+            check_kv_memory(self.info, budget)
+            self._slots = SlotBatch(
+                self.session, self.info, self.device, self.max_context, count, budget
+            )
         return self._slots
 
     def release_slots(self) -> None:

@@ -132,7 +132,7 @@ class Generation:
     def __iter__(self) -> Iterator[StepEvent]:
         stats, loop = self.stats, self.loop
         started = perf()
-        if not loop.admit(len(self.prompt_ids), self.settings.max_new_tokens, self.should_stop):
+        if not loop.admit(self.prompt_ids, self.settings.max_new_tokens, self.should_stop):
             stats.finish_reason = "stop"  # stopped while waiting for room in the KV cache
             return
         stats.reused_tokens = loop.prepare(self.prompt_ids)

@@ -73,8 +73,17 @@ class SlotLoop(IOBindingLoop):
         kv = SharedBufferKv(batch.info, batch.device, batch.max_context, buffers=rows)
         super().__init__(batch.session, batch.info, batch.device, kv)
 
-    def admit(self, prompt_tokens: int, new_tokens: int, should_stop: Callable[[], bool]) -> bool:
-        return self.batch.reserve(self, prompt_tokens + new_tokens, should_stop)
+    def admit(
+        self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
+    ) -> bool:
+        # The prefix first: the budget may then drop the idle cache it came from.
+        self.batch.share_prefix(self, prompt)
+        return self.batch.reserve(self, len(prompt) + new_tokens, should_stop)
+
+    def prepare(self, prompt: Sequence[int]) -> int:
+        # Under the batch's lock, so that no other slot copies from this one mid-change.
+        with self.batch._cond:
+            return super().prepare(prompt)
 
     def _run(self, ids: list[int], wanted: list[int] | None) -> Step:
         if len(ids) == 1 and wanted is None:  # a decode step: taken with the other slots'
@@ -124,6 +133,7 @@ class SlotBatch:
         self._idle_since = [0] * slots  # release order: the least recently used cache goes first
         self._releases = 0
         self.loops = [SlotLoop(self, i) for i in range(slots)]
+        self.shared_positions = 0  # prompt positions copied from another slot, not prefilled
         self.steps = 0  # batched runs so far
         self.rows = 0  # sequences they carried, all together
 
@@ -184,6 +194,29 @@ class SlotBatch:
                 if should_stop():
                     return False
                 self._cond.wait(0.05)
+
+    def share_prefix(self, loop: SlotLoop, prompt: Sequence[int]) -> int:
+        """Before `loop`'s prefill: where another slot's cache holds a longer prefix of `prompt`
+        (a shared system prompt, the earlier turns of a conversation answered on another slot)
+        than `loop`'s own, copy those positions' keys and values into `loop`'s row, a copy
+        instead of a prefill. Returns the positions gained."""
+        with self._cond:
+            limit = len(prompt) - 1  # one token always runs (KvStrategy.reusable)
+            own = min(_shared(loop.cached, prompt), limit)
+            best, source = own, None
+            for other in self.loops:
+                shared = min(_shared(other.cached, prompt), limit)
+                if other is not loop and shared > best:
+                    best, source = shared, other
+            if source is None:
+                return 0
+            # Positions below a slot's cache length are never written again while it holds
+            # them (its runs write past them), and steps wait for this lock.
+            for kv in self.kv.values():
+                kv[loop.index, :, :best] = kv[source.index, :, :best]
+            loop.cached = list(prompt[:best])
+            self.shared_positions += best - own
+            return best - own
 
     @property
     def held(self) -> int:

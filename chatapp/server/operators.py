@@ -35,6 +35,7 @@ class Load:
     slots: int  # requests that can generate together (--parallel)
     kv_tokens_used: int  # KV positions held (slots: reservations and idle caches)
     kv_tokens_capacity: int  # KV positions that may be held (slots: their budget)
+    shared_positions: int = 0  # prompt positions copied from another slot, not prefilled
 
     @property
     def state(self) -> str:
@@ -156,6 +157,13 @@ class ServerCounters:
         )
         for name, text, value in gauges:
             _family(lines, name, "gauge", text, [({}, value)])
+        _family(
+            lines,
+            "prompt_tokens_shared_total",
+            "counter",
+            "Prompt positions copied from another slot's cache instead of prefilled.",
+            [({}, load.shared_positions)],
+        )
         return "\n".join(lines) + "\n"
 
 

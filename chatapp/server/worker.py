@@ -141,11 +141,12 @@ class EngineWorker:
         with self._lock:
             submitted, running = len(self._submitted), len(self._active)
         batch = self.slot_batch
+        shared = 0
         if batch is not None:
-            used, capacity = batch.held, batch.budget
+            used, capacity, shared = batch.held, batch.budget, batch.shared_positions
         else:
             used, capacity = self.engine.kv_positions()
-        return Load(submitted - running, running, self.parallel, used, capacity)
+        return Load(submitted - running, running, self.parallel, used, capacity, shared)
 
     def running_requests(self) -> list[ServedRequest]:
         """The requests generating now (a snapshot)."""

@@ -15,7 +15,7 @@ import pytest
 from chatapp.engine.engine import Engine
 from chatapp.engine.resident import release_owned
 from chatapp.engine.slots import SlotLoop
-from tests.engine.test_slots import WAIT_S, Client, run_clients, solo
+from tests.engine.test_slots import WAIT_S, Client, greedy, run_clients, solo
 
 CONTEXT = 64
 PAGE = mmap.PAGESIZE
@@ -147,3 +147,38 @@ def test_two_waiting_slots_do_not_wait_on_each_others_caches(varied_model_dir: P
     for waiter in waiters:
         waiter.join(WAIT_S)
     assert len(admitted) == 2 and batch.held == 40
+
+
+def test_a_prefix_another_slot_holds_is_copied_not_prefilled(varied_model_dir: Path) -> None:
+    """Two requests on one system prompt: the second, on another slot, copies the first's
+    positions and prefills only its own part; its tokens are its solo run's."""
+    engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
+    system = list(range(3, 33))  # 30 shared positions
+    first, second = [*system, 40, 41, 42], [*system, 50, 51]
+    reference = solo(engine, second, 6).token_ids
+    batch = engine.slots(2, budget=2 * CONTEXT)  # room for both: nothing is dropped
+    run_clients(engine, batch, [Client(first, 4)])
+    holder = next(loop for loop in batch.loops if loop.cached)
+    other = batch.acquire()  # the empty slot: the holder's cache stays
+    assert other is not None and other is not holder
+    stats = engine.generate_ids(second, greedy(6), ignore_eos=True, loop=other).run()
+    batch.release(other)
+    assert stats.reused_tokens == len(system) and batch.shared_positions == len(system)
+    assert stats.token_ids == reference
+    assert holder.cached[: len(system)] == system  # the source keeps its cache
+
+
+def test_a_slot_keeps_its_own_longer_prefix(varied_model_dir: Path) -> None:
+    engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
+    batch = engine.slots(2, budget=2 * CONTEXT)
+    prompt = list(range(3, 20))
+    run_clients(engine, batch, [Client(prompt, 3)])
+    mine = next(loop for loop in batch.loops if loop.cached)
+    other = batch.acquire()
+    assert other is not None and other is not mine
+    engine.generate_ids([*prompt[:5], 60, 61], greedy(3), ignore_eos=True, loop=other).run()
+    batch.release(other)
+    assert batch.shared_positions == 5  # the other slot copied the 5 it shares
+    shared = batch.shared_positions
+    assert mine.cached[:17] == prompt
+    assert batch.share_prefix(mine, [*prompt, 70]) == 0 and batch.shared_positions == shared

@@ -124,6 +124,7 @@ def test_parallel_slots_show_their_caches(tiny_model_dir: Path) -> None:
     # Both slots draw on one budget: a context's worth by default.
     assert metrics[("chatapp_kv_tokens_capacity", "")] == slots[0]["n_ctx"]
     assert metrics[("chatapp_slots_total", "")] == 2
+    assert metrics[("chatapp_prompt_tokens_shared_total", "")] == 0  # one request: nothing shared
 
 
 def test_slots_answer_only_on_this_machine(tiny_model_dir: Path) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import NO_TOOLS, Tool
@@ -162,13 +163,13 @@ class ChatSession:
         threads: int | None = None,
         mode: str = "",
         onnx_file: str | None = None,
-        prompt_precision: str | None = None,
+        precision: str = DEFAULT_PRECISION,
     ) -> bool:
         """Ask the worker to load a model; answers with model_loaded or load_failed."""
         if self.busy:
             return False
         mode_ = Mode(mode or Mode.IOBINDING)
-        request = LoadRequest(Path(folder), device, threads, mode_, onnx_file, prompt_precision)
+        request = LoadRequest(Path(folder), device, threads, mode_, onnx_file, precision)
         self._set_state(State.LOADING)
         self.submit(load_job(self.host, request), self._load_watcher())
         return True
@@ -437,10 +438,16 @@ class ChatSession:
             self.submit(fallback, self._load_watcher())
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:
-        """An answer's figures name the model that wrote it (a server names its own)."""
-        if figures.model or self.backend is None:
+        """An answer's figures name the model that wrote it (a server names its own) and the
+        precision the GGUF kernels multiplied at (none where they did not run)."""
+        backend = self.backend
+        if backend is None:
             return figures
-        return replace(figures, model=self.backend.name)
+        if not figures.model:
+            figures = replace(figures, model=backend.name)
+        if figures.precision is None and isinstance(backend, ModelSummary):
+            figures = replace(figures, precision=backend.precision)
+        return figures
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
     def convert_gguf(

@@ -153,7 +153,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "same folder), llamacpp (llama.cpp on the same GGUF, its own process); comma-separated",
     )
     bench.add_argument(
-        "--peer-gguf", type=Path, default=None, help="the GGUF llama.cpp runs (default: bundled)"
+        "--peer-gguf",
+        type=Path,
+        default=None,
+        help="the GGUF the folder was converted from: llama.cpp runs it, --fidelity's float64 "
+        "reference reads it (default: the bundled one, for the default model)",
     )
     bench.add_argument(
         "--peer-python", default=None, help="a Python that has llama-cpp-python (default: this)"
@@ -176,6 +180,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="instead of the loops: one client alone against N decoded together (the "
         "slots of `chatapp serve --parallel N`), every answer --max-new-tokens long",
+    )
+    bench.add_argument(
+        "--fidelity",
+        action="store_true",
+        help="instead of the loops: a real text (about 3,000 tokens) through the model, each "
+        "precision's logits, as a prompt and as decode steps, against the float64 reference of "
+        "--peer-gguf (mean and 99th percentile KL divergence, top-1 agreement, perplexity), in "
+        "windows of --context tokens (default 512)",
+    )
+    bench.add_argument(
+        "--fidelity-windows",
+        type=checks.whole(1, 1000, "a number of windows"),
+        default=None,
+        metavar="N",
+        help="--fidelity reads at most N windows of the text (default: all)",
     )
     bench.add_argument(
         "--report",
@@ -373,6 +392,8 @@ def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> P
 def run_bench(args: argparse.Namespace) -> int:
     if args.parallel is not None:
         return run_parallel_bench(args)
+    if args.fidelity:
+        return run_fidelity_bench(args)
     from chatapp.engine.bench.report import markdown_report
     from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
@@ -405,6 +426,33 @@ def run_bench(args: argparse.Namespace) -> int:
 
         write_bench_report(result, args.report)
     print(json.dumps(result, indent=2) if args.json else markdown_report(result))
+    return 0
+
+
+def run_fidelity_bench(args: argparse.Namespace) -> int:
+    from chatapp.engine.fidelity import WINDOW
+    from chatapp.session.fidelity import markdown_table, measure_fidelity
+
+    if args.report is not None or args.peer or args.sweep or args.context_tokens:
+        raise UserError("--fidelity measures on its own: leave out --report, --peer, --sweep.")
+    model_dir = resolve_model(args.model)
+    gguf = llama_gguf(args.peer_gguf, model_dir, ("llamacpp",))
+    if gguf is None:
+        raise UserError(
+            "--fidelity needs the GGUF the folder was converted from: --peer-gguf FILE."
+        )
+    if not gguf.is_file():
+        raise UserError(f"--peer-gguf {gguf} is not a file.")
+    result = measure_fidelity(
+        model_dir,
+        gguf,
+        precisions=(args.precision, *[p for p in PRECISIONS if p != args.precision]),
+        window=args.context or WINDOW,
+        max_windows=args.fidelity_windows,
+        threads=args.threads,
+        progress=lambda msg: print(msg, file=sys.stderr),
+    )
+    print(json.dumps(result.to_dict(), indent=2) if args.json else markdown_table(result))
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
+from chatapp.cli.fidelity_cmd import add_fidelity_args, run_fidelity_bench
 from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
 from chatapp.engine.guards import DEFAULT_PRECISION, PRECISION_LABELS, PRECISIONS
@@ -181,21 +182,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="instead of the loops: one client alone against N decoded together (the "
         "slots of `chatapp serve --parallel N`), every answer --max-new-tokens long",
     )
-    bench.add_argument(
-        "--fidelity",
-        action="store_true",
-        help="instead of the loops: a real text (about 3,000 tokens) through the model, each "
-        "precision's logits, as a prompt and as decode steps, against the float64 reference of "
-        "--peer-gguf (mean and 99th percentile KL divergence, top-1 agreement, perplexity), in "
-        "windows of --context tokens (default 512)",
-    )
-    bench.add_argument(
-        "--fidelity-windows",
-        type=checks.whole(1, 1000, "a number of windows"),
-        default=None,
-        metavar="N",
-        help="--fidelity reads at most N windows of the text (default: all)",
-    )
+    add_fidelity_args(bench)
     bench.add_argument(
         "--report",
         type=Path,
@@ -393,7 +380,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.parallel is not None:
         return run_parallel_bench(args)
     if args.fidelity:
-        return run_fidelity_bench(args)
+        return run_fidelity_bench(args, resolve_model(args.model))
     from chatapp.engine.bench.report import markdown_report
     from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
@@ -426,33 +413,6 @@ def run_bench(args: argparse.Namespace) -> int:
 
         write_bench_report(result, args.report)
     print(json.dumps(result, indent=2) if args.json else markdown_report(result))
-    return 0
-
-
-def run_fidelity_bench(args: argparse.Namespace) -> int:
-    from chatapp.engine.fidelity import WINDOW
-    from chatapp.session.fidelity import markdown_table, measure_fidelity
-
-    if args.report is not None or args.peer or args.sweep or args.context_tokens:
-        raise UserError("--fidelity measures on its own: leave out --report, --peer, --sweep.")
-    model_dir = resolve_model(args.model)
-    gguf = llama_gguf(args.peer_gguf, model_dir, ("llamacpp",))
-    if gguf is None:
-        raise UserError(
-            "--fidelity needs the GGUF the folder was converted from: --peer-gguf FILE."
-        )
-    if not gguf.is_file():
-        raise UserError(f"--peer-gguf {gguf} is not a file.")
-    result = measure_fidelity(
-        model_dir,
-        gguf,
-        precisions=(args.precision, *[p for p in PRECISIONS if p != args.precision]),
-        window=args.context or WINDOW,
-        max_windows=args.fidelity_windows,
-        threads=args.threads,
-        progress=lambda msg: print(msg, file=sys.stderr),
-    )
-    print(json.dumps(result.to_dict(), indent=2) if args.json else markdown_table(result))
     return 0
 
 

@@ -15,7 +15,7 @@ way (`busy`), so the observers see every state change in order.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -52,6 +52,7 @@ from chatapp.session.model_jobs import (
     convert_job,
     cpu_fallback_job,
     load_job,
+    named_figures,
 )
 from chatapp.session.remote_jobs import (
     ConnectRequest,
@@ -438,16 +439,10 @@ class ChatSession:
             self.submit(fallback, self._load_watcher())
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:
-        """An answer's figures name the model that wrote it (a server names its own) and the
-        precision the GGUF kernels multiplied at (none where they did not run)."""
+        """An answer's figures name the model and the precision that wrote it (named_figures)."""
         backend = self.backend
-        if backend is None:
-            return figures
-        if not figures.model:
-            figures = replace(figures, model=backend.name)
-        if figures.precision is None and isinstance(backend, ModelSummary):
-            figures = replace(figures, precision=backend.precision)
-        return figures
+        precision = backend.precision if isinstance(backend, ModelSummary) else None
+        return named_figures(figures, backend.name if backend else None, precision)
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
     def convert_gguf(

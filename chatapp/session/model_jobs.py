@@ -18,6 +18,7 @@ from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine, open_model
 from chatapp.engine.errors import EngineError, ModelError
+from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
@@ -111,6 +112,14 @@ class ModelSummary:
     precision: str | None = None
     # False for a model without a chat template (a base model): the window continues text.
     has_chat_template: bool = True
+
+
+def named_figures(
+    figures: AnswerFigures, model: str | None, precision: str | None
+) -> AnswerFigures:
+    """An answer's figures with the model that wrote it (a server's answer names its own) and
+    the precision its GGUF kernels multiplied at (None where none ran), unless named already."""
+    return replace(figures, model=figures.model or model, precision=figures.precision or precision)
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:

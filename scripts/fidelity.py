@@ -10,7 +10,8 @@ ready for docs/engine.md ("Fidelity").
 The text is chapter I of Alice's Adventures in Wonderland (chatapp/resources/fidelity_text.txt,
 about 3,000 tokens): windows of --window tokens, the second half of each scored, as llama.cpp's
 perplexity tool does (chatapp/engine/fidelity.py). --llama-python names a Python that has
-llama-cpp-python (scripts/fidelity_llamacpp.py runs in it, with every position's logits kept).
+llama-cpp-python (chatapp/engine/bench/llamacpp_logits.py runs in it, every position's logits
+kept).
 A folder converted from a random-weight GGUF (scripts/shaped_gguf.py) gives figures that say
 how the arithmetic rounds, not how a trained model's answers change: --note says so in the table.
 """
@@ -19,53 +20,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from chatapp.convert.default_model import bundled_gguf, default_model_dir  # noqa: E402
-from chatapp.engine.engine import Engine  # noqa: E402
-from chatapp.engine.fidelity import WAYS, WINDOW, scored_positions  # noqa: E402
+from chatapp.engine.fidelity import WAYS, WINDOW  # noqa: E402
 from chatapp.engine.guards import PRECISIONS  # noqa: E402
 from chatapp.session.fidelity import (  # noqa: E402
     WindowLogits,
-    fidelity_text,
+    llama_cpp_logits,
     markdown_table,
     measure_fidelity,
-    text_windows,
 )
-
-CHILD = ROOT / "scripts" / "fidelity_llamacpp.py"
-
-
-def llama_logits(
-    python: str, gguf: Path, windows: list[list[int]], window: int, threads: int
-) -> np.ndarray:
-    """llama.cpp's logits of the scored rows of every window, [windows, scored, vocab]."""
-    scored = scored_positions(window)
-    request = {"windows": windows, "first": scored.start, "last": scored.stop}
-    with tempfile.TemporaryDirectory(prefix="chatapp-fidelity-") as folder:
-        out = Path(folder) / "llama.npy"
-        done = subprocess.run(
-            [python, str(CHILD), str(gguf), str(out), str(threads)],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            sys.exit(f"fidelity: llama.cpp failed: {done.stderr.strip() or done.stdout.strip()}")
-        print(f"llama.cpp: {done.stdout.strip()}", file=sys.stderr)
-        return np.load(out)
 
 
 def main() -> int:
@@ -88,11 +60,7 @@ def main() -> int:
     started, cpu = time.perf_counter(), time.process_time()
     others: dict[str, WindowLogits] = {}
     if args.llama_python:
-        probe = Engine(folder, threads=args.threads, max_context=args.window)
-        windows = text_windows(probe, fidelity_text(), args.window)[: args.windows]
-        del probe
-        logits = llama_logits(args.llama_python, gguf, windows, args.window, args.threads or 2)
-        others["llama.cpp"] = lambda index, _ids: logits[index]
+        others["llama.cpp"] = llama_cpp_logits(args.llama_python, gguf, args.threads)
     result = measure_fidelity(
         folder,
         gguf,

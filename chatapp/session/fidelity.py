@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from chatapp.convert.reference import ReferenceModel
+from chatapp.engine.bench.llamacpp_logits import llama_logits
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.fidelity import (
@@ -143,6 +144,21 @@ def measure_fidelity(
         windows=len(cut),
         rows=rows,
     )
+
+
+def llama_cpp_logits(python: str, gguf: Path, threads: int | None) -> WindowLogits:
+    """llama.cpp's logits of a window, the scored rows of one batch with all logits kept, in a
+    process of `python` (which has llama-cpp-python): engine/bench/llamacpp_logits.py."""
+
+    def logits_of(_index: int, ids: Sequence[int]) -> np.ndarray:
+        scored = scored_positions(len(ids))
+        try:
+            rows = llama_logits(python, str(gguf), [ids], scored.start, scored.stop, threads or 2)
+        except (OSError, RuntimeError) as exc:
+            raise EngineError(f"llama.cpp's logits could not be read: {first_line(exc)}") from exc
+        return np.asarray(rows[0])
+
+    return logits_of
 
 
 def _system(precision: str, way: str) -> str:

@@ -382,3 +382,14 @@ def test_a_bad_schema_file_is_one_line(
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "serve"])
+def test_every_model_command_takes_the_precision(command: str) -> None:
+    """--precision on generate, bench and serve: fast unless exact is asked for."""
+    from chatapp.cli.main import build_parser
+
+    extra = ["--prompt", "x"] if command == "generate" else []
+    parser = build_parser()
+    assert parser.parse_args([command, *extra]).precision == "fast"
+    assert parser.parse_args([command, *extra, "--precision", "exact"]).precision == "exact"

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
+from chatapp.cli.fidelity_cmd import add_fidelity_args, run_fidelity_bench
 from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
-from chatapp.engine.guards import PROMPT_PRECISIONS
+from chatapp.engine.guards import DEFAULT_PRECISION, PRECISION_LABELS, PRECISIONS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import arg_checks as checks
@@ -43,12 +44,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help=f"intra-op threads (default: cores; at most {checks.THREADS_PER_CPU} per CPU)",
     )
     p.add_argument(
-        "--prompt-precision",
-        choices=PROMPT_PRECISIONS,
-        default=None,
-        help="how the GGUF kernels multiply a prompt: float (exact, default) or int16 (a decode "
-        "step's precision: about twice as fast with AVX-512 VNNI, slower with AVX2 only; "
-        "docs/engine.md)",
+        "--precision",
+        choices=PRECISIONS,
+        default=DEFAULT_PRECISION,
+        help="how the GGUF kernels multiply: fast (8-bit activations, as llama.cpp; the default) "
+        "or exact (float32 prompts, int16 decode steps: closer to the float model, slower); "
+        "docs/engine.md",
     )
     p.add_argument(
         "--context",
@@ -153,7 +154,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "same folder), llamacpp (llama.cpp on the same GGUF, its own process); comma-separated",
     )
     bench.add_argument(
-        "--peer-gguf", type=Path, default=None, help="the GGUF llama.cpp runs (default: bundled)"
+        "--peer-gguf",
+        type=Path,
+        default=None,
+        help="the GGUF the folder was converted from: llama.cpp runs it, --fidelity's float64 "
+        "reference reads it (default: the bundled one, for the default model)",
     )
     bench.add_argument(
         "--peer-python", default=None, help="a Python that has llama-cpp-python (default: this)"
@@ -177,6 +182,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="instead of the loops: one client alone against N decoded together (the "
         "slots of `chatapp serve --parallel N`), every answer --max-new-tokens long",
     )
+    add_fidelity_args(bench)
     bench.add_argument(
         "--report",
         type=Path,
@@ -264,7 +270,7 @@ def start_engine(args: argparse.Namespace) -> Engine:
         args.threads,
         args.context,
         onnx_file=args.onnx_file,
-        prompt_precision=args.prompt_precision,
+        precision=args.precision,
     )
     if engine.fallback_reason:
         print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
@@ -342,14 +348,17 @@ def run_generate(args: argparse.Namespace) -> int:
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
         out["kernels"] = engine.kernels  # GGUF kernels or ORT's
+        out["precision"] = engine.precision_in_effect  # None: no GGUF kernels, no such choice
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         print()
         if done.tool_calls:
             print(calls_text(done.tool_calls))
+        precision = engine.precision_in_effect
+        named = f", {PRECISION_LABELS[precision]}" if precision else ""
         print(
-            f"[{stats.mode} on {stats.device}: {stats.generated_tokens} tokens, "
+            f"[{stats.mode} on {stats.device}{named}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
             f"perplexity {stats.perplexity:.2f}, finish: {stats.finish_reason}]",
             file=sys.stderr,
@@ -370,6 +379,8 @@ def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> P
 def run_bench(args: argparse.Namespace) -> int:
     if args.parallel is not None:
         return run_parallel_bench(args)
+    if args.fidelity:
+        return run_fidelity_bench(args, resolve_model(args.model))
     from chatapp.engine.bench.report import markdown_report
     from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
@@ -384,7 +395,7 @@ def run_bench(args: argparse.Namespace) -> int:
         modes=tuple(Mode(m) for m in args.modes),
         repeats=args.repeats,
         threads=args.threads,
-        prompt_precision=args.prompt_precision,
+        precision=args.precision,
         max_context=args.context,
         context_tokens=args.context_tokens,
         peers=peers,
@@ -418,12 +429,13 @@ def run_parallel_bench(args: argparse.Namespace) -> int:
         args.threads,
         args.context,
         onnx_file=args.onnx_file,
-        prompt_precision=args.prompt_precision,
+        precision=args.precision,
     )
     print(f"chatapp bench: 1 client, then {args.parallel} together", file=sys.stderr)
     result = measure_parallel(engine, args.parallel, args.max_new_tokens)
     if args.json:
-        print(json.dumps({"model": engine.info.name, **result.to_dict()}, indent=2))
+        named = {"model": engine.info.name, "precision": engine.precision_in_effect}
+        print(json.dumps({**named, **result.to_dict()}, indent=2))
     else:
         print("\n".join(parallel_sentences(result)))
     return 0

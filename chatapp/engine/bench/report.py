@@ -10,6 +10,7 @@ from chatapp.engine.bench.summary import (
     summarize_comparison,
     summarize_sweep,
 )
+from chatapp.engine.guards import PRECISION_LABELS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.units import fmt_bytes
 
@@ -80,6 +81,14 @@ def _tokenizer_line(result: dict[str, Any]) -> list[str]:
     vocab = result.get("vocab_size")
     words = f" for {vocab:,} tokens" if vocab else ""
     return ["", f"The tokenizer holds {fmt_bytes(held)} of the process's memory{words}."]
+
+
+def device_words(result: dict[str, Any]) -> str:
+    """The device a result was measured on, with the GGUF kernels' precision where they ran
+    ("cpu, fast 8-bit"; older results and other kernels name none)."""
+    precision = PRECISION_LABELS.get(result.get("precision") or "")
+    device = str(result.get("device", "this machine"))
+    return f"{device}, {precision}" if precision else device
 
 
 def markdown_report(result: dict[str, Any]) -> str:

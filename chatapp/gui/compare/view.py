@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.engine.bench.report import device_words
 from chatapp.engine.bench.sentences import explanation
 from chatapp.engine.bench.summary import per_token_ms
 from chatapp.engine.modes import MODES, Mode
@@ -373,7 +374,7 @@ class CompareView(QWidget):
         self._save()
         loops = ", ".join(m.label for m in MODES if m in r)
         self.status.setText(
-            f"Done: {loops} on {r['device']}, {r['prompt_tokens']} prompt tokens, "
+            f"Done: {loops} on {device_words(r)}, {r['prompt_tokens']} prompt tokens, "
             f"{r['max_new_tokens']} generated, {r['repeats']} run(s); same tokens: "
             f"{'yes' if r['same_tokens'] else 'no'}."
         )
@@ -431,7 +432,7 @@ class CompareView(QWidget):
         when = (header.get("environment") or {}).get("time", "")
         self.status.setText(
             f"The last results, measured {when} with {header.get('model', 'a model')} on "
-            f"{header.get('device', 'this machine')}: run the loops to measure again."
+            f"{device_words(header)}: run the loops to measure again."
         )
         self._explain()
         self._on_sweep_edited()

@@ -26,6 +26,17 @@ BASE_MODEL_NOTICE = (
     "This is a base model without a chat template: what you write is continued as text, not "
     "answered (Sampling > Prompt > Chat talks to it as User: / Assistant: lines instead)."
 )
+BASE_MODEL_CHAT_NOTICE = (
+    "This is a base model without a chat template: messages are sent as User: / Assistant: "
+    "lines, and the answer ends where the model starts a turn of its own."
+)
+BASE_MODEL_NOTICES = (BASE_MODEL_NOTICE, BASE_MODEL_CHAT_NOTICE)
+
+
+def base_model_notice(choice: str) -> str:
+    """What the banner says of a base model under the chat's prompt choice."""
+    return BASE_MODEL_NOTICE if choice == CONTINUE else BASE_MODEL_CHAT_NOTICE
+
 
 # The prompt box's placeholder while the model continues text (a chat's is the view's own).
 CONTINUE_PLACEHOLDER = "Text for the model to continue (Enter sends, Shift+Enter: new line)"

@@ -23,7 +23,6 @@ from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.window.menus import RECENT_KEY
 from chatapp.session import formatting as fmt
 from chatapp.session.model_jobs import ModelSummary
-from chatapp.session.prompt_style import BASE_MODEL_NOTICE
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
@@ -104,7 +103,7 @@ class ModelLoading(QObject):
         if summary.fallback_reason:  # a device that failed: old once an answer succeeds
             window.show_message(summary.fallback_reason, "warning", until_answer=True)
         elif not summary.has_chat_template:
-            window.show_message(BASE_MODEL_NOTICE, "info")
+            pass  # the chat says so, under the prompt choice the chat keeps (feature.py)
         elif notice:
             window.show_message(notice, "info")
         else:

@@ -139,6 +139,8 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.model is None:
             _prepare_default_model()
         engine = start_engine(args)
+        if engine.tokenizer.notice:  # as `generate` and the window say it
+            print(f"chatapp serve: {engine.tokenizer.notice}", file=sys.stderr)
         log = None if args.quiet else _log
         worker = EngineWorker(
             engine, args.mode, args.served_model_name, args.max_queue, log, parallel=args.parallel

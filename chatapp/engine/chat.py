@@ -30,7 +30,8 @@ FALLBACK_TEMPLATE = (
 ORDINARY_CHAT = ({"role": "user", "content": "Say hi"},)
 NO_TEMPLATE_NOTICE = (
     "This model has no chat template (it may be a base model, not a chat model): the "
-    "conversation is sent as plain 'User:' / 'Assistant:' text, so answers may not follow it."
+    "conversation is sent as plain 'User:' / 'Assistant:' lines, and the answer ends where "
+    "the model starts a turn of its own."
 )
 
 # How a conversation becomes the prompt (ChatTokenizer.use_style).

@@ -59,9 +59,13 @@ def engine_style(choice: str, has_chat_template: bool) -> str:
     return STYLE_TEMPLATE if has_chat_template else STYLE_PLAIN_CHAT
 
 
-def answer_stops(user_stops: tuple[str, ...], style: str) -> tuple[str, ...]:
-    """The person's stop strings, and for plain-line chat those that end an invented turn."""
-    extra = PLAIN_CHAT_STOPS if style == STYLE_PLAIN_CHAT else ()
+def answer_stops(
+    user_stops: tuple[str, ...], style: str, has_chat_template: bool = True
+) -> tuple[str, ...]:
+    """The person's stop strings, and for plain-line chat those that end an invented turn
+    (a model without a template chats in plain lines under its "template" style too)."""
+    plain = style == STYLE_PLAIN_CHAT or (style == STYLE_TEMPLATE and not has_chat_template)
+    extra = PLAIN_CHAT_STOPS if plain else ()
     return tuple(dict.fromkeys((*user_stops, *extra)))
 
 

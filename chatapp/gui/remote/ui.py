@@ -55,6 +55,7 @@ class RemoteUi(QObject):
         self.chat = self.chat_feature.controller
         self.figures = RemoteFigures(self.chat_feature.side_panel)
         self.server = WindowServer(window.runner, window.host, self, window.tools)
+        self._serving_failure: str | None = None  # the banner's, until serving starts
         self.serving_box = ServingBox(self.server)
         self.chat_feature.side_panel.add_backend_box(self.serving_box)
         self.timeouts = Timeouts()  # tests shorten them
@@ -257,6 +258,10 @@ class RemoteUi(QObject):
 
     @Slot(object)
     def _on_serving_started(self, serving: Serving) -> None:
+        banner = self.window.banner
+        if banner.isVisible() and banner.text() == self._serving_failure:
+            self.window.dismiss_message()  # e.g. a port in use: serving runs elsewhere now
+        self._serving_failure = None
         self._show_serving()
         how = (
             f"up to {serving.slots} of their requests decode together, beside the chat"
@@ -286,6 +291,7 @@ class RemoteUi(QObject):
     @Slot(str)
     def _on_serving_failed(self, message: str) -> None:
         self._set_serve_checked(False)
+        self._serving_failure = message
         self.window.show_message(message, "error")
 
     @Slot()

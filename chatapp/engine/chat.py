@@ -200,6 +200,23 @@ class ChatTokenizer:
             self._ordinary_renders = False
         self.prompt_style = style
 
+    def default_system_prompt(self) -> str:
+        """The system text the template writes when a chat has none (SmolLM2's "You are a
+        helpful AI assistant named SmolLM..."): every prompt holds it, so the window shows it.
+        Found as what a system message of the chat's own takes the place of ("": none)."""
+        marker, question = "\ue000system\ue000", [Message("user", "\ue001")]
+        try:
+            alone = self.render(question)
+            with_own = self.render([Message("system", marker), *question])
+        except (ModelError, ValueError):
+            return ""
+        head, found, tail = with_own.partition(marker)
+        if not found or len(head) + len(tail) > len(alone):
+            return ""
+        if not (alone.startswith(head) and alone.endswith(tail)):
+            return ""
+        return alone[len(head) : len(alone) - len(tail)].strip()
+
     @property
     def template_source(self) -> str:
         """The chat template's text (the fallback for folders without one)."""

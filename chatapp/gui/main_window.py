@@ -214,6 +214,13 @@ class MainWindow(QMainWindow):
             self.banner.dismiss()
         return self.banner.serial
 
+    def shown_message(self) -> tuple[str, str] | None:
+        """The banner's text and level while it shows (a feature replaces or clears its own
+        message once its cause is gone)."""
+        if not self.banner.isVisible():
+            return None
+        return self.banner.text(), self.banner.level
+
     def show_backend(self, line: str, title: str, tip: str | None = None) -> None:
         """What answers: the status bar's model line (`tip`: its tooltip, when given) and the
         window title."""

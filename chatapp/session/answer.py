@@ -155,7 +155,7 @@ def answer(
             backend.max_context,
             request.settings.max_new_tokens,
         )
-        yield report
+        yield replace(report, model=backend.answerer)
     mode = request.mode if caps.chooses_loop else None
     if backend.needs_warm_up(mode):
         # The device's first runs compile its programs: a phase of their own, ahead of the

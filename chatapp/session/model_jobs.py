@@ -108,6 +108,8 @@ class ModelSummary:
     kernels: str = ""
     # False for a model without a chat template (a base model): the window continues text.
     has_chat_template: bool = True
+    default_system_prompt: str = ""  # what the template writes when a chat has none
+    default_system_tokens: int = 0
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -177,6 +179,7 @@ def cpu_fallback_job(host: EngineHost, reason: str) -> Job:
 
 
 def summarize(engine: Engine, requested_device: str, reason: str | None) -> ModelSummary:
+    default = engine.tokenizer.default_system_prompt()
     return ModelSummary(
         folder=engine.info.folder,
         name=engine.info.name,
@@ -195,6 +198,8 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
         kernels=engine.kernels,
         has_chat_template=engine.tokenizer.has_template,
+        default_system_prompt=default,
+        default_system_tokens=len(engine.tokenizer.encode(default)) if default else 0,
     )
 
 

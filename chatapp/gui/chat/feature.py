@@ -286,12 +286,13 @@ class ChatFeature(QObject):
     def _show_prompt_choice(self, _what: object = None) -> None:
         choice = self.side_panel.sampling_box.prompt.choice()
         continuing = choice == ps.CONTINUE
-        banner = self.window.banner
-        shown = next((n for n in ps.BASE_MODEL_NOTICES if n in banner.text()), None)
-        if banner.isVisible() and shown is not None:  # the base model's notice follows too
-            text = banner.text().replace(shown, ps.base_model_notice(choice))
-            if text != banner.text():
-                self.window.show_message(text, banner.level)
+        banner = self.window.shown_message()
+        text, level = banner if banner is not None else ("", "")
+        shown = next((n for n in ps.BASE_MODEL_NOTICES if n in text), None)
+        if shown is not None:  # the base model's notice follows the choice too
+            now = text.replace(shown, ps.base_model_notice(choice))
+            if now != text:
+                self.window.show_message(now, level)
         placeholder = ps.CONTINUE_PLACEHOLDER if continuing else self._chat_placeholder
         self.chat_view.prompt_edit.setPlaceholderText(placeholder)
         empty = ps.CONTINUE_EMPTY_CHAT if continuing else self._empty_chat

@@ -94,6 +94,9 @@ class ModelLoading(QObject):
             panel.preselect(device=summary.device)
         panel.set_context(0, summary.max_context)
         panel.set_model_sampling(summary.sampling)
+        panel.system_prompt_box.set_model_default(
+            summary.default_system_prompt, summary.default_system_tokens
+        )
         panel.sampling_box.prompt.set_chat_template(summary.has_chat_template, str(summary.folder))
         remember_recent(window.settings, RECENT_KEY, str(summary.folder))
         # The graph only when one was named: a folder's default depends on the device (its

@@ -9,8 +9,8 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractScrollArea, QHeaderView, QTableWidget, QTableWidgetItem
 
-from chatapp.engine.bench.sentences import NO_DIFFERENCE
-from chatapp.engine.bench.summary import Ratio, decimals, fig, loop_figures, summarize_comparison
+from chatapp.engine.bench.sentences import ratio_cell
+from chatapp.engine.bench.summary import decimals, loop_figures, summarize_comparison
 from chatapp.engine.modes import Mode
 from chatapp.units import fmt_bytes
 
@@ -97,13 +97,14 @@ class SummaryTable(QTableWidget):
         ratio = self.ratio_column
         summary = summarize_comparison(result)
         if ratio is not None and summary.io_vs_naive is not None:
-            self.cell(0, ratio, ratio_text(summary.io_vs_naive, "Naive ", "IO-Binding "))
-            naive, iob = summary.loops[Mode.NAIVE], summary.loops[Mode.IOBINDING]
-            answers = Ratio(naive.answer_s.median, iob.answer_s.median, 0.0, 0.0, 0)
-            self.cell(1, ratio, ratio_text(answers, "Naive ", "IO-Binding ", judged=False))
+            # Every ratio with its spread and the summary's verdict (bench/sentences.py).
+            self.cell(0, ratio, ratio_cell(summary.io_vs_naive, "Naive ", "IO-Binding "))
+            if summary.io_vs_naive_answer is not None:
+                answers = summary.io_vs_naive_answer
+                self.cell(1, ratio, ratio_cell(answers, "Naive ", "IO-Binding "))
             if summary.io_vs_naive_speed is not None:
                 speed = summary.io_vs_naive_speed
-                self.cell(2, ratio, ratio_text(speed, "IO-Binding ", "Naive ", judged=False))
+                self.cell(2, ratio, ratio_cell(speed, "IO-Binding ", "Naive "))
         for column in range(len(self.loops)):
             self.cell(same, column, "yes" if result["same_tokens"] else "NO")
         # Every loop runs the same folder: a step reads the same weights (docs/engine.md).
@@ -126,13 +127,3 @@ class SummaryTable(QTableWidget):
         height = self.horizontalHeader().height() + rows + 2 * self.frameWidth() + scrollbar
         self.setMinimumHeight(height)
         self.setMaximumHeight(height)
-
-
-def ratio_text(ratio: Ratio, top: str, bottom: str, judged: bool = True) -> str:
-    """'Naive 37.9 / IO-Binding 38.7 = 0.98x: IO-Binding slower' (the numbers it divides)."""
-    text = f"{top}{fig(ratio.numerator)} / {bottom}{fig(ratio.denominator)} = {ratio.value:.2f}x"
-    if not judged:
-        return text
-    if not ratio.measurable:
-        return f"{text}: {NO_DIFFERENCE}"
-    return f"{text}: IO-Binding {'faster' if ratio.value > 1 else 'slower'}"

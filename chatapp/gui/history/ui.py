@@ -327,7 +327,7 @@ class HistoryUi(QObject):
             chat.side_panel.set_context(0, total, "")
         else:
             chat.side_panel.set_context(
-                report.prompt_tokens, report.limit, report.describe(), report.dropped
+                report.prompt_tokens, report.limit, report.describe(), report.dropped, report.model
             )
 
     @Slot(object)

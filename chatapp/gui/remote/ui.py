@@ -198,7 +198,10 @@ class RemoteUi(QObject):
             if model is not None:
                 w.show_backend(f"{model.name} · {model.device_label}", f"{model.name} — chatapp")
                 w.notify(f"Answers come from {model.name} again.", 8000)
-                self.chat_feature.side_panel.set_context(0, model.max_context)
+                if self.chat.conversation.messages:  # counted again for the local model
+                    self.chat.measure_context(self.chat_feature.options())
+                else:
+                    self.chat_feature.side_panel.set_context(0, model.max_context)
             else:
                 w.show_backend("No model", "chatapp")
         self._update_actions()
@@ -258,8 +261,8 @@ class RemoteUi(QObject):
 
     @Slot(object)
     def _on_serving_started(self, serving: Serving) -> None:
-        banner = self.window.banner
-        if banner.isVisible() and banner.text() == self._serving_failure:
+        banner = self.window.shown_message()
+        if banner is not None and banner[0] == self._serving_failure:
             self.window.dismiss_message()  # e.g. a port in use: serving runs elsewhere now
         self._serving_failure = None
         self._show_serving()

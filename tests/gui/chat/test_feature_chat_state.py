@@ -83,6 +83,13 @@ def test_load_on_a_reopened_chats_banner_keeps_its_prompt_style(
     # Reopen the base chat: its banner offers its model; loading it keeps the chat's Chat.
     click_row(qtbot, window, base_chat)
     assert prompt.choice() == ps.CHAT
+    # Its messages are counted for the model loaded now, and say so (not tiny-base's counts).
+    qtbot.waitUntil(
+        lambda: "tokens of context for tiny-llama" in view.transcript.toPlainText(),
+        timeout=LOAD_TIMEOUT_MS,
+    )
+    note = window.chat.side_panel.figures_box.context_note
+    assert "tiny-llama" in note.text() and "tiny-base" in note.text()
     banner = window.banner
     assert banner.isVisible() and banner.action_button.text() == "Load tiny-base"
     banner.action_button.click()

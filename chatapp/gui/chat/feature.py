@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtCore import QObject, Qt, Slot
 
 from chatapp.datadir import models_dir
 from chatapp.engine.devices import CPU
@@ -156,7 +156,11 @@ class ChatFeature(QObject):
 
     def about_rows(self) -> list[tuple[str, str]]:
         c, model = self.controller, self.controller.model
-        rows = []
+        selector = self.side_panel.device_selector  # the devices that started a session here
+        labels = [
+            str(selector.itemData(i, Qt.ItemDataRole.ToolTipRole)) for i in range(selector.count())
+        ]
+        rows = [("Devices here", ", ".join(labels))] if labels else []
         if c.remote is not None:
             rows.append(("Server", c.remote.description))
         if model is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QAbstractScrollArea, QHeaderView, QTableWidget, QTableWidgetItem
 
 from chatapp.engine.bench.sentences import ratio_cell
@@ -37,6 +38,9 @@ ROW_LABELS = [
     WEIGHTS_ROW_LABEL,
 ]
 RATIO_HEADER = "IO-Binding vs Naive (above 1: IO-Binding faster)"
+# The ratio column never narrower than this: on an 800-pixel window the last section's rest
+# was ~25 px, a ratio and its verdict one letter a line. The table scrolls sideways instead.
+RATIO_MIN_WIDTH = 300
 
 
 def table_text(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
@@ -78,6 +82,10 @@ class SummaryTable(QTableWidget):
         self.clearContents()
         self.setColumnCount(len(headers))
         self.setHorizontalHeaderLabels(headers)
+        if self.ratio_column is not None:  # its width is the rest, or RATIO_MIN_WIDTH
+            self.horizontalHeader().setSectionResizeMode(
+                self.ratio_column, QHeaderView.ResizeMode.Interactive
+            )
         self.fit_height()
 
     @property
@@ -120,7 +128,23 @@ class SummaryTable(QTableWidget):
         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.setItem(row, column, item)
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_height()
+
+    def _keep_ratio_readable(self) -> None:
+        ratio, header = self.ratio_column, self.horizontalHeader()
+        if ratio is None:
+            header.setStretchLastSection(True)
+            return
+        others = sum(self.columnWidth(c) for c in range(ratio))
+        room = self.viewport().width() - others
+        header.setStretchLastSection(room >= RATIO_MIN_WIDTH)
+        if room < RATIO_MIN_WIDTH:
+            self.setColumnWidth(ratio, RATIO_MIN_WIDTH)
+
     def fit_height(self) -> None:
+        self._keep_ratio_readable()
         self.resizeRowsToContents()
         rows = sum(self.rowHeight(r) for r in range(self.rowCount()))
         scrollbar = self.horizontalScrollBar().sizeHint().height()

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.gui.common import geometry
+from chatapp.gui.common.anchored_scroll import AnchoredScrollArea
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.window.chat_face import ChatFace
@@ -105,7 +106,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(chat_page, "Chat")
 
         side_panel = self.chat.side_panel
-        side_scroll = QScrollArea(self)
+        # It stays on what it shows while the figures above change height (an answer streams).
+        side_scroll = AnchoredScrollArea(self)
         side_scroll.setObjectName("sidePanelScroll")
         side_scroll.setWidget(side_panel)
         side_scroll.setWidgetResizable(True)

@@ -121,3 +121,24 @@ def test_a_base_model_opened_over_a_chat_says_it_has_no_template(
     prompt = window.chat.side_panel.sampling_box.prompt
     assert prompt.choice() == ps.CONTINUE
     assert window.chat.chat_view.prompt_edit.placeholderText() == ps.CONTINUE_PLACEHOLDER
+
+
+def test_the_regenerate_note_goes_when_the_new_answer_differs(
+    qtbot, make_window, varied_model_dir: Path
+) -> None:
+    """Greedy says Regenerate writes the same answer; a longer limit makes another: the note
+    that said "the same answer again" does not stay under it."""
+    window: MainWindow = make_window(["--model", str(varied_model_dir)])
+    view = window.chat.chat_view
+    set_sampling(window, greedy(3))
+    send_and_wait(qtbot, window, "hello")
+    first = window.chat.conversation.messages[-1]
+    window.chat.side_panel.sampling_box.max_tokens_spin.setValue(6)
+    view.regenerate_button.click()
+    assert view.regenerate_note.isVisible()  # offered as it starts: greedy, same settings
+    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=LOAD_TIMEOUT_MS)
+    again = window.chat.conversation.messages[-1]
+    assert again.version == 1
+    assert view.regenerate_note.isVisible() == (again.content == first.content)
+    if first.figures is not None and first.figures.finish_reason == "length":
+        assert again.content != first.content and not view.regenerate_note.isVisible()

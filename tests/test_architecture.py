@@ -444,7 +444,7 @@ WINDOW_API = frozenset(
         "before_shutdown", "leave_checks", "busy_checks", "refresh_controls",
         "new_chat", "may_leave_chat", "installEventFilter",
         # what it says
-        "notify", "show_message", "dismiss_message", "show_backend", "busy",
+        "notify", "show_message", "shown_message", "dismiss_message", "show_backend", "busy",
     }
 )  # fmt: skip
 

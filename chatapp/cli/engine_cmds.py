@@ -84,17 +84,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--raw", action="store_true", help="no chat template: continue the text")
     gen.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128)
     greedy = gen.add_mutually_exclusive_group()
-    greedy.add_argument("--greedy", action="store_true", help="always the most likely token")
+    greedy.add_argument(
+        "--greedy",
+        action="store_true",
+        help="always the most likely token: the window's Precise preset (repetition penalty "
+        "1.1 kept; --repetition-penalty 1 turns it off)",
+    )
     greedy.add_argument(
         "--temperature", type=checks.number(0, checks.MAX_TEMPERATURE), default=None
     )
-    gen.add_argument("--top-k", type=checks.whole(0, 1 << 24, "a token count"), default=40)
-    gen.add_argument("--top-p", type=checks.number(0, 1, low_open=True), default=0.95)
+    gen.add_argument(
+        "--top-k", type=checks.whole(0, 1 << 24, "a token count"), default=None, help="default 40"
+    )
+    gen.add_argument(
+        "--top-p", type=checks.number(0, 1, low_open=True), default=None, help="default 0.95"
+    )
     gen.add_argument(
         "--repetition-penalty",
         type=checks.number(0, checks.MAX_PENALTY, low_open=True),
-        default=1.1,
-        help="makes tokens already in the prompt or the answer less likely (1: off)",
+        default=None,
+        help="makes tokens already in the prompt or the answer less likely (1: off; default 1.1)",
     )
     gen.add_argument("--seed", type=checks.whole(0, checks.MAX_SEED, "a seed"), default=None)
     gen.add_argument(
@@ -248,14 +257,22 @@ def run_devices(args: argparse.Namespace) -> int:
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
-    temperature = 0.0 if args.greedy else (0.7 if args.temperature is None else args.temperature)
-    return SamplingSettings(
-        temperature=temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=1.0 if temperature == 0.0 else args.repetition_penalty,
+    """--greedy is the window's Precise preset (its repetition penalty kept); values named
+    on the command line go over it, as the window's own values go over a preset."""
+    from chatapp.engine.model_folder.sampling_defaults import chosen_sampling
+
+    named = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+    }
+    chosen = {name: value for name, value in named.items() if value is not None}
+    return chosen_sampling(
+        "precise" if args.greedy else None,
         seed=args.seed,
         max_new_tokens=args.max_new_tokens,
+        **chosen,
     )
 
 

@@ -150,6 +150,8 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.model is None:
             _prepare_default_model()
         engine = start_engine(args)
+        if engine.tokenizer.notice:  # as `generate` and the window say it
+            print(f"chatapp serve: {engine.tokenizer.notice}", file=sys.stderr)
         log = None if args.quiet else _log
         parallel = _slots(args, engine)
         budget = args.kv_budget

@@ -30,7 +30,8 @@ FALLBACK_TEMPLATE = (
 ORDINARY_CHAT = ({"role": "user", "content": "Say hi"},)
 NO_TEMPLATE_NOTICE = (
     "This model has no chat template (it may be a base model, not a chat model): the "
-    "conversation is sent as plain 'User:' / 'Assistant:' text, so answers may not follow it."
+    "conversation is sent as plain 'User:' / 'Assistant:' lines, and the answer ends where "
+    "the model starts a turn of its own."
 )
 
 # How a conversation becomes the prompt (ChatTokenizer.use_style).
@@ -205,6 +206,23 @@ class ChatTokenizer:
             self._template, self._template_error = None, None
             self._ordinary_renders = False
         self.prompt_style = style
+
+    def default_system_prompt(self) -> str:
+        """The system text the template writes when a chat has none (SmolLM2's "You are a
+        helpful AI assistant named SmolLM..."): every prompt holds it, so the window shows it.
+        Found as what a system message of the chat's own takes the place of ("": none)."""
+        marker, question = "\ue000system\ue000", [Message("user", "\ue001")]
+        try:
+            alone = self.render(question)
+            with_own = self.render([Message("system", marker), *question])
+        except (ModelError, ValueError):
+            return ""
+        head, found, tail = with_own.partition(marker)
+        if not found or len(head) + len(tail) > len(alone):
+            return ""
+        if not (alone.startswith(head) and alone.endswith(tail)):
+            return ""
+        return alone[len(head) : len(alone) - len(tail)].strip()
 
     @property
     def template_source(self) -> str:

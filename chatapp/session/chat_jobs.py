@@ -282,7 +282,7 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
             backend.max_context,
             request.max_new_tokens,
         )
-        return report
+        return replace(report, model=backend.answerer)
 
     # A template that rejects the messages: the answer will say so; the log keeps it.
     return Job("context measurement", run, lambda exc: failed("Counting tokens", exc))

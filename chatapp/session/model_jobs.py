@@ -112,6 +112,8 @@ class ModelSummary:
     precision: str | None = None
     # False for a model without a chat template (a base model): the window continues text.
     has_chat_template: bool = True
+    default_system_prompt: str = ""  # what the template writes when a chat has none
+    default_system_tokens: int = 0
 
 
 def named_figures(
@@ -189,6 +191,7 @@ def cpu_fallback_job(host: EngineHost, reason: str) -> Job:
 
 
 def summarize(engine: Engine, requested_device: str, reason: str | None) -> ModelSummary:
+    default = engine.tokenizer.default_system_prompt()
     return ModelSummary(
         folder=engine.info.folder,
         name=engine.info.name,
@@ -208,6 +211,8 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         kernels=engine.kernels,
         precision=engine.precision_in_effect,
         has_chat_template=engine.tokenizer.has_template,
+        default_system_prompt=default,
+        default_system_tokens=len(engine.tokenizer.encode(default)) if default else 0,
     )
 
 

@@ -26,7 +26,6 @@ from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.window.menus import RECENT_KEY
 from chatapp.session import formatting as fmt
 from chatapp.session.model_jobs import ModelSummary
-from chatapp.session.prompt_style import BASE_MODEL_NOTICE
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
@@ -102,6 +101,9 @@ class ModelLoading(QObject):
             panel.preselect(device=summary.device)
         panel.set_context(0, summary.max_context)
         panel.set_model_sampling(summary.sampling)
+        panel.system_prompt_box.set_model_default(
+            summary.default_system_prompt, summary.default_system_tokens
+        )
         panel.sampling_box.prompt.set_chat_template(summary.has_chat_template, str(summary.folder))
         remember_recent(window.settings, RECENT_KEY, str(summary.folder))
         # The graph only when one was named: a folder's default depends on the device (its
@@ -111,7 +113,7 @@ class ModelLoading(QObject):
         if summary.fallback_reason:  # a device that failed: old once an answer succeeds
             window.show_message(summary.fallback_reason, "warning", until_answer=True)
         elif not summary.has_chat_template:
-            window.show_message(BASE_MODEL_NOTICE, "info")
+            pass  # the chat says so, under the prompt choice the chat keeps (feature.py)
         elif notice:
             window.show_message(notice, "info")
         else:

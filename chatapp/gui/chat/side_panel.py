@@ -282,10 +282,13 @@ class SidePanel(QWidget):
         self.precision_selector.setEnabled(not loading and self._precision_unavailable is None)
 
     # ---- figures (live_figures.py) ---------------------------------------------------------
-    def set_context(self, used: int, total: int, tip: str | None = None, dropped: int = 0) -> None:
+    def set_context(
+        self, used: int, total: int, tip: str | None = None, dropped: int = 0, model: str = ""
+    ) -> None:
         """`used` of `total` tokens; `tip`: what the count holds, on the figure and its bar
-        ("": none; None: the tooltips stay); `dropped`: the oldest messages it leaves out."""
-        self.figures_box.set_context(used, total, dropped)
+        ("": none; None: the tooltips stay); `dropped`: the oldest messages it leaves out;
+        `model`: whose tokenizer counted them."""
+        self.figures_box.set_context(used, total, dropped, model)
         if tip is not None:
             self.figures_box.context_value.setToolTip(tip)
             if tip:

@@ -153,6 +153,10 @@ class CompareView(QWidget):
         self.sweep_estimate = QLabel("", self)
         self.sweep_estimate.setObjectName("sweepEstimate")
         muted(self.sweep_estimate)
+        self.sweep_note = QLabel("", self)  # where No cache runs: in words, not only a tooltip
+        self.sweep_note.setObjectName("sweepNoCacheNote")
+        self.sweep_note.setWordWrap(True)
+        muted(self.sweep_note)
         self.sweep_button = QPushButton("Context sweep", self)
         self.sweep_button.setObjectName("sweepRunButton")
         self.export_button = QPushButton("Export…", self)
@@ -204,6 +208,7 @@ class CompareView(QWidget):
         layout.addLayout(prompt_row)
         layout.addLayout(controls)
         layout.addLayout(sweep_row)
+        layout.addWidget(self.sweep_note)
         layout.addWidget(self.status)
         layout.addWidget(self.progress)
         layout.addWidget(scroll, 1)
@@ -323,6 +328,12 @@ class CompareView(QWidget):
         self.sweep_estimate.setText(
             f"{about.capitalize()} by the last comparison" if about else "Estimated when it starts"
         )
+        try:
+            note = self.sweep_request(parse_contexts(self.sweep_edit.text())).nocache_note()
+        except ValueError:
+            note = ""
+        self.sweep_note.setText(note)
+        self.sweep_note.setVisible(bool(note))
 
     def _start(self, job: Job, on_finished: Callable[[Any], None]) -> None:
         self._set_running(True)

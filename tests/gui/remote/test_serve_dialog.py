@@ -60,6 +60,7 @@ def test_a_port_in_use_is_said_plainly_and_the_choice_remembered(qtbot, window: 
         assert "choose another port" in message and "Traceback" not in message
         assert not ui.serve_action.isChecked() and ui.server.serving is None
         assert remembered_port(window.settings) == port  # offered again next time
+        assert window.banner.isVisible() and window.banner.text() == message
     finally:
         taken.close()
     # Cancel leaves serving off.
@@ -73,6 +74,7 @@ def test_a_port_in_use_is_said_plainly_and_the_choice_remembered(qtbot, window: 
         ui.serve_action.trigger()
         accept_port(ui)
     assert ui.serve_action.isChecked()
+    assert not window.banner.isVisible()  # the port in use is not the story any more
     ui.serve_action.trigger()  # off
 
 

@@ -68,6 +68,9 @@ def test_about_names_versions_and_model(make_window, tiny_model_dir: Path) -> No
     text = about_text(window.chat)
     for needle in ("ONNX Runtime", "Qt", "PySide6", "layers", "KV layout", str(tiny_model_dir)):
         assert needle in text
+    # The three loops, and only devices that started a session here (not every provider).
+    assert "No cache, Naive and IO-Binding" in text and "Devices here" in text
+    assert "ExecutionProvider" not in text
 
 
 def test_help_opens_the_log_folder(make_window, tmp_path, monkeypatch) -> None:

@@ -23,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.default_model import bundled_gguf
 from chatapp.convert.gguf_file import GGUFModel
+from chatapp.convert.reference import ReferenceModel
 from chatapp.engine import devices
 from chatapp.engine.bench.run import filler_text
 from chatapp.engine.chat import ChatTokenizer
 from chatapp.engine.sampling import token_logprobs
-from tests.convert.reference import ReferenceModel
 
 VARIANTS = {
     "steps on 2 int8 levels, prompts float / Q8_0 head on 2 levels in steps, 3 in prompts "
@@ -109,6 +109,8 @@ def main() -> None:
             ref_logits = reference.logits(ids)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 2
+        # The native kernels' arithmetic this table describes: exact (fast would be 8-bit).
+        opts.add_session_config_entry(devices.PRECISION_CONFIG, "exact")
         devices.register_if_needed(folder / "model.onnx", True, "the CPU", opts)
         session = ort.InferenceSession(str(folder / "model.onnx"), opts)
         assert ref_logits is not None

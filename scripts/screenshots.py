@@ -70,9 +70,9 @@ def main() -> int:
         help="a JSON file of tools (Sampling > Tools), with 'Must call one'",
     )
     parser.add_argument(
-        "--fast-prompts",
+        "--exact",
         action="store_true",
-        help="'Faster prompts (int16)' checked, as a user who chose it (remembered)",
+        help="Precision 'Exact' for the model, as a user who chose it (remembered per model)",
     )
     args = parser.parse_args()
     # The prepared default model, without copying it into the fresh data folder.
@@ -85,10 +85,16 @@ def main() -> int:
     remembered = ""
     if args.both_panes:
         remembered += "[view]\nconversation_list=true\nside_panel=true\n"
-    if args.fast_prompts:
-        remembered += "[engine]\nprompt_precision=int16\n"
     if remembered:
         (data / "chatapp.ini").write_text(remembered)
+    if args.exact:
+        from PySide6.QtCore import QSettings
+
+        from chatapp.gui.common.load_memory import remember_precision
+
+        settings = QSettings(str(data / "chatapp.ini"), QSettings.Format.IniFormat)
+        remember_precision(settings, Path(model), "exact")
+        settings.sync()
     from chatapp.gui.app import application, build_window
     from chatapp.gui.chat.controller import State
     from chatapp.gui.chat.feature import chat_of

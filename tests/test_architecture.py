@@ -25,14 +25,15 @@ QT_PACKAGES = ("PySide6", "shiboken6", "qasync", "PyQt5", "PyQt6")
 # Top to bottom: a module may import its own package and anything in a lower layer. Packages
 # in one layer are siblings and do not import each other. The front ends (window, command
 # line) sit on top; `chatapp serve` on the session's jobs (the command line starts it); the
-# remote client beside the store (both build on the engine's types); the store keeps what the
+# remote client and the hub's downloads beside the store (all build on the engine's types and
+# the hub on the converter's families too); the store keeps what the
 # engine measures; the engine and the converter are siblings (the engine runs any folder, made
 # by chatapp or not) that share the folder format below them. A new package must be placed here.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("chatapp.gui", "chatapp.cli"),
     ("chatapp.server",),
     ("chatapp.session",),
-    ("chatapp.store", "chatapp.remote"),
+    ("chatapp.store", "chatapp.remote", "chatapp.hub"),
     ("chatapp.engine", "chatapp.convert"),
     ("chatapp.folder_format",),
     ("chatapp",),  # the top-level modules (__init__, datadir, logs, units), not packages
@@ -443,7 +444,7 @@ WINDOW_API = frozenset(
         "before_shutdown", "leave_checks", "busy_checks", "refresh_controls",
         "new_chat", "may_leave_chat", "installEventFilter",
         # what it says
-        "notify", "show_message", "dismiss_message", "show_backend", "busy",
+        "notify", "show_message", "shown_message", "dismiss_message", "show_backend", "busy",
     }
 )  # fmt: skip
 

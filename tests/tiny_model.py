@@ -96,18 +96,20 @@ def write_tiny_gguf(
     seed: int = 0,
     tensor_types: Mapping[str, str] | None = None,
     chat_template: str | None = CHATML_TEMPLATE,
+    split_max_tensors: int = 0,
 ) -> Path:
     """Write a small, valid Llama GGUF; every linear weight is stored as `qtype`.
 
     `tensor_types` gives some tensors another type, by kind ("attn_v", "ffn_down", "token_embd",
     "output", ...), the way llama.cpp's presets mix types. `chat_template` None: a base
-    model's file, without one.
+    model's file, without one. `split_max_tensors`: llama.cpp's split files of that many
+    tensors each (gguf-py names them `<stem>-00001-of-0000N.gguf`; `path` is then not written).
     """
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab()
     vocab = len(tokens)
     head_dim = hidden // n_heads
-    writer = gguf.GGUFWriter(str(path), architecture)
+    writer = gguf.GGUFWriter(str(path), architecture, split_max_tensors=split_max_tensors)
     writer.add_name("tiny-llama-test")
     writer.add_block_count(n_layers)
     writer.add_context_length(context)

@@ -113,11 +113,18 @@ def run_convert(args: argparse.Namespace) -> int:
             )
             print(earlier)
             return 0
+    print(convert_file(args.gguf, args.out_dir, opts))
+    return 0
+
+
+def convert_file(gguf: Path, out_dir: Path, opts: ConvertOptions) -> Path:
+    """Convert with the plan and a progress bar on stderr, then prepare the folder's packed
+    copy; returns the folder (`chatapp convert`, `chatapp pull`)."""
     bar = ProgressBar("convert")
 
     def say_needs(plan: Preflight) -> None:
         # What the folder and the conversion take, before the bar: the window shows the same.
-        print(f"chatapp: {plan.line(args.gguf.name)}", file=sys.stderr, flush=True)
+        print(f"chatapp: {plan.line(gguf.name)}", file=sys.stderr, flush=True)
 
     from chatapp.engine.errors import EngineError
     from chatapp.engine.model_description import read_model
@@ -125,7 +132,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
     with terminate_as_interrupt():  # SIGTERM removes the .partial folder as Ctrl+C does
         try:
-            out = convert_gguf(args.gguf, args.out_dir, opts, bar, preflight=say_needs)
+            out = convert_gguf(gguf, out_dir, opts, bar, preflight=say_needs)
         finally:
             bar.close()
         # A big model's first load then maps this copy instead of packing it (docs/converter.md).
@@ -137,8 +144,7 @@ def run_convert(args: argparse.Namespace) -> int:
             prepare_folder(
                 model, say=lambda line: print(f"chatapp: {line}", file=sys.stderr, flush=True)
             )
-    print(out)
-    return 0
+    return out
 
 
 def run_prepare(_args: argparse.Namespace) -> int:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatapp.cli.errors import UserError
+from chatapp.cli.fidelity_cmd import add_fidelity_args, run_fidelity_bench
 from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
-from chatapp.engine.guards import PROMPT_PRECISIONS
+from chatapp.engine.guards import DEFAULT_PRECISION, PRECISION_LABELS, PRECISIONS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.json_text import JsonTextError, parse_json_text
@@ -45,12 +46,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help=f"intra-op threads (default: cores; at most {checks.THREADS_PER_CPU} per CPU)",
     )
     p.add_argument(
-        "--prompt-precision",
-        choices=PROMPT_PRECISIONS,
-        default=None,
-        help="how the GGUF kernels multiply a prompt: float (exact, default) or int16 (a decode "
-        "step's precision: about twice as fast with AVX-512 VNNI, slower with AVX2 only; "
-        "docs/engine.md)",
+        "--precision",
+        choices=PRECISIONS,
+        default=DEFAULT_PRECISION,
+        help="how the GGUF kernels multiply: fast (8-bit activations, as llama.cpp; the default) "
+        "or exact (float32 prompts, int16 decode steps: closer to the float model, slower); "
+        "docs/engine.md",
     )
     p.add_argument(
         "--context",
@@ -85,17 +86,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--raw", action="store_true", help="no chat template: continue the text")
     gen.add_argument("--max-new-tokens", type=NEW_TOKENS, default=128)
     greedy = gen.add_mutually_exclusive_group()
-    greedy.add_argument("--greedy", action="store_true", help="always the most likely token")
+    greedy.add_argument(
+        "--greedy",
+        action="store_true",
+        help="always the most likely token: the window's Precise preset (repetition penalty "
+        "1.1 kept; --repetition-penalty 1 turns it off)",
+    )
     greedy.add_argument(
         "--temperature", type=checks.number(0, checks.MAX_TEMPERATURE), default=None
     )
-    gen.add_argument("--top-k", type=checks.whole(0, 1 << 24, "a token count"), default=40)
-    gen.add_argument("--top-p", type=checks.number(0, 1, low_open=True), default=0.95)
+    gen.add_argument(
+        "--top-k", type=checks.whole(0, 1 << 24, "a token count"), default=None, help="default 40"
+    )
+    gen.add_argument(
+        "--top-p", type=checks.number(0, 1, low_open=True), default=None, help="default 0.95"
+    )
     gen.add_argument(
         "--repetition-penalty",
         type=checks.number(0, checks.MAX_PENALTY, low_open=True),
-        default=1.1,
-        help="makes tokens already in the prompt or the answer less likely (1: off)",
+        default=None,
+        help="makes tokens already in the prompt or the answer less likely (1: off; default 1.1)",
     )
     gen.add_argument("--seed", type=checks.whole(0, checks.MAX_SEED, "a seed"), default=None)
     gen.add_argument(
@@ -155,7 +165,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "same folder), llamacpp (llama.cpp on the same GGUF, its own process); comma-separated",
     )
     bench.add_argument(
-        "--peer-gguf", type=Path, default=None, help="the GGUF llama.cpp runs (default: bundled)"
+        "--peer-gguf",
+        type=Path,
+        default=None,
+        help="the GGUF the folder was converted from: llama.cpp runs it, --fidelity's float64 "
+        "reference reads it (default: the bundled one, for the default model)",
     )
     bench.add_argument(
         "--peer-python", default=None, help="a Python that has llama-cpp-python (default: this)"
@@ -179,6 +193,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="instead of the loops: one client alone against N decoded together (the "
         "slots of `chatapp serve --parallel N`), every answer --max-new-tokens long",
     )
+    add_fidelity_args(bench)
     bench.add_argument(
         "--report",
         type=Path,
@@ -244,14 +259,22 @@ def run_devices(args: argparse.Namespace) -> int:
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
-    temperature = 0.0 if args.greedy else (0.7 if args.temperature is None else args.temperature)
-    return SamplingSettings(
-        temperature=temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=1.0 if temperature == 0.0 else args.repetition_penalty,
+    """--greedy is the window's Precise preset (its repetition penalty kept); values named
+    on the command line go over it, as the window's own values go over a preset."""
+    from chatapp.engine.model_folder.sampling_defaults import chosen_sampling
+
+    named = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+    }
+    chosen = {name: value for name, value in named.items() if value is not None}
+    return chosen_sampling(
+        "precise" if args.greedy else None,
         seed=args.seed,
         max_new_tokens=args.max_new_tokens,
+        **chosen,
     )
 
 
@@ -266,7 +289,7 @@ def start_engine(args: argparse.Namespace) -> Engine:
         args.threads,
         args.context,
         onnx_file=args.onnx_file,
-        prompt_precision=args.prompt_precision,
+        precision=args.precision,
     )
     if engine.fallback_reason:
         print(f"chatapp: {engine.fallback_reason}", file=sys.stderr)
@@ -344,14 +367,17 @@ def run_generate(args: argparse.Namespace) -> int:
         out["device"] = engine.device.name
         out["onnx_file"] = engine.info.onnx_file
         out["kernels"] = engine.kernels  # GGUF kernels or ORT's
+        out["precision"] = engine.precision_in_effect  # None: no GGUF kernels, no such choice
         out["fallback_reason"] = engine.fallback_reason
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         print()
         if done.tool_calls:
             print(calls_text(done.tool_calls))
+        precision = engine.precision_in_effect
+        named = f", {PRECISION_LABELS[precision]}" if precision else ""
         print(
-            f"[{stats.mode} on {stats.device}: {stats.generated_tokens} tokens, "
+            f"[{stats.mode} on {stats.device}{named}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
             f"perplexity {formatting.perplexity(stats.perplexity)}, finish: {stats.finish_reason}]",
             file=sys.stderr,
@@ -372,6 +398,8 @@ def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> P
 def run_bench(args: argparse.Namespace) -> int:
     if args.parallel is not None:
         return run_parallel_bench(args)
+    if args.fidelity:
+        return run_fidelity_bench(args, resolve_model(args.model))
     from chatapp.engine.bench.report import markdown_report
     from chatapp.engine.bench.run import BenchConfig, run_bench_suite
 
@@ -386,7 +414,7 @@ def run_bench(args: argparse.Namespace) -> int:
         modes=tuple(Mode(m) for m in args.modes),
         repeats=args.repeats,
         threads=args.threads,
-        prompt_precision=args.prompt_precision,
+        precision=args.precision,
         max_context=args.context,
         context_tokens=args.context_tokens,
         peers=peers,
@@ -420,12 +448,13 @@ def run_parallel_bench(args: argparse.Namespace) -> int:
         args.threads,
         args.context,
         onnx_file=args.onnx_file,
-        prompt_precision=args.prompt_precision,
+        precision=args.precision,
     )
     print(f"chatapp bench: 1 client, then {args.parallel} together", file=sys.stderr)
     result = measure_parallel(engine, args.parallel, args.max_new_tokens)
     if args.json:
-        print(json.dumps({"model": engine.info.name, **result.to_dict()}, indent=2))
+        named = {"model": engine.info.name, "precision": engine.precision_in_effect}
+        print(json.dumps({**named, **result.to_dict()}, indent=2))
     else:
         print("\n".join(parallel_sentences(result)))
     return 0

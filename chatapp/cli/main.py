@@ -7,7 +7,7 @@ import os
 import sys
 
 from chatapp import __version__
-from chatapp.cli import convert_cmds, engine_cmds, server_cmds
+from chatapp.cli import convert_cmds, engine_cmds, hub_cmds, server_cmds
 from chatapp.cli.errors import Terminated, UserError
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert_cmds.add_parsers(sub)
     engine_cmds.add_parsers(sub)
     server_cmds.add_parsers(sub)
+    hub_cmds.add_parsers(sub)
     return parser
 
 

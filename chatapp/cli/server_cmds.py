@@ -18,10 +18,12 @@ from chatapp.server.security import AccessOptionError, host_option, origin_optio
 from chatapp.session import arg_checks as checks
 
 if TYPE_CHECKING:
+    from chatapp.engine.engine import Engine
     from chatapp.server.worker import EngineWorker
 
 API_KEY_ENV = "CHATAPP_API_KEY"
 MAX_PARALLEL = 16
+DEFAULT_PARALLEL = 4  # as llama.cpp's server: 4 slots in one KV budget
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +32,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="serve the model over an OpenAI-compatible HTTP API (127.0.0.1 by default)",
         description="OpenAI-compatible /v1/chat/completions, /v1/completions, /v1/responses and "
         "/v1/models. "
-        "One request generates at a time (with --parallel N, N decode together); the others "
-        "wait their turn.",
+        "Up to 4 requests decode together where the model can (--parallel N), within one KV "
+        "budget (--kv-budget); the others wait their turn.",
     )
     add_model_args(serve)  # --json: print the address as JSON once listening
     serve.add_argument(
@@ -88,10 +90,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--parallel",
         type=checks.whole(1, MAX_PARALLEL, "a number of requests"),
-        default=1,
+        default=None,
         metavar="N",
-        help="decode up to N requests together, in one batched step (IO-Binding loop, CPU, "
-        "GroupQueryAttention graphs; each has the whole --context; default 1)",
+        help=f"decode up to N requests together, in one batched step (IO-Binding loop, CPU, "
+        f"GroupQueryAttention graphs; default {DEFAULT_PARALLEL} where the model can, else 1)",
+    )
+    serve.add_argument(
+        "--kv-budget",
+        type=checks.whole(1, 16 * checks.MAX_CONTEXT, "a number of positions"),
+        default=None,
+        metavar="TOKENS",
+        help="KV positions all requests together may hold (at least --context; default: one "
+        "--context): a request reserves its prompt and max_tokens, and waits when they do "
+        "not fit",
     )
     serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
     serve.set_defaults(func=run_serve)
@@ -122,7 +133,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(f"--port must be from 0 to 65535 (got {args.port}).")
     if args.max_queue < 1:
         raise UserError("--max-queue must be at least 1.")
-    if args.parallel > 1 and args.mode != Mode.IOBINDING:
+    if args.parallel is not None and args.parallel > 1 and args.mode != Mode.IOBINDING:
         raise UserError("--parallel decodes requests together on the iobinding loop only.")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if "*" in args.allow_origin and not api_key:
@@ -139,9 +150,24 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.model is None:
             _prepare_default_model()
         engine = start_engine(args)
+        if engine.tokenizer.notice:  # as `generate` and the window say it
+            print(f"chatapp serve: {engine.tokenizer.notice}", file=sys.stderr)
         log = None if args.quiet else _log
+        parallel = _slots(args, engine)
+        budget = args.kv_budget
+        if budget is not None and budget < engine.max_context:
+            raise UserError(
+                f"--kv-budget {budget} is less than one context ({engine.max_context} "
+                "positions): a long request could never start."
+            )
         worker = EngineWorker(
-            engine, args.mode, args.served_model_name, args.max_queue, log, parallel=args.parallel
+            engine,
+            args.mode,
+            args.served_model_name,
+            args.max_queue,
+            log,
+            parallel=parallel,
+            kv_budget=budget,
         )
     except BaseException:
         sock.close()
@@ -172,6 +198,17 @@ def run_serve(args: argparse.Namespace) -> int:
         worker.close()
     print("chatapp serve: stopped", file=sys.stderr)
     return 0
+
+
+def _slots(args: argparse.Namespace, engine: Engine) -> int:
+    """--parallel, or by default 4 slots where this model and device can batch (else 1)."""
+    from chatapp.engine.slots import slots_refusal
+
+    if args.parallel is not None:
+        return int(args.parallel)
+    if args.mode != Mode.IOBINDING or slots_refusal(engine.info, engine.device) is not None:
+        return 1
+    return DEFAULT_PARALLEL
 
 
 def _announce(

@@ -30,7 +30,8 @@ FALLBACK_TEMPLATE = (
 ORDINARY_CHAT = ({"role": "user", "content": "Say hi"},)
 NO_TEMPLATE_NOTICE = (
     "This model has no chat template (it may be a base model, not a chat model): the "
-    "conversation is sent as plain 'User:' / 'Assistant:' text, so answers may not follow it."
+    "conversation is sent as plain 'User:' / 'Assistant:' lines, and the answer ends where "
+    "the model starts a turn of its own."
 )
 
 # How a conversation becomes the prompt (ChatTokenizer.use_style).
@@ -103,6 +104,10 @@ class Message:
         return out
 
 
+# Set beside HF_HUB_OFFLINE when ChatTokenizer set it, not the user.
+HUB_OFFLINE_SET_BY_CHATAPP = "CHATAPP_HF_HUB_OFFLINE_SET"
+
+
 class ChatTokenizer:
     """The folder's tokenizer (`tokenizers`, or transformers where that alone would give other
     ids; local files only) with its chat template.
@@ -115,8 +120,11 @@ class ChatTokenizer:
     """
 
     def __init__(self, folder: Path) -> None:
-        # Never reach a model hub: the folder is all there is.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # Never reach a model hub: the folder is all there is. Marked as chatapp's, so that
+        # the hub's requests the user asks for (chatapp/hub) tell it from the user's own.
+        if "HF_HUB_OFFLINE" not in os.environ:
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ[HUB_OFFLINE_SET_BY_CHATAPP] = "1"
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         check_tokenizer_files(folder)  # links out of the folder, devices, giant files
         anon_before = resident_memory().get("anon", 0)
@@ -198,6 +206,23 @@ class ChatTokenizer:
             self._template, self._template_error = None, None
             self._ordinary_renders = False
         self.prompt_style = style
+
+    def default_system_prompt(self) -> str:
+        """The system text the template writes when a chat has none (SmolLM2's "You are a
+        helpful AI assistant named SmolLM..."): every prompt holds it, so the window shows it.
+        Found as what a system message of the chat's own takes the place of ("": none)."""
+        marker, question = "\ue000system\ue000", [Message("user", "\ue001")]
+        try:
+            alone = self.render(question)
+            with_own = self.render([Message("system", marker), *question])
+        except (ModelError, ValueError):
+            return ""
+        head, found, tail = with_own.partition(marker)
+        if not found or len(head) + len(tail) > len(alone):
+            return ""
+        if not (alone.startswith(head) and alone.endswith(tail)):
+            return ""
+        return alone[len(head) : len(alone) - len(tail)].strip()
 
     @property
     def template_source(self) -> str:

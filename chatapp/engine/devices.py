@@ -20,7 +20,7 @@ import onnxruntime as ort
 from chatapp.engine import webgpu
 from chatapp.engine.device_probe import device_problem
 from chatapp.engine.errors import EngineError
-from chatapp.engine.guards import PROMPT_PRECISIONS, THREADS_PER_CPU, max_threads
+from chatapp.engine.guards import DEFAULT_PRECISION, PRECISIONS, THREADS_PER_CPU, max_threads
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, NativeNodeMismatch, library_path
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
 from chatapp.error_text import STATUS_LINE, first_line
@@ -276,26 +276,28 @@ def check_threads(threads: int | None) -> None:
         )
 
 
-# The session config entry the GGUF kernels read their prompt precision from (native/).
-PROMPT_CONFIG = "chatapp.gguf.prompt"
+# The session config entry the GGUF kernels read their precision from (native/; without it the
+# library multiplies "fast", or as CHATAPP_GGUF_PRECISION says, for experiments). The library's
+# "chatapp.gguf.prompt" entry (CHATAPP_GGUF_PROMPT) stays an experiment's, never set here.
+PRECISION_CONFIG = "chatapp.gguf.precision"
 
 
-def check_prompt_precision(precision: str | None) -> None:
-    if precision is not None and precision not in PROMPT_PRECISIONS:
-        raise EngineError(
-            f"Prompt precision must be {' or '.join(PROMPT_PRECISIONS)}; got {precision!r}."
-        )
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise EngineError(f"Precision must be {' or '.join(PRECISIONS)}; got {precision!r}.")
 
 
-def session_options(threads: int | None = None, prompt: str | None = None) -> ort.SessionOptions:
+def session_options(
+    threads: int | None = None, precision: str = DEFAULT_PRECISION
+) -> ort.SessionOptions:
     """A session's options with `threads` intra-op threads (None: one per core) and the GGUF
-    kernels' prompt precision (None: the library's default, float unless CHATAPP_GGUF_PROMPT
-    says int16); EngineError for a count or a precision that cannot be."""
+    kernels' precision (guards.PRECISIONS), always set so that the library's own default or an
+    experiment's environment never decides it silently; EngineError for a count or a precision
+    that cannot be."""
     check_threads(threads)
-    check_prompt_precision(prompt)
+    check_precision(precision)
     opts = ort.SessionOptions()
-    if prompt is not None:
-        opts.add_session_config_entry(PROMPT_CONFIG, prompt)
+    opts.add_session_config_entry(PRECISION_CONFIG, precision)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = threads or default_threads()
     opts.inter_op_num_threads = 1
@@ -375,30 +377,30 @@ class StartedSession:
 
 
 def start_session(
-    model_path: Path, device: Device, threads: int | None = None, prompt: str | None = None
+    model_path: Path, device: Device, threads: int | None = None, precision: str = DEFAULT_PRECISION
 ) -> StartedSession:
     """A session on `device`; if that device fails to start, on the CPU with the reason kept.
-    `prompt`: the GGUF kernels' prompt precision (`session_options`)."""
+    `precision`: the GGUF kernels' (`session_options`)."""
     if device is CPU:
-        opts = session_options(threads, prompt)
+        opts = session_options(threads, precision)
         return StartedSession(create_session(model_path, CPU, opts), CPU, None)
     try:
-        session = create_session(model_path, device, session_options(threads, prompt))
+        session = create_session(model_path, device, session_options(threads, precision))
     except NativeKernelsUnavailable as exc:  # a native-only folder: its fix
-        return cpu_session(model_path, threads, f"{exc} Running on the CPU.", prompt)
+        return cpu_session(model_path, threads, f"{exc} Running on the CPU.", precision)
     except Exception as exc:  # providers fail in many ways (drivers, memory, unsupported ops)
         reason = (
             f"{device.label} failed to start ({first_line(exc, STATUS_LINE)}); running on the CPU."
         )
-        return cpu_session(model_path, threads, reason, prompt)
+        return cpu_session(model_path, threads, reason, precision)
     if device.provider not in session.get_providers():
         reason = f"{device.label} is not usable with this model; running on the CPU."
-        return cpu_session(model_path, threads, reason, prompt)
+        return cpu_session(model_path, threads, reason, precision)
     return StartedSession(session, device, None)
 
 
 def cpu_session(
-    model_path: Path, threads: int | None, reason: str, prompt: str | None = None
+    model_path: Path, threads: int | None, reason: str, precision: str = DEFAULT_PRECISION
 ) -> StartedSession:
-    opts = session_options(threads, prompt)
+    opts = session_options(threads, precision)
     return StartedSession(create_session(model_path, CPU, opts), CPU, reason)

@@ -17,7 +17,7 @@ from chatapp.engine.devices import (
     CPU,
     Device,
     StartedSession,
-    check_prompt_precision,
+    check_precision,
     cpu_session,
     find_device,
     start_session,
@@ -29,6 +29,7 @@ from chatapp.engine.errors import (
     ModelError,
 )
 from chatapp.engine.generation import Generation
+from chatapp.engine.guards import DEFAULT_PRECISION, PRECISION_LABELS
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
@@ -92,13 +93,13 @@ def start_model(
     device: Device,
     threads: int | None,
     reason: str | None = None,
-    prompt: str | None = None,
+    precision: str = DEFAULT_PRECISION,
 ) -> tuple[StartedSession, MappedFiles]:
     """A session for `model` on `device`, and the weight files it maps (checked before each
     run: resident.py). On the CPU a big model runs from its packed copy (packed_cache.py: saved
     by a child process the first time); a copy that would not load is deleted and saved again,
     else the folder's own graph runs, and the session's reason says so. `reason`: why it runs
-    on the CPU. `prompt`: the GGUF kernels' prompt precision (devices.session_options)."""
+    on the CPU. `precision`: the GGUF kernels' (devices.session_options)."""
     info, memory = model.info, model.memory
     # Native kernels read the GGUF's bytes: nothing is packed for them.
     use_copy = device is CPU and not model.native and wanted(memory)
@@ -113,9 +114,9 @@ def start_model(
                 weight_files = MappedFiles(mapped, info.name)
                 graph = copy or info.onnx_path
                 started = (  # on the CPU for a reason (a refusal, a failure): no other device
-                    cpu_session(graph, threads, reason, prompt)
+                    cpu_session(graph, threads, reason, precision)
                     if device is CPU and reason is not None
-                    else start_session(graph, device, threads, prompt)
+                    else start_session(graph, device, threads, precision)
                 )
         except Exception as exc:
             if copy is None:
@@ -151,13 +152,13 @@ class Engine:
         threads: int | None = None,
         max_context: int | None = None,
         onnx_file: str | None = None,
-        prompt_precision: str | None = None,
+        precision: str = DEFAULT_PRECISION,
     ) -> None:
         """`model`: a description read already (its graph and context were chosen then:
         `max_context` and `onnx_file` are for a folder), or a folder, read here.
-        `prompt_precision`: how the GGUF kernels multiply a prompt ("float", "int16"; None: the
-        library's default, float), devices.PROMPT_PRECISIONS."""
-        check_prompt_precision(prompt_precision)
+        `precision`: how the GGUF kernels multiply, "fast" (8-bit activations) or "exact"
+        (guards.PRECISIONS); a graph without them ignores it (`precision_in_effect`)."""
+        check_precision(precision)
         if not isinstance(model, ModelDescription):
             model = open_model(model, device, onnx_file, max_context)
         elif max_context is not None or onnx_file is not None:
@@ -166,7 +167,7 @@ class Engine:
         self._onnx_file = model.onnx_file  # the user's pick of a graph; None: the engine chooses
         self.tokenizer = ChatTokenizer(self.info.folder)
         self.threads = threads
-        self.prompt_precision = prompt_precision
+        self.precision = precision
         self.max_context = model.context
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
@@ -196,7 +197,7 @@ class Engine:
             model = read_model(self.info.folder, None, CPU.name, self.max_context)
         try:
             started, self.weight_files = start_model(
-                model, device, threads, reason or refusal, self.prompt_precision
+                model, device, threads, reason or refusal, self.precision
             )
         except EngineError:  # already a sentence that says what to do (threads, native kernels)
             raise
@@ -217,11 +218,18 @@ class Engine:
         self._start(CPU, self.threads, reason)
 
     @property
+    def precision_in_effect(self) -> str | None:
+        """The precision the GGUF kernels multiply at ("fast" or "exact"); None where no GGUF
+        kernels run (the stock graph, a device's session), which have no such choice."""
+        return self.precision if self.model.native and self.device is CPU else None
+
+    @property
     def kernels(self) -> str:
-        """Which kernels run the graph, for the backend line ("GGUF kernels, AVX2", with
-        ", int16 prompts" when prompts take a step's precision)."""
-        int16 = self.model.native and self.prompt_precision == "int16"
-        return self.model.kernels + (", int16 prompts" if int16 else "")
+        """Which kernels run the graph, for the backend line ("GGUF kernels, AVX2, fast 8-bit":
+        with the precision where the GGUF kernels run)."""
+        precision = self.precision_in_effect
+        label = f", {PRECISION_LABELS[precision]}" if precision else ""
+        return self.model.kernels + label
 
     @property
     def resident_estimate(self) -> MemoryEstimate:
@@ -247,12 +255,22 @@ class Engine:
                 ) from exc
         return self._loops[mode]
 
-    def slots(self, count: int) -> SlotBatch:
-        """`count` slots decoding together (engine/slots.py), each with the engine's context;
-        made on first use (EngineError where this model or device cannot batch)."""
-        if self._slots is None or self._slots.size != count:
-            check_kv_memory(self.info, self.max_context * count)
-            self._slots = SlotBatch(self.session, self.info, self.device, self.max_context, count)
+    def kv_positions(self) -> tuple[int, int]:
+        """(positions held, positions allocated) over the KV caches of the loops made so far:
+        a server's figure, read without waiting for a run (a list's length is atomic)."""
+        loops = list(self._loops.values())
+        return sum(len(loop.cached) for loop in loops), len(loops) * self.max_context
+
+    def slots(self, count: int, budget: int | None = None) -> SlotBatch:
+        """`count` slots decoding together (engine/slots.py), each with the engine's context,
+        all within one KV budget of `budget` positions (default: one context); made on first
+        use (EngineError where this model or device cannot batch)."""
+        budget = self.max_context if budget is None else budget
+        if self._slots is None or (self._slots.size, self._slots.budget) != (count, budget):
+            check_kv_memory(self.info, budget)
+            self._slots = SlotBatch(
+                self.session, self.info, self.device, self.max_context, count, budget
+            )
         return self._slots
 
     def release_slots(self) -> None:

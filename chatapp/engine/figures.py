@@ -50,6 +50,9 @@ class AnswerFigures:
     model: str | None = _figure(measured=False)  # the model's name; the history fills it in
     h2d_bytes_per_token: float | None = _figure(since=2)  # host -> device per decode step
     d2h_bytes_per_token: float | None = _figure(since=2)  # device -> host (medians)
+    # How the GGUF kernels multiplied ("fast", "exact"; guards.PRECISIONS); None where none ran
+    # (the stock graph, a device, a server). The session fills it in, as it does the model.
+    precision: str | None = _figure(since=5, measured=False)
 
     def __post_init__(self) -> None:
         # Plain Python values: the engine's may be numpy scalars or StrEnums, which sqlite3 and

@@ -132,6 +132,9 @@ class Generation:
     def __iter__(self) -> Iterator[StepEvent]:
         stats, loop = self.stats, self.loop
         started = perf()
+        if not loop.admit(self.prompt_ids, self.settings.max_new_tokens, self.should_stop):
+            stats.finish_reason = "stop"  # stopped while waiting for room in the KV cache
+            return
         stats.reused_tokens = loop.prepare(self.prompt_ids)
         new = self.prompt_ids[stats.reused_tokens :]
         scored = prompt_sample(len(new), loop.info.vocab_size)

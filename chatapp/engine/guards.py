@@ -1,4 +1,4 @@
-"""How many threads an engine may be asked for, and which prompt precisions.
+"""How many threads an engine may be asked for, and which precisions.
 
 ONNX Runtime starts one OS thread per intra-op thread; past a few per core they only
 contend (and 1000 of them reserve gigabytes of stacks), so at most `THREADS_PER_CPU` per
@@ -18,9 +18,12 @@ def max_threads() -> int:
     return THREADS_PER_CPU * (os.cpu_count() or 1)
 
 
-# How the GGUF kernels multiply a prompt's rows (docs/engine.md, "Prompt precision"): "float"
-# (float32 activations, the default: a prompt's logits as exact as the stock graph's) or
-# "int16" (a decode step's int16 activations per block of 32: about twice as fast with AVX-512
-# VNNI, slower with AVX2 only). The library reads it from the session's config
-# (devices.session_options).
-PROMPT_PRECISIONS = ("float", "int16")
+# How the GGUF kernels multiply (docs/engine.md, "Precision"): "fast" (8-bit activations with
+# one scale per block, as llama.cpp multiplies: the default) or "exact" (float32 activations in
+# prompts, int16 in decode steps: the arithmetic from before 8-bit, a little closer to the float
+# model and slower). The library reads it from the session's config (devices.session_options);
+# a graph without GGUF kernels (the stock ONNX graph, another device) has no such choice.
+PRECISIONS = ("fast", "exact")
+DEFAULT_PRECISION = "fast"
+# How figures name it (the model line, under an answer, reports).
+PRECISION_LABELS = {"fast": "fast 8-bit", "exact": "exact"}

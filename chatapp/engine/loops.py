@@ -104,6 +104,13 @@ class KVLoop(ABC):
         self.cached = list(prompt[:reuse])
         return reuse
 
+    def admit(
+        self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
+    ) -> bool:
+        """Before a generation's prefill: may it start? (A slot waits for its share of the
+        batch's KV budget, engine/slots.py; a loop of its own always may.)"""
+        return True
+
     def fits(self, prompt_tokens: int) -> bool:
         """Can a prompt this long run and leave room to generate?"""
         return self.kv.fits(prompt_tokens)

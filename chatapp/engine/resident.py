@@ -36,6 +36,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from chatapp.engine.errors import ModelError
 from chatapp.engine.file_leases import WeightLeases
 
@@ -92,6 +94,20 @@ def _advise_mappings(files: Iterable[Path], advice: int) -> int:
         if _LIBC.madvise(start, end - start, advice) == 0:
             advised += end - start
     return advised
+
+
+def release_owned(array: np.ndarray) -> int:
+    """Give the whole pages inside `array`, memory this process allocated and still holds, back
+    to the system: they read as zeros afterwards and take no memory until written again.
+    Returns the bytes released (0 where this cannot be done: the contents then stay)."""
+    if _LIBC is None or not array.flags.c_contiguous:
+        return 0
+    page = mmap.PAGESIZE
+    start = -(-array.ctypes.data // page) * page
+    end = (array.ctypes.data + array.nbytes) // page * page
+    if end <= start or _LIBC.madvise(start, end - start, MADV_DONTNEED) != 0:
+        return 0
+    return end - start
 
 
 def populate_mapped(spans: Iterable[tuple[Path, int, int]]) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,9 +34,6 @@ class SamplingSettings:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
-
-    def as_greedy(self) -> SamplingSettings:
-        return replace(self, temperature=0.0, repetition_penalty=1.0)
 
     def validate(self) -> None:
         # `not x >= 0` rather than `x < 0`: NaN fails every comparison and must be refused.

@@ -14,6 +14,13 @@ its own, and the native GGUF kernels compute [h, 1, K] inputs row by row on the 
 (native/gguf_ops.cpp), reading each piece of the weights from memory once for all rows: on a
 CPU a step is bound by reading the weights, so h rows cost little more than one.
 
+All slots draw on one KV budget (`budget`, in positions; a context's worth by default). A
+sequence reserves its prompt and its token limit (at most a context) before its prefill, and
+waits while the others' reservations and the idle slots' kept caches leave too little: the idle
+caches go first, least recently used first, their pages given back to the system. The buffers
+are allocated for N whole contexts, but only written pages take memory (on Linux and macOS;
+Windows commits what is allocated), so the memory held stays within the budget.
+
 The runs are serialized (one session, one run at a time); a slot's generation is driven by its
 own thread (the server's request threads): a step waits until every decoding slot has handed
 its token in, so a consumer that stops pulling tokens without releasing its slot stalls the
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -34,6 +41,7 @@ from chatapp.engine.errors import EngineError
 from chatapp.engine.kv_strategy import SharedBufferKv
 from chatapp.engine.loops import IOBindingLoop, Step
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
+from chatapp.engine.resident import release_owned
 
 perf = time.perf_counter
 
@@ -65,6 +73,18 @@ class SlotLoop(IOBindingLoop):
         kv = SharedBufferKv(batch.info, batch.device, batch.max_context, buffers=rows)
         super().__init__(batch.session, batch.info, batch.device, kv)
 
+    def admit(
+        self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
+    ) -> bool:
+        # The prefix first: the budget may then drop the idle cache it came from.
+        self.batch.share_prefix(self, prompt)
+        return self.batch.reserve(self, len(prompt) + new_tokens, should_stop)
+
+    def prepare(self, prompt: Sequence[int]) -> int:
+        # Under the batch's lock, so that no other slot copies from this one mid-change.
+        with self.batch._cond:
+            return super().prepare(prompt)
+
     def _run(self, ids: list[int], wanted: list[int] | None) -> Step:
         if len(ids) == 1 and wanted is None:  # a decode step: taken with the other slots'
             step = self.batch.step(self.index, ids[0])
@@ -84,12 +104,18 @@ class SlotBatch:
         device: Device,
         max_context: int,
         slots: int,
+        budget: int | None = None,
     ) -> None:
+        """`budget`: KV positions all slots may hold together (at least `max_context`, so that
+        any one sequence fits; default: `max_context`)."""
         refusal = slots_refusal(info, device)
         if refusal is not None:
             raise EngineError(refusal)
         if slots < 1:
             raise ValueError("at least one slot")
+        self.budget = max_context if budget is None else budget
+        if self.budget < max_context:
+            raise ValueError("the KV budget must hold one whole context")
         self.session, self.info, self.device = session, info, device
         self.max_context = max_context
         shape = (slots, info.kv_heads, max_context, info.head_dim)
@@ -103,7 +129,11 @@ class SlotBatch:
         self._round = 0
         self._bindings: dict[int, tuple[ort.IOBinding, np.ndarray]] = {}
         self._taken = [False] * slots
+        self._reserved = [0] * slots  # positions a busy slot may fill (its prompt + limit)
+        self._idle_since = [0] * slots  # release order: the least recently used cache goes first
+        self._releases = 0
         self.loops = [SlotLoop(self, i) for i in range(slots)]
+        self.shared_positions = 0  # prompt positions copied from another slot, not prefilled
         self.steps = 0  # batched runs so far
         self.rows = 0  # sequences they carried, all together
 
@@ -113,21 +143,96 @@ class SlotBatch:
 
     # -- slots joining and leaving -----------------------------------------------------------
     def acquire(self, prompt: Sequence[int] = ()) -> SlotLoop | None:
-        """A free slot (the one whose cache shares the longest prefix with `prompt`), or None."""
+        """A free slot (the one whose cache shares the longest prefix with `prompt`; else the
+        emptiest, so that other caches stay for reuse), or None."""
         with self._cond:
             free = [i for i, taken in enumerate(self._taken) if not taken]
             if not free:
                 return None
-            best = max(free, key=lambda i: (_shared(self.loops[i].cached, prompt), -i))
+            loops = self.loops
+            best = max(
+                free, key=lambda i: (_shared(loops[i].cached, prompt), -len(loops[i].cached), -i)
+            )
             self._taken[best] = True
             return self.loops[best]
 
     def release(self, loop: SlotLoop) -> None:
-        """The slot's sequence has ended: it leaves the batch (its cache stays for reuse)."""
+        """The slot's sequence has ended: it leaves the batch (its cache stays for reuse while
+        the budget has room for it)."""
         with self._cond:
             self._taken[loop.index] = False
+            self._reserved[loop.index] = 0
+            self._releases += 1
+            self._idle_since[loop.index] = self._releases
             self._decoding.discard(loop.index)
             self._run_if_complete()
+            self._cond.notify_all()  # a sequence waiting for the budget may fit now
+
+    # -- the KV budget -----------------------------------------------------------------------
+    def reserve(self, loop: SlotLoop, positions: int, should_stop: Callable[[], bool]) -> bool:
+        """Before `loop`'s prefill: wait until `positions` (at most a context) fit in the budget
+        beside what the other slots hold, dropping idle slots' caches first. False when
+        `should_stop` said so while waiting."""
+        positions = min(positions, self.max_context)
+        with self._cond:
+            while True:
+                others = sum(self._holds(i) for i in range(self.size) if i != loop.index)
+                if others + positions <= self.budget:
+                    self._reserved[loop.index] = positions
+                    return True
+                idle = [
+                    i
+                    for i in range(self.size)
+                    if not self._taken[i] and self.loops[i].cached and i != loop.index
+                ]
+                if idle:
+                    self._forget(min(idle, key=lambda i: self._idle_since[i]))
+                    continue
+                if loop.cached:  # a waiting slot holds nothing: two could wait on each other
+                    self._forget(loop.index)
+                    continue
+                if should_stop():
+                    return False
+                self._cond.wait(0.05)
+
+    def share_prefix(self, loop: SlotLoop, prompt: Sequence[int]) -> int:
+        """Before `loop`'s prefill: where another slot's cache holds a longer prefix of `prompt`
+        (a shared system prompt, the earlier turns of a conversation answered on another slot)
+        than `loop`'s own, copy those positions' keys and values into `loop`'s row, a copy
+        instead of a prefill. Returns the positions gained."""
+        with self._cond:
+            limit = len(prompt) - 1  # one token always runs (KvStrategy.reusable)
+            own = min(_shared(loop.cached, prompt), limit)
+            best, source = own, None
+            for other in self.loops:
+                shared = min(_shared(other.cached, prompt), limit)
+                if other is not loop and shared > best:
+                    best, source = shared, other
+            if source is None:
+                return 0
+            # Positions below a slot's cache length are never written again while it holds
+            # them (its runs write past them), and steps wait for this lock.
+            for kv in self.kv.values():
+                kv[loop.index, :, :best] = kv[source.index, :, :best]
+            loop.cached = list(prompt[:best])
+            self.shared_positions += best - own
+            return best - own
+
+    @property
+    def held(self) -> int:
+        """KV positions held now: busy slots' reservations and idle slots' caches (display)."""
+        return sum(self._holds(i) for i in range(self.size))
+
+    def _holds(self, i: int) -> int:
+        cached = len(self.loops[i].cached)
+        return max(self._reserved[i], cached) if self._taken[i] else cached
+
+    def _forget(self, i: int) -> None:
+        """Drop slot i's cache and give its pages back (idle, or waiting for the budget
+        before its prefill: in no step either way)."""
+        self.loops[i].reset()
+        for kv in self.kv.values():
+            release_owned(kv[i])
 
     @property
     def busy(self) -> int:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from chatapp.gui.common import geometry
+from chatapp.gui.common.anchored_scroll import AnchoredScrollArea
 from chatapp.gui.common.banner import MessageBanner
 from chatapp.gui.common.workers import JobRunner
 from chatapp.gui.window.chat_face import ChatFace
@@ -105,7 +106,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(chat_page, "Chat")
 
         side_panel = self.chat.side_panel
-        side_scroll = QScrollArea(self)
+        # It stays on what it shows while the figures above change height (an answer streams).
+        side_scroll = AnchoredScrollArea(self)
         side_scroll.setObjectName("sidePanelScroll")
         side_scroll.setWidget(side_panel)
         side_scroll.setWidgetResizable(True)
@@ -213,6 +215,13 @@ class MainWindow(QMainWindow):
         elif self.banner.level in ("error", "info") or (warnings_too and self.banner.level):
             self.banner.dismiss()
         return self.banner.serial
+
+    def shown_message(self) -> tuple[str, str] | None:
+        """The banner's text and level while it shows (a feature replaces or clears its own
+        message once its cause is gone)."""
+        if not self.banner.isVisible():
+            return None
+        return self.banner.text(), self.banner.level
 
     def show_backend(self, line: str, title: str, tip: str | None = None) -> None:
         """What answers: the status bar's model line (`tip`: its tooltip, when given) and the

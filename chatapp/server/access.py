@@ -74,14 +74,15 @@ class AccessGuard:
 
 
 class BearerAuth:
-    """Every /v1 route needs `Authorization: Bearer <key>`; compared in constant time."""
+    """Every route but /health needs `Authorization: Bearer <key>` (compared in constant time):
+    /metrics and /slots tell what clients are doing."""
 
     def __init__(self, app: ASGIApp, key: str) -> None:
         self.app = app
         self.expected = f"Bearer {key}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+        if scope["type"] == "http" and scope["path"] != "/health":
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
                 error = ApiError(

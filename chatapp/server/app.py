@@ -1,5 +1,5 @@
 """The HTTP side: Starlette routes for /v1/chat/completions, /v1/completions, /v1/responses
-and /v1/models.
+and /v1/models, and the operators' /health, /metrics and /slots (operators.py).
 
 Why Starlette on uvicorn: a small, well-kept ASGI pair (Starlette's only dependency is anyio;
 uvicorn with h11 is pure Python), streaming responses are plain async iterators, and uvicorn
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import threading
@@ -30,20 +31,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chatapp.server.access import AccessGuard, BearerAuth
 from chatapp.server.errors import ApiError, invalid
+from chatapp.server.events import Delta, Done, Failed, RequestEvent, ServedRequest
+from chatapp.server.operators import CONTENT_TYPE as METRICS_TYPE
+from chatapp.server.operators import ServerCounters, slot_views
 from chatapp.server.request_body import GenerationRequest, parse_chat, parse_completion
 from chatapp.server.responses import ChatReply, Reply
 from chatapp.server.responses_output import ResponsesReply
 from chatapp.server.responses_request import parse_responses
 from chatapp.server.responses_store import ResponseStore
 from chatapp.server.security import AccessPolicy
-from chatapp.server.worker import (
-    Delta,
-    Done,
-    EngineWorker,
-    Failed,
-    RequestEvent,
-    ServedRequest,
-)
+from chatapp.server.worker import EngineWorker
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -170,7 +167,21 @@ def build_app(
         return JSONResponse(stored.body)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        # Open to any prober (no key): whether a request would start now, nothing else.
+        return JSONResponse({"status": "ok", "state": worker.load().state})
+
+    async def metrics(request: Request) -> Response:
+        return Response(worker.counters.render(worker.load()), media_type=METRICS_TYPE)
+
+    async def slots(request: Request) -> Response:
+        client = request.client.host if request.client else ""
+        if not _loopback(client):
+            raise ApiError(403, "/slots answers only on this machine (localhost).")
+        with_prompts = request.query_params.get("prompts", "") in ("1", "true")
+        views = slot_views(
+            worker.running_requests(), worker.slot_batch, worker.card.max_context, with_prompts
+        )
+        return JSONResponse(views)
 
     routes = [
         Route("/v1/models", models, methods=["GET"]),
@@ -180,10 +191,28 @@ def build_app(
         Route("/v1/responses", create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/slots", slots, methods=["GET"]),
     ]
+    counters = worker.counters
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        counters.error(exc.status, exc.kind)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        counters.error(exc.status_code, "invalid_request_error")
+        return await _http_error(request, exc)
+
+    async def crash(request: Request, exc: Exception) -> Response:
+        counters.error(500, "server_error")
+        return await _crash(request, exc)
+
     app: ASGIApp = Starlette(
         routes=routes,
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash},
+        exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: crash},
     )
     if api_key:
         app = BearerAuth(app, api_key)
@@ -226,7 +255,7 @@ async def _answer(
         reply = make_reply()
         if req.stream:
             streaming = True  # from here the stream owns the request and the watcher
-            return EventStream(_stream(reply, events, len(served)), on_close=close)
+            return EventStream(_stream(reply, events, len(served), worker.counters), on_close=close)
         return await _whole(reply, events, len(served))
     finally:
         if not streaming:
@@ -254,7 +283,7 @@ async def _whole(reply: Reply, events: asyncio.Queue[StreamEvent], choices: int)
 
 
 async def _stream(
-    reply: Reply, events: asyncio.Queue[StreamEvent], choices: int
+    reply: Reply, events: asyncio.Queue[StreamEvent], choices: int, counters: ServerCounters
 ) -> AsyncIterator[bytes]:
     for chunk in reply.opening():
         yield chunk
@@ -262,8 +291,9 @@ async def _stream(
     while True:
         item = await events.get()
         if isinstance(item, _ShuttingDown):  # on_close cancels the request
-            pieces = reply.failure(ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down"))
-            last = True
+            error = ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down")
+            counters.error(error.status, error.kind)
+            pieces, last = reply.failure(error), True
         else:
             index, event = item
             if isinstance(event, Delta):
@@ -274,6 +304,7 @@ async def _stream(
                 pieces = reply.closing(event, index, last)
             elif isinstance(event, Failed):
                 # The status line has gone out: the error travels in the stream (as vLLM does).
+                counters.error(event.error.status, event.error.kind)
                 pieces, last = reply.failure(event.error), True
             else:
                 continue
@@ -353,6 +384,13 @@ async def _read_json(request: Request) -> dict[str, Any]:
     return body
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def _model_entry(worker: EngineWorker, name: str) -> dict[str, Any]:
     card = worker.card
     return {
@@ -369,11 +407,6 @@ def _model_entry(worker: EngineWorker, name: str) -> dict[str, Any]:
             "parallel": card.parallel,
         },
     }
-
-
-async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    return JSONResponse(exc.body(), status_code=exc.status)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

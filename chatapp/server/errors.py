@@ -16,8 +16,10 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         kind: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.status = status
         self.message = message
         self.param = param

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from chatapp.engine.chat import ToolCall
 from chatapp.engine.tool_calls import StreamPiece
 from chatapp.server.errors import ApiError
+from chatapp.server.events import Delta, Done, TokenOut
 from chatapp.server.request_body import GenerationRequest
-from chatapp.server.worker import Delta, Done, TokenOut
 
 
 class Reply(Protocol):

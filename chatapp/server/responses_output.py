@@ -20,9 +20,9 @@ from typing import Any
 
 from chatapp.engine.chat import Message, ToolCall
 from chatapp.server.errors import ApiError
+from chatapp.server.events import Delta, Done
 from chatapp.server.responses_request import ResponsesRequest
 from chatapp.server.responses_store import ResponseStore, StoredResponse
-from chatapp.server.worker import Delta, Done
 
 
 @dataclass

@@ -11,22 +11,21 @@ hands each request to `dispatch` (from the HTTP thread), and whoever owns the en
 `answer(request)` on its own thread, or `discard(request, error)` for one that will never run
 (the window's "Serve this model" answers on its JobRunner, between chat answers).
 
-With `parallel` N > 1 (`chatapp serve --parallel N`), N threads answer requests together, each
-on a slot of the engine (session/slot_threads.py, engine/slots.py): their decode steps run as one
-batched step. Those requests run on the IO-Binding loop; one naming another loop is refused.
+With `parallel` N > 1 (`chatapp serve`'s default where the model can batch), N threads answer
+requests together, each on a slot of the engine (session/slot_threads.py, engine/slots.py), all
+within one KV budget: their decode steps run as one batched step on the IO-Binding loop. A
+request naming another loop runs on the engine's own cache while the batch waits.
 """
 
 from __future__ import annotations
 
-import builtins
-import itertools
 import sys
 import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatapp.engine.constraints import ConstraintError
@@ -35,6 +34,17 @@ from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import BiasRefused
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
+from chatapp.server.events import (
+    Delta,
+    Done,
+    Failed,
+    RequestEvent,
+    RequestRecord,
+    ServedRequest,
+    Started,
+    TokenOut,
+)
+from chatapp.server.operators import Load, ServerCounters, retry_after_s
 from chatapp.server.request_body import GenerationRequest
 from chatapp.server.token_text import TokenText
 from chatapp.session.answer import (
@@ -52,78 +62,12 @@ from chatapp.session.jobs import Job, JobControl, JobThread
 from chatapp.session.slot_threads import OnSlot, SlotThreads
 
 if TYPE_CHECKING:
-    from chatapp.engine.chat import ToolCall
     from chatapp.engine.engine import Engine
     from chatapp.engine.metrics import RunStats
-    from chatapp.engine.slots import SlotLoop
-    from chatapp.engine.tool_stream import StreamPiece
+    from chatapp.engine.slots import SlotBatch, SlotLoop
 
 perf = time.perf_counter
 LOGPROB_FLOOR = -9999.0  # OpenAI's stand-in for "practically impossible" (JSON has no -inf)
-
-
-@dataclass(frozen=True)
-class TokenOut:
-    token: str
-    bytes: bytes
-    logprob: float
-    top: tuple[tuple[str, builtins.bytes, float], ...]  # most likely first
-
-
-@dataclass(frozen=True)
-class Started:
-    prompt_tokens: int
-
-
-@dataclass(frozen=True)
-class Delta:
-    text: str
-    tokens: tuple[TokenOut, ...]
-    tool: StreamPiece | None = None  # a tool call's start or more of its arguments
-
-
-@dataclass(frozen=True)
-class Done:
-    finish_reason: str  # OpenAI's: stop | length | tool_calls
-    prompt_tokens: int
-    completion_tokens: int
-    figures: dict[str, Any]  # the `chatapp` extension field
-    tool_calls: tuple[ToolCall, ...] = ()
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: ApiError
-
-
-RequestEvent = Started | Delta | Done | Failed
-
-
-@dataclass
-class ServedRequest:
-    """One HTTP request for the engine, with the way back to its client."""
-
-    request: GenerationRequest
-    deliver: Callable[[RequestEvent], object]  # its return value is ignored
-    id: int = field(default_factory=itertools.count(1).__next__)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    queued_at: float = field(default_factory=perf)
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """What became of a request (kept for the log and the tests)."""
-
-    id: int
-    queued_at: float
-    started_at: float
-    finished_at: float
-    engine_finish_reason: str  # eos | length | stop | error | cancelled (before it started)
-    generated_tokens: int
-    cancelled: bool
 
 
 @dataclass(frozen=True)
@@ -151,13 +95,17 @@ class EngineWorker:
         log: Callable[[str], None] | None = None,
         dispatch: Callable[[ServedRequest], None] | None = None,
         parallel: int = 1,
+        kv_budget: int | None = None,
     ) -> None:
+        """`kv_budget`: with `parallel` > 1, the KV positions all slots share (default: one
+        context, engine/slots.py)."""
         self.engine = engine
         self.default_mode = default_mode
         self.served_name = served_name or engine.info.name
         self.max_queue = max_queue
         self.log = log or (lambda line: None)
         self.records: deque[RequestRecord] = deque(maxlen=256)
+        self.counters = ServerCounters()
         self.parallel = parallel
         self.card = self._card()
         # Submitted and not finished, in order: those generating and those waiting.
@@ -171,7 +119,7 @@ class EngineWorker:
         if parallel > 1:  # EngineError where this model or device cannot batch
             if dispatch is not None:
                 raise ValueError("a dispatched worker answers one request at a time")
-            self._slots = SlotThreads(engine.slots(parallel), self.answer, self._refuse)
+            self._slots = SlotThreads(engine.slots(parallel, kv_budget), self.answer, self._refuse)
         elif dispatch is None:
             self._thread = JobThread("chatapp-engine")
 
@@ -187,6 +135,29 @@ class EngineWorker:
         """The request generating now (the first, with --parallel), if any."""
         with self._lock:
             return next(iter(self._active.values()), None)
+
+    def load(self) -> Load:
+        """What the server is doing now (for /health, /metrics, /slots): never waits for a
+        model run."""
+        with self._lock:
+            submitted, running = len(self._submitted), len(self._active)
+        batch = self.slot_batch
+        shared = 0
+        if batch is not None:
+            used, capacity, shared = batch.held, batch.budget, batch.shared_positions
+        else:
+            used, capacity = self.engine.kv_positions()
+        return Load(submitted - running, running, self.parallel, used, capacity, shared)
+
+    def running_requests(self) -> list[ServedRequest]:
+        """The requests generating now (a snapshot)."""
+        with self._lock:
+            return list(self._active.values())
+
+    @property
+    def slot_batch(self) -> SlotBatch | None:
+        """The slots the requests decode on (None: one request at a time)."""
+        return self._slots.batch if self._slots is not None else None
 
     def waiting_requests(self) -> list[ServedRequest]:
         """The requests in the queue, not those generating (a snapshot)."""
@@ -207,12 +178,15 @@ class EngineWorker:
                 param="n",
             )
         with self._lock:
-            if len(self._submitted) + len(requests) > self.max_queue:
+            waiting = len(self._submitted) - len(self._active)
+            if waiting + len(requests) > self.max_queue:
+                retry = retry_after_s(self.records)
                 raise ApiError(
                     503,
-                    f"The server is busy: {len(self._submitted)} requests are waiting; "
-                    "try again later.",
+                    f"The server is busy: its queue is full ({waiting} waiting); try again "
+                    f"in {retry} s.",
                     code="queue_full",
+                    headers={"Retry-After": str(retry)},
                 )
             for request in requests:
                 self._submitted[request.id] = request
@@ -272,10 +246,18 @@ class EngineWorker:
     def answer(self, request: ServedRequest, slot: SlotLoop | None = None) -> None:
         """Answer one request on the calling thread, which must be the engine's owner (or,
         with `slot`, one of the --parallel threads, on that slot)."""
+        request.slot = slot.index if slot is not None else None
+        request.started_at = perf()
         with self._lock:
             self._active[request.id] = request
         try:
-            self._serve(request, slot)
+            if slot is not None and request.request.mode != Mode.IOBINDING:
+                # Another loop runs on the engine's own cache, alone: the batch's steps and
+                # prefills wait for it (a teaching request, not a throughput one).
+                with slot.batch.run_lock:
+                    self._serve(request, None)
+            else:
+                self._serve(request, slot)
         except Exception as exc:  # a bug must not end the thread every request waits on
             traceback.print_exc(file=sys.stderr)
             _send(request, Failed(ApiError(500, f"Internal error: {first_line(exc)}")))
@@ -300,15 +282,7 @@ class EngineWorker:
         if served.cancelled.is_set():  # the client left while waiting
             _send(served, Failed(ApiError(499, "The client closed the request.")))
             self._record(served, started, "cancelled", 0)
-            return
-        if slot is not None and served.request.mode != Mode.IOBINDING:
-            error = ApiError(
-                400,
-                f"This server decodes requests together (--parallel {self.parallel}) on the "
-                f"IO-Binding loop; it cannot run the {served.request.mode} loop.",
-                param="chatapp.loop",
-            )
-            self._fail(served, started, None, error)
+            self.counters.ended_early("cancelled", 0)
             return
         backend = self.engine if slot is None else OnSlot(self.engine, slot)
         stats: RunStats | None = None
@@ -318,10 +292,13 @@ class EngineWorker:
                 sent = True
                 if isinstance(event, Opened):
                     stats = event.stats
+                    served.prompt_tokens = event.prompt_tokens
                     sent = _send(served, Started(event.prompt_tokens))
                 elif isinstance(event, TextDelta):
+                    served.generated_tokens += len(event.tokens)
                     sent = _send(served, Delta(event.text, self._token_outs(event.tokens)))
                 elif isinstance(event, ToolPiece):
+                    served.generated_tokens += len(event.tokens)
                     sent = _send(served, Delta("", self._token_outs(event.tokens), event.piece))
                 elif isinstance(event, AnswerDone):
                     done = event
@@ -338,6 +315,14 @@ class EngineWorker:
         finish = "length" if length else "tool_calls" if done.tool_calls else "stop"
         figures = self._figures(stats, started - served.queued_at)
         self._record(served, started, stats.finish_reason, stats.generated_tokens)
+        self.counters.answered(
+            finish,
+            stats.prompt_tokens,
+            stats.generated_tokens,
+            stats.ttft_s,
+            stats.decode_s,
+            started - served.queued_at,
+        )
         gone = served.cancelled.is_set()  # before Done: the receiver cancels when it closes
         made = done.tool_calls
         _send(served, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
@@ -359,7 +344,9 @@ class EngineWorker:
         self, served: ServedRequest, started: float, stats: RunStats | None, error: ApiError
     ) -> None:
         _send(served, Failed(error))
-        self._record(served, started, "error", stats.generated_tokens if stats else 0)
+        generated = stats.generated_tokens if stats else 0
+        self._record(served, started, "error", generated)
+        self.counters.ended_early("error", generated)
         self.log(f"request {served.id}: failed: {error.message}")
 
     def _fall_back_to_cpu(self, failure: DeviceFailure) -> None:

@@ -33,6 +33,7 @@ from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.errors import RemoteError
 from chatapp.session.context import ContextReport, TokenCounter, counter_for, fit_messages
+from chatapp.session.prompt_style import answer_stops
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
@@ -136,6 +137,11 @@ def answer(
         )
     if tokenizer is not None and request.prompt_style is not None:
         tokenizer.use_style(request.prompt_style)
+    if tokenizer is not None and request.text is None:
+        # One base-model policy for the window, `generate` and `serve`: a chat sent to a model
+        # without a template as User: / Assistant: lines ends where it starts a turn itself.
+        ends = answer_stops(request.stops, tokenizer.prompt_style, tokenizer.has_template)
+        request = replace(request, stops=ends)
     if request.prompt_style == STYLE_CONTINUE and request.settings.min_new_tokens < 1:
         # Send asks for what follows the text: a base model often takes a finished sentence as
         # the end of its document, and an end-of-text first would answer nothing at all.
@@ -149,7 +155,7 @@ def answer(
             backend.max_context,
             request.settings.max_new_tokens,
         )
-        yield report
+        yield replace(report, model=backend.answerer)
     mode = request.mode if caps.chooses_loop else None
     if backend.needs_warm_up(mode):
         # The device's first runs compile its programs: a phase of their own, ahead of the

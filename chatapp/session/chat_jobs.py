@@ -44,7 +44,7 @@ from chatapp.session.answer import (
     tool_plan,
 )
 from chatapp.session.context import ContextReport, ContextRequest, fit_messages
-from chatapp.session.jobs import Job, JobControl, JobError, failed
+from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
 from chatapp.session.tool_specs import ToolSpecError, choice_by_word, with_calls
@@ -174,6 +174,10 @@ def answer_figures(stats: RunStats, finish_reason: str | None = None) -> AnswerF
 class AnswerResult:
     text: str
     stats: RunStats  # a private copy, safe to read in the GUI thread
+    # Made on the worker, so that figures that fail fail the job (one error event), never a
+    # GUI slot: the last snapshot (a chatapp server sends its own at the end) and the record.
+    final: StatsSnapshot
+    figures: AnswerFigures
 
 
 def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
@@ -219,13 +223,16 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             elif isinstance(event, ToolPiece):  # shown whole at the end; its tokens count now
                 yield from _items(TextDelta("", event.tokens, 0))
             elif isinstance(event, AnswerDone):
-                control.partial = None
                 if event.stopped_by_string:
                     event.stats.finish_reason = STOP_STRING
                 if event.tool_calls:  # the answer is a call: shown as one, told apart in notes
                     event.stats.finish_reason = TOOL_CALLS
                 text = with_calls(event.text, event.tool_calls)
-                return AnswerResult(text, copy.deepcopy(event.stats))
+                stats = copy.deepcopy(event.stats)
+                final = StatsSnapshot.of(control.request_id, stats)  # may fail: partial kept
+                result = AnswerResult(text, stats, final, answer_figures(stats))
+                control.partial = None
+                return result
         raise EngineError("The answer ended without its figures.")  # answer() always ends so
 
     return Job("generation", run, _explain_generation, (EngineError, ValueError))
@@ -265,18 +272,6 @@ def failed_figures(stats: RunStats) -> AnswerFigures:
         return AnswerFigures(finish_reason="error")
 
 
-def final_figures(
-    request_id: int, stats: RunStats
-) -> tuple[StatsSnapshot, AnswerFigures] | JobError:
-    """The last snapshot and the record of an answer that ended; where computing them raised
-    (a bug), the error that fails the answer instead, with what it wrote."""
-    try:
-        return StatsSnapshot.of(request_id, stats), answer_figures(stats)
-    except Exception as exc:
-        log.exception("the figures of answer %d failed", request_id)
-        return JobError(request_id, failed("Generation", exc), stats, type(exc), str(exc))
-
-
 def failure_stats(partial: object) -> RunStats | None:
     """The figures of an answer that failed midway (from JobError.partial), marked "error"."""
     if not isinstance(partial, RunStats):
@@ -306,7 +301,7 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
             backend.max_context,
             request.max_new_tokens,
         )
-        return report
+        return replace(report, model=backend.answerer)
 
     # A template that rejects the messages: the answer will say so; the log keeps it.
     return Job("context measurement", run, lambda exc: failed("Counting tokens", exc))

@@ -15,13 +15,14 @@ way (`busy`), so the observers see every state change in order.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import NO_TOOLS, Tool
@@ -35,7 +36,6 @@ from chatapp.session.chat_jobs import (
     TokenItem,
     failed_figures,
     failure_stats,
-    final_figures,
     generate_job,
     measure_context_job,
 )
@@ -52,6 +52,7 @@ from chatapp.session.model_jobs import (
     convert_job,
     cpu_fallback_job,
     load_job,
+    named_figures,
 )
 from chatapp.session.remote_jobs import (
     ConnectRequest,
@@ -163,13 +164,13 @@ class ChatSession:
         threads: int | None = None,
         mode: str = "",
         onnx_file: str | None = None,
-        prompt_precision: str | None = None,
+        precision: str = DEFAULT_PRECISION,
     ) -> bool:
         """Ask the worker to load a model; answers with model_loaded or load_failed."""
         if self.busy:
             return False
         mode_ = Mode(mode or Mode.IOBINDING)
-        request = LoadRequest(Path(folder), device, threads, mode_, onnx_file, prompt_precision)
+        request = LoadRequest(Path(folder), device, threads, mode_, onnx_file, precision)
         self._set_state(State.LOADING)
         self.submit(load_job(self.host, request), self._load_watcher())
         return True
@@ -382,13 +383,9 @@ class ChatSession:
                 o.stats(batch.snapshot)
 
     def _on_finished(self, result: AnswerResult) -> None:
-        request_id = self._answer.request_id if self._answer is not None else 0
-        done = final_figures(request_id, result.stats)  # a server sends its own at the end
-        if isinstance(done, JobError):  # a bug in them: the answer fails, the window goes on
-            return self._on_error(done)
-        final, figures = done[0], self._named(done[1])
         self._answer = None
         replaced, self._replaced = self._replaced, None
+        final, figures = result.final, self._named(result.figures)  # made on the worker
         for o in list(self.observers):
             o.stats(final)
         continued, self._continued = self._continued, None
@@ -439,10 +436,10 @@ class ChatSession:
             self.submit(fallback, self._load_watcher())
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:
-        """An answer's figures name the model that wrote it (a server names its own)."""
-        if figures.model or self.backend is None:
-            return figures
-        return replace(figures, model=self.backend.name)
+        """An answer's figures name the model and the precision that wrote it (named_figures)."""
+        backend = self.backend
+        precision = backend.precision if isinstance(backend, ModelSummary) else None
+        return named_figures(figures, backend.name if backend else None, precision)
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
     def convert_gguf(

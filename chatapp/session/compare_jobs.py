@@ -76,6 +76,21 @@ class SweepRequest:
             return self.modes
         return tuple(m for m in self.modes if m.caches) or self.modes
 
+    def nocache_note(self) -> str:
+        """Where No cache runs in this sweep and why not elsewhere, for the view to show as it
+        is ("": it runs at every context, or not at all)."""
+        if Mode.NOCACHE not in self.modes:
+            return ""
+        runs = [c for c in self.contexts if Mode.NOCACHE in self.modes_at(c)]
+        if len(runs) == len(self.contexts):
+            return ""
+        where = f"at {', '.join(map(str, runs))} only" if runs else "at none of these contexts"
+        return (
+            f"No cache runs {where}: past {NOCACHE_SWEEP_MAX} tokens (the context and the "
+            f"{self.max_new_tokens} new ones) each of its tokens re-reads the whole sequence, "
+            "seconds a token."
+        )
+
 
 @dataclass(frozen=True)
 class SweepCosts:
@@ -180,15 +195,17 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
         for r in range(2, repeats + 1):
             yield ProgressLine(f"Run {r}/{repeats} (the one above was run 1)…", (r - 1) / repeats)
             control.flush()
-            # Who leads alternates, as in `chatapp bench`.
-            more = run_interleaved(
-                engine,
-                ids,
-                request.max_new_tokens,
-                modes[(r - 1) % len(modes)],
-                should_stop=lambda: control.stopped,
-                modes=modes,
-            )
+            # Who leads alternates, as in `chatapp bench`; the bar (and the time left) move
+            # with every step, not only between runs (issue 47: "about 2 min left" stood still
+            # from 15% to 66%).
+            gens = loop_pair(engine, ids, request.max_new_tokens, lambda: control.stopped, modes)
+            steps = request.max_new_tokens * len(modes)
+            led = modes[(r - 1) % len(modes)]
+            done = 0
+            for _mode, event in interleaved(gens, led):
+                done += not event.tail  # a tail is held-back text, not a step
+                yield ProgressLine("", min((r - 1 + done / steps) / repeats, 0.999))
+            more = {m: g.stats for m, g in gens.items()}
             if any(s.finish_reason == "stop" for s in more.values()):
                 raise JobAborted(COMPARISON_STOPPED)
             for mode in modes:

@@ -69,6 +69,7 @@ class ContextReport:
     turns: tuple[TurnTokens, ...]
     fits: bool  # False: even the newest turn alone leaves less than `reserve` for the answer
     elapsed_s: float  # time spent counting tokens
+    model: str = ""  # whose tokenizer counted (the model that answers next)
 
     @property
     def cut_index(self) -> int | None:
@@ -111,7 +112,8 @@ class ContextReport:
                 f" The oldest {turns} turn{'s' if turns != 1 else ''} ({self.dropped} messages) "
                 "no longer fit and are not sent."
             )
-        return f"{text} {POLICY_TEXT}"
+        counted = f" Counted for {self.model}." if self.model else ""
+        return f"{text}{counted} {POLICY_TEXT}"
 
 
 class TokenCounter:

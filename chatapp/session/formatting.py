@@ -7,6 +7,7 @@ import math
 
 from chatapp.engine import modes
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.guards import PRECISION_LABELS
 from chatapp.engine.nocache import SEQUENCE_CAP
 from chatapp.units import fmt_bytes
 
@@ -69,6 +70,7 @@ def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
         fig.model or "",
         mode_label(fig.mode) if fig.mode else "",
         "" if fig.device == fig.mode else _device(fig.device),
+        PRECISION_LABELS.get(fig.precision or "", ""),
         f"{rate(fig.tokens_per_s)} tok/s",
         f"TTFT {millis(fig.ttft_s)} ms",
         f"perplexity {perplexity(fig.perplexity)}",

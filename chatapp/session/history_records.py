@@ -97,3 +97,11 @@ def open_history(opener: Callable[[], HistoryStore] = open_default_store) -> Ope
     if store.read_only:  # shown read-only rather than hidden (issue 12)
         notice = store.read_only_message()
     return OpenedHistory(store, notice, "warning")
+
+
+IMPORTED = " (imported)"
+
+
+def imported_title(title: str) -> str:
+    """An imported chat's title: the original's, marked once."""
+    return title if title.endswith(IMPORTED) else f"{title}{IMPORTED}"

@@ -20,19 +20,18 @@ window knew them (loaded or wrote them): if another chatapp instance added messa
 same conversation meanwhile, ours continue in a copy instead of deleting theirs, and if it
 deleted the conversation, ours are saved again as a new one. Nothing is lost either way.
 
-When a save fails (another process keeps the file locked, a full disk, a history that became
-read-only) the messages stay in memory: `failure` says why, `unsaved_indices()` which
-messages the store lacks (the transcript marks them), and `retry()` (a timer of the window)
-syncs again, with a short lock timeout so that a locked file does not freeze the window,
-until it works; then the user is told. Showing another chat or closing asks first
-(gui/history/unsaved.py). Given a worker (`submit_wait`), a write never waits for another
-process's lock on the caller's thread: the worker does (history_failures.py).
+When a save fails (a lock held by another process, a full disk, a read-only history) the
+messages stay in memory: `failure` says why, `unsaved_indices()` which messages the store
+lacks (marked), and `retry()` (a window's timer, a short lock timeout) syncs until it works,
+then the user is told. Showing another chat or closing asks first (gui/history/unsaved.py).
+A write never waits for another process's lock on this thread: a worker does (`submit_wait`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -44,6 +43,7 @@ from chatapp.session.history_records import (
     Signature,
     conversation_from_store,
     figures_for_store,
+    imported_title,
     memory_signature,
     stored_signature,
 )
@@ -262,6 +262,11 @@ class HistorySync:
             log.warning("import of %s failed", path, exc_info=True)
             self.events.message(f"Could not import {name}: {type(exc).__name__}.", "error")
             return None
+        title = imported_title(stored.title)  # told apart from the chat it came from
+        if title != stored.title and self._succeeded(
+            lambda: store.rename_conversation(stored.id, title)
+        ):
+            stored = replace(stored, info=replace(stored.info, title=title))
         self.events.list_changed()
         if show and self.chat.state is not State.GENERATING:
             self._show(stored)

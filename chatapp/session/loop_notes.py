@@ -173,13 +173,23 @@ def prompt_note(fig: AnswerFigures | None) -> str:
 
 
 def context_note(
-    fig: AnswerFigures | None, used: int, writing: bool = False, dropped: int = 0
+    fig: AnswerFigures | None,
+    used: int,
+    writing: bool = False,
+    dropped: int = 0,
+    counted_for: str = "",
 ) -> str:
     """Why "Context used" differs from the answer's own count, when it does: after an answer it
     counts the conversation as the next question will send it (`dropped`: the oldest messages
-    it leaves out). Empty when they agree."""
+    it leaves out; `counted_for`: the model that counted, never compared with another model's
+    cache). Empty when they agree."""
     if fig is None or writing or fig.mode == REMOTE or fig.device == REMOTE or not used:
         return ""
+    if counted_for and fig.model and fig.model != counted_for:
+        return (
+            f"{used}: the conversation as {counted_for} will read it for the next question; "
+            f"the figures above are the last answer's, written by {fig.model}."
+        )
     read = fig.tokens_read
     if not read or used == read:
         return ""

@@ -18,6 +18,8 @@ from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine, open_model
 from chatapp.engine.errors import EngineError, ModelError
+from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
@@ -80,7 +82,7 @@ class LoadRequest:
     threads: int | None = None
     mode: Mode = Mode.IOBINDING
     onnx_file: str | None = None  # which graph of the folder (None: the folder's default)
-    prompt_precision: str | None = None  # the GGUF kernels' (devices.PROMPT_PRECISIONS)
+    precision: str = DEFAULT_PRECISION  # the GGUF kernels' (guards.PRECISIONS)
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,20 @@ class ModelSummary:
     # Which kernels run the graph: "GGUF kernels, AVX2" (chatapp's native graph) or "ONNX
     # Runtime kernels" (the stock graph).
     kernels: str = ""
+    # The GGUF kernels' precision ("fast", "exact"); None where none run (no such choice).
+    precision: str | None = None
     # False for a model without a chat template (a base model): the window continues text.
     has_chat_template: bool = True
+    default_system_prompt: str = ""  # what the template writes when a chat has none
+    default_system_tokens: int = 0
+
+
+def named_figures(
+    figures: AnswerFigures, model: str | None, precision: str | None
+) -> AnswerFigures:
+    """An answer's figures with the model that wrote it (a server's answer names its own) and
+    the precision its GGUF kernels multiplied at (None where none ran), unless named already."""
+    return replace(figures, model=figures.model or model, precision=figures.precision or precision)
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:
@@ -178,6 +192,7 @@ def cpu_fallback_job(host: EngineHost, reason: str) -> Job:
 
 
 def summarize(engine: Engine, requested_device: str, reason: str | None) -> ModelSummary:
+    default = engine.tokenizer.default_system_prompt()
     return ModelSummary(
         folder=engine.info.folder,
         name=engine.info.name,
@@ -195,7 +210,10 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         sampling=engine.model.sampling,
         kv_bytes_per_token=engine.info.kv_bytes_per_token(),
         kernels=engine.kernels,
+        precision=engine.precision_in_effect,
         has_chat_template=engine.tokenizer.has_template,
+        default_system_prompt=default,
+        default_system_tokens=len(engine.tokenizer.encode(default)) if default else 0,
     )
 
 
@@ -211,7 +229,7 @@ def _open_engine(
                 request.device,
                 request.mode,
                 threads=request.threads,
-                prompt_precision=request.prompt_precision,
+                precision=request.precision,
             )
         else:
             engine = Engine(
@@ -220,7 +238,7 @@ def _open_engine(
                 request.mode,
                 threads=request.threads,
                 onnx_file=request.onnx_file,
-                prompt_precision=request.prompt_precision,
+                precision=request.precision,
             )
         return engine, engine.fallback_reason
     except DeviceError as exc:
@@ -232,7 +250,7 @@ def _open_engine(
             request.mode,
             threads=request.threads,
             onnx_file=request.onnx_file,
-            prompt_precision=request.prompt_precision,
+            precision=request.precision,
         )
         return engine, f"{exc} Running on the CPU."
 

@@ -26,6 +26,17 @@ BASE_MODEL_NOTICE = (
     "This is a base model without a chat template: what you write is continued as text, not "
     "answered (Sampling > Prompt > Chat talks to it as User: / Assistant: lines instead)."
 )
+BASE_MODEL_CHAT_NOTICE = (
+    "This is a base model without a chat template: messages are sent as User: / Assistant: "
+    "lines, and the answer ends where the model starts a turn of its own."
+)
+BASE_MODEL_NOTICES = (BASE_MODEL_NOTICE, BASE_MODEL_CHAT_NOTICE)
+
+
+def base_model_notice(choice: str) -> str:
+    """What the banner says of a base model under the chat's prompt choice."""
+    return BASE_MODEL_NOTICE if choice == CONTINUE else BASE_MODEL_CHAT_NOTICE
+
 
 # The prompt box's placeholder while the model continues text (a chat's is the view's own).
 CONTINUE_PLACEHOLDER = "Text for the model to continue (Enter sends, Shift+Enter: new line)"
@@ -48,9 +59,13 @@ def engine_style(choice: str, has_chat_template: bool) -> str:
     return STYLE_TEMPLATE if has_chat_template else STYLE_PLAIN_CHAT
 
 
-def answer_stops(user_stops: tuple[str, ...], style: str) -> tuple[str, ...]:
-    """The person's stop strings, and for plain-line chat those that end an invented turn."""
-    extra = PLAIN_CHAT_STOPS if style == STYLE_PLAIN_CHAT else ()
+def answer_stops(
+    user_stops: tuple[str, ...], style: str, has_chat_template: bool = True
+) -> tuple[str, ...]:
+    """The person's stop strings, and for plain-line chat those that end an invented turn
+    (a model without a template chats in plain lines under its "template" style too)."""
+    plain = style == STYLE_PLAIN_CHAT or (style == STYLE_TEMPLATE and not has_chat_template)
+    extra = PLAIN_CHAT_STOPS if plain else ()
     return tuple(dict.fromkeys((*user_stops, *extra)))
 
 

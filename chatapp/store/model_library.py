@@ -86,6 +86,11 @@ def describe(folder: Path) -> LibraryModel | None:
     return LibraryModel(folder, disk_usage(folder), "ONNX folder", precision, False)
 
 
+def folder_name(gguf: Path) -> str:
+    """A model folder name from a GGUF file name (safe on every file system)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", gguf.stem).strip("-.") or "model"
+
+
 MAX_NAME_BYTES = 255  # a file name's limit on Linux, macOS and Windows file systems
 
 

@@ -7,6 +7,7 @@ import re
 from datetime import datetime, tzinfo
 
 from chatapp import __version__
+from chatapp.engine.guards import PRECISION_LABELS
 from chatapp.engine.modes import MODES, mode_label
 from chatapp.store.models import Alternative, Figures, StoredConversation, StoredMessage
 from chatapp.units import fmt_bytes
@@ -101,6 +102,8 @@ def figures_line(fig: Figures) -> str:
             parts.append(fig.device)
         if fig.mode:
             parts.append(f"{mode_label(fig.mode)} loop" if fig.mode in MODES else fig.mode)
+        if fig.precision in PRECISION_LABELS:
+            parts.append(PRECISION_LABELS[fig.precision])
     if fig.tokens_per_s is not None:
         parts.append(f"{fig.tokens_per_s:.1f} tokens/s")
     if fig.ttft_s is not None:

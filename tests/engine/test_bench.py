@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.bench.report import markdown_report
+from chatapp.engine.bench.report import device_words, markdown_report
 from chatapp.engine.bench.run import (
     BenchConfig,
     bench_prompt_ids,
@@ -21,6 +21,7 @@ from chatapp.engine.bench.run import (
 from chatapp.engine.bench.stats import summarize
 from chatapp.engine.bench.summary import fig, per_token_ms
 from chatapp.engine.engine import Engine
+from chatapp.engine.guards import PRECISION_LABELS, PRECISIONS
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +128,18 @@ def test_a_sweep_table_marks_the_points_a_loop_left_out() -> None:
     assert "No cache ms per token (median)" in rows[1]
     ms = "10.0 (9.0–11.0)"
     assert rows[-1].startswith(f"| 2048 | – | {ms} | {ms} | 10.0 / 10.0 = 1.00x | – |")
+
+
+def test_the_header_names_the_precision_where_gguf_kernels_run(tiny_model_dir: Path) -> None:
+    """bench --json, the comparison view and its exports read the header: it names the
+    precision the engine multiplies at, and nothing where no GGUF kernels run."""
+    for precision in PRECISIONS:
+        engine = Engine(tiny_model_dir, threads=1, max_context=64, precision=precision)
+        header = result_header(engine, 4, 1)
+        if engine.model.native:
+            assert header["precision"] == precision
+            assert header["kernels"].endswith(", " + PRECISION_LABELS[precision])
+            assert device_words(header) == f"cpu, {PRECISION_LABELS[precision]}"
+        else:
+            assert header["precision"] is None and device_words(header) == "cpu"
+    assert device_words({"device": "cpu"}) == "cpu"  # a result saved before names none

@@ -14,6 +14,7 @@ from chatapp.cli.engine_cmds import llama_gguf
 from chatapp.convert.default_model import FOLDER_NAME, bundled_gguf
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.bench import floor
+from chatapp.engine.bench.llamacpp_logits import llama_logits
 from chatapp.engine.bench.llamacpp_peer import (
     DEFAULT_WAIT_POLICY,
     LlamaCppPeer,
@@ -51,6 +52,20 @@ def test_llamacpp_child_runs_greedy_fixed_length(fake_llama_cpp: None, tiny_gguf
     assert stats.token_ids == expected
     assert len(stats.latencies_s) == 4 and stats.ttft_s > 0
     assert again.token_ids == [10, 23, 14]  # a cold cache each run
+
+
+def test_llamacpp_logits_come_back_for_the_scored_rows(
+    fake_llama_cpp: None, tiny_gguf: Path
+) -> None:
+    """The fidelity child (bench --fidelity --peer llamacpp) evaluates each window on a fresh
+    cache and returns the rows asked for, through stdout; a failure is llama.cpp's own line."""
+    windows = [[4, 9, 2, 5], [1, 3, 8, 6]]
+    rows = llama_logits(sys.executable, str(tiny_gguf), windows, 2, 3, threads=1)
+    assert rows.shape == (2, 1, 50) and rows.dtype == np.float32
+    for window, row in zip(windows, rows, strict=True):
+        assert int(row[0].argmax()) == (window[2] * 7 + 3) % 50
+    with pytest.raises(RuntimeError, match="not a GGUF"):
+        llama_logits(sys.executable, "model.bin", windows, 2, 3, threads=1)
 
 
 def test_llamacpp_child_gets_the_callers_openmp_settings(

@@ -438,3 +438,43 @@ def test_the_issues_no_cache_sweep_is_called_higher() -> None:
     line = next(s for s in explanation(None, sweep).splitlines() if s.startswith("No cache"))
     assert re.search(r"15\d\d\.\d ms .* at 130, 4\d{3}\.\d ms .* at 513", line), line
     assert line.endswith("higher at 513 than at 130, the two spreads do not overlap.")
+
+
+def _report(name: str) -> str:
+    from chatapp.engine.bench.report import markdown_report
+
+    recorded = corpus()[name]
+    result = recorded.result()
+    runs = len(next(iter(recorded.runs.values())))
+    return markdown_report({**result, "model": "tiny", "layout": "shared-buffer", "repeats": runs})
+
+
+def test_the_report_claims_no_saving_its_own_verdict_does_not_make() -> None:
+    """Issue 47: "49.3 vs 40.3 ms … at 41 tokens" was called a saving beside "no measurable
+    difference", over an answer that ran from 41 to 241 tokens of context."""
+    flat = _report("identical loops")
+    assert "IO-Binding vs Naive" in flat and "no measurable difference" in flat
+    where = next(line for line in flat.splitlines() if line.startswith("On the "))
+    assert "saves" not in where and "no saving is claimed" in where
+    assert "over an answer from 20 to " in where
+    faster = _report("clearly faster, five runs")
+    assert "IO-Binding faster" in faster
+    where = next(line for line in faster.splitlines() if line.startswith("On the "))
+    assert "the time IO-Binding saves is inside the run" in where
+
+
+def test_the_reports_brackets_say_what_they_are() -> None:
+    three = _report("identical loops").splitlines()[0]
+    assert "min–max in brackets" not in three
+    assert "time per token, the range (min–max) of the runs' medians" in three
+    assert "tokens/s and TTFT, min–max over the runs" in three
+    five = _report("clearly faster, five runs").splitlines()[0]
+    assert "time per token, the interquartile range of the runs' medians" in five
+
+
+def test_every_ratio_carries_its_spread_and_verdict() -> None:
+    """The tokens/s ratio too (it had neither, one line after "no measurable difference")."""
+    for name in corpus():
+        for line in lines_of(name):
+            if line.startswith("By tokens/s"):
+                assert "faster (" in line or "slower (" in line or "within the spread" in line

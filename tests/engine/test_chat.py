@@ -302,3 +302,22 @@ def test_a_long_prompt_is_encoded_once_for_its_count_and_its_answer(tiny_model_d
     tokenizer.chat_ids(short)
     tokenizer.chat_ids(short)
     assert len(encoded) == calls + 2  # short prompts are not kept
+
+
+def test_a_templates_own_system_prompt_is_found(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """SmolLM2's template writes a system prompt when the chat has none: every prompt holds
+    it, so the window shows it (what the chat's own system message takes the place of)."""
+    own = (
+        "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a tiny helper."
+        "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "own", own))
+    assert tok.default_system_prompt() == "You are a tiny helper."
+    prompt = tok.render([Message("user", "Hi")])
+    assert tok.default_system_prompt() in prompt
+    # A template that adds none, and plain lines, have none.
+    assert ChatTokenizer(tiny_model_dir).default_system_prompt() == ""
+    tok.use_style(STYLE_PLAIN_CHAT)
+    assert tok.default_system_prompt() == ""

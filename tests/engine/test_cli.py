@@ -90,19 +90,27 @@ def test_generate_json_has_every_field(tiny_model_dir: Path, mode: str) -> None:
     assert len(data["latencies_s"]) == len(data["token_ids"]) - 1
 
 
-def test_generate_says_when_prompts_take_int16(tiny_model_dir: Path) -> None:
+def test_generate_names_its_precision(tiny_model_dir: Path) -> None:
+    """--precision reaches the engine and the output names it where GGUF kernels run (the
+    default is fast); ONNX Runtime's kernels have no such choice and nothing claims one."""
     args = ["generate", "--model", str(tiny_model_dir), "--prompt", "the", "--greedy"]
     runs = {
-        p: chatapp(*args, "--max-new-tokens", "3", "--prompt-precision", p, "--json")
-        for p in ("float", "int16")
+        p: chatapp(*args, "--max-new-tokens", "3", *(["--precision", p] if p else []), "--json")
+        for p in ("fast", "exact", "")
     }
     for out in runs.values():
         assert out.returncode == 0, out.stderr
     data = {p: json.loads(out.stdout) for p, out in runs.items()}
-    if data["float"]["kernels"].startswith("GGUF kernels"):
-        assert data["int16"]["kernels"] == data["float"]["kernels"] + ", int16 prompts"
-    else:  # ONNX Runtime's kernels have no such choice: nothing claims it
-        assert data["int16"]["kernels"] == data["float"]["kernels"]
+    if data["fast"]["kernels"].startswith("GGUF kernels"):
+        assert data[""]["precision"] == data["fast"]["precision"] == "fast"
+        assert data["exact"]["precision"] == "exact"
+        assert data["exact"]["kernels"].endswith(", exact")
+        assert data["fast"]["kernels"].endswith(", fast 8-bit")
+        text = chatapp(*args, "--max-new-tokens", "2", "--precision", "exact")
+        assert text.returncode == 0 and "on cpu, exact:" in text.stderr
+    else:
+        assert {d["precision"] for d in data.values()} == {None}
+        assert data["exact"]["kernels"] == data["fast"]["kernels"] == "ONNX Runtime kernels"
 
 
 def test_generate_same_tokens_in_every_mode(tiny_model_dir: Path) -> None:
@@ -220,7 +228,8 @@ def test_bench_prints_a_markdown_table(tiny_model_dir: Path) -> None:
         (["generate", "--model", "/nonexistent/model", "--prompt", "x"], "does not exist"),
         (["generate", "--device", "tpu9000", "--prompt", "x"], "Unknown device"),
         (["generate", "--temperature", "-1", "--prompt", "x"], "temperature"),
-        (["generate", "--prompt-precision", "int8", "--prompt", "x"], "--prompt-precision"),
+        (["generate", "--precision", "int16", "--prompt", "x"], "--precision"),
+        (["generate", "--prompt-precision", "int16", "--prompt", "x"], "--prompt-precision"),
     ],
 )
 def test_bad_input_is_one_clear_line(args: list[str], message: str, tiny_model_dir: Path) -> None:
@@ -373,3 +382,14 @@ def test_a_bad_schema_file_is_one_line(
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "serve"])
+def test_every_model_command_takes_the_precision(command: str) -> None:
+    """--precision on generate, bench and serve: fast unless exact is asked for."""
+    from chatapp.cli.main import build_parser
+
+    extra = ["--prompt", "x"] if command == "generate" else []
+    parser = build_parser()
+    assert parser.parse_args([command, *extra]).precision == "fast"
+    assert parser.parse_args([command, *extra, "--precision", "exact"]).precision == "exact"

@@ -121,9 +121,9 @@ def test_engine_falls_back_to_the_cpu_after_a_device_failure(
     folder = layouts["shared-buffer"]
 
     def start_emulated(
-        path: Path, _device: Device, threads: int | None = None, prompt: str | None = None
+        path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
     ) -> StartedSession:
-        opts = session_options(threads, prompt)
+        opts = session_options(threads, precision)
         return StartedSession(create_session(path, CPU, opts), EMULATED, None)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)

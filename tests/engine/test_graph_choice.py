@@ -297,9 +297,9 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """'emulated' is a device with its own memory whose sessions run on the CPU provider."""
 
     def start_emulated(
-        path: Path, _device: Device, threads: int | None = None, prompt: str | None = None
+        path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
     ) -> StartedSession:
-        opts = session_options(threads, prompt)
+        opts = session_options(threads, precision)
         return StartedSession(create_session(path, CPU, opts), EMULATED, None)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)

@@ -14,8 +14,10 @@ import pytest
 from onnx import numpy_helper
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.engine.devices import PRECISION_CONFIG
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
+from chatapp.engine.guards import PRECISION_LABELS, PRECISIONS
 from chatapp.engine.native_kernels import NativeNodeMismatch, library_path
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.graph import NATIVE_DOMAIN, all_nodes
@@ -147,22 +149,27 @@ def test_the_intact_folder_loads_and_answers(native: Path) -> None:
     assert len(engine.generate_ids([3, 4, 5], GREEDY, ignore_eos=True).run().token_ids) == 3
 
 
-def test_int16_prompts_take_effect_in_the_session_and_stay_close(native: Path) -> None:
-    """The engine's prompt precision reaches the library through the session's config: a
-    prompt's logits move by a step's rounding, never more, and the greedy answer of the tiny
-    model stays; an unknown precision is refused in words."""
-    if library_path() is None:
-        pytest.skip("native kernels not built (make native)")
+def test_the_precision_reaches_the_session_and_each_holds_across_loops(native: Path) -> None:
+    """The engine's precision reaches the library through the session's config entry, is named
+    in the kernels line, and within one precision both cached loops give the same tokens; fast
+    and exact logits differ by no more than 8-bit rounding can move the tiny model's (a
+    twentieth of the largest logit: far above the rounding's, far below a different model);
+    an unknown precision is refused in words."""
     prompt = list(range(3, 30))
-    answers, logits = {}, {}
-    for precision in ("float", "int16"):
-        engine = Engine(native, threads=1, max_context=64, prompt_precision=precision)
-        assert engine.kernels.endswith(", int16 prompts") is (precision == "int16")
+    logits = {}
+    for precision in PRECISIONS:
+        engine = Engine(native, threads=1, max_context=64, precision=precision)
+        options = engine.session.get_session_options()
+        assert options.get_session_config_entry(PRECISION_CONFIG) == precision
+        assert engine.precision_in_effect == precision
+        assert engine.kernels.endswith(", " + PRECISION_LABELS[precision])
         logits[precision] = engine.loop().forward(prompt).logits.copy()  # a fresh cache
-        answer = engine.generate_ids(prompt, GREEDY, ignore_eos=True).run()
-        answers[precision] = answer.token_ids
-    difference = np.abs(logits["float"] - logits["int16"]).max()
-    assert 0 < difference < 0.05 * np.abs(logits["float"]).max()
-    assert answers["float"] == answers["int16"]
-    with pytest.raises(EngineError, match="Prompt precision must be float or int16"):
-        Engine(native, threads=1, max_context=64, prompt_precision="int8")
+        answers = [
+            engine.generate_ids(prompt, GREEDY, mode, ignore_eos=True).run().token_ids
+            for mode in ("naive", "iobinding")
+        ]
+        assert answers[0] == answers[1]
+    difference = np.abs(logits["fast"] - logits["exact"]).max()
+    assert difference < 0.05 * np.abs(logits["exact"]).max()
+    with pytest.raises(EngineError, match="Precision must be fast or exact"):
+        Engine(native, threads=1, max_context=64, precision="int16")

@@ -149,7 +149,7 @@ def test_a_full_slot_cache_gives_up_its_last_token_for_a_filler_row(
     one past its cache; a full cache has no such position, so it forgets its last token
     instead of having it overwritten."""
     engine = Engine(varied_model_dir, threads=1, max_context=16)
-    batch = engine.slots(2)
+    batch = engine.slots(2, budget=32)  # room for both: the first fills a whole context
     first = batch.acquire()
     assert first is not None and first.index == 0
     first.forward(list(range(3, 19)))

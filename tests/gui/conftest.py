@@ -77,9 +77,9 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> Device:
     loops re-bind inputs and count bytes as on a GPU, without needing one."""
 
     def start(
-        path: Path, _device: Device, threads: int | None = None, prompt: str | None = None
+        path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
     ) -> StartedSession:
-        opts = session_options(threads, prompt)
+        opts = session_options(threads, precision)
         return StartedSession(create_session(path, CPU, opts), EMULATED, None)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)

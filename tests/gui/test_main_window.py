@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
+import shutil
 import time
 import weakref
 from pathlib import Path
@@ -19,6 +20,8 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.models.feature import ModelsFeature
 from chatapp.session import model_jobs
+from chatapp.session.formatting import figures_line
+from chatapp.session.model_jobs import ModelSummary
 from tests.gui.conftest import (
     ANSWER_TIMEOUT_MS,
     counted_transcript,
@@ -389,26 +392,65 @@ def test_changing_threads_reloads_the_model_and_keeps_the_chat(
     assert len(window.chat.conversation.messages) == 4
 
 
-def test_faster_prompts_reload_the_model_keep_the_chat_and_are_remembered(
-    qtbot, make_window, tiny_model_dir
+def _choose_precision(qtbot, window: MainWindow, precision: str) -> ModelSummary:
+    selector = window.chat.side_panel.precision_selector
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000) as blocker:
+        selector.setCurrentIndex(selector.findData(precision))
+    summary = blocker.args[0]
+    assert isinstance(summary, ModelSummary)
+    return summary
+
+
+def test_the_precision_reloads_the_model_keeps_the_chat_and_is_remembered_per_model(
+    qtbot, make_window, tiny_model_dir, tmp_path
 ) -> None:
+    other = Path(shutil.copytree(tiny_model_dir, tmp_path / "other-model"))
     window = make_window(["--model", str(tiny_model_dir)])
+    panel = window.chat.side_panel
+    if not window.host.engine.model.native:  # no GGUF kernels here: no choice, nothing named
+        assert not panel.precision_selector.isEnabled()
+        assert "no precision to choose" in panel.precision_selector.toolTip()
+        return
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "keep me")
-    check = window.chat.side_panel.fast_prompt_check
-    assert not check.isChecked() and window.host.engine.prompt_precision == "float"
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000) as blocker:
-        check.setChecked(True)
-    assert window.host.engine.prompt_precision == "int16"
-    if window.host.engine.model.native:  # the model line says what runs
-        assert blocker.args[0].kernels.endswith(", int16 prompts")
+    assert panel.precision() == "fast" and window.host.engine.precision == "fast"
+    assert window.chat.conversation.messages[-1].figures.precision == "fast"
+    summary = _choose_precision(qtbot, window, "exact")
+    assert summary.precision == window.host.engine.precision == "exact"
+    assert summary.kernels.endswith(", exact")  # the model line says what runs
     assert len(window.chat.conversation.messages) == 2
     send_and_wait(qtbot, window, "and continue")
-    assert len(window.chat.conversation.messages) == 4
-    assert window.settings.value("engine/prompt_precision") == "int16"
+    messages = window.chat.conversation.messages
+    assert len(messages) == 4
+    # Each answer's footer names the precision it was written at, the old one its own.
+    assert [m.figures.precision for m in messages if m.role == "assistant"] == ["fast", "exact"]
+    assert " · fast 8-bit · " in figures_line(messages[1].figures)
+    assert " · exact · " in figures_line(messages[3].figures)
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
+        window.open_model(other)  # another model: its own choice (the default)
+    assert panel.precision() == window.host.engine.precision == "fast"
+    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
+        window.open_model(tiny_model_dir)
+    assert panel.precision() == window.host.engine.precision == "exact"
     again = make_window(["--model", str(tiny_model_dir)])
-    assert again.chat.side_panel.fast_prompt_check.isChecked()
-    assert again.host.engine.prompt_precision == "int16"
+    assert again.chat.side_panel.precision() == again.host.engine.precision == "exact"
+
+
+def test_the_precision_is_locked_while_answering(
+    qtbot, make_window, tiny_model_dir, slow_steps
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    selector = window.chat.side_panel.precision_selector
+    usable = window.host.engine.model.native
+    assert selector.isEnabled() is usable
+    set_sampling(window, greedy(400))
+    window.chat.chat_view.set_prompt_text("lock test")
+    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+        window.chat.chat_view.send_button.click()
+    assert not selector.isEnabled()
+    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+        qtbot.keyClick(window.chat.chat_view.prompt_edit, "\x1b")  # Esc
+    assert selector.isEnabled() is usable  # a model without GGUF kernels keeps it greyed
 
 
 class _Cycle:

@@ -78,4 +78,13 @@ def test_the_right_key_is_served(keyed: Served) -> None:
 
 def test_health_needs_no_key_and_tells_nothing(keyed: Served) -> None:
     health = httpx2.get(f"{keyed.url}/health", trust_env=False)
-    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    # Whether a request would start now; no model, device or client is named.
+    assert health.status_code == 200 and health.json() == {"status": "ok", "state": "ready"}
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/slots"])
+def test_what_clients_are_doing_needs_the_key(keyed: Served, path: str) -> None:
+    refused = httpx2.get(f"{keyed.url}{path}", trust_env=False)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    headers = {"Authorization": f"Bearer {KEY}"}
+    assert httpx2.get(f"{keyed.url}{path}", headers=headers, trust_env=False).status_code == 200

@@ -202,7 +202,7 @@ def test_the_printed_address_already_listens(tiny_model_dir: Path) -> None:
             reply = b""
             while chunk := conn.recv(4096):
                 reply += chunk
-        assert reply.startswith(b"HTTP/1.1 200") and b'{"status":"ok"}' in reply
+        assert reply.startswith(b"HTTP/1.1 200") and b'{"status":"ok","state":"ready"}' in reply
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
     finally:

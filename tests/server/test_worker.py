@@ -133,26 +133,37 @@ def test_a_queued_request_whose_client_left_never_runs(
     assert queued.generated_tokens == 0
 
 
-def test_a_full_queue_answers_503(tiny_model_dir: Path) -> None:
+def test_max_queue_counts_the_waiting_requests_and_503_says_when_to_retry(
+    tiny_model_dir: Path,
+) -> None:
+    """--max-queue 1: one request generates, one waits, the third is refused."""
     engine = Engine(tiny_model_dir, threads=1)
     gate = threading.Event()
     restore = slow_down(engine, 0.0, gate)
     try:
         with serving(engine, max_queue=1) as served:
             results: dict[str, str] = {}
-            runner = threading.Thread(target=_stream_text, args=(served, results, "first", 5))
-            runner.start()
-            served.wait_until(lambda: served.worker.pending == 1)
+            runners = [
+                threading.Thread(target=_stream_text, args=(served, results, name, 5))
+                for name in ("first", "second")
+            ]
+            runners[0].start()
+            served.wait_until(lambda: served.worker.running is not None)
+            runners[1].start()
+            served.wait_until(lambda: served.worker.pending == 2)
             busy = httpx2.post(
                 f"{served.api}/chat/completions", json=body(5), timeout=30, trust_env=False
             )
             gate.set()
-            runner.join(60)
+            for runner in runners:
+                runner.join(60)
     finally:
         gate.set()
         restore()
     assert busy.status_code == 503 and busy.json()["error"]["code"] == "queue_full"
-    assert "busy" in busy.json()["error"]["message"] and len(results["first"]) > 0
+    assert "queue is full (1 waiting)" in busy.json()["error"]["message"]
+    assert 1 <= int(busy.headers["retry-after"]) <= 60
+    assert len(results["first"]) > 0 and len(results["second"]) > 0  # the waiting one ran
 
 
 def _stream_text(served: Served, results: dict[str, str], name: str, tokens: int) -> None:

@@ -84,10 +84,20 @@ def test_requests_answered_together_equal_their_solo_answers(
     assert batch.busy == 0
 
 
-def test_a_request_for_another_loop_is_refused(parallel: Served) -> None:
-    response = ask(parallel, "hello", 4, chatapp={"loop": "naive"})
-    assert response.status_code == 400
-    assert "--parallel 3" in response.json()["error"]["message"]
+def test_a_request_for_another_loop_runs_on_the_engines_own_cache(
+    parallel: Served, varied_model_dir: Path
+) -> None:
+    """The slots decode on the IO-Binding loop; a request naming the naive loop (the window's
+    loop switch on a remote model) runs alone on the engine's naive loop, with its tokens."""
+    response = ask(parallel, "hello", 6, chatapp={"loop": "naive"})
+    assert response.status_code == 200, response.text
+    data = response.json()
+    reference = Engine(varied_model_dir, threads=1, max_context=256)
+    gen = reference.chat([Message("user", "hello")], replace(GREEDY, max_new_tokens=6))
+    gen.run()
+    assert data["choices"][0]["message"]["content"] == gen.text
+    assert data["chatapp"]["loop"] == "naive"
+    assert parallel.worker.engine.slots(3).busy == 0
 
 
 def test_the_choices_of_one_request_decode_together(

@@ -65,6 +65,7 @@ def server(served: Served, messages: list[dict[str, str]], stops: list[str]) -> 
 
 def generate(model: Path, prompt: str, stops: list[str]) -> subprocess.CompletedProcess[str]:
     args = ["--model", str(model), "--prompt", prompt, "--greedy", "--threads", "1", "--json"]
+    args += ["--repetition-penalty", "1"]  # as GREEDY: the server adds none by default
     args += ["--max-new-tokens", str(GREEDY.max_new_tokens)]
     for stop in stops:
         args += ["--stop", stop]

@@ -118,6 +118,7 @@ class _FakeGeneration:
 
 class _FakeTokenizer:
     prompt_style = "template"
+    has_template = True  # a chat model: no plain-line stops added
 
     def use_style(self, style: str) -> None:
         self.prompt_style = style

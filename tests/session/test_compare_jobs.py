@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from chatapp.engine.engine import Engine
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.session.compare_jobs import (
     DEFAULT_SWEEP,
     NOCACHE_SWEEP_MAX,
     SWEEP_TOKENS,
+    CompareRequest,
+    ProgressLine,
     SweepCosts,
     SweepRequest,
+    compare_job,
     duration_text,
 )
+from chatapp.session.model_jobs import EngineHost
+from tests.session.drive import drive
 
 
 def test_a_sweep_runs_no_cache_only_on_the_shorter_contexts() -> None:
@@ -56,3 +64,29 @@ def test_durations_read_as_a_person_says_them() -> None:
     assert duration_text(95) == "about 1 min 40 s"
     assert duration_text(120) == "about 2 min"
     assert duration_text(1900) == "about 32 min"
+
+
+def test_the_view_is_told_where_no_cache_runs_and_why() -> None:
+    """In words the view shows (issue 47: the reason was only in a tooltip)."""
+    note = SweepRequest("Hi", (128, 512, 1024), max_new_tokens=16, modes=MODES).nocache_note()
+    assert note.startswith("No cache runs at 128 only: past 256 tokens")
+    assert (
+        SweepRequest("Hi", (512,), modes=MODES)
+        .nocache_note()
+        .startswith("No cache runs at none of these contexts")
+    )
+    assert SweepRequest("Hi", (64, 128), max_new_tokens=16, modes=MODES).nocache_note() == ""
+    assert SweepRequest("Hi", (512,), modes=CACHED_MODES).nocache_note() == ""
+
+
+def test_a_comparisons_later_runs_move_the_bar_step_by_step(tiny_model_dir: Path) -> None:
+    host = EngineHost()
+    host.engine = Engine(tiny_model_dir, threads=1)
+    request = CompareRequest("Hi", max_new_tokens=6, repeats=2, modes=CACHED_MODES)
+    outcome = drive(compare_job(host, request))
+    assert outcome.error is None, outcome.message
+    lines = [i for i in outcome.items if isinstance(i, ProgressLine)]
+    second = next(n for n, line in enumerate(lines) if line.text.startswith("Run 2/2"))
+    later = list(dict.fromkeys(line.fraction for line in lines[second + 1 :]))
+    assert len(later) == 6 * len(CACHED_MODES)  # one a step of each loop
+    assert later == sorted(later) and 0.5 < later[0] < later[-1] < 1.0

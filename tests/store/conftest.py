@@ -24,6 +24,7 @@ FULL_FIGURES = Figures(
     generated_tokens=64,
     context_length=2048,
     finish_reason="eos",
+    precision="exact",
 )
 
 

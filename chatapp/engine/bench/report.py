@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatapp.engine.bench.sentences import comparison_sentences, sweep_sentences
+from chatapp.engine.bench.sentences import NO_DIFFERENCE, comparison_sentences, sweep_sentences
 from chatapp.engine.bench.summary import (
+    MIN_FOR_QUARTILES,
+    Ratio,
     per_token_ms,
     summarize_comparison,
     summarize_sweep,
 )
+from chatapp.engine.guards import PRECISION_LABELS
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.units import fmt_bytes
 
@@ -38,27 +41,46 @@ def _per_token(summary: dict[str, Any]) -> tuple[float, float, float, float]:
     )
 
 
-def where_time_goes(result: dict[str, Any]) -> str:
-    """One or two sentences on where each loop's time goes on this device (run/host/transfer)."""
+def where_time_goes(result: dict[str, Any], ratio: Ratio | None = None) -> str:
+    """One or two sentences on where each loop's time goes on this device (run/host/transfer);
+    a saving is claimed only where `ratio` (the time per token's, bench.summary's rule) calls
+    IO-Binding faster."""
     n_run, n_host, _n_sample, n_bytes = _per_token(result[Mode.NAIVE])
     i_run, i_host, _i_sample, i_bytes = _per_token(result[Mode.IOBINDING])
     device = result.get("device_label") or result.get("device", "this device")
     context = result.get("prompt_tokens", 0)
+    # The answer's context grows as it is written: a step's copy is as long as its own.
+    span = f"over an answer from {context} to {context + result.get('max_new_tokens', 0)} tokens"
     if not result.get("device_own_memory"):
-        return (
+        text = (
             f"On the {device} the model's memory is the host's, so neither loop moves anything "
-            "across a bus (0 bytes per token). What IO-Binding saves is inside the run: the naive "
-            "loop's graph copies the whole KV cache into a new present tensor every step "
-            f"(mean run time {n_run:.1f} vs {i_run:.1f} ms per token at {context} tokens of "
-            f"context; the copy is as long as the context)."
+            "across a bus (0 bytes per token). The naive loop's graph copies the whole KV cache "
+            "into a new present tensor every step (as long as the context); IO-Binding's does "
+            f"not. Mean run time {n_run:.1f} vs {i_run:.1f} ms per token {span} of context"
         )
+        if ratio is not None and ratio.measurable and ratio.value > 1:
+            return f"{text}: the time IO-Binding saves is inside the run."
+        verdict = NO_DIFFERENCE if ratio is None or not ratio.measurable else "IO-Binding slower"
+        return f"{text}; the time per token above shows {verdict}, so no saving is claimed."
     return (
         f"On {device} the naive loop moves every layer's KV cache to the host and back: "
-        f"{fmt_bytes(n_bytes)} per token at {context} tokens of context, inside its "
+        f"{fmt_bytes(n_bytes)} per token (median {span} of context), inside its "
         f"{n_run:.1f} ms run (+{n_host:.1f} ms on the host). IO-Binding keeps the KV on the "
         f"device and moves only the token, the mask and the logits ({fmt_bytes(i_bytes)}): "
         f"{i_run:.1f} ms run, {i_host:.1f} ms host."
     )
+
+
+def brackets(repeats: int) -> str:
+    """What the report's brackets are, column by column (bench.summary's spreads)."""
+    if repeats >= MIN_FOR_QUARTILES:
+        per_token = "the interquartile range of the runs' medians"
+    elif repeats >= 2:
+        per_token = "the range (min–max) of the runs' medians"
+    else:
+        per_token = "the interquartile range of its tokens' step times"
+    runs = "min–max over the runs" if repeats >= 2 else "none (one run)"
+    return f"in brackets: time per token, {per_token}; tokens/s and TTFT, {runs}"
 
 
 def _spread(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
@@ -82,13 +104,21 @@ def _tokenizer_line(result: dict[str, Any]) -> list[str]:
     return ["", f"The tokenizer holds {fmt_bytes(held)} of the process's memory{words}."]
 
 
+def device_words(result: dict[str, Any]) -> str:
+    """The device a result was measured on, with the GGUF kernels' precision where they ran
+    ("cpu, fast 8-bit"; older results and other kernels name none)."""
+    precision = PRECISION_LABELS.get(result.get("precision") or "")
+    device = str(result.get("device", "this machine"))
+    return f"{device}, {precision}" if precision else device
+
+
 def markdown_report(result: dict[str, Any]) -> str:
     """The Markdown tables a person can paste into a report."""
     kernels = f" ({result['kernels']})" if result.get("kernels") else ""
     lines = [
         f"**{result['model']}** ({result['layout']}) on **{result['device']}**{kernels}, "
         f"prompt {result['prompt_tokens']} tokens, {result['max_new_tokens']} new tokens, "
-        f"median of {result['repeats']} runs (min–max in brackets)",
+        f"median of {result['repeats']} runs ({brackets(int(result['repeats']))})",
         *_tokenizer_line(result),
         "",
         "| loop | time per token (ms, median) | tokens/s (mean) | weights read / token "
@@ -126,8 +156,10 @@ def markdown_report(result: dict[str, Any]) -> str:
             + moved
         )
     lines += ["", *_loop_ratios(result)]
+    summary = None
     if all("first_run" in result[m] for m in MODES if m in result):
-        lines += ["", *comparison_sentences(summarize_comparison(result))]
+        summary = summarize_comparison(result)
+        lines += ["", *comparison_sentences(summary)]
     for peer in (p for p in PEERS if p in result):
         lines.append(
             f"IO-Binding / {LOOP_LABELS[peer]}: **{result[f'iobinding_vs_{peer}']:.2f}x** "
@@ -141,7 +173,7 @@ def markdown_report(result: dict[str, Any]) -> str:
         )
     cached = all(m in result for m in CACHED_MODES)
     if cached and "run_s_per_token" in result[Mode.NAIVE]:
-        lines += ["", where_time_goes(result)]
+        lines += ["", where_time_goes(result, summary.io_vs_naive if summary else None)]
     lines += _conditions(result)
     lines += _floor_table(result.get("floor"))
     sweep = result.get("sweep", [])
@@ -166,7 +198,11 @@ def _sweep_table(sweep: list[dict[str, Any]]) -> list[str]:
     head += [f"{m.label} host↔device / token" for m in modes]
     lines = ["", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for index, point in enumerate(sweep):
-        cells = [str(point["prompt_tokens"])]
+        typed = point.get("context_tokens", point["prompt_tokens"])
+        cells = [
+            f"{point['prompt_tokens']}"
+            + ("" if typed == point["prompt_tokens"] else f" ({typed} typed)")
+        ]
         cells += [per_token_ms(point[m]).text("") if m in point else "–" for m in modes]
         if ratio:
             r = ratios[index][1]

@@ -29,6 +29,7 @@ from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
+from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import CACHED_MODES, Mode
 from chatapp.engine.sampling import GREEDY
@@ -49,7 +50,7 @@ class BenchConfig:
     modes: tuple[Mode, ...] = CACHED_MODES  # the loops to run, in MODES order
     repeats: int = 3
     threads: int | None = None
-    prompt_precision: str | None = None  # the GGUF kernels' (devices.PROMPT_PRECISIONS)
+    precision: str = DEFAULT_PRECISION  # the GGUF kernels' (guards.PRECISIONS)
     max_context: int | None = None
     context_tokens: int | None = None  # pad the prompt with real text to about this length
     peers: tuple[str, ...] = ()  # "genai", "llamacpp": other systems, a run beside each repeat
@@ -203,7 +204,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         config.threads,
         config.max_context,
         onnx_file=config.onnx_file,
-        prompt_precision=config.prompt_precision,
+        precision=config.precision,
     )
     if config.context_tokens is not None and config.context_tokens >= engine.max_context:
         raise EngineError(
@@ -317,6 +318,7 @@ def result_header(engine: Engine, max_new_tokens: int, repeats: int) -> dict[str
         "model_dir": str(engine.info.folder),
         "onnx_file": engine.info.onnx_file,
         "kernels": engine.kernels,  # GGUF kernels (native graph) or ORT's
+        "precision": engine.precision_in_effect,  # fast | exact; None: no GGUF kernels
         "layout": engine.info.layout.value,
         "device": engine.device.name,
         "device_label": engine.device.label,

@@ -90,9 +90,18 @@ def speed_sentence(speed: Ratio, by_median: Ratio) -> str:
         f"By tokens/s (decode tokens ÷ decode time, a mean): IO-Binding's {fig(speed.numerator)} "
         f"/ Naive's {fig(speed.denominator)} = {speed.value:.2f}x"
     )
+    text += verdict(speed, "IO-Binding")
     if opposite(speed.value, by_median.value):
         text += "; it points the other way from the medians because a few slow tokens pull a mean"
     return text + "."
+
+
+def ratio_cell(ratio: Ratio, top: str, bottom: str) -> str:
+    """A table's ratio with the numbers it divides, its spread and the rule's verdict (above
+    1: IO-Binding faster): 'Naive 37.9 / IO-Binding 38.7 = 0.98x, within the spread (…): no
+    measurable difference'."""
+    text = f"{top}{fig(ratio.numerator)} / {bottom}{fig(ratio.denominator)} = {ratio.value:.2f}x"
+    return text + verdict(ratio, "IO-Binding")
 
 
 def opposite(a: float, b: float) -> bool:
@@ -157,7 +166,8 @@ def sweep_sentences(summary: SweepSummary) -> list[str]:
     """What a context sweep shows, loop by loop, then IO-Binding against Naive by context."""
     sentences = []
     for mode, series in summary.per_token.items():
-        values = ", ".join(f"{s.text()} at {c}" for c, s in series)
+        at = summary.at
+        values = ", ".join(f"{s.text()} at {at(c)}" for c, s in series)
         t = summary.trends[mode]
         if len(series) < 2:
             verdict_text = "one context only, no trend to tell"
@@ -169,7 +179,7 @@ def sweep_sentences(summary: SweepSummary) -> list[str]:
             f"{fig(r.numerator)} / {fig(r.denominator)} ms = {r.value:.2f}x "
             f"({r.band() if r.has_spread else 'no spread'}"
             + ("" if r.measurable else f"; {NO_DIFFERENCE}")
-            + f") at {c}"
+            + f") at {summary.at(c)}"
             for c, r in summary.ratios
         )
         by_context = summary.ratio_trend

@@ -202,6 +202,7 @@ class ComparisonSummary:
     loops: dict[Mode, LoopFigures]
     io_vs_naive: Ratio | None  # Naive's time per token / IO-Binding's (above 1: IO-B. faster)
     io_vs_naive_speed: Ratio | None  # IO-Binding's tokens/s / Naive's (a mean-based figure)
+    io_vs_naive_answer: Ratio | None  # Naive's whole answer / IO-Binding's (paired runs)
     caching: dict[Mode, Ratio]  # no cache's whole answer / each cached loop's
     max_new_tokens: int
     runs: int
@@ -216,7 +217,7 @@ def summarize_comparison(result: dict[str, Any]) -> ComparisonSummary:
     loops = {m: loop_figures(m, result[m]) for m in MODES if m in result}
     p50 = {m: _run_list(result[m], "latency_p50_s_all", 1000) for m in loops}
     answers = {m: _run_list(result[m], "answer_s_all", 1) for m in loops}
-    io_vs_naive = io_speed = None
+    io_vs_naive = io_speed = io_answer = None
     if Mode.NAIVE in loops and Mode.IOBINDING in loops:
         naive, iob = loops[Mode.NAIVE], loops[Mode.IOBINDING]
         io_vs_naive = _ratio_of(
@@ -225,6 +226,9 @@ def summarize_comparison(result: dict[str, Any]) -> ComparisonSummary:
         speeds = (list(iob.tokens_per_s_all), list(naive.tokens_per_s_all))
         low, high = _paired(*speeds) if len(speeds[0]) >= 2 else (0.0, 0.0)
         io_speed = Ratio(iob.tokens_per_s, naive.tokens_per_s, low, high, len(speeds[0]))
+        io_answer = _ratio_of(
+            naive.answer_s, iob.answer_s, answers[Mode.NAIVE], answers[Mode.IOBINDING], False
+        )
     caching: dict[Mode, Ratio] = {}
     if Mode.NOCACHE in loops:
         nocache = loops[Mode.NOCACHE]
@@ -238,7 +242,13 @@ def summarize_comparison(result: dict[str, Any]) -> ComparisonSummary:
             )
     runs = max((f.runs for f in loops.values()), default=1)
     return ComparisonSummary(
-        loops, io_vs_naive, io_speed, caching, int(result.get("max_new_tokens", 0)), runs
+        loops,
+        io_vs_naive,
+        io_speed,
+        io_answer,
+        caching,
+        int(result.get("max_new_tokens", 0)),
+        runs,
     )
 
 
@@ -249,6 +259,13 @@ class SweepSummary:
     trends: dict[Mode, Trend]  # shortest context against longest
     ratios: list[tuple[int, Ratio]]  # IO-Binding against Naive at each context
     ratio_trend: Trend | None
+    typed: dict[int, int] | None = None  # a context measured -> as typed, where they differ
+
+    def at(self, context: int) -> str:
+        """A context as measured, and as typed where the prompt came out longer or shorter
+        (the sweep pads real text to about the length asked for)."""
+        typed = (self.typed or {}).get(context)
+        return f"{context}" if typed is None else f"{context} ({typed} typed)"
 
 
 def summarize_sweep(points: Sequence[dict[str, Any]]) -> SweepSummary:
@@ -272,7 +289,12 @@ def summarize_sweep(points: Sequence[dict[str, Any]]) -> SweepSummary:
     if kept:
         first, last = kept[0][1], kept[-1][1]
         ratio_trend = trend(_as_spread(first), _as_spread(last), len(kept) >= 2)
-    return SweepSummary(contexts, per_token, trends, kept, ratio_trend)
+    typed = {
+        int(p["prompt_tokens"]): int(p["context_tokens"])
+        for p in points
+        if "context_tokens" in p and int(p["context_tokens"]) != int(p["prompt_tokens"])
+    }
+    return SweepSummary(contexts, per_token, trends, kept, ratio_trend, typed)
 
 
 def _as_spread(ratio: Ratio) -> Spread:

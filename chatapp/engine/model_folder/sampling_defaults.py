@@ -38,6 +38,16 @@ PRESET_TIPS = {
     "parameters and more",
     "creative": "More variety (temperature 1.0, top-p 0.95): stories and ideas, more mistakes",
 }
+
+
+def chosen_sampling(preset: str | None = None, **chosen: Any) -> SamplingSettings:
+    """The one place a preset (the window's buttons; `generate --greedy` is "precise") and the
+    values a person named become settings: greedy is temperature 0 with the rest of the preset
+    kept, its repetition penalty too (1 turns it off, in the window and on the command line)."""
+    base = PRESETS[preset] if preset is not None else SamplingSettings()
+    return replace(base, **chosen)
+
+
 # The range the window's controls offer; a file asking for more is not followed.
 LIMITS: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 2.0),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobRunner
@@ -113,9 +114,9 @@ class ChatController(QObject):
         threads: int | None = None,
         mode: str = "",
         onnx_file: str | None = None,
-        prompt_precision: str | None = None,
+        precision: str = DEFAULT_PRECISION,
     ) -> bool:
-        return self.session.open_model(folder, device, threads, mode, onnx_file, prompt_precision)
+        return self.session.open_model(folder, device, threads, mode, onnx_file, precision)
 
     def connect_remote(self, request: ConnectRequest) -> bool:
         return self.session.connect_remote(request)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtCore import QObject, Qt, Slot
 
 from chatapp.datadir import models_dir
 from chatapp.engine.devices import CPU
@@ -84,6 +84,9 @@ class ChatFeature(QObject):
         c.sig_answer_failed.connect(self._on_answer_failed)
         # Which model a chat was with: a chat is never continued unnoticed by another one.
         self._shown: Conversation | None = None
+        self._shown_id: int | None = None  # its stored id, and whether it had messages: a
+        self._shown_had_messages = False  # chat cleared for a new one is another chat
+        self._loaded_folder: str | None = None  # the model whose defaults the panel shows
         c.sig_model_loaded.connect(self._on_model_loaded)
         # Text continuation is told where the text is typed, not only once in the banner.
         self._chat_placeholder = view.prompt_edit.placeholderText()
@@ -91,8 +94,9 @@ class ChatFeature(QObject):
         panel.sampling_box.prompt.sig_changed.connect(self._show_prompt_choice)
         panel.sampling_box.tools.sig_refused.connect(lambda text: window.show_message(text))
         c.sig_model_loaded.connect(self._show_prompt_choice)
-        c.sig_conversation_changed.connect(self._show_prompt_choice)
+        # The chat's own settings first, then what follows from its prompt choice.
         c.sig_conversation_changed.connect(self._on_conversation_changed)
+        c.sig_conversation_changed.connect(self._show_prompt_choice)
 
     # ---- what other features and the frame use ----------------------------------------------
     @property
@@ -152,7 +156,11 @@ class ChatFeature(QObject):
 
     def about_rows(self) -> list[tuple[str, str]]:
         c, model = self.controller, self.controller.model
-        rows = []
+        selector = self.side_panel.device_selector  # the devices that started a session here
+        labels = [
+            str(selector.itemData(i, Qt.ItemDataRole.ToolTipRole)) for i in range(selector.count())
+        ]
+        rows = [("Devices here", ", ".join(labels))] if labels else []
         if c.remote is not None:
             rows.append(("Server", c.remote.description))
         if model is None:
@@ -204,6 +212,7 @@ class ChatFeature(QObject):
     @Slot(str)
     def _on_send(self, text: str) -> None:
         if self.controller.send(text, self.options()):
+            self.chat_view.regenerate_note.offer(None)  # it told of the answer before
             self.chat_view.set_prompt_text("")
             self.chat_view.prompt_edit.setFocus()  # after a click on Send, keep typing
         elif self.controller.state is State.NO_MODEL:
@@ -221,21 +230,37 @@ class ChatFeature(QObject):
 
     @Slot(object)
     def _on_model_loaded(self, summary: ModelSummary) -> None:
+        """A chat with messages from another model is left for a new one; a chat that is
+        kept keeps its own settings (its sampling and prompt choice, not the model's
+        defaults: "Load X" on a reopened chat's banner changes its model, nothing else)."""
         conv = self.controller.conversation
         was = conv.model
-        if not conv.messages or was is None or was == summary.name:
-            return
-        self.new_chat()  # asks first when the chat is not saved
-        if self.controller.conversation.messages:
-            self.window.show_message(model_switch_text(was, summary.name, started=False), "info")
-        else:
-            self.window.show_message(model_switch_text(was, summary.name, started=True), "info")
+        previous, self._loaded_folder = self._loaded_folder, str(summary.folder)
+        switch = None
+        if conv.messages and was is not None and was != summary.name:
+            self.new_chat()  # asks first when the chat is not saved
+            started = not self.controller.conversation.messages
+            switch = model_switch_text(was, summary.name, started=started)
+        settings = self.controller.conversation.settings
+        if previous != self._loaded_folder and settings is not None and settings.known:
+            self._restore(settings)
+        if not summary.has_chat_template and not summary.fallback_reason:
+            # Said the moment such a model opens, under the choice the chat now has.
+            notice = ps.base_model_notice(self.side_panel.sampling_box.prompt.choice())
+            self.window.show_message(notice if switch is None else f"{switch} {notice}", "info")
+        elif switch is not None:
+            self.window.show_message(switch, "info")
 
     @Slot(object)
     def _on_conversation_changed(self, conversation: Conversation) -> None:
-        if conversation is self._shown:
+        cleared = self._shown_had_messages and not conversation.messages
+        replaced = self._shown_id is not None and conversation.id != self._shown_id
+        same = conversation is self._shown and not cleared and not replaced
+        self._shown_id, self._shown_had_messages = conversation.id, bool(conversation.messages)
+        if same:
             return
         self._shown = conversation  # another chat is shown (opened from the list, or new)
+        self.chat_view.regenerate_note.offer(None)  # it told of another chat's answer
         settings = conversation.settings
         if settings is not None and settings.known:  # a chat from before: the window's stay
             self._restore(settings)
@@ -263,7 +288,15 @@ class ChatFeature(QObject):
     @Slot()
     @Slot(object)
     def _show_prompt_choice(self, _what: object = None) -> None:
-        continuing = self.side_panel.sampling_box.prompt.choice() == ps.CONTINUE
+        choice = self.side_panel.sampling_box.prompt.choice()
+        continuing = choice == ps.CONTINUE
+        banner = self.window.shown_message()
+        text, level = banner if banner is not None else ("", "")
+        shown = next((n for n in ps.BASE_MODEL_NOTICES if n in text), None)
+        if shown is not None:  # the base model's notice follows the choice too
+            now = text.replace(shown, ps.base_model_notice(choice))
+            if now != text:
+                self.window.show_message(now, level)
         placeholder = ps.CONTINUE_PLACEHOLDER if continuing else self._chat_placeholder
         self.chat_view.prompt_edit.setPlaceholderText(placeholder)
         empty = ps.CONTINUE_EMPTY_CHAT if continuing else self._empty_chat
@@ -322,6 +355,8 @@ class ChatFeature(QObject):
     @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:
         self.side_panel.finish_answer(message.figures)
+        if message.version > 0 and message.content != message.others[message.version - 1].content:
+            self.chat_view.regenerate_note.offer(None)  # not the same answer after all
         if message.figures is None or message.figures.finish_reason != "error":
             self.window.dismiss_message(failures_before=self._banner_at_start)
         if message.figures is not None:

@@ -86,6 +86,7 @@ class LiveFigures(QGroupBox):
         self.next_mode = "iobinding"  # the loop the next answer uses (words before any answer)
         self._context_used = 0
         self._context_dropped = 0  # the oldest messages the next question leaves out
+        self._context_model = ""  # whose tokenizer counted it
         self._pending: AnswerFigures | None = None  # the loop and device of one being started
         self._warm_started = 0.0
         self._warm_seconds: float | None = None
@@ -282,7 +283,13 @@ class LiveFigures(QGroupBox):
             (self.prompt_note, prompt_note(fig)),
             (
                 self.context_note,
-                context_note(fig, self._context_used, self.writing, self._context_dropped),
+                context_note(
+                    fig,
+                    self._context_used,
+                    self.writing,
+                    self._context_dropped,
+                    self._context_model,
+                ),
             ),
         ):
             label.setText(text)
@@ -331,9 +338,11 @@ class LiveFigures(QGroupBox):
         self.warm_up_note.show()
 
     # ---- context and latencies ----------------------------------------------------------------
-    def set_context(self, used: int, total: int, dropped: int = 0) -> None:
-        """`used` of `total` tokens; `dropped`: the oldest messages that count leaves out."""
+    def set_context(self, used: int, total: int, dropped: int = 0, model: str = "") -> None:
+        """`used` of `total` tokens; `dropped`: the oldest messages that count leaves out;
+        `model`: whose tokenizer counted them (not compared with another model's cache)."""
         self._context_used, self._context_dropped = used, dropped
+        self._context_model = model
         self.context_value.setText(fmt.context_usage(used, total))
         self.context_caption.setToolTip(
             f"Tokens of the conversation the model reads, out of the {total} this app sets "
@@ -344,7 +353,7 @@ class LiveFigures(QGroupBox):
         )
         self.context_bar.setRange(0, max(1, total))
         self.context_bar.setValue(min(used, max(1, total)))
-        text = context_note(self.figures, used, self.writing, dropped)
+        text = context_note(self.figures, used, self.writing, dropped, model)
         self.context_note.setText(text)
         self.context_note.setVisible(bool(text))
 

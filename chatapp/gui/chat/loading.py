@@ -2,7 +2,8 @@
 panel's device, threads and loop; a loaded model is shown (status bar, window title, the side
 panel's device, context and suggested sampling, a notice in the banner) and remembered (the
 recent menu, the last model, how long it took to load); a failed load is told in one sentence.
-A new device or thread count reloads the same model (gui/chat/feature.py builds this)."""
+A new device, thread count or precision reloads the same model; the precision is remembered
+for each model and shown before it loads (gui/chat/feature.py builds this)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Slot
 
 from chatapp.gui.chat.controller import ChatController, State
-from chatapp.gui.chat.side_panel import SidePanel
+from chatapp.gui.chat.side_panel import NO_PRECISION_CHOICE, SidePanel
 from chatapp.gui.common.load_memory import (
     last_load_seconds,
     load_key,
     remember_last_model,
     remember_load_seconds,
+    remember_precision,
+    remembered_precision,
 )
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.window.menus import RECENT_KEY
 from chatapp.session import formatting as fmt
 from chatapp.session.model_jobs import ModelSummary
-from chatapp.session.prompt_style import BASE_MODEL_NOTICE
 
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
@@ -43,7 +45,7 @@ class ModelLoading(QObject):
         panel.sig_mode_changed.connect(self._on_mode_changed)
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
-        panel.sig_prompt_precision_changed.connect(self._on_engine_setting_changed)
+        panel.sig_precision_changed.connect(self._on_precision_changed)
 
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
@@ -53,13 +55,16 @@ class ModelLoading(QObject):
         picks one of the folder's graphs (--onnx-file; None: the folder's default)."""
         folder = Path(folder).expanduser()
         panel = self.panel
+        if self.controller.busy:
+            return False  # the choice shown stays the loaded model's
+        panel.set_precision(remembered_precision(self.window.settings, folder))
         started = self.controller.open_model(
             folder,
             device or panel.device(),
             panel.threads(),
             panel.mode(),
             onnx_file,
-            panel.prompt_precision(),
+            panel.precision(),
         )
         if started:
             self.model_dir = folder
@@ -83,6 +88,7 @@ class ModelLoading(QObject):
         )
         window.notify(f"Loaded {summary.description}", 8000)
         panel.set_fallback_reason(summary.fallback_reason)
+        panel.set_precision_unavailable(None if summary.precision else NO_PRECISION_CHOICE)
         panel.set_device_memory(
             summary.device_own_memory,
             summary.device_label,
@@ -95,6 +101,9 @@ class ModelLoading(QObject):
             panel.preselect(device=summary.device)
         panel.set_context(0, summary.max_context)
         panel.set_model_sampling(summary.sampling)
+        panel.system_prompt_box.set_model_default(
+            summary.default_system_prompt, summary.default_system_tokens
+        )
         panel.sampling_box.prompt.set_chat_template(summary.has_chat_template, str(summary.folder))
         remember_recent(window.settings, RECENT_KEY, str(summary.folder))
         # The graph only when one was named: a folder's default depends on the device (its
@@ -104,7 +113,7 @@ class ModelLoading(QObject):
         if summary.fallback_reason:  # a device that failed: old once an answer succeeds
             window.show_message(summary.fallback_reason, "warning", until_answer=True)
         elif not summary.has_chat_template:
-            window.show_message(BASE_MODEL_NOTICE, "info")
+            pass  # the chat says so, under the prompt choice the chat keeps (feature.py)
         elif notice:
             window.show_message(notice, "info")
         else:
@@ -118,9 +127,15 @@ class ModelLoading(QObject):
             message += f" Still using {self.controller.backend.name}."
         self.window.show_message(message, "error", until_answer=True)
 
+    @Slot(str)
+    def _on_precision_changed(self, precision: str) -> None:
+        if self.model_dir is not None:
+            remember_precision(self.window.settings, self.model_dir, precision)
+        self._on_engine_setting_changed(precision)
+
     def _on_engine_setting_changed(self, _value: object) -> None:
-        # Device, threads and prompt precision live in the session: reload the same model (the
-        # chat stays).
+        # Device, threads and precision live in the session: reload the same model (the chat
+        # stays).
         # The side panel locks both while an answer streams, so this never lands mid-answer.
         if self.model_dir is not None and self.controller.state in (State.READY, State.NO_MODEL):
             self.open_model(self.model_dir, onnx_file=self.onnx_file)

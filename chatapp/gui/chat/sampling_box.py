@@ -29,6 +29,7 @@ from chatapp.engine.model_folder.sampling_defaults import (
     PRESETS,
     SAMPLING_FIELDS,
     ModelSampling,
+    chosen_sampling,
     matching_preset,
 )
 from chatapp.engine.sampling import SamplingSettings
@@ -204,7 +205,7 @@ class SamplingBox(QGroupBox):
 
     def use_preset(self, name: str) -> None:
         """The user picked a preset: its values become theirs."""
-        preset = PRESETS[name]
+        preset = chosen_sampling(name)
         self.overrides = {f: float(getattr(preset, f)) for f in SAMPLING_FIELDS}
         self._show()
 

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
     QFormLayout,
     QGroupBox,
@@ -19,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.guards import DEFAULT_PRECISION, PRECISIONS
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
@@ -42,14 +42,19 @@ from chatapp.session.loop_notes import (
 FIGURES = ("ttft", "tokens_per_second", "perplexity", "prompt_perplexity", "transfer", "context")
 
 
-# What the checkbox changes, measured (docs/engine.md, "Prompt precision").
-FAST_PROMPT_TIP = (
-    "Multiply a prompt at a decode step's int16 precision instead of float32 (GGUF kernels "
-    "only; reloads the model). With AVX-512 VNNI the time to first token about halves (a 1B "
-    "model's 42-token prompt 0.79 -> 0.43 s, an 8B's 5.95 -> 2.87 s); with AVX2 only it is "
-    "slower. The default model's prompt logits then differ from a float64 reference by up to "
-    "0.0064 instead of 0.0001, as a decode step's do (the same top token at all 700 "
-    "positions of its test text)."
+# What each precision does and costs (docs/engine.md, "Precision"), shown on the choice.
+PRECISION_TIP = (
+    "How chatapp's GGUF kernels multiply (reloads the model; remembered for each model).\n"
+    "Fast (8-bit): activations rounded to 8 bits per block, as llama.cpp does: the quickest "
+    "prompts and answers; every answer may differ a little from the float model's.\n"
+    "Exact: float32 prompts and int16 decode steps: closest to the float model, but about "
+    "twice the arithmetic per weight, so slower where the CPU's arithmetic is the limit."
+)
+PRECISION_NAMES = {"fast": "Fast (8-bit)", "exact": "Exact"}
+# Why the choice is greyed where no GGUF kernels run (a remote server says its own reason).
+NO_PRECISION_CHOICE = (
+    "This model runs on ONNX Runtime's own kernels (its stock graph, or a device other than "
+    "the CPU): there is no precision to choose."
 )
 
 
@@ -60,7 +65,7 @@ class SidePanel(QWidget):
     sig_mode_changed = Signal(str)
     sig_device_changed = Signal(str)
     sig_threads_changed = Signal(object)  # int | None
-    sig_prompt_precision_changed = Signal(str)  # guards.PROMPT_PRECISIONS
+    sig_precision_changed = Signal(str)  # guards.PRECISIONS
     # The figures were (re)written: a remote backend greys what it cannot measure (gui/remote).
     sig_figures_shown = Signal(object)  # AnswerFigures, or None when cleared for an answer
     # What the next answer sends changed: its token limit or the system prompt (the history
@@ -72,6 +77,7 @@ class SidePanel(QWidget):
         self.setObjectName("sidePanel")
         self._settings: QSettings | None = None
         self._loop_unavailable: str | None = None
+        self._precision_unavailable: str | None = None  # no GGUF kernels: no choice
         self._local_tips: dict[QWidget, str] = {}  # while the loop is unavailable
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
@@ -118,12 +124,16 @@ class SidePanel(QWidget):
         self.threads_spin.setToolTip("ONNX Runtime intra-op threads (Auto: one per core)")
         self.threads_spin.editingFinished.connect(self._on_threads_edited)
         row.addRow("Threads", self.threads_spin)
-        self.fast_prompt_check = QCheckBox("Faster prompts (int16)", box)
-        self.fast_prompt_check.setObjectName("fastPromptCheck")
-        self.fast_prompt_check.setToolTip(FAST_PROMPT_TIP)
-        self.fast_prompt_check.toggled.connect(self._on_fast_prompt_toggled)
-        row.addRow(self.fast_prompt_check)
-        ignore_wheel_unless_focused(self.device_selector, self.threads_spin)
+        self.precision_selector = QComboBox(box)
+        self.precision_selector.setObjectName("precisionSelector")
+        for precision in PRECISIONS:
+            self.precision_selector.addItem(PRECISION_NAMES[precision], precision)
+        self.precision_selector.setToolTip(PRECISION_TIP)
+        self.precision_selector.currentIndexChanged.connect(self._on_precision_index_changed)
+        row.addRow("Precision", self.precision_selector)
+        ignore_wheel_unless_focused(
+            self.device_selector, self.threads_spin, self.precision_selector
+        )
         form.addLayout(row)
         self.fallback_label = warning_label(box, "deviceFallbackLabel")
         form.addWidget(self.fallback_label)
@@ -216,9 +226,23 @@ class SidePanel(QWidget):
     def threads(self) -> int | None:
         return self.threads_spin.value() or None
 
-    def prompt_precision(self) -> str:
-        """How the GGUF kernels multiply a prompt: "int16" when asked, else "float"."""
-        return "int16" if self.fast_prompt_check.isChecked() else "float"
+    def precision(self) -> str:
+        """How the GGUF kernels multiply, guards.PRECISIONS."""
+        return str(self.precision_selector.currentData() or DEFAULT_PRECISION)
+
+    def set_precision(self, precision: str) -> None:
+        """Select `precision` without asking for a reload (a model's remembered choice, shown
+        before it loads)."""
+        index = self.precision_selector.findData(precision)
+        self.precision_selector.blockSignals(True)
+        self.precision_selector.setCurrentIndex(max(0, index))
+        self.precision_selector.blockSignals(False)
+
+    def set_precision_unavailable(self, reason: str | None) -> None:
+        """Grey the precision with `reason` where no GGUF kernels run; None: a choice again."""
+        self._precision_unavailable = reason
+        self.precision_selector.setEnabled(reason is None)
+        self.precision_selector.setToolTip(reason or PRECISION_TIP)
 
     def set_fallback_reason(self, reason: str | None) -> None:
         self.fallback_label.setText(reason or "")
@@ -230,10 +254,12 @@ class SidePanel(QWidget):
         for widget, tip in (
             (self.device_selector, "Where ONNX Runtime runs the model (reloads it)"),
             (self.threads_spin, "ONNX Runtime intra-op threads (Auto: one per core)"),
-            (self.fast_prompt_check, FAST_PROMPT_TIP),
+            (self.precision_selector, self._precision_unavailable or PRECISION_TIP),
         ):
             widget.setEnabled(not generating)
             widget.setToolTip(LOCKED_TIP if generating else tip)
+        if self._precision_unavailable is not None:  # greyed for its own reason, answering or not
+            self.precision_selector.setEnabled(False)
         self.set_loop_unavailable(self._loop_unavailable)
 
     def set_loop_unavailable(self, reason: str | None) -> None:
@@ -242,7 +268,7 @@ class SidePanel(QWidget):
         self._loop_unavailable = reason
         self.loop_box.setEnabled(reason is None)  # a disabled box greys every control in it
         controls = tuple(self.loop_toggle.buttons.values())
-        engine = (self.device_selector, self.threads_spin, self.fast_prompt_check)
+        engine = (self.device_selector, self.threads_spin, self.precision_selector)
         for widget in (*controls, *engine):
             if reason is not None:
                 self._local_tips.setdefault(widget, widget.toolTip())
@@ -253,13 +279,16 @@ class SidePanel(QWidget):
     def set_loading(self, loading: bool) -> None:
         self.device_selector.setEnabled(not loading)
         self.threads_spin.setEnabled(not loading)
-        self.fast_prompt_check.setEnabled(not loading)
+        self.precision_selector.setEnabled(not loading and self._precision_unavailable is None)
 
     # ---- figures (live_figures.py) ---------------------------------------------------------
-    def set_context(self, used: int, total: int, tip: str | None = None, dropped: int = 0) -> None:
+    def set_context(
+        self, used: int, total: int, tip: str | None = None, dropped: int = 0, model: str = ""
+    ) -> None:
         """`used` of `total` tokens; `tip`: what the count holds, on the figure and its bar
-        ("": none; None: the tooltips stay); `dropped`: the oldest messages it leaves out."""
-        self.figures_box.set_context(used, total, dropped)
+        ("": none; None: the tooltips stay); `dropped`: the oldest messages it leaves out;
+        `model`: whose tokenizer counted them."""
+        self.figures_box.set_context(used, total, dropped, model)
         if tip is not None:
             self.figures_box.context_value.setToolTip(tip)
             if tip:
@@ -384,9 +413,6 @@ class SidePanel(QWidget):
         self.set_device(str(settings.value("engine/device", "cpu")))
         self.threads_spin.setValue(_int(settings, "engine/threads", 0))
         self._threads_applied = self.threads_spin.value()
-        self.fast_prompt_check.blockSignals(True)  # restoring is not a change to reload for
-        self.fast_prompt_check.setChecked(settings.value("engine/prompt_precision") == "int16")
-        self.fast_prompt_check.blockSignals(False)
         self.system_prompt_box.set_text(str(settings.value("chat/system_prompt", "") or ""))
         self._settings = settings
 
@@ -399,7 +425,6 @@ class SidePanel(QWidget):
         settings.setValue("engine/mode", self.mode().value)
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
-        settings.setValue("engine/prompt_precision", self.prompt_precision())
         settings.setValue("chat/system_prompt", self.system_prompt_box.text())
 
     @Slot(str)
@@ -413,10 +438,10 @@ class SidePanel(QWidget):
         self._save()
         emit(self.sig_device_changed, self.device())
 
-    @Slot(bool)
-    def _on_fast_prompt_toggled(self, _checked: bool) -> None:
-        self._save()
-        emit(self.sig_prompt_precision_changed, self.prompt_precision())
+    @Slot(int)
+    def _on_precision_index_changed(self, _index: int) -> None:
+        # Remembered per model by the loading (gui/chat/loading.py), which reloads it.
+        emit(self.sig_precision_changed, self.precision())
 
     @Slot()
     def _on_threads_edited(self) -> None:

@@ -18,6 +18,17 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import warning_label
 
 SAVE_AFTER_MS = 400
+NO_DEFAULT = "Empty: no system prompt"
+
+
+def default_placeholder(default: str, tokens: int) -> str:
+    """What an empty box means: the model's template may write a system prompt of its own,
+    counted in Context used like any other text."""
+    if not default:
+        return NO_DEFAULT
+    return (
+        f"Empty: the model's own, counted in Context used ({tokens} tokens): \u201c{default}\u201d"
+    )
 
 
 class SystemPromptBox(QGroupBox):
@@ -28,7 +39,7 @@ class SystemPromptBox(QGroupBox):
         layout = QVBoxLayout(self)
         self.edit = BoundedPlainTextEdit("the system prompt", self)
         self.edit.setObjectName("systemPromptEdit")
-        self.edit.setPlaceholderText("Empty: the model's own default")
+        self.edit.setPlaceholderText(NO_DEFAULT)
         self.edit.setMinimumHeight(44)
         self.note = warning_label(self, "systemPromptNote")
         layout.addWidget(self.edit)
@@ -42,6 +53,11 @@ class SystemPromptBox(QGroupBox):
 
     def text(self) -> str:
         return self.edit.toPlainText()
+
+    def set_model_default(self, default: str, tokens: int) -> None:
+        """A model was loaded: what it is sent while the box is empty."""
+        self.edit.setPlaceholderText(default_placeholder(default, tokens))
+        self.edit.setToolTip(default_placeholder(default, tokens) if default else "")
 
     def set_text(self, text: str) -> None:
         """Set the text as restored from the settings: nothing to save."""

@@ -321,7 +321,7 @@ class TranscriptView(TranscriptActions):
             tokens = self._small_format(self.colors.muted)
             tokens.setToolTip(tip[1])
             cursor.insertText("   ", QTextCharFormat())
-            cursor.insertText(f"{tip[0]} tokens of context", tokens)
+            cursor.insertText(f"{tip[0]} tokens of context{self._counted_for()}", tokens)
         if actions and index in self.unsaved:
             badge = self._small_format(self.colors.warning)
             badge.setFontWeight(QFont.Weight.DemiBold)
@@ -381,9 +381,28 @@ class TranscriptView(TranscriptActions):
         )
         if turn.stop - turn.start > 1:
             tip += f" Question and answer together take {turn.tokens}."
+        if self._counted_for():
+            wrote = ", ".join(self._other_models())
+            tip += (
+                f" Counted for {context.model}, which answers next; {wrote} wrote answers in "
+                "this chat (each answer's own figures stay under it)."
+            )
         if not turn.sent:
             tip += " It is no longer sent (the context is full)."
         return tokens, tip
+
+    def _other_models(self) -> list[str]:
+        """The models that wrote this chat's answers, other than the one that counted."""
+        counted = self.context.model if self.context is not None else ""
+        models = {m.figures.model for m in self._messages if m.figures is not None}
+        return sorted(m for m in models if m and counted and m != counted)
+
+    def _counted_for(self) -> str:
+        """ " for X" when the counts are another model's than some answers': never a count
+        that reads as the one an answer was written with."""
+        if self.context is None or not self._other_models():
+            return ""
+        return f" for {self.context.model}"
 
     def _figures_tip(self, index: int, message: ChatMessage) -> str:
         """What the figure line's token count is, and what the answer takes of the context

@@ -1,6 +1,7 @@
 """What the window remembers of loading models, in its settings: the last model used, which
-the next start opens again, and how long each model took to load (the status bar's time left).
-The chat's loading (gui/chat/loading.py) writes both; the startup (gui/app.py) reads the first."""
+the next start opens again, how long each model took to load (the status bar's time left) and
+the precision chosen for each model. The chat's loading (gui/chat/loading.py) writes them; the
+startup (gui/app.py) reads the first."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
+
+from chatapp.engine.guards import DEFAULT_PRECISION, PRECISIONS
 
 LAST_FOLDER_KEY = "models/last_folder"
 LAST_ONNX_KEY = "models/last_onnx_file"
@@ -53,8 +56,38 @@ def remember_load_seconds(settings: QSettings, key: str, seconds: float) -> None
 
 
 def _load_times(settings: QSettings) -> dict[str, object]:
+    return _json_dict(settings, LOAD_SECONDS_KEY)
+
+
+# ---- the precision chosen for each model -------------------------------------------------------
+PRECISION_KEY = "models/precision"
+KEEP_PRECISIONS = 50  # models remembered; the oldest choice is forgotten first
+
+
+def model_key(folder: Path) -> str:
+    """What a model's choices are kept under: its folder, wherever it was opened from."""
+    return str(folder.expanduser().resolve())
+
+
+def remembered_precision(settings: QSettings, folder: Path) -> str:
+    """The precision chosen for `folder` last (guards.PRECISIONS), else the default."""
+    precision = _json_dict(settings, PRECISION_KEY).get(model_key(folder))
+    return (
+        precision if isinstance(precision, str) and precision in PRECISIONS else DEFAULT_PRECISION
+    )
+
+
+def remember_precision(settings: QSettings, folder: Path, precision: str) -> None:
+    choices = _json_dict(settings, PRECISION_KEY)
+    choices.pop(model_key(folder), None)
+    choices[model_key(folder)] = precision
+    kept = dict(list(choices.items())[-KEEP_PRECISIONS:])
+    settings.setValue(PRECISION_KEY, json.dumps(kept))
+
+
+def _json_dict(settings: QSettings, key: str) -> dict[str, object]:
     try:
-        times = json.loads(str(settings.value(LOAD_SECONDS_KEY, "") or "{}"))
+        value = json.loads(str(settings.value(key, "") or "{}"))
     except ValueError:  # a hand-edited or damaged settings file: start again
         return {}
-    return times if isinstance(times, dict) else {}
+    return value if isinstance(value, dict) else {}

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QAbstractScrollArea, QHeaderView, QTableWidget, QTableWidgetItem
 
-from chatapp.engine.bench.sentences import NO_DIFFERENCE
-from chatapp.engine.bench.summary import Ratio, decimals, fig, loop_figures, summarize_comparison
+from chatapp.engine.bench.sentences import ratio_cell
+from chatapp.engine.bench.summary import decimals, loop_figures, summarize_comparison
 from chatapp.engine.modes import Mode
 from chatapp.units import fmt_bytes
 
@@ -37,6 +38,9 @@ ROW_LABELS = [
     WEIGHTS_ROW_LABEL,
 ]
 RATIO_HEADER = "IO-Binding vs Naive (above 1: IO-Binding faster)"
+# The ratio column never narrower than this: on an 800-pixel window the last section's rest
+# was ~25 px, a ratio and its verdict one letter a line. The table scrolls sideways instead.
+RATIO_MIN_WIDTH = 300
 
 
 def table_text(summary: dict[str, Any], key: str, scale: float, fmt: str) -> str:
@@ -78,6 +82,10 @@ class SummaryTable(QTableWidget):
         self.clearContents()
         self.setColumnCount(len(headers))
         self.setHorizontalHeaderLabels(headers)
+        if self.ratio_column is not None:  # its width is the rest, or RATIO_MIN_WIDTH
+            self.horizontalHeader().setSectionResizeMode(
+                self.ratio_column, QHeaderView.ResizeMode.Interactive
+            )
         self.fit_height()
 
     @property
@@ -97,13 +105,14 @@ class SummaryTable(QTableWidget):
         ratio = self.ratio_column
         summary = summarize_comparison(result)
         if ratio is not None and summary.io_vs_naive is not None:
-            self.cell(0, ratio, ratio_text(summary.io_vs_naive, "Naive ", "IO-Binding "))
-            naive, iob = summary.loops[Mode.NAIVE], summary.loops[Mode.IOBINDING]
-            answers = Ratio(naive.answer_s.median, iob.answer_s.median, 0.0, 0.0, 0)
-            self.cell(1, ratio, ratio_text(answers, "Naive ", "IO-Binding ", judged=False))
+            # Every ratio with its spread and the summary's verdict (bench/sentences.py).
+            self.cell(0, ratio, ratio_cell(summary.io_vs_naive, "Naive ", "IO-Binding "))
+            if summary.io_vs_naive_answer is not None:
+                answers = summary.io_vs_naive_answer
+                self.cell(1, ratio, ratio_cell(answers, "Naive ", "IO-Binding "))
             if summary.io_vs_naive_speed is not None:
                 speed = summary.io_vs_naive_speed
-                self.cell(2, ratio, ratio_text(speed, "IO-Binding ", "Naive ", judged=False))
+                self.cell(2, ratio, ratio_cell(speed, "IO-Binding ", "Naive "))
         for column in range(len(self.loops)):
             self.cell(same, column, "yes" if result["same_tokens"] else "NO")
         # Every loop runs the same folder: a step reads the same weights (docs/engine.md).
@@ -119,20 +128,26 @@ class SummaryTable(QTableWidget):
         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.setItem(row, column, item)
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_height()
+
+    def _keep_ratio_readable(self) -> None:
+        ratio, header = self.ratio_column, self.horizontalHeader()
+        if ratio is None:
+            header.setStretchLastSection(True)
+            return
+        others = sum(self.columnWidth(c) for c in range(ratio))
+        room = self.viewport().width() - others
+        header.setStretchLastSection(room >= RATIO_MIN_WIDTH)
+        if room < RATIO_MIN_WIDTH:
+            self.setColumnWidth(ratio, RATIO_MIN_WIDTH)
+
     def fit_height(self) -> None:
+        self._keep_ratio_readable()
         self.resizeRowsToContents()
         rows = sum(self.rowHeight(r) for r in range(self.rowCount()))
         scrollbar = self.horizontalScrollBar().sizeHint().height()
         height = self.horizontalHeader().height() + rows + 2 * self.frameWidth() + scrollbar
         self.setMinimumHeight(height)
         self.setMaximumHeight(height)
-
-
-def ratio_text(ratio: Ratio, top: str, bottom: str, judged: bool = True) -> str:
-    """'Naive 37.9 / IO-Binding 38.7 = 0.98x: IO-Binding slower' (the numbers it divides)."""
-    text = f"{top}{fig(ratio.numerator)} / {bottom}{fig(ratio.denominator)} = {ratio.value:.2f}x"
-    if not judged:
-        return text
-    if not ratio.measurable:
-        return f"{text}: {NO_DIFFERENCE}"
-    return f"{text}: IO-Binding {'faster' if ratio.value > 1 else 'slower'}"

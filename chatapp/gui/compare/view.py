@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.engine.bench.report import device_words
 from chatapp.engine.bench.sentences import explanation
 from chatapp.engine.bench.summary import per_token_ms
 from chatapp.engine.modes import MODES, Mode
@@ -41,6 +42,7 @@ from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.gui.compare.chart_grid import CompareCharts
 from chatapp.gui.compare.inputs import MAX_PROMPT_CHARS, parse_contexts
+from chatapp.gui.compare.saved import show_saved_file
 from chatapp.session.compare_jobs import DEFAULT_SWEEP as SWEEP_CONTEXTS
 from chatapp.session.compare_jobs import (
     NOCACHE_SWEEP_MAX,
@@ -61,7 +63,7 @@ from chatapp.session.compare_jobs import (
 )
 from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
-from chatapp.store.compare_results import ReadResults, SavedResults, read_saved, save_results
+from chatapp.store.compare_results import SavedResults, save_results
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 DEFAULT_SWEEP = ",".join(map(str, SWEEP_CONTEXTS))
@@ -100,7 +102,7 @@ class CompareView(QWidget):
         self._build()
         self._update_buttons()
         if results_path is not None:
-            self._show_saved_file(results_path)
+            show_saved_file(self, results_path)
 
     # ---- layout -------------------------------------------------------------------------
     def _build(self) -> None:
@@ -151,6 +153,10 @@ class CompareView(QWidget):
         self.sweep_estimate = QLabel("", self)
         self.sweep_estimate.setObjectName("sweepEstimate")
         muted(self.sweep_estimate)
+        self.sweep_note = QLabel("", self)  # where No cache runs: in words, not only a tooltip
+        self.sweep_note.setObjectName("sweepNoCacheNote")
+        self.sweep_note.setWordWrap(True)
+        muted(self.sweep_note)
         self.sweep_button = QPushButton("Context sweep", self)
         self.sweep_button.setObjectName("sweepRunButton")
         self.export_button = QPushButton("Export…", self)
@@ -202,6 +208,7 @@ class CompareView(QWidget):
         layout.addLayout(prompt_row)
         layout.addLayout(controls)
         layout.addLayout(sweep_row)
+        layout.addWidget(self.sweep_note)
         layout.addWidget(self.status)
         layout.addWidget(self.progress)
         layout.addWidget(scroll, 1)
@@ -321,6 +328,12 @@ class CompareView(QWidget):
         self.sweep_estimate.setText(
             f"{about.capitalize()} by the last comparison" if about else "Estimated when it starts"
         )
+        try:
+            note = self.sweep_request(parse_contexts(self.sweep_edit.text())).nocache_note()
+        except ValueError:
+            note = ""
+        self.sweep_note.setText(note)
+        self.sweep_note.setVisible(bool(note))
 
     def _start(self, job: Job, on_finished: Callable[[Any], None]) -> None:
         self._set_running(True)
@@ -372,7 +385,7 @@ class CompareView(QWidget):
         self._save()
         loops = ", ".join(m.label for m in MODES if m in r)
         self.status.setText(
-            f"Done: {loops} on {r['device']}, {r['prompt_tokens']} prompt tokens, "
+            f"Done: {loops} on {device_words(r)}, {r['prompt_tokens']} prompt tokens, "
             f"{r['max_new_tokens']} generated, {r['repeats']} run(s); same tokens: "
             f"{'yes' if r['same_tokens'] else 'no'}."
         )
@@ -412,21 +425,6 @@ class CompareView(QWidget):
         except OSError:  # the results stay on screen; only the next start misses them
             log.warning("could not save the comparison to %s", self.results_path, exc_info=True)
 
-    def _show_saved_file(self, path: Path) -> None:
-        """The last results, checked first: a damaged file is moved aside, its line the status."""
-        read = read_saved(path)
-        try:
-            if read.results is not None:
-                self.show_saved(read.results)
-        except Exception as exc:  # a shape the check let through that still fails to draw
-            log.exception("the saved comparison %s could not be shown", path)
-            self.compared = self.result = self.sweep_header = None
-            self.sweep_points.clear()
-            self._update_buttons()
-            read = ReadResults(None, f"{path} could not be shown ({type(exc).__name__}).")
-        if read.notice:
-            self.status.setText(read.notice)
-
     def show_saved(self, saved: SavedResults) -> None:
         """The last results, as they were when the app closed (no run needed)."""
         if saved.comparison is not None:
@@ -445,7 +443,7 @@ class CompareView(QWidget):
         when = (header.get("environment") or {}).get("time", "")
         self.status.setText(
             f"The last results, measured {when} with {header.get('model', 'a model')} on "
-            f"{header.get('device', 'this machine')}: run the loops to measure again."
+            f"{device_words(header)}: run the loops to measure again."
         )
         self._explain()
         self._on_sweep_edited()

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 POLL_INTERVAL_MS = 2000  # how often to look for another instance's writes (a cheap PRAGMA)
 MEASURE_DEBOUNCE_MS = 400
+LAST_CHAT_KEY = "history/last_chat"  # the chat shown when the window closed: shown at start
 EXPORT_KINDS = {
     "markdown": ("Markdown", ".md", "Markdown (*.md);;All files (*)"),
     "json": ("JSON", ".json", "chatapp JSON export (*.json);;All files (*)"),
@@ -70,6 +71,7 @@ class HistoryUi(QObject):
 
         # Marks, retries, asks before a chat goes away.
         self.unsaved = UnsavedGuard(window, self.controller, self._ask_export_path)
+        last = _stored_id(window.settings.value(LAST_CHAT_KEY))  # read before it changes
         self._build_menu()
         self._connect()
         window.installEventFilter(self)
@@ -80,6 +82,12 @@ class HistoryUi(QObject):
             self.poll_timer.start()
         if opened.notice:
             window.show_message(opened.notice, opened.level)
+        if (
+            last is not None
+            and self.controller.current_id is None
+            and not self.chat.conversation.messages
+        ):
+            self.open(last)  # a restart goes on where the window was closed
 
     # ---- building -----------------------------------------------------------------------------
     def _build_menu(self) -> None:
@@ -157,6 +165,10 @@ class HistoryUi(QObject):
     @Slot(object)
     def _on_current_changed(self, conversation_id: int | None) -> None:
         self.panel.set_current(conversation_id)
+        if conversation_id is None:
+            self.window.settings.remove(LAST_CHAT_KEY)
+        else:
+            self.window.settings.setValue(LAST_CHAT_KEY, conversation_id)
         self._update_actions()
 
     @Slot(int)
@@ -316,7 +328,7 @@ class HistoryUi(QObject):
             chat.side_panel.set_context(0, total, "")
         else:
             chat.side_panel.set_context(
-                report.prompt_tokens, report.limit, report.describe(), report.dropped
+                report.prompt_tokens, report.limit, report.describe(), report.dropped, report.model
             )
 
     @Slot(object)
@@ -439,3 +451,11 @@ def _search_rows(hits: Sequence[SearchHit]) -> list[Row]:
 def _file_name(title: str) -> str:
     name = re.sub(r"[^\w\- ]+", "", title, flags=re.UNICODE).strip().replace(" ", "-")
     return name[:60] or "conversation"
+
+
+def _stored_id(value: object) -> int | None:
+    """A conversation id as QSettings gives it back (an int or its text; else none)."""
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None

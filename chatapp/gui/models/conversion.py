@@ -3,7 +3,6 @@ its progress dialog, then the converted folder opened."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from chatapp.engine.devices import attention_for
 from chatapp.engine.model_description import is_cpu
 from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.common.progress import ConversionProgressDialog
+from chatapp.store.model_library import folder_name
 
 
 class GgufConversion(QObject):
@@ -78,8 +78,3 @@ def graph_for(device: str) -> str:
     kernels run (auto); for another device the stock graph too, which that device runs (and
     the native one for when the CPU is chosen later)."""
     return "auto" if is_cpu(device) else "both"
-
-
-def folder_name(gguf: Path) -> str:
-    """A model folder name from a GGUF file name (safe on every file system)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", gguf.stem).strip("-.") or "model"

@@ -1,7 +1,7 @@
 """The models as a feature of the window: File > Open model folder (with the variant picker
-when a folder holds several graphs), File > Open GGUF (the conversion and its progress) and
-File > Models. The File menu's actions are the frame's; this answers them, and opens what was
-chosen with the window's `open_model`."""
+when a folder holds several graphs), File > Open GGUF (the conversion and its progress),
+File > Models and File > Get models… (the hub). The File menu's actions are the frame's; this
+answers them, and opens what was chosen with the window's `open_model`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Qt, Slot
 from chatapp.datadir import models_dir
 from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.models.conversion import GgufConversion
+from chatapp.gui.models.hub_dialog import GetModelsDialog
 from chatapp.gui.models.library import ModelsDialog
 from chatapp.gui.models.variant_picker import VariantPicker, has_choice
 
@@ -39,6 +40,7 @@ class ModelsFeature(QObject):
         menus.sig_open_folder.connect(self.open_model_folder)
         menus.sig_open_gguf.connect(self.convert_and_open)
         menus.models_action.triggered.connect(self.show_models_dialog)
+        menus.get_models_action.triggered.connect(self.show_get_models_dialog)
 
     @Slot(object)
     def open_model_folder(self, folder: Path) -> bool:
@@ -67,6 +69,16 @@ class ModelsFeature(QObject):
         dialog = ModelsDialog(models_dir(), chat_of(self.window).model_dir, self.window)
         dialog.sig_open.connect(self.open_model_folder)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    @Slot()
+    def show_get_models_dialog(self) -> GetModelsDialog:
+        """The hub: nothing is asked of it until the user searches."""
+        dialog = GetModelsDialog(models_dir(), self.window)
+        dialog.sig_open.connect(self.convert_and_open)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.window.before_shutdown.append(dialog.stop)
         dialog.open()
         return dialog
 

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted
+from chatapp.hub.provenance import origins_by_sha256
 from chatapp.store.model_library import LibraryError, LibraryModel, list_library, remove_model
 from chatapp.units import fmt_bytes
 
@@ -80,18 +81,24 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.table, 1)
         layout.addWidget(self.message_label)
         layout.addWidget(buttons)
-        self.resize(640, 320)
+        self.resize(780, 320)  # room for a hub repository's name as the source
         self.refresh()
 
     def refresh(self) -> None:
         self.entries = list_library(self.models)
+        origins = origins_by_sha256(self.models)  # what came from the hub, by the GGUF's hash
         self.table.setRowCount(len(self.entries))
         for row, model in enumerate(self.entries):
             name = model.name + ("  (in use)" if self._is_in_use(model) else "")
-            cells = (name, fmt_bytes(model.size_bytes), model.source, model.precision)
+            origin = origins.get((model.source_sha256 or "").lower())
+            source = origin.line() if origin is not None else model.source
+            cells = (name, fmt_bytes(model.size_bytes), source, model.precision)
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(str(model.folder) if column == 0 else text)
+                tip = text
+                if column == 2 and origin is not None:
+                    tip = origin.describe()
+                item.setToolTip(str(model.folder) if column == 0 else tip)
                 item.setData(FOLDER_ROLE, str(model.folder))
                 self.table.setItem(row, column, item)
         if not self.entries:

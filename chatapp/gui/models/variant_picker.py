@@ -152,9 +152,17 @@ class VariantPicker(QDialog):
         paths = [v.path for v in variants]
         keep = next((p for p in (self.running, self.default) if p in paths), paths[0])
         which = "the one running now" if keep == self.running else "what it opens with here"
+        # "Most precise first" only says something where the precisions differ: a GGUF graph
+        # holds the same weights as the stock graph converted beside it, for other kernels.
+        stock = {v.precision for v in variants if v.precision != GGUF}
+        order = (
+            "most precise first"
+            if len(stock) > 1
+            else "the same weights laid out for other kernels or files"
+        )
         self.status_label.setText(
-            f"{self.folder.name} holds {len(variants)} variants of the model, most precise "
-            f"first. {WHAT_A_VARIANT_IS} Selected: {which}."
+            f"{self.folder.name} holds {len(variants)} variants of the model, {order}. "
+            f"{WHAT_A_VARIANT_IS} Selected: {which}."
         )
         for variant in variants:
             text = variant_text(variant, variant.path == self.default, variant.path == self.running)

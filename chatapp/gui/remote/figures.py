@@ -51,6 +51,10 @@ PROMPT_PERPLEXITY_TIP = (
     "Not available from a remote server: it needs the log-probs of the prompt, which the "
     "OpenAI API does not return."
 )
+SERVER_PROMPT_PERPLEXITY_TIP = (
+    "Reported by the server (chatapp serve) for the last answer: how surprised its model was "
+    "by the prompt, measured there."
+)
 TRANSFER_TIP = (
     "Not available from a remote server: host↔device bytes are counted inside the engine, on "
     "the server."
@@ -88,6 +92,7 @@ class RemoteFigures(QObject):
         super().__init__(panel)
         self.panel = panel
         self.remote: RemoteSummary | None = None
+        self._server_figures: Mapping[str, Any] | None = None  # the last answer's, if sent
         self.box = self._build_box(panel)
         panel.add_backend_box(self.box)
         self.box.hide()
@@ -180,6 +185,22 @@ class RemoteFigures(QObject):
         for _caption, key, reader in SERVER_ROWS:
             label = self.server_values[key]
             label.setText(_server_value(figures, key, reader))
+        self._server_figures = figures
+        if self.remote is not None:
+            self._show_prompt_perplexity()
+
+    def _show_prompt_perplexity(self) -> None:
+        """What a chatapp server reported, where it did (the panel never reads n/a beside
+        the server's own figure); else why a client cannot know it."""
+        reported = _server_value(self._server_figures, "prompt_perplexity", fmt.perplexity)
+        if reported == fmt.MISSING:
+            self.panel.set_figure(
+                "prompt_perplexity", text=NOT_AVAILABLE, tip=PROMPT_PERPLEXITY_TIP, enabled=False
+            )
+        else:
+            self.panel.set_figure(
+                "prompt_perplexity", text=reported, tip=SERVER_PROMPT_PERPLEXITY_TIP, enabled=True
+            )
 
     # ---- after every update of the panel's figures --------------------------------------------
     @Slot(object)
@@ -188,7 +209,7 @@ class RemoteFigures(QObject):
             return
         panel = self.panel
         # The live figures write each answer's tooltips: a client's words go over them.
-        panel.set_figure("prompt_perplexity", text=NOT_AVAILABLE, tip=PROMPT_PERPLEXITY_TIP)
+        self._show_prompt_perplexity()
         panel.set_figure("transfer", text=NOT_AVAILABLE, tip=TRANSFER_TIP)
         answered = figures is not None and (figures.generated_tokens or 0) > 0
         no_logprobs = answered and figures is not None and figures.perplexity is None

@@ -1,7 +1,7 @@
 """Serve this model's question before it starts: which port (8000 unless the user chose another,
 remembered for next time; 0 takes any free one), with the address clients will use, and how
-many requests decode together (`chatapp serve --parallel N`: 1 to 8, remembered too), with the
-KV cache memory they take."""
+many requests decode together (`chatapp serve --parallel N`: 1 to 8, 4 unless chosen, remembered
+too), with the KV budget they share."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from chatapp.units import fmt_bytes
 PORT_KEY = "serving/port"
 SLOTS_KEY = "serving/slots"
 MAX_SLOTS = 8
+DEFAULT_SLOTS = 4
 
 
 def remembered_port(settings: QSettings, default: int = DEFAULT_PORT) -> int:
@@ -39,12 +40,13 @@ def remember_port(settings: QSettings, port: int) -> None:
 
 
 def remembered_slots(settings: QSettings) -> int:
-    """How many requests the user last chose to decode together (1 unless chosen)."""
+    """How many requests the user last chose to decode together (4 unless chosen, as
+    `chatapp serve`; a model that cannot batch serves one at a time)."""
     try:
-        slots = int(settings.value(SLOTS_KEY, 1))  # type: ignore[call-overload]
+        slots = int(settings.value(SLOTS_KEY, DEFAULT_SLOTS))  # type: ignore[call-overload]
     except (TypeError, ValueError):
-        return 1
-    return slots if 1 <= slots <= MAX_SLOTS else 1
+        return DEFAULT_SLOTS
+    return slots if 1 <= slots <= MAX_SLOTS else DEFAULT_SLOTS
 
 
 def remember_slots(settings: QSettings, slots: int) -> None:
@@ -66,7 +68,7 @@ class ServeDialog(QDialog):
         self.setObjectName("serveDialog")
         self.setWindowTitle("Serve this model")
         self.host = host
-        self.kv_bytes_per_slot = kv_bytes_per_slot  # one whole context's KV cache
+        self.kv_bytes_per_slot = kv_bytes_per_slot  # one whole context's KV cache: the budget
         layout = QVBoxLayout(self)
         intro = QLabel(
             "Programs on this machine can use the loaded model through an OpenAI-compatible "
@@ -92,9 +94,10 @@ class ServeDialog(QDialog):
         self.slots_spin.setRange(1, MAX_SLOTS)
         self.slots_spin.setValue(slots)
         self.slots_spin.setToolTip(
-            "Requests decoded together, each in a slot with its own KV cache of the whole "
-            "context (chatapp serve --parallel N). Above 1 they run on the IO-Binding loop, on "
-            "the CPU, with chatapp's own conversion; the others wait for a free slot."
+            "Requests decoded together, each in a slot (chatapp serve --parallel N), all "
+            "within one context's worth of KV cache. Above 1 they run on the IO-Binding loop, "
+            "on the CPU, with chatapp's own conversion (other models serve one at a time); the "
+            "others wait for a free slot."
         )
         form.addRow("Requests at once", self.slots_spin)
         layout.addLayout(form)
@@ -138,11 +141,10 @@ class ServeDialog(QDialog):
             self.memory_label.setVisible(False)
             self.adjustSize()
             return
-        total = fmt_bytes(slots * self.kv_bytes_per_slot)
         self.memory_label.setText(
-            f"{slots} slots keep {total} of KV cache besides the chat's "
-            f"({fmt_bytes(self.kv_bytes_per_slot)} each); refused if that is over half of this "
-            "computer's memory."
+            f"{slots} slots share one context's KV cache, at most "
+            f"{fmt_bytes(self.kv_bytes_per_slot)} besides the chat's: each request reserves its "
+            "prompt and its token limit, and waits while the others hold the rest."
         )
         self.memory_label.setVisible(True)
         self.adjustSize()  # the note's lines fit

@@ -35,6 +35,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from chatapp.engine.errors import EngineError
 from chatapp.engine.modes import Mode
+from chatapp.engine.slots import slots_refusal
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobError, JobRunner
 from chatapp.session.jobs import Job, JobControl, failed
@@ -131,10 +132,13 @@ class WindowServer(QObject):
 
         def make_worker(_control: JobControl) -> EngineWorker:
             engine = self.host.require()  # on the engine's own thread
-            if slots == 1:
+            refusal = slots_refusal(engine.info, engine.device) if slots > 1 else None
+            if refusal is not None:  # this model or device cannot batch: one at a time
+                log.info("serving one request at a time: %s", refusal)
+            if slots == 1 or refusal is not None:
                 return EngineWorker(engine, mode, log=log.info, dispatch=self._dispatch)
-            # Refused here where the model or device cannot batch, or the slots' KV caches
-            # would take more than half the memory (engine/guards.py), as `chatapp serve` is.
+            # Refused here where the slots' KV budget would take more than half the memory
+            # (engine/memory.py), as `chatapp serve` is.
             self._batch = engine.slots(slots)
             return EngineWorker(engine, Mode.IOBINDING, log=self._log_slot, parallel=slots)
 

@@ -55,6 +55,7 @@ class RemoteUi(QObject):
         self.chat = self.chat_feature.controller
         self.figures = RemoteFigures(self.chat_feature.side_panel)
         self.server = WindowServer(window.runner, window.host, self, window.tools)
+        self._serving_failure: str | None = None  # the banner's, until serving starts
         self.serving_box = ServingBox(self.server)
         self.chat_feature.side_panel.add_backend_box(self.serving_box)
         self.timeouts = Timeouts()  # tests shorten them
@@ -197,7 +198,10 @@ class RemoteUi(QObject):
             if model is not None:
                 w.show_backend(f"{model.name} · {model.device_label}", f"{model.name} — chatapp")
                 w.notify(f"Answers come from {model.name} again.", 8000)
-                self.chat_feature.side_panel.set_context(0, model.max_context)
+                if self.chat.conversation.messages:  # counted again for the local model
+                    self.chat.measure_context(self.chat_feature.options())
+                else:
+                    self.chat_feature.side_panel.set_context(0, model.max_context)
             else:
                 w.show_backend("No model", "chatapp")
         self._update_actions()
@@ -257,6 +261,10 @@ class RemoteUi(QObject):
 
     @Slot(object)
     def _on_serving_started(self, serving: Serving) -> None:
+        banner = self.window.shown_message()
+        if banner is not None and banner[0] == self._serving_failure:
+            self.window.dismiss_message()  # e.g. a port in use: serving runs elsewhere now
+        self._serving_failure = None
         self._show_serving()
         how = (
             f"up to {serving.slots} of their requests decode together, beside the chat"
@@ -286,6 +294,7 @@ class RemoteUi(QObject):
     @Slot(str)
     def _on_serving_failed(self, message: str) -> None:
         self._set_serve_checked(False)
+        self._serving_failure = message
         self.window.show_message(message, "error")
 
     @Slot()

@@ -53,7 +53,8 @@ class MenuHost(Protocol):
 class WindowMenus(QObject):
     """Builds the menu bar of `window` and keeps its actions (the window enables them).
     Features add theirs with `add_menu` and `add_file_actions`, and answer the File menu's
-    opening actions (the models feature: sig_open_folder, sig_open_gguf, models_action)."""
+    opening actions (the models feature: sig_open_folder, sig_open_gguf, models_action,
+    get_models_action)."""
 
     sig_open_folder = Signal(object)  # Path: a folder the user chose
     sig_open_gguf = Signal(object)  # Path: a GGUF file the user chose
@@ -72,7 +73,18 @@ class WindowMenus(QObject):
         )
         self.models_action = self._action("&Models…")
         self.models_action.setStatusTip("The prepared models: size, source, precision; remove")
-        file_menu.addActions([self.open_folder_action, self.open_gguf_action, self.models_action])
+        self.get_models_action = self._action("&Get models…")
+        self.get_models_action.setStatusTip(
+            "Search the Hugging Face Hub for GGUF models, download one and open it"
+        )
+        file_menu.addActions(
+            [
+                self.open_folder_action,
+                self.open_gguf_action,
+                self.models_action,
+                self.get_models_action,
+            ]
+        )
         self.recent_menu = file_menu.addMenu("&Recent models")
         self.recent_menu.aboutToShow.connect(self.rebuild_recent_menu)
         file_menu.addSeparator()
@@ -191,7 +203,9 @@ def about_text(chat: ChatFace) -> str:
     """Help > About: the versions of chatapp, ONNX Runtime, Qt and Python, and the model."""
     rows = [
         ("chatapp", __version__),
-        ("ONNX Runtime", f"{ort.__version__} ({', '.join(ort.get_available_providers())})"),
+        # Its version only: an installed provider may not run here (CUDA without a GPU); the
+        # devices that do are the chat's row below.
+        ("ONNX Runtime", ort.__version__),
         ("Qt", f"{qVersion()} (PySide6 {PySide6.__version__})"),
         ("Python", platform.python_version()),
     ]
@@ -201,6 +215,6 @@ def about_text(chat: ChatFace) -> str:
     )
     return (
         "<p>Chat with small language models on ONNX Runtime, and see what KV-cache "
-        "handling costs: the naive loop against the IO-Binding loop.</p>"
+        "handling costs: three loops, No cache, Naive and IO-Binding.</p>"
         f"<table>{table}</table>"
     )

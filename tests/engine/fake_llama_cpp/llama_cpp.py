@@ -25,14 +25,17 @@ class Llama:
         if not model_path.endswith(".gguf"):
             raise ValueError("not a GGUF")
         self._ctx = _Context()
+        self.scores = []
 
     def n_vocab(self) -> int:
         return VOCAB
 
     def reset(self) -> None:
-        pass
+        self.scores: list[list[float]] = []  # every position's logits (logits_all=True)
 
     def eval(self, tokens: Sequence[int]) -> None:
         for i in range(VOCAB):
             self._ctx.logits[i] = 0.0
         self._ctx.logits[(tokens[-1] * 7 + 3) % VOCAB] = 1.0
+        for token in tokens:
+            self.scores.append([float(i == (token * 7 + 3) % VOCAB) for i in range(VOCAB)])

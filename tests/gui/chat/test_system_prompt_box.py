@@ -72,3 +72,16 @@ def test_the_panel_saves_the_prompt_after_a_pause_and_on_close(qtbot, tmp_path: 
     qtbot.keyClicks(panel.system_prompt_box.edit, ", closed at once")
     panel.close()
     assert settings.value("chat/system_prompt") == "New prompt, closed at once"
+
+
+def test_an_empty_box_says_what_the_model_is_sent_instead(qtbot) -> None:
+    """A template's own system prompt is counted in Context used: the empty box shows it."""
+    box = SystemPromptBox()
+    qtbot.addWidget(box)
+    assert box.edit.placeholderText() == "Empty: no system prompt"
+    box.set_model_default("You are a helpful AI assistant named SmolLM", 16)
+    shown = box.edit.placeholderText()
+    assert "You are a helpful AI assistant named SmolLM" in shown and "16 tokens" in shown
+    assert "counted in Context used" in shown and box.edit.toolTip() == shown
+    box.set_model_default("", 0)
+    assert box.edit.placeholderText() == "Empty: no system prompt" and not box.edit.toolTip()

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QWidget
 from chatapp.gui.chat.controller import State
 from chatapp.gui.common.export_folder import EXPORT_FOLDER_KEY, remember_export_folder
 from chatapp.gui.compare.feature import CompareFeature
-from chatapp.gui.compare.table import RATIO_HEADER
+from chatapp.gui.compare.table import RATIO_HEADER, RATIO_MIN_WIDTH
 from chatapp.gui.compare.view import CompareView, parse_contexts
 from chatapp.session.compare_jobs import StepFigures
 from chatapp.units import fmt_bytes
@@ -279,6 +279,10 @@ def test_titles_and_the_table_fit_at_800_by_500(
     table = view.table
     rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
     assert table.height() >= rows + table.horizontalHeader().height()  # no box inside the box
+    # The ratio column stays readable (the table scrolls sideways), not ~25 px of one letter
+    # a line (issue 47).
+    ratio = table.ratio_column
+    assert ratio is not None and table.columnWidth(ratio) >= RATIO_MIN_WIDTH
 
 
 def test_the_caching_button_runs_the_three_loops_over_200_tokens(

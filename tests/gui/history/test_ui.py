@@ -402,7 +402,7 @@ def test_export_markdown_and_json_then_import(
     ui.ask_open_path = lambda *_args: str(tmp_path / "chat.json")
     imported = ui.import_conversation()
     assert imported is not None and window.chat.conversation.id == imported
-    assert ui.panel.titles() == ["export me", "export me"]
+    assert ui.panel.titles() == ["export me (imported)", "export me"]
     assert [m.content for m in window.chat.conversation.messages][::2] == ["export me", "and me"]
     assert window.chat.conversation.messages[1].figures.generated_tokens == 8
     text = counted_transcript(qtbot, window, messages=4)

@@ -126,3 +126,43 @@ def test_a_reopened_chat_gets_its_tools_back(
     assert [t.name for t in tools.tools()] == ["pick"] and tools.choice() == "required"
     click_row(qtbot, window, without)
     assert tools.tools() == () and tools.label.text() == "Tools: none"
+
+
+def test_a_restart_reopens_the_last_chat_and_an_import_keeps_to_its_own_settings(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    window: MainWindow = make_window(["--model", str(tiny_model_dir)])
+    prompt = window.chat.side_panel.sampling_box.prompt
+    set_sampling(window, greedy(3))
+    prompt.choice_combo.setCurrentIndex(prompt.choice_combo.findData(ps.CONTINUE))
+    send_and_wait(qtbot, window, "continued chat")
+    continued = window.chat.conversation.id
+    window.chat.chat_view.new_chat_button.click()
+    prompt.choice_combo.setCurrentIndex(prompt.choice_combo.findData(ps.CHAT))
+    set_sampling(window, greedy(4))
+    send_and_wait(qtbot, window, "chatted chat")
+    chatted = window.chat.conversation.id
+    assert continued is not None and chatted is not None
+
+    # Exported and imported: a chat of its own, named as imported, with its own settings.
+    ui = window.feature(HistoryUi)
+    click_row(qtbot, window, continued)
+    ui.ask_save_path = lambda *_args: str(tmp_path / "continued.json")
+    ui.export_current("json")
+    ui.ask_open_path = lambda *_args: str(tmp_path / "continued.json")
+    imported = ui.import_conversation()
+    assert imported is not None and imported not in (continued, chatted)
+    assert window.chat.conversation.id == imported and prompt.choice() == ps.CONTINUE
+    item = ui.panel.item_for(imported)
+    assert item is not None and item.text().startswith("continued chat (imported)")
+    click_row(qtbot, window, chatted)
+    assert prompt.choice() == ps.CHAT
+    assert window.chat.side_panel.sampling_settings().max_new_tokens == 4
+
+    # Closed on the chatted chat: a restart shows it again, with its settings.
+    window.close()
+    again: MainWindow = make_window(["--model", str(tiny_model_dir)])
+    assert again.chat.conversation.id == chatted
+    assert [m.content for m in again.chat.conversation.messages][:1] == ["chatted chat"]
+    assert again.chat.side_panel.sampling_box.prompt.choice() == ps.CHAT
+    assert again.chat.side_panel.sampling_settings().max_new_tokens == 4

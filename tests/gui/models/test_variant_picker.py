@@ -87,6 +87,7 @@ def test_the_graphs_are_read_on_the_worker_with_progress_then_listed(
     assert " MiB) — " in rows[0] and picker.open_button.isEnabled()  # precision, size, kernels
     status = picker.status_label.text()
     assert "holds 3 variants" in status and "A variant is the same model" in status
+    assert "most precise" not in status  # three copies of one graph, whatever their names
     picker.list.setCurrentRow(2)
     picker.open_button.click()
     assert chosen == ["onnx/model_q4.onnx"] and picker.result() == QDialog.DialogCode.Accepted
@@ -183,6 +184,9 @@ def test_the_kernels_the_folder_opens_with_stay_selected(
     assert "opens by default here" in row
     assert ("GGUF kernels" in row) == (expected == "model_gguf.onnx")
     assert "what it opens with here" in picker.status_label.text()
+    # Two layouts of the same weights: neither is "more precise".
+    assert "most precise" not in picker.status_label.text()
+    assert "the same weights laid out for other kernels" in picker.status_label.text()
     picker.open_button.click()
     assert chosen == [None]  # the folder's default: it follows the device
 

@@ -104,3 +104,18 @@ def test_server_figures_read_like_the_panel(qtbot) -> None:
     assert values["queue_wait_s"] == fmt.MISSING  # a server's odd value is not a crash
     figures.show_server(None)
     assert all(label.text() == fmt.MISSING for label in figures.server_values.values())
+
+
+def test_prompt_perplexity_shows_what_a_chatapp_server_reported(qtbot) -> None:
+    """Not "n/a" in the panel beside the server's own 9.30 (issue 47)."""
+    panel, figures = panel_with_remote(qtbot)
+    figures.set_remote(LLAMA_CPP)
+    label = panel.figures_box.prompt_perplexity_value
+    assert label.text() == NOT_AVAILABLE
+    figures.show_server({"prompt_perplexity": 9.3})
+    assert label.text() == fmt.perplexity(9.3) == figures.server_values["prompt_perplexity"].text()
+    assert "Reported by the server" in label.toolTip()
+    panel.show_stats(BARE)  # the client's figures of the same answer keep the server's word
+    assert label.text() == fmt.perplexity(9.3)
+    figures.show_server({"prompt_perplexity": None})
+    assert label.text() == NOT_AVAILABLE

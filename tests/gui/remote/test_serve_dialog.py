@@ -10,6 +10,7 @@ from PySide6.QtCore import QSettings
 
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.serve_dialog import (
+    DEFAULT_SLOTS,
     MAX_SLOTS,
     PORT_KEY,
     SLOTS_KEY,
@@ -59,6 +60,7 @@ def test_a_port_in_use_is_said_plainly_and_the_choice_remembered(qtbot, window: 
         assert "choose another port" in message and "Traceback" not in message
         assert not ui.serve_action.isChecked() and ui.server.serving is None
         assert remembered_port(window.settings) == port  # offered again next time
+        assert window.banner.isVisible() and window.banner.text() == message
     finally:
         taken.close()
     # Cancel leaves serving off.
@@ -72,22 +74,26 @@ def test_a_port_in_use_is_said_plainly_and_the_choice_remembered(qtbot, window: 
         ui.serve_action.trigger()
         accept_port(ui)
     assert ui.serve_action.isChecked()
+    assert not window.banner.isVisible()  # the port in use is not the story any more
     ui.serve_action.trigger()  # off
 
 
 def test_requests_at_once_are_remembered_and_their_memory_shown(qtbot, tmp_path) -> None:
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
-    assert remembered_slots(settings) == 1
-    remember_slots(settings, 4)
-    assert remembered_slots(settings) == 4
+    assert remembered_slots(settings) == DEFAULT_SLOTS == 4  # as chatapp serve
+    remember_slots(settings, 2)
+    assert remembered_slots(settings) == 2
     for wrong in ("many", 0, MAX_SLOTS + 1):
         settings.setValue(SLOTS_KEY, wrong)
-        assert remembered_slots(settings) == 1
+        assert remembered_slots(settings) == DEFAULT_SLOTS
     dialog = ServeDialog(None, 8000, HOST, 1, kv_bytes_per_slot=50_000_000)
     qtbot.addWidget(dialog)
     assert dialog.slots() == 1 and dialog.memory_label.isHidden()  # the chat's own KV only
     dialog.slots_spin.setValue(3)
     assert dialog.slots() == 3 and not dialog.memory_label.isHidden()
-    assert dialog.memory_label.text().startswith("3 slots keep 150.0 MB of KV cache")
-    assert "50.0 MB each" in dialog.memory_label.text()
+    # The slots share one context's KV cache: the budget, whatever their number.
+    assert dialog.memory_label.text().startswith("3 slots share one context's KV cache")
+    assert "at most 50.0 MB besides the chat's" in dialog.memory_label.text()
+    dialog.slots_spin.setValue(6)
+    assert "at most 50.0 MB" in dialog.memory_label.text()
     assert dialog.slots_spin.maximum() == MAX_SLOTS == 8

@@ -32,10 +32,14 @@ from tests.serving import slow_down
 openai = pytest.importorskip("openai", reason="the openai package is in the dev extra")
 
 
-def start_serving(qtbot, window: MainWindow) -> Serving:
+def start_serving(qtbot, window: MainWindow, slots: int | None = None) -> Serving:
+    """Serve this model (the dialog's port; its requests at once unless `slots`)."""
     ui = remote_ui(window)
     with qtbot.waitSignal(ui.server.sig_started, timeout=LOAD_TIMEOUT_MS) as started:
         ui.serve_action.trigger()
+        if slots is not None:
+            assert ui.serve_dialog is not None
+            ui.serve_dialog.slots_spin.setValue(slots)
         accept_port(ui)
     serving = started.args[0]
     assert isinstance(serving, Serving) and ui.serve_action.isChecked()
@@ -105,7 +109,7 @@ def test_the_window_serves_its_model_to_an_openai_client(
 
 
 def test_served_requests_and_the_chat_take_turns(qtbot, window: MainWindow) -> None:
-    serving = start_serving(qtbot, window)
+    serving = start_serving(qtbot, window, slots=1)  # one at a time: turns with the chat
     worker = remote_ui(window).server.worker
     assert worker is not None
     engine = window.host.engine

@@ -75,7 +75,8 @@ def test_two_requests_decode_together_and_the_panel_counts_slots(
 def test_slots_whose_memory_does_not_fit_are_refused_in_a_sentence(
     qtbot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory, "physical_memory", lambda: 1 << 20)  # 1 MiB of memory
+    # The slots' one KV budget (a context) cannot take half of 1 KiB of memory.
+    monkeypatch.setattr(memory, "physical_memory", lambda: 1 << 10)
     ui = remote_ui(window)
     with qtbot.waitSignal(ui.server.sig_failed, timeout=LOAD_TIMEOUT_MS):
         ui.serve_action.trigger()

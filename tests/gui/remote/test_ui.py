@@ -110,6 +110,11 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     answer = window.chat.conversation.messages[-1].figures
     assert answer is not None and answer.prompt_tokens
     assert panel.figures_box.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
+    # Disconnected: the chat is counted again for the local model, not "0 / 512".
+    with qtbot.waitSignal(window.chat.controller.sig_context, timeout=LOAD_TIMEOUT_MS):
+        remote_ui(window).disconnect_action.trigger()
+    used = panel.figures_box.context_value.text()
+    assert not used.startswith("0 ") and used.endswith(" / 512"), used
 
 
 def test_the_comparison_is_unavailable_while_a_server_answers(

@@ -17,7 +17,13 @@ def test_the_menus_and_their_shortcuts(make_window, tiny_model_dir: Path) -> Non
     window = make_window(["--model", str(tiny_model_dir)])
     menus = {a.text().replace("&", ""): a.menu() for a in window.menuBar().actions()}
     file_items = _texts(menus["File"])
-    assert file_items[:4] == ["Open model folder…", "Open GGUF…", "Models…", "Recent models"]
+    assert file_items[:5] == [
+        "Open model folder…",
+        "Open GGUF…",
+        "Models…",
+        "Get models…",
+        "Recent models",
+    ]
     assert "New chat" in file_items  # the remote server adds its actions before it
     assert _texts(menus["File"])[-1] == "Quit"
     assert _texts(menus["View"])[:2] == ["Chat", "Compare loops"]
@@ -62,6 +68,9 @@ def test_about_names_versions_and_model(make_window, tiny_model_dir: Path) -> No
     text = about_text(window.chat)
     for needle in ("ONNX Runtime", "Qt", "PySide6", "layers", "KV layout", str(tiny_model_dir)):
         assert needle in text
+    # The three loops, and only devices that started a session here (not every provider).
+    assert "No cache, Naive and IO-Binding" in text and "Devices here" in text
+    assert "ExecutionProvider" not in text
 
 
 def test_help_opens_the_log_folder(make_window, tmp_path, monkeypatch) -> None:

@@ -1,0 +1,250 @@
+"""What an operator reads off a running server: `GET /health`, `GET /metrics` (Prometheus text
+format, as llama.cpp's server and vLLM expose) and `GET /slots` (llama.cpp's view of its slots).
+
+The counters are written by the engine's threads (one request ending) and by the HTTP side (an
+error sent to a client); a scrape reads them under the same lock. Nothing here holds the engine:
+the gauges are snapshots the worker takes without waiting for a model run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chatapp.server.events import RequestRecord, ServedRequest
+
+if TYPE_CHECKING:
+    from chatapp.engine.slots import SlotBatch
+
+# Prometheus text exposition format, version 0.0.4 (what every scraper reads).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PREFIX = "chatapp_"
+
+
+@dataclass(frozen=True)
+class Load:
+    """A snapshot of what the server is doing, for /health, /metrics and /slots."""
+
+    waiting: int  # requests queued, not yet generating
+    running: int  # requests generating
+    slots: int  # requests that can generate together (--parallel)
+    kv_tokens_used: int  # KV positions held (slots: reservations and idle caches)
+    kv_tokens_capacity: int  # KV positions that may be held (slots: their budget)
+    shared_positions: int = 0  # prompt positions copied from another slot, not prefilled
+
+    @property
+    def state(self) -> str:
+        """ "busy" when no slot is free (a new request waits), else "ready"."""
+        return "busy" if self.running >= self.slots else "ready"
+
+
+class ServerCounters:
+    """Totals since the server started (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ended: Counter[str] = Counter()  # by how a request ended
+        self._errors: Counter[tuple[int, str]] = Counter()  # by (HTTP status, error type)
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
+        self.prompt_seconds = 0.0  # request start -> first token, summed
+        self.decode_seconds = 0.0  # first token -> last token, summed
+        self.queue_seconds = 0.0  # submitted -> started, summed
+
+    def answered(
+        self,
+        finish: str,
+        prompt_tokens: int,
+        generated_tokens: int,
+        prompt_s: float,
+        decode_s: float,
+        queue_s: float,
+    ) -> None:
+        """A request answered to its end (`finish`: stop, length, tool_calls)."""
+        with self._lock:
+            self._ended[finish] += 1
+            self.prompt_tokens += prompt_tokens
+            self.generated_tokens += generated_tokens
+            self.prompt_seconds += prompt_s
+            self.decode_seconds += decode_s
+            self.queue_seconds += queue_s
+
+    def ended_early(self, reason: str, generated_tokens: int) -> None:
+        """A request that did not finish (`reason`: cancelled, error)."""
+        with self._lock:
+            self._ended[reason] += 1
+            self.generated_tokens += generated_tokens
+
+    def error(self, status: int, kind: str) -> None:
+        """An error a client was sent (before or during its answer)."""
+        with self._lock:
+            self._errors[(status, kind)] += 1
+
+    def render(self, load: Load) -> str:
+        """Every counter and gauge in Prometheus' text format."""
+        with self._lock:
+            ended = dict(self._ended)
+            errors = dict(self._errors)
+            totals = (
+                (
+                    "prompt_tokens_total",
+                    "counter",
+                    "Prompt tokens of answered requests.",
+                    self.prompt_tokens,
+                ),
+                (
+                    "generated_tokens_total",
+                    "counter",
+                    "Tokens generated, all requests.",
+                    self.generated_tokens,
+                ),
+                (
+                    "prompt_seconds_total",
+                    "counter",
+                    "Seconds from a request's start to its first token, summed.",
+                    self.prompt_seconds,
+                ),
+                (
+                    "decode_seconds_total",
+                    "counter",
+                    "Seconds from a request's first token to its last, summed.",
+                    self.decode_seconds,
+                ),
+                (
+                    "queue_seconds_total",
+                    "counter",
+                    "Seconds requests waited in the queue before they started, summed.",
+                    self.queue_seconds,
+                ),
+            )
+        lines: list[str] = []
+        _family(
+            lines,
+            "requests_total",
+            "counter",
+            "Requests that ended, by how (stop, length, tool_calls, cancelled, error).",
+            [({"finish": k}, v) for k, v in sorted(ended.items())],
+        )
+        for name, kind, text, value in totals:
+            _family(lines, name, kind, text, [({}, value)])
+        _family(
+            lines,
+            "errors_total",
+            "counter",
+            "Errors sent to clients, by HTTP status and error type.",
+            [({"status": str(s), "type": t}, v) for (s, t), v in sorted(errors.items())],
+        )
+        gauges = (
+            ("requests_waiting", "Requests queued, not yet generating.", load.waiting),
+            ("requests_running", "Requests generating now.", load.running),
+            ("slots_total", "Requests that can generate together (--parallel).", load.slots),
+            ("slots_busy", "Slots generating now.", min(load.running, load.slots)),
+            (
+                "kv_tokens_used",
+                "KV positions held (with slots: running requests' reservations and idle caches).",
+                load.kv_tokens_used,
+            ),
+            (
+                "kv_tokens_capacity",
+                "KV positions the server may hold (with slots: their shared budget).",
+                load.kv_tokens_capacity,
+            ),
+        )
+        for name, text, value in gauges:
+            _family(lines, name, "gauge", text, [({}, value)])
+        _family(
+            lines,
+            "prompt_tokens_shared_total",
+            "counter",
+            "Prompt positions copied from another slot's cache instead of prefilled.",
+            [({}, load.shared_positions)],
+        )
+        return "\n".join(lines) + "\n"
+
+
+def _family(
+    lines: list[str],
+    name: str,
+    kind: str,
+    text: str,
+    samples: list[tuple[dict[str, str], float]],
+) -> None:
+    full = PREFIX + name
+    lines.append(f"# HELP {full} {text}")
+    lines.append(f"# TYPE {full} {kind}")
+    for labels, value in samples:
+        shown = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+        lines.append(f"{full}{{{shown}}} {_number(value)}" if shown else f"{full} {_number(value)}")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def slot_views(
+    running: Iterable[ServedRequest],
+    batch: SlotBatch | None,
+    n_ctx: int,
+    with_prompts: bool = False,
+) -> list[dict[str, Any]]:
+    """llama.cpp's /slots: each slot, its cache and the request on it (its prompt only when
+    asked); `batch` None: the one-request-at-a-time server's one slot. Read without waiting for
+    a model run."""
+    on_slot = {r.slot if r.slot is not None else 0: r for r in running}
+    cached = [len(loop.cached) for loop in batch.loops] if batch else [None]
+    now = time.perf_counter()
+    views = []
+    for index, cached_tokens in enumerate(cached):
+        request = on_slot.get(index)
+        view: dict[str, Any] = {
+            "id": index,
+            "n_ctx": n_ctx,
+            "is_processing": request is not None,
+        }
+        if cached_tokens is not None:
+            view["cached_tokens"] = cached_tokens
+        if request is not None:
+            view["request"] = _request_view(request, now, with_prompts)
+        views.append(view)
+    return views
+
+
+def _request_view(request: ServedRequest, now: float, with_prompt: bool) -> dict[str, Any]:
+    req = request.request
+    started = request.started_at if request.started_at is not None else now
+    view: dict[str, Any] = {
+        "id": request.id,
+        "running_s": round(now - started, 3),
+        "queued_s": round(started - request.queued_at, 3),
+        "prompt_tokens": request.prompt_tokens,
+        "generated_tokens": request.generated_tokens,
+        "max_tokens": req.settings.max_new_tokens,
+        "loop": str(req.mode),
+        "stream": req.stream,
+    }
+    if with_prompt:
+        view["prompt"] = req.text if req.messages is None else [m.as_dict() for m in req.messages]
+    return view
+
+
+def retry_after_s(records: Iterable[RequestRecord]) -> int:
+    """Seconds a refused client should wait: the median of the last requests' run times
+    (1 to 60 s; 1 before any has ended)."""
+    runs = sorted(r.finished_at - r.started_at for r in list(records)[-16:])
+    median = runs[len(runs) // 2] if runs else 1.0
+    return max(1, min(60, round(median)))

@@ -271,6 +271,8 @@ class Engine:
             self._slots = SlotBatch(
                 self.session, self.info, self.device, self.max_context, count, budget
             )
+            for loop in self._slots.loops:  # their weight files held as the engine's loops'
+                loop.weights_in_use = self.weight_files.in_use
         return self._slots
 
     def release_slots(self) -> None:

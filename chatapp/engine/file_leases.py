@@ -69,7 +69,8 @@ class WeightLeases:
 
     def __init__(self, files: Iterable[Path]) -> None:
         self._fds: dict[Path, int] = {}
-        self._running = threading.Lock()
+        self._state = threading.Lock()
+        self._passes = 0  # forward passes running now (slots run several at once)
         self.changing: Path | None = None  # the file another program opened to write
         if not (_installed or install_signal()):
             return
@@ -98,16 +99,23 @@ class WeightLeases:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Path | None]:
-        """Hold the leases for one forward pass; yields the file another program has begun to
+        """Hold the leases for one forward pass (several may run at once: the server's slots
+        wait for each other inside theirs); yields the file another program has begun to
         change (the caller refuses the run), else None."""
-        with self._running:
-            yield self.changing
+        with self._state:
+            self._passes += 1
+            changing = self.changing
+        try:
+            yield changing
+        finally:
+            with self._state:
+                self._passes -= 1
 
     def poll(self) -> None:
-        """Let go of every lease once one is being broken and no forward runs."""
-        if not self._fds or not self._running.acquire(blocking=False):
-            return
-        try:
+        """Let go of every lease once one is being broken and no forward pass runs."""
+        with self._state:
+            if not self._fds or self._passes:
+                return
             for path, fd in self._fds.items():
                 try:
                     breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
@@ -119,8 +127,6 @@ class WeightLeases:
             if self.changing is not None:
                 log.warning("%s is being changed by another program", self.changing)
                 self.let_go()
-        finally:
-            self._running.release()
 
     def let_go(self) -> None:
         for fd in self._fds.values():

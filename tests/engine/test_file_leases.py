@@ -69,3 +69,19 @@ def test_reading_does_not_break_a_lease(tmp_path: Path) -> None:
     with leases.running() as changing:
         assert changing is None
     assert leases.files == (path,)
+
+
+def test_passes_run_together_and_the_writer_waits_for_the_last(tmp_path: Path) -> None:
+    """The server's slots run passes at once, each waiting for the others inside its own."""
+    path = tmp_path / "model.onnx.data"
+    leases = leased(path)
+    with leases.running() as first:
+        with leases.running() as second:  # a second pass does not wait for the first
+            assert first is None and second is None
+            writer = truncating(path)
+            time.sleep(max(0.5, 10 * POLL_S))
+        time.sleep(max(0.3, 5 * POLL_S))
+        assert writer.poll() is None  # the first pass still runs
+    assert writer.wait(10) == 0
+    with leases.running() as changing:
+        assert changing == path

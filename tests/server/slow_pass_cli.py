@@ -1,6 +1,7 @@
 """`python -m tests.server.slow_pass_cli serve ...`: the real command line, with every forward
-pass slowed by 50 ms *inside* the pass (after its weight files are checked and held), so that a
-test can change a weight file while a pass is reading it."""
+pass slowed by 50 ms *inside* the pass (after its weight files are checked and held): a prompt
+or a step of one loop, and a batched step of the server's slots. So a test can change a weight
+file while a pass is reading it."""
 
 from __future__ import annotations
 
@@ -8,29 +9,20 @@ import sys
 import time
 from typing import Any
 
-from chatapp.cli import engine_cmds, server_cmds
 from chatapp.cli.main import main
+from chatapp.engine.loops import KVLoop
+from chatapp.engine.slots import SlotBatch
 
 
-def main_slowed() -> int:
-    start = engine_cmds.start_engine
+def _slowed(method: Any) -> Any:
+    def slowed(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)
+        return method(*args, **kwargs)
 
-    def slowed(*args: Any) -> Any:
-        engine = start(*args)
-        for mode in ("naive", "iobinding"):
-            loop = engine.loop(mode)
-            inner = loop._forward_ids
-
-            def forward_ids(*a: Any, _inner: Any = inner, **k: Any) -> Any:
-                time.sleep(0.05)
-                return _inner(*a, **k)
-
-            loop._forward_ids = forward_ids  # type: ignore[method-assign]
-        return engine
-
-    server_cmds.start_engine = slowed  # type: ignore[assignment]
-    return main(sys.argv[1:])
+    return slowed
 
 
 if __name__ == "__main__":
-    sys.exit(main_slowed())
+    KVLoop._forward_ids = _slowed(KVLoop._forward_ids)  # type: ignore[method-assign]
+    SlotBatch._run = _slowed(SlotBatch._run)  # type: ignore[method-assign]
+    sys.exit(main(sys.argv[1:]))

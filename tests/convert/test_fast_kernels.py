@@ -167,3 +167,19 @@ def test_an_unknown_precision_is_a_clear_error() -> None:
     raw = gguf_blocks("Q8_0", 4, 64)
     with pytest.raises(Exception, match='precision must be "fast" or "exact", not "fastest"'):
         session(matmul_model("Q8_0", raw, 64), precision="fastest")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_value_that_is_not_a_number_reaches_every_output(bad: float, isa: str) -> None:
+    """A NaN or infinity among a row's activations (a damaged weight upstream) makes that row's
+    products NaN, as the float product's would be, so that the engine's check stops the answer;
+    the other rows are untouched."""
+    for qtype in NATIVE_FORMATS:
+        k = widths(qtype)[-1]
+        raw = gguf_blocks(qtype, 9, k)
+        x = activations(3, k)
+        clean = run(qtype, raw, k, x[None])[0]
+        x[1, k // 2] = bad
+        got = run(qtype, raw, k, x[None])[0]
+        assert np.all(np.isnan(got[1])), (qtype, isa)
+        np.testing.assert_array_equal(got[[0, 2]], clean[[0, 2]])

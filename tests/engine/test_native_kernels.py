@@ -147,10 +147,14 @@ def test_the_intact_folder_loads_and_answers(native: Path) -> None:
     assert len(engine.generate_ids([3, 4, 5], GREEDY, ignore_eos=True).run().token_ids) == 3
 
 
-def test_int16_prompts_take_effect_in_the_session_and_stay_close(native: Path) -> None:
+def test_int16_prompts_take_effect_in_the_session_and_stay_close(
+    native: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The engine's prompt precision reaches the library through the session's config: a
     prompt's logits move by a step's rounding, never more, and the greedy answer of the tiny
-    model stays; an unknown precision is refused in words."""
+    model stays; an unknown precision is refused in words. (Prompt precisions are the exact
+    precision's: CHATAPP_GGUF_PRECISION=exact, the library's fallback when a session names none.)"""
+    monkeypatch.setenv("CHATAPP_GGUF_PRECISION", "exact")
     if library_path() is None:
         pytest.skip("native kernels not built (make native)")
     prompt = list(range(3, 30))

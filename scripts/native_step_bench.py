@@ -75,6 +75,12 @@ SHAPES: dict[str, list[Matrix]] = {
     "kformats": [
         Matrix(f"1024x2048 ({q})", q, 1024, 2048, 1) for q in ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
     ],
+    # Matrices larger than the last-level cache (the weights stream from memory, as in a model)
+    "stream": [
+        Matrix("57344x2048 (Q4_K)", "Q4_K", 57344, 2048, 1),
+        Matrix("32000x2048 (Q6_K)", "Q6_K", 32000, 2048, 1),
+        Matrix("131072x576 (Q4_1)", "Q4_1", 131072, 576, 1),
+    ],
     # SmolLM2-135M, the default model: Q4_1 layers, tied Q8_0 head
     "default": [
         Matrix("q+k+v (Q4_1)", "Q4_1", 576 + 192 + 192, 576, 30),

@@ -53,8 +53,11 @@ def quantized_activations(x: np.ndarray, block: int) -> tuple[np.ndarray, np.nda
 
 
 def float_steps_bound(x_quantized: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """What the float32 steps may add: each of at most two fma per block of 32 (and the block's
-    float(isum) and d_w x d_a) rounds once, relative to the terms summed so far."""
+    """What the float32 steps may add: a block's float(isum) and d_w x d_a round once each,
+    then every output is a chain of at most two fma per block of 32 (the K-quants: two per
+    super-block; the 32-value formats: one per block in each of eight lanes, the minimums' in
+    a ninth, and a three-level sum of the lanes), each rounding once relative to the terms
+    summed so far."""
     steps = 2 * (x_quantized.shape[-1] // 32) + 3
     return steps * UNIT * float_terms(x_quantized, w) + 1e-30
 

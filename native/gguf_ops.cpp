@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -115,11 +116,16 @@ static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
   }
 }
 
+#include "fast8.inc"
+
 #define ISA avx2
 #define TARGET __attribute__((target("avx2,fma,f16c")))
 #define DOT16(w0, w1, x0, x1) \
   _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
 #include "dot_kernels.inc"
+#define VNNI 0
+#include "fast8_kernels.inc"
+#undef VNNI
 #undef ISA
 #undef TARGET
 #undef DOT16
@@ -129,6 +135,9 @@ static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
 #define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define DOT16(w0, w1, x0, x1) _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
 #include "dot_kernels.inc"
+#define VNNI 1
+#include "fast8_kernels.inc"
+#undef VNNI
 #undef ISA
 #undef TARGET
 #undef DOT16
@@ -157,6 +166,7 @@ static Isa g_isa = Isa::Scalar;
 #include "float_dots.inc"
 #include "decode_attention.inc"
 #include "few_rows.inc"
+#include "prompt8.inc"
 
 static const char* isa_name(Isa isa) {
   return isa == Isa::Avx512 ? "avx512vnni" : isa == Isa::Avx2 ? "avx2" : "scalar";
@@ -235,6 +245,56 @@ static bool prompt_int16(const std::string& configured) {
   return asked != nullptr && std::string(asked) == "int16";
 }
 
+// The precision of every GgufMatMul: the session's config entry "chatapp.gguf.precision" ("fast":
+// 8-bit activations, fast8.inc; "exact": float32 prompts or int16 ones as chatapp.gguf.prompt
+// says, int16 steps), else CHATAPP_GGUF_PRECISION (experiments), else fast.
+static const char* kPrecisionConfig = "chatapp.gguf.precision";
+
+static bool precision_fast(const std::string& configured) {
+  std::string asked = configured;
+  if (asked.empty()) {
+    const char* env = std::getenv("CHATAPP_GGUF_PRECISION");
+    asked = env != nullptr ? env : "";
+  }
+  if (asked.empty() || asked == "fast") return true;
+  if (asked == "exact") return false;
+  throw std::runtime_error("chatapp.gguf.precision must be \"fast\" or \"exact\", not \"" + asked + "\"");
+}
+
+// The fast precision's work (fast8.inc): activation rows quantized by all threads, then tasks of
+// weight rows, each times every activation row.
+struct FastJob {
+  const FormatInfo* info;
+  const uint8_t* w;
+  size_t row_bytes;
+  const float* x;
+  Act8* act;
+  float* y;  // [m, n]
+  size_t n, task_rows;
+};
+
+static void fast_quantize_task(void* data, size_t row) {
+  auto* job = static_cast<FastJob*>(data);
+  act8_quantize_row(job->x + row * size_t(job->act->k), job->act, row);
+}
+
+static void fast_task(void* data, size_t task) {
+  auto* job = static_cast<FastJob*>(data);
+  size_t begin = task * job->task_rows, end = std::min(job->n, begin + job->task_rows);
+  const Act8& a = *job->act;
+  switch (g_isa) {
+    case Isa::Avx512:
+      fast_rows_avx512(*job->info, job->w, job->row_bytes, a, 0, a.m, job->y, job->n, begin, end);
+      break;
+    case Isa::Avx2:
+      fast_rows_avx2(*job->info, job->w, job->row_bytes, a, 0, a.m, job->y, job->n, begin, end);
+      break;
+    case Isa::Scalar:
+      fast_rows_scalar(*job->info, job->w, job->row_bytes, a, 0, a.m, job->y, job->n, begin, end);
+      break;
+  }
+}
+
 // `m` activation rows (a decode step of m sequences): each task's weight rows are read from
 // memory once, for the first activation row, and from the cache (a task is ~64 KB) for the
 // others; every row's products are the one-row step's, computed the same way.
@@ -293,9 +353,10 @@ struct GgufMatMulKernel {
   size_t gemm_rows = prompt_gemm_rows();
   size_t few_rows = prompt_few_rows();
   bool int16_prompt = false;
+  bool fast = false;
 
-  GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info, bool int16)
-      : int16_prompt(int16) {
+  GgufMatMulKernel(const OrtApi& /*api*/, const OrtKernelInfo* kernel_info, bool int16, bool fast_precision)
+      : int16_prompt(int16), fast(fast_precision) {
     Ort::ConstKernelInfo ki(kernel_info);
     std::string qtype = ki.GetAttribute<std::string>("qtype");
     info = format_info(qtype);
@@ -350,7 +411,9 @@ struct GgufMatMulKernel {
     // [m, 1, K] with m > 1: one new token of each of m sequences (engine/slots.py), each row
     // a decode step's: the integer path, as that sequence alone would take it.
     bool step_rows = shape.size() >= 2 && shape[shape.size() - 2] == 1;
-    if (m == 1 || step_rows) {
+    if (fast) {
+      fast_product(ctx, x, m, wb, y);
+    } else if (m == 1 || step_rows) {
       step(ctx, x, m, wb, y);
     } else if (int16_prompt) {
       Packed16 packed;
@@ -365,6 +428,35 @@ struct GgufMatMulKernel {
       else
         prompt_gemm(ctx, context, x, m, wb, y);
     }
+  }
+
+  // The fast precision: every row count takes the same path (fast8.inc), so an output element
+  // is the same whatever the other rows of the call.
+  void fast_product(Ort::KernelContext& ctx, const float* x, size_t m, const uint8_t* wb, float* y) {
+    thread_local Act8 act;
+    act8_resize(&act, m, int(k), info->block_values);
+    size_t task_rows = step_task_rows(size_t(n), row_bytes);
+    FastJob job{info, wb, row_bytes, x, &act, y, size_t(n), task_rows};
+    if (m >= 8)
+      ctx.ParallelFor(fast_quantize_task, m, 0, &job);
+    else
+      for (size_t r = 0; r < m; ++r) act8_quantize_row(x + r * size_t(k), &act, r);
+    if (prompt8_fits(info->format, m)) {
+      thread_local Packed8 packed;
+      packed.m = m;
+      packed.m16 = (m + 15) / 16 * 16;
+      packed.k = int(k);
+      packed.quads.assign(size_t(k / 4) * packed.m16, 0);
+      packed.d.assign(size_t(k / 256) * packed.m16, 0.0f);
+      packed.pairs.assign(size_t(k / 64) * packed.m16, 0);
+      packed.neg16.assign(size_t(k / 16) * packed.m16, 0);
+      Pack8Job pack{&act, &packed};
+      ctx.ParallelFor(pack8_task, packed.m16 / 16, 0, &pack);
+      Prompt8Job prompt{info, wb, row_bytes, size_t(n), &packed, y};
+      ctx.ParallelFor(prompt8_task, (size_t(n) + kPrompt8Rows - 1) / kPrompt8Rows, 0, &prompt);
+      return;
+    }
+    ctx.ParallelFor(fast_task, (size_t(n) + task_rows - 1) / task_rows, 0, &job);
   }
 
   void step(Ort::KernelContext& ctx, const float* x, size_t m, const uint8_t* wb, float* y) {
@@ -518,11 +610,11 @@ struct GgufMatMulKernel {
 };
 
 struct GgufMatMulOp : Ort::CustomOpBase<GgufMatMulOp, GgufMatMulKernel, true> {
-  bool int16_prompt;
-  explicit GgufMatMulOp(bool int16) : int16_prompt(int16) {}
+  bool int16_prompt, fast;
+  GgufMatMulOp(bool int16, bool fast_precision) : int16_prompt(int16), fast(fast_precision) {}
   OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const {
     try {
-      *kernel = new GgufMatMulKernel(api, info, int16_prompt);
+      *kernel = new GgufMatMulKernel(api, info, int16_prompt, fast);
       return nullptr;
     } catch (const std::exception& e) {
       return api.CreateStatus(ORT_INVALID_ARGUMENT, e.what());
@@ -612,26 +704,32 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
                                                                                 const OrtApiBase* api) {
   Ort::InitApi(api->GetApi(ORT_API_VERSION));
   chatapp_gguf::g_isa = chatapp_gguf::detect_isa();
-  // One domain for each prompt precision, made once: a session gets the one its options ask for
-  // (ONNX Runtime keeps the domains it is given for as long as the sessions live).
-  static chatapp_gguf::GgufMatMulOp matmul_float(false), matmul_int16(true);
+  // One domain for each precision (fast; exact with float or int16 prompts), made once: a session
+  // gets the one its options ask for (ONNX Runtime keeps the domains it is given for as long as
+  // the sessions live).
+  static chatapp_gguf::GgufMatMulOp matmul_float(false, false), matmul_int16(true, false), matmul_fast(false, true);
   static chatapp_gguf::GgufGatherOp gather;
   static chatapp_gguf::DecodeAttentionOp attention;
   try {
-    static Ort::CustomOpDomain domain_float(kDomain), domain_int16(kDomain);
+    static Ort::CustomOpDomain domain_float(kDomain), domain_int16(kDomain), domain_fast(kDomain);
     static bool added = false;
     if (!added) {
       domain_float.Add(&matmul_float);
       domain_int16.Add(&matmul_int16);
-      for (Ort::CustomOpDomain* d : {&domain_float, &domain_int16}) {
+      domain_fast.Add(&matmul_fast);
+      for (Ort::CustomOpDomain* d : {&domain_float, &domain_int16, &domain_fast}) {
         d->Add(&gather);
         d->Add(&attention);
       }
       added = true;
     }
     Ort::UnownedSessionOptions session_options(options);
+    std::string precision = session_options.GetConfigEntryOrDefault(chatapp_gguf::kPrecisionConfig, "");
     std::string configured = session_options.GetConfigEntryOrDefault(chatapp_gguf::kPromptConfig, "");
-    session_options.Add(chatapp_gguf::prompt_int16(configured) ? domain_int16 : domain_float);
+    if (chatapp_gguf::precision_fast(precision))
+      session_options.Add(domain_fast);
+    else
+      session_options.Add(chatapp_gguf::prompt_int16(configured) ? domain_int16 : domain_float);
   } catch (const std::exception& e) {
     return Ort::GetApi().CreateStatus(ORT_FAIL, e.what());
   }

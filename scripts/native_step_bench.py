@@ -13,7 +13,9 @@ Example:
 
 --step-rows feeds the rows as [rows, 1, K], a decode step of that many sequences (engine/slots.py).
 
-A --lib of PATH@int16 runs that library's prompts on the int16 path (CHATAPP_GGUF_PROMPT).
+A --lib of PATH@fast or PATH@exact asks for that precision (CHATAPP_GGUF_PRECISION; fast: 8-bit
+activations, the default), PATH@int16 for the exact precision with int16 prompts
+(CHATAPP_GGUF_PROMPT); the same library may be given several times with different suffixes.
 """
 
 from __future__ import annotations
@@ -73,6 +75,12 @@ SHAPES: dict[str, list[Matrix]] = {
     "kformats": [
         Matrix(f"1024x2048 ({q})", q, 1024, 2048, 1) for q in ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
     ],
+    # Matrices larger than the last-level cache (the weights stream from memory, as in a model)
+    "stream": [
+        Matrix("57344x2048 (Q4_K)", "Q4_K", 57344, 2048, 1),
+        Matrix("32000x2048 (Q6_K)", "Q6_K", 32000, 2048, 1),
+        Matrix("131072x576 (Q4_1)", "Q4_1", 131072, 576, 1),
+    ],
     # SmolLM2-135M, the default model: Q4_1 layers, tied Q8_0 head
     "default": [
         Matrix("q+k+v (Q4_1)", "Q4_1", 576 + 192 + 192, 576, 30),
@@ -113,8 +121,10 @@ def session(
     )
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
-    path, _, prompt = lib.partition("@")
-    os.environ["CHATAPP_GGUF_PROMPT"] = prompt or "float"  # read as the session makes its kernels
+    path, _, mode = lib.partition("@")
+    # read as the session registers the library
+    os.environ["CHATAPP_GGUF_PRECISION"] = "fast" if mode in ("", "fast") else "exact"
+    os.environ["CHATAPP_GGUF_PROMPT"] = "int16" if mode == "int16" else "float"
     opts.register_custom_ops_library(path)
     return ort.InferenceSession(
         model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"]

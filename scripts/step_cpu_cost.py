@@ -6,12 +6,17 @@ folder runs in its own process per repeat; ratios are medians of per-repeat rati
 first folder.
 
     .venv/bin/python scripts/step_cpu_cost.py STOCK_FOLDER NATIVE_FOLDER [--prompt 42] [--steps 32]
+
+A folder given as FOLDER@fast or FOLDER@exact runs its native kernels at that precision
+(CHATAPP_GGUF_PRECISION, the library's fallback where the session names none); the same folder
+may be given with both.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -60,8 +65,14 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {f: [] for f in args.folders}
     for _ in range(args.repeats):
         for folder in args.folders:
-            cmd = [sys.executable, __file__, folder, "--child", "--prompt", str(args.prompt)]
-            out = subprocess.run([*cmd, "--steps", str(args.steps)], capture_output=True, text=True)
+            path, _, precision = folder.partition("@")
+            env = dict(os.environ)
+            if precision:
+                env["CHATAPP_GGUF_PRECISION"] = precision
+            cmd = [sys.executable, __file__, path, "--child", "--prompt", str(args.prompt)]
+            out = subprocess.run(
+                [*cmd, "--steps", str(args.steps)], capture_output=True, text=True, env=env
+            )
             line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-300:]
             results[folder].append(json.loads(line))
             load = Path("/proc/loadavg").read_text().split()[:3]

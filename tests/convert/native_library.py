@@ -21,9 +21,17 @@ ISAS = (
 )
 
 
-def session(model: onnx.ModelProto, threads: int = 2) -> ort.InferenceSession:
+PRECISION_CONFIG = "chatapp.gguf.precision"
+
+
+def session(
+    model: onnx.ModelProto, threads: int = 2, precision: str = "exact"
+) -> ort.InferenceSession:
+    """A session on the library at `precision` ("exact": float32 prompts and int16 steps, what
+    the tests written before the fast precision check; "fast": 8-bit activations)."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
+    opts.add_session_config_entry(PRECISION_CONFIG, precision)
     opts.register_custom_ops_library(str(LIBRARY))
     return ort.InferenceSession(
         model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"]

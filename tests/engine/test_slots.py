@@ -131,7 +131,15 @@ def test_native_graph_slots_give_each_sequence_its_solo_tokens(native_dir: Path)
 
 
 @pytest.mark.default_model
-def test_default_model_slots_give_each_sequence_its_solo_tokens(default_model_dir: Path) -> None:
+def test_default_model_slots_give_each_sequence_its_solo_tokens(
+    default_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Exact precision: D's reused prefix holds K/V that decode steps wrote (DecodeAttention)
+    # where its solo run writes them in one prompt (GroupQueryAttention), a different float
+    # order; its tokens agree only away from near-ties, and with 8-bit activations (fast) one
+    # flips at its sixth token on AVX-512 (A, B and C, which share no such prefix, keep their
+    # bits in both precisions). Issue 49 is about that difference.
+    monkeypatch.setenv("CHATAPP_GGUF_PRECISION", "exact")
     engine = Engine(default_model_dir, max_context=256)
     tok = engine.tokenizer.tok
     prompts = [

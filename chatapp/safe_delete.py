@@ -105,6 +105,11 @@ def _reopen(temporary: Path) -> int:
     return os.open(temporary, os.O_WRONLY | _NO_LINK | getattr(os, "O_CLOEXEC", 0))
 
 
+def open_temporary(temporary: Path) -> IO[bytes]:
+    """The file `replacing_path` just made, to write bytes into (never through a link)."""
+    return os.fdopen(_reopen(temporary), "wb")
+
+
 @contextmanager
 def replacing_path(path: Path) -> Iterator[Path]:
     """A fresh path beside `path` to write (by any means, with the usual permissions); renamed

@@ -5,7 +5,8 @@ anonymous: ONNX Runtime's packed copies, arena, KV, the tokenizer, whose own sha
 and the peak of the load, starts the peak again, answers the bench prompt (`--prompt-tokens`
 pads it with real text to about that many tokens) greedily for --new tokens and notes the
 answer's peak, tokens/s and a digest of the tokens. `--code DIR` runs chatapp from another
-checkout (e.g. /work/main for the baseline) and `--llama PYTHON` adds llama.cpp
+checkout (e.g. /work/main for the baseline; `--code .,CHATAPP_BENCH_PRECISION=exact` runs a
+precision) and `--llama PYTHON` adds llama.cpp
 (llama-cpp-python) on `--gguf` with the same prompt ids in a `--context` of 8192 tokens (chatapp
 answers in the folder's). Runs are interleaved repeat by repeat, order flipped each round;
 ratios are medians of per-repeat ratios against the first system. Linux only (/proc).
@@ -62,7 +63,9 @@ def chatapp_child(folder: str, new: int, threads: int, tokens: int) -> dict[str,
     from chatapp.engine.engine import Engine
 
     started = time.perf_counter()
-    engine = Engine(folder, threads=threads)
+    # --code DIR,CHATAPP_BENCH_PRECISION=exact: the GGUF kernels' precision (issue 46).
+    precision = os.environ.get("CHATAPP_BENCH_PRECISION")
+    engine = Engine(folder, threads=threads, **({"precision": precision} if precision else {}))
     load_s = time.perf_counter() - started
     loaded = _status()
     # The tokenizer's share, measured as it loaded (0 for a checkout that does not measure it).

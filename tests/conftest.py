@@ -6,6 +6,7 @@ The session-scoped folders are shared: tests must treat them as read-only (copy 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from chatapp.convert import default_model
 from chatapp.convert.converter import ConvertOptions, convert_gguf, is_verified_copy, sha256_file
 from chatapp.convert.errors import ConversionError
+from chatapp.engine.guards import PRECISION_ENV
 from tests.tiny_model import write_tiny_gguf
 
 
@@ -71,3 +73,14 @@ def default_model_dir() -> Path:
             f"default model at {folder} is stale or damaged: run `chatapp prepare` to rebuild it"
         )
     return folder
+
+
+@pytest.fixture(scope="module")
+def exact_default_precision() -> Iterator[None]:
+    """For a module that checks the default model's own answers ("Paris", "Rome"), which the
+    exact arithmetic gives: engines and windows that name no precision get exact
+    (guards.default_precision). Fast's agreement with the float64 reference is measured in
+    docs/engine.md, "Fidelity"; its tokens equal across loops and paths in their own tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PRECISION_ENV, "exact")
+        yield

@@ -12,7 +12,7 @@ from chatapp.cli.errors import UserError
 from chatapp.cli.fidelity_cmd import add_fidelity_args, run_fidelity_bench
 from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
 from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
-from chatapp.engine.guards import DEFAULT_PRECISION, PRECISION_LABELS, PRECISIONS
+from chatapp.engine.guards import PRECISION_LABELS, PRECISIONS, default_precision
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.json_text import JsonTextError, parse_json_text
@@ -48,10 +48,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
         choices=PRECISIONS,
-        default=DEFAULT_PRECISION,
-        help="how the GGUF kernels multiply: fast (8-bit activations, as llama.cpp; the default) "
-        "or exact (float32 prompts, int16 decode steps: closer to the float model, slower); "
-        "docs/engine.md",
+        default=default_precision(),
+        help="how the GGUF kernels multiply: fast (8-bit activations, as llama.cpp; the default, "
+        "or what CHATAPP_GGUF_PRECISION names) or exact (float32 prompts, int16 decode steps: "
+        "closer to the float model, slower); docs/engine.md",
     )
     p.add_argument(
         "--context",

@@ -20,7 +20,7 @@ import onnxruntime as ort
 from chatapp.engine import webgpu
 from chatapp.engine.device_probe import device_problem
 from chatapp.engine.errors import EngineError
-from chatapp.engine.guards import DEFAULT_PRECISION, PRECISIONS, THREADS_PER_CPU, max_threads
+from chatapp.engine.guards import PRECISIONS, THREADS_PER_CPU, default_precision, max_threads
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, NativeNodeMismatch, library_path
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
 from chatapp.error_text import STATUS_LINE, first_line
@@ -287,14 +287,13 @@ def check_precision(precision: str) -> None:
         raise EngineError(f"Precision must be {' or '.join(PRECISIONS)}; got {precision!r}.")
 
 
-def session_options(
-    threads: int | None = None, precision: str = DEFAULT_PRECISION
-) -> ort.SessionOptions:
+def session_options(threads: int | None = None, precision: str | None = None) -> ort.SessionOptions:
     """A session's options with `threads` intra-op threads (None: one per core) and the GGUF
     kernels' precision (guards.PRECISIONS), always set so that the library's own default or an
     experiment's environment never decides it silently; EngineError for a count or a precision
     that cannot be."""
     check_threads(threads)
+    precision = precision or default_precision()
     check_precision(precision)
     opts = ort.SessionOptions()
     opts.add_session_config_entry(PRECISION_CONFIG, precision)
@@ -377,7 +376,7 @@ class StartedSession:
 
 
 def start_session(
-    model_path: Path, device: Device, threads: int | None = None, precision: str = DEFAULT_PRECISION
+    model_path: Path, device: Device, threads: int | None = None, precision: str | None = None
 ) -> StartedSession:
     """A session on `device`; if that device fails to start, on the CPU with the reason kept.
     `precision`: the GGUF kernels' (`session_options`)."""
@@ -400,7 +399,7 @@ def start_session(
 
 
 def cpu_session(
-    model_path: Path, threads: int | None, reason: str, precision: str = DEFAULT_PRECISION
+    model_path: Path, threads: int | None, reason: str, precision: str | None = None
 ) -> StartedSession:
     opts = session_options(threads, precision)
     return StartedSession(create_session(model_path, CPU, opts), CPU, reason)

@@ -29,7 +29,7 @@ from chatapp.engine.errors import (
     ModelError,
 )
 from chatapp.engine.generation import Generation
-from chatapp.engine.guards import DEFAULT_PRECISION, PRECISION_LABELS
+from chatapp.engine.guards import PRECISION_LABELS, default_precision
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
@@ -93,7 +93,7 @@ def start_model(
     device: Device,
     threads: int | None,
     reason: str | None = None,
-    precision: str = DEFAULT_PRECISION,
+    precision: str | None = None,
 ) -> tuple[StartedSession, MappedFiles]:
     """A session for `model` on `device`, and the weight files it maps (checked before each
     run: resident.py). On the CPU a big model runs from its packed copy (packed_cache.py: saved
@@ -152,12 +152,14 @@ class Engine:
         threads: int | None = None,
         max_context: int | None = None,
         onnx_file: str | None = None,
-        precision: str = DEFAULT_PRECISION,
+        precision: str | None = None,
     ) -> None:
         """`model`: a description read already (its graph and context were chosen then:
         `max_context` and `onnx_file` are for a folder), or a folder, read here.
         `precision`: how the GGUF kernels multiply, "fast" (8-bit activations) or "exact"
-        (guards.PRECISIONS); a graph without them ignores it (`precision_in_effect`)."""
+        (guards.PRECISIONS; None: guards.default_precision); a graph without them ignores it
+        (`precision_in_effect`)."""
+        precision = precision or default_precision()
         check_precision(precision)
         if not isinstance(model, ModelDescription):
             model = open_model(model, device, onnx_file, max_context)

@@ -25,5 +25,17 @@ def max_threads() -> int:
 # a graph without GGUF kernels (the stock ONNX graph, another device) has no such choice.
 PRECISIONS = ("fast", "exact")
 DEFAULT_PRECISION = "fast"
+# The default where a caller names none: this variable when it names a precision (the library
+# reads the same one; scripts, experiments and tests of one precision), else DEFAULT_PRECISION.
+PRECISION_ENV = "CHATAPP_GGUF_PRECISION"
+
+
+def default_precision() -> str:
+    """The precision an engine or session gets when none is asked for (an unknown value in the
+    environment is ignored here; asked for by name, it is refused)."""
+    named = os.environ.get(PRECISION_ENV, "").strip().lower()
+    return named if named in PRECISIONS else DEFAULT_PRECISION
+
+
 # How figures name it (the model line, under an answer, reports).
 PRECISION_LABELS = {"fast": "fast 8-bit", "exact": "exact"}

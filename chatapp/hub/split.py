@@ -20,7 +20,7 @@ from pathlib import Path
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.preflight import read_header, tensor_bytes
 from chatapp.hub.errors import HubError
-from chatapp.safe_delete import replacing_path
+from chatapp.safe_delete import open_temporary, replacing_path
 
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
@@ -126,7 +126,7 @@ def join_parts(parts: list[Path], target: Path) -> str:
     )
     head += b"\0" * (-len(head) % alignment)
     digest = hashlib.sha256()
-    with replacing_path(target) as temporary, open(temporary, "xb") as out:
+    with replacing_path(target) as temporary, open_temporary(temporary) as out:
         out.write(head)
         digest.update(head)
         for path, start, n_bytes in copies:

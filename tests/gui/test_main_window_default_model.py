@@ -19,7 +19,7 @@ from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, open_loaded_window, se
 from tests.gui.conftest import set_sampling as apply_sampling
 from tests.gui.event_loop_gaps import GapRecorder
 
-pytestmark = pytest.mark.default_model
+pytestmark = [pytest.mark.default_model, pytest.mark.usefixtures("exact_default_precision")]
 
 
 @pytest.fixture(scope="module")

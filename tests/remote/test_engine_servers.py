@@ -29,6 +29,9 @@ from chatapp.engine.chat import Message
 from chatapp.engine.sampling import GREEDY
 from chatapp.remote.engine import RemoteEngine
 
+# Checks of the default model's own answers: the exact arithmetic (conftest).
+pytestmark = pytest.mark.usefixtures("exact_default_precision")
+
 LLAMACPP_PYTHON = "CHATAPP_LLAMACPP_PYTHON"
 QUESTION = [Message("user", "What is the capital of France?")]
 STARTUP_S = 120

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
-from chatapp.engine.guards import DEFAULT_PRECISION, PRECISIONS
+from chatapp.engine.guards import PRECISIONS, default_precision
 
 LAST_FOLDER_KEY = "models/last_folder"
 LAST_ONNX_KEY = "models/last_onnx_file"
@@ -70,10 +70,13 @@ def model_key(folder: Path) -> str:
 
 
 def remembered_precision(settings: QSettings, folder: Path) -> str:
-    """The precision chosen for `folder` last (guards.PRECISIONS), else the default."""
+    """The precision chosen for `folder` last (guards.PRECISIONS), else the default
+    (guards.default_precision: CHATAPP_GGUF_PRECISION where it names one)."""
     precision = _json_dict(settings, PRECISION_KEY).get(model_key(folder))
     return (
-        precision if isinstance(precision, str) and precision in PRECISIONS else DEFAULT_PRECISION
+        precision
+        if isinstance(precision, str) and precision in PRECISIONS
+        else default_precision()
     )
 
 

@@ -23,7 +23,7 @@ from tests.gui.conftest import (
 )
 from tests.gui.history.test_ui import _known, click_row, history
 
-pytestmark = pytest.mark.default_model
+pytestmark = [pytest.mark.default_model, pytest.mark.usefixtures("exact_default_precision")]
 
 
 @pytest.fixture(scope="module")

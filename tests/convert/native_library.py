@@ -4,6 +4,9 @@ path)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import onnx
 import onnxruntime as ort
 import pytest
@@ -19,6 +22,21 @@ ISAS = (
     + (["avx2"] if BEST in ("avx2", "avx512vnni") else [])
     + (["best"] if BEST == "avx512vnni" else [])
 )
+
+T = TypeVar("T")
+
+
+def on_every_path(monkeypatch: pytest.MonkeyPatch, run: Callable[[], T]) -> list[T]:
+    """`run`'s result on each instruction-set path of ISAS, in its order (the library reads
+    CHATAPP_GGUF_ISA when a session registers it)."""
+    results = []
+    for path in ISAS:
+        if path == "best":
+            monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
+        else:
+            monkeypatch.setenv("CHATAPP_GGUF_ISA", path)
+        results.append(run())
+    return results
 
 
 PRECISION_CONFIG = "chatapp.gguf.precision"

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 
 from chatapp.convert.gguf_blocks import NATIVE_FORMATS
-from tests.convert.native_library import ISAS, LIBRARY, NOT_BUILT, session
+from tests.convert.native_library import ISAS, LIBRARY, NOT_BUILT, on_every_path, session
 from tests.convert.test_native_kernels import (
     activations,
     dequantized,
@@ -130,13 +130,7 @@ def test_every_instruction_set_gives_the_same_bits(monkeypatch: pytest.MonkeyPat
         k = widths(qtype)[-1]
         raw = gguf_blocks(qtype, 37, k)
         x = activations(11, k)[None]
-        results = []
-        for path in ISAS:
-            if path == "best":
-                monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
-            else:
-                monkeypatch.setenv("CHATAPP_GGUF_ISA", path)
-            results.append(run(qtype, raw, k, x))
+        results = on_every_path(monkeypatch, lambda: run(qtype, raw, k, x))  # noqa: B023
         for path, other in zip(ISAS[1:], results[1:], strict=True):
             np.testing.assert_array_equal(results[0], other, err_msg=f"{qtype} scalar vs {path}")
 

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_FORMATS, NATIVE_OP
 from chatapp.engine.native_kernels import library_isa
-from tests.convert.native_library import ISAS, NOT_BUILT, session
+from tests.convert.native_library import NOT_BUILT, on_every_path, session
 from tests.tiny_model import K_QUANT_SCALE_FIELDS, random_kquant
 
 pytestmark = NOT_BUILT
@@ -259,13 +259,11 @@ def test_every_path_gives_the_same_int16_prompt(monkeypatch: pytest.MonkeyPatch)
         k = widths(qtype)[-1]
         raw = gguf_blocks(qtype, 37, k)
         x = activations(21, k)[None]
-        results = []
-        for path in ISAS:
-            if path == "best":
-                monkeypatch.delenv("CHATAPP_GGUF_ISA", raising=False)
-            else:
-                monkeypatch.setenv("CHATAPP_GGUF_ISA", path)
-            results.append(session(matmul_model(qtype, raw, k)).run(None, {"x": x})[0])
+        model = matmul_model(qtype, raw, k)
+        results = on_every_path(
+            monkeypatch,
+            lambda: session(model).run(None, {"x": x})[0],  # noqa: B023
+        )
         for other in results[1:]:
             np.testing.assert_array_equal(results[0], other)
 

@@ -101,8 +101,13 @@ class WeightLeases:
     def running(self) -> Iterator[Path | None]:
         """Hold the leases for one forward pass (several may run at once: the server's slots
         wait for each other inside theirs); yields the file another program has begun to
-        change (the caller refuses the run), else None."""
+        change (the caller refuses the run), else None. A break noticed here or by the watcher
+        is let through as soon as no pass runs: at the end of the running one, since passes
+        follow each other too closely for the watcher to find a gap."""
         with self._state:
+            self._notice_break()
+            if self.changing is not None and not self._passes:
+                self.let_go()
             self._passes += 1
             changing = self.changing
         try:
@@ -110,23 +115,31 @@ class WeightLeases:
         finally:
             with self._state:
                 self._passes -= 1
+                if self.changing is not None and not self._passes:
+                    self.let_go()
 
     def poll(self) -> None:
         """Let go of every lease once one is being broken and no forward pass runs."""
         with self._state:
             if not self._fds or self._passes:
                 return
-            for path, fd in self._fds.items():
-                try:
-                    breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
-                except OSError:
-                    breaking = True
-                if breaking:
-                    self.changing = path
-                    break
+            self._notice_break()
             if self.changing is not None:
-                log.warning("%s is being changed by another program", self.changing)
                 self.let_go()
+
+    def _notice_break(self) -> None:
+        """Note (in `changing`) the first file another program has begun to change."""
+        if self.changing is not None or not self._fds:
+            return
+        for path, fd in self._fds.items():
+            try:
+                breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
+            except OSError:
+                breaking = True
+            if breaking:
+                self.changing = path
+                log.warning("%s is being changed by another program", path)
+                return
 
     def let_go(self) -> None:
         for fd in self._fds.values():

@@ -52,8 +52,8 @@ from chatapp.safe_delete import write_replacing
 
 # Bump when the folder this writes changes, so `prepare` rebuilds stale copies.
 # 9: graphs by --graph (auto, native, stock, both: model.onnx and model_gguf.onnx); the default
-# model holds both.
-CONVERTER_VERSION = "10"
+# model holds both. 11: native graphs' prompts on DecodeAttention too (one path, no If).
+CONVERTER_VERSION = "11"
 INT8_LEVELS = ("decode", "all", "head")
 # Which graphs a folder holds (docs/converter.md, "Native kernels"): "auto" is the native graph
 # where chatapp's library runs its fast kernels on this machine, else the stock one.

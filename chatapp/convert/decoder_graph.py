@@ -318,12 +318,11 @@ class DecoderGraphBuilder:
         when single-token steps would take the int8 levels the first layer's weights allow."""
         o = self.options
         if isinstance(first.q, GgufWeight) and isinstance(self.attn, GQAAttention):
-            # Native kernels: the same layers twice, the step path's attention reading only
-            # what a step needs (a sliding window's positions; each cached row once a group).
-            return [
-                LayerPath(x, x, levels=0, nodes=[], prefix="step/", decode_attention=True),
-                LayerPath(x, x, levels=0, nodes=[], prefix="prompt/"),
-            ]
+            # Native kernels: one path for steps and prompts, attention by the library's
+            # DecodeAttention, which computes a prompt's rows in a step's float order: with the
+            # fast kernels' row-invariant products, a row's logits are the same bits fresh, from
+            # the cache, chunked or batched (issue 49).
+            return [LayerPath(x, x, levels=0, decode_attention=True)]
         if o.int8_levels == "all":
             return [LayerPath(x, x, levels=LEVELS)]
         takes_levels = any(

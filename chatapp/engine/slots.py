@@ -241,6 +241,12 @@ class SlotBatch:
         return sum(self._taken)
 
     # -- the batched step --------------------------------------------------------------------
+    def expect_step(self, loop: SlotLoop) -> None:
+        """From now on each step waits for `loop`'s token too (sequences started together then
+        share their first step as well; a slot otherwise joins at its first step)."""
+        with self._cond:
+            self._decoding.add(loop.index)
+
     def step(self, index: int, token: int) -> Step:
         """Hand in slot `index`'s next token; returns its logits once the batch has run."""
         with self._cond:

@@ -63,9 +63,9 @@ def model(op: str, s: Shape, shapes: bool = True) -> onnx.ModelProto:
     )
     f, i32 = TensorProto.FLOAT, TensorProto.INT32
     inputs = [
-        helper.make_tensor_value_info("q", f, ["b", 1, s.heads * s.d]),
-        helper.make_tensor_value_info("k", f, ["b", 1, s.kv_heads * s.d]),
-        helper.make_tensor_value_info("v", f, ["b", 1, s.kv_heads * s.d]),
+        helper.make_tensor_value_info("q", f, ["b", "s", s.heads * s.d]),
+        helper.make_tensor_value_info("k", f, ["b", "s", s.kv_heads * s.d]),
+        helper.make_tensor_value_info("v", f, ["b", "s", s.kv_heads * s.d]),
         helper.make_tensor_value_info("past_key", f, ["b", s.kv_heads, "p", s.d]),
         helper.make_tensor_value_info("past_value", f, ["b", s.kv_heads, "p", s.d]),
         helper.make_tensor_value_info("seqlens_k", i32, ["b"]),
@@ -90,16 +90,19 @@ def model(op: str, s: Shape, shapes: bool = True) -> onnx.ModelProto:
     )
 
 
-def feeds(s: Shape, lengths: list[int], past: int, seed: int = 0) -> dict[str, np.ndarray]:
+def feeds(
+    s: Shape, lengths: list[int], past: int, seed: int = 0, new: int = 1
+) -> dict[str, np.ndarray]:
+    """`new` tokens a sequence, the last at position lengths[b]."""
     rng = np.random.default_rng(seed)
     b = len(lengths)
     angles = np.arange(POSITIONS)[:, None] / (100.0 ** (np.arange(s.rotary) / s.rotary))[None, :]
     f32 = np.float32
     return {
         # Scaled so that the soft cap and the softmax both bite.
-        "q": (rng.normal(0, 3, (b, 1, s.heads * s.d))).astype(f32),
-        "k": (rng.normal(0, 3, (b, 1, s.kv_heads * s.d))).astype(f32),
-        "v": rng.normal(0, 1, (b, 1, s.kv_heads * s.d)).astype(f32),
+        "q": (rng.normal(0, 3, (b, new, s.heads * s.d))).astype(f32),
+        "k": (rng.normal(0, 3, (b, new, s.kv_heads * s.d))).astype(f32),
+        "v": rng.normal(0, 1, (b, new, s.kv_heads * s.d)).astype(f32),
         "past_key": rng.normal(0, 3, (b, s.kv_heads, past, s.d)).astype(f32),
         "past_value": rng.normal(0, 1, (b, s.kv_heads, past, s.d)).astype(f32),
         "seqlens_k": np.array(lengths, np.int32),
@@ -159,9 +162,69 @@ def test_a_step_is_group_query_attention_with_a_copied_past(name: str, isa: str)
         assert_same(run_copied(DECODE_ATTENTION_OP, s, x), run_copied("GroupQueryAttention", s, x))
 
 
+def step_by_step(s: Shape, x: dict[str, np.ndarray], past: int) -> list[np.ndarray]:
+    """The prompt in `x` run as one step a token, on one shared buffer: each row's output and
+    the KV buffers the steps leave."""
+    new = x["q"].shape[1]
+    arrays = {n: x[n].copy() for n in ("past_key", "past_value")}
+    sess = session(model(DECODE_ATTENTION_OP, s))
+    rows = []
+    for i in range(new):
+        step = {n: x[n][:, i : i + 1] for n in ("q", "k", "v")}
+        step["seqlens_k"] = x["seqlens_k"] - (new - 1 - i)
+        step["total"] = np.array([int(step["seqlens_k"].max()) + 1], np.int32)
+        step["cos"], step["sin"] = x["cos"], x["sin"]
+        binding = sess.io_binding()
+        kv = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in arrays.items()}
+        for name, value in step.items():
+            binding.bind_cpu_input(name, value)
+        for name in kv:
+            binding.bind_ortvalue_input(name, kv[name])
+        binding.bind_output("out", "cpu")
+        binding.bind_ortvalue_output("present_key", kv["past_key"])
+        binding.bind_ortvalue_output("present_value", kv["past_value"])
+        sess.run_with_iobinding(binding)
+        rows.append(binding.get_outputs()[0].numpy())
+    return [np.concatenate(rows, axis=1), arrays["past_key"], arrays["past_value"]]
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_a_prompt_gives_each_row_the_bits_of_its_step(name: str, isa: str) -> None:
+    """Issue 49: a prompt's rows (fresh, a chunk after a cached prefix, beside another
+    sequence) are bit for bit the steps at their positions, so an answer does not depend on
+    how its prompt was cut; and within a rounding of GroupQueryAttention's prompt."""
+    s = SHAPES[name]
+    past = 290
+    # Fresh from 0, across the window's edge, past several 128-position chunks; two sequences.
+    for new, lengths in ((40, [39]), (19, [s.window + 20]), (150, [279]), (30, [140, 31])):
+        x = feeds(s, lengths, past=past, seed=new, new=new)
+        whole = run_shared(DECODE_ATTENTION_OP, s, x)
+        steps = step_by_step(s, x, past)
+        for got, want in zip(whole, steps, strict=True):
+            np.testing.assert_array_equal(got, want)
+        if len(lengths) == 1:  # its only batched prompts: first ones, right-padded
+            gqa = run_shared("GroupQueryAttention", s, x)
+            assert_same(whole, gqa)
+
+
+def test_a_right_padded_first_prompt_leaves_its_padding_alone() -> None:
+    s = SHAPES["llama-like"]
+    x = feeds(s, [9, 4], past=12, seed=5, new=10)
+    x["total"] = np.array([10], np.int32)
+    ours, theirs = run_shared(DECODE_ATTENTION_OP, s, x), run_shared("GroupQueryAttention", s, x)
+    np.testing.assert_allclose(ours[0][0], theirs[0][0], rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(ours[0][1, :5], theirs[0][1, :5], rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(ours[0][1, 5:], 0)
+
+
 def test_the_thread_count_does_not_change_a_bit() -> None:
     s = SHAPES["gemma-like"]
     x = feeds(s, [280, 5], past=290, seed=3)
+    one = session(model(DECODE_ATTENTION_OP, s), threads=1).run(None, x)
+    two = session(model(DECODE_ATTENTION_OP, s), threads=2).run(None, x)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)
+    x = feeds(s, [200, 60], past=290, seed=4, new=50)
     one = session(model(DECODE_ATTENTION_OP, s), threads=1).run(None, x)
     two = session(model(DECODE_ATTENTION_OP, s), threads=2).run(None, x)
     for a, b in zip(one, two, strict=True):

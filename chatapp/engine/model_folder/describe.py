@@ -24,6 +24,7 @@ import onnx
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.model import KVLayout, KVTensor, ModelInfo, ModelIO
 from chatapp.engine.tensor_types import FLOAT_TYPES
+from chatapp.folder_format.graph import DECODE_ATTENTION
 
 MAX_CONTEXT = 1 << 24
 MAX_VOCAB = 1 << 24
@@ -364,7 +365,8 @@ def _layout(
     present: list[int | str],
     ids: list[int | str],
 ) -> tuple[KVLayout, int | None]:
-    if "GroupQueryAttention" in op_types:
+    # The native DecodeAttention takes GroupQueryAttention's inputs and KV buffers.
+    if "GroupQueryAttention" in op_types or DECODE_ATTENTION in op_types:
         return KVLayout.SHARED_BUFFER, None
     if isinstance(past[2], int) and isinstance(present[2], int):
         window = ids[1] if len(ids) > 1 and isinstance(ids[1], int) else None

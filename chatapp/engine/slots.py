@@ -76,6 +76,9 @@ class SlotLoop(IOBindingLoop):
     def admit(
         self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
     ) -> bool:
+        # A prefix another slot is prefilling now (the other choices of an `n` request, or
+        # clients on one system prompt arriving together) is waited for and copied.
+        self.batch.await_prefill(self, prompt, should_stop)
         # The prefix first: the budget may then drop the idle cache it came from.
         self.batch.share_prefix(self, prompt)
         return self.batch.reserve(self, len(prompt) + new_tokens, should_stop)
@@ -91,7 +94,9 @@ class SlotLoop(IOBindingLoop):
             self.cached.append(ids[0])
             return step
         with self.batch.run_lock:  # a prompt: alone, between two steps
-            return super()._run(ids, wanted)
+            step = super()._run(ids, wanted)
+        self.batch.filled(self)
+        return step
 
 
 class SlotBatch:
@@ -129,11 +134,13 @@ class SlotBatch:
         self._round = 0
         self._bindings: dict[int, tuple[ort.IOBinding, np.ndarray]] = {}
         self._taken = [False] * slots
+        self._filling: dict[int, Sequence[int]] = {}  # slot -> the prompt it is prefilling
         self._reserved = [0] * slots  # positions a busy slot may fill (its prompt + limit)
         self._idle_since = [0] * slots  # release order: the least recently used cache goes first
         self._releases = 0
         self.loops = [SlotLoop(self, i) for i in range(slots)]
         self.shared_positions = 0  # prompt positions copied from another slot, not prefilled
+        self.share_prompts = True  # off: every prompt prefilled whole (bench's baseline)
         self.steps = 0  # batched runs so far
         self.rows = 0  # sequences they carried, all together
 
@@ -165,6 +172,7 @@ class SlotBatch:
             self._releases += 1
             self._idle_since[loop.index] = self._releases
             self._decoding.discard(loop.index)
+            self._filling.pop(loop.index, None)
             self._run_if_complete()
             self._cond.notify_all()  # a sequence waiting for the budget may fit now
 
@@ -195,12 +203,46 @@ class SlotBatch:
                     return False
                 self._cond.wait(0.05)
 
+    def await_prefill(
+        self, loop: SlotLoop, prompt: Sequence[int], should_stop: Callable[[], bool]
+    ) -> None:
+        """Before `loop`'s prefill: while another slot is prefilling a longer prefix of
+        `prompt` than any cache holds, wait for it (the prefills run one at a time anyway), so
+        that `share_prefix` copies it instead of computing it again; else claim the prompt, so
+        that slots arriving later wait for this one. A waiting slot gives up its own cache
+        first: it holds nothing that the others' reservations could wait for."""
+        limit = len(prompt) - 1
+        with self._cond:
+            while self.share_prompts and not should_stop():
+                held = max(min(_shared(other.cached, prompt), limit) for other in self.loops)
+                coming = max(
+                    (min(_shared(p, prompt), limit) for i, p in self._filling.items()),
+                    default=0,
+                )
+                if coming <= held:
+                    self._filling[loop.index] = list(prompt)
+                    return
+                if loop.cached:
+                    self._forget(loop.index)
+                self._cond.wait(0.05)
+
+    def filled(self, loop: SlotLoop) -> None:
+        """After a prompt run on `loop`: once its cache holds the prompt it claimed, the slots
+        waiting for that prefix may copy it."""
+        with self._cond:
+            claimed = self._filling.get(loop.index)
+            if claimed is not None and len(loop.cached) >= len(claimed) - 1:
+                del self._filling[loop.index]
+                self._cond.notify_all()
+
     def share_prefix(self, loop: SlotLoop, prompt: Sequence[int]) -> int:
         """Before `loop`'s prefill: where another slot's cache holds a longer prefix of `prompt`
         (a shared system prompt, the earlier turns of a conversation answered on another slot)
         than `loop`'s own, copy those positions' keys and values into `loop`'s row, a copy
         instead of a prefill. Returns the positions gained."""
         with self._cond:
+            if not self.share_prompts:
+                return 0
             limit = len(prompt) - 1  # one token always runs (KvStrategy.reusable)
             own = min(_shared(loop.cached, prompt), limit)
             best, source = own, None

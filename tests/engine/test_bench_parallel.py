@@ -4,13 +4,16 @@ the tiny model, the sentences true of their numbers, and the command's output.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from chatapp.engine.bench.parallel import (
+    SYSTEM,
     ClientsRun,
     ParallelResult,
+    SharedPrefixRun,
     measure_parallel,
     parallel_sentences,
 )
@@ -23,7 +26,13 @@ def test_two_clients_do_twice_the_work_and_keep_their_tokens(tiny_model_dir: Pat
     result = measure_parallel(engine, 2, 5)
     assert result.solo.clients == 1 and result.solo.tokens == 5
     assert result.together.clients == 2 and result.together.tokens == 10
-    assert result.same_tokens  # a batched step does not change the first client's answer
+    assert result.same_tokens  # a batched step does not change a client's answer
+    shared = result.shared
+    assert shared is not None and shared.clients == 2
+    # The second client copied at least the system prompt the first one prefilled.
+    system = len(engine.tokenizer.tok.encode(SYSTEM))
+    assert system - 2 <= shared.shared_positions < shared.prompt_tokens
+    assert shared.whole_s > 0 and shared.shared_s > 0
     assert result.ratio == pytest.approx(result.together.tokens_per_s / result.solo.tokens_per_s)
     data = result.to_dict()
     assert data["ratio"] == result.ratio and data["together"]["tokens"] == 10
@@ -39,7 +48,11 @@ def test_the_sentences_say_what_the_numbers_show() -> None:
     assert faster[1].startswith("4 clients together: 25.0 tokens/s in all (40 tokens in 1.60 s")
     assert "6.2 tokens/s each" in faster[1]
     assert "2.50x (25.0 / 10.0)" in faster[2] and "get more tokens per second" in faster[2]
-    assert faster[3] == "The first client's 10 tokens together are the same as alone."
+    assert faster[3] == "Every client's 10 tokens together are the same as alone."
+    shared = SharedPrefixRun(4, 480, 330, 2.0, 0.8)
+    line = parallel_sentences(replace(_result(1.0, 1.6), shared=shared))[4]
+    assert "0.80 s with the shared prefix copied (330 of 480 prompt positions" in line
+    assert "2.00 s with every prompt prefilled whole (2.50x" in line
     slower = parallel_sentences(_result(1.0, 8.0))
     assert "0.50x" in slower[2] and "fewer" in slower[2]
     even = parallel_sentences(_result(1.0, 4.2))  # 0.95x: one run cannot tell

@@ -19,6 +19,7 @@ import pytest
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
 from chatapp.engine.loops import KVLoop
+from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.native_library import usable_isa
 from tests.tiny_families import FAMILIES, write_family_gguf
 
@@ -118,6 +119,29 @@ def check_batched(engine: Engine, prompts: list[list[int]], steps: int) -> None:
     engine.release_slots()
 
 
+def check_seeded(engine: Engine, prompt: list[int]) -> None:
+    """A seeded request at temperature 1 draws the same tokens, with the same log-probs, fresh
+    and with its prompt from the cache (asked again; a follow-up on an earlier answer)."""
+    settings = SamplingSettings(
+        temperature=1.0, top_k=0, repetition_penalty=1.0, max_new_tokens=12, seed=5
+    )
+
+    def ask(ids: list[int], fresh: bool) -> tuple[list[int], list[float], int]:
+        if fresh:
+            engine.reset()
+        stats = engine.generate_ids(ids, settings, ignore_eos=True).run()
+        return stats.token_ids, stats.logprobs, stats.reused_tokens
+
+    first = ask(prompt, fresh=True)
+    again = ask(prompt, fresh=False)
+    assert again[2] == len(prompt) - 1  # all but the last token came from the cache
+    assert again[:2] == first[:2]
+    follow_up = prompt + first[0][:6] + prompt[:9]
+    reused = ask(follow_up, fresh=False)
+    assert reused[2] >= len(prompt)
+    assert reused[:2] == ask(follow_up, fresh=True)[:2]
+
+
 def prompt_ids(length: int, seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(3, 250, length)]
 
@@ -141,6 +165,11 @@ def test_every_family_gives_a_row_the_same_bits_every_way(family_dir: Path, mode
     engine = Engine(family_dir, threads=2, max_context=CONTEXT, precision="fast")
     # Past one 128-position chunk of the attention; the tiny families' windows are short.
     check_every_way(engine, prompt_ids(min(140, engine.max_context), seed=1), mode)
+
+
+def test_every_family_samples_the_same_seeded_answer_fresh_and_reused(family_dir: Path) -> None:
+    engine = Engine(family_dir, threads=2, max_context=CONTEXT, precision="fast")
+    check_seeded(engine, prompt_ids(40, seed=2))
 
 
 def test_every_family_gives_a_batched_row_its_solo_bits(family_dir: Path) -> None:
@@ -168,3 +197,12 @@ def test_the_default_model_gives_a_batched_row_its_solo_bits(default_model_dir: 
         for t in ("The capital of France is", "def fibonacci(n):", "Write a haiku about rain.")
     ]
     check_batched(engine, prompts, steps=8)
+
+
+@pytest.mark.default_model
+def test_the_default_model_samples_the_same_seeded_answer_fresh_and_reused(
+    default_model_dir: Path,
+) -> None:
+    engine = Engine(default_model_dir, max_context=CONTEXT, precision="fast")
+    tok = engine.tokenizer.tok
+    check_seeded(engine, list(tok.encode("Write a story about a famous author called Erin")))

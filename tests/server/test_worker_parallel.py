@@ -13,11 +13,13 @@ from typing import Any
 import httpx2
 import pytest
 
+from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.loops import Step
 from chatapp.engine.sampling import GREEDY
 from chatapp.engine.slots import SlotBatch
+from chatapp.folder_format.native_library import usable_isa
 from tests.serving import Served, serving
 
 QUESTIONS = [("hello", 20), ("tell me a long story about the sea", 9), ("hi", 14)]
@@ -119,3 +121,41 @@ def test_the_choices_of_one_request_decode_together(
     assert [c["message"]["content"] for c in data["choices"]] == [gen.text] * 3
     assert data["usage"]["completion_tokens"] == 33
     assert batch.steps > steps and batch.rows - rows >= batch.steps - steps + 2
+
+
+@pytest.fixture(scope="module")
+def native_fast(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not usable_isa():
+        pytest.skip("native kernels not built here")
+    out = tmp_path_factory.mktemp("parallel-native") / "m"
+    return convert_gguf(varied_gguf, out, ConvertOptions(graph="native"))
+
+
+def test_choices_prefill_their_prompt_once_and_each_is_its_seeds_solo_answer(
+    native_fast: Path,
+) -> None:
+    """Issue 49: the first choice prefills the prompt, the others wait for it and copy its KV
+    (no prefill of their own); on a native graph at the fast precision each choice still is,
+    bit for bit, the answer to seed + i asked alone (whose prompt then comes from a cache)."""
+    text = "tell me a long story about the sea and the ships on it, " * 3
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "max_tokens": 8}
+    body |= {"temperature": 1.0, "top_k": 0, "seed": 11, "logprobs": True}
+
+    def answers(served: Served, **extra: Any) -> tuple[list[tuple[str, list[float]]], int]:
+        data = httpx2.post(
+            f"{served.api}/chat/completions", json=body | extra, timeout=60, trust_env=False
+        ).json()
+        choices = [
+            (c["message"]["content"], [t["logprob"] for t in c["logprobs"]["content"]])
+            for c in data["choices"]
+        ]
+        return choices, data["usage"]["prompt_tokens"]
+
+    engine = Engine(native_fast, threads=1, max_context=256, precision="fast")
+    with serving(engine, parallel=3) as served:
+        batch = served.worker.engine.slots(3)
+        choices, prompt = answers(served, n=3)
+        assert batch.shared_positions == 2 * (prompt - 1)  # two choices copied, none prefilled
+        alone = [answers(served, seed=11 + i)[0][0] for i in range(3)]
+    assert choices == alone
+    assert len({text for text, _ in choices}) > 1  # three draws

@@ -7,8 +7,12 @@ Every answer generates exactly `new_tokens` tokens (greedy, end of text ignored)
 runs do the same work per client. Both first run WARM_UP tokens per client, not counted (a
 slot's first answer faults in its fresh KV pages, docs/engine.md). Tokens per second are
 generated tokens over the wall time from the first prompt to the last token (prefill
-included), one run each. The first client's
-tokens together are compared with its tokens alone: a batched step must not change an answer.
+included), one run each. Every client's tokens together are compared with its tokens alone: a
+batched step must not change an answer.
+
+Then the shared-prefix saving: N clients whose prompts start with one system prompt, to each
+one's first token, prefilled whole and with the slots copying the prefix another slot holds or
+is prefilling (SlotBatch.await_prefill, share_prefix).
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ PROMPTS = (
     "Explain in simple words why the sky is blue during the day and red at sunset.",
     "List five things to pack for a weekend hiking trip in the mountains, and why.",
 )
+SYSTEM = (
+    "You are a helpful assistant for a small public library. Answer questions about books, "
+    "opening hours, membership and events in plain, friendly words. Keep answers short: two "
+    "or three sentences unless the reader asks for more. If you do not know something, say so "
+    "and suggest asking at the front desk. Never make up titles, authors or dates. The library "
+    "opens at nine in the morning and closes at six in the evening, Monday to Saturday."
+)
 perf = time.perf_counter
 WARM_UP = 4  # tokens per client before the measured runs
 
@@ -46,12 +57,24 @@ class ClientsRun:
 
 
 @dataclass(frozen=True)
+class SharedPrefixRun:
+    """N clients on one system prompt, each to its first token."""
+
+    clients: int
+    prompt_tokens: int  # every client's prompt, together
+    shared_positions: int  # copied from another slot instead of prefilled
+    whole_s: float  # every prompt prefilled whole
+    shared_s: float  # the shared prefix copied
+
+
+@dataclass(frozen=True)
 class ParallelResult:
     slots: int
     new_tokens: int
     solo: ClientsRun
     together: ClientsRun
-    same_tokens: bool  # the first client's tokens together equal its tokens alone
+    same_tokens: bool  # every client's tokens together equal its tokens alone
+    shared: SharedPrefixRun | None = None
 
     @property
     def ratio(self) -> float:
@@ -82,7 +105,31 @@ def measure_parallel(engine: Engine, slots: int, new_tokens: int) -> ParallelRes
     started = perf()
     results = _together(engine, prompts, settings)
     together = ClientsRun(slots, sum(len(r) for r in results), perf() - started)
-    return ParallelResult(slots, new_tokens, solo, together, results[0] == alone)
+    same = (
+        results[0] == alone
+        and all(  # the others alone, not timed
+            _alone(engine, p, settings) == r for p, r in zip(prompts[1:], results[1:], strict=True)
+        )
+    )
+    return ParallelResult(slots, new_tokens, solo, together, same, _shared(engine, slots))
+
+
+def _shared(engine: Engine, slots: int) -> SharedPrefixRun:
+    """`slots` clients on one system prompt to their first token: whole, then shared."""
+    tok = engine.tokenizer.tok
+    prompts = [list(tok.encode(f"{SYSTEM}\n\n{PROMPTS[i % len(PROMPTS)]}")) for i in range(slots)]
+    first = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=1)
+    batch = engine.slots(slots)
+    timings = []
+    for share in (False, True):
+        batch.share_prompts = share
+        before = batch.shared_positions
+        started = perf()
+        _together(engine, prompts, first)
+        timings.append(perf() - started)
+    batch.share_prompts = True
+    copied = batch.shared_positions - before
+    return SharedPrefixRun(slots, sum(len(p) for p in prompts), copied, *timings)
 
 
 def _alone(engine: Engine, prompt: list[int], settings: SamplingSettings) -> list[int]:
@@ -146,5 +193,14 @@ def parallel_sentences(result: ParallelResult) -> list[str]:
             "in all than one alone (one run each)."
         )
     same = "the same as" if result.same_tokens else "NOT the same as"
-    lines.append(f"The first client's {result.new_tokens} tokens together are {same} alone.")
+    lines.append(f"Every client's {result.new_tokens} tokens together are {same} alone.")
+    shared = result.shared
+    if shared is not None:
+        lines.append(
+            f"{shared.clients} clients on one system prompt, to each one's first token: "
+            f"{shared.shared_s:.2f} s with the shared prefix copied ({shared.shared_positions} "
+            f"of {shared.prompt_tokens} prompt positions not prefilled), {shared.whole_s:.2f} s "
+            f"with every prompt prefilled whole ({shared.whole_s / shared.shared_s:.2f}x; "
+            "one run each)."
+        )
     return lines

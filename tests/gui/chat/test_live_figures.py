@@ -149,6 +149,8 @@ def test_counts_agree_and_the_context_note_says_why_they_differ(qtbot) -> None:
     panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
     _answer(panel, SEVEN_TOKENS, [0.23] + [0.02] * 6)
     box = panel.figures_box
+    assert not box.notes.isVisible()  # folded under "Notes" at first
+    box.notes_section.set_open(True)
     assert panel.figures_box.context_value.text() == "44 / 8192"
     assert "(44 tokens in its KV cache)" in panel.figures_box.transfer_note.text()
     assert not box.context_note.isVisible()
@@ -165,6 +167,7 @@ def test_absurd_perplexity_reads_as_words_and_a_reused_prompt_is_said(qtbot) -> 
     panel = make_panel(qtbot)
     _answer(panel, SEVEN_TOKENS, [0.23])
     box = panel.figures_box
+    box.notes_section.set_open(True)
     assert panel.figures_box.prompt_perplexity_value.text() == "> 1,000"
     assert "very unlikely" in panel.figures_box.prompt_perplexity_value.toolTip()
     assert "equally likely" in panel.figures_box.perplexity_value.toolTip()

@@ -1,11 +1,11 @@
 """Run in a fresh process on a screen the test chose (Qt's offscreen platform), as
 `python -m tests.gui.window.pane_probe MODEL PHASE`; prints one JSON line.
 
-PHASE "leave": a person on a large screen widens the window and both panes, then quits (the
-window saves its geometry and pane widths). "open": the window as it opens (on whatever screen
-the next run has), with where its parts are. "answer": "open" after one answer, with the side
-panel's sections and whether it scrolls, then again after opening the sampling, the figures
-again, and their notes.
+PHASE "leave" (or "leave:W:H:X:Y"): a person on a large screen sizes and places the window,
+widens both panes, then quits (the window saves its geometry and pane widths). "open": the
+window as it opens (on whatever screen the next run has), with where its parts are. "answer":
+"open" after one answer, with the side panel's sections and whether it scrolls, then again
+after opening the sampling, the figures again, and their notes.
 """
 
 from __future__ import annotations
@@ -47,11 +47,14 @@ def main() -> None:
         return [p.x(), p.y(), x.width(), x.height()]
 
     out: dict[str, Any] = {}
-    if phase == "leave":
-        w.resize(1800, 1000)
-        w.move(60, 40)
+    if phase.startswith("leave"):
+        # "leave" or "leave:W:H:X:Y", the window's size and place as the person left it.
+        width, height, x, y = (int(v) for v in (phase.split(":")[1:] or (1800, 1000, 60, 40)))
+        w.resize(width, height)
+        w.move(x, y)
         wait_until(lambda: False, 0.2)
-        w.splitter.setSizes([520, 760, 520])  # list, chat, side panel: both panes wide
+        sizes = [520, 760, 520] if width > 1600 else [250, width - 640, 390]
+        w.splitter.setSizes(sizes)  # list, chat, side panel: the side panel wide
         wait_until(lambda: False, 0.2)
         out["sizes"] = w.splitter.sizes()
     else:

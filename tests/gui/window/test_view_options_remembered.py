@@ -70,6 +70,22 @@ def test_panes_remembered_at_1920x1080_open_usable_at_800x500(
     assert again["on_screen"] and again["chat"][2] >= CHAT_MIN_WIDTH - 16, again
 
 
+def test_a_small_window_with_a_squeezed_chat_opens_with_the_chat_usable(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A window that the small screen would hold, left with the side panel as wide as it goes
+    and the chat at its narrowest. Qt does not restore a geometry saved on a screen of another
+    width (more than 1.25 times apart): the window is placed as on a first start, and the
+    remembered pane widths are fitted to it, the chat first."""
+    data = _data(tmp_path)
+    left = _run(tmp_path, data, tiny_model_dir, "leave:700:440:50:30", (1920, 1080))
+    got = _run(tmp_path, data, tiny_model_dir, "open", (800, 500))
+    assert left["sizes"][2] > left["sizes"][1] - 16, left  # the side panel as wide as the chat
+    assert got["on_screen"] and got["frame"][2] <= 800 and got["frame"][3] <= 500, got
+    assert got["chat"][2] >= CHAT_MIN_WIDTH - 16 and got["chat"][2] >= got["side"] - 16, got
+    assert got["hint"][2] >= 80 and got["hint_needs"] <= got["hint"][3], got
+
+
 def test_the_side_panel_fits_1366x768_without_scrolling(tmp_path: Path, tiny_model_dir: Path):
     got = _run(tmp_path, _data(tmp_path), tiny_model_dir, "answer", (1366, 768))
     panel = got["panel"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtGui import QHideEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -434,6 +435,13 @@ class SidePanel(QWidget):
         if open_:
             self.sections.fit(keep="figures")
         self._save()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        # The system prompt's own hide does not come while its section is folded: a change
+        # still waiting for typing to pause is saved as the panel goes (the window closing).
+        if self.system_prompt_box.pending:
+            self.system_prompt_box.flush()
+        super().hideEvent(event)
 
     def save_now(self) -> None:
         """Save the choices now (a section folded or opened)."""

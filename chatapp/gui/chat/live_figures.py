@@ -76,9 +76,13 @@ class WrappedNote(QLabel):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        # QLabel's height for a width is never below its minimum height: measured with the
+        # minimum standing, a height set at a narrow width (a folded section's first layout)
+        # stayed for good, a gap of 240 px under the notes.
+        before = self.minimumHeight()
+        self.setMinimumHeight(0)
         needed = self.heightForWidth(self.width())
-        if needed > 0 and needed != self.minimumHeight():
-            self.setMinimumHeight(needed)
+        self.setMinimumHeight(needed if needed > 0 else before)
 
 
 class LiveFigures(QGroupBox):

@@ -53,6 +53,10 @@ class AnswerFigures:
     # How the GGUF kernels multiplied ("fast", "exact"; guards.PRECISIONS); None where none ran
     # (the stock graph, a device, a server). The session fills it in, as it does the model.
     precision: str | None = _figure(since=5, measured=False)
+    # Which variant of the model wrote it: the graph opened in its folder ("model_gguf.onnx",
+    # "onnx/model_q4.onnx"; what the variant picker lists), as the session fills in the model.
+    # None for a server's answer and for answers from before schema version 6.
+    variant: str | None = _figure(since=6, measured=False)
 
     def __post_init__(self) -> None:
         # Plain Python values: the engine's may be numpy scalars or StrEnums, which sqlite3 and
@@ -85,6 +89,14 @@ class AnswerFigures:
 
     def is_empty(self) -> bool:
         return all(v is None for v in self.to_dict().values())
+
+    @property
+    def written_by(self) -> str:
+        """ "SmolLM2 (model_gguf.onnx)": the model and its variant, the graph of its folder that
+        ran (as the variant picker lists it); the model alone where the variant is unknown."""
+        if not self.variant:
+            return self.model or ""
+        return f"{self.model} ({self.variant})" if self.model else self.variant
 
     @property
     def transfer_bytes_per_token(self) -> float:

@@ -436,10 +436,12 @@ class ChatSession:
             self.submit(fallback, self._load_watcher())
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:
-        """An answer's figures name the model and the precision that wrote it (named_figures)."""
+        """An answer's figures name the model, variant and precision that wrote it."""
         backend = self.backend
-        precision = backend.precision if isinstance(backend, ModelSummary) else None
-        return named_figures(figures, backend.name if backend else None, precision)
+        name = backend.name if backend else None
+        if not isinstance(backend, ModelSummary):  # a server's: no variant or precision of ours
+            return named_figures(figures, name, None)
+        return named_figures(figures, name, backend.precision, backend.onnx_file or None)
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
     def convert_gguf(

@@ -67,7 +67,7 @@ def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
     `tokens=False` leaves out its token count (the transcript shows one beside the answer's
     name when it knows what it takes of the context)."""
     parts = [
-        fig.model or "",
+        fig.written_by,
         mode_label(fig.mode) if fig.mode else "",
         "" if fig.device == fig.mode else _device(fig.device),
         PRECISION_LABELS.get(fig.precision or "", ""),

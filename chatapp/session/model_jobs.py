@@ -118,11 +118,20 @@ class ModelSummary:
 
 
 def named_figures(
-    figures: AnswerFigures, model: str | None, precision: str | None
+    figures: AnswerFigures,
+    model: str | None,
+    precision: str | None,
+    variant: str | None = None,
 ) -> AnswerFigures:
-    """An answer's figures with the model that wrote it (a server's answer names its own) and
-    the precision its GGUF kernels multiplied at (None where none ran), unless named already."""
-    return replace(figures, model=figures.model or model, precision=figures.precision or precision)
+    """An answer's figures with the model that wrote it (a server's answer names its own),
+    the variant (the graph in its folder) and the precision its GGUF kernels multiplied at
+    (None where none ran), unless named already."""
+    return replace(
+        figures,
+        model=figures.model or model,
+        precision=figures.precision or precision,
+        variant=figures.variant or variant,
+    )
 
 
 def load_job(host: EngineHost, request: LoadRequest) -> Job:

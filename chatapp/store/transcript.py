@@ -96,8 +96,8 @@ def figures_line(fig: Figures) -> str:
     if REMOTE in (fig.mode, fig.device):  # a server's answer: its loop and device are its own
         parts.append(f"remote · {fig.model}" if fig.model else "remote server")
     else:
-        if fig.model:
-            parts.append(fig.model)
+        if fig.written_by:
+            parts.append(fig.written_by)
         if fig.device:
             parts.append(fig.device)
         if fig.mode:

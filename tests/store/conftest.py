@@ -25,6 +25,7 @@ FULL_FIGURES = Figures(
     context_length=2048,
     finish_reason="eos",
     precision="exact",
+    variant="model_gguf.onnx",
 )
 
 

@@ -37,6 +37,7 @@ def test_markdown_export(conversation: StoredConversation) -> None:
     assert md.index("Why do ducks float?") < md.index(TEXT) < md.index("Thanks")
     figures = md.split(TEXT)[1].split("###")[0]
     for part in (
+        "SmolLM2-135M-Instruct (model_gguf.onnx) · cpu",  # the variant that wrote it
         "IO-Binding loop · exact ·",  # the precision the answer was written at
         "123.5 tokens/s",
         "TTFT 42 ms",

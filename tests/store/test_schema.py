@@ -23,7 +23,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 def test_fresh_database_gets_current_version_and_tables(db_path: Path) -> None:
     HistoryStore(db_path).close()
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 6
     assert {"conversations", "messages"} <= {
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
@@ -58,6 +58,31 @@ def test_a_version_3_history_gains_empty_chat_settings(db_path: Path) -> None:
         assert store.list_conversations()[0].settings == '{"prompt_style": "continue"}'
     finally:
         store.close()
+
+
+def test_a_version_5_history_opens_and_keeps_the_variant_of_later_answers(
+    db_path: Path,
+) -> None:
+    """Version 6 adds the variant (the graph that wrote an answer) in place: an answer from
+    before has none, a later one keeps its own, in the shown version and the others."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    migrate(conn, db_path, {v: MIGRATIONS[v] for v in range(1, 6)})
+    now = "2026-11-01T10:00:00+00:00"
+    conn.execute("INSERT INTO conversations VALUES (1, 'before', ?, ?, 'm', '', '{}')", (now, now))
+    conn.execute(
+        "INSERT INTO messages (conversation_id, position, role, content, created, model, "
+        "precision) VALUES (1, 0, 'assistant', 'old', ?, 'm', 'fast')",
+        (now,),
+    )
+    conn.close()
+    with HistoryStore(db_path) as s:
+        assert s.diagnostics()["schema_version"] == CURRENT_VERSION
+        old = s.load_conversation(1).messages[0].figures
+        assert old is not None and (old.model, old.precision, old.variant) == ("m", "fast", None)
+        s.append_message(1, "assistant", "new", Figures(model="m", variant="model_gguf.onnx"))
+        assert s.load_conversation(1).messages[1].figures.variant == "model_gguf.onnx"
+    for table in ("messages", "alternatives"):
+        assert "variant" in _columns(raw(db_path), table)
 
 
 def test_settings_in_effect(store: HistoryStore, db_path: Path) -> None:

@@ -237,7 +237,11 @@ class ChatFeature(QObject):
         was = conv.model
         previous, self._loaded_folder = self._loaded_folder, str(summary.folder)
         switch = None
-        if conv.messages and was is not None and was != summary.name:
+        if conv.messages and was is not None and was != summary.name and previous is None:
+            # The window's first model, under the chat a restart reopened: the chat stays, as
+            # it was left, and says whose it was (as opening it from the list does).
+            self._say_reopened(conv)
+        elif conv.messages and was is not None and was != summary.name:
             self.new_chat()  # asks first when the chat is not saved
             started = not self.controller.conversation.messages
             switch = model_switch_text(was, summary.name, started=started)
@@ -264,6 +268,12 @@ class ChatFeature(QObject):
         settings = conversation.settings
         if settings is not None and settings.known:  # a chat from before: the window's stay
             self._restore(settings)
+        self._say_reopened(conversation)
+
+    def _say_reopened(self, conversation: Conversation) -> None:
+        """A chat from another model shown: whose it was, and a button that loads that one
+        when it is in the models folder."""
+        settings = conversation.settings
         model = self.controller.model
         was = conversation.model or (settings.model if settings is not None else None)
         if self.controller.remote is None and model is not None and was and was != model.name:

@@ -62,7 +62,7 @@ class LatencyChart(QChartView):
         self.outliers.attachAxis(self.y_axis)
         self.hint = EmptyHint(chart, "Latencies appear\nas an answer is written", chart.axes())
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self.setMinimumHeight(124)
+        self.setMinimumHeight(104)
         on_theme(self, self._style)
         self.clear()
 

@@ -21,12 +21,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QSizePolicy,
+    QVBoxLayout,
     QWidget,
 )
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.chat.latency_chart import LatencyChart
+from chatapp.gui.common.collapsible import Section
 from chatapp.gui.common.theme import muted
 from chatapp.session import formatting as fmt
 from chatapp.session.context import POLICY_TEXT
@@ -50,6 +52,9 @@ WARMED = (
     "within its TTFT."
 )
 LATENCY_CAPTION = "Per-token latency (ms)"
+TTFT_TIP = "Time to first token: prefill and the first sample"
+NOTES_TITLE = "Notes"
+NOTES_SUMMARY = "what these figures mean"
 LATENCY_TIP = (
     "One point per token after the first: the first token's time is the TTFT, shown above "
     "(it includes reading the prompt)."
@@ -71,9 +76,13 @@ class WrappedNote(QLabel):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        # QLabel's height for a width is never below its minimum height: measured with the
+        # minimum standing, a height set at a narrow width (a folded section's first layout)
+        # stayed for good, a gap of 240 px under the notes.
+        before = self.minimumHeight()
+        self.setMinimumHeight(0)
         needed = self.heightForWidth(self.width())
-        if needed > 0 and needed != self.minimumHeight():
-            self.setMinimumHeight(needed)
+        self.setMinimumHeight(needed if needed > 0 else before)
 
 
 class LiveFigures(QGroupBox):
@@ -117,12 +126,13 @@ class LiveFigures(QGroupBox):
 
     def _build(self) -> None:
         grid = QGridLayout(self)
-        grid.setHorizontalSpacing(12)
+        grid.setHorizontalSpacing(8)
+        grid.setVerticalSpacing(3)
         self.answer_label = QLabel("", self)
         self.answer_label.setObjectName("figuresAnswerLabel")
         self.answer_label.setWordWrap(True)
         self.answer_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        grid.addWidget(self.answer_label, 0, 0, 1, 2)
+        grid.addWidget(self.answer_label, 0, 0, 1, 3)
         self.warm_up_bar = QProgressBar(self)
         self.warm_up_bar.setObjectName("warmUpBar")
         self.warm_up_bar.setTextVisible(False)
@@ -130,39 +140,37 @@ class LiveFigures(QGroupBox):
         self.warm_up_bar.hide()
         self.warm_up_note = WrappedNote("warmUpNote", self)
         self.warm_up_note.hide()
-        grid.addWidget(self.warm_up_note, 1, 0, 1, 2)
-        grid.addWidget(self.warm_up_bar, 2, 0, 1, 2)
+        grid.addWidget(self.warm_up_note, 1, 0, 1, 3)
+        grid.addWidget(self.warm_up_bar, 2, 0, 1, 3)
+        # Three figures a row: in two columns they took a row of captions and values more,
+        # and the side panel did not fit a 1366x768 screen.
         cells = (
-            ("tokensPerSecondValue", "Tokens/s", "Decode speed (prefill excluded)"),
-            ("ttftValue", "TTFT (ms)", "Time to first token: prefill and the first sample"),
-            ("perplexityValue", "Perplexity", PERPLEXITY_TIP),
-            ("promptPerplexityValue", "Prompt perplexity", PROMPT_PERPLEXITY_TIP),
+            ("tokensPerSecondValue", "Tokens/s", "Decode speed (prefill excluded)", 3, 0, 1),
+            ("ttftValue", "TTFT (ms)", TTFT_TIP, 3, 1, 1),
+            ("perplexityValue", "Perplexity", PERPLEXITY_TIP, 3, 2, 1),
+            ("promptPerplexityValue", "Prompt perplexity", PROMPT_PERPLEXITY_TIP, 5, 0, 1),
+            ("transferValue", "Host↔device per token", TRANSFER_TIP, 5, 1, 2),
         )
         values = []
-        for i, (name, caption, tip) in enumerate(cells):
+        for name, caption, tip, row, column, span in cells:
             value = self._value_label(name, caption, tip)
             values.append(value)
-            row = 3 + (i // 2) * 2
-            grid.addWidget(self._caption(caption, tip), row, i % 2)
-            grid.addWidget(value, row + 1, i % 2)
+            label = WrappedNote(f"{name}Caption", self)  # wraps rather than widening the panel
+            label.setText(caption)
+            label.setToolTip(tip)
+            grid.addWidget(label, row, column, 1, span)
+            grid.addWidget(value, row + 1, column, 1, span)
+        for column in range(3):
+            grid.setColumnStretch(column, 1)
         (
             self.tokens_per_second_value,
             self.ttft_value,
             self.perplexity_value,
             self.prompt_perplexity_value,
+            self.transfer_value,
         ) = values
-        # A prompt read from the cache: why the TTFT is short and its perplexity missing.
-        self.prompt_note = WrappedNote("promptNote", self)
-        self.prompt_note.hide()
-        grid.addWidget(self.prompt_note, 7, 0, 1, 2)
-        caption = "Host↔device per token"
-        self.transfer_value = self._value_label("transferValue", caption, TRANSFER_TIP)
-        self.transfer_note = WrappedNote("transferNote", self)
-        grid.addWidget(self._caption(caption, TRANSFER_TIP), 8, 0, 1, 2)
-        grid.addWidget(self.transfer_value, 9, 0, 1, 2)
-        grid.addWidget(self.transfer_note, 10, 0, 1, 2)
         # What happens when the context fills up.
-        # Caption and value in one row across both columns: the caption must not set the
+        # Caption and value in one row across the columns: the caption must not set the
         # first column's width (the panel stays narrow).
         context_row = QHBoxLayout()
         self.context_caption = self._caption("Context used (tokens)", POLICY_TEXT)
@@ -171,26 +179,42 @@ class LiveFigures(QGroupBox):
         self.context_value.setObjectName("contextValue")
         context_row.addStretch(1)
         context_row.addWidget(self.context_value)
-        grid.addLayout(context_row, 11, 0, 1, 2)
+        grid.addLayout(context_row, 7, 0, 1, 3)
         self.context_bar = QProgressBar(self)
         self.context_bar.setObjectName("contextBar")
         self.context_bar.setTextVisible(False)
         self.context_bar.setMaximumHeight(6)
         self.context_bar.setRange(0, 1)
         self.context_bar.setValue(0)
-        grid.addWidget(self.context_bar, 12, 0, 1, 2)
+        grid.addWidget(self.context_bar, 8, 0, 1, 3)
+        # The notes that say what the figures mean (what the loop moves between host and
+        # device, why Context used differs from the answer's count, a prompt read from the
+        # cache): folded under one line by default, remembered by the side panel.
+        self.notes = QWidget(self)
+        self.notes.setObjectName("figuresNotes")
+        notes = QVBoxLayout(self.notes)
+        notes.setContentsMargins(0, 0, 0, 0)
+        # A prompt read from the cache: why the TTFT is short and its perplexity missing.
+        self.prompt_note = WrappedNote("promptNote", self.notes)
+        self.prompt_note.hide()
+        self.transfer_note = WrappedNote("transferNote", self.notes)
         # Why "Context used" and the answer's own count differ, when they do.
-        self.context_note = WrappedNote("contextNote", self)
+        self.context_note = WrappedNote("contextNote", self.notes)
         self.context_note.hide()
-        grid.addWidget(self.context_note, 13, 0, 1, 2)
+        for note in (self.prompt_note, self.transfer_note, self.context_note):
+            notes.addWidget(note)
+        self.notes_section = Section(NOTES_TITLE, self.notes, "figuresNotes", self)
+        self.notes_section.set_open(False)
+        self.notes_section.set_summary(NOTES_SUMMARY)
+        grid.addWidget(self.notes_section, 9, 0, 1, 3)
         self.latency_caption = self._caption(LATENCY_CAPTION, LATENCY_TIP)
         self.latency_caption.setObjectName("latencyCaption")
         self.latency_caption.setWordWrap(True)
         self.latency_caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        grid.addWidget(self.latency_caption, 14, 0, 1, 2)
+        grid.addWidget(self.latency_caption, 10, 0, 1, 3)
         self.latency_chart = LatencyChart(self)
         self.latency_chart.setToolTip(LATENCY_TIP)
-        grid.addWidget(self.latency_chart, 15, 0, 1, 2)
+        grid.addWidget(self.latency_chart, 11, 0, 1, 3)
 
     # ---- what the next answer runs on -------------------------------------------------------
     def set_loaded(self, loaded: LoadedDevice) -> None:

@@ -71,7 +71,8 @@ class SamplingBox(QGroupBox):
     sig_changed = Signal()  # the user changed something (to save); not a new model's defaults
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Sampling (next answer)", parent)
+        # Only "Sampling": folded, the line beside it says what the next answer uses.
+        super().__init__("Sampling", parent)
         self.model = BEFORE_ANY_MODEL
         self.overrides: dict[str, float] = {}
         self._filling = False

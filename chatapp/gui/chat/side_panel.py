@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtGui import QHideEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -27,6 +28,7 @@ from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.loop_toggle import LOCKED_TIP, LoopToggle
 from chatapp.gui.chat.sampling_box import SamplingBox
+from chatapp.gui.chat.sections import PanelSections
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import warning_label
@@ -84,10 +86,20 @@ class SidePanel(QWidget):
         layout.setSpacing(4)
         self.figures_box = self._build_figures()
         self.loop_box = self._build_loop()
-        layout.addWidget(self.figures_box)
-        layout.addWidget(self.loop_box)
-        layout.addWidget(self._build_sampling())
-        layout.addWidget(self._build_system_prompt(), 1)
+        sampling, system = self._build_sampling(), self._build_system_prompt()
+        boxes = (self.figures_box, self.loop_box, sampling, system)
+        # Each box folds to its header (a one-line summary beside it): all four open are
+        # about twice a 1366x768 screen's height (sections.py keeps the open ones fitting).
+        changes = (
+            self.sig_mode_changed,
+            self.sig_device_changed,
+            self.sig_precision_changed,
+            self.sig_figures_shown,
+            self.sig_request_changed,
+        )
+        self.sections = PanelSections(self, self, boxes, changes)
+        self.figures_box.notes_section.sig_toggled.connect(self._on_notes_toggled)
+        layout.addStretch(1)
 
     # ---- building -------------------------------------------------------------------------
     def _build_figures(self) -> LiveFigures:
@@ -289,6 +301,7 @@ class SidePanel(QWidget):
         ("": none; None: the tooltips stay); `dropped`: the oldest messages it leaves out;
         `model`: whose tokenizer counted them."""
         self.figures_box.set_context(used, total, dropped, model)
+        self.sections.schedule()
         if tip is not None:
             self.figures_box.context_value.setToolTip(tip)
             if tip:
@@ -344,7 +357,7 @@ class SidePanel(QWidget):
         """A box on what answers (a remote server's), under the figures."""
         layout = self.layout()
         assert isinstance(layout, QVBoxLayout)
-        layout.insertWidget(layout.indexOf(self.figures_box) + 1, box)
+        layout.insertWidget(layout.indexOf(self.sections["figures"]) + 1, box)
 
     def add_loop_note(self, note: QWidget) -> None:
         """A note under the loop, device and threads (why they do not apply)."""
@@ -353,10 +366,10 @@ class SidePanel(QWidget):
             layout.addWidget(note)
 
     def loop_title(self) -> str:
-        return self.loop_box.title()
+        return self.sections["loop"].title()
 
     def set_loop_title(self, title: str) -> None:
-        self.loop_box.setTitle(title)
+        self.sections["loop"].set_title(title)
 
     def set_device_memory(
         self,
@@ -414,7 +427,25 @@ class SidePanel(QWidget):
         self.threads_spin.setValue(_int(settings, "engine/threads", 0))
         self._threads_applied = self.threads_spin.value()
         self.system_prompt_box.set_text(str(settings.value("chat/system_prompt", "") or ""))
+        self.sections.restore(settings)
         self._settings = settings
+
+    @Slot(bool)
+    def _on_notes_toggled(self, open_: bool) -> None:
+        if open_:
+            self.sections.fit(keep="figures")
+        self._save()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        # The system prompt's own hide does not come while its section is folded: a change
+        # still waiting for typing to pause is saved as the panel goes (the window closing).
+        if self.system_prompt_box.pending:
+            self.system_prompt_box.flush()
+        super().hideEvent(event)
+
+    def save_now(self) -> None:
+        """Save the choices now (a section folded or opened)."""
+        self._save()
 
     @Slot()
     def _save(self) -> None:
@@ -426,6 +457,7 @@ class SidePanel(QWidget):
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
         settings.setValue("chat/system_prompt", self.system_prompt_box.text())
+        self.sections.save(settings)
 
     @Slot(str)
     def _on_mode_changed(self, mode: str) -> None:

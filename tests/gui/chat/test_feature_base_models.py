@@ -26,7 +26,7 @@ def test_a_base_model_says_so_and_continues_text(
     assert generate_requests[-1].prompt_style == STYLE_CONTINUE
     answer = window.chat.conversation.messages[-1]
     assert answer.figures is not None and answer.figures.model == "tiny-base"
-    assert figures_line(answer.figures).startswith("tiny-base · ")
+    assert figures_line(answer.figures).startswith("tiny-base (model.onnx) · ")
     assert "tiny-base" in window.chat.chat_view.transcript.toPlainText()
 
     # Chat instead: plain User:/Assistant: lines, with the stops that end invented turns.

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from PySide6.QtWidgets import QLabel, QWidget
+
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.warm_up import WarmUpProgress
+from chatapp.gui.chat.live_figures import WrappedNote
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.session import formatting as fmt
 from chatapp.session.loop_notes import LOOP_TIPS, naive_bytes_per_token
@@ -149,6 +152,8 @@ def test_counts_agree_and_the_context_note_says_why_they_differ(qtbot) -> None:
     panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
     _answer(panel, SEVEN_TOKENS, [0.23] + [0.02] * 6)
     box = panel.figures_box
+    assert not box.notes.isVisible()  # folded under "Notes" at first
+    box.notes_section.set_open(True)
     assert panel.figures_box.context_value.text() == "44 / 8192"
     assert "(44 tokens in its KV cache)" in panel.figures_box.transfer_note.text()
     assert not box.context_note.isVisible()
@@ -165,6 +170,7 @@ def test_absurd_perplexity_reads_as_words_and_a_reused_prompt_is_said(qtbot) -> 
     panel = make_panel(qtbot)
     _answer(panel, SEVEN_TOKENS, [0.23])
     box = panel.figures_box
+    box.notes_section.set_open(True)
     assert panel.figures_box.prompt_perplexity_value.text() == "> 1,000"
     assert "very unlikely" in panel.figures_box.prompt_perplexity_value.toolTip()
     assert "equally likely" in panel.figures_box.perplexity_value.toolTip()
@@ -189,3 +195,22 @@ def test_the_note_explains_the_loop_chosen_and_the_loop_that_ran(qtbot) -> None:
     _answer(panel, replace(SEVEN_TOKENS, mode="nocache"), [0.23] + [0.02] * 6)
     note = panel.figures_box.transfer_note.text()
     assert note.startswith("No cache keeps no notes") and "tokens in its KV cache" not in note
+
+
+def test_a_note_laid_out_narrow_first_takes_only_the_height_it_needs_once_wider(qtbot) -> None:
+    """A folded section's first layout gives its notes a narrow width: the height they needed
+    there must not stay once they are wider (a 240 px gap under the notes did)."""
+
+    host = QWidget()
+    qtbot.addWidget(host)
+    note = WrappedNote("note", host)
+    note.setText("IO-Binding keeps the KV cache where the model runs and updates it. " * 4)
+    host.resize(400, 600)
+    host.show()
+    note.resize(100, 30)
+    narrow = note.minimumHeight()
+    note.resize(300, narrow)
+    assert note.minimumHeight() < narrow
+    probe = QLabel(note.text())
+    probe.setWordWrap(True)
+    assert note.minimumHeight() == probe.heightForWidth(300)

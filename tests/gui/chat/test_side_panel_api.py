@@ -70,11 +70,12 @@ def test_a_backend_box_goes_under_the_figures_and_a_note_into_the_loop_box(qtbot
     panel.add_loop_note(note)
     layout = panel.layout()
     assert isinstance(layout, QVBoxLayout)
-    assert layout.indexOf(box) == layout.indexOf(panel.figures_box) + 1
+    assert layout.indexOf(box) == layout.indexOf(panel.sections["figures"]) + 1
     assert note.parent() is panel.loop_box
     title = panel.loop_title()
     panel.set_loop_title(f"{title} (the server's)")
-    assert panel.loop_box.title() == f"{title} (the server's)"
+    assert panel.loop_title() == f"{title} (the server's)"
+    assert panel.sections["loop"].header.text() == f"{title} (the server's)"
 
 
 def test_loaded_and_request_changes(qtbot) -> None:

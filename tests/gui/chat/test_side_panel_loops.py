@@ -47,4 +47,5 @@ def test_an_answer_without_a_cache_is_labelled_and_warned_about(
     send_and_wait(qtbot, window, "hello")
     figures = window.chat.conversation.messages[-1].figures
     assert figures.mode == "nocache"
-    assert fmt.figures_line(figures).startswith(f"{varied_model_dir.name} · No cache · CPU")
+    line = fmt.figures_line(figures)
+    assert line.startswith(f"{varied_model_dir.name} (model.onnx) · No cache · CPU")

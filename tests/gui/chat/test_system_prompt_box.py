@@ -63,6 +63,7 @@ def test_the_panel_saves_the_prompt_after_a_pause_and_on_close(qtbot, tmp_path: 
     panel = SidePanel()
     qtbot.addWidget(panel)
     panel.restore(settings)
+    panel.sections["system"].set_open(True)  # folded at first: opened, as a person would
     panel.show()
     assert panel.system_prompt_box.edit.toPlainText() == "Saved before."
     assert not panel.system_prompt_box.pending  # restoring is not a change to save

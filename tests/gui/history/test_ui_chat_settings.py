@@ -166,3 +166,34 @@ def test_a_restart_reopens_the_last_chat_and_an_import_keeps_to_its_own_settings
     assert [m.content for m in again.chat.conversation.messages][:1] == ["chatted chat"]
     assert again.chat.side_panel.sampling_box.prompt.choice() == ps.CHAT
     assert again.chat.side_panel.sampling_settings().max_new_tokens == 4
+
+
+def test_a_restart_keeps_the_last_chat_when_another_model_opens_first(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Closed on a chat with one model while another was loaded: the restart opens the loaded
+    one and the chat stays, saying whose it was (it used to start a new chat)."""
+    import shutil
+
+    from chatapp.datadir import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "data"))
+    own = Path(shutil.copytree(tiny_model_dir, tmp_path / "data" / "models" / "tiny-own"))
+    other = Path(shutil.copytree(tiny_model_dir, tmp_path / "elsewhere" / "tiny-other"))
+    window: MainWindow = make_window(["--model", str(own)])
+    set_sampling(window, greedy(2))
+    send_and_wait(qtbot, window, "first chat")
+    chat_id = window.chat.conversation.id
+    window.chat.chat_view.new_chat_button.click()
+    assert window.chat.open_model(other)
+    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=60_000)
+    click_row(qtbot, window, chat_id)  # shown under tiny-other, as the window closes
+    window.close()
+
+    again: MainWindow = make_window([])  # opens the last model: tiny-other
+    assert again.chat.controller.model.name == "tiny-other"
+    assert again.chat.conversation.id == chat_id
+    assert [m.content for m in again.chat.conversation.messages][:1] == ["first chat"]
+    banner = again.banner
+    assert banner.isVisible() and "This chat was with tiny-own" in banner.text()
+    assert banner.action_button.text() == "Load tiny-own"

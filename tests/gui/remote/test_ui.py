@@ -79,7 +79,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     for label in (panel.figures_box.prompt_perplexity_value, panel.figures_box.transfer_value):
         assert label.text() == NOT_AVAILABLE and not label.isEnabled()
         assert "Not available from a remote server" in label.toolTip()
-    assert not panel.loop_box.isEnabled() and "server" in panel.loop_box.title()
+    assert not panel.loop_box.isEnabled() and "server" in panel.loop_title()
     assert not panel.loop_toggle.naive_button.isEnabled()
     assert not panel.device_selector.isEnabled() and not panel.threads_spin.isEnabled()
     loop_controls = (

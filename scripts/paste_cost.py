@@ -4,7 +4,7 @@ Each (case, box) pair runs in a fresh offscreen process, repeats interleaved; th
 pastes the text through insertFromMimeData (as Ctrl+V does), lets Qt lay it out, then types
 one character. Prints medians; a child that runs past --timeout is shown as "> T s".
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/paste_cost.py --repeats 3
+    QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/paste_cost.py --repeats 3 [--only line]
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ CASES: dict[str, tuple[str, int]] = {
     "1 MB, 50 000 lines": ("a line of some text\n", 1_000_000),
     "300 000 characters, no spaces": ("x", 300_000),
     "100 000 characters, no spaces": ("x", 100_000),
+    "1 MB of line breaks": ("\n", 1_000_000),
+    "1 MB, 333 333 lines": ("ab\n", 1_000_000),
+    "1 MB of line separators": ("\u2028", 1_000_000),
+    "99 999 line breaks": ("\n", 99_999),
 }
 BOXES = ("plain", "prompt")
 
@@ -66,6 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--only", default="", help="run the cases whose name has this in it")
     parser.add_argument("--child", nargs=2, metavar=("CASE", "BOX"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -73,7 +78,7 @@ def main() -> None:
         return
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for _ in range(args.repeats):
-        for case in CASES:
+        for case in (c for c in CASES if args.only in c):
             for box in BOXES:
                 cmd = [sys.executable, __file__, "--child", case, box]
                 try:

@@ -277,6 +277,13 @@ class ChatView(QWidget):
         """Put user message `index` in the prompt box; Send then answers it again."""
         if not self.is_user_message(index):
             return
+        # A message from elsewhere (an imported chat) may hold more than a paste may: laying
+        # a million lines out would freeze the window for seconds.
+        too_long = self.prompt_edit.too_long(self._messages[index].content)
+        if too_long:
+            note = f"Not editable here: the message has {too_long}; copy it instead."
+            emit(self.sig_status, note)
+            return
         if self.editing is None:
             self._draft_before_edit = self.prompt_text()
         self.editing = index

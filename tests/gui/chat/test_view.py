@@ -9,7 +9,7 @@ from PySide6.QtGui import QGuiApplication, QTextFormat, QTextOption
 from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat import view as chat_view_module
 from chatapp.gui.chat.view import ChatView
-from chatapp.gui.common.bounded_text import MAX_TEXT_CHARS
+from chatapp.gui.common.bounded_text import MAX_LINE_CHARS, MAX_TEXT_CHARS
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.conversation import ChatMessage
 
@@ -133,7 +133,7 @@ def test_a_huge_paste_is_refused_at_once_and_the_draft_is_kept(qtbot, view: Chat
 
 
 def test_editing_a_message_of_one_huge_word_and_cancelling(qtbot, view: ChatView) -> None:
-    word = "w" * 300_000
+    word = "w" * MAX_LINE_CHARS  # the longest line the box takes
     view.show_messages([ChatMessage("user", word), ChatMessage("assistant", "ok")])
     qtbot.keyClicks(view.prompt_edit, "a draft")
     view.begin_edit(0)
@@ -142,3 +142,36 @@ def test_editing_a_message_of_one_huge_word_and_cancelling(qtbot, view: ChatView
     view.cancel_edit()
     assert view.prompt_text() == "a draft"
     assert view.prompt_edit.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere
+
+
+def test_a_paste_of_a_million_lines_is_refused_and_the_draft_is_kept(qtbot, view) -> None:
+    edit = view.prompt_edit
+    qtbot.keyClicks(edit, "before ")
+    QGuiApplication.clipboard().setText("x\n" * 500_000)  # 1 MB: within the character limit
+    with qtbot.waitSignal(view.sig_status, timeout=1000) as status:
+        qtbot.keyClick(edit, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    assert status.args[0] == (
+        "Not pasted: 500 001 lines is more than a message holds (at most 100 000)."
+    )
+    assert view.prompt_text() == "before "
+    qtbot.keyClicks(edit, "after")
+    assert view.prompt_text() == "before after"
+
+
+def test_a_message_too_long_for_the_box_is_not_edited_there(qtbot, view) -> None:
+    """An imported chat's message of 200 000 lines would freeze the box: one line says why,
+    the draft and the chat stay as they were, and a short message is still editable."""
+    lines = "\n" * 199_999 + "end"
+    view.show_messages(
+        [ChatMessage("user", lines), ChatMessage("assistant", "ok"), ChatMessage("user", "hi")]
+    )
+    qtbot.keyClicks(view.prompt_edit, "a draft")
+    with qtbot.waitSignal(view.sig_status, timeout=1000) as status:
+        view.begin_edit(0)
+    assert status.args[0] == (
+        "Not editable here: the message has 200 000 lines, more than 100 000; copy it instead."
+    )
+    assert view.editing is None and view.edit_bar.isHidden()
+    assert view.prompt_text() == "a draft"
+    view.begin_edit(2)
+    assert view.editing == 2 and view.prompt_text() == "hi"

@@ -6,11 +6,12 @@ startup (gui/app.py) reads the first."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from PySide6.QtCore import QSettings
 
 from chatapp.engine.guards import PRECISIONS, default_precision
+from chatapp.gui.common.settings import MAX_PATH_CHARS, read_folder, read_json_object, read_text
 
 LAST_FOLDER_KEY = "models/last_folder"
 LAST_ONNX_KEY = "models/last_onnx_file"
@@ -24,11 +25,15 @@ def remember_last_model(settings: QSettings, folder: Path, onnx_file: str) -> No
 
 def last_model(settings: QSettings) -> tuple[Path, str | None] | None:
     """The folder (and graph) used last, if it is still there."""
-    folder = str(settings.value(LAST_FOLDER_KEY, "") or "")
-    if not folder or not Path(folder).is_dir():
+    folder = read_folder(settings, LAST_FOLDER_KEY)  # absolute: never where the app started
+    if folder is None:
         return None
-    onnx_file = str(settings.value(LAST_ONNX_KEY, "") or "")
-    return Path(folder), onnx_file or None
+    onnx_file = read_text(settings, LAST_ONNX_KEY, "", MAX_PATH_CHARS)
+    # A graph inside the folder, as the loading remembers it; anything else: the default.
+    inside = PurePath(onnx_file)
+    if "\0" in onnx_file or inside.is_absolute() or ".." in inside.parts:
+        onnx_file = ""
+    return folder, onnx_file or None
 
 
 # ---- how long loading took ---------------------------------------------------------------------
@@ -74,9 +79,7 @@ def remembered_precision(settings: QSettings, folder: Path) -> str:
     (guards.default_precision: CHATAPP_GGUF_PRECISION where it names one)."""
     precision = _json_dict(settings, PRECISION_KEY).get(model_key(folder))
     return (
-        precision
-        if isinstance(precision, str) and precision in PRECISIONS
-        else default_precision()
+        precision if isinstance(precision, str) and precision in PRECISIONS else default_precision()
     )
 
 
@@ -89,8 +92,5 @@ def remember_precision(settings: QSettings, folder: Path, precision: str) -> Non
 
 
 def _json_dict(settings: QSettings, key: str) -> dict[str, object]:
-    try:
-        value = json.loads(str(settings.value(key, "") or "{}"))
-    except ValueError:  # a hand-edited or damaged settings file: start again
-        return {}
-    return value if isinstance(value, dict) else {}
+    # A hand-edited or damaged settings file (too big, too deep, not an object): start again.
+    return read_json_object(settings, key)

@@ -456,6 +456,7 @@ def _file_name(title: str) -> str:
 def _stored_id(value: object) -> int | None:
     """A conversation id as QSettings gives it back (an int or its text; else none)."""
     try:
-        return int(str(value)) if value is not None else None
+        number = int(str(value)) if isinstance(value, int | str) and len(str(value)) < 20 else None
     except ValueError:
         return None
+    return number if number is not None and 0 < number < 2**63 else None  # SQLite's ids

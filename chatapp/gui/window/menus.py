@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QMenuBar, QMessageBox, QTabWid
 from chatapp import __version__
 from chatapp.datadir import logs_dir, models_dir
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.settings import string_list
+from chatapp.gui.common.settings import existing_folder, string_list
 from chatapp.gui.window.data_places import add_data_places_action
 from chatapp.gui.window.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
@@ -171,7 +171,7 @@ class WindowMenus(QObject):
     @Slot()
     def rebuild_recent_menu(self) -> None:
         self.recent_menu.clear()
-        recent = [p for p in string_list(self.window.settings, RECENT_KEY) if Path(p).is_dir()]
+        recent = [p for p in string_list(self.window.settings, RECENT_KEY) if existing_folder(p)]
         for folder in recent:
             action = self.recent_menu.addAction(Path(folder).name)
             action.setToolTip(folder)

@@ -92,7 +92,10 @@ class ChatFeature(QObject):
         self._chat_placeholder = view.prompt_edit.placeholderText()
         self._empty_chat = view.transcript.placeholderText()
         panel.sampling_box.prompt.sig_changed.connect(self._show_prompt_choice)
-        panel.sampling_box.tools.sig_refused.connect(lambda text: window.show_message(text))
+        tools = panel.sampling_box.tools
+        tools.sig_refused.connect(lambda text: window.show_message(text, cause="tools"))
+        # Tools loaded (or cleared) later: the refusal is old.
+        tools.sig_changed.connect(lambda: window.dismiss_message(cause="tools"))
         c.sig_model_loaded.connect(self._show_prompt_choice)
         # The chat's own settings first, then what follows from its prompt choice.
         c.sig_conversation_changed.connect(self._on_conversation_changed)

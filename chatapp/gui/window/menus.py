@@ -46,7 +46,8 @@ class MenuHost(Protocol):
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
     ) -> bool: ...
-    def show_message(self, text: str, level: str = "error") -> None: ...
+    def show_message(self, text: str, level: str = "error", *, cause: str = "") -> None: ...
+    def dismiss_message(self, *, cause: str | None = None) -> int: ...
     def show_panes(self) -> None: ...
 
 
@@ -187,12 +188,15 @@ class WindowMenus(QObject):
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            self.window.show_message(f"Could not create the log folder {folder}: {exc}", "error")
+            self.window.show_message(
+                f"Could not create the log folder {folder}: {exc}", "error", cause="log folder"
+            )
             return
         if not self.window.open_folder(folder):
-            self.window.show_message(
-                f"Could not open {folder}; the log is {folder / LOG_FILE}.", "info"
-            )
+            line = f"Could not open {folder}; the log is {folder / LOG_FILE}."
+            self.window.show_message(line, "info", cause="log folder")
+        else:
+            self.window.dismiss_message(cause="log folder")
 
     @Slot()
     def _on_about(self) -> None:

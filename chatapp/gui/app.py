@@ -171,9 +171,9 @@ def create_window(args: argparse.Namespace) -> MainWindow:
     # A settings file that was a link (or not a file) was moved aside: said once, in a line.
     guard = settings.findChild(SettingsGuard)
     if guard is not None:
-        guard.notify = lambda line: window.show_message(line, "error")
+        guard.notify = lambda line: window.show_message(line, "warning")
     while SETTINGS_NOTICES:
-        window.show_message(SETTINGS_NOTICES.pop(0), "error")
+        window.show_message(SETTINGS_NOTICES.pop(0), "warning")
     chat_of(window).preselect(args.mode, args.device)
     return window
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 
 from PySide6.QtCore import QMimeData, Signal
-from PySide6.QtGui import QTextOption
-from PySide6.QtWidgets import QPlainTextEdit, QWidget
+from PySide6.QtGui import QTextCursor, QTextDocument, QTextOption
+from PySide6.QtWidgets import QPlainTextDocumentLayout, QPlainTextEdit, QWidget
 
 from chatapp.gui.common.qtcompat import emit
 
@@ -73,6 +73,8 @@ class BoundedPlainTextEdit(QPlainTextEdit):
         self.max_line_chars = max_line_chars
         self._long_line = re.compile(f"[^{_BREAKS}]{{{max_line_chars + 1}}}")
         self.last_refusal = ""
+        # The text sent, kept laid out while its answer starts (set_aside / take_back).
+        self._aside: tuple[QTextDocument, QTextOption.WrapMode] | None = None
 
     def length(self) -> int:
         """Characters in the box (UTF-16 units, as Qt counts them), without copying them."""
@@ -146,6 +148,41 @@ class BoundedPlainTextEdit(QPlainTextEdit):
         super().setPlainText(text)
         if not long_run:  # only now: the old text would be laid out again by word
             self.wrap_anywhere(False)
+
+    def set_aside(self) -> None:
+        """Empty the box at once, keeping its document (text, layout, undo) for `take_back`:
+        a prompt given back after a failed start is laid out again otherwise (0.25-0.5 s for
+        100 000 lines; putting the document back costs 0.02-0.09 s)."""
+        self.drop_set_aside()
+        kept = self.document()
+        kept.setParent(self)  # ours now: a replaced document of the box's own is deleted
+        fresh = QTextDocument(self)
+        fresh.setDocumentLayout(QPlainTextDocumentLayout(fresh))
+        fresh.setDefaultFont(kept.defaultFont())
+        self._aside = (kept, self.wordWrapMode())
+        self.setDocument(fresh)
+        self.wrap_anywhere(False)
+
+    def take_back(self, text: str) -> bool:
+        """Put the text set aside back, if it is `text` (give or take the white space around
+        it, which the chat trims: the box gets it back as typed) and the box is still empty."""
+        if self._aside is None or self.length() > 0:
+            return False
+        kept, mode = self._aside
+        if kept.toPlainText().strip() != text.strip():
+            return False
+        self._aside = None
+        empty = self.document()
+        self.setWordWrapMode(mode)  # first: its long runs are laid out anywhere
+        self.setDocument(kept)
+        empty.deleteLater()
+        self.moveCursor(QTextCursor.MoveOperation.End)
+        return True
+
+    def drop_set_aside(self) -> None:
+        if self._aside is not None:
+            self._aside[0].deleteLater()
+            self._aside = None
 
     def wrap_anywhere(self, on: bool) -> None:
         mode = (

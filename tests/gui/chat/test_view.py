@@ -175,3 +175,39 @@ def test_a_message_too_long_for_the_box_is_not_edited_there(qtbot, view) -> None
     assert view.prompt_text() == "a draft"
     view.begin_edit(2)
     assert view.editing == 2 and view.prompt_text() == "hi"
+
+
+def test_a_prompt_sent_is_kept_laid_out_and_given_back_whole(qtbot, view) -> None:
+    """Send empties the box at once; a failed start gives the same document back (laying out
+    100 000 lines again cost 0.25-0.5 s), with the white space the chat trimmed."""
+    edit = view.prompt_edit
+    sent = "  " + "x" * 3000 + "\n" + "a line\n" * 5000
+    view.set_prompt_text(sent)
+    assert edit.wordWrapMode() == QTextOption.WrapMode.WrapAnywhere  # a long run
+    document = edit.document()
+    view.clear_sent_prompt()
+    assert view.prompt_text() == "" and edit.document() is not document
+    assert edit.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere
+    view.give_back_prompt(sent.strip())
+    assert edit.document() is document and view.prompt_text() == sent
+    assert edit.wordWrapMode() == QTextOption.WrapMode.WrapAnywhere
+    assert edit.textCursor().position() == len(sent)
+    qtbot.keyClicks(edit, "!")
+    assert view.prompt_text() == sent + "!"
+
+
+def test_a_prompt_given_back_never_replaces_what_was_typed_since(qtbot, view) -> None:
+    view.set_prompt_text("first question")
+    view.clear_sent_prompt()
+    qtbot.keyClicks(view.prompt_edit, "next")
+    view.give_back_prompt("first question")
+    assert view.prompt_text() == "next"
+    # Another text than the one kept (an edit's): laid out as given.
+    view.set_prompt_text("")
+    view.clear_sent_prompt()
+    view.give_back_prompt("something else")
+    assert view.prompt_text() == "something else"
+    view.forget_sent_prompt()
+    view.set_prompt_text("")
+    view.give_back_prompt("again")
+    assert view.prompt_text() == "again"

@@ -2,7 +2,9 @@
 
 Each (case, box) pair runs in a fresh offscreen process, repeats interleaved; the child
 pastes the text through insertFromMimeData (as Ctrl+V does), lets Qt lay it out, then types
-one character. Prints medians; a child that runs past --timeout is shown as "> T s".
+one character; then what Send and a failed start cost the box: emptied, and the text given
+back (the plain box lays it out again, the prompt box keeps its document aside). Prints
+medians; a child that runs past --timeout is shown as "> T s".
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/paste_cost.py --repeats 3 [--only line]
 """
@@ -29,6 +31,7 @@ CASES: dict[str, tuple[str, int]] = {
     "1 MB, 333 333 lines": ("ab\n", 1_000_000),
     "1 MB of line separators": ("\u2028", 1_000_000),
     "99 999 line breaks": ("\n", 99_999),
+    "99 999 short lines": ("abc def\n", 799_992),
 }
 BOXES = ("plain", "prompt")
 
@@ -58,10 +61,22 @@ def child(case: str, box: str) -> None:
     QTest.keyClick(edit, Qt.Key.Key_A)
     app.processEvents()
     typed = time.perf_counter()
+    chars = len(edit.toPlainText())
+    sent = edit.toPlainText()
+    if isinstance(edit, PromptEdit):
+        edit.set_aside()
+        app.processEvents()
+        edit.take_back(sent)
+    else:
+        edit.setPlainText("")
+        app.processEvents()
+        edit.setPlainText(sent)
+    app.processEvents()
     result = {
         "paste_s": pasted - started,
         "key_s": typed - pasted,
-        "chars": len(edit.toPlainText()),
+        "giveback_s": time.perf_counter() - typed,
+        "chars": chars,
     }
     print(json.dumps(result))
 
@@ -87,18 +102,27 @@ def main() -> None:
                     )
                     row = json.loads(out.stdout.strip().splitlines()[-1])
                 except subprocess.TimeoutExpired:
-                    row = {"paste_s": float("inf"), "key_s": float("inf"), "chars": -1}
+                    row = {
+                        "paste_s": float("inf"),
+                        "key_s": float("inf"),
+                        "giveback_s": float("inf"),
+                        "chars": -1,
+                    }
                 results.setdefault((case, box), []).append(row)
     with open("/proc/loadavg") as fh:
         print(f"load average: {fh.read().strip()}; medians of {args.repeats}")
-    print(f"{'case':32} {'box':7} {'paste':>9} {'keystroke':>10} {'characters in the box':>22}")
+    print(
+        f"{'case':32} {'box':7} {'paste':>9} {'keystroke':>10} {'send+back':>10} "
+        f"{'characters in the box':>22}"
+    )
     for (case, box), rows in results.items():
         paste = statistics.median(r["paste_s"] for r in rows)
         key = statistics.median(r["key_s"] for r in rows)
+        back = statistics.median(r["giveback_s"] for r in rows)
         chars = int(statistics.median(r["chars"] for r in rows))
         print(
             f"{case:32} {box:7} {_secs(paste, args.timeout):>9} {_secs(key, args.timeout):>10} "
-            f"{chars if chars >= 0 else '-':>22}"
+            f"{_secs(back, args.timeout):>10} {chars if chars >= 0 else '-':>22}"
         )
 
 

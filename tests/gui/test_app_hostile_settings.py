@@ -11,8 +11,15 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.gui.chat.controller import State
 from chatapp.gui.common.export_folder import export_folder
-from chatapp.gui.common.load_memory import last_model, remembered_precision
+from chatapp.gui.common.load_memory import (
+    LOAD_SECONDS_KEY,
+    last_load_seconds,
+    last_model,
+    load_key,
+    remembered_precision,
+)
 from chatapp.gui.common.settings import (
     SettingsGuard,
     read_flag,
@@ -155,3 +162,18 @@ def test_a_link_planted_while_the_window_runs_is_not_written_through(
         )
         == 11
     )
+
+
+@pytest.mark.parametrize("seconds", ["Infinity", "1e308", "-1", "NaN", "true", '"10"'])
+def test_a_remembered_load_time_out_of_range_is_not_used(
+    qtbot, make_window, settings_file: Path, tiny_model_dir: Path, seconds: str
+) -> None:
+    """A load time of JSON's Infinity overflowed the time left shown while the model loads."""
+    key = load_key(tiny_model_dir, None, "cpu")
+    settings = QSettings(str(settings_file), QSettings.Format.IniFormat)
+    settings.setValue(LOAD_SECONDS_KEY, '{"%s": %s}' % (key, seconds))  # noqa: UP031
+    settings.sync()
+    assert last_load_seconds(settings, key) is None
+    window = make_window(["--model", str(tiny_model_dir)])
+    assert window.chat.controller.state is State.READY
+    assert 0 < last_load_seconds(window.settings, key) < 60  # the real one, now

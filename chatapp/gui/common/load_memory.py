@@ -39,6 +39,7 @@ def last_model(settings: QSettings) -> tuple[Path, str | None] | None:
 # ---- how long loading took ---------------------------------------------------------------------
 LOAD_SECONDS_KEY = "models/load_seconds"
 KEEP_LOAD_TIMES = 20  # models remembered; the oldest is forgotten first
+MAX_LOAD_SECONDS = 24 * 3600  # a remembered time beyond a day is not one
 
 
 def load_key(folder: Path, onnx_file: str | None, device: str) -> str:
@@ -49,7 +50,10 @@ def load_key(folder: Path, onnx_file: str | None, device: str) -> str:
 def last_load_seconds(settings: QSettings, key: str) -> float | None:
     """How long the last load of `key` took, if one finished before."""
     seconds = _load_times(settings).get(key)
-    return seconds if isinstance(seconds, int | float) and seconds > 0 else None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    # JSON's Infinity or 1e308 would overflow the time-left text (round(inf / 60)).
+    return float(seconds) if 0 < seconds <= MAX_LOAD_SECONDS else None
 
 
 def remember_load_seconds(settings: QSettings, key: str, seconds: float) -> None:

@@ -25,7 +25,13 @@ from chatapp.engine.modes import MODES
 from chatapp.gui.chat.feature import chat_of, install_chat
 from chatapp.gui.common.load_memory import last_model
 from chatapp.gui.common.progress import ConversionProgressDialog
-from chatapp.gui.common.settings import APPLICATION, ORGANIZATION, open_settings
+from chatapp.gui.common.settings import (
+    APPLICATION,
+    ORGANIZATION,
+    SETTINGS_NOTICES,
+    SettingsGuard,
+    open_settings,
+)
 from chatapp.gui.common.terminate import quit_on_terminate
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.compare.feature import install_compare
@@ -160,7 +166,14 @@ def create_window(args: argparse.Namespace) -> MainWindow:
         # File > Connect to server… and Serve this model (docs/server.md, "The window").
         install_remote,
     ]
-    window = MainWindow(open_settings(), install_chat, features=features)
+    settings = open_settings()
+    window = MainWindow(settings, install_chat, features=features)
+    # A settings file that was a link (or not a file) was moved aside: said once, in a line.
+    guard = settings.findChild(SettingsGuard)
+    if guard is not None:
+        guard.notify = lambda line: window.show_message(line, "warning")
+    while SETTINGS_NOTICES:
+        window.show_message(SETTINGS_NOTICES.pop(0), "warning")
     chat_of(window).preselect(args.mode, args.device)
     return window
 

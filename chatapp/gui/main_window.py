@@ -204,13 +204,21 @@ class MainWindow(QMainWindow):
         self.statusBar().insertPermanentWidget(0, widget)
 
     def dismiss_message(
-        self, *, warnings_too: bool = False, failures_before: int | None = None
+        self,
+        *,
+        warnings_too: bool = False,
+        failures_before: int | None = None,
+        cause: str | None = None,
     ) -> int:
         """Hide the banner when it told of a problem or gave a tip (warnings stay, unless
         `warnings_too`: what they said is gone, e.g. a server's). With `failures_before` (what
         this returned when an answer started, now that it succeeded): hide only a failure the
-        banner told of then (`until_answer`). Returns the serial of the banner's last message."""
-        if failures_before is not None:
+        banner told of then (`until_answer`). With `cause` (an operation that just succeeded):
+        hide only the message shown with that cause. Returns the serial of the banner's last
+        message."""
+        if cause is not None:
+            self.banner.dismiss_cause(cause)
+        elif failures_before is not None:
             self.banner.dismiss_if_before(failures_before)
         elif self.banner.level in ("error", "info") or (warnings_too and self.banner.level):
             self.banner.dismiss()
@@ -261,11 +269,13 @@ class MainWindow(QMainWindow):
         level: str = "error",
         until_answer: bool = False,
         action: tuple[str, Callable[[], object]] | None = None,
+        cause: str = "",
     ) -> None:
         """Inline banner over the chat (never a blocking dialog: the app keeps going).
         `until_answer`: it tells of a failure that an answer succeeding later shows is over.
-        `action`: one button beside the message (its label, what it does)."""
-        self.banner.show_message(text, level, until_answer, action)
+        `action`: one button beside the message (its label, what it does). `cause`: what
+        failed; `dismiss_message(cause=...)` clears it once that succeeds."""
+        self.banner.show_message(text, level, until_answer, action, cause)
 
     # ---- lifetime -------------------------------------------------------------------------
     def _restore_geometry(self) -> None:

@@ -250,7 +250,7 @@ def test_prompt_over_the_context_shows_a_message_and_keeps_history(
     assert "context" in window.banner.text()
     assert len(window.chat.conversation.messages) == 2  # the earlier turn stays
     assert "short question" in window.chat.chat_view.transcript.toPlainText()
-    assert window.chat.chat_view.prompt_text() == too_long.strip()  # given back for editing
+    assert window.chat.chat_view.prompt_text() == too_long  # given back as typed, for editing
     assert window.chat.controller.state is State.READY
 
 

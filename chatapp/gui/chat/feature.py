@@ -92,7 +92,10 @@ class ChatFeature(QObject):
         self._chat_placeholder = view.prompt_edit.placeholderText()
         self._empty_chat = view.transcript.placeholderText()
         panel.sampling_box.prompt.sig_changed.connect(self._show_prompt_choice)
-        panel.sampling_box.tools.sig_refused.connect(lambda text: window.show_message(text))
+        tools = panel.sampling_box.tools
+        tools.sig_refused.connect(lambda text: window.show_message(text, cause="tools"))
+        # Tools loaded (or cleared) later: the refusal is old.
+        tools.sig_changed.connect(lambda: window.dismiss_message(cause="tools"))
         c.sig_model_loaded.connect(self._show_prompt_choice)
         # The chat's own settings first, then what follows from its prompt choice.
         c.sig_conversation_changed.connect(self._on_conversation_changed)
@@ -213,7 +216,7 @@ class ChatFeature(QObject):
     def _on_send(self, text: str) -> None:
         if self.controller.send(text, self.options()):
             self.chat_view.regenerate_note.offer(None)  # it told of the answer before
-            self.chat_view.set_prompt_text("")
+            self.chat_view.clear_sent_prompt()
             self.chat_view.prompt_edit.setFocus()  # after a click on Send, keep typing
         elif self.controller.state is State.NO_MODEL:
             self.window.show_message(
@@ -364,6 +367,7 @@ class ChatFeature(QObject):
 
     @Slot(object)
     def _on_answer_finished(self, message: ChatMessage) -> None:
+        self.chat_view.forget_sent_prompt()
         self.side_panel.finish_answer(message.figures)
         if message.version > 0 and message.content != message.others[message.version - 1].content:
             self.chat_view.regenerate_note.offer(None)  # not the same answer after all
@@ -374,8 +378,8 @@ class ChatFeature(QObject):
 
     @Slot(str, str)
     def _on_answer_failed(self, message: str, restored_prompt: str) -> None:
-        if restored_prompt and not self.chat_view.prompt_text().strip():
-            self.chat_view.set_prompt_text(restored_prompt)
+        if restored_prompt:
+            self.chat_view.give_back_prompt(restored_prompt)
         self.side_panel.finish_answer(None)
         self.window.show_message(message, "error", until_answer=True)
 

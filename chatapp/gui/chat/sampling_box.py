@@ -10,6 +10,8 @@ values.
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QSettings, Signal, Slot
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
@@ -37,10 +39,12 @@ from chatapp.gui.chat.json_answer_box import JsonAnswerOption
 from chatapp.gui.chat.prompt_option import PromptOption
 from chatapp.gui.chat.tools_option import ToolsOption
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.settings import read_flag, read_int, read_text
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
-from chatapp.session.prompt_style import format_stops, parse_stops
+from chatapp.session.prompt_style import MAX_STOP_CHARS, MAX_STOPS, format_stops, parse_stops
 
+MAX_STOPS_CHARS = 4 * MAX_STOPS * (MAX_STOP_CHARS + 4)  # their text as saved, escapes and all
 OVERRIDES_KEY = "sampling/overrides"  # the values the user chose, one key per field
 # Settings of chatapp 0.1 saved every value; only those that differ from its defaults were
 # the user's own choice.
@@ -306,7 +310,7 @@ class SamplingBox(QGroupBox):
         settings.beginGroup(OVERRIDES_KEY)
         try:
             for field in SAMPLING_FIELDS:
-                value = _number(settings.value(field))
+                value = self._in_range(field, _number(settings.value(field)))
                 if value is not None:
                     self.overrides[field] = value
         finally:
@@ -315,24 +319,44 @@ class SamplingBox(QGroupBox):
             self._migrate(settings)
         self._filling = True
         try:
-            tokens = _number(settings.value("sampling/max_new_tokens"))
-            self.max_tokens_spin.setValue(int(tokens or SamplingSettings().max_new_tokens))
-            seed = _number(settings.value("sampling/seed"))
-            self.seed_spin.setValue(int(seed) if seed is not None else -1)
-            enabled = str(settings.value("sampling/json_answer", "false")).lower() == "true"
-            schema = settings.value("sampling/json_schema", "")
-            self.json_answer.set_state(enabled, schema if isinstance(schema, str) else "")
-            self.prompt.set_state(self.prompt.choice(), _stops(settings.value("sampling/stops")))
+            # Each value checked as it is read back: out of range or of the wrong kind, the
+            # default (a huge number used to stop the window at start with OverflowError).
+            tokens_spin, seed_spin = self.max_tokens_spin, self.seed_spin
+            default_tokens = SamplingSettings().max_new_tokens
+            tokens_spin.setValue(
+                read_int(
+                    settings,
+                    "sampling/max_new_tokens",
+                    default_tokens,
+                    tokens_spin.minimum(),
+                    tokens_spin.maximum(),
+                )
+            )
+            seed_spin.setValue(read_int(settings, "sampling/seed", -1, -1, seed_spin.maximum()))
+            enabled = read_flag(settings, "sampling/json_answer", False)
+            schema_edit = self.json_answer.schema_edit
+            schema = read_text(settings, "sampling/json_schema", "", schema_edit.max_chars)
+            schema = "" if schema_edit.too_long(schema) else schema
+            self.json_answer.set_state(enabled, schema)
+            stops = read_text(settings, "sampling/stops", "", MAX_STOPS_CHARS)
+            self.prompt.set_state(self.prompt.choice(), _stops(stops))
         finally:
             self._filling = False
         self._show(save=False)
 
     def _migrate(self, settings: QSettings) -> None:
         for field, old_default in OLD_DEFAULTS.items():
-            value = _number(settings.value(f"sampling/{field}"))
+            value = self._in_range(field, _number(settings.value(f"sampling/{field}")))
             if value is not None and abs(value - old_default) > 1e-6:
                 self.overrides[field] = value
             settings.remove(f"sampling/{field}")
+
+    def _in_range(self, field: str, value: float | None) -> float | None:
+        """A saved value its box can show; None for one out of range (its default then)."""
+        spin = self.spins.get(field)
+        if value is None or spin is None:
+            return value
+        return value if spin.minimum() <= value <= spin.maximum() else None
 
     def save(self, settings: QSettings) -> None:
         settings.remove(OVERRIDES_KEY)
@@ -354,8 +378,10 @@ def _stops(value: object) -> tuple[str, ...]:
 
 
 def _number(value: object) -> float | None:
+    if isinstance(value, str) and len(value) > 64:
+        return None
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return number if number == number else None  # not NaN
+    return number if math.isfinite(number) else None

@@ -24,6 +24,7 @@ from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.system_prompt_box import NO_DEFAULT, SystemPromptBox
 from chatapp.gui.common.collapsible import Section
+from chatapp.gui.common.settings import string_list
 from chatapp.session import formatting as fmt
 
 
@@ -108,10 +109,9 @@ class PanelSections:
 
     # ---- remembered -------------------------------------------------------------------------
     def restore(self, settings: QSettings) -> None:
-        saved = settings.value(FOLDED_KEY)
-        if saved is None:
+        if settings.value(FOLDED_KEY) is None:
             return  # first start: FOLDED_AT_FIRST
-        folded = set(saved) if isinstance(saved, list) else {saved}
+        folded = set(string_list(settings, FOLDED_KEY))  # checked: names, a few, short
         for name in (*SECTION_NAMES, "notes"):
             self.set_open(name, name not in folded)
         self.refresh()

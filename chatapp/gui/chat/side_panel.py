@@ -31,6 +31,7 @@ from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.sections import PanelSections
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.settings import read_int, read_text
 from chatapp.gui.common.theme import warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session.formatting import DEVICE_NAMES, REMOTE
@@ -422,11 +423,14 @@ class SidePanel(QWidget):
         """Load the last session's choices, then save every later change to `settings`."""
         self._settings = None  # no saving while we fill the widgets
         self.sampling_box.restore(settings)
-        self.set_mode(str(settings.value("engine/mode", Mode.IOBINDING)))
-        self.set_device(str(settings.value("engine/device", "cpu")))
-        self.threads_spin.setValue(_int(settings, "engine/threads", 0))
+        self.set_mode(read_text(settings, "engine/mode", Mode.IOBINDING.value))
+        self.set_device(read_text(settings, "engine/device", "cpu"))
+        spin = self.threads_spin
+        spin.setValue(read_int(settings, "engine/threads", 0, spin.minimum(), spin.maximum()))
         self._threads_applied = self.threads_spin.value()
-        self.system_prompt_box.set_text(str(settings.value("chat/system_prompt", "") or ""))
+        edit = self.system_prompt_box.edit
+        prompt = read_text(settings, "chat/system_prompt", "", edit.max_chars)
+        self.system_prompt_box.set_text("" if edit.too_long(prompt) else prompt)
         self.sections.restore(settings)
         self._settings = settings
 
@@ -482,10 +486,3 @@ class SidePanel(QWidget):
             self._threads_applied = self.threads_spin.value()
             self._save()
             emit(self.sig_threads_changed, self.threads())
-
-
-def _int(settings: QSettings, key: str, default: int) -> int:
-    try:
-        return int(settings.value(key, default))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return default

@@ -228,6 +228,18 @@ class ChatView(QWidget):
         self.prompt_edit.setPlainText(text)
         self.prompt_edit.moveCursor(QTextCursor.MoveOperation.End)
 
+    def clear_sent_prompt(self) -> None:
+        """Empty the prompt box after Send, keeping the text for `give_back_prompt`."""
+        self.prompt_edit.set_aside()
+
+    def give_back_prompt(self, text: str) -> None:
+        """A failed start gives the prompt back: into the box if it is still empty."""
+        if not self.prompt_text().strip() and not self.prompt_edit.take_back(text):
+            self.set_prompt_text(text)
+
+    def forget_sent_prompt(self) -> None:
+        self.prompt_edit.drop_set_aside()
+
     # ---- transcript -----------------------------------------------------------------------
     def show_messages(self, messages: Sequence[ChatMessage]) -> None:
         self._repaint_timer.stop()
@@ -276,6 +288,13 @@ class ChatView(QWidget):
     def begin_edit(self, index: int) -> None:
         """Put user message `index` in the prompt box; Send then answers it again."""
         if not self.is_user_message(index):
+            return
+        # A message from elsewhere (an imported chat) may hold more than a paste may: laying
+        # a million lines out would freeze the window for seconds.
+        too_long = self.prompt_edit.too_long(self._messages[index].content)
+        if too_long:
+            note = f"Not editable here: the message has {too_long}; copy it instead."
+            emit(self.sig_status, note)
             return
         if self.editing is None:
             self._draft_before_edit = self.prompt_text()

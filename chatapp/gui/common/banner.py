@@ -4,6 +4,8 @@ Each message shown gets the next `serial`, so that what it said can be cleared o
 a message about a failure that a good answer shows is over (`until_answer`: a device that
 failed, an answer or a load that failed) goes when an answer that started after it succeeds
 (`dismiss_if_before`); a notice (the history moved aside, read-only) stays until dismissed.
+A message may name its `cause` ("import", "tools", "export"): when that operation next
+succeeds, the message goes (`dismiss_cause`), while a message about something else stays.
 A message may offer one action (a button beside it: "Load SmolLM2"); pressing it dismisses the
 message and runs the action."""
 
@@ -27,6 +29,7 @@ class MessageBanner(QFrame):
         self.level = ""
         self.serial = 0  # of the message shown last; each new one counts up
         self.until_answer = False  # the message shown is old once an answer succeeds
+        self.cause = ""  # what failed, for a message that its next success makes old
         self.label = QLabel(self)
         self.label.setObjectName("bannerText")
         self.label.setWordWrap(True)
@@ -67,11 +70,13 @@ class MessageBanner(QFrame):
         level: str = "error",
         until_answer: bool = False,
         action: tuple[str, Callable[[], object]] | None = None,
+        cause: str = "",
     ) -> None:
         """`action`: a button's label and what pressing it does (None: no button)."""
         self.level = level
         self.serial += 1
         self.until_answer = until_answer
+        self.cause = cause
         self._style(colors())
         self.label.setText(text)
         self._action = action[1] if action is not None else None
@@ -94,8 +99,14 @@ class MessageBanner(QFrame):
         if self.isVisible() and self.until_answer and self.serial <= serial:
             self.dismiss()
 
+    def dismiss_cause(self, cause: str) -> None:
+        """Hide the message if it told of `cause` failing (which just succeeded)."""
+        if self.isVisible() and cause and self.cause == cause:
+            self.dismiss()
+
     def dismiss(self) -> None:
         self.hide()
         self.level = ""
+        self.cause = ""
         self._action = None
         emit(self.sig_closed)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from chatapp.gui.common.settings import read_folder
+
 EXPORT_FOLDER_KEY = "export/last_folder"
 _OLDER_KEY = "history/export_dir"  # where chat exports remembered it before this was shared
 
@@ -16,11 +18,9 @@ def export_folder(settings: QSettings) -> Path:
     """The folder to start an export or import dialog in: the last one used if it still
     exists, else home."""
     for key in (EXPORT_FOLDER_KEY, _OLDER_KEY):
-        value = settings.value(key, "")
-        if value:
-            folder = Path(str(value)).expanduser()
-            if folder.is_dir():
-                return folder
+        folder = read_folder(settings, key)
+        if folder is not None:
+            return folder
     return Path.home()
 
 

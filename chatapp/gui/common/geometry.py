@@ -8,6 +8,8 @@ from PySide6.QtCore import QByteArray, QDataStream, QRect, QSettings, QSize
 from PySide6.QtGui import QGuiApplication, QScreen
 from PySide6.QtWidgets import QSplitter, QWidget
 
+from chatapp.gui.common.settings import sync_settings
+
 PREFERRED = QSize(1200, 780)  # the whole layout, comfortably, on a 1280x800 screen
 SCREEN_SHARE = 0.92  # of the available area, at most, on first start
 
@@ -81,7 +83,7 @@ def save(settings: QSettings, window: QWidget, splitter: QSplitter) -> None:
     """Keep the window's place and size and its splitter's pane widths for the next start."""
     settings.setValue(WINDOW_KEY, window.saveGeometry())
     settings.setValue(SPLITTER_KEY, splitter.saveState())
-    settings.sync()
+    sync_settings(settings)  # never through a link planted at its name
 
 
 def restore_splitter(splitter: QSplitter, saved: object) -> bool:

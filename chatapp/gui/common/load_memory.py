@@ -6,11 +6,12 @@ startup (gui/app.py) reads the first."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from PySide6.QtCore import QSettings
 
 from chatapp.engine.guards import PRECISIONS, default_precision
+from chatapp.gui.common.settings import MAX_PATH_CHARS, read_folder, read_json_object, read_text
 
 LAST_FOLDER_KEY = "models/last_folder"
 LAST_ONNX_KEY = "models/last_onnx_file"
@@ -24,16 +25,21 @@ def remember_last_model(settings: QSettings, folder: Path, onnx_file: str) -> No
 
 def last_model(settings: QSettings) -> tuple[Path, str | None] | None:
     """The folder (and graph) used last, if it is still there."""
-    folder = str(settings.value(LAST_FOLDER_KEY, "") or "")
-    if not folder or not Path(folder).is_dir():
+    folder = read_folder(settings, LAST_FOLDER_KEY)  # absolute: never where the app started
+    if folder is None:
         return None
-    onnx_file = str(settings.value(LAST_ONNX_KEY, "") or "")
-    return Path(folder), onnx_file or None
+    onnx_file = read_text(settings, LAST_ONNX_KEY, "", MAX_PATH_CHARS)
+    # A graph inside the folder, as the loading remembers it; anything else: the default.
+    inside = PurePath(onnx_file)
+    if "\0" in onnx_file or inside.is_absolute() or ".." in inside.parts:
+        onnx_file = ""
+    return folder, onnx_file or None
 
 
 # ---- how long loading took ---------------------------------------------------------------------
 LOAD_SECONDS_KEY = "models/load_seconds"
 KEEP_LOAD_TIMES = 20  # models remembered; the oldest is forgotten first
+MAX_LOAD_SECONDS = 24 * 3600  # a remembered time beyond a day is not one
 
 
 def load_key(folder: Path, onnx_file: str | None, device: str) -> str:
@@ -44,7 +50,10 @@ def load_key(folder: Path, onnx_file: str | None, device: str) -> str:
 def last_load_seconds(settings: QSettings, key: str) -> float | None:
     """How long the last load of `key` took, if one finished before."""
     seconds = _load_times(settings).get(key)
-    return seconds if isinstance(seconds, int | float) and seconds > 0 else None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    # JSON's Infinity or 1e308 would overflow the time-left text (round(inf / 60)).
+    return float(seconds) if 0 < seconds <= MAX_LOAD_SECONDS else None
 
 
 def remember_load_seconds(settings: QSettings, key: str, seconds: float) -> None:
@@ -87,8 +96,5 @@ def remember_precision(settings: QSettings, folder: Path, precision: str) -> Non
 
 
 def _json_dict(settings: QSettings, key: str) -> dict[str, object]:
-    try:
-        value = json.loads(str(settings.value(key, "") or "{}"))
-    except ValueError:  # a hand-edited or damaged settings file: start again
-        return {}
-    return value if isinstance(value, dict) else {}
+    # A hand-edited or damaged settings file (too big, too deep, not an object): start again.
+    return read_json_object(settings, key)

@@ -285,8 +285,8 @@ def apply_theme(name: str) -> str:
 
 
 def saved_theme(settings: QSettings) -> str:
-    value = str(settings.value(THEME_KEY, "system") or "system")
-    return value if value in THEMES else "system"
+    value = settings.value(THEME_KEY, "system")
+    return value if isinstance(value, str) and value in THEMES else "system"
 
 
 # ---- telling widgets ------------------------------------------------------------------------

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 POLL_INTERVAL_MS = 2000  # how often to look for another instance's writes (a cheap PRAGMA)
 MEASURE_DEBOUNCE_MS = 400
+# How session/history_sync.py starts an import's failure: the window clears it after a good import.
+IMPORT_FAILED = "Could not import "
 LAST_CHAT_KEY = "history/last_chat"  # the chat shown when the window closed: shown at start
 EXPORT_KINDS = {
     "markdown": ("Markdown", ".md", "Markdown (*.md);;All files (*)"),
@@ -133,7 +135,7 @@ class HistoryUi(QObject):
         h.sig_list_changed.connect(self.refresh)
         h.sig_list_changed.connect(self._update_actions)  # the history may be writable now
         h.sig_current_changed.connect(self._on_current_changed)
-        h.sig_message.connect(w.show_message)
+        h.sig_message.connect(self._on_history_message)
         self.chat_feature.chat_view.sig_edit_submitted.connect(self._on_edit_submitted)
         c.sig_context.connect(self._on_context)
         c.sig_conversation_changed.connect(self._on_conversation_changed)
@@ -253,9 +255,12 @@ class HistoryUi(QObject):
         try:
             write_replacing(target, text)
         except OSError as exc:
-            self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
+            self.window.show_message(
+                f"Could not write {target}: {exc.strerror or exc}", "error", cause="export"
+            )
             return None
         remember_export_folder(self.window.settings, target)
+        self.window.dismiss_message(cause="export")  # an export that failed before is done
         self.window.notify(f"Exported to {target}", 8000)
         return target
 
@@ -284,9 +289,16 @@ class HistoryUi(QObject):
         show = self.unsaved.unsaved_count() == 0 or self.unsaved.may_leave("import")
         conversation_id = self.controller.import_file(path, show=show)
         if conversation_id is not None:
+            self.window.dismiss_message(cause="import")  # a failed import before is old
             where = "" if show else " (in the list)"
             self.window.notify(f"Imported {Path(path).name}{where}", 8000)
         return conversation_id
+
+    @Slot(str, str)
+    def _on_history_message(self, text: str, level: str) -> None:
+        # An import's failure goes once an import succeeds; the history's notices stay.
+        cause = "import" if text.startswith(IMPORT_FAILED) else ""
+        self.window.show_message(text, level, cause=cause)
 
     @Slot()
     def copy_current(self) -> None:
@@ -456,6 +468,7 @@ def _file_name(title: str) -> str:
 def _stored_id(value: object) -> int | None:
     """A conversation id as QSettings gives it back (an int or its text; else none)."""
     try:
-        return int(str(value)) if value is not None else None
+        number = int(str(value)) if isinstance(value, int | str) and len(str(value)) < 20 else None
     except ValueError:
         return None
+    return number if number is not None and 0 < number < 2**63 else None  # SQLite's ids

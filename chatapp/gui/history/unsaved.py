@@ -133,9 +133,12 @@ class UnsavedGuard(QObject):
         try:
             write_replacing(target, text)
         except OSError as exc:
-            self.window.show_message(f"Could not write {target}: {exc.strerror or exc}", "error")
+            self.window.show_message(
+                f"Could not write {target}: {exc.strerror or exc}", "error", cause="export"
+            )
             return None
         remember_export_folder(self.window.settings, target)
+        self.window.dismiss_message(cause="export")  # an export that failed before is done
         self.window.notify(f"Exported the chat to {target}", 8000)
         return target
 

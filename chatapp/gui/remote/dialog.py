@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.gui.common.settings import read_json_object
 from chatapp.gui.common.theme import ColorPick, set_text_color
 from chatapp.gui.common.workers import JobError, JobHandle
 from chatapp.remote.client import api_base
@@ -249,13 +250,7 @@ def key_of(url: str) -> str:
 
 def saved_keys(settings: QSettings) -> dict[str, str]:
     """The keys the user asked to remember, by API base ({} when none or unreadable)."""
-    raw = settings.value(SAVED_KEYS_SETTING, "")
-    try:
-        data = json.loads(raw) if isinstance(raw, str) and raw else {}
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    data = read_json_object(settings, SAVED_KEYS_SETTING)  # too big or too deep: none
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and v}
 
 

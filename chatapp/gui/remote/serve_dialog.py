@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.gui.common.settings import read_int
 from chatapp.gui.common.theme import muted
 from chatapp.gui.remote.serving import DEFAULT_PORT
 from chatapp.units import fmt_bytes
@@ -28,11 +29,7 @@ DEFAULT_SLOTS = 4
 
 def remembered_port(settings: QSettings, default: int = DEFAULT_PORT) -> int:
     """The port the user last served on, or `default`."""
-    try:
-        port = int(settings.value(PORT_KEY, default))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return default
-    return port if 0 <= port <= 65535 else default
+    return read_int(settings, PORT_KEY, default, 0, 65535)
 
 
 def remember_port(settings: QSettings, port: int) -> None:
@@ -42,11 +39,7 @@ def remember_port(settings: QSettings, port: int) -> None:
 def remembered_slots(settings: QSettings) -> int:
     """How many requests the user last chose to decode together (4 unless chosen, as
     `chatapp serve`; a model that cannot batch serves one at a time)."""
-    try:
-        slots = int(settings.value(SLOTS_KEY, DEFAULT_SLOTS))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return DEFAULT_SLOTS
-    return slots if 1 <= slots <= MAX_SLOTS else DEFAULT_SLOTS
+    return read_int(settings, SLOTS_KEY, DEFAULT_SLOTS, 1, MAX_SLOTS)
 
 
 def remember_slots(settings: QSettings, slots: int) -> None:

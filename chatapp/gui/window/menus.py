@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QMenuBar, QMessageBox, QTabWid
 from chatapp import __version__
 from chatapp.datadir import logs_dir, models_dir
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.settings import string_list
+from chatapp.gui.common.settings import existing_folder, string_list
 from chatapp.gui.window.data_places import add_data_places_action
 from chatapp.gui.window.view_options import ViewOptions
 from chatapp.logs import LOG_FILE
@@ -46,7 +46,8 @@ class MenuHost(Protocol):
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
     ) -> bool: ...
-    def show_message(self, text: str, level: str = "error") -> None: ...
+    def show_message(self, text: str, level: str = "error", *, cause: str = "") -> None: ...
+    def dismiss_message(self, *, cause: str | None = None) -> int: ...
     def show_panes(self) -> None: ...
 
 
@@ -171,7 +172,7 @@ class WindowMenus(QObject):
     @Slot()
     def rebuild_recent_menu(self) -> None:
         self.recent_menu.clear()
-        recent = [p for p in string_list(self.window.settings, RECENT_KEY) if Path(p).is_dir()]
+        recent = [p for p in string_list(self.window.settings, RECENT_KEY) if existing_folder(p)]
         for folder in recent:
             action = self.recent_menu.addAction(Path(folder).name)
             action.setToolTip(folder)
@@ -187,12 +188,15 @@ class WindowMenus(QObject):
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            self.window.show_message(f"Could not create the log folder {folder}: {exc}", "error")
+            self.window.show_message(
+                f"Could not create the log folder {folder}: {exc}", "error", cause="log folder"
+            )
             return
         if not self.window.open_folder(folder):
-            self.window.show_message(
-                f"Could not open {folder}; the log is {folder / LOG_FILE}.", "info"
-            )
+            line = f"Could not open {folder}; the log is {folder / LOG_FILE}."
+            self.window.show_message(line, "info", cause="log folder")
+        else:
+            self.window.dismiss_message(cause="log folder")
 
     @Slot()
     def _on_about(self) -> None:

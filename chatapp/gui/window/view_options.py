@@ -17,6 +17,7 @@ from chatapp.gui.common.geometry import (
     no_wider_than_chat,
     pane_sizes,
 )
+from chatapp.gui.common.settings import read_flag
 from chatapp.gui.common.theme import THEME_KEY, THEME_LABELS, THEMES, apply_theme, saved_theme
 
 LIST_KEY = "view/conversation_list"
@@ -191,7 +192,4 @@ class ViewOptions(QObject):
 
 
 def _flag(settings: QSettings, key: str, default: bool) -> bool:
-    value = settings.value(key, default)
-    if isinstance(value, str):
-        return value.lower() not in ("false", "0", "no")
-    return bool(value)
+    return read_flag(settings, key, default)

@@ -9,7 +9,7 @@ from PySide6.QtGui import QGuiApplication, QTextFormat, QTextOption
 from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat import view as chat_view_module
 from chatapp.gui.chat.view import ChatView
-from chatapp.gui.common.bounded_text import MAX_TEXT_CHARS
+from chatapp.gui.common.bounded_text import MAX_LINE_CHARS, MAX_TEXT_CHARS
 from chatapp.gui.common.qtcompat import emit
 from chatapp.session.conversation import ChatMessage
 
@@ -133,7 +133,7 @@ def test_a_huge_paste_is_refused_at_once_and_the_draft_is_kept(qtbot, view: Chat
 
 
 def test_editing_a_message_of_one_huge_word_and_cancelling(qtbot, view: ChatView) -> None:
-    word = "w" * 300_000
+    word = "w" * MAX_LINE_CHARS  # the longest line the box takes
     view.show_messages([ChatMessage("user", word), ChatMessage("assistant", "ok")])
     qtbot.keyClicks(view.prompt_edit, "a draft")
     view.begin_edit(0)
@@ -142,3 +142,72 @@ def test_editing_a_message_of_one_huge_word_and_cancelling(qtbot, view: ChatView
     view.cancel_edit()
     assert view.prompt_text() == "a draft"
     assert view.prompt_edit.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere
+
+
+def test_a_paste_of_a_million_lines_is_refused_and_the_draft_is_kept(qtbot, view) -> None:
+    edit = view.prompt_edit
+    qtbot.keyClicks(edit, "before ")
+    QGuiApplication.clipboard().setText("x\n" * 500_000)  # 1 MB: within the character limit
+    with qtbot.waitSignal(view.sig_status, timeout=1000) as status:
+        qtbot.keyClick(edit, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    assert status.args[0] == (
+        "Not pasted: 500 001 lines is more than a message holds (at most 100 000)."
+    )
+    assert view.prompt_text() == "before "
+    qtbot.keyClicks(edit, "after")
+    assert view.prompt_text() == "before after"
+
+
+def test_a_message_too_long_for_the_box_is_not_edited_there(qtbot, view) -> None:
+    """An imported chat's message of 200 000 lines would freeze the box: one line says why,
+    the draft and the chat stay as they were, and a short message is still editable."""
+    lines = "\n" * 199_999 + "end"
+    view.show_messages(
+        [ChatMessage("user", lines), ChatMessage("assistant", "ok"), ChatMessage("user", "hi")]
+    )
+    qtbot.keyClicks(view.prompt_edit, "a draft")
+    with qtbot.waitSignal(view.sig_status, timeout=1000) as status:
+        view.begin_edit(0)
+    assert status.args[0] == (
+        "Not editable here: the message has 200 000 lines, more than 100 000; copy it instead."
+    )
+    assert view.editing is None and view.edit_bar.isHidden()
+    assert view.prompt_text() == "a draft"
+    view.begin_edit(2)
+    assert view.editing == 2 and view.prompt_text() == "hi"
+
+
+def test_a_prompt_sent_is_kept_laid_out_and_given_back_whole(qtbot, view) -> None:
+    """Send empties the box at once; a failed start gives the same document back (laying out
+    100 000 lines again cost 0.25-0.5 s), with the white space the chat trimmed."""
+    edit = view.prompt_edit
+    sent = "  " + "x" * 3000 + "\n" + "a line\n" * 5000
+    view.set_prompt_text(sent)
+    assert edit.wordWrapMode() == QTextOption.WrapMode.WrapAnywhere  # a long run
+    document = edit.document()
+    view.clear_sent_prompt()
+    assert view.prompt_text() == "" and edit.document() is not document
+    assert edit.wordWrapMode() == QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere
+    view.give_back_prompt(sent.strip())
+    assert edit.document() is document and view.prompt_text() == sent
+    assert edit.wordWrapMode() == QTextOption.WrapMode.WrapAnywhere
+    assert edit.textCursor().position() == len(sent)
+    qtbot.keyClicks(edit, "!")
+    assert view.prompt_text() == sent + "!"
+
+
+def test_a_prompt_given_back_never_replaces_what_was_typed_since(qtbot, view) -> None:
+    view.set_prompt_text("first question")
+    view.clear_sent_prompt()
+    qtbot.keyClicks(view.prompt_edit, "next")
+    view.give_back_prompt("first question")
+    assert view.prompt_text() == "next"
+    # Another text than the one kept (an edit's): laid out as given.
+    view.set_prompt_text("")
+    view.clear_sent_prompt()
+    view.give_back_prompt("something else")
+    assert view.prompt_text() == "something else"
+    view.forget_sent_prompt()
+    view.set_prompt_text("")
+    view.give_back_prompt("again")
+    assert view.prompt_text() == "again"

@@ -3,10 +3,17 @@ the cursor is; text with a long unbroken run wraps anywhere (linear layout)."""
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import QMimeData
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextOption
 
-from chatapp.gui.common.bounded_text import LONG_RUN_CHARS, BoundedPlainTextEdit
+from chatapp.gui.common.bounded_text import (
+    LONG_RUN_CHARS,
+    MAX_TEXT_CHARS,
+    MAX_TEXT_LINES,
+    BoundedPlainTextEdit,
+    line_breaks,
+)
 
 WORD_WRAP = QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere
 
@@ -108,3 +115,89 @@ def test_the_wrap_changes_only_while_the_box_holds_short_lines(qtbot) -> None:
     box.setPlainText("w" * 100_000)
     box.setPlainText("draft")
     assert seen == [(QTextOption.WrapMode.WrapAnywhere, 0), (WORD_WRAP, len("draft"))]
+
+
+@pytest.mark.parametrize(
+    ("pasted", "lines"),
+    [
+        ("\n" * 10, 11),
+        ("a\r\n" * 10, 11),  # \r\n is one break
+        ("b\r" * 10, 11),
+        ("\u2029" * 10, 11),
+        ("\u2028" * 10, 11),  # line separators: one paragraph Qt lays out whole at each key
+        ("x\n\r\u2028" * 4, 13),
+    ],
+)
+def test_a_paste_of_too_many_lines_is_refused_and_keeps_the_text(
+    qtbot, pasted: str, lines: int
+) -> None:
+    box = BoundedPlainTextEdit("a message", max_chars=1000, max_lines=10)
+    qtbot.addWidget(box)
+    box.setPlainText("typed")
+    box.moveCursor(QTextCursor.MoveOperation.End)
+    with qtbot.waitSignal(box.sig_refused, timeout=1000) as refused:
+        _paste(box, pasted)
+    assert box.toPlainText() == "typed"
+    assert refused.args[0] == (
+        f"Not pasted: {lines} lines is more than a message holds (at most 10)."
+    )
+    assert line_breaks(pasted) + 1 == lines
+
+
+def test_lines_up_to_the_limit_are_taken_and_a_selection_frees_its_lines(qtbot) -> None:
+    box = BoundedPlainTextEdit("a message", max_chars=1000, max_lines=10)
+    qtbot.addWidget(box)
+    box.setPlainText("one\ntwo\nthree")
+    box.moveCursor(QTextCursor.MoveOperation.End)
+    with qtbot.assertNotEmitted(box.sig_refused):
+        _paste(box, "\n4\n5\n6\n7\n8\n9\u202810")  # exactly 10 lines
+    assert box.line_count() == 10
+    # A line separator arrives as a line break: what toPlainText would make of it anyway.
+    assert box.toPlainText() == "one\ntwo\nthree\n4\n5\n6\n7\n8\n9\n10"
+    with qtbot.waitSignal(box.sig_refused, timeout=1000):
+        _paste(box, "\n11")
+    assert box.line_count() == 10
+    # Replacing the first three lines with one frees two.
+    cursor = box.textCursor()
+    cursor.setPosition(0)
+    cursor.setPosition(len("one\ntwo\nthree"), QTextCursor.MoveMode.KeepAnchor)
+    box.setTextCursor(cursor)
+    with qtbot.assertNotEmitted(box.sig_refused):
+        _paste(box, "1\n2\n3")
+    assert box.line_count() == 10
+    assert box.too_long(box.toPlainText()) == ""
+    assert box.too_long("\n" * 10) == "11 lines, more than 10"
+    assert box.too_long("c" * 1001) == "1 001 characters, more than 1 000"
+
+
+def test_a_million_empty_lines_is_refused_by_the_real_limit(qtbot) -> None:
+    """1 MB of line breaks is within the character limit but froze the box 3.7 s (a block per
+    line): it is refused before Qt sees it."""
+    box = _box(qtbot, max_chars=MAX_TEXT_CHARS)
+    assert box.max_lines == MAX_TEXT_LINES == 100_000
+    with qtbot.waitSignal(box.sig_refused, timeout=1000) as refused:
+        _paste(box, "\n" * 1_000_000)
+    assert box.toPlainText() == ""
+    assert refused.args[0] == (
+        "Not pasted: 1 000 001 lines is more than a message holds (at most 100 000)."
+    )
+
+
+def test_a_paste_with_a_line_too_long_to_type_in_is_refused(qtbot) -> None:
+    """Qt lays the whole paragraph out again at every keystroke: a line over the limit is
+    refused, whether alone, among short lines, or joining the line at the cursor."""
+    box = BoundedPlainTextEdit("a message", max_chars=10_000, max_line_chars=100)
+    qtbot.addWidget(box)
+    box.setPlainText("x" * 60)
+    box.moveCursor(QTextCursor.MoveOperation.End)
+    refusal = "Not pasted: a line longer than 100 characters is more than a message takes."
+    for pasted in ("y" * 101, "short\n" + "z" * 101 + "\nshort", "w" * 41, "v" * 41 + "\nok"):
+        with qtbot.waitSignal(box.sig_refused, timeout=1000) as refused:
+            _paste(box, pasted)
+        assert refused.args == [refusal]
+        assert box.toPlainText() == "x" * 60
+    with qtbot.assertNotEmitted(box.sig_refused):
+        _paste(box, "u" * 40 + "\n" + "t" * 100 + "\u2028" + "s" * 100)
+    assert box.toPlainText() == "x" * 60 + "u" * 40 + "\n" + "t" * 100 + "\n" + "s" * 100
+    assert box.too_long("r" * 101) == "a line of more than 100 characters"
+    assert box.too_long(("r" * 100 + "\r\n") * 3) == ""

@@ -379,7 +379,7 @@ def run_generate(args: argparse.Namespace) -> int:
         print(
             f"[{stats.mode} on {stats.device}{named}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
-            f"perplexity {formatting.perplexity(stats.perplexity)}, finish: {stats.finish_reason}]",
+            f"perplexity {formatting.perplexity(stats.perplexity)}, finish: {done.finish}]",
             file=sys.stderr,
         )
     return 0

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.constraints import ConstraintError
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
 from chatapp.engine.modes import Mode
@@ -311,8 +312,7 @@ class EngineWorker:
                 self._fall_back_to_cpu(exc)
             return
         assert stats is not None and done is not None  # answer() ends with its AnswerDone
-        length = not done.stopped_by_string and stats.finish_reason == "length"
-        finish = "length" if length else "tool_calls" if done.tool_calls else "stop"
+        finish = done.finish.openai
         figures = self._figures(stats, started - served.queued_at)
         self._record(served, started, stats.finish_reason, stats.generated_tokens)
         self.counters.answered(
@@ -400,11 +400,13 @@ def _send(served: ServedRequest, event: RequestEvent) -> bool:
 
 
 def _asked(req: GenerationRequest) -> AnswerRequest:
-    """A request as session/answer.py takes it: a prompt that does not fit is refused."""
+    """A request as session/answer.py takes it: a prompt that does not fit is refused, and a
+    chat renders with the model's template whatever style the window's chat uses."""
     return AnswerRequest(
         req.messages or (),
         req.settings,
         req.mode,
+        prompt_style=STYLE_TEMPLATE,
         text=(req.text or "") if req.messages is None else None,
         output_format=req.output_format,
         tools=req.tools,

@@ -16,9 +16,10 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from chatapp.engine.backend import Backend
 from chatapp.engine.chat import STYLE_TEMPLATE, Message
+from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
 from chatapp.session.context_policy import fit_to_context
 
@@ -138,19 +139,33 @@ class TokenCounter:
         return found
 
 
-_counters: weakref.WeakKeyDictionary[object, dict[str, TokenCounter]] = weakref.WeakKeyDictionary()
+_counters: weakref.WeakKeyDictionary[object, dict[tuple[str, int], TokenCounter]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def counter_for(engine: Any) -> TokenCounter:
-    """One TokenCounter per engine and prompt style (a new model or tokenizer starts a new
-    memory; the same turn is another number of tokens as text to continue)."""
-    style = str(getattr(getattr(engine, "tokenizer", None), "prompt_style", ""))
-    counters = _counters.get(engine)
+def counter_for(backend: Backend, style: str = STYLE_TEMPLATE) -> TokenCounter:
+    """One TokenCounter per tokenizer and prompt style (a new model starts a new memory; the
+    same turn is another number of tokens as text to continue). A backend without a
+    tokenizer here (a server) counts nothing: ValueError."""
+    tokenizer = backend.chat_tokenizer
+    if tokenizer is None:
+        raise ValueError(f"{backend.answerer} counts its own tokens")
+    counters = _counters.get(tokenizer)
     if counters is None:
-        counters = _counters[engine] = {}
-    counter = counters.get(style)
+        counters = _counters[tokenizer] = {}
+    limit = backend.max_context
+    counter = counters.get((style, limit))
     if counter is None:
-        counter = counters[style] = TokenCounter(engine.count_tokens)
+
+        def count(messages: list[Message]) -> int:
+            """Exact, or for a chat far too long for the context a lower bound above it."""
+            try:
+                return len(tokenizer.chat_ids(messages, limit, style=style))
+            except ContextOverflowError as exc:
+                return exc.prompt_tokens
+
+        counter = counters[style, limit] = TokenCounter(count)
     return counter
 
 

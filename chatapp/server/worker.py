@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.constraints import ConstraintError
 from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
 from chatapp.engine.modes import Mode
@@ -50,8 +49,6 @@ from chatapp.server.request_body import GenerationRequest
 from chatapp.server.token_text import TokenText
 from chatapp.session.answer import (
     AnswerDone,
-    AnswerRequest,
-    ContextPolicy,
     Opened,
     TextDelta,
     TokenInfo,
@@ -252,7 +249,7 @@ class EngineWorker:
         with self._lock:
             self._active[request.id] = request
         try:
-            if slot is not None and request.request.mode != Mode.IOBINDING:
+            if slot is not None and request.request.answer.mode != Mode.IOBINDING:
                 # Another loop runs on the engine's own cache, alone: the batch's steps and
                 # prefills wait for it (a teaching request, not a throughput one).
                 with slot.batch.run_lock:
@@ -289,7 +286,7 @@ class EngineWorker:
         stats: RunStats | None = None
         done: AnswerDone | None = None
         try:
-            for event in answer(backend, _asked(served.request), served.cancelled.is_set):
+            for event in answer(backend, served.request.answer, served.cancelled.is_set):
                 sent = True
                 if isinstance(event, Opened):
                     stats = event.stats
@@ -399,27 +396,9 @@ def _send(served: ServedRequest, event: RequestEvent) -> bool:
     return True
 
 
-def _asked(req: GenerationRequest) -> AnswerRequest:
-    """A request as session/answer.py takes it: a prompt that does not fit is refused, and a
-    chat renders with the model's template whatever style the window's chat uses."""
-    return AnswerRequest(
-        req.messages or (),
-        req.settings,
-        req.mode,
-        prompt_style=STYLE_TEMPLATE,
-        text=(req.text or "") if req.messages is None else None,
-        output_format=req.output_format,
-        tools=req.tools,
-        tool_choice=req.tool_choice,
-        stops=req.stop,
-        context=ContextPolicy.REFUSE,
-        top_logprobs=req.top_logprobs,
-    )
-
-
 def _api_error(req: GenerationRequest, exc: Exception, opened: bool) -> ApiError:
     """What a client is told of `exc`; `opened`: raised once the answer had started."""
-    param = "tools" if req.tools else "response_format"
+    param = "tools" if req.answer.tools else "response_format"
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ConstraintError):  # a schema refused, or its grammar failed mid-answer

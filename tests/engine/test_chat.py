@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from chatapp.engine.chat import (
     NO_TEMPLATE_NOTICE,
+    PROMPT_STYLES,
     STYLE_CONTINUE,
     STYLE_PLAIN_CHAT,
     STYLE_TEMPLATE,
@@ -163,6 +165,36 @@ def test_a_style_is_an_argument_not_the_tokenizers_state(tokenizer: ChatTokenize
     assert tokenizer.render(hi) == templated == tokenizer.render(hi, style=STYLE_TEMPLATE)
     assert templated.startswith("<|im_start|>user\nHi")
     assert not hasattr(tokenizer, "use_style") and not hasattr(tokenizer, "prompt_style")
+
+
+def test_four_threads_rendering_at_once_get_the_prompts_of_serial_rendering(
+    tiny_model_dir: Path,
+) -> None:
+    """Server slots and the chat render on one tokenizer at once, each in its own style."""
+    tok = ChatTokenizer(tiny_model_dir)  # a fresh one: templates compile under the threads
+    chats = [
+        [Message("user", "Hi")],
+        [Message("system", "Be brief."), Message("user", "The capital of France is")],
+        [Message("user", "a"), Message("assistant", "b"), Message("user", "c <|im_end|>")],
+    ]
+    cases = [(i, style) for i in range(len(chats)) for style in PROMPT_STYLES]
+    serial = {case: tok.chat_ids(chats[case[0]], style=case[1]) for case in cases}
+    barrier = threading.Barrier(4)
+    results: list[list[tuple[tuple[int, str], list[int]]]] = [[] for _ in range(4)]
+
+    def render(slot: int) -> None:
+        barrier.wait()
+        for turn in range(40):
+            case = cases[(slot + turn) % len(cases)]  # each thread in another order
+            results[slot].append((case, tok.chat_ids(chats[case[0]], style=case[1])))
+
+    threads = [threading.Thread(target=render, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all(len(r) == 40 for r in results)
+    assert all(ids == serial[case] for r in results for case, ids in r)
 
 
 def test_continue_last_ends_the_prompt_with_the_cut_answer(tokenizer: ChatTokenizer) -> None:

@@ -31,7 +31,10 @@ def refused(body: dict[str, Any], store: ResponseStore | None = None) -> ApiErro
 
 def test_a_string_is_one_user_message_after_the_instructions() -> None:
     parsed = parse({"input": "Say hi", "instructions": "Be brief.", "max_output_tokens": 7})
-    assert parsed.request.answer.messages == (Message("system", "Be brief."), Message("user", "Say hi"))
+    assert parsed.request.answer.messages == (
+        Message("system", "Be brief."),
+        Message("user", "Say hi"),
+    )
     assert parsed.conversation == (Message("user", "Say hi"),)  # instructions are not kept
     assert parsed.request.answer.settings.max_new_tokens == 7 and not parsed.request.stream
 
@@ -77,13 +80,22 @@ def test_tools_choice_and_format_reach_the_chat_request() -> None:
     )
     (tool,) = parsed.request.answer.tools
     assert tool.name == "get_weather" and tool.parameters == WEATHER["parameters"]
-    assert parsed.request.answer.tool_choice.mode == "named" and parsed.tools[0]["name"] == "get_weather"
+    assert (
+        parsed.request.answer.tool_choice.mode == "named"
+        and parsed.tools[0]["name"] == "get_weather"
+    )
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     fmt = {"format": {"type": "json_schema", "name": "A", "schema": schema, "strict": True}}
     parsed = parse({"input": "x", "text": fmt})
     assert parsed.request.answer.output_format is not None
-    assert parsed.request.answer.output_format.schema == schema and parsed.request.answer.output_format.strict
-    assert parse({"input": "x", "text": {"format": {"type": "text"}}}).request.answer.output_format is None
+    assert (
+        parsed.request.answer.output_format.schema == schema
+        and parsed.request.answer.output_format.strict
+    )
+    assert (
+        parse({"input": "x", "text": {"format": {"type": "text"}}}).request.answer.output_format
+        is None
+    )
 
 
 def test_previous_response_id_prepends_the_kept_conversation() -> None:

@@ -361,7 +361,7 @@ def run_generate(args: argparse.Namespace) -> int:
     assert done is not None  # answer() ends with its AnswerDone
     stats = done.stats
     if args.json:
-        out: dict[str, Any] = {"text": done.text, **stats.to_dict()}
+        out: dict[str, Any] = {"text": done.text, **stats.to_dict(), "finish": done.finish.value}
         if tools:
             out["tool_calls"] = calls_as_json(done.tool_calls)
         out["device"] = engine.device.name

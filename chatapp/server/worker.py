@@ -322,7 +322,8 @@ class EngineWorker:
         )
         gone = served.cancelled.is_set()  # before Done: the receiver cancels when it closes
         made = done.tool_calls
-        _send(served, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
+        usage = done.usage
+        _send(served, Done(finish, usage.prompt_tokens, usage.completion_tokens, figures, made))
         self.log(
             f"request {served.id}: {stats.prompt_tokens} prompt + {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, {stats.mode}, "

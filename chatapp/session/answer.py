@@ -184,13 +184,14 @@ def answer(
         # the end of its document, and an end-of-text first would answer nothing at all.
         request = replace(request, settings=replace(request.settings, min_new_tokens=1))
     messages: Sequence[Message] = request.messages
+    # One plan for the count and the answer: the turns a cut leaves out hold no tools of the
+    # request's, and a plan without tools leaves calls-free turns as they are.
+    plan = _tool_plan(backend, request)
     if request.context is ContextPolicy.TRIM and caps.counts_tokens and request.text is None:
         messages, report = fit_messages(
             request.request_id,
             request.messages,
-            context_counter(
-                backend, _tool_plan(backend, request, request.messages), request.prompt_style
-            ),
+            context_counter(backend, plan, request.prompt_style),
             backend.max_context,
             request.settings.max_new_tokens,
         )
@@ -204,7 +205,6 @@ def answer(
             if should_stop() and not progress.finished:  # the next answer warms up
                 raise EngineError(WARM_UP_STOPPED)
     stops: StopBuffer[TokenInfo | None] = StopBuffer(request.stops)
-    plan = _tool_plan(backend, request, messages)
     calls = plan.stream() if plan is not None and plan.active else None
     gen = _open(backend, request, messages, mode, plan, lambda: should_stop() or stops.stopped)
     stats = gen.stats
@@ -245,13 +245,12 @@ def finish_reason(stats: RunStats, by_string: bool, calls: Sequence[ToolCall]) -
     return FinishReason.EOS if engine == FinishReason.EOS else FinishReason.STOP
 
 
-def _tool_plan(
-    backend: Backend, request: AnswerRequest, messages: Sequence[Message]
-) -> ToolPlan | None:
+def _tool_plan(backend: Backend, request: AnswerRequest) -> ToolPlan | None:
     """The request's tools, or its history's calls and results, as the model sees them."""
     if request.text is not None:
         return None
-    return tool_plan(backend, request.tools, request.tool_choice, messages, request.prompt_style)
+    tools, choice, style = request.tools, request.tool_choice, request.prompt_style
+    return tool_plan(backend, tools, choice, request.messages, style)
 
 
 def tool_plan(

@@ -110,6 +110,7 @@ def test_the_window_the_server_and_generate_give_the_same_answer_and_stop_alike(
         assert out.returncode == 0, out.stderr
         data = json.loads(out.stdout)
         assert data["text"] == (before if stops else text)
+        assert data["finish"] == ("stop_string" if stops else "length")  # the window's word
         if not stops:
             assert data["token_ids"] == ids
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from chatapp.engine.backend import AnswerStream, Backend, TokenEvent
 from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message, ToolCall
 from chatapp.engine.constraints import ConstraintError, OutputFormat
-from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError
+from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.stops import StopBuffer
@@ -37,7 +37,7 @@ from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
 from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.errors import RemoteError
-from chatapp.session.context import ContextReport, TokenCounter, counter_for, fit_messages
+from chatapp.session.context import ContextReport, counter_for, fit_messages
 from chatapp.session.prompt_style import answer_stops
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def answer(
         messages, report = fit_messages(
             request.request_id,
             request.messages,
-            context_counter(backend, plan, request.prompt_style),
+            counter_for(backend, request.prompt_style, plan),
             backend.max_context,
             request.settings.max_new_tokens,
         )
@@ -267,28 +267,6 @@ def tool_plan(
     if not tools and not any(m.role == "tool" or m.tool_calls for m in messages):
         return None
     return ToolPlan(tools, choice, tokenizer.source_of(style), tokenizer.tools_in_template(style))
-
-
-def context_counter(
-    backend: Backend, plan: ToolPlan | None, style: str = STYLE_TEMPLATE
-) -> Callable[[list[Message]], int]:
-    """What counts a chat's tokens for the context policy: with tools, as the model will see
-    the chat (the tools' definitions and instructions included), else the backend's counter."""
-    tokenizer = backend.chat_tokenizer
-    if plan is None or tokenizer is None:
-        return counter_for(backend, style)
-    tools = plan.template_tools()
-
-    def count(messages: list[Message]) -> int:
-        # The policy's probe turn has only a role and a content: as messages, for the plan.
-        chat = [m if isinstance(m, Message) else Message(m.role, m.content) for m in messages]
-        try:
-            ids = tokenizer.chat_ids(plan.messages(chat), backend.max_context, tools, style=style)
-            return len(ids)
-        except ContextOverflowError as exc:  # far too long: a lower bound above the context
-            return exc.prompt_tokens
-
-    return TokenCounter(count)
 
 
 def _open(

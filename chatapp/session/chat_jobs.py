@@ -38,11 +38,10 @@ from chatapp.session.answer import (
     TextDelta,
     ToolPiece,
     answer,
-    context_counter,
     tool_plan,
 )
 from chatapp.session.chat_settings import GenerationOptions
-from chatapp.session.context import ContextReport, ContextRequest, fit_messages
+from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
@@ -261,7 +260,7 @@ def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
         _, report = fit_messages(
             control.request_id,
             request.messages,
-            context_counter(backend, plan, style),
+            counter_for(backend, style, plan),
             backend.max_context,
             request.max_new_tokens,
         )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from chatapp.engine.backend import Backend
 from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.errors import ContextOverflowError
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
+from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
 from chatapp.session.context_policy import fit_to_context
 
 # The answer's room is "max new tokens", but never more than this share of the context: with a
@@ -144,27 +144,37 @@ _counters: weakref.WeakKeyDictionary[object, dict[tuple[str, int], TokenCounter]
 )
 
 
-def counter_for(backend: Backend, style: str = STYLE_TEMPLATE) -> TokenCounter:
-    """One TokenCounter per tokenizer and prompt style (a new model starts a new memory; the
-    same turn is another number of tokens as text to continue). A backend without a
-    tokenizer here (a server) counts nothing: ValueError."""
+def counter_for(
+    backend: Backend, style: str = STYLE_TEMPLATE, plan: ToolPlan | None = None
+) -> TokenCounter:
+    """What counts a chat's tokens for the context policy, as the model will see the chat in
+    `style`: with a tool plan, the tools' definitions and instructions included (a counter for
+    this answer); without, one counter per tokenizer and style that remembers (a new model
+    starts a new memory; the same turn is another number of tokens as text to continue).
+    A backend without a tokenizer here (a server) counts nothing: ValueError."""
     tokenizer = backend.chat_tokenizer
     if tokenizer is None:
         raise ValueError(f"{backend.answerer} counts its own tokens")
+    limit = backend.max_context
+    tools = plan.template_tools() if plan is not None else None
+
+    def count(messages: list[Message]) -> int:
+        """Exact, or for a chat far too long for the context a lower bound above it."""
+        if plan is not None:  # the policy's probe turn has only a role and a content
+            chat = [m if isinstance(m, Message) else Message(m.role, m.content) for m in messages]
+            messages = plan.messages(chat)
+        try:
+            return len(tokenizer.chat_ids(messages, limit, tools, style=style))
+        except ContextOverflowError as exc:
+            return exc.prompt_tokens
+
+    if plan is not None:
+        return TokenCounter(count)
     counters = _counters.get(tokenizer)
     if counters is None:
         counters = _counters[tokenizer] = {}
-    limit = backend.max_context
     counter = counters.get((style, limit))
     if counter is None:
-
-        def count(messages: list[Message]) -> int:
-            """Exact, or for a chat far too long for the context a lower bound above it."""
-            try:
-                return len(tokenizer.chat_ids(messages, limit, style=style))
-            except ContextOverflowError as exc:
-                return exc.prompt_tokens
-
         counter = counters[style, limit] = TokenCounter(count)
     return counter
 

@@ -188,14 +188,8 @@ def answer(
     # request's, and a plan without tools leaves calls-free turns as they are.
     plan = _tool_plan(backend, request)
     if request.context is ContextPolicy.TRIM and caps.counts_tokens and request.text is None:
-        messages, report = fit_messages(
-            request.request_id,
-            request.messages,
-            counter_for(backend, request.prompt_style, plan),
-            backend.max_context,
-            request.settings.max_new_tokens,
-        )
-        yield replace(report, model=backend.answerer)
+        messages, report = _fit(backend, request, plan)
+        yield report
     mode = request.mode if caps.chooses_loop else None
     if backend.needs_warm_up(mode):
         # The device's first runs compile its programs: a phase of their own, ahead of the
@@ -245,28 +239,36 @@ def finish_reason(stats: RunStats, by_string: bool, calls: Sequence[ToolCall]) -
     return FinishReason.EOS if engine == FinishReason.EOS else FinishReason.STOP
 
 
+def measure_context(backend: Backend, request: AnswerRequest) -> ContextReport:
+    """What of the chat `request` would send (the window's context policy), counted as its
+    answer counts it; nothing is generated."""
+    return _fit(backend, request, _tool_plan(backend, request))[1]
+
+
+def _fit(
+    backend: Backend, request: AnswerRequest, plan: ToolPlan | None
+) -> tuple[list[Message], ContextReport]:
+    messages, report = fit_messages(
+        request.request_id,
+        request.messages,
+        counter_for(backend, request.prompt_style, plan),
+        backend.max_context,
+        request.settings.max_new_tokens,
+    )
+    return messages, replace(report, model=backend.answerer)
+
+
 def _tool_plan(backend: Backend, request: AnswerRequest) -> ToolPlan | None:
-    """The request's tools, or its history's calls and results, as the model sees them."""
-    if request.text is not None:
-        return None
-    tools, choice, style = request.tools, request.tool_choice, request.prompt_style
-    return tool_plan(backend, tools, choice, request.messages, style)
-
-
-def tool_plan(
-    backend: Backend,
-    tools: tuple[Tool, ...],
-    choice: ToolChoice,
-    messages: Sequence[Message],
-    style: str = STYLE_TEMPLATE,
-) -> ToolPlan | None:
-    """How `tools` (or the calls and results in `messages`) reach the model; None: no tools."""
+    """How the request's tools (or its history's calls and results) reach the model in its
+    prompt style; None: a raw text, no tools, or no tokenizer here."""
     tokenizer = backend.chat_tokenizer
-    if tokenizer is None:
+    if request.text is not None or tokenizer is None:
         return None
-    if not tools and not any(m.role == "tool" or m.tool_calls for m in messages):
+    tools, style = request.tools, request.prompt_style
+    if not tools and not any(m.role == "tool" or m.tool_calls for m in request.messages):
         return None
-    return ToolPlan(tools, choice, tokenizer.source_of(style), tokenizer.tools_in_template(style))
+    source, native = tokenizer.source_of(style), tokenizer.tools_in_template(style)
+    return ToolPlan(tools, request.tool_choice, source, native)
 
 
 def _open(

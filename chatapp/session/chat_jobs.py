@@ -38,10 +38,10 @@ from chatapp.session.answer import (
     TextDelta,
     ToolPiece,
     answer,
-    tool_plan,
+    measure_context,
 )
 from chatapp.session.chat_settings import GenerationOptions
-from chatapp.session.context import ContextReport, ContextRequest, counter_for, fit_messages
+from chatapp.session.context import ContextReport
 from chatapp.session.jobs import Job, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
@@ -244,27 +244,28 @@ def failure_stats(partial: object) -> RunStats | None:
     return stats
 
 
-def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
-    """What the context policy would send now (no answer is generated); returns a
+def measured_request(messages: tuple[Message, ...], options: GenerationOptions) -> AnswerRequest:
+    """The request the next answer would send, for the context measure: the JSON answer adds
+    no prompt text, and a tool choice that names no tool counts as no tools (the answer then
+    says why)."""
+    options = replace(options, json_schema=None)
+    try:
+        return answer_request(messages, options)
+    except ToolSpecError:
+        return answer_request(messages, replace(options, tools=()))
+
+
+def measure_context_job(host: EngineHost, request: AnswerRequest) -> Job:
+    """What the context policy would send of `request` now (no answer is generated); returns a
     ContextReport, or None before a model is loaded."""
 
     def run(control: JobControl) -> ContextReport | None:
         if host.engine is None:
             return None
         backend: Backend = host.backend()
-        tokenizer = backend.chat_tokenizer
-        if tokenizer is None:  # a server's tokens are not known
+        if backend.chat_tokenizer is None:  # a server's tokens are not known
             return None
-        style = request.prompt_style
-        plan = tool_plan(backend, request.tools, request.tool_choice, request.messages, style)
-        _, report = fit_messages(
-            control.request_id,
-            request.messages,
-            counter_for(backend, style, plan),
-            backend.max_context,
-            request.max_new_tokens,
-        )
-        return replace(report, model=backend.answerer)
+        return measure_context(backend, replace(request, request_id=control.request_id))
 
     # A template that rejects the messages: the answer will say so; the log keeps it.
     return Job("context measurement", run, lambda exc: failed("Counting tokens", exc))

@@ -22,7 +22,6 @@ from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.modes import Mode
-from chatapp.engine.tool_calls import NO_TOOLS
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.session.answer import cpu_reason
 from chatapp.session.chat_jobs import (
@@ -33,10 +32,11 @@ from chatapp.session.chat_jobs import (
     failed_figures,
     failure_stats,
     measure_context_job,
+    measured_request,
     window_job,
 )
 from chatapp.session.chat_settings import GenerationOptions
-from chatapp.session.context import ContextReport, ContextRequest
+from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.jobs import JobError
 from chatapp.session.model_jobs import (
@@ -58,7 +58,6 @@ from chatapp.session.remote_jobs import (
     disconnect_job,
 )
 from chatapp.session.running import JobWatcher, RunningJob, Submit, YieldedBatch
-from chatapp.session.tool_specs import usable_choice
 
 
 class State(Enum):
@@ -282,10 +281,7 @@ class ChatSession:
         if self.state is not State.READY or not self.conversation.messages:
             return False
         messages = tuple(self.conversation.engine_messages(options.system_prompt))
-        choice = usable_choice(options.tool_choice, options.tools)  # the tools' text counts
-        tools = options.tools if choice is not NO_TOOLS else ()
-        max_new = options.settings.max_new_tokens
-        request = ContextRequest(messages, max_new, options.prompt_style, tools, choice)
+        request = measured_request(messages, options)  # the tools' text counts
         # Errors: the log has them.
         watcher = JobWatcher(on_finished=self._on_context)
         job = self.submit(measure_context_job(self.host, request), watcher)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from chatapp.engine.backend import Backend
 from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.errors import ContextOverflowError
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
+from chatapp.engine.tool_calls import ToolPlan
 from chatapp.session.context_policy import fit_to_context
 
 # The answer's room is "max new tokens", but never more than this share of the context: with a
@@ -36,15 +36,6 @@ POLICY_TEXT = (
     "the model has already read, and the whole prompt is read again only when the context "
     "fills up once more."
 )
-
-
-@dataclass(frozen=True)
-class ContextRequest:
-    messages: tuple[Message, ...]  # as sent: the system prompt (if any), then the conversation
-    max_new_tokens: int
-    prompt_style: str = STYLE_TEMPLATE  # how the prompt is built (engine/chat.py PROMPT_STYLES)
-    tools: tuple[Tool, ...] = ()  # the functions the next answer may call: their text counts
-    tool_choice: ToolChoice = NO_TOOLS
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ from chatapp.session.chat_jobs import (
     TokenItem,
     failure_stats,
     measure_context_job,
+    measured_request,
     window_job,
 )
 from chatapp.session.chat_settings import GenerationOptions
-from chatapp.session.context import ContextReport, ContextRequest
+from chatapp.session.context import ContextReport
 from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
 from tests.session.drive import drive
@@ -196,7 +197,8 @@ def test_a_snapshot_copies_the_running_figures() -> None:
 
 
 def test_measuring_the_context_needs_a_model(host: EngineHost) -> None:
-    request = ContextRequest((Message("user", "hi"), Message("assistant", "hello")), 64)
+    chat = (Message("user", "hi"), Message("assistant", "hello"))
+    request = measured_request(chat, opts(SamplingSettings(max_new_tokens=64)))
     assert drive(measure_context_job(EngineHost(), request)).result is None
     report = drive(measure_context_job(host, request), request_id=4).result
     assert report.request_id == 4 and report.message_count == 2 and report.fits
@@ -304,10 +306,16 @@ def test_the_context_count_includes_the_tools_the_next_answer_is_given(host: Eng
 
     pick = Tool("pick", "Pick a colour", {"type": "object", "properties": {"c": {"enum": ["r"]}}})
     messages = (Message("user", "hi"), Message("assistant", "hello"))
-    plain = drive(measure_context_job(host, ContextRequest(messages, 64))).result
+    options = opts(SamplingSettings(max_new_tokens=64))
+    plain = drive(measure_context_job(host, measured_request(messages, options))).result
     choice = choice_by_word("required", (pick,))
-    with_tools = ContextRequest(messages, 64, tools=(pick,), tool_choice=choice)
-    counted = drive(measure_context_job(host, with_tools)).result
+    with_tools = replace(options, tools=(pick,), tool_choice="required")
+    counted = drive(measure_context_job(host, measured_request(messages, with_tools))).result
+    # A choice naming no tool counts as no tools (the answer says why), and the JSON answer
+    # adds no prompt text.
+    wrong = replace(with_tools, tool_choice="get_time", json_schema="{nope")
+    counted_wrong = drive(measure_context_job(host, measured_request(messages, wrong))).result
+    assert (counted_wrong.prompt_tokens, counted_wrong.turns) == (plain.prompt_tokens, plain.turns)
     tokenizer = host.engine.tokenizer
     plan = ToolPlan((pick,), choice, tokenizer.template_source, tokenizer.supports_tools)
     sent = tokenizer.chat_ids(plan.messages(list(messages)), None, plan.template_tools())

@@ -23,10 +23,10 @@ from chatapp.session.chat_jobs import (
     TokenItem,
     answer_figures,
     measure_context_job,
+    measured_request,
     window_job,
 )
 from chatapp.session.chat_settings import GenerationOptions
-from chatapp.session.context import ContextRequest
 from chatapp.session.model_jobs import EngineHost, LoadRequest, load_job
 from chatapp.session.remote_jobs import (
     ConnectRequest,
@@ -129,7 +129,7 @@ def test_the_context_is_not_measured_while_a_server_answers(
 ) -> None:
     host = connected(served)
     host.engine = Engine(tiny_model_dir, threads=1)
-    request = ContextRequest(HELLO, 8)
+    request = measured_request(HELLO, NAIVE)
     assert drive(measure_context_job(host, request)).result is None
     drive(disconnect_job(host))
     assert host.remote is None and host.backend() is host.engine

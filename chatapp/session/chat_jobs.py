@@ -18,7 +18,7 @@ import logging
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any
 
 from chatapp.engine.backend import Backend
 from chatapp.engine.chat import Message
@@ -42,7 +42,7 @@ from chatapp.session.answer import (
 )
 from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.context import ContextReport
-from chatapp.session.jobs import Job, JobControl, failed
+from chatapp.session.jobs import Job, JobControl, JobResult, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
 from chatapp.session.tool_specs import ToolSpecError, choice_by_word, with_calls
@@ -187,16 +187,13 @@ def window_job(
     options: GenerationOptions,
     continue_last: bool = False,
 ) -> Job:
-    """The window's answer to `messages` as the side panel decided. A request that cannot be
-    made (its JSON schema, its tool choice) fails as an answer does: through the same
-    observers, in the same order."""
-    try:
-        return generate_job(host, answer_request(messages, options, continue_last))
-    except (ConstraintError, ToolSpecError) as exc:
-        refused = exc
+    """The window's answer to `messages` as the side panel decided. The request is made on the
+    worker (a JSON schema is checked there, off the GUI thread); one that cannot be made (its
+    schema, its tool choice) fails as an answer does."""
 
-    def run(control: JobControl) -> NoReturn:
-        raise refused
+    def run(control: JobControl) -> JobResult:
+        request = answer_request(messages, options, continue_last)
+        return generate_job(host, request).run(control)
 
     return Job("generation", run, _explain_generation, (EngineError, ValueError))
 

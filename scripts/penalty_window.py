@@ -47,19 +47,19 @@ def main() -> int:
     parser.add_argument("--new", type=int, default=256, help="tokens per answer at most")
     args = parser.parse_args()
 
-    from chatapp.engine.chat import STYLE_CONTINUE, Message
+    from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message
     from chatapp.engine.engine import Engine
 
     engine = Engine(args.folder)
-    if args.cont:
-        engine.tokenizer.use_style(STYLE_CONTINUE)
+    style = STYLE_CONTINUE if args.cont else STYLE_TEMPLATE
     base = replace(engine.model.sampling.settings, max_new_tokens=args.new)
     print(f"{engine.info.name}: {engine.model.sampling.source}; {base}")
     for prompt in CONTINUE if args.cont else CHAT:
         row = []
         for last in (int(n) for n in args.last.split(",")):
             engine.reset()
-            answer = engine.chat([Message("user", prompt)], replace(base, penalty_last_n=last))
+            settings = replace(base, penalty_last_n=last)
+            answer = engine.chat([Message("user", prompt)], settings, style=style)
             answer.run()
             seen, count = repeated(answer.text)
             stats = answer.stats

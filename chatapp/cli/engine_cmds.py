@@ -361,7 +361,7 @@ def run_generate(args: argparse.Namespace) -> int:
     assert done is not None  # answer() ends with its AnswerDone
     stats = done.stats
     if args.json:
-        out: dict[str, Any] = {"text": done.text, **stats.to_dict()}
+        out: dict[str, Any] = {"text": done.text, **stats.to_dict(), "finish": done.finish.value}
         if tools:
             out["tool_calls"] = calls_as_json(done.tool_calls)
         out["device"] = engine.device.name
@@ -379,7 +379,7 @@ def run_generate(args: argparse.Namespace) -> int:
         print(
             f"[{stats.mode} on {stats.device}{named}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
-            f"perplexity {formatting.perplexity(stats.perplexity)}, finish: {stats.finish_reason}]",
+            f"perplexity {formatting.perplexity(stats.perplexity)}, finish: {done.finish}]",
             file=sys.stderr,
         )
     return 0

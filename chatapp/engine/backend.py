@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from chatapp.engine.chat import STYLE_TEMPLATE
+
 if TYPE_CHECKING:
     from chatapp.engine.chat import ChatTokenizer, Message
     from chatapp.engine.constraints import OutputFormat
@@ -78,6 +80,7 @@ class Backend(Protocol):
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         continue_last: bool = False,
+        style: str = STYLE_TEMPLATE,  # engine/chat.py PROMPT_STYLES (a server: its own)
     ) -> AnswerStream: ...
     def generate_ids(
         self,

@@ -34,7 +34,8 @@ NO_TEMPLATE_NOTICE = (
     "the model starts a turn of its own."
 )
 
-# How a conversation becomes the prompt (ChatTokenizer.use_style).
+# How a conversation becomes the prompt: an argument of every render, never the tokenizer's
+# state, so the chat, a served request and a comparison sharing one model render alike.
 STYLE_TEMPLATE = "template"  # the model's own chat template (the fallback without one)
 STYLE_CONTINUE = "continue"  # text continuation: the messages' text is one document to go on
 STYLE_PLAIN_CHAT = "plain-chat"  # "User: ..." / "Assistant:" lines (FALLBACK_TEMPLATE)
@@ -140,11 +141,11 @@ class ChatTokenizer:
         source = _template_source(getattr(self.tok, "chat_template", None))
         self.has_template = bool(source)
         self._own_source = source or FALLBACK_TEMPLATE
-        self._template_source = self._own_source
-        self.prompt_style = STYLE_TEMPLATE
-        self._template: ChatTemplate | None = None
-        self._template_error: ModelError | None = None
-        self._ordinary_renders = False  # a small ordinary chat rendered within the limits
+        # Compiled once per template text; several threads (server slots, the chat) render
+        # at once, so what is kept here only grows and never says which style is in use.
+        self._templates: dict[str, ChatTemplate] = {}
+        self._template_errors: dict[str, ModelError] = {}
+        self._ordinary_renders: set[str] = set()  # a small ordinary chat rendered within limits
         self._control = ControlTokens(self.tok)
         self._max_chars: int | None = None
         self._last_long: tuple[bool, str, array[int]] | None = None  # see _encode_once
@@ -193,19 +194,20 @@ class ChatTokenizer:
         shown = [i for i in ids if i not in hidden] if hidden else list(ids)
         return str(self.tok.decode(shown, skip_special_tokens=True))
 
-    def use_style(self, style: str) -> None:
-        """How later prompts are built (one of PROMPT_STYLES): the model's template, text
-        continuation, or plain "User:" / "Assistant:" lines."""
+    def source_of(self, style: str = STYLE_TEMPLATE) -> str:
+        """The template text a style renders with (one of PROMPT_STYLES): the model's own,
+        text continuation, or plain "User:" / "Assistant:" lines."""
         if style not in PROMPT_STYLES:
             raise ValueError(f"unknown prompt style {style!r}")
-        source = {STYLE_CONTINUE: CONTINUE_TEMPLATE, STYLE_PLAIN_CHAT: FALLBACK_TEMPLATE}.get(
+        return {STYLE_CONTINUE: CONTINUE_TEMPLATE, STYLE_PLAIN_CHAT: FALLBACK_TEMPLATE}.get(
             style, self._own_source
         )
-        if source != self._template_source:
-            self._template_source = source
-            self._template, self._template_error = None, None
-            self._ordinary_renders = False
-        self.prompt_style = style
+
+    def tools_in_template(self, style: str = STYLE_TEMPLATE) -> bool:
+        """Does `style` render with the model's own template, and does that describe tools
+        (Qwen 2.5/3, Llama 3.1+, ...)?"""
+        source = self.source_of(style)
+        return self.has_template and source == self._own_source and "tools" in source
 
     def default_system_prompt(self) -> str:
         """The system text the template writes when a chat has none (SmolLM2's "You are a
@@ -227,24 +229,23 @@ class ChatTokenizer:
     @property
     def template_source(self) -> str:
         """The chat template's text (the fallback for folders without one)."""
-        return self._template_source
+        return self._own_source
 
     @property
     def supports_tools(self) -> bool:
         """Does the model's own template describe tools (Qwen 2.5/3, Llama 3.1+, ...)?"""
-        return (
-            self.has_template
-            and self._template_source == self._own_source
-            and "tools" in self._template_source
-        )
+        return self.tools_in_template(STYLE_TEMPLATE)
 
     def render(
         self,
         messages: Sequence[Message],
         add_generation_prompt: bool = True,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        style: str = STYLE_TEMPLATE,
     ) -> str:
-        return self._render([m.as_dict() for m in messages], add_generation_prompt, tools)
+        """The prompt text: a pure function of the messages, the tools and the style."""
+        source = self.source_of(style)
+        return self._render([m.as_dict() for m in messages], add_generation_prompt, tools, source)
 
     def chat_ids(
         self,
@@ -252,8 +253,10 @@ class ChatTokenizer:
         limit: int | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         continue_last: bool = False,
+        style: str = STYLE_TEMPLATE,
     ) -> list[int]:
-        """Prompt ids: the template's control tokens as tokens, the messages' text as text.
+        """Prompt ids: the template's control tokens as tokens, the messages' text as text,
+        rendered in `style` (PROMPT_STYLES).
 
         With `limit`, a chat whose text cannot fit in that many tokens (more characters than
         `limit` tokens of the vocabulary's longest can cover) raises ContextOverflowError
@@ -265,12 +268,13 @@ class ChatTokenizer:
         partial = ""
         if continue_last and messages and messages[-1].role == "assistant":
             partial = messages.pop().content
-        text = self.render(messages, tools=tools) + partial
+        source = self.source_of(style)
+        text = self._render([m.as_dict() for m in messages], True, tools, source) + partial
         self._check_length(text, limit)
         if not any(self._control.found_in(m.content) for m in [*messages, Message("", partial)]):
             return self.with_bos(self._encode_once(text, False))
         marked = [{**m.as_dict(), "content": self._control.mark(m.content)} for m in messages]
-        prompt = self._render(marked, True, tools) + self._control.mark(partial)
+        prompt = self._render(marked, True, tools, source) + self._control.mark(partial)
         return self.with_bos(self._encode_once(prompt, True))
 
     def _encode_once(self, prompt: str, marked: bool) -> list[int]:
@@ -311,51 +315,69 @@ class ChatTokenizer:
         self,
         dicts: list[dict[str, Any]],
         add_generation_prompt: bool,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None,
+        source: str,
     ) -> str:
         """A template that refuses a system role (Gemma's) gets the system text at the top of
         the first user message instead."""
         try:
-            return self._render_as_is(dicts, add_generation_prompt, tools)
+            return self._render_as_is(dicts, add_generation_prompt, tools, source)
         except TemplateLimitError:
             raise
         except ModelError:
             folded = _fold_system_message(dicts)
             if folded is None:
                 raise
-            return self._render_as_is(folded, add_generation_prompt, tools)
+            return self._render_as_is(folded, add_generation_prompt, tools, source)
 
     def _render_as_is(
         self,
         dicts: list[dict[str, Any]],
         add_generation_prompt: bool,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None,
+        source: str,
     ) -> str:
-        if self._template_error is not None:  # a template that hit a limit fails fast after
-            raise self._template_error
+        failed = self._template_errors.get(source)
+        if failed is not None:  # a template that hit a limit fails fast after
+            raise failed
+        template: ChatTemplate | None = None
         try:
-            if self._template is None:
-                self._template = ChatTemplate(self._template_source)
+            template = self._compiled(source)
             listed = [dict(t) for t in tools] if tools else None
             context = {**_special_tokens(self.tok), "tools": listed, "documents": None}
-            return self._template.render(
+            return template.render(
                 messages=dicts, add_generation_prompt=add_generation_prompt, **context
             )
         except TemplateLimitError as exc:
-            self._after_limit(exc, dicts)
+            if template is not None:
+                self._after_limit(exc, dicts, source, template)
             raise
         except ModelError:
             raise
         except Exception as exc:  # a template may reject e.g. a system role
             raise ModelError(f"The model's chat template failed: {first_line(exc)}") from exc
 
-    def _after_limit(self, exc: TemplateLimitError, dicts: list[dict[str, Any]]) -> None:
+    def _compiled(self, source: str) -> ChatTemplate:
+        template = self._templates.get(source)
+        if template is None:  # two threads may both compile it: either copy serves
+            template = self._templates.setdefault(source, ChatTemplate(source))
+        return template
+
+    def _after_limit(
+        self,
+        exc: TemplateLimitError,
+        dicts: list[dict[str, Any]],
+        source: str,
+        template: ChatTemplate,
+    ) -> None:
         """Whose fault the limit was: the request's content (it alone is refused) or the
         template's (an ordinary chat hits the limit too: it fails fast from now on). A huge
         conversation must not switch the template off for every later one."""
         chars = sum(len(str(d.get("content") or "")) for d in dicts)
-        if not self._ordinary_renders and not self._renders_ordinary_chat():
-            self._template_error = exc
+        if source not in self._ordinary_renders and not self._renders_ordinary_chat(
+            source, template
+        ):
+            self._template_errors[source] = exc
             log.warning(
                 "the chat template hit a limit on an ordinary chat too; it is refused from now "
                 "on (%s)",
@@ -370,19 +392,18 @@ class ChatTokenizer:
                 exc,
             )
 
-    def _renders_ordinary_chat(self) -> bool:
+    def _renders_ordinary_chat(self, source: str, template: ChatTemplate) -> bool:
         """A small ordinary chat renders within the limits (asked once, then remembered)."""
-        assert self._template is not None
         context = {**_special_tokens(self.tok), "tools": None, "documents": None}
         try:
-            self._template.render(
+            template.render(
                 messages=[dict(m) for m in ORDINARY_CHAT], add_generation_prompt=True, **context
             )
         except TemplateLimitError:
             return False
         except Exception:  # e.g. it refuses something else: not a question of limits
             pass
-        self._ordinary_renders = True
+        self._ordinary_renders.add(source)
         return True
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from chatapp.engine.backend import Capabilities
-from chatapp.engine.chat import ChatTokenizer, IncrementalDetokenizer, Message
+from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import (
     CPU,
@@ -341,13 +341,15 @@ class Engine:
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         continue_last: bool = False,
+        style: str = STYLE_TEMPLATE,
         loop: KVLoop | None = None,
     ) -> Generation:
         """`tools` (OpenAI's function entries) go to the chat template, for models whose
         template describes tools; see chatapp/engine/tool_calls.py for the others.
-        `continue_last`: the last message is an answer to go on with (ChatTokenizer.chat_ids)."""
+        `continue_last`: the last message is an answer to go on with (ChatTokenizer.chat_ids);
+        `style`: how the messages become the prompt (engine/chat.py PROMPT_STYLES)."""
         ids = self.tokenizer.chat_ids(
-            messages, self.max_context, tools=tools, continue_last=continue_last
+            messages, self.max_context, tools=tools, continue_last=continue_last, style=style
         )
         return self.generate_ids(
             ids,
@@ -370,9 +372,9 @@ class Engine:
     def chat_tokenizer(self) -> ChatTokenizer:
         return self.tokenizer
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
+    def count_tokens(self, messages: Sequence[Message], style: str = STYLE_TEMPLATE) -> int:
         """Exact, or for a chat far too long for the context a lower bound above it."""
         try:
-            return len(self.tokenizer.chat_ids(messages, self.max_context))
+            return len(self.tokenizer.chat_ids(messages, self.max_context, style=style))
         except ContextOverflowError as exc:
             return exc.prompt_tokens

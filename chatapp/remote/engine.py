@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from chatapp.engine.backend import Capabilities
-from chatapp.engine.chat import Message
+from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
@@ -167,8 +167,10 @@ class RemoteEngine:
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         continue_last: bool = False,
+        style: str = STYLE_TEMPLATE,
     ) -> RemoteGeneration:
-        """`mode` (naive / iobinding) is sent only to a chatapp server; others have no loop.
+        """`mode` (naive / iobinding) is sent only to a chatapp server; others have no loop;
+        `style` is not sent: a server renders a chat with its own template.
         What `capabilities` says a server cannot do is an EngineError."""
         if output_format is not None or tools or continue_last or top_logprobs:
             raise EngineError("A server answers a chat here, without JSON, tools or Continue.")

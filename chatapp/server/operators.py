@@ -233,12 +233,15 @@ def _request_view(request: ServedRequest, now: float, with_prompt: bool) -> dict
         "queued_s": round(started - request.queued_at, 3),
         "prompt_tokens": request.prompt_tokens,
         "generated_tokens": request.generated_tokens,
-        "max_tokens": req.settings.max_new_tokens,
-        "loop": str(req.mode),
+        "max_tokens": req.answer.settings.max_new_tokens,
+        "loop": str(req.answer.mode),
         "stream": req.stream,
     }
     if with_prompt:
-        view["prompt"] = req.text if req.messages is None else [m.as_dict() for m in req.messages]
+        asked = req.answer
+        view["prompt"] = (
+            asked.text if asked.text is not None else [m.as_dict() for m in asked.messages]
+        )
     return view
 
 

@@ -12,11 +12,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chatapp.engine.chat import Message
-from chatapp.engine.constraints import OutputFormat
+from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import MAX_LOGIT_BIAS, PENALTY_ALL, SamplingSettings
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
 from chatapp.server.request_limits import (
@@ -24,6 +22,7 @@ from chatapp.server.request_limits import (
     check_message_count,
     check_text_size,
 )
+from chatapp.session.answer import AnswerRequest, ContextPolicy
 
 MAX_STOPS = 4  # OpenAI's limit
 MAX_STOP_CHARS = 200
@@ -46,36 +45,45 @@ ROLES = {
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """What the engine is asked to do, whichever endpoint it came from."""
+    """An API request, whichever endpoint it came from: the answer asked for (the one
+    `AnswerRequest` the window and the CLI build too) and how it goes back over HTTP."""
 
-    messages: tuple[Message, ...] | None  # a chat (templated by the engine) ...
-    text: str | None  # ... or a raw prompt to continue
-    settings: SamplingSettings
-    mode: str  # the loop: naive | iobinding
-    stop: tuple[str, ...]
+    answer: AnswerRequest  # a chat (`messages`) or a raw prompt (`text`) to continue
     logprobs: bool
-    top_logprobs: int
     stream: bool
     include_usage: bool
     model: str | None
-    output_format: OutputFormat | None = None  # response_format json_object / json_schema
-    tools: tuple[Tool, ...] = ()
-    tool_choice: ToolChoice = NO_TOOLS
     n: int = 1  # choices asked for: `choices()` gives one request per choice
 
     def choices(self) -> list[GenerationRequest]:
         """One request per choice, each with n = 1. Choice i samples with seed + i (mod 2^63),
         so choice 0 is the answer the same request gets with n = 1, and choice i is the one
         it gets with n = 1 and seed + i; without a seed each choice draws its own."""
-        seed = self.settings.seed
+        settings, seed = self.answer.settings, self.answer.settings.seed
         return [
             replace(
                 self,
                 n=1,
-                settings=replace(self.settings, seed=None if seed is None else (seed + i) % 2**63),
+                answer=replace(
+                    self.answer,
+                    settings=replace(settings, seed=None if seed is None else (seed + i) % 2**63),
+                ),
             )
             for i in range(self.n)
         ]
+
+
+def _answer(body: dict[str, Any], max_tokens: int, vocab_size: int, mode: str) -> AnswerRequest:
+    """The fields both endpoints share. A prompt that does not fit is refused (400), and a chat
+    renders with the model's template whatever style the window's chat uses."""
+    return AnswerRequest(
+        (),
+        _settings(body, max_tokens, vocab_size),
+        _mode(body, mode),
+        stops=_stops(body.get("stop")),
+        context=ContextPolicy.REFUSE,
+        prompt_style=STYLE_TEMPLATE,
+    )
 
 
 def parse_chat(
@@ -116,20 +124,20 @@ def chat_request(
     if top and not logprobs:
         raise invalid("top_logprobs needs logprobs set to true.", "top_logprobs")
     max_tokens = _first_int(body, ("max_completion_tokens", "max_tokens"), max_context)
-    return GenerationRequest(
+    answer = replace(
+        _answer(body, max_tokens, vocab_size, default_mode),
         messages=messages,
-        text=None,
-        settings=_settings(body, max_tokens, vocab_size),
-        mode=_mode(body, default_mode),
-        stop=_stops(body.get("stop")),
-        logprobs=logprobs,
         top_logprobs=top,
-        stream=_bool(body, "stream", False),
-        include_usage=_include_usage(body),
-        model=_model(body),
         output_format=output_format,
         tools=tools,
         tool_choice=choice,
+    )
+    return GenerationRequest(
+        answer,
+        logprobs=logprobs,
+        stream=_bool(body, "stream", False),
+        include_usage=_include_usage(body),
+        model=_model(body),
     )
 
 
@@ -157,14 +165,11 @@ def parse_completion(
     max_tokens = _first_int(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
     prompt = _prompt(body.get("prompt"))
     check_text_size(len(prompt), max_context, max_chars, "prompt")
+    answer = _answer(body, max_tokens, vocab_size, default_mode)
+    answer = replace(answer, text=prompt, top_logprobs=top)
     return GenerationRequest(
-        messages=None,
-        text=prompt,
-        settings=_settings(body, max_tokens, vocab_size),
-        mode=_mode(body, default_mode),
-        stop=_stops(body.get("stop")),
+        answer,
         logprobs=raw is not None,
-        top_logprobs=top,
         stream=_bool(body, "stream", False),
         include_usage=_include_usage(body),
         model=_model(body),

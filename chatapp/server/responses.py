@@ -193,7 +193,7 @@ class Answer:
             "token_logprobs": [t.logprob for t in tokens],
             "top_logprobs": (
                 [{tok: lp for tok, _, lp in t.top} for t in tokens]
-                if self.request.top_logprobs
+                if self.request.answer.top_logprobs
                 else None
             ),
             "text_offset": offsets,

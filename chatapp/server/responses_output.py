@@ -127,7 +127,7 @@ class ResponsesReply:
 
     # ---- the response object ---------------------------------------------------------
     def response(self, status: str, done: Done | None = None) -> dict[str, Any]:
-        parsed, settings = self.parsed, self.parsed.request.settings
+        parsed, settings = self.parsed, self.parsed.request.answer.settings
         body: dict[str, Any] = {
             "id": self.id,
             "object": "response",

@@ -49,8 +49,6 @@ from chatapp.server.request_body import GenerationRequest
 from chatapp.server.token_text import TokenText
 from chatapp.session.answer import (
     AnswerDone,
-    AnswerRequest,
-    ContextPolicy,
     Opened,
     TextDelta,
     TokenInfo,
@@ -251,7 +249,7 @@ class EngineWorker:
         with self._lock:
             self._active[request.id] = request
         try:
-            if slot is not None and request.request.mode != Mode.IOBINDING:
+            if slot is not None and request.request.answer.mode != Mode.IOBINDING:
                 # Another loop runs on the engine's own cache, alone: the batch's steps and
                 # prefills wait for it (a teaching request, not a throughput one).
                 with slot.batch.run_lock:
@@ -288,7 +286,7 @@ class EngineWorker:
         stats: RunStats | None = None
         done: AnswerDone | None = None
         try:
-            for event in answer(backend, _asked(served.request), served.cancelled.is_set):
+            for event in answer(backend, served.request.answer, served.cancelled.is_set):
                 sent = True
                 if isinstance(event, Opened):
                     stats = event.stats
@@ -311,8 +309,7 @@ class EngineWorker:
                 self._fall_back_to_cpu(exc)
             return
         assert stats is not None and done is not None  # answer() ends with its AnswerDone
-        length = not done.stopped_by_string and stats.finish_reason == "length"
-        finish = "length" if length else "tool_calls" if done.tool_calls else "stop"
+        finish = done.finish.openai
         figures = self._figures(stats, started - served.queued_at)
         self._record(served, started, stats.finish_reason, stats.generated_tokens)
         self.counters.answered(
@@ -325,7 +322,8 @@ class EngineWorker:
         )
         gone = served.cancelled.is_set()  # before Done: the receiver cancels when it closes
         made = done.tool_calls
-        _send(served, Done(finish, stats.prompt_tokens, stats.generated_tokens, figures, made))
+        usage = done.usage
+        _send(served, Done(finish, usage.prompt_tokens, usage.completion_tokens, figures, made))
         self.log(
             f"request {served.id}: {stats.prompt_tokens} prompt + {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, {stats.mode}, "
@@ -399,25 +397,9 @@ def _send(served: ServedRequest, event: RequestEvent) -> bool:
     return True
 
 
-def _asked(req: GenerationRequest) -> AnswerRequest:
-    """A request as session/answer.py takes it: a prompt that does not fit is refused."""
-    return AnswerRequest(
-        req.messages or (),
-        req.settings,
-        req.mode,
-        text=(req.text or "") if req.messages is None else None,
-        output_format=req.output_format,
-        tools=req.tools,
-        tool_choice=req.tool_choice,
-        stops=req.stop,
-        context=ContextPolicy.REFUSE,
-        top_logprobs=req.top_logprobs,
-    )
-
-
 def _api_error(req: GenerationRequest, exc: Exception, opened: bool) -> ApiError:
     """What a client is told of `exc`; `opened`: raised once the answer had started."""
-    param = "tools" if req.tools else "response_format"
+    param = "tools" if req.answer.tools else "response_format"
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ConstraintError):  # a schema refused, or its grammar failed mid-answer

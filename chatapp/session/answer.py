@@ -7,7 +7,12 @@
 - `Opened`: the answer started (its prompt's size; `stats` fills in as it runs);
 - `TextDelta`: text released, with the tokens it came from (the detokenizer's tail included);
 - `ToolPiece`: a tool call's start or more of its arguments (a request with tools);
-- `AnswerDone`: the text shown, the figures, why it ended, the tool calls.
+- `AnswerDone`: the text shown, the figures, why it ended (`FinishReason`), the usage, the
+  tool calls.
+
+`AnswerRequest` is the one request every face builds (the window's session, the server, the
+CLI): the prompt style is part of it, so rendering is a function of the request alone, never of
+what another answer on the same model asked before.
 
 Stop strings (engine/stops.py) and tool calls (engine/tool_stream.py) are applied here, for
 every caller. The backend is a `Backend` (engine/backend.py): what it can do is read from its
@@ -22,9 +27,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from chatapp.engine.backend import AnswerStream, Backend, TokenEvent
-from chatapp.engine.chat import STYLE_CONTINUE, Message, ToolCall
+from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message, ToolCall
 from chatapp.engine.constraints import ConstraintError, OutputFormat
-from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError
+from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.stops import StopBuffer
@@ -32,19 +37,40 @@ from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
 from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.errors import RemoteError
-from chatapp.session.context import ContextReport, TokenCounter, counter_for, fit_messages
+from chatapp.session.context import ContextReport, counter_for, fit_messages
 from chatapp.session.prompt_style import answer_stops
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
 
-STOP_STRING = "stop_string"  # an answer's finish reason when one of its stop strings ended it
 JSON_NOT_HERE = (
     "JSON answer works with a model run here, not a server: turn it off to ask the server."
 )
+TOOLS_NOT_HERE = "Tools work with a model run here, not a server: clear them to ask the server."
 WARM_UP_STOPPED = (
     "Stopped while the device was being prepared; the question is back in the prompt box."
 )
+
+
+class FinishReason(StrEnum):
+    """Why an answer ended, once for every face (the record keeps the value)."""
+
+    EOS = "eos"  # the model ended it
+    LENGTH = "length"  # the token limit
+    STOP = "stop"  # the caller stopped it (Stop, a client gone)
+    STOP_STRING = "stop_string"  # one of the request's stop strings
+    TOOL_CALLS = "tool_calls"  # the answer is a call (as OpenAI says)
+
+    @property
+    def openai(self) -> str:
+        """As the OpenAI API says it: stop | length | tool_calls."""
+        if self in (FinishReason.LENGTH, FinishReason.TOOL_CALLS):
+            return self.value
+        return "stop"
+
+
+STOP_STRING = FinishReason.STOP_STRING.value
+TOOL_CALLS = FinishReason.TOOL_CALLS.value
 
 
 class ContextPolicy(StrEnum):
@@ -68,7 +94,7 @@ class AnswerRequest:
     tool_choice: ToolChoice = NO_TOOLS
     stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
     context: ContextPolicy = ContextPolicy.REFUSE
-    prompt_style: str | None = None  # engine/chat.py PROMPT_STYLES; None: as it is
+    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES (a server: its own)
     continue_last: bool = False  # the last message is an answer to go on with (Continue)
     top_logprobs: int = 0
     request_id: int = 0  # the ContextReport's
@@ -111,11 +137,22 @@ class ToolPiece:
 
 
 @dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
 class AnswerDone:
     text: str  # the content as shown (without a stop string, without tool calls)
     stats: RunStats  # the backend's: its finish_reason is the engine's (eos | length | stop)
-    stopped_by_string: bool
+    finish: FinishReason  # the answer's, for every face: nobody patches the stats
+    usage: Usage
     tool_calls: tuple[ToolCall, ...] = ()
+
+    @property
+    def stopped_by_string(self) -> bool:
+        return self.finish is FinishReason.STOP_STRING
 
 
 AnswerEvent = ContextReport | WarmUpProgress | Opened | TextDelta | ToolPiece | AnswerDone
@@ -130,32 +167,29 @@ def answer(
     tokenizer = backend.chat_tokenizer
     if request.output_format is not None and not caps.constrains_output:
         raise ConstraintError(JSON_NOT_HERE)
+    if request.tools and tokenizer is None:
+        raise EngineError(TOOLS_NOT_HERE)
     if request.continue_last and not caps.continues_answers:
         raise EngineError(
             "Continue works with a model run here; a server starts a new answer: use "
             "Regenerate or ask again."
         )
-    if tokenizer is not None and request.prompt_style is not None:
-        tokenizer.use_style(request.prompt_style)
     if tokenizer is not None and request.text is None:
         # One base-model policy for the window, `generate` and `serve`: a chat sent to a model
         # without a template as User: / Assistant: lines ends where it starts a turn itself.
-        ends = answer_stops(request.stops, tokenizer.prompt_style, tokenizer.has_template)
+        ends = answer_stops(request.stops, request.prompt_style, tokenizer.has_template)
         request = replace(request, stops=ends)
     if request.prompt_style == STYLE_CONTINUE and request.settings.min_new_tokens < 1:
         # Send asks for what follows the text: a base model often takes a finished sentence as
         # the end of its document, and an end-of-text first would answer nothing at all.
         request = replace(request, settings=replace(request.settings, min_new_tokens=1))
     messages: Sequence[Message] = request.messages
+    # One plan for the count and the answer: the turns a cut leaves out hold no tools of the
+    # request's, and a plan without tools leaves calls-free turns as they are.
+    plan = _tool_plan(backend, request)
     if request.context is ContextPolicy.TRIM and caps.counts_tokens and request.text is None:
-        messages, report = fit_messages(
-            request.request_id,
-            request.messages,
-            context_counter(backend, _tool_plan(backend, request, request.messages)),
-            backend.max_context,
-            request.settings.max_new_tokens,
-        )
-        yield replace(report, model=backend.answerer)
+        messages, report = _fit(backend, request, plan)
+        yield report
     mode = request.mode if caps.chooses_loop else None
     if backend.needs_warm_up(mode):
         # The device's first runs compile its programs: a phase of their own, ahead of the
@@ -165,7 +199,6 @@ def answer(
             if should_stop() and not progress.finished:  # the next answer warms up
                 raise EngineError(WARM_UP_STOPPED)
     stops: StopBuffer[TokenInfo | None] = StopBuffer(request.stops)
-    plan = _tool_plan(backend, request, messages)
     calls = plan.stream() if plan is not None and plan.active else None
     gen = _open(backend, request, messages, mode, plan, lambda: should_stop() or stops.stopped)
     stats = gen.stats
@@ -189,47 +222,53 @@ def answer(
         for piece in calls.finish():
             yield from _pieces([piece], (), index, shown)
         made = tuple(calls.calls())
-    yield AnswerDone("".join(shown), stats, stops.stopped, made)
+    usage = Usage(stats.prompt_tokens, stats.generated_tokens)
+    yield AnswerDone("".join(shown), stats, finish_reason(stats, stops.stopped, made), usage, made)
 
 
-def _tool_plan(
-    backend: Backend, request: AnswerRequest, messages: Sequence[Message]
-) -> ToolPlan | None:
-    """The request's tools, or its history's calls and results, as the model sees them."""
-    if request.text is not None:
-        return None
-    return tool_plan(backend, request.tools, request.tool_choice, messages)
+def finish_reason(stats: RunStats, by_string: bool, calls: Sequence[ToolCall]) -> FinishReason:
+    """A cut answer is "length" even where a call had started (it may be incomplete, and
+    Continue can finish it); a call otherwise wins over the stop string that ended it."""
+    engine = stats.finish_reason
+    if engine == FinishReason.LENGTH and not by_string:
+        return FinishReason.LENGTH
+    if calls:
+        return FinishReason.TOOL_CALLS
+    if by_string:
+        return FinishReason.STOP_STRING
+    return FinishReason.EOS if engine == FinishReason.EOS else FinishReason.STOP
 
 
-def tool_plan(
-    backend: Backend, tools: tuple[Tool, ...], choice: ToolChoice, messages: Sequence[Message]
-) -> ToolPlan | None:
-    """How `tools` (or the calls and results in `messages`) reach the model; None: no tools."""
+def measure_context(backend: Backend, request: AnswerRequest) -> ContextReport:
+    """What of the chat `request` would send (the window's context policy), counted as its
+    answer counts it; nothing is generated."""
+    return _fit(backend, request, _tool_plan(backend, request))[1]
+
+
+def _fit(
+    backend: Backend, request: AnswerRequest, plan: ToolPlan | None
+) -> tuple[list[Message], ContextReport]:
+    messages, report = fit_messages(
+        request.request_id,
+        request.messages,
+        counter_for(backend, request.prompt_style, plan),
+        backend.max_context,
+        request.settings.max_new_tokens,
+    )
+    return messages, replace(report, model=backend.answerer)
+
+
+def _tool_plan(backend: Backend, request: AnswerRequest) -> ToolPlan | None:
+    """How the request's tools (or its history's calls and results) reach the model in its
+    prompt style; None: a raw text, no tools, or no tokenizer here."""
     tokenizer = backend.chat_tokenizer
-    if tokenizer is None:
+    if request.text is not None or tokenizer is None:
         return None
-    if not tools and not any(m.role == "tool" or m.tool_calls for m in messages):
+    tools, style = request.tools, request.prompt_style
+    if not tools and not any(m.role == "tool" or m.tool_calls for m in request.messages):
         return None
-    return ToolPlan(tools, choice, tokenizer.template_source, tokenizer.supports_tools)
-
-
-def context_counter(backend: Backend, plan: ToolPlan | None) -> Callable[[list[Message]], int]:
-    """What counts a chat's tokens for the context policy: with tools, as the model will see
-    the chat (the tools' definitions and instructions included), else the backend's counter."""
-    tokenizer = backend.chat_tokenizer
-    if plan is None or tokenizer is None:
-        return counter_for(backend)
-    tools = plan.template_tools()
-
-    def count(messages: list[Message]) -> int:
-        # The policy's probe turn has only a role and a content: as messages, for the plan.
-        chat = [m if isinstance(m, Message) else Message(m.role, m.content) for m in messages]
-        try:
-            return len(tokenizer.chat_ids(plan.messages(chat), backend.max_context, tools))
-        except ContextOverflowError as exc:  # far too long: a lower bound above the context
-            return exc.prompt_tokens
-
-    return TokenCounter(count)
+    source, native = tokenizer.source_of(style), tokenizer.tools_in_template(style)
+    return ToolPlan(tools, request.tool_choice, source, native)
 
 
 def _open(
@@ -267,6 +306,7 @@ def _open(
         output_format=output,
         tools=tools,
         continue_last=request.continue_last,
+        style=request.prompt_style,
     )
 
 

@@ -1,7 +1,9 @@
 """Answering a chat in the window: the generation job and the context measurement. No Qt.
 
-The generation job is a relay of session/answer.py (the answering path `chatapp serve` and
-`chatapp generate` use too): it yields the ContextReport (what of the conversation the model
+The window builds its answer's `AnswerRequest` here (`answer_request`: the side panel's
+options and the conversation), as the server and the CLI build theirs. The generation job is a
+relay of session/answer.py (the answering path `chatapp serve` and `chatapp generate` use
+too): it yields the ContextReport (what of the conversation the model
 sees), the device's warm-up progress on its first answer there (WarmUpProgress), then one
 TokenItem per token (a last one without a token for text held back to the end), and returns
 an AnswerResult. The GUI receives them in batches and folds each batch's tokens into one
@@ -16,23 +18,19 @@ import logging
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from chatapp.engine.backend import Backend
-from chatapp.engine.chat import STYLE_TEMPLATE, Message
+from chatapp.engine.chat import Message
 from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
-from chatapp.engine.modes import Mode
-from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.tool_calls import NO_TOOLS, Tool
+from chatapp.engine.tool_calls import NO_TOOLS
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.remote.engine import RemoteStats
 from chatapp.remote.errors import RemoteError
 from chatapp.session.answer import (
-    JSON_NOT_HERE,
-    STOP_STRING,
     AnswerDone,
     AnswerRequest,
     ContextPolicy,
@@ -40,69 +38,38 @@ from chatapp.session.answer import (
     TextDelta,
     ToolPiece,
     answer,
-    context_counter,
-    tool_plan,
+    measure_context,
 )
-from chatapp.session.context import ContextReport, ContextRequest, fit_messages
-from chatapp.session.jobs import Job, JobControl, failed
+from chatapp.session.chat_settings import GenerationOptions
+from chatapp.session.context import ContextReport
+from chatapp.session.jobs import Job, JobControl, JobResult, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
 from chatapp.session.tool_specs import ToolSpecError, choice_by_word, with_calls
 
 log = logging.getLogger(__name__)
 
-TOOL_CALLS = "tool_calls"  # an answer's finish reason when it is a call (as OpenAI says)
-TOOLS_NOT_HERE = "Tools work with a model run here, not a server: clear them to ask the server."
 
-
-@dataclass(frozen=True)
-class GenerateRequest:
-    messages: tuple[Message, ...]
-    settings: SamplingSettings
-    mode: Mode
-    # "JSON answer": None off; "" any JSON object; else the JSON schema's text.
-    json_schema: str | None = None
-    stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
-    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES (a local model's)
-    continue_last: bool = False  # the last message is an answer to go on with (Continue)
-    tools: tuple[Tool, ...] = ()  # the model may call these (session/tool_specs.py)
-    tool_choice: str = "auto"  # auto, required, none or a tool's name
-
-    @classmethod
-    def of(
-        cls, messages: tuple[Message, ...], options: AskedOptions, continue_last: bool
-    ) -> GenerateRequest:
-        return cls(
-            messages,
-            options.settings,
-            options.mode,
-            options.json_schema,
-            options.stops,
-            options.prompt_style,
-            continue_last,
-            options.tools,
-            options.tool_choice,
-        )
-
-
-class AskedOptions(Protocol):
-    """What the side panel decides for one answer (chat_session.GenerationOptions, which
-    imports this module)."""
-
-    @property
-    def settings(self) -> SamplingSettings: ...
-    @property
-    def mode(self) -> Mode: ...
-    @property
-    def json_schema(self) -> str | None: ...
-    @property
-    def stops(self) -> tuple[str, ...]: ...
-    @property
-    def prompt_style(self) -> str: ...
-    @property
-    def tools(self) -> tuple[Tool, ...]: ...
-    @property
-    def tool_choice(self) -> str: ...
+def answer_request(
+    messages: tuple[Message, ...], options: GenerationOptions, continue_last: bool = False
+) -> AnswerRequest:
+    """The window's request: `messages` (the system prompt, then the conversation) answered
+    as the side panel decided. Raises ConstraintError (the JSON schema's text) or
+    ToolSpecError (a tool choice that names no tool)."""
+    output = None if options.json_schema is None else output_format_from_text(options.json_schema)
+    choice = choice_by_word(options.tool_choice, options.tools) if options.tools else NO_TOOLS
+    return AnswerRequest(
+        messages,
+        options.settings,
+        options.mode,
+        output_format=output,
+        tools=options.tools,
+        tool_choice=choice,
+        stops=options.stops,
+        context=ContextPolicy.TRIM,
+        prompt_style=options.prompt_style,
+        continue_last=continue_last,
+    )
 
 
 @dataclass(frozen=True)
@@ -180,35 +147,14 @@ class AnswerResult:
     figures: AnswerFigures
 
 
-def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
+def generate_job(host: EngineHost, request: AnswerRequest) -> Job:
     """The window's answer: a relay of session/answer.py's events as the GUI's items."""
 
     def run(
         control: JobControl,
     ) -> Generator[ContextReport | WarmUpProgress | TokenItem, None, AnswerResult]:
         backend: Backend = host.backend()
-        output = None
-        if request.json_schema is not None:
-            if not backend.capabilities.constrains_output:
-                raise ConstraintError(JSON_NOT_HERE)
-            output = output_format_from_text(request.json_schema)
-        if request.tools and backend.chat_tokenizer is None:
-            raise EngineError(TOOLS_NOT_HERE)
-        asked = AnswerRequest(
-            request.messages,
-            request.settings,
-            request.mode,
-            output_format=output,
-            stops=request.stops,
-            context=ContextPolicy.TRIM,
-            prompt_style=request.prompt_style,
-            continue_last=request.continue_last,
-            request_id=control.request_id,
-            tools=request.tools,
-            tool_choice=choice_by_word(request.tool_choice, request.tools)
-            if request.tools
-            else NO_TOOLS,
-        )
+        asked = replace(request, request_id=control.request_id)  # the report's
         for event in answer(backend, asked, lambda: control.stopped):
             if isinstance(event, ContextReport | WarmUpProgress):
                 yield event
@@ -223,17 +169,31 @@ def generate_job(host: EngineHost, request: GenerateRequest) -> Job:
             elif isinstance(event, ToolPiece):  # shown whole at the end; its tokens count now
                 yield from _items(TextDelta("", event.tokens, 0))
             elif isinstance(event, AnswerDone):
-                if event.stopped_by_string:
-                    event.stats.finish_reason = STOP_STRING
-                if event.tool_calls:  # the answer is a call: shown as one, told apart in notes
-                    event.stats.finish_reason = TOOL_CALLS
-                text = with_calls(event.text, event.tool_calls)
+                text = with_calls(event.text, event.tool_calls)  # a call shows as one
                 stats = copy.deepcopy(event.stats)
                 final = StatsSnapshot.of(control.request_id, stats)  # may fail: partial kept
-                result = AnswerResult(text, stats, final, answer_figures(stats))
+                figures = answer_figures(stats, event.finish.value)
+                result = AnswerResult(text, stats, final, figures)
                 control.partial = None
                 return result
         raise EngineError("The answer ended without its figures.")  # answer() always ends so
+
+    return Job("generation", run, _explain_generation, (EngineError, ValueError))
+
+
+def window_job(
+    host: EngineHost,
+    messages: tuple[Message, ...],
+    options: GenerationOptions,
+    continue_last: bool = False,
+) -> Job:
+    """The window's answer to `messages` as the side panel decided. The request is made on the
+    worker (a JSON schema is checked there, off the GUI thread); one that cannot be made (its
+    schema, its tool choice) fails as an answer does."""
+
+    def run(control: JobControl) -> JobResult:
+        request = answer_request(messages, options, continue_last)
+        return generate_job(host, request).run(control)
 
     return Job("generation", run, _explain_generation, (EngineError, ValueError))
 
@@ -281,27 +241,28 @@ def failure_stats(partial: object) -> RunStats | None:
     return stats
 
 
-def measure_context_job(host: EngineHost, request: ContextRequest) -> Job:
-    """What the context policy would send now (no answer is generated); returns a
+def measured_request(messages: tuple[Message, ...], options: GenerationOptions) -> AnswerRequest:
+    """The request the next answer would send, for the context measure: the JSON answer adds
+    no prompt text, and a tool choice that names no tool counts as no tools (the answer then
+    says why)."""
+    options = replace(options, json_schema=None)
+    try:
+        return answer_request(messages, options)
+    except ToolSpecError:
+        return answer_request(messages, replace(options, tools=()))
+
+
+def measure_context_job(host: EngineHost, request: AnswerRequest) -> Job:
+    """What the context policy would send of `request` now (no answer is generated); returns a
     ContextReport, or None before a model is loaded."""
 
     def run(control: JobControl) -> ContextReport | None:
         if host.engine is None:
             return None
         backend: Backend = host.backend()
-        tokenizer = backend.chat_tokenizer
-        if tokenizer is None:  # a server's tokens are not known
+        if backend.chat_tokenizer is None:  # a server's tokens are not known
             return None
-        tokenizer.use_style(request.prompt_style)
-        plan = tool_plan(backend, request.tools, request.tool_choice, request.messages)
-        _, report = fit_messages(
-            control.request_id,
-            request.messages,
-            context_counter(backend, plan),
-            backend.max_context,
-            request.max_new_tokens,
-        )
-        return replace(report, model=backend.answerer)
+        return measure_context(backend, replace(request, request_id=control.request_id))
 
     # A template that rejects the messages: the answer will say so; the log keeps it.
     return Job("context measurement", run, lambda exc: failed("Counting tokens", exc))

@@ -15,31 +15,28 @@ way (`busy`), so the observers see every state change in order.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.modes import Mode
-from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.tool_calls import NO_TOOLS, Tool
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.session.answer import cpu_reason
 from chatapp.session.chat_jobs import (
     AnswerResult,
-    GenerateRequest,
     StatsSnapshot,
     TokenBatch,
     TokenItem,
     failed_figures,
     failure_stats,
-    generate_job,
     measure_context_job,
+    measured_request,
+    window_job,
 )
-from chatapp.session.context import ContextReport, ContextRequest
+from chatapp.session.chat_settings import GenerationOptions
+from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.jobs import JobError
 from chatapp.session.model_jobs import (
@@ -61,7 +58,6 @@ from chatapp.session.remote_jobs import (
     disconnect_job,
 )
 from chatapp.session.running import JobWatcher, RunningJob, Submit, YieldedBatch
-from chatapp.session.tool_specs import usable_choice
 
 
 class State(Enum):
@@ -70,20 +66,6 @@ class State(Enum):
     READY = "ready"
     GENERATING = "generating"
     CONVERTING = "converting"
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Everything the side panel decides for one answer, captured when it is requested."""
-
-    settings: SamplingSettings
-    mode: Mode
-    system_prompt: str = ""
-    json_schema: str | None = None  # the "JSON answer" option (chat_jobs.GenerateRequest)
-    stops: tuple[str, ...] = ()  # the answer ends before the first of these
-    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES
-    tools: tuple[Tool, ...] = ()  # the Tools option's (session/tool_specs.py)
-    tool_choice: str = "auto"  # auto, required or none (tool_specs.choice_by_word)
 
 
 class ChatObserver:
@@ -299,10 +281,7 @@ class ChatSession:
         if self.state is not State.READY or not self.conversation.messages:
             return False
         messages = tuple(self.conversation.engine_messages(options.system_prompt))
-        choice = usable_choice(options.tool_choice, options.tools)  # the tools' text counts
-        tools = options.tools if choice is not NO_TOOLS else ()
-        max_new = options.settings.max_new_tokens
-        request = ContextRequest(messages, max_new, options.prompt_style, tools, choice)
+        request = measured_request(messages, options)  # the tools' text counts
         # Errors: the log has them.
         watcher = JobWatcher(on_finished=self._on_context)
         job = self.submit(measure_context_job(self.host, request), watcher)
@@ -349,9 +328,9 @@ class ChatSession:
         # The request first: the worker starts on the prompt while this thread redraws the
         # transcript and saves the question (answer_started); its tokens queue up meanwhile.
         messages = tuple(self.conversation.engine_messages(options.system_prompt))
-        request = GenerateRequest.of(messages, options, self._continued is not None)
+        asked = window_job(self.host, messages, options, self._continued is not None)
         watcher = JobWatcher(self._on_yielded, self._on_finished, self._on_error)
-        job = self._answer = self.submit(generate_job(self.host, request), watcher)
+        job = self._answer = self.submit(asked, watcher)
         self._context_id = job.request_id
         if self._continued is not None:  # shown as it streams on: the answer so far first
             self._replaced = [self.conversation.messages.pop()]

@@ -14,9 +14,16 @@ import json
 import logging
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Protocol
+from typing import Any
 
-from chatapp.engine.chat import PLAIN_CHAT_STOPS, PROMPT_STYLES, STYLE_CONTINUE, STYLE_PLAIN_CHAT
+from chatapp.engine.chat import (
+    PLAIN_CHAT_STOPS,
+    PROMPT_STYLES,
+    STYLE_CONTINUE,
+    STYLE_PLAIN_CHAT,
+    STYLE_TEMPLATE,
+)
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import Tool
 from chatapp.session.prompt_style import CHAT, CONTINUE, MAX_STOP_CHARS, MAX_STOPS
@@ -26,22 +33,20 @@ from chatapp.store import HistoryStore, StoreError
 log = logging.getLogger(__name__)
 
 
-class AnswerOptions(Protocol):
-    """What an answer request carries (chat_session.GenerationOptions; not imported: the
-    conversation names ChatSettings, and the session imports the conversation)."""
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Everything the side panel decides for one answer, captured when it is requested: what
+    the chat remembers (`settings_of`), and with the conversation the answer's request
+    (chat_jobs.answer_request)."""
 
-    @property
-    def settings(self) -> SamplingSettings: ...
-    @property
-    def system_prompt(self) -> str: ...
-    @property
-    def stops(self) -> tuple[str, ...]: ...
-    @property
-    def prompt_style(self) -> str: ...
-    @property
-    def tools(self) -> tuple[Tool, ...]: ...
-    @property
-    def tool_choice(self) -> str: ...
+    settings: SamplingSettings
+    mode: Mode
+    system_prompt: str = ""
+    json_schema: str | None = None  # "JSON answer": None off; "" any object; else a schema
+    stops: tuple[str, ...] = ()  # the answer ends before the first of these
+    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES
+    tools: tuple[Tool, ...] = ()  # the Tools option's (session/tool_specs.py)
+    tool_choice: str = "auto"  # auto, required or none (tool_specs.choice_by_word)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ class ChatSettings:
         )
 
 
-def settings_of(options: AnswerOptions, model: str | None) -> ChatSettings:
+def settings_of(options: GenerationOptions, model: str | None) -> ChatSettings:
     """What an answer request used, to remember for its chat."""
     return ChatSettings(
         model,

@@ -16,10 +16,11 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from chatapp.engine.backend import Backend
 from chatapp.engine.chat import STYLE_TEMPLATE, Message
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
+from chatapp.engine.errors import ContextOverflowError
+from chatapp.engine.tool_calls import ToolPlan
 from chatapp.session.context_policy import fit_to_context
 
 # The answer's room is "max new tokens", but never more than this share of the context: with a
@@ -35,15 +36,6 @@ POLICY_TEXT = (
     "the model has already read, and the whole prompt is read again only when the context "
     "fills up once more."
 )
-
-
-@dataclass(frozen=True)
-class ContextRequest:
-    messages: tuple[Message, ...]  # as sent: the system prompt (if any), then the conversation
-    max_new_tokens: int
-    prompt_style: str = STYLE_TEMPLATE  # how the prompt is built (engine/chat.py PROMPT_STYLES)
-    tools: tuple[Tool, ...] = ()  # the functions the next answer may call: their text counts
-    tool_choice: ToolChoice = NO_TOOLS
 
 
 @dataclass(frozen=True)
@@ -138,19 +130,43 @@ class TokenCounter:
         return found
 
 
-_counters: weakref.WeakKeyDictionary[object, dict[str, TokenCounter]] = weakref.WeakKeyDictionary()
+_counters: weakref.WeakKeyDictionary[object, dict[tuple[str, int], TokenCounter]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def counter_for(engine: Any) -> TokenCounter:
-    """One TokenCounter per engine and prompt style (a new model or tokenizer starts a new
-    memory; the same turn is another number of tokens as text to continue)."""
-    style = str(getattr(getattr(engine, "tokenizer", None), "prompt_style", ""))
-    counters = _counters.get(engine)
+def counter_for(
+    backend: Backend, style: str = STYLE_TEMPLATE, plan: ToolPlan | None = None
+) -> TokenCounter:
+    """What counts a chat's tokens for the context policy, as the model will see the chat in
+    `style`: with a tool plan, the tools' definitions and instructions included (a counter for
+    this answer); without, one counter per tokenizer and style that remembers (a new model
+    starts a new memory; the same turn is another number of tokens as text to continue).
+    A backend without a tokenizer here (a server) counts nothing: ValueError."""
+    tokenizer = backend.chat_tokenizer
+    if tokenizer is None:
+        raise ValueError(f"{backend.answerer} counts its own tokens")
+    limit = backend.max_context
+    tools = plan.template_tools() if plan is not None else None
+
+    def count(messages: list[Message]) -> int:
+        """Exact, or for a chat far too long for the context a lower bound above it."""
+        if plan is not None:  # the policy's probe turn has only a role and a content
+            chat = [m if isinstance(m, Message) else Message(m.role, m.content) for m in messages]
+            messages = plan.messages(chat)
+        try:
+            return len(tokenizer.chat_ids(messages, limit, tools, style=style))
+        except ContextOverflowError as exc:
+            return exc.prompt_tokens
+
+    if plan is not None:
+        return TokenCounter(count)
+    counters = _counters.get(tokenizer)
     if counters is None:
-        counters = _counters[engine] = {}
-    counter = counters.get(style)
+        counters = _counters[tokenizer] = {}
+    counter = counters.get((style, limit))
     if counter is None:
-        counter = counters[style] = TokenCounter(engine.count_tokens)
+        counter = counters[style, limit] = TokenCounter(count)
     return counter
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.slots import SlotBatch, SlotLoop
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class OnSlot:
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         continue_last: bool = False,
+        style: str = STYLE_TEMPLATE,
     ) -> Generation:
         return self.engine.chat(
             messages,
@@ -79,6 +81,7 @@ class OnSlot:
             tools=tools,
             continue_last=continue_last,
             loop=self.slot,
+            style=style,
         )
 
     def generate_ids(

@@ -24,7 +24,7 @@ from chatapp.engine.constraints import (
 )
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import read_capped
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, argument_schema
+from chatapp.engine.tool_calls import Tool, ToolChoice, argument_schema
 from chatapp.json_text import JsonTextError, parse_json_text
 
 MAX_TOOLS = 128  # OpenAI's limit
@@ -121,17 +121,6 @@ def choice_by_word(word: str, listed: tuple[Tool, ...]) -> ToolChoice:
     if word in CHOICES:
         return parse_tool_choice(word, listed)
     return parse_tool_choice({"type": "function", "function": {"name": word}}, listed)
-
-
-def usable_choice(word: str, listed: tuple[Tool, ...]) -> ToolChoice:
-    """`choice_by_word`, or NO_TOOLS without tools or where the word names none of them (the
-    answer then says why): what a count of the next prompt's tokens goes by."""
-    if not listed:
-        return NO_TOOLS
-    try:
-        return choice_by_word(word, listed)
-    except ToolSpecError:
-        return NO_TOOLS
 
 
 def tools_from_value(value: Any) -> tuple[Tool, ...]:

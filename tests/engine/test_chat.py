@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chatapp.engine.chat import (
     NO_TEMPLATE_NOTICE,
+    PROMPT_STYLES,
     STYLE_CONTINUE,
     STYLE_PLAIN_CHAT,
     STYLE_TEMPLATE,
@@ -136,34 +139,62 @@ def test_a_base_model_file_converts_to_a_folder_without_template(base_model_dir:
 
 def test_text_continuation_sends_the_text_as_written(base_model_dir: Path) -> None:
     tok = ChatTokenizer(base_model_dir)
-    tok.use_style(STYLE_CONTINUE)
     messages = [
         Message("system", "Facts."),
         Message("user", "The capital of France is"),
         Message("assistant", " Paris."),
         Message("user", "The capital of Italy is"),
     ]
-    assert (
-        tok.render(messages) == "Facts.\nThe capital of France is Paris.\nThe capital of Italy is"
-    )
-    assert tok.chat_ids(messages) == tok.with_bos(tok.encode(tok.render(messages)))
-    tok.use_style(STYLE_PLAIN_CHAT)
-    assert tok.render(messages[1:2]) == "User: The capital of France is\nAssistant:"
-    tok.use_style(STYLE_TEMPLATE)  # without a template of its own: the plain lines again
+    text = tok.render(messages, style=STYLE_CONTINUE)
+    assert text == "Facts.\nThe capital of France is Paris.\nThe capital of Italy is"
+    assert tok.chat_ids(messages, style=STYLE_CONTINUE) == tok.with_bos(tok.encode(text))
+    plain = tok.render(messages[1:2], style=STYLE_PLAIN_CHAT)
+    assert plain == "User: The capital of France is\nAssistant:"
+    # Without a template of its own: the plain lines again.
     assert tok.render(messages[1:2]) == "User: The capital of France is\nAssistant:"
     with pytest.raises(ValueError):
-        tok.use_style("poetry")
+        tok.render(messages, style="poetry")
 
 
-def test_styles_switch_a_chat_model_and_back(tokenizer: ChatTokenizer) -> None:
+def test_a_style_is_an_argument_not_the_tokenizers_state(tokenizer: ChatTokenizer) -> None:
     hi = [Message("user", "Hi")]
-    tokenizer.use_style(STYLE_CONTINUE)
-    try:
-        assert tokenizer.render(hi) == "Hi"
-        assert not tokenizer.supports_tools
-    finally:
-        tokenizer.use_style(STYLE_TEMPLATE)
-    assert tokenizer.render(hi).startswith("<|im_start|>user\nHi")
+    templated = tokenizer.render(hi)
+    assert tokenizer.render(hi, style=STYLE_CONTINUE) == "Hi"
+    assert not tokenizer.tools_in_template(STYLE_CONTINUE)
+    # Rendering in another style changed nothing for the next render without one.
+    assert tokenizer.render(hi) == templated == tokenizer.render(hi, style=STYLE_TEMPLATE)
+    assert templated.startswith("<|im_start|>user\nHi")
+    assert not hasattr(tokenizer, "use_style") and not hasattr(tokenizer, "prompt_style")
+
+
+def test_four_threads_rendering_at_once_get_the_prompts_of_serial_rendering(
+    tiny_model_dir: Path,
+) -> None:
+    """Server slots and the chat render on one tokenizer at once, each in its own style."""
+    tok = ChatTokenizer(tiny_model_dir)  # a fresh one: templates compile under the threads
+    chats = [
+        [Message("user", "Hi")],
+        [Message("system", "Be brief."), Message("user", "The capital of France is")],
+        [Message("user", "a"), Message("assistant", "b"), Message("user", "c <|im_end|>")],
+    ]
+    cases = [(i, style) for i in range(len(chats)) for style in PROMPT_STYLES]
+    serial = {case: tok.chat_ids(chats[case[0]], style=case[1]) for case in cases}
+    barrier = threading.Barrier(4)
+    results: list[list[tuple[tuple[int, str], list[int]]]] = [[] for _ in range(4)]
+
+    def render(slot: int) -> None:
+        barrier.wait()
+        for turn in range(40):
+            case = cases[(slot + turn) % len(cases)]  # each thread in another order
+            results[slot].append((case, tok.chat_ids(chats[case[0]], style=case[1])))
+
+    threads = [threading.Thread(target=render, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all(len(r) == 40 for r in results)
+    assert all(ids == serial[case] for r in results for case, ids in r)
 
 
 def test_continue_last_ends_the_prompt_with_the_cut_answer(tokenizer: ChatTokenizer) -> None:
@@ -245,9 +276,9 @@ def test_an_ordinary_template_is_probed_once(
     probes = []
     probe = tok._renders_ordinary_chat
 
-    def counted() -> bool:
+    def counted(*args: Any) -> bool:
         probes.append(1)
-        return probe()
+        return probe(*args)
 
     monkeypatch.setattr(tok, "_renders_ordinary_chat", counted)
     for _ in range(3):
@@ -319,5 +350,4 @@ def test_a_templates_own_system_prompt_is_found(tiny_model_dir: Path, tmp_path: 
     assert tok.default_system_prompt() in prompt
     # A template that adds none, and plain lines, have none.
     assert ChatTokenizer(tiny_model_dir).default_system_prompt() == ""
-    tok.use_style(STYLE_PLAIN_CHAT)
-    assert tok.default_system_prompt() == ""
+    assert "tiny helper" not in tok.render([Message("user", "Hi")], style=STYLE_PLAIN_CHAT)

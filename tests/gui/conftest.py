@@ -28,7 +28,7 @@ from chatapp.gui.chat.controller import State
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.compare import feature as compare_feature
 from chatapp.gui.main_window import MainWindow
-from chatapp.session.chat_jobs import GenerateRequest
+from chatapp.session.answer import AnswerRequest
 from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
 from chatapp.store import history as store_history
@@ -110,14 +110,14 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
 
 
 @pytest.fixture
-def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[GenerateRequest]:
-    """Every GenerateRequest a window's controller submits from now on (what the model sees)."""
-    from chatapp.session import chat_session as controller
+def generate_requests(monkeypatch: pytest.MonkeyPatch) -> list[AnswerRequest]:
+    """Every AnswerRequest a window's chat submits from now on (what the model sees)."""
+    from chatapp.session import chat_jobs as controller
 
-    requests: list[GenerateRequest] = []
+    requests: list[AnswerRequest] = []
     real = controller.generate_job
 
-    def recording(host: EngineHost, request: GenerateRequest) -> Job:
+    def recording(host: EngineHost, request: AnswerRequest) -> Job:
         requests.append(request)
         return real(host, request)
 

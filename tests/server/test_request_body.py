@@ -34,10 +34,10 @@ def test_n_choices_each_sample_with_a_seed_of_their_own() -> None:
     choices = request.choices()
     assert request.n == 3 and [c.n for c in choices] == [1, 1, 1]
     # choice i: seed + i, wrapping at 2^63 (choice 0 is the answer n = 1 gives)
-    assert [c.settings.seed for c in choices] == [2**63 - 2, 2**63 - 1, 0]
-    assert all(c.settings.temperature == 0.8 for c in choices)
+    assert [c.answer.settings.seed for c in choices] == [2**63 - 2, 2**63 - 1, 0]
+    assert all(c.answer.settings.temperature == 0.8 for c in choices)
     unseeded = chat(n=2).choices()
-    assert [c.settings.seed for c in unseeded] == [None, None]
+    assert [c.answer.settings.seed for c in unseeded] == [None, None]
     assert chat().choices() == [chat()]
     completion = parse_completion({"prompt": "a", "n": 2}, "iobinding", 512)
     assert completion.n == 2 and len(completion.choices()) == 2
@@ -50,10 +50,10 @@ def test_n_is_bounded(n: Any) -> None:
 
 
 def test_logit_bias_becomes_the_samplers_pairs() -> None:
-    settings = chat(logit_bias={"5": -100, "7": 2.5, "0": 100}).settings
+    settings = chat(logit_bias={"5": -100, "7": 2.5, "0": 100}).answer.settings
     assert settings.logit_bias == ((5, -100.0), (7, 2.5), (0, 100.0))
-    assert chat(logit_bias={}).settings.logit_bias == ()
-    assert chat().settings.logit_bias == ()
+    assert chat(logit_bias={}).answer.settings.logit_bias == ()
+    assert chat().answer.settings.logit_bias == ()
 
 
 @pytest.mark.parametrize(
@@ -76,14 +76,14 @@ def test_bad_logit_bias_is_a_400_in_words(bias: Any, words: str) -> None:
 
 def test_logit_bias_on_completions_too() -> None:
     request = parse_completion({"prompt": "a", "logit_bias": {"3": -100}}, "iobinding", 512)
-    assert request.settings.logit_bias == ((3, -100.0),)
+    assert request.answer.settings.logit_bias == ((3, -100.0),)
 
 
 def test_the_penalty_looks_at_the_whole_sequence_unless_repeat_last_n_says() -> None:
     """repetition_penalty keeps vLLM's meaning (all tokens), as the window and `generate`;
     llama.cpp's repeat_last_n picks the latest ones."""
-    assert chat(repetition_penalty=1.2).settings.penalty_last_n == -1
-    assert chat(repetition_penalty=1.2, repeat_last_n=64).settings.penalty_last_n == 64
-    assert chat(repeat_last_n=0).settings.penalty_last_n == 0
+    assert chat(repetition_penalty=1.2).answer.settings.penalty_last_n == -1
+    assert chat(repetition_penalty=1.2, repeat_last_n=64).answer.settings.penalty_last_n == 64
+    assert chat(repeat_last_n=0).answer.settings.penalty_last_n == 0
     for bad in (-2, 1.5, True, "64", 1 << 25):
         assert refusal(repeat_last_n=bad).param == "repeat_last_n"

@@ -31,9 +31,12 @@ def refused(body: dict[str, Any], store: ResponseStore | None = None) -> ApiErro
 
 def test_a_string_is_one_user_message_after_the_instructions() -> None:
     parsed = parse({"input": "Say hi", "instructions": "Be brief.", "max_output_tokens": 7})
-    assert parsed.request.messages == (Message("system", "Be brief."), Message("user", "Say hi"))
+    assert parsed.request.answer.messages == (
+        Message("system", "Be brief."),
+        Message("user", "Say hi"),
+    )
     assert parsed.conversation == (Message("user", "Say hi"),)  # instructions are not kept
-    assert parsed.request.settings.max_new_tokens == 7 and not parsed.request.stream
+    assert parsed.request.answer.settings.max_new_tokens == 7 and not parsed.request.stream
 
 
 def test_items_become_the_chat_history() -> None:
@@ -75,15 +78,24 @@ def test_tools_choice_and_format_reach_the_chat_request() -> None:
             "tool_choice": {"type": "function", "name": "get_weather"},
         }
     )
-    (tool,) = parsed.request.tools
+    (tool,) = parsed.request.answer.tools
     assert tool.name == "get_weather" and tool.parameters == WEATHER["parameters"]
-    assert parsed.request.tool_choice.mode == "named" and parsed.tools[0]["name"] == "get_weather"
+    assert (
+        parsed.request.answer.tool_choice.mode == "named"
+        and parsed.tools[0]["name"] == "get_weather"
+    )
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     fmt = {"format": {"type": "json_schema", "name": "A", "schema": schema, "strict": True}}
     parsed = parse({"input": "x", "text": fmt})
-    assert parsed.request.output_format is not None
-    assert parsed.request.output_format.schema == schema and parsed.request.output_format.strict
-    assert parse({"input": "x", "text": {"format": {"type": "text"}}}).request.output_format is None
+    assert parsed.request.answer.output_format is not None
+    assert (
+        parsed.request.answer.output_format.schema == schema
+        and parsed.request.answer.output_format.strict
+    )
+    assert (
+        parse({"input": "x", "text": {"format": {"type": "text"}}}).request.answer.output_format
+        is None
+    )
 
 
 def test_previous_response_id_prepends_the_kept_conversation() -> None:
@@ -91,7 +103,7 @@ def test_previous_response_id_prepends_the_kept_conversation() -> None:
     earlier = (Message("user", "Hi"), Message("assistant", "Hello!"))
     store.put("resp_1", StoredResponse({"id": "resp_1"}, earlier))
     parsed = parse({"input": "Again", "previous_response_id": "resp_1"}, store)
-    assert parsed.request.messages == (*earlier, Message("user", "Again"))
+    assert parsed.request.answer.messages == (*earlier, Message("user", "Again"))
     assert parsed.previous_response_id == "resp_1"
     missing = refused({"input": "x", "previous_response_id": "resp_gone"}, store)
     assert missing.status == 404 and missing.param == "previous_response_id"

@@ -18,6 +18,7 @@ from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message
 from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, EngineError
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.answer import (
@@ -28,7 +29,8 @@ from chatapp.session.answer import (
     TextDelta,
     answer,
 )
-from chatapp.session.chat_jobs import GenerateRequest, TokenItem, generate_job
+from chatapp.session.chat_jobs import TokenItem, window_job
+from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.context import ContextReport
 from chatapp.session.model_jobs import EngineHost
 from tests.serving import Served, serving
@@ -53,7 +55,8 @@ def served(varied_model_dir: Path) -> Iterator[Served]:
 
 
 def window(host: EngineHost, messages: tuple[Message, ...], stops: tuple[str, ...] = ()) -> Outcome:
-    return drive(generate_job(host, GenerateRequest(messages, GREEDY, "iobinding", stops=stops)))
+    options = GenerationOptions(GREEDY, Mode.IOBINDING, stops=stops)
+    return drive(window_job(host, messages, options))
 
 
 def server(served: Served, messages: list[dict[str, str]], stops: list[str]) -> httpx2.Response:
@@ -94,7 +97,7 @@ def test_the_window_the_server_and_generate_give_the_same_answer_and_stop_alike(
     stopped = window(host, question, (stop,))
     shown = "".join(i.text for i in stopped.items if isinstance(i, TokenItem))
     assert stopped.result.text == shown == before
-    assert stopped.result.stats.finish_reason == "stop_string"
+    assert stopped.result.figures.finish_reason == "stop_string"
 
     for stops in ([], [stop]):
         response = server(served, [{"role": "user", "content": PROMPT}], stops)
@@ -107,6 +110,7 @@ def test_the_window_the_server_and_generate_give_the_same_answer_and_stop_alike(
         assert out.returncode == 0, out.stderr
         data = json.loads(out.stdout)
         assert data["text"] == (before if stops else text)
+        assert data["finish"] == ("stop_string" if stops else "length")  # the window's word
         if not stops:
             assert data["token_ids"] == ids
 

@@ -20,9 +20,11 @@ from chatapp.cli import engine_cmds
 from chatapp.cli.main import build_parser
 from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_PLAIN_CHAT, Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import prompt_style as ps
-from chatapp.session.chat_jobs import GenerateRequest, generate_job
+from chatapp.session.chat_jobs import window_job
+from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.model_jobs import EngineHost
 from tests.serving import serving
 from tests.session.drive import drive
@@ -86,14 +88,10 @@ def test_the_window_serve_and_generate_stop_a_base_model_at_its_own_turn(
     assert style == STYLE_PLAIN_CHAT
     host = EngineHost()
     host.engine = base  # type: ignore[assignment]
-    request = GenerateRequest(
-        (Message("user", QUESTION),),
-        SETTINGS,
-        "iobinding",
-        stops=ps.answer_stops((), style),
-        prompt_style=style,
+    options = GenerationOptions(
+        SETTINGS, Mode.IOBINDING, stops=ps.answer_stops((), style), prompt_style=style
     )
-    window = drive(generate_job(host, request))
+    window = drive(window_job(host, (Message("user", QUESTION),), options))
     assert window.error is None, window.message
     assert window.result.text == expected
 

@@ -14,18 +14,20 @@ from chatapp.engine.generation import StepEvent
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.session.answer import STOP_STRING
 from chatapp.session.chat_jobs import (
-    STOP_STRING,
     AnswerResult,
-    GenerateRequest,
     StatsSnapshot,
     TokenBatch,
     TokenItem,
     failure_stats,
-    generate_job,
     measure_context_job,
+    measured_request,
+    window_job,
 )
-from chatapp.session.context import ContextReport, ContextRequest
+from chatapp.session.chat_settings import GenerationOptions
+from chatapp.session.context import ContextReport
+from chatapp.session.jobs import Job
 from chatapp.session.model_jobs import EngineHost
 from tests.session.drive import drive
 
@@ -39,12 +41,17 @@ def host(tiny_model_dir: Path) -> EngineHost:
     return host
 
 
-def ask(text: str = "hello", settings: SamplingSettings = GREEDY_LONG) -> GenerateRequest:
-    return GenerateRequest((Message("user", text),), settings, "iobinding")
+def opts(settings: SamplingSettings = GREEDY_LONG, **chosen: object) -> GenerationOptions:
+    return GenerationOptions(settings, Mode.IOBINDING, **chosen)  # type: ignore[arg-type]
+
+
+def ask(host: EngineHost, text: str = "hello", options: GenerationOptions | None = None) -> Job:
+    """The window's answer job, as ChatSession submits it."""
+    return window_job(host, (Message("user", text),), options or opts())
 
 
 def test_an_answer_streams_every_token_once_after_the_context_report(host: EngineHost) -> None:
-    out = drive(generate_job(host, ask()), request_id=5)
+    out = drive(ask(host), request_id=5)
     report, tokens = out.items[0], out.items[1:]
     assert isinstance(report, ContextReport) and report.request_id == 5
     assert all(isinstance(t, TokenItem) for t in tokens)
@@ -61,15 +68,15 @@ def test_an_answer_streams_every_token_once_after_the_context_report(host: Engin
 
 
 def test_the_stop_flag_ends_the_answer_after_its_first_token(host: EngineHost) -> None:
-    out = drive(generate_job(host, ask()), stopped=True)
+    out = drive(ask(host), stopped=True)
     assert out.result.stats.finish_reason == "stop"
     assert out.result.stats.generated_tokens == 1
 
 
 def test_no_model_and_bad_settings_are_one_sentence(host: EngineHost) -> None:
-    out = drive(generate_job(EngineHost(), ask()))
+    out = drive(ask(EngineHost()))
     assert out.message == "No model is loaded yet."
-    bad = drive(generate_job(host, ask(settings=SamplingSettings(temperature=-1.0))))
+    bad = drive(ask(host, options=opts(SamplingSettings(temperature=-1.0))))
     assert bad.message is not None and bad.message.startswith("Invalid sampling settings: ")
 
 
@@ -88,7 +95,7 @@ def test_a_fault_midway_keeps_the_figures_so_far(
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(loops.KVLoop, "forward", failing_forward)
-    out = drive(generate_job(host, ask()))
+    out = drive(ask(host))
     assert out.message == "Generation failed: RuntimeError: simulated fault"
     stats = failure_stats(out.partial)
     assert stats is not None and stats.finish_reason == "error"
@@ -117,11 +124,10 @@ class _FakeGeneration:
 
 
 class _FakeTokenizer:
-    prompt_style = "template"
     has_template = True  # a chat model: no plain-line stops added
 
-    def use_style(self, style: str) -> None:
-        self.prompt_style = style
+    def chat_ids(self, messages: list[Message], *_args: object, **_kwargs: object) -> list[int]:
+        return [0] * 4 * len(messages)  # what the context policy counts
 
 
 class _FakeEngine:
@@ -139,9 +145,6 @@ class _FakeEngine:
     def chat_tokenizer(self) -> _FakeTokenizer:
         return self.tokenizer
 
-    def count_tokens(self, messages: list[Message]) -> int:  # the context policy counts
-        return 4 * len(messages)
-
     def needs_warm_up(self, _mode: object) -> bool:  # as on the CPU
         return False
 
@@ -152,7 +155,7 @@ class _FakeEngine:
 def test_the_held_back_tail_is_the_last_item_and_the_text_adds_up() -> None:
     host = EngineHost()
     host.engine = _FakeEngine(_FakeGeneration(["The", " capital", " is", " Par"], "is."))  # type: ignore[assignment]
-    out = drive(generate_job(host, ask()), request_id=3)
+    out = drive(ask(host), request_id=3)
     tokens = [i for i in out.items if isinstance(i, TokenItem)]
     assert tokens[-1] == TokenItem(4, "is.")  # text only: no token, no latency
     joined = TokenBatch.join(3, tokens)
@@ -165,21 +168,22 @@ def test_a_stop_string_across_tokens_ends_the_answer_before_it() -> None:
     host = EngineHost()
     deltas = ["Paris.", "\nUs", "er: and", " more"]
     host.engine = _FakeEngine(_FakeGeneration(deltas, ""))  # type: ignore[assignment]
-    request = GenerateRequest((Message("user", "Capital?"),), GREEDY_LONG, Mode.NAIVE)
-    out = drive(generate_job(host, replace(request, stops=("\nUser:",))), request_id=3)
+    options = GenerationOptions(GREEDY_LONG, Mode.NAIVE, stops=("\nUser:",))
+    out = drive(window_job(host, (Message("user", "Capital?"),), options), request_id=3)
     assert out.error is None
     tokens = [i for i in out.items if isinstance(i, TokenItem)]
     assert "".join(t.text for t in tokens) == out.result.text == "Paris."
     # Every token generated keeps its id, the held ones too: the figures count them all.
     assert [t.token_id for t in tokens] == [0, 1, 2]
-    assert out.result.stats.finish_reason == STOP_STRING
+    assert out.result.figures.finish_reason == STOP_STRING
+    assert out.result.stats.finish_reason == "eos"  # the backend's own: not patched
 
 
 def test_a_snapshot_copies_the_running_figures() -> None:
     host = EngineHost()
     host.engine = _FakeEngine(_FakeGeneration(["a", "b"], ""))  # type: ignore[assignment]
     snapshots: list[StatsSnapshot] = []
-    job = generate_job(host, ask())
+    job = ask(host)
     # Snapshot at every token, as a flush would.
     from chatapp.session.jobs import JobControl
 
@@ -193,7 +197,8 @@ def test_a_snapshot_copies_the_running_figures() -> None:
 
 
 def test_measuring_the_context_needs_a_model(host: EngineHost) -> None:
-    request = ContextRequest((Message("user", "hi"), Message("assistant", "hello")), 64)
+    chat = (Message("user", "hi"), Message("assistant", "hello"))
+    request = measured_request(chat, opts(SamplingSettings(max_new_tokens=64)))
     assert drive(measure_context_job(EngineHost(), request)).result is None
     report = drive(measure_context_job(host, request), request_id=4).result
     assert report.request_id == 4 and report.message_count == 2 and report.fits
@@ -204,7 +209,6 @@ def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
 ) -> None:
     pytest.importorskip("llguidance", reason="JSON answers need llguidance")
     import json
-    from dataclasses import replace
 
     schema = {
         "type": "object",
@@ -212,9 +216,9 @@ def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
         "required": ["ok"],
         "additionalProperties": False,
     }
-    out = drive(generate_job(host, replace(ask(), json_schema=json.dumps(schema))))
+    out = drive(ask(host, options=opts(json_schema=json.dumps(schema))))
     assert out.message is None and isinstance(json.loads(out.result.text)["ok"], bool)
-    anything = drive(generate_job(host, replace(ask(), json_schema="")))  # any JSON object
+    anything = drive(ask(host, options=opts(json_schema="")))  # any JSON object
     assert anything.message is None and anything.result.text.startswith("{")
     hostile = (
         ("{nope", "not valid JSON"),
@@ -224,7 +228,7 @@ def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
         ('{"enum": []}', "cannot be used"),
     )
     for text, words in hostile:
-        bad = drive(generate_job(host, replace(ask(), json_schema=text)))
+        bad = drive(ask(host, options=opts(json_schema=text)))
         assert bad.message is not None and words in bad.message and "\n" not in bad.message
 
 
@@ -239,13 +243,13 @@ def test_a_device_s_first_answer_warms_it_up_first(
     fresh = EngineHost()
     fresh.engine = Engine(tiny_model_dir, threads=1)
     short = SamplingSettings(temperature=0.0, max_new_tokens=4)
-    out = drive(generate_job(fresh, ask(settings=short)))
+    out = drive(ask(fresh, options=opts(short)))
     warm = [i for i in out.items if isinstance(i, WarmUpProgress)]
     assert [p.done for p in warm] == list(range(STEPS + 1))
     kinds = [type(i).__name__ for i in out.items]
     assert kinds.index("TokenItem") > kinds.index("WarmUpProgress")  # before the answer
     assert out.result.stats.reused_tokens == 0
-    again = drive(generate_job(fresh, ask("again", short)))
+    again = drive(ask(fresh, "again", opts(short)))
     assert not any(isinstance(i, WarmUpProgress) for i in again.items)
 
 
@@ -257,7 +261,7 @@ def test_stop_during_the_warm_up_gives_the_question_back(
     monkeypatch.setattr(engine_module, "needs_warm_up", lambda loop: not loop.warmed_up)
     fresh = EngineHost()
     fresh.engine = Engine(tiny_model_dir, threads=1)
-    out = drive(generate_job(fresh, ask()), stopped=True)
+    out = drive(ask(fresh), stopped=True)
     assert out.error is not None and "being prepared" in (out.message or "")
     assert not any(isinstance(i, TokenItem) for i in out.items)
     assert fresh.engine.needs_warm_up("iobinding")  # not warmed: the next answer does it
@@ -279,18 +283,18 @@ def test_a_tool_call_ends_the_text_as_a_block_of_its_own(host: EngineHost) -> No
             "additionalProperties": False,
         },
     )
-    asked = replace(ask(), tools=(pick,), tool_choice="required")
-    out = drive(generate_job(host, asked))
+    asked = opts(tools=(pick,), tool_choice="required")
+    out = drive(ask(host, options=asked))
     assert out.message is None, out.message
     text = out.result.text
     # The grammar makes the tiny model's answer a call: shown as its name, then a JSON block.
     heading, _, block = text.partition("**Tool call: pick**\n\n```json\n")
     assert heading == "" and block.endswith("\n```")
     assert json.loads(block.removesuffix("\n```"))["colour"] in ("red", "blue")
-    assert out.result.stats.finish_reason == "tool_calls"  # notes tell a call apart
+    assert out.result.figures.finish_reason == "tool_calls"  # notes tell a call apart
     streamed = [i for i in out.items if isinstance(i, TokenItem) and i.token_id is not None]
     assert len(streamed) == out.result.stats.generated_tokens  # the call's tokens counted
-    wrong = drive(generate_job(host, replace(asked, tool_choice="get_time")))
+    wrong = drive(ask(host, options=replace(asked, tool_choice="get_time")))
     assert wrong.message is not None and "not among the tools" in wrong.message
 
 
@@ -302,10 +306,16 @@ def test_the_context_count_includes_the_tools_the_next_answer_is_given(host: Eng
 
     pick = Tool("pick", "Pick a colour", {"type": "object", "properties": {"c": {"enum": ["r"]}}})
     messages = (Message("user", "hi"), Message("assistant", "hello"))
-    plain = drive(measure_context_job(host, ContextRequest(messages, 64))).result
+    options = opts(SamplingSettings(max_new_tokens=64))
+    plain = drive(measure_context_job(host, measured_request(messages, options))).result
     choice = choice_by_word("required", (pick,))
-    with_tools = ContextRequest(messages, 64, tools=(pick,), tool_choice=choice)
-    counted = drive(measure_context_job(host, with_tools)).result
+    with_tools = replace(options, tools=(pick,), tool_choice="required")
+    counted = drive(measure_context_job(host, measured_request(messages, with_tools))).result
+    # A choice naming no tool counts as no tools (the answer says why), and the JSON answer
+    # adds no prompt text.
+    wrong = replace(with_tools, tool_choice="get_time", json_schema="{nope")
+    counted_wrong = drive(measure_context_job(host, measured_request(messages, wrong))).result
+    assert (counted_wrong.prompt_tokens, counted_wrong.turns) == (plain.prompt_tokens, plain.turns)
     tokenizer = host.engine.tokenizer
     plan = ToolPlan((pick,), choice, tokenizer.template_source, tokenizer.supports_tools)
     sent = tokenizer.chat_ids(plan.messages(list(messages)), None, plan.template_tools())

@@ -12,7 +12,7 @@ from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session import chat_session
-from chatapp.session.chat_jobs import GenerateRequest, StatsSnapshot, TokenBatch
+from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
 from chatapp.session.chat_session import ChatObserver, ChatSession, GenerationOptions, State
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage, Conversation
@@ -149,13 +149,13 @@ def test_a_failed_load_keeps_the_state_it_had(
 
 
 def failing_generation(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
-    def job(_host: EngineHost, _request: GenerateRequest) -> Job:
+    def job(_host: EngineHost, *_request: object) -> Job:
         def run(_control: JobControl) -> None:
             raise error
 
         return Job("generation", run, lambda exc: f"Writing the answer failed: {exc}.")
 
-    monkeypatch.setattr(chat_session, "generate_job", job)
+    monkeypatch.setattr(chat_session, "window_job", job)
 
 
 def test_an_answer_that_fails_at_once_gives_the_prompt_back(

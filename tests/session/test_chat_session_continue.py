@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT
+from chatapp.engine.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT, Message
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.session.chat_jobs import STOP_STRING
+from chatapp.session.answer import STOP_STRING
 from chatapp.session.chat_session import ChatSession, GenerationOptions, State
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.running import InlineRunner
@@ -109,7 +109,6 @@ def test_a_base_model_continues_the_text_and_answers_name_their_model(
     assert not base.model.has_chat_template
     options = replace(SHORT, prompt_style=STYLE_CONTINUE)
     _answer(base, runner, "The capital of France is", options)
-    assert engine.tokenizer.prompt_style == STYLE_CONTINUE
     assert base.context is not None
     # The prompt was the text alone: no "User:" scaffolding to count.
     assert base.context.prompt_tokens == len(
@@ -120,7 +119,9 @@ def test_a_base_model_continues_the_text_and_answers_name_their_model(
     # Chat as plain lines: the style follows the request.
     base.new_chat()
     _answer(base, runner, "Hi", replace(SHORT, prompt_style=STYLE_PLAIN_CHAT))
-    assert engine.tokenizer.prompt_style == STYLE_PLAIN_CHAT
+    assert base.context is not None
+    plain = engine.tokenizer.chat_ids([Message("user", "Hi")], style=STYLE_PLAIN_CHAT)
+    assert base.context.prompt_tokens == len(plain)
 
 
 def test_the_context_is_measured_as_the_prompt_will_be_sent(

@@ -5,26 +5,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.remote.engine import RemoteEngine, RemoteStats
 from chatapp.remote.errors import RemoteConnectionError, RemoteHTTPError
+from chatapp.session.answer import TOOLS_NOT_HERE
 from chatapp.session.chat_jobs import (
-    TOOLS_NOT_HERE,
     AnswerResult,
-    GenerateRequest,
     StatsSnapshot,
     TokenItem,
     answer_figures,
-    generate_job,
     measure_context_job,
+    measured_request,
+    window_job,
 )
-from chatapp.session.context import ContextRequest
+from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.model_jobs import EngineHost, LoadRequest, load_job
 from chatapp.session.remote_jobs import (
     ConnectRequest,
@@ -40,6 +42,7 @@ from tests.session.drive import drive
 
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=8)
 HELLO = (Message("user", "hello"),)
+NAIVE = GenerationOptions(GREEDY, Mode.NAIVE)  # the window's loop: a server uses its own
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +86,7 @@ def test_a_remote_answer_streams_without_a_context_report(
     served: Served, varied_model_dir: Path
 ) -> None:
     host = connected(served)
-    request = GenerateRequest(HELLO, GREEDY, "naive")
-    out = drive(generate_job(host, request), request_id=3)
+    out = drive(window_job(host, HELLO, NAIVE), request_id=3)
     assert all(isinstance(i, TokenItem) for i in out.items)  # no ContextReport: no tokenizer
     assert all(i.token_id is None for i in out.items)  # servers send text, not ids
     result: AnswerResult = out.result
@@ -101,7 +103,7 @@ def test_a_remote_answer_streams_without_a_context_report(
 
 def test_remote_figures_leave_out_what_a_client_cannot_measure(served: Served) -> None:
     host = connected(served)
-    result: AnswerResult = drive(generate_job(host, GenerateRequest(HELLO, GREEDY, "naive"))).result
+    result: AnswerResult = drive(window_job(host, HELLO, NAIVE)).result
     figures = answer_figures(result.stats)
     assert figures.mode == figures.device == "remote" and figures.model == "varied-llama"
     assert figures.generated_tokens == 8 and figures.finish_reason == "length"
@@ -127,7 +129,7 @@ def test_the_context_is_not_measured_while_a_server_answers(
 ) -> None:
     host = connected(served)
     host.engine = Engine(tiny_model_dir, threads=1)
-    request = ContextRequest(HELLO, 8)
+    request = measured_request(HELLO, NAIVE)
     assert drive(measure_context_job(host, request)).result is None
     drive(disconnect_job(host))
     assert host.remote is None and host.backend() is host.engine
@@ -166,7 +168,7 @@ def test_a_conversation_too_long_for_the_server_says_what_to_do() -> None:
 def test_an_overlong_conversation_against_chatapp_serve(served: Served) -> None:
     host = connected(served)
     long_question = (Message("user", "word " * 3000),)  # far beyond the 512-token context
-    out = drive(generate_job(host, GenerateRequest(long_question, GREEDY, "naive")))
+    out = drive(window_job(host, long_question, NAIVE))
     assert isinstance(out.error, RemoteHTTPError)
     assert out.error.code == "context_length_exceeded"
     assert out.message is not None and "start a new chat" in out.message
@@ -191,6 +193,5 @@ def test_tools_asked_of_a_server_are_one_sentence(served: Served) -> None:
     from chatapp.engine.tool_calls import Tool
 
     host = connected(served)
-    request = GenerateRequest(HELLO, GREEDY, "naive", tools=(Tool("pick"),))
-    out = drive(generate_job(host, request))
+    out = drive(window_job(host, HELLO, replace(NAIVE, tools=(Tool("pick"),))))
     assert out.message == TOOLS_NOT_HERE and out.result is None

@@ -21,7 +21,8 @@ from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.workers import JobRunner
 from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
-from chatapp.session.chat_session import ChatObserver, ChatSession, GenerationOptions, State
+from chatapp.session.chat_session import ChatObserver, ChatSession, State
+from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary

@@ -11,8 +11,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from chatapp.gui.chat.controller import ChatController
 from chatapp.gui.common.qtcompat import emit
-from chatapp.session.chat_session import GenerationOptions
-from chatapp.session.chat_settings import remember, settings_of
+from chatapp.session.chat_settings import GenerationOptions, remember, settings_of
 from chatapp.session.conversation import Conversation
 from chatapp.session.history_records import OpenedHistory, open_history
 from chatapp.session.history_sync import HistoryObserver, HistorySync

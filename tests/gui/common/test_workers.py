@@ -13,10 +13,12 @@ import pytest
 from PySide6.QtCore import QThread
 
 from chatapp.engine.chat import Message
+from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.logs import LOG_FILE, setup_logging
-from chatapp.session.chat_jobs import GenerateRequest, TokenBatch, TokenItem, generate_job
+from chatapp.session.chat_jobs import TokenBatch, TokenItem, window_job
+from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.jobs import Job, JobAborted, JobControl
 from chatapp.session.model_jobs import EngineHost, LoadRequest, load_job
 
@@ -237,7 +239,9 @@ def test_a_fast_token_stream_from_the_tiny_model_arrives_in_few_batches(
     host = EngineHost()
     load = runner.submit(load_job(host, LoadRequest(tiny_model_dir)))
     answer = runner.submit(
-        generate_job(host, GenerateRequest((Message("user", "hello"),), GREEDY_LONG, "iobinding"))
+        window_job(
+            host, (Message("user", "hello"),), GenerationOptions(GREEDY_LONG, Mode.IOBINDING)
+        )
     )
     batches: list[YieldedBatch] = []
     answer.sig_yielded.connect(batches.append)

@@ -35,7 +35,7 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
-from chatapp.session.chat_jobs import GenerateRequest
+from chatapp.session.answer import AnswerRequest
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
 from tests.gui.conftest import (
     ANSWER_TIMEOUT_MS,
@@ -98,7 +98,7 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
     qtbot,
     window: MainWindow,
     history_file: Path,
-    generate_requests: list[GenerateRequest],
+    generate_requests: list[AnswerRequest],
 ) -> None:
     panel = history(window).panel
     assert window.findChild(QListWidget, "conversationList") is panel.list

@@ -11,7 +11,7 @@ import pytest
 from chatapp.gui.chat.transcript import CUT_TEXT
 from chatapp.gui.common.settings import SETTINGS_ENV
 from chatapp.gui.main_window import MainWindow
-from chatapp.session.chat_jobs import GenerateRequest
+from chatapp.session.answer import AnswerRequest
 from chatapp.store import ConversationDraft, Figures, HistoryStore, MessageDraft
 from chatapp.store import history as store_history
 from tests.gui.conftest import (
@@ -55,7 +55,7 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
     window: MainWindow,
     default_model_dir: Path,
     history_path: Path,
-    generate_requests: list[GenerateRequest],
+    generate_requests: list[AnswerRequest],
 ) -> None:
     window.new_chat_action.trigger()
     set_sampling(window, greedy(16))

@@ -221,3 +221,37 @@ def test_serving_turned_off_while_the_server_starts_leaves_nothing_listening(
     assert started == [] and ui.server.serving is None and not ui.serve_action.isChecked()
     assert urls and refused(f"{urls[0]}/v1")
     send_and_wait(qtbot, window, "still answering")  # the chat goes on
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_served_requests_render_with_the_template_while_the_chat_continues_text(
+    qtbot, window: MainWindow, slots: int
+) -> None:
+    """The prompt style is the chat's request's, not the shared tokenizer's: before, a served
+    chat was sent as the text the window's last answer continued (issue 50)."""
+    from chatapp.engine.chat import STYLE_CONTINUE
+    from chatapp.session import prompt_style as ps
+
+    engine = window.host.engine
+    assert engine is not None and engine.tokenizer.has_template
+    question = [Message("user", "hello there")]
+    templated = len(engine.tokenizer.chat_ids(question))
+    continued = len(engine.tokenizer.chat_ids(question, style=STYLE_CONTINUE))
+    assert templated != continued
+    prompt = window.chat.side_panel.sampling_box.prompt
+    prompt.choice_combo.setCurrentIndex(prompt.choice_combo.findData(ps.CONTINUE))
+    set_sampling(window, greedy(3))
+    send_and_wait(qtbot, window, "hello there")  # the chat continued text last
+    context = window.chat.controller.session.context
+    assert context is not None and context.prompt_tokens == continued
+
+    serving = start_serving(qtbot, window, slots=slots)
+    body = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 3}
+    response = in_thread(
+        qtbot,
+        lambda: httpx2.post(
+            f"{serving.url}/chat/completions", json=body, timeout=60, trust_env=False
+        ),
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["prompt_tokens"] == templated

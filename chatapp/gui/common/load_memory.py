@@ -74,9 +74,7 @@ def remembered_precision(settings: QSettings, folder: Path) -> str:
     (guards.default_precision: CHATAPP_GGUF_PRECISION where it names one)."""
     precision = _json_dict(settings, PRECISION_KEY).get(model_key(folder))
     return (
-        precision
-        if isinstance(precision, str) and precision in PRECISIONS
-        else default_precision()
+        precision if isinstance(precision, str) and precision in PRECISIONS else default_precision()
     )
 
 

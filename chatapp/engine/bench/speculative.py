@@ -1,0 +1,158 @@
+"""`chatapp bench --speculative`: plain decoding against speculative decoding on the same
+prompts (chatapp/resources/speculative_prompts.json), greedy, in one process, interleaved.
+
+Each repeat runs every prompt plain and speculative, the order alternating between repeats,
+each from an empty KV cache; the figure is decode tokens/s (the first token excluded, as the
+side panel counts it), and the ratio is the median of the per-repeat ratios. Both runs of a
+prompt must give the same tokens: a verifying run computes the rows a one-token step would.
+The planner keeps what it learnt between prompts, as it does between the answers of a chat.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from chatapp.engine.chat import Message
+from chatapp.engine.sampling import SamplingSettings
+
+if TYPE_CHECKING:
+    from chatapp.engine.engine import Engine
+    from chatapp.engine.metrics import RunStats
+
+PROMPTS_RESOURCE = "speculative_prompts.json"
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    name: str
+    kind: str  # grounded: the answer can quote the prompt; open: open-ended chat
+    chat: str
+    continuation: str
+
+
+def bench_prompts() -> list[BenchPrompt]:
+    raw = resources.files("chatapp.resources").joinpath(PROMPTS_RESOURCE).read_text("utf-8")
+    return [
+        BenchPrompt(p["name"], p["kind"], p["chat"], p["continue"])
+        for p in json.loads(raw)["prompts"]
+    ]
+
+
+@dataclass
+class PromptResult:
+    name: str
+    kind: str
+    plain_tps: list[float] = field(default_factory=list)
+    speculative_tps: list[float] = field(default_factory=list)
+    tokens: int = 0
+    runs: int = 0  # the speculative answer's forward passes after the first token
+    drafted: int = 0
+    accepted: int = 0
+    same_tokens: bool = True
+
+    @property
+    def ratio(self) -> float:
+        """Median over repeats of speculative / plain decode tokens/s."""
+        ratios = [s / p for s, p in zip(self.speculative_tps, self.plain_tps, strict=True) if p]
+        return statistics.median(ratios) if ratios else 0.0
+
+    @property
+    def tokens_per_run(self) -> float:
+        return (self.tokens - 1) / self.runs if self.runs else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio, "tokens_per_run": self.tokens_per_run}
+
+
+@dataclass(frozen=True)
+class SpeculativeBench:
+    model: str
+    precision: str | None
+    refusal: str | None
+    repeats: int
+    results: list[PromptResult]
+
+    def median_ratio(self, kind: str) -> float:
+        ratios = [r.ratio for r in self.results if r.kind == kind]
+        return statistics.median(ratios) if ratios else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "precision": self.precision,
+            "refusal": self.refusal,
+            "repeats": self.repeats,
+            "grounded_ratio": self.median_ratio("grounded"),
+            "open_ratio": self.median_ratio("open"),
+            "prompts": [r.to_dict() for r in self.results],
+        }
+
+
+def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
+    """The chat form through the template; a model without one continues the text form."""
+    tok = engine.tokenizer
+    if tok.has_template:
+        return tok.chat_ids([Message("user", prompt.chat)], engine.max_context)
+    return tok.with_bos(tok.encode_text(prompt.continuation))
+
+
+def _answer(engine: Engine, ids: list[int], settings: SamplingSettings, drafts: bool) -> RunStats:
+    engine.speculative = drafts
+    engine.reset()
+    return engine.generate_ids(ids, settings).run()
+
+
+def measure_speculative(
+    engine: Engine, new_tokens: int, repeats: int, prompts: list[BenchPrompt] | None = None
+) -> SpeculativeBench:
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=new_tokens)
+    prompts = prompts or bench_prompts()
+    encoded = [(p, prompt_ids(engine, p)) for p in prompts]
+    results = [PromptResult(p.name, p.kind) for p in prompts]
+    _answer(engine, encoded[0][1], settings, True)  # the planner times its runs: not counted
+    for repeat in range(repeats):
+        for (_, ids), result in zip(encoded, results, strict=True):
+            order = (False, True) if repeat % 2 == 0 else (True, False)
+            runs = {drafts: _answer(engine, ids, settings, drafts) for drafts in order}
+            plain, fast = runs[False], runs[True]
+            result.plain_tps.append(plain.tokens_per_s)
+            result.speculative_tps.append(fast.tokens_per_s)
+            result.same_tokens &= plain.token_ids == fast.token_ids
+            result.tokens = fast.generated_tokens
+            result.runs, result.drafted = fast.runs, sum(fast.drafted)
+            result.accepted = sum(fast.accepted)
+    engine.speculative = False
+    return SpeculativeBench(
+        engine.info.name, engine.precision_in_effect, engine.speculation_refusal(), repeats, results
+    )
+
+
+def speculative_lines(bench: SpeculativeBench) -> list[str]:
+    """The table and the sentences, each true of the numbers beside it."""
+    if bench.refusal:
+        return [f"Speculative decoding does not run on {bench.model}: {bench.refusal}."]
+    lines = [
+        f"{bench.model}, greedy, {bench.repeats} interleaved repeats "
+        "(decode tokens/s, medians; ratio: median of the per-repeat ratios)",
+        f"{'prompt':40} {'kind':8} {'plain':>7} {'spec.':>7} {'ratio':>6} "
+        f"{'tok/run':>7} {'kept':>9} same",
+    ]
+    for r in bench.results:
+        kept = f"{r.accepted}/{r.drafted}"
+        lines.append(
+            f"{r.name[:40]:40} {r.kind:8} {statistics.median(r.plain_tps):7.1f} "
+            f"{statistics.median(r.speculative_tps):7.1f} {r.ratio:5.2f}x "
+            f"{r.tokens_per_run:7.2f} {kept:>9} {'yes' if r.same_tokens else 'NO'}"
+        )
+    grounded, open_ended = bench.median_ratio("grounded"), bench.median_ratio("open")
+    lines.append(
+        f"Prompts that quote their own text: speculative decoding gave {grounded:.2f}x the "
+        f"plain decode's tokens/s (median); open-ended prompts: {open_ended:.2f}x."
+    )
+    if not all(r.same_tokens for r in bench.results):
+        lines.append("Some answers differed from the plain decode's: that is a bug.")
+    return lines

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from chatapp.engine.bench.summary import SHOWN
 from chatapp.engine.chat import Message
 from chatapp.engine.sampling import SamplingSettings
 
@@ -148,11 +149,26 @@ def speculative_lines(bench: SpeculativeBench) -> list[str]:
             f"{statistics.median(r.speculative_tps):7.1f} {r.ratio:5.2f}x "
             f"{r.tokens_per_run:7.2f} {kept:>9} {'yes' if r.same_tokens else 'NO'}"
         )
-    grounded, open_ended = bench.median_ratio("grounded"), bench.median_ratio("open")
-    lines.append(
-        f"Prompts that quote their own text: speculative decoding gave {grounded:.2f}x the "
-        f"plain decode's tokens/s (median); open-ended prompts: {open_ended:.2f}x."
-    )
+    for kind, label in (
+        ("grounded", "Prompts that quote their own text"),
+        ("open", "Open-ended prompts"),
+    ):
+        ratios = [r.ratio for r in bench.results if r.kind == kind]
+        if ratios:
+            lines.append(f"{label}: {_verdict(bench.median_ratio(kind), ratios)}")
     if not all(r.same_tokens for r in bench.results):
         lines.append("Some answers differed from the plain decode's: that is a bug.")
     return lines
+
+
+def _verdict(median: float, ratios: list[float]) -> str:
+    """A sentence about the median of the prompts' ratios, with their range: faster or slower
+    only where every prompt's ratio is on that side of 1 (by more than a shown rounding)."""
+    low, high = min(ratios), max(ratios)
+    spread = f"the prompts' ratios {low:.2f}-{high:.2f}x" if len(ratios) > 1 else "one prompt"
+    figure = f"{median:.2f}x the plain decode's tokens/s ({spread})"
+    if low > 1.0 + SHOWN:
+        return f"speculative decoding was faster, {figure}."
+    if high < 1.0 - SHOWN:
+        return f"speculative decoding was slower, {figure}."
+    return f"no difference the runs can tell: {figure}."

@@ -353,7 +353,9 @@ class Engine:
         if not loop.mode.caches:
             return "the No cache loop recomputes every token anyway"
         if self.info.layout is KVLayout.STATIC_WINDOW:
-            return "a static KV window cannot take back drafted tokens"
+            # Its slots would hold the tokens in another arrangement than one token a window
+            # does, and the attention's sums over them would round otherwise.
+            return "a static KV window lays out drafted tokens unlike single steps"
         return None
 
     def chat(

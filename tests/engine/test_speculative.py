@@ -143,6 +143,26 @@ def test_greedy_answers_are_the_plain_decodes_in_the_concat_layout(
     assert_same_as_plain(engine, REPEATING, GREEDY)
 
 
+@pytest.fixture(scope="module")
+def static_folder(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("speculative-static")
+    options = ConvertOptions(
+        kv_layout="static", attention="standard", context_length=96, window=4, graph="native"
+    )
+    return convert_gguf(varied_gguf, root / "static", options)
+
+
+@BUILT
+def test_a_static_window_is_refused_and_answers_plainly(static_folder: Path) -> None:
+    """Drafted tokens would share a window where single steps take one each: the slots, and
+    the attention's sums over them, would differ, so the answer could."""
+    engine = Engine(static_folder, threads=1, precision="fast")
+    engine.speculative = True
+    assert "static" in (engine.speculation_refusal() or "")
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=8)
+    assert engine.generate_ids(REPEATING, settings, ignore_eos=True).run().drafted == []
+
+
 @BUILT
 def test_seeded_sampling_gives_the_plain_decodes_tokens(varied_native: Path) -> None:
     """Each row is sampled in order with the history it would have had, and a drafted token

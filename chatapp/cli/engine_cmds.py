@@ -419,7 +419,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.parallel is not None or args.speculative:
         from chatapp.cli.bench_modes import run_parallel_bench, run_speculative_bench
 
-        return run_parallel_bench(args) if args.parallel else run_speculative_bench(args)
+        model_dir = resolve_model(args.model)
+        if args.parallel:
+            return run_parallel_bench(args, model_dir)
+        return run_speculative_bench(args, model_dir)
     if args.fidelity:
         return run_fidelity_bench(args, resolve_model(args.model))
     from chatapp.engine.bench.report import markdown_report

@@ -347,10 +347,10 @@ class Engine:
         out with the bits a one-token step gives: the GGUF kernels' fast precision does that
         (every row count takes one path); exact multiplies prompts and steps differently, and
         the stock graph and devices promise nothing about it."""
-        loop = loop or self.loop()
+        mode = loop.mode if loop is not None else self.mode  # no loop made just to ask
         if self.precision_in_effect != "fast":
             return "it needs the GGUF kernels' fast precision on the CPU"
-        if not loop.mode.caches:
+        if not mode.caches:
             return "the No cache loop recomputes every token anyway"
         if self.info.layout is KVLayout.STATIC_WINDOW:
             # Its slots would hold the tokens in another arrangement than one token a window

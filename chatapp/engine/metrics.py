@@ -48,6 +48,14 @@ class RunStats:
         return len(self.token_ids)
 
     @property
+    def drafted_tokens(self) -> int:
+        return sum(self.drafted)
+
+    @property
+    def accepted_tokens(self) -> int:
+        return sum(self.accepted)
+
+    @property
     def runs(self) -> int:
         """Forward passes of the decode steps: one per token after the first, less the tokens
         that came from drafts the model kept."""

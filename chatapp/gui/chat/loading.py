@@ -46,6 +46,8 @@ class ModelLoading(QObject):
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
         panel.sig_precision_changed.connect(self._on_precision_changed)
+        panel.sig_speculative_changed.connect(controller.host.set_speculative)
+        controller.host.set_speculative(panel.speculative())
 
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
@@ -89,6 +91,7 @@ class ModelLoading(QObject):
         window.notify(f"Loaded {summary.description}", 8000)
         panel.set_fallback_reason(summary.fallback_reason)
         panel.set_precision_unavailable(None if summary.precision else NO_PRECISION_CHOICE)
+        panel.set_speculative_unavailable(summary.speculation_refusal)
         panel.set_device_memory(
             summary.device_own_memory,
             summary.device_label,

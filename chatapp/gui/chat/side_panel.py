@@ -27,6 +27,8 @@ from chatapp.gui.chat.controller import GenerationOptions
 from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.loop_toggle import LOCKED_TIP, LoopToggle
 from chatapp.gui.chat.sampling_box import SamplingBox
+from chatapp.gui.chat.speculative_option import SETTINGS_KEY as SPECULATIVE_KEY
+from chatapp.gui.chat.speculative_option import SpeculativeOption
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import warning_label
@@ -66,6 +68,7 @@ class SidePanel(QWidget):
     sig_device_changed = Signal(str)
     sig_threads_changed = Signal(object)  # int | None
     sig_precision_changed = Signal(str)  # guards.PRECISIONS
+    sig_speculative_changed = Signal(bool)
     # The figures were (re)written: a remote backend greys what it cannot measure (gui/remote).
     sig_figures_shown = Signal(object)  # AnswerFigures, or None when cleared for an answer
     # What the next answer sends changed: its token limit or the system prompt (the history
@@ -99,6 +102,9 @@ class SidePanel(QWidget):
         self.loop_toggle = LoopToggle(box)
         self.loop_toggle.sig_mode_changed.connect(self._on_mode_changed)
         form.addWidget(self.loop_toggle)
+        self.speculative_option = SpeculativeOption(box)
+        self.speculative_option.sig_changed.connect(self._on_speculative_changed)
+        form.addWidget(self.speculative_option)
         row = QFormLayout()
         # In a narrow panel the device box goes under its label, at the panel's full width.
         row.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -244,6 +250,14 @@ class SidePanel(QWidget):
         self.precision_selector.setEnabled(reason is None)
         self.precision_selector.setToolTip(reason or PRECISION_TIP)
 
+    def speculative(self) -> bool:
+        """Whether the next answers may draft tokens (engine/speculative.py)."""
+        return self.speculative_option.enabled()
+
+    def set_speculative_unavailable(self, reason: str | None) -> None:
+        """Grey speculative decoding with why it cannot run on this model; None: it can."""
+        self.speculative_option.set_unavailable(reason)
+
     def set_fallback_reason(self, reason: str | None) -> None:
         self.fallback_label.setText(reason or "")
         self.fallback_label.setVisible(bool(reason))
@@ -251,6 +265,7 @@ class SidePanel(QWidget):
     def set_generating(self, generating: bool) -> None:
         """Loop, device and threads change whole answers only: lock them while one streams."""
         self.loop_toggle.set_locked(generating)
+        self.speculative_option.set_locked(generating, LOCKED_TIP)
         for widget, tip in (
             (self.device_selector, "Where ONNX Runtime runs the model (reloads it)"),
             (self.threads_spin, "ONNX Runtime intra-op threads (Auto: one per core)"),
@@ -375,6 +390,7 @@ class SidePanel(QWidget):
     def start_answer(self) -> None:
         """No answer's figures: a new chat, or another conversation opened."""
         self.figures_box.start_answer()
+        self.speculative_option.show_figures(None)
         emit(self.sig_figures_shown, None)
 
     def begin_answer(self) -> None:
@@ -393,11 +409,13 @@ class SidePanel(QWidget):
 
     def show_stats(self, s: AnswerFigures) -> None:
         self.figures_box.show_stats(s)
+        self.speculative_option.show_figures(s)
         emit(self.sig_figures_shown, s)
 
     def finish_answer(self, s: AnswerFigures | None) -> None:
         if s is not None:
             self.figures_box.show_stats(s)
+        self.speculative_option.show_figures(s, finished=True)
         self.figures_box.finish_answer()
         emit(self.sig_figures_shown, s)
 
@@ -412,6 +430,8 @@ class SidePanel(QWidget):
         self.set_mode(str(settings.value("engine/mode", Mode.IOBINDING)))
         self.set_device(str(settings.value("engine/device", "cpu")))
         self.threads_spin.setValue(_int(settings, "engine/threads", 0))
+        on = str(settings.value(SPECULATIVE_KEY, "true")).lower() not in ("false", "0")
+        self.speculative_option.set_enabled(on)
         self._threads_applied = self.threads_spin.value()
         self.system_prompt_box.set_text(str(settings.value("chat/system_prompt", "") or ""))
         self._settings = settings
@@ -425,6 +445,7 @@ class SidePanel(QWidget):
         settings.setValue("engine/mode", self.mode().value)
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
+        settings.setValue(SPECULATIVE_KEY, self.speculative())
         settings.setValue("chat/system_prompt", self.system_prompt_box.text())
 
     @Slot(str)
@@ -437,6 +458,11 @@ class SidePanel(QWidget):
     def _on_device_index_changed(self, _index: int) -> None:
         self._save()
         emit(self.sig_device_changed, self.device())
+
+    @Slot(bool)
+    def _on_speculative_changed(self, on: bool) -> None:
+        self._save()
+        emit(self.sig_speculative_changed, on)
 
     @Slot(int)
     def _on_precision_index_changed(self, _index: int) -> None:

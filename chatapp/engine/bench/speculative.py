@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from chatapp.engine.bench.summary import SHOWN
 from chatapp.engine.chat import Message
+from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
-    from chatapp.engine.metrics import RunStats
 
 PROMPTS_RESOURCE = "speculative_prompts.json"
+KIND_LABELS = {"grounded": "Prompts that quote their own text", "open": "Open-ended prompts"}
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,14 @@ class PromptResult:
     same_tokens: bool = True
 
     @property
+    def ratios(self) -> list[float]:
+        """Per repeat: speculative / plain decode tokens/s."""
+        return [s / p for s, p in zip(self.speculative_tps, self.plain_tps, strict=False) if p]
+
+    @property
     def ratio(self) -> float:
         """Median over repeats of speculative / plain decode tokens/s."""
-        ratios = [s / p for s, p in zip(self.speculative_tps, self.plain_tps, strict=True) if p]
+        ratios = self.ratios
         return statistics.median(ratios) if ratios else 0.0
 
     @property
@@ -101,32 +108,77 @@ def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
     return tok.with_bos(tok.encode_text(prompt.continuation))
 
 
-def _answer(engine: Engine, ids: list[int], settings: SamplingSettings, drafts: bool) -> RunStats:
-    engine.speculative = drafts
+def answer_once(
+    engine: Engine,
+    ids: list[int],
+    settings: SamplingSettings,
+    drafts: bool,
+    should_stop: Callable[[], bool] | None = None,
+) -> RunStats:
+    """One greedy answer from an empty KV cache, plain or with drafting; the engine's own
+    choice (the window's) is left as it was."""
+    chosen, engine.speculative = engine.speculative, drafts
     engine.reset()
-    return engine.generate_ids(ids, settings).run()
+    try:
+        return engine.generate_ids(ids, settings, should_stop=should_stop).run()
+    finally:
+        engine.speculative = chosen
+
+
+@dataclass(frozen=True)
+class SpeculativeRun:
+    """One answer of the interleaved runs: which prompt and repeat, plain or drafted."""
+
+    prompt: int  # index into the prompts
+    repeat: int
+    drafts: bool
+    stats: RunStats
+
+
+def speculative_runs(
+    engine: Engine,
+    prompts: list[list[int]],
+    new_tokens: int,
+    repeats: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[SpeculativeRun]:
+    """Every prompt plain and speculative in each repeat, who leads alternating; first one
+    drafted answer the planner times its runs with (not yielded)."""
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=new_tokens)
+    answer_once(engine, prompts[0], settings, True, should_stop)
+    for repeat in range(repeats):
+        for index, ids in enumerate(prompts):
+            for drafts in (False, True) if repeat % 2 == 0 else (True, False):
+                stats = answer_once(engine, ids, settings, drafts, should_stop)
+                yield SpeculativeRun(index, repeat, drafts, stats)
+
+
+def add_run(result: PromptResult, run: SpeculativeRun, plain: list[int] | None) -> list[int]:
+    """Fold one run into its prompt's result; returns the plain tokens to compare with."""
+    stats = run.stats
+    if not run.drafts:
+        result.plain_tps.append(stats.tokens_per_s)
+    else:
+        result.speculative_tps.append(stats.tokens_per_s)
+        result.tokens = stats.generated_tokens
+        result.runs, result.drafted = stats.runs, stats.drafted_tokens
+        result.accepted = stats.accepted_tokens
+    if plain is None:
+        return stats.token_ids
+    result.same_tokens &= plain == stats.token_ids
+    return plain
 
 
 def measure_speculative(
     engine: Engine, new_tokens: int, repeats: int, prompts: list[BenchPrompt] | None = None
 ) -> SpeculativeBench:
-    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=new_tokens)
     prompts = prompts or bench_prompts()
-    encoded = [(p, prompt_ids(engine, p)) for p in prompts]
     results = [PromptResult(p.name, p.kind) for p in prompts]
-    _answer(engine, encoded[0][1], settings, True)  # the planner times its runs: not counted
-    for repeat in range(repeats):
-        for (_, ids), result in zip(encoded, results, strict=True):
-            order = (False, True) if repeat % 2 == 0 else (True, False)
-            runs = {drafts: _answer(engine, ids, settings, drafts) for drafts in order}
-            plain, fast = runs[False], runs[True]
-            result.plain_tps.append(plain.tokens_per_s)
-            result.speculative_tps.append(fast.tokens_per_s)
-            result.same_tokens &= plain.token_ids == fast.token_ids
-            result.tokens = fast.generated_tokens
-            result.runs, result.drafted = fast.runs, sum(fast.drafted)
-            result.accepted = sum(fast.accepted)
-    engine.speculative = False
+    encoded = [prompt_ids(engine, p) for p in prompts]
+    firsts: dict[tuple[int, int], list[int]] = {}
+    for run in speculative_runs(engine, encoded, new_tokens, repeats):
+        key = (run.prompt, run.repeat)
+        firsts[key] = add_run(results[run.prompt], run, firsts.get(key))
     return SpeculativeBench(
         engine.info.name, engine.precision_in_effect, engine.speculation_refusal(), repeats, results
     )
@@ -149,23 +201,29 @@ def speculative_lines(bench: SpeculativeBench) -> list[str]:
             f"{statistics.median(r.speculative_tps):7.1f} {r.ratio:5.2f}x "
             f"{r.tokens_per_run:7.2f} {kept:>9} {'yes' if r.same_tokens else 'NO'}"
         )
-    for kind, label in (
-        ("grounded", "Prompts that quote their own text"),
-        ("open", "Open-ended prompts"),
-    ):
-        ratios = [r.ratio for r in bench.results if r.kind == kind]
-        if ratios:
-            lines.append(f"{label}: {_verdict(bench.median_ratio(kind), ratios)}")
+    kinds = dict.fromkeys(r.kind for r in bench.results)
+    for kind in kinds:
+        of_kind = [r for r in bench.results if r.kind == kind]
+        label = KIND_LABELS.get(kind, "This prompt" if len(of_kind) == 1 else "These prompts")
+        lines.append(f"{label}: {_verdict(of_kind)}")
     if not all(r.same_tokens for r in bench.results):
         lines.append("Some answers differed from the plain decode's: that is a bug.")
     return lines
 
 
-def _verdict(median: float, ratios: list[float]) -> str:
-    """A sentence about the median of the prompts' ratios, with their range: faster or slower
-    only where every prompt's ratio is on that side of 1 (by more than a shown rounding)."""
+def _verdict(results: list[PromptResult]) -> str:
+    """A sentence about the prompts' median ratio with its range (one prompt: its repeats'):
+    faster or slower only where every ratio is on that side of 1 (by more than a shown
+    rounding)."""
+    if len(results) == 1:
+        ratios, whose = results[0].ratios, "the repeats'"
+    else:
+        ratios, whose = [r.ratio for r in results], "the prompts'"
+    if not ratios:
+        return "nothing was measured."
     low, high = min(ratios), max(ratios)
-    spread = f"the prompts' ratios {low:.2f}-{high:.2f}x" if len(ratios) > 1 else "one prompt"
+    median = statistics.median(ratios)
+    spread = f"{whose} ratios {low:.2f}-{high:.2f}x" if len(ratios) > 1 else "one run"
     figure = f"{median:.2f}x the plain decode's tokens/s ({spread})"
     if low > 1.0 + SHOWN:
         return f"speculative decoding was faster, {figure}."

@@ -3,6 +3,7 @@ unchanged: every comparison is made at run time against the plain decode of the 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,41 @@ def test_generation_without_a_planner_drafts_nothing(varied_native: Path) -> Non
     generation = engine.generate_ids(REPEATING, GREEDY, ignore_eos=True)
     assert isinstance(generation, Generation) and generation.planner is None
     assert generation.run().drafted == []
+
+
+@BUILT
+def test_slots_decoding_together_keep_their_answers_while_drafting(varied_native: Path) -> None:
+    """A slot verifies its draft alone between two batched steps (engine/slots.py): each
+    sequence's tokens are its plain solo run's, whatever the others do meanwhile."""
+    engine = Engine(varied_native, threads=1, precision="fast")
+    prompts = [REPEATING, [9, 44, 61, 9, 44, 61, 9, 44], list(range(20, 40))]
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=24)
+    alone = []
+    for prompt in prompts:
+        engine.reset()
+        alone.append(run(engine, prompt, settings, forced=False).token_ids)
+    batch = engine.slots(len(prompts))
+    results: dict[int, RunStats] = {}
+    errors: list[BaseException] = []
+
+    def client(i: int) -> None:
+        try:
+            loop = batch.acquire(prompts[i])
+            assert loop is not None
+            try:
+                generation = engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop)
+                generation.planner = EveryDraft(most=3)
+                results[i] = generation.run()
+            finally:
+                batch.release(loop)
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    assert not errors, errors
+    assert sum(sum(r.drafted) for r in results.values()) > 0
+    assert [results[i].token_ids for i in range(len(prompts))] == alone

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 # learns that from its acceptance and stops drafting from it.
 NGRAM_SIZES = (4, 3, 2, 1)
 MAX_DRAFT = 8
+MAX_PROBE_GAP = 1024
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,10 @@ class DraftPlanner:
     share of a one-row step that `row_share` guesses. Per match length the acceptance rate a
     gives the expected tokens of a k-token draft, 1 + a + ... + a^k (the model's own token is
     always kept), and the length that gives the most tokens per second wins; 0 where none beats
-    a plain step. A length that stops paying is probed again only every `probe_every` chances.
+    a plain step. A match length that stopped paying is probed again (one drafted token) after
+    `probe_every` chances, and each probe that keeps nothing doubles the wait (to MAX_PROBE_GAP):
+    open-ended text matches one or two tokens almost everywhere, and probing it at a fixed rate
+    cost a few percent of its speed for nothing.
     """
 
     def __init__(
@@ -123,6 +127,8 @@ class DraftPlanner:
         self._cost: dict[int, float] = {}
         self._acceptance: dict[int, _Acceptance] = {}
         self._skipped: dict[int, int] = {}
+        self._gap: dict[int, int] = {}  # chances between probes, per match length
+        self._probing: set[int] = set()  # match lengths whose last draft was a probe
 
     def cost(self, rows: int) -> float | None:
         """The expected seconds of a run of `rows` rows, None before a one-row step ran."""
@@ -139,6 +145,10 @@ class DraftPlanner:
         self._cost[rows] = seconds if old is None else 0.7 * old + 0.3 * seconds
 
     def record_draft(self, matched: int, offered: int, accepted: int) -> None:
+        if matched in self._probing:
+            self._probing.discard(matched)
+            gap = self._gap.get(matched, self.probe_every)
+            self._gap[matched] = self.probe_every if accepted else min(2 * gap, MAX_PROBE_GAP)
         self._acceptance.setdefault(matched, _Acceptance.prior(matched)).record(offered, accepted)
 
     def acceptance(self, matched: int) -> float:
@@ -165,7 +175,11 @@ class DraftPlanner:
             return best
         skipped = self._skipped.get(draft.matched, 0) + 1
         self._skipped[draft.matched] = skipped
-        return 1 if skipped % self.probe_every == 0 else 0
+        if skipped < self._gap.get(draft.matched, self.probe_every):
+            return 0
+        self._skipped[draft.matched] = 0
+        self._probing.add(draft.matched)
+        return 1
 
 
 @dataclass(frozen=True)

@@ -76,14 +76,26 @@ def test_planner_drafts_long_where_drafts_are_kept_and_rows_are_cheap() -> None:
     assert planner.length(Draft(tuple(range(8)), 3)) == 8
 
 
-def test_planner_stops_drafting_what_is_rejected_and_probes_now_and_then() -> None:
+def test_planner_stops_drafting_what_is_rejected_and_probes_ever_more_rarely() -> None:
     planner = DraftPlanner(most=8, probe_every=4)
     planner.record_run(1, 0.010)
     planner.record_run(2, 0.016)
     for _ in range(20):
         planner.record_draft(1, 1, 0)
-    lengths = [planner.length(Draft((1, 2, 3), 1)) for _ in range(8)]
-    assert lengths == [0, 0, 0, 1, 0, 0, 0, 1]
+    draft = Draft((1, 2, 3), 1)
+
+    def probes(chances: int, kept: int = 0) -> list[int]:
+        """The chances (1-based) at which it probes, each probe's draft keeping `kept`."""
+        at = []
+        for chance in range(1, chances + 1):
+            if planner.length(draft):
+                at.append(chance)
+                planner.record_draft(1, 1, kept)
+        return at
+
+    assert probes(28) == [4, 12, 28]  # waits of 4, 8, 16 chances
+    assert probes(32, kept=1)[0] == 32  # the next wait, 32; a kept token resets it
+    assert probes(4) == [4]  # back to the first wait
 
 
 def test_planner_does_not_draft_before_a_plain_step_was_timed() -> None:

@@ -128,6 +128,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--json-object", action="store_true", help="the answer must be a JSON object"
     )
     add_tool_args(gen)
+    gen.add_argument(
+        "--speculative",
+        action="store_true",
+        help="draft tokens from the conversation and verify several per step (same answer; "
+        "faster where the answer repeats the prompt; GGUF kernels, fast precision)",
+    )
     gen.set_defaults(func=run_generate)
 
     var = sub.add_parser("variants", help="the ONNX graphs of a model folder: precision, size")
@@ -192,6 +198,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="instead of the loops: one client alone against N decoded together (the "
         "slots of `chatapp serve --parallel N`), every answer --max-new-tokens long",
+    )
+    bench.add_argument(
+        "--speculative",
+        action="store_true",
+        help="instead of the loops: plain against speculative decoding on the prompts of "
+        "chatapp/resources/speculative_prompts.json, greedy, interleaved",
     )
     add_fidelity_args(bench)
     bench.add_argument(
@@ -334,6 +346,9 @@ def run_generate(args: argparse.Namespace) -> int:
     output_format = output_format_from_args(args)
     tools, tool_choice = tools_from_args(args)
     engine = start_engine(args)
+    engine.speculative = args.speculative
+    if args.speculative and (refusal := engine.speculation_refusal()):
+        print(f"chatapp: speculative decoding is off: {refusal}.", file=sys.stderr)
     if engine.tokenizer.notice and not args.raw:
         print(f"chatapp: {engine.tokenizer.notice}", file=sys.stderr)
     messages = [Message("system", args.system)] if args.system and not args.raw else []
@@ -376,6 +391,11 @@ def run_generate(args: argparse.Namespace) -> int:
             print(calls_text(done.tool_calls))
         precision = engine.precision_in_effect
         named = f", {PRECISION_LABELS[precision]}" if precision else ""
+        if stats.drafted:
+            named += (
+                f", speculative: {sum(stats.accepted)} of {sum(stats.drafted)} drafted tokens "
+                f"kept, {stats.runs} runs for {len(stats.latencies_s)} tokens"
+            )
         print(
             f"[{stats.mode} on {stats.device}{named}: {stats.generated_tokens} tokens, "
             f"{stats.tokens_per_s:.1f} tok/s, TTFT {stats.ttft_s * 1000:.0f} ms, "
@@ -396,8 +416,13 @@ def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> P
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    if args.parallel is not None:
-        return run_parallel_bench(args)
+    if args.parallel is not None or args.speculative:
+        from chatapp.cli.bench_modes import run_parallel_bench, run_speculative_bench
+
+        model_dir = resolve_model(args.model)
+        if args.parallel:
+            return run_parallel_bench(args, model_dir)
+        return run_speculative_bench(args, model_dir)
     if args.fidelity:
         return run_fidelity_bench(args, resolve_model(args.model))
     from chatapp.engine.bench.report import markdown_report
@@ -432,31 +457,6 @@ def run_bench(args: argparse.Namespace) -> int:
 
         write_bench_report(result, args.report)
     print(json.dumps(result, indent=2) if args.json else markdown_report(result))
-    return 0
-
-
-def run_parallel_bench(args: argparse.Namespace) -> int:
-    from chatapp.engine.bench.parallel import measure_parallel, parallel_sentences
-    from chatapp.engine.engine import Engine
-
-    if args.report is not None or args.peer or args.sweep or args.context_tokens:
-        raise UserError("--parallel measures on its own: leave out --report, --peer, --sweep.")
-    engine = Engine(
-        resolve_model(args.model),
-        args.device,
-        Mode.IOBINDING,
-        args.threads,
-        args.context,
-        onnx_file=args.onnx_file,
-        precision=args.precision,
-    )
-    print(f"chatapp bench: 1 client, then {args.parallel} together", file=sys.stderr)
-    result = measure_parallel(engine, args.parallel, args.max_new_tokens)
-    if args.json:
-        named = {"model": engine.info.name, "precision": engine.precision_in_effect}
-        print(json.dumps({**named, **result.to_dict()}, indent=2))
-    else:
-        print("\n".join(parallel_sentences(result)))
     return 0
 
 

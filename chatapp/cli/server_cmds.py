@@ -104,6 +104,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--context): a request reserves its prompt and max_tokens, and waits when they do "
         "not fit",
     )
+    serve.add_argument(
+        "--speculative",
+        action="store_true",
+        help="each request drafts tokens from its own conversation and verifies several per "
+        "step (the same answers; faster where they repeat the prompt; GGUF kernels, fast)",
+    )
     serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
     serve.set_defaults(func=run_serve)
 
@@ -152,6 +158,9 @@ def run_serve(args: argparse.Namespace) -> int:
         engine = start_engine(args)
         if engine.tokenizer.notice:  # as `generate` and the window say it
             print(f"chatapp serve: {engine.tokenizer.notice}", file=sys.stderr)
+        engine.speculative = args.speculative
+        if args.speculative and (refusal := engine.speculation_refusal()):
+            print(f"chatapp serve: speculative decoding is off: {refusal}.", file=sys.stderr)
         log = None if args.quiet else _log
         parallel = _slots(args, engine)
         budget = args.kv_budget

@@ -34,7 +34,7 @@ from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
 from chatapp.engine.model_description import ModelDescription, read_model
-from chatapp.engine.model_folder.model import ModelInfo
+from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
@@ -47,6 +47,7 @@ from chatapp.engine.resident import (
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch
+from chatapp.engine.speculative import DraftPlanner
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 from chatapp.error_text import STATUS_LINE, first_line
 
@@ -173,6 +174,11 @@ class Engine:
         self.max_context = model.context
         self.mode = _mode(mode)
         self._loops: dict[Mode, KVLoop] = {}
+        # Speculative decoding (engine/speculative.py), asked for by the face; it runs where
+        # `speculation_refusal` finds nothing against it. One planner per loop: what it
+        # learns (run costs, acceptance) holds for that loop's next answers too.
+        self.speculative = False
+        self._planners: dict[int, DraftPlanner] = {}
         self._slots: SlotBatch | None = None
         self.constraints = ConstraintCompiler(
             self.tokenizer.tok, self.info.eos_token_ids, self.info.vocab_size
@@ -319,6 +325,9 @@ class Engine:
         if not loop.mode.caches and not ignore_eos:  # its cost grows with the square of the length
             limit = capped_new_tokens(len(prompt_ids), settings.max_new_tokens)
             settings = replace(settings, max_new_tokens=limit)
+        planner = None
+        if self.speculative and self.speculation_refusal(loop) is None:
+            planner = self._planners.setdefault(id(loop), DraftPlanner())
         return Generation(
             loop,
             prompt_ids,
@@ -329,7 +338,25 @@ class Engine:
             top_logprobs,
             constraint,
             never_ids=self.tokenizer.media_ids,
+            planner=planner,
         )
+
+    def speculation_refusal(self, loop: KVLoop | None = None) -> str | None:
+        """Why drafted tokens cannot be verified here without changing the answer; None
+        where they can. A verifying run computes several rows at once, so each row must come
+        out with the bits a one-token step gives: the GGUF kernels' fast precision does that
+        (every row count takes one path); exact multiplies prompts and steps differently, and
+        the stock graph and devices promise nothing about it."""
+        mode = loop.mode if loop is not None else self.mode  # no loop made just to ask
+        if self.precision_in_effect != "fast":
+            return "it needs the GGUF kernels' fast precision on the CPU"
+        if not mode.caches:
+            return "the No cache loop recomputes every token anyway"
+        if self.info.layout is KVLayout.STATIC_WINDOW:
+            # Its slots would hold the tokens in another arrangement than one token a window
+            # does, and the attention's sums over them would round otherwise.
+            return "a static KV window lays out drafted tokens unlike single steps"
+        return None
 
     def chat(
         self,

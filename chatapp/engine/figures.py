@@ -57,6 +57,10 @@ class AnswerFigures:
     # "onnx/model_q4.onnx"; what the variant picker lists), as the session fills in the model.
     # None for a server's answer and for answers from before schema version 6.
     variant: str | None = _figure(since=6, measured=False)
+    # Speculative decoding (engine/speculative.py): tokens drafted from the conversation and
+    # verified, and how many of them the model kept; 0 where it drafted none, None before.
+    drafted_tokens: int | None = _figure(since=7)
+    accepted_tokens: int | None = _figure(since=7)
 
     def __post_init__(self) -> None:
         # Plain Python values: the engine's may be numpy scalars or StrEnums, which sqlite3 and
@@ -97,6 +101,27 @@ class AnswerFigures:
         if not self.variant:
             return self.model or ""
         return f"{self.model} ({self.variant})" if self.model else self.variant
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        """Tokens after the first per forward pass (each reads the weights once): 1 in a plain
+        decode, more where drafted tokens were kept; None where nothing was drafted."""
+        steps = (self.generated_tokens or 0) - 1
+        if not self.drafted_tokens or steps <= 0:
+            return None
+        return steps / max(1, steps - (self.accepted_tokens or 0))
+
+    @property
+    def speculative_summary(self) -> str:
+        """ "speculative: 27 of 30 drafted kept, 3.2 tokens a pass"; "" where nothing was
+        drafted (a pass is one read of the weights: a plain decode makes one per token)."""
+        per_pass = self.tokens_per_pass
+        if per_pass is None:
+            return ""
+        return (
+            f"speculative: {self.accepted_tokens or 0} of {self.drafted_tokens} drafted kept, "
+            f"{per_pass:.1f} tokens a pass"
+        )
 
     @property
     def transfer_bytes_per_token(self) -> float:

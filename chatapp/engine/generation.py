@@ -12,7 +12,7 @@ import numpy as np
 from chatapp.engine.chat import IncrementalDetokenizer
 from chatapp.engine.constraints import TokenConstraint
 from chatapp.engine.errors import ContextOverflowError, ModelError
-from chatapp.engine.loops import KVLoop
+from chatapp.engine.loops import KVLoop, Step
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.row_logprob import RowLogProb
 from chatapp.engine.sampling import (
@@ -21,6 +21,7 @@ from chatapp.engine.sampling import (
     token_logprobs,
     top_logprobs,
 )
+from chatapp.engine.speculative import DraftPlanner, PromptLookup
 from chatapp.engine.tensor_types import as_float32
 
 perf = time.perf_counter
@@ -91,6 +92,9 @@ class StepEvent:
         return self.token_id < 0
 
 
+_NO_RUN = Step(np.empty(0, dtype=np.float32), 0.0, 0.0, 0, 0)
+
+
 class Generation:
     """Iterate to run the loop; `stats` holds the figures (and finish_reason) at the end."""
 
@@ -105,8 +109,10 @@ class Generation:
         top_logprobs: int = 0,
         constraint: TokenConstraint | None = None,
         never_ids: Iterable[int] = (),
+        planner: DraftPlanner | None = None,
     ) -> None:
-        """`never_ids`: tokens no answer may contain (Sampler's `never`)."""
+        """`never_ids`: tokens no answer may contain (Sampler's `never`). `planner`: draft
+        from the conversation and verify several tokens per run (engine/speculative.py)."""
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty")
         if not loop.fits(len(prompt_ids)):
@@ -121,6 +127,8 @@ class Generation:
         self.top_logprobs = top_logprobs
         # Structured output: only tokens the grammar allows are sampled (both loops share this).
         self.constraint = constraint
+        self.planner = planner
+        self._matched = 0  # the match length of the draft being judged
         self.stats = RunStats(
             mode=loop.mode,
             device=loop.device.name,
@@ -147,6 +155,9 @@ class Generation:
         check_finite_row(last, loop.info.name)
         token_logprob = RowLogProb(last.size)
         history = list(self.prompt_ids)
+        drafts = PromptLookup(history) if self.planner is not None else None
+        # Drafted tokens run but not yet chosen, each with the logits row that follows it.
+        queue: list[tuple[int, np.ndarray]] = []
         previous = started
         limit = min(self.settings.max_new_tokens, loop.tokens_that_fit(0))
         while True:
@@ -169,6 +180,7 @@ class Generation:
             timing = StepTiming(
                 step.host_s, step.run_s, now - t_sample, step.h2d_bytes, step.d2h_bytes
             )
+            step = _NO_RUN  # a run's cost is charged once, to the first token it gave
             latency = now - previous
             history.append(token)
             stats.token_ids.append(token)
@@ -191,15 +203,64 @@ class Generation:
             if self.should_stop():
                 stats.finish_reason = "stop"
                 break
-            step = loop.forward([token])
-            last = as_float32(step.logits)
-            check_finite_row(last, loop.info.name)
+            if drafts is not None:
+                drafts.append(token)
+            if queue:
+                drafted, row = queue.pop(0)
+                if token == drafted:  # the model chose the drafted token: its row is here
+                    stats.accepted[-1] += 1
+                    last = row
+                    check_finite_row(last, loop.info.name)
+                    if not queue:
+                        self._drafted(stats.drafted[-1], stats.accepted[-1])
+                    continue
+                loop.rollback(len(queue) + 1)  # the drafted tokens from here on were not kept
+                queue = []
+                self._drafted(stats.drafted[-1], stats.accepted[-1])
+            step, last, queue = self._next_run(token, drafts, limit - stats.generated_tokens)
         tail = self.detok.flush()
         if tail:  # yielded once here, so no caller rebuilds it from `text`
             self.text += tail
             yield StepEvent(
                 stats.generated_tokens, -1, tail, float("nan"), StepTiming(0.0, 0.0, 0.0), 0.0
             )
+
+    def _next_run(
+        self, token: int, drafts: PromptLookup | None, room: int
+    ) -> tuple[Step, np.ndarray, list[tuple[int, np.ndarray]]]:
+        """Run `token`, with drafted tokens after it where the planner expects them to pay:
+        (the run, the logits row after `token`, the drafted tokens with their rows)."""
+        loop, planner = self.loop, self.planner
+        draft = None
+        if drafts is not None and planner is not None:
+            # Room for the draft, the token after it, and in the KV cache.
+            most = min(room - 1, loop.tokens_that_fit(1))
+            draft = drafts.draft(most)
+        k = planner.length(draft) if planner is not None and draft is not None else 0
+        started = perf()
+        if k and draft is not None:
+            drafted = list(draft.tokens[:k])
+            step = loop.forward([token, *drafted], all_logits=True)
+            rows = as_float32(step.logits)
+            self.stats.drafted.append(k)
+            self.stats.accepted.append(0)
+            self._matched = draft.matched
+            queue = list(zip(drafted, rows[1:], strict=True))
+            last = rows[0]
+        else:
+            step = loop.forward([token])
+            last, queue = as_float32(step.logits), []
+        if planner is not None:
+            planner.record_run(k + 1, perf() - started)
+        check_finite_row(last, loop.info.name)
+        return step, last, queue
+
+    def _drafted(self, drafted: int, accepted: int) -> None:
+        """Tell the planner how a draft went: tokens are judged in order, so the first
+        rejected one was offered too, and those after it were not."""
+        if self.planner is not None:
+            offered = accepted + (1 if accepted < drafted else 0)
+            self.planner.record_draft(self._matched, offered, accepted)
 
     def run(self) -> RunStats:
         """Drain the generation (for callers that only want the result)."""

@@ -104,6 +104,13 @@ class KVLoop(ABC):
         self.cached = list(prompt[:reuse])
         return reuse
 
+    def rollback(self, count: int) -> None:
+        """Forget the last `count` tokens run (drafted tokens the model did not keep)."""
+        if count > 0:
+            keep = len(self.cached) - count
+            self.kv.truncate(keep)
+            del self.cached[keep:]
+
     def admit(
         self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
     ) -> bool:

@@ -39,10 +39,27 @@ class RunStats:
     prompt_logprobs: list[float] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str = ""  # eos | length | stop | error
+    # Speculative decoding: per verifying run, the tokens it drafted and how many were kept.
+    drafted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
 
     @property
     def generated_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def drafted_tokens(self) -> int:
+        return sum(self.drafted)
+
+    @property
+    def accepted_tokens(self) -> int:
+        return sum(self.accepted)
+
+    @property
+    def runs(self) -> int:
+        """Forward passes of the decode steps: one per token after the first, less the tokens
+        that came from drafts the model kept."""
+        return max(0, len(self.latencies_s) - sum(self.accepted))
 
     @property
     def decode_s(self) -> float:
@@ -123,6 +140,11 @@ class RunStats:
                 for s in self.steps
             ],
             "token_ids": list(self.token_ids),
+            "speculative": {
+                "runs": self.runs,
+                "drafted": list(self.drafted),
+                "accepted": list(self.accepted),
+            },
         }
 
 

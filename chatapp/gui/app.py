@@ -35,6 +35,7 @@ from chatapp.gui.common.settings import (
 from chatapp.gui.common.terminate import quit_on_terminate
 from chatapp.gui.common.workers import YieldedBatch
 from chatapp.gui.compare.feature import install_compare
+from chatapp.gui.compare.speculative_feature import install_speculative
 from chatapp.gui.history.controller import open_history
 from chatapp.gui.history.ui import install_history
 from chatapp.gui.main_window import MainWindow
@@ -158,6 +159,8 @@ def create_window(args: argparse.Namespace) -> MainWindow:
     features: list[Callable[[MainWindow], object]] = [
         # View > Compare loops: the two loops measured on the loaded model.
         install_compare,
+        # View > Plain vs speculative: one prompt answered both ways (engine/speculative.py).
+        install_speculative,
         # File > Open model folder / Open GGUF / Models: variants, conversion, the library.
         install_models,
         # The chat history (CHATAPP_DATA_DIR/history.sqlite3); a damaged file is moved aside

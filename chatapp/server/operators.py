@@ -55,6 +55,8 @@ class ServerCounters:
         self.prompt_seconds = 0.0  # request start -> first token, summed
         self.decode_seconds = 0.0  # first token -> last token, summed
         self.queue_seconds = 0.0  # submitted -> started, summed
+        self.drafted_tokens = 0  # speculative decoding (serve --speculative)
+        self.accepted_tokens = 0
 
     def answered(
         self,
@@ -73,6 +75,12 @@ class ServerCounters:
             self.prompt_seconds += prompt_s
             self.decode_seconds += decode_s
             self.queue_seconds += queue_s
+
+    def speculated(self, drafted: int, accepted: int) -> None:
+        """An answer's drafted tokens, and those the model kept (engine/speculative.py)."""
+        with self._lock:
+            self.drafted_tokens += drafted
+            self.accepted_tokens += accepted
 
     def ended_early(self, reason: str, generated_tokens: int) -> None:
         """A request that did not finish (`reason`: cancelled, error)."""
@@ -120,6 +128,18 @@ class ServerCounters:
                     "counter",
                     "Seconds requests waited in the queue before they started, summed.",
                     self.queue_seconds,
+                ),
+                (
+                    "drafted_tokens_total",
+                    "counter",
+                    "Tokens drafted from the conversation and verified (serve --speculative).",
+                    self.drafted_tokens,
+                ),
+                (
+                    "accepted_tokens_total",
+                    "counter",
+                    "Drafted tokens the model kept: each saved a pass over the weights.",
+                    self.accepted_tokens,
                 ),
             )
         lines: list[str] = []

@@ -320,6 +320,7 @@ class EngineWorker:
             stats.decode_s,
             started - served.queued_at,
         )
+        self.counters.speculated(stats.drafted_tokens, stats.accepted_tokens)
         gone = served.cancelled.is_set()  # before Done: the receiver cancels when it closes
         made = done.tool_calls
         usage = done.usage

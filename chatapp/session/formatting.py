@@ -78,6 +78,8 @@ def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
     ]
     if fig.transfer_bytes_per_token > 0:
         parts.append(f"host↔device {fmt_bytes(fig.transfer_bytes_per_token)}/token")
+    if fig.speculative_summary:
+        parts.append(fig.speculative_summary)
     if fig.finish_reason and fig.finish_reason != "eos":
         parts.append(FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
     return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device

@@ -278,3 +278,19 @@ def _before_any_answer(loaded: LoadedDevice, next_mode: str = "iobinding") -> st
 def _same_model(fig: AnswerFigures, loaded: LoadedDevice) -> bool:
     """An answer restored from the history may be another model's: its KV size is not known."""
     return fig.model is None or loaded.model is None or fig.model == loaded.model
+
+
+# What each precision does and costs (docs/engine.md, "Precision"), shown on the choice.
+PRECISION_TIP = (
+    "How chatapp's GGUF kernels multiply (reloads the model; remembered for each model).\n"
+    "Fast (8-bit): activations rounded to 8 bits per block, as llama.cpp does: the quickest "
+    "prompts and answers; every answer may differ a little from the float model's.\n"
+    "Exact: float32 prompts and int16 decode steps: closest to the float model, but about "
+    "twice the arithmetic per weight, so slower where the CPU's arithmetic is the limit."
+)
+PRECISION_NAMES = {"fast": "Fast (8-bit)", "exact": "Exact"}
+# Why the choice is greyed where no GGUF kernels run (a remote server says its own reason).
+NO_PRECISION_CHOICE = (
+    "This model runs on ONNX Runtime's own kernels (its stock graph, or a device other than "
+    "the CPU): there is no precision to choose."
+)

@@ -45,6 +45,19 @@ class EngineHost:
         self.engine: Engine | None = None
         self.remote: RemoteEngine | None = None
         self.loaded: LoadRequest | None = None  # what opened `engine`, to open it again
+        # Speculative decoding for the answers of every engine opened (the window's choice):
+        # the engine reads it when an answer starts, so setting it needs no job.
+        self.speculative = False
+
+    def set_speculative(self, on: bool) -> None:
+        self.speculative = on
+        if self.engine is not None:
+            self.engine.speculative = on
+
+    def hold(self, engine: Engine, request: LoadRequest) -> None:
+        """`engine`, opened by `request`, answers from now on."""
+        engine.speculative = self.speculative
+        self.engine, self.loaded = engine, request
 
     def close_engine(self) -> LoadRequest | None:
         """Drop the local engine, its session and its buffers, and give their memory back
@@ -115,6 +128,9 @@ class ModelSummary:
     has_chat_template: bool = True
     default_system_prompt: str = ""  # what the template writes when a chat has none
     default_system_tokens: int = 0
+    # Why speculative decoding cannot run on this engine (Engine.speculation_refusal); None
+    # where it can.
+    speculation_refusal: str | None = None
 
 
 def named_figures(
@@ -152,7 +168,7 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
         except BaseException:
             _reopen(host, previous)  # the chat goes on with the model it had
             raise
-        host.engine, host.loaded = engine, request
+        host.hold(engine, request)
         host.use_remote(None)  # opening a local model ends a remote connection
         summary = summarize(engine, request.device, reason)
         return replace(summary, load_seconds=time.perf_counter() - started)
@@ -174,8 +190,7 @@ def _reopen(host: EngineHost, request: LoadRequest | None) -> None:
     if request is None:
         return
     try:
-        host.engine, _reason = _open_engine(request)
-        host.loaded = request
+        host.hold(_open_engine(request)[0], request)
     except Exception:  # the new model's error is the one to show; this one goes to the log
         log.exception("Could not open %s again after a failed load", request.model_dir)
 
@@ -223,6 +238,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         has_chat_template=engine.tokenizer.has_template,
         default_system_prompt=default,
         default_system_tokens=len(engine.tokenizer.encode(default)) if default else 0,
+        speculation_refusal=engine.speculation_refusal(),
     )
 
 

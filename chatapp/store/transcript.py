@@ -119,6 +119,8 @@ def figures_line(fig: Figures) -> str:
     moved = (fig.h2d_bytes_per_token or 0) + (fig.d2h_bytes_per_token or 0)
     if moved:
         parts.append(f"host↔device {fmt_bytes(moved)} per token")
+    if fig.speculative_summary:
+        parts.append(fig.speculative_summary)
     if fig.finish_reason:
         parts.append(_FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
     return " · ".join(parts)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Slot
 
 from chatapp.gui.chat.controller import ChatController, State
-from chatapp.gui.chat.side_panel import NO_PRECISION_CHOICE, SidePanel
+from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.common.load_memory import (
     last_load_seconds,
     load_key,
@@ -25,6 +25,7 @@ from chatapp.gui.common.load_memory import (
 from chatapp.gui.common.settings import remember_recent
 from chatapp.gui.window.menus import RECENT_KEY
 from chatapp.session import formatting as fmt
+from chatapp.session.loop_notes import NO_PRECISION_CHOICE
 from chatapp.session.model_jobs import ModelSummary
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class ModelLoading(QObject):
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
         panel.sig_precision_changed.connect(self._on_precision_changed)
+        panel.sig_speculative_changed.connect(controller.host.set_speculative)
+        controller.host.set_speculative(panel.speculative())
 
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
@@ -89,6 +92,7 @@ class ModelLoading(QObject):
         window.notify(f"Loaded {summary.description}", 8000)
         panel.set_fallback_reason(summary.fallback_reason)
         panel.set_precision_unavailable(None if summary.precision else NO_PRECISION_CHOICE)
+        panel.set_speculative_unavailable(summary.speculation_refusal)
         panel.set_device_memory(
             summary.device_own_memory,
             summary.device_label,

@@ -29,13 +29,17 @@ from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.loop_toggle import LOCKED_TIP, LoopToggle
 from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.sections import PanelSections
+from chatapp.gui.chat.speculative_option import SETTINGS_KEY as SPECULATIVE_KEY
+from chatapp.gui.chat.speculative_option import SpeculativeOption
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.qtcompat import emit
-from chatapp.gui.common.settings import read_int, read_text
+from chatapp.gui.common.settings import read_flag, read_int, read_text
 from chatapp.gui.common.theme import warning_label
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session.formatting import DEVICE_NAMES, REMOTE
 from chatapp.session.loop_notes import (
+    PRECISION_NAMES,
+    PRECISION_TIP,
     LoadedDevice,
     device_name,
 )
@@ -43,22 +47,6 @@ from chatapp.session.loop_notes import (
 # The figures another feature may rewrite (a remote server's client greys what it cannot
 # measure): set_figure and figure_tip name them so.
 FIGURES = ("ttft", "tokens_per_second", "perplexity", "prompt_perplexity", "transfer", "context")
-
-
-# What each precision does and costs (docs/engine.md, "Precision"), shown on the choice.
-PRECISION_TIP = (
-    "How chatapp's GGUF kernels multiply (reloads the model; remembered for each model).\n"
-    "Fast (8-bit): activations rounded to 8 bits per block, as llama.cpp does: the quickest "
-    "prompts and answers; every answer may differ a little from the float model's.\n"
-    "Exact: float32 prompts and int16 decode steps: closest to the float model, but about "
-    "twice the arithmetic per weight, so slower where the CPU's arithmetic is the limit."
-)
-PRECISION_NAMES = {"fast": "Fast (8-bit)", "exact": "Exact"}
-# Why the choice is greyed where no GGUF kernels run (a remote server says its own reason).
-NO_PRECISION_CHOICE = (
-    "This model runs on ONNX Runtime's own kernels (its stock graph, or a device other than "
-    "the CPU): there is no precision to choose."
-)
 
 
 class SidePanel(QWidget):
@@ -69,6 +57,7 @@ class SidePanel(QWidget):
     sig_device_changed = Signal(str)
     sig_threads_changed = Signal(object)  # int | None
     sig_precision_changed = Signal(str)  # guards.PRECISIONS
+    sig_speculative_changed = Signal(bool)
     # The figures were (re)written: a remote backend greys what it cannot measure (gui/remote).
     sig_figures_shown = Signal(object)  # AnswerFigures, or None when cleared for an answer
     # What the next answer sends changed: its token limit or the system prompt (the history
@@ -112,6 +101,9 @@ class SidePanel(QWidget):
         self.loop_toggle = LoopToggle(box)
         self.loop_toggle.sig_mode_changed.connect(self._on_mode_changed)
         form.addWidget(self.loop_toggle)
+        self.speculative_option = SpeculativeOption(box)
+        self.speculative_option.sig_changed.connect(self._on_speculative_changed)
+        form.addWidget(self.speculative_option)
         row = QFormLayout()
         # In a narrow panel the device box goes under its label, at the panel's full width.
         row.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -257,6 +249,14 @@ class SidePanel(QWidget):
         self.precision_selector.setEnabled(reason is None)
         self.precision_selector.setToolTip(reason or PRECISION_TIP)
 
+    def speculative(self) -> bool:
+        """Whether the next answers may draft tokens (engine/speculative.py)."""
+        return self.speculative_option.enabled()
+
+    def set_speculative_unavailable(self, reason: str | None) -> None:
+        """Grey speculative decoding with why it cannot run on this model; None: it can."""
+        self.speculative_option.set_unavailable(reason)
+
     def set_fallback_reason(self, reason: str | None) -> None:
         self.fallback_label.setText(reason or "")
         self.fallback_label.setVisible(bool(reason))
@@ -264,6 +264,7 @@ class SidePanel(QWidget):
     def set_generating(self, generating: bool) -> None:
         """Loop, device and threads change whole answers only: lock them while one streams."""
         self.loop_toggle.set_locked(generating)
+        self.speculative_option.set_locked(generating, LOCKED_TIP)
         for widget, tip in (
             (self.device_selector, "Where ONNX Runtime runs the model (reloads it)"),
             (self.threads_spin, "ONNX Runtime intra-op threads (Auto: one per core)"),
@@ -389,6 +390,7 @@ class SidePanel(QWidget):
     def start_answer(self) -> None:
         """No answer's figures: a new chat, or another conversation opened."""
         self.figures_box.start_answer()
+        self.speculative_option.show_figures(None)
         emit(self.sig_figures_shown, None)
 
     def begin_answer(self) -> None:
@@ -407,11 +409,13 @@ class SidePanel(QWidget):
 
     def show_stats(self, s: AnswerFigures) -> None:
         self.figures_box.show_stats(s)
+        self.speculative_option.show_figures(s)
         emit(self.sig_figures_shown, s)
 
     def finish_answer(self, s: AnswerFigures | None) -> None:
         if s is not None:
             self.figures_box.show_stats(s)
+        self.speculative_option.show_figures(s, finished=True)
         self.figures_box.finish_answer()
         emit(self.sig_figures_shown, s)
 
@@ -427,6 +431,7 @@ class SidePanel(QWidget):
         self.set_device(read_text(settings, "engine/device", "cpu"))
         spin = self.threads_spin
         spin.setValue(read_int(settings, "engine/threads", 0, spin.minimum(), spin.maximum()))
+        self.speculative_option.set_enabled(read_flag(settings, SPECULATIVE_KEY, True))
         self._threads_applied = self.threads_spin.value()
         edit = self.system_prompt_box.edit
         prompt = read_text(settings, "chat/system_prompt", "", edit.max_chars)
@@ -460,6 +465,7 @@ class SidePanel(QWidget):
         settings.setValue("engine/mode", self.mode().value)
         settings.setValue("engine/device", self.device())
         settings.setValue("engine/threads", self.threads_spin.value())
+        settings.setValue(SPECULATIVE_KEY, self.speculative())
         settings.setValue("chat/system_prompt", self.system_prompt_box.text())
         self.sections.save(settings)
 
@@ -473,6 +479,11 @@ class SidePanel(QWidget):
     def _on_device_index_changed(self, _index: int) -> None:
         self._save()
         emit(self.sig_device_changed, self.device())
+
+    @Slot(bool)
+    def _on_speculative_changed(self, on: bool) -> None:
+        self._save()
+        emit(self.sig_speculative_changed, on)
 
     @Slot(int)
     def _on_precision_index_changed(self, _index: int) -> None:

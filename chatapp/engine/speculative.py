@@ -1,0 +1,190 @@
+"""Speculative decoding drafted from the conversation itself (prompt lookup).
+
+A chat answer often repeats what the conversation holds: a rewritten paragraph, a fixed
+function, a quoted line. `PromptLookup` finds the latest earlier place where the last few
+tokens occurred and proposes the tokens that followed there. The generation then runs its
+own token and the draft in one multi-row forward pass, which reads the weights once for all
+rows, and keeps the drafted tokens the model would have chosen anyway (generation.py).
+
+Why the answer does not change: each row's logits are those a one-token step would compute
+(where the arithmetic is row-invariant: `speculation_refusal`), and each row is sampled by the
+ordinary sampler, in order, with the history it would have had. A drafted token is kept only
+when that sample equals it. With a draft that is certain (one proposed token, not a
+distribution), this "sample, then compare" rule *is* the standard speculative acceptance rule:
+the draft x is accepted with probability p(x), and on a rejection the token emitted is distributed
+as p without x, renormalized; so greedy answers are token for token the plain decode's, and
+seeded sampling draws the same random numbers in the same order, so it gives the same tokens.
+
+`DraftPlanner` keeps it from ever costing more than it saves: it measures what a run of r rows
+costs on this machine and how often drafts of each match length are accepted, and drafts the
+length that maximizes the expected tokens per second, or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# How many tokens must match before a draft is proposed: longer matches first. One token
+# matches almost everywhere in open-ended text and its drafts are mostly wrong; the planner
+# learns that from its acceptance and stops drafting from it.
+NGRAM_SIZES = (4, 3, 2, 1)
+MAX_DRAFT = 8
+MAX_PROBE_GAP = 1024
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: tuple[int, ...]
+    matched: int  # how many tokens matched (the n of the n-gram)
+
+
+class PromptLookup:
+    """Drafts from the token history (prompt and answer so far): for the longest n with a
+    match, the tokens that followed the latest earlier occurrence of the last n tokens.
+
+    The index maps each n-gram to the position after its latest occurrence whose next token is
+    known, so a lookup is one dict access per n and an appended token costs one insert per n.
+    """
+
+    def __init__(self, history: Sequence[int], sizes: Sequence[int] = NGRAM_SIZES) -> None:
+        self.sizes = tuple(sorted(sizes, reverse=True))
+        self.tokens: list[int] = []
+        self._index: dict[tuple[int, ...], int] = {}
+        self.extend(history)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for token in tokens:
+            self.append(int(token))
+
+    def append(self, token: int) -> None:
+        toks = self.tokens
+        end = len(toks)  # the n-grams ending just before `token` now have a continuation
+        toks.append(token)
+        for n in self.sizes:
+            if end >= n:
+                self._index[tuple(toks[end - n : end])] = end
+
+    def draft(self, most: int) -> Draft | None:
+        """Up to `most` tokens to propose next, or None where nothing matches."""
+        toks = self.tokens
+        if most <= 0:
+            return None
+        for n in self.sizes:
+            if len(toks) < n:
+                continue
+            start = self._index.get(tuple(toks[-n:]))
+            if start is not None:
+                return Draft(tuple(toks[start : start + most]), n)
+        return None
+
+
+# The acceptance assumed before a match length has been tried: a long match is usually a
+# quotation that goes on; a single token is a guess. Worth two drafted tokens of evidence.
+PRIOR_ACCEPTANCE = {4: 0.9, 3: 0.8, 2: 0.6, 1: 0.3}
+
+
+@dataclass
+class _Acceptance:
+    """Per-token acceptance of drafts of one match length, with a decaying memory."""
+
+    offered: float
+    accepted: float
+
+    @classmethod
+    def prior(cls, matched: int) -> _Acceptance:
+        return cls(2.0, 2.0 * PRIOR_ACCEPTANCE.get(matched, 0.9))
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.offered
+
+    def record(self, offered: int, accepted: int, decay: float = 0.9) -> None:
+        self.offered = self.offered * decay + offered
+        self.accepted = self.accepted * decay + accepted
+
+
+class DraftPlanner:
+    """Chooses each step's draft length from measured costs and acceptance.
+
+    The cost of a run of r rows is learnt per r (a moving average of its seconds); a length
+    not yet run is assumed to cost like the longest one measured below it plus, per row, the
+    share of a one-row step that `row_share` guesses. Per match length the acceptance rate a
+    gives the expected tokens of a k-token draft, 1 + a + ... + a^k (the model's own token is
+    always kept), and the length that gives the most tokens per second wins; 0 where none beats
+    a plain step. A match length that stopped paying is probed again (one drafted token) after
+    `probe_every` chances, and each probe that keeps nothing doubles the wait (to MAX_PROBE_GAP):
+    open-ended text matches one or two tokens almost everywhere, and probing it at a fixed rate
+    cost a few percent of its speed for nothing.
+    """
+
+    def __init__(
+        self, most: int = MAX_DRAFT, row_share: float = 0.5, probe_every: int = 16
+    ) -> None:
+        self.most = most
+        self.row_share = row_share
+        self.probe_every = probe_every
+        self._cost: dict[int, float] = {}
+        self._acceptance: dict[int, _Acceptance] = {}
+        self._skipped: dict[int, int] = {}
+        self._gap: dict[int, int] = {}  # chances between probes, per match length
+        self._probing: set[int] = set()  # match lengths whose last draft was a probe
+
+    def cost(self, rows: int) -> float | None:
+        """The expected seconds of a run of `rows` rows, None before a one-row step ran."""
+        one = self._cost.get(1)
+        if one is None:
+            return None
+        if rows in self._cost:
+            return self._cost[rows]
+        below = max(r for r in self._cost if r < rows)
+        return self._cost[below] + (rows - below) * self.row_share * one
+
+    def record_run(self, rows: int, seconds: float) -> None:
+        old = self._cost.get(rows)
+        self._cost[rows] = seconds if old is None else 0.7 * old + 0.3 * seconds
+
+    def record_draft(self, matched: int, offered: int, accepted: int) -> None:
+        if matched in self._probing:
+            self._probing.discard(matched)
+            gap = self._gap.get(matched, self.probe_every)
+            self._gap[matched] = self.probe_every if accepted else min(2 * gap, MAX_PROBE_GAP)
+        self._acceptance.setdefault(matched, _Acceptance.prior(matched)).record(offered, accepted)
+
+    def acceptance(self, matched: int) -> float:
+        known = self._acceptance.get(matched)
+        return (known or _Acceptance.prior(matched)).rate
+
+    def length(self, draft: Draft) -> int:
+        """How many of the draft's tokens to verify in the next run (0: a plain step)."""
+        most = min(self.most, len(draft.tokens))
+        one = self.cost(1)
+        if most <= 0 or one is None:
+            return 0
+        a = min(self.acceptance(draft.matched), 0.999)
+        best, best_rate = 0, 1.0 / one
+        expected = 1.0
+        for k in range(1, most + 1):
+            expected += a**k
+            cost = self.cost(k + 1)
+            assert cost is not None
+            if expected / cost > best_rate:
+                best, best_rate = k, expected / cost
+        if best:
+            self._skipped[draft.matched] = 0
+            return best
+        skipped = self._skipped.get(draft.matched, 0) + 1
+        self._skipped[draft.matched] = skipped
+        if skipped < self._gap.get(draft.matched, self.probe_every):
+            return 0
+        self._skipped[draft.matched] = 0
+        self._probing.add(draft.matched)
+        return 1
+
+
+@dataclass(frozen=True)
+class SpeculativeStep:
+    """One verifying run: how many tokens it drafted and how many of them were kept."""
+
+    drafted: int
+    accepted: int

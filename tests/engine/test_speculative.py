@@ -1,0 +1,283 @@
+"""Speculative decoding (engine/speculative.py): drafting, planning, and the answers it leaves
+unchanged: every comparison is made at run time against the plain decode of the same engine."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.engine.chat import Message
+from chatapp.engine.engine import Engine
+from chatapp.engine.generation import Generation
+from chatapp.engine.metrics import RunStats
+from chatapp.engine.modes import Mode
+from chatapp.engine.native_kernels import library_path
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.speculative import Draft, DraftPlanner, PromptLookup
+from tests.tiny_families import FAMILIES, write_family_gguf
+
+# Rows verified together equal one-token steps only on the GGUF kernels' fast precision.
+BUILT = pytest.mark.skipif(library_path() is None, reason="native kernels not built (make native)")
+NATIVE = ConvertOptions(graph="native")
+
+GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=40)
+# A prompt that repeats itself, so drafts are found; its tokens are the tiny vocabulary's.
+REPEATING = [5, 77, 130, 9, 44, 61, 5, 77, 130, 9, 44, 61, 5, 77, 130]
+
+
+class EveryDraft(DraftPlanner):
+    """Verifies every draft it is offered, whatever it costs: the rollback paths run often."""
+
+    def length(self, draft: Draft) -> int:
+        return min(self.most, len(draft.tokens))
+
+
+def run(engine: Engine, prompt: list[int], settings: SamplingSettings, forced: bool) -> RunStats:
+    generation = engine.generate_ids(prompt, settings, ignore_eos=True)
+    if forced:
+        generation.planner = EveryDraft(most=4)
+    return generation.run()
+
+
+# -- drafting ---------------------------------------------------------------------------------
+def test_lookup_proposes_what_followed_the_latest_match() -> None:
+    lookup = PromptLookup([1, 2, 3, 4, 9, 1, 2, 3, 5, 6, 1, 2, 3])
+    draft = lookup.draft(3)
+    assert draft == Draft((5, 6, 1), 3)  # the latest "1 2 3" was followed by 5 6 1
+
+
+def test_lookup_prefers_the_longest_match_and_stops_at_what_is_known() -> None:
+    lookup = PromptLookup([7, 8, 1, 2, 9, 3, 2], sizes=(2, 1))
+    assert lookup.draft(5) == Draft((9, 3, 2), 1)  # only "2" matches: it was followed by 9
+    lookup.append(5)
+    assert lookup.draft(5) is None  # 5 never occurred before
+    assert lookup.draft(0) is None
+
+
+def test_lookup_built_token_by_token_equals_one_built_at_once() -> None:
+    tokens = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3]
+    grown = PromptLookup([])
+    for i, token in enumerate(tokens):
+        grown.append(token)
+        assert grown.draft(4) == PromptLookup(tokens[: i + 1]).draft(4)
+
+
+# -- planning ---------------------------------------------------------------------------------
+def test_planner_drafts_long_where_drafts_are_kept_and_rows_are_cheap() -> None:
+    planner = DraftPlanner(most=8)
+    planner.record_run(1, 0.010)
+    for rows in range(2, 10):
+        planner.record_run(rows, 0.010 + 0.001 * rows)
+    for _ in range(20):
+        planner.record_draft(3, 8, 8)
+    assert planner.length(Draft(tuple(range(8)), 3)) == 8
+
+
+def test_planner_stops_drafting_what_is_rejected_and_probes_ever_more_rarely() -> None:
+    planner = DraftPlanner(most=8, probe_every=4)
+    planner.record_run(1, 0.010)
+    planner.record_run(2, 0.016)
+    for _ in range(20):
+        planner.record_draft(1, 1, 0)
+    draft = Draft((1, 2, 3), 1)
+
+    def probes(chances: int, kept: int = 0) -> list[int]:
+        """The chances (1-based) at which it probes, each probe's draft keeping `kept`."""
+        at = []
+        for chance in range(1, chances + 1):
+            if planner.length(draft):
+                at.append(chance)
+                planner.record_draft(1, 1, kept)
+        return at
+
+    assert probes(28) == [4, 12, 28]  # waits of 4, 8, 16 chances
+    assert probes(32, kept=1)[0] == 32  # the next wait, 32; a kept token resets it
+    assert probes(4) == [4]  # back to the first wait
+
+
+def test_planner_does_not_draft_before_a_plain_step_was_timed() -> None:
+    assert DraftPlanner().length(Draft((1, 2, 3), 4)) == 0
+
+
+# -- the same answers -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("speculative-families")
+    folders = {}
+    for name in ("llama3", "qwen3", "gemma3", "phi3"):
+        gguf = write_family_gguf(root / f"{name}.gguf", FAMILIES[name])
+        folders[name] = convert_gguf(gguf, root / name, NATIVE)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def concat_folder(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("speculative-concat")
+    options = ConvertOptions(attention="standard", graph="native")
+    return convert_gguf(varied_gguf, root / "concat", options)
+
+
+@pytest.fixture(scope="module")
+def varied_native(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert_gguf(varied_gguf, tmp_path_factory.mktemp("speculative") / "varied", NATIVE)
+
+
+def assert_same_as_plain(engine: Engine, prompt: list[int], settings: SamplingSettings) -> None:
+    plain = run(engine, prompt, settings, forced=False)
+    engine.reset()
+    drafted = run(engine, prompt, settings, forced=True)
+    assert drafted.drafted, "nothing was drafted: the test would show nothing"
+    assert drafted.token_ids == plain.token_ids
+    assert drafted.logprobs == plain.logprobs  # the rows are the one-token steps' own
+    assert sum(drafted.accepted) <= sum(drafted.drafted)
+    assert drafted.runs == len(drafted.latencies_s) - sum(drafted.accepted)
+
+
+@BUILT
+@pytest.mark.parametrize("family", ["llama3", "qwen3", "gemma3", "phi3"])
+@pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
+def test_greedy_answers_are_the_plain_decodes_in_every_family(
+    family_folders: dict[str, Path], family: str, mode: Mode
+) -> None:
+    engine = Engine(family_folders[family], mode=mode, threads=1, precision="fast")
+    assert engine.speculation_refusal() is None
+    assert_same_as_plain(engine, REPEATING, GREEDY)
+
+
+@BUILT
+@pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
+def test_greedy_answers_are_the_plain_decodes_in_the_concat_layout(
+    concat_folder: Path, mode: Mode
+) -> None:
+    engine = Engine(concat_folder, mode=mode, threads=1, precision="fast")
+    assert_same_as_plain(engine, REPEATING, GREEDY)
+
+
+@pytest.fixture(scope="module")
+def static_folder(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("speculative-static")
+    options = ConvertOptions(
+        kv_layout="static", attention="standard", context_length=96, window=4, graph="native"
+    )
+    return convert_gguf(varied_gguf, root / "static", options)
+
+
+@BUILT
+def test_a_static_window_is_refused_and_answers_plainly(static_folder: Path) -> None:
+    """Drafted tokens would share a window where single steps take one each: the slots, and
+    the attention's sums over them, would differ, so the answer could."""
+    engine = Engine(static_folder, threads=1, precision="fast")
+    engine.speculative = True
+    assert "static" in (engine.speculation_refusal() or "")
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=8)
+    assert engine.generate_ids(REPEATING, settings, ignore_eos=True).run().drafted == []
+
+
+@BUILT
+def test_seeded_sampling_gives_the_plain_decodes_tokens(varied_native: Path) -> None:
+    """Each row is sampled in order with the history it would have had, and a drafted token
+    is kept only when the sample equals it: the same random numbers, the same tokens."""
+    engine = Engine(varied_native, threads=1, precision="fast")
+    for seed in range(4):
+        settings = SamplingSettings(
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            repetition_penalty=1.1,
+            seed=seed,
+            max_new_tokens=40,
+        )
+        engine.reset()
+        assert_same_as_plain(engine, REPEATING, settings)
+
+
+@BUILT
+def test_a_follow_up_turn_after_rejected_drafts_reuses_a_correct_cache(
+    varied_native: Path,
+) -> None:
+    engine = Engine(varied_native, threads=1, precision="fast")
+    first = run(engine, REPEATING, GREEDY, forced=True)
+    assert sum(first.accepted) < sum(first.drafted), "no draft was rejected"
+    follow_up = [*REPEATING, *first.token_ids, 12, 13, 14]
+    reused = run(engine, follow_up, GREEDY, forced=True)
+    assert reused.reused_tokens > len(REPEATING)
+    fresh = Engine(varied_native, threads=1, precision="fast")
+    assert reused.token_ids == run(fresh, follow_up, GREEDY, forced=False).token_ids
+
+
+def test_where_rows_are_not_the_steps_own_nothing_is_drafted(varied_native: Path) -> None:
+    engine = Engine(varied_native, threads=1, precision="exact")
+    engine.speculative = True
+    assert "fast precision" in (engine.speculation_refusal() or "")
+    stats = engine.generate_ids(REPEATING, GREEDY, ignore_eos=True).run()
+    assert stats.drafted == [] and stats.generated_tokens == GREEDY.max_new_tokens
+
+
+@BUILT
+def test_the_default_model_keeps_drafts_when_it_repeats_a_text(
+    default_model_dir: Path, exact_default_precision: None
+) -> None:
+    """A request to repeat a paragraph: the engine's own planner drafts from the prompt, keeps
+    most of it, and the answer is the plain decode's."""
+    engine = Engine(default_model_dir, precision="fast")
+    paragraph = (
+        "The old lighthouse keeper climbed the spiral stairs every evening at dusk. He "
+        "polished the brass lamp, trimmed the wick, and checked the oil before lighting it."
+    )
+    messages = [Message("user", f"Repeat this paragraph exactly:\n\n{paragraph}")]
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=48)
+    plain = engine.chat(messages, settings).run()
+    engine.reset()
+    engine.speculative = True
+    drafted = engine.chat(messages, settings).run()
+    assert drafted.token_ids == plain.token_ids
+    assert sum(drafted.accepted) >= drafted.generated_tokens // 2
+    assert drafted.runs < plain.runs
+
+
+def test_generation_without_a_planner_drafts_nothing(varied_native: Path) -> None:
+    engine = Engine(varied_native, threads=1)
+    generation = engine.generate_ids(REPEATING, GREEDY, ignore_eos=True)
+    assert isinstance(generation, Generation) and generation.planner is None
+    assert generation.run().drafted == []
+
+
+@BUILT
+def test_slots_decoding_together_keep_their_answers_while_drafting(varied_native: Path) -> None:
+    """A slot verifies its draft alone between two batched steps (engine/slots.py): each
+    sequence's tokens are its plain solo run's, whatever the others do meanwhile."""
+    engine = Engine(varied_native, threads=1, precision="fast")
+    prompts = [REPEATING, [9, 44, 61, 9, 44, 61, 9, 44], list(range(20, 40))]
+    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=24)
+    alone = []
+    for prompt in prompts:
+        engine.reset()
+        alone.append(run(engine, prompt, settings, forced=False).token_ids)
+    batch = engine.slots(len(prompts))
+    results: dict[int, RunStats] = {}
+    errors: list[BaseException] = []
+
+    def client(i: int) -> None:
+        try:
+            loop = batch.acquire(prompts[i])
+            assert loop is not None
+            try:
+                generation = engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop)
+                generation.planner = EveryDraft(most=3)
+                results[i] = generation.run()
+            finally:
+                batch.release(loop)
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    assert not errors, errors
+    assert sum(sum(r.drafted) for r in results.values()) > 0
+    assert [results[i].token_ids for i in range(len(prompts))] == alone

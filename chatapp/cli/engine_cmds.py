@@ -290,14 +290,15 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
     )
 
 
-def start_engine(args: argparse.Namespace) -> Engine:
-    """The engine `add_model_args`' options ask for; a fall-back to the CPU is said on stderr."""
+def start_engine(args: argparse.Namespace, mode: Mode | None = None) -> Engine:
+    """The engine `add_model_args`' options ask for (`mode`: its loop where the command has no
+    --mode); a fall-back to the CPU is said on stderr."""
     from chatapp.engine.engine import Engine
 
     engine = Engine(
         resolve_model(args.model),
         args.device,
-        args.mode,
+        mode or args.mode,
         args.threads,
         args.context,
         onnx_file=args.onnx_file,
@@ -417,12 +418,17 @@ def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> P
 
 def run_bench(args: argparse.Namespace) -> int:
     if args.parallel is not None or args.speculative:
-        from chatapp.cli.bench_modes import run_parallel_bench, run_speculative_bench
+        from chatapp.cli.bench_modes import (
+            measured_alone,
+            run_parallel_bench,
+            run_speculative_bench,
+        )
 
-        model_dir = resolve_model(args.model)
+        measured_alone(args, "--parallel" if args.parallel else "--speculative")
+        engine = start_engine(args, Mode.IOBINDING)
         if args.parallel:
-            return run_parallel_bench(args, model_dir)
-        return run_speculative_bench(args, model_dir)
+            return run_parallel_bench(args, engine)
+        return run_speculative_bench(args, engine)
     if args.fidelity:
         return run_fidelity_bench(args, resolve_model(args.model))
     from chatapp.engine.bench.report import markdown_report

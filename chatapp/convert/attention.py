@@ -71,8 +71,11 @@ class GQAAttention:
         # Inside a branch of the step/prompt If (step_split.py) the presents get the branch's
         # prefix; the If's own outputs carry the graph's names.
         self.present_prefix = ""
-        # In a native graph's step branch: the library's DecodeAttention instead (same inputs).
+        # In a native graph: the library's DecodeAttention instead (same inputs).
         self.decode_op = False
+        # Every attention is DecodeAttention (set before `prelude`): LongRoPE's tables go to
+        # it both, with no Where choosing one by the run's length.
+        self.decode_only = False
         for rope in self.features.ropes:
             if rope.dims % 16:
                 # The kernel wants cos/sin tables of a multiple of 8 frequencies.
@@ -98,14 +101,17 @@ class GQAAttention:
         width = g.op1("Gather", [g.op1("Shape", [mask]), g.const("index_1", np.array(1, np.int64))])
         self.total = g.op1("Cast", [width], to=TensorProto.INT32)
         self.tables = [
-            rope_tables(g, rope, self.context_length, width) for rope in self.features.ropes
+            plain_tables(g, rope, self.context_length)
+            if self.decode_only
+            else rope_tables(g, rope, self.context_length, width)
+            for rope in self.features.ropes
         ]
 
     def __call__(self, qkv: list[str], layer: int) -> str:
         """qkv: [packed] or [q, k, v] projections [B, S, ...]; returns [B, S, heads*D].
-        GroupQueryAttention, or in a native graph's step branch the library's DecodeAttention:
-        the same inputs and arithmetic for one new token, reading only the positions a sliding
-        window lets it see (native/decode_attention.inc)."""
+        GroupQueryAttention, or in a native graph the library's DecodeAttention: the same
+        inputs and arithmetic, a step reading only the positions a sliding window lets it see,
+        a prompt's rows in a step's float order (native/decode_attention.inc)."""
         g, s = self.g, self.spec
         plan = self.features.layers[layer]
         cos, sin = self.tables[plan.rope]
@@ -114,10 +120,18 @@ class GQAAttention:
             "kv_num_heads": s.n_kv_heads,
             "scale": float(plan.scale),
         }
+        tables: list[str] = []
         if self.decode_op:
             op, domain = DECODE_ATTENTION_OP, NATIVE_DOMAIN
             # Every attribute spelled out (a custom op has no defaults); <= 0: no window.
             attrs.update(softcap=float(plan.softcap), local_window_size=int(plan.window or -1))
+            rope = self.features.ropes[plan.rope]
+            if rope.long_inv_freq is not None:
+                # Both tables, and the switch taken by each sequence's own length: a short
+                # sequence batched beside a long one rotates as it does alone.
+                cos, sin = plain_tables(g, rope, self.context_length)
+                tables = list(plain_tables(g, rope, self.context_length, long=True))
+                attrs["long_rope_after"] = int(rope.switch_after)
             if len(qkv) == 1:  # it takes q, k and v apart
                 sizes = [s.n_heads * s.head_dim] + [s.n_kv_heads * s.head_dim] * 2
                 split = g.const("qkv_sizes", np.array(sizes, np.int64))
@@ -142,6 +156,7 @@ class GQAAttention:
                 self.total,
                 cos,
                 sin,
+                *tables,
             ],
             [
                 g.unique(f"layers.{layer}.attn/output"),
@@ -154,18 +169,24 @@ class GQAAttention:
         return out
 
 
+def plain_tables(g: OnnxGraph, rope: Rope, positions: int, long: bool = False) -> tuple[str, str]:
+    """cos/sin caches [positions, dims/2] as constants (LongRoPE's long ones with `long`)."""
+    cos, sin = rope.tables(positions, long=long)
+    suffix = "_long" if long else ""
+    return g.const(f"cos_cache{suffix}", cos), g.const(f"sin_cache{suffix}", sin)
+
+
 def rope_tables(g: OnnxGraph, rope: Rope, positions: int, tokens: str) -> tuple[str, str]:
     """cos/sin caches [positions, dims/2]; LongRoPE picks its long tables once `tokens`
     (a scalar int64: the sequence length so far) passes the original context."""
-    cos, sin = rope.tables(positions)
-    cos_name, sin_name = g.const("cos_cache", cos), g.const("sin_cache", sin)
+    cos_name, sin_name = plain_tables(g, rope, positions)
     if rope.long_inv_freq is None:
         return cos_name, sin_name
-    cos_long, sin_long = rope.tables(positions, long=True)
+    cos_long, sin_long = plain_tables(g, rope, positions, long=True)
     longer = g.op1("Greater", [tokens, g.const("rope_switch", np.array(rope.switch_after))])
     return (
-        g.op1("Where", [longer, g.const("cos_cache_long", cos_long), cos_name]),
-        g.op1("Where", [longer, g.const("sin_cache_long", sin_long), sin_name]),
+        g.op1("Where", [longer, cos_long, cos_name]),
+        g.op1("Where", [longer, sin_long, sin_name]),
     )
 
 

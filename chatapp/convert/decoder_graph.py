@@ -404,7 +404,6 @@ class DecoderGraphBuilder:
                 g.add_output(f"present.{i}.{kind}", TensorProto.FLOAT, io.present_shape)
         if isinstance(self.attn, StandardAttention):
             self.attn.bind_ids(ids)
-        self.attn.prelude(mask, positions)
 
         report(0.0, "embedding")
         x = self.embed(ids, source.embedding())
@@ -416,6 +415,9 @@ class DecoderGraphBuilder:
             lw = source.layer(i)
             if i == 0:
                 paths = self._layer_paths(x, lw)
+                if isinstance(self.attn, GQAAttention):
+                    self.attn.decode_only = all(p.decode_attention for p in paths)
+                self.attn.prelude(mask, positions)  # in this graph, before any path's nodes
             for path in paths:
                 with self._through(path):
                     path.hidden, path.residual = self._layer(path.hidden, path.residual, lw, i)

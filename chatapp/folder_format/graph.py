@@ -96,8 +96,8 @@ def _attention_problem(node: onnx.NodeProto) -> str | None:
             f"has {heads} query heads for {kv_heads} KV heads: they must be a positive multiple "
             f"of them, at most {_MAX_GROUP} to one"
         )
-    if len(node.input) != 9 or len(node.output) != 3:
-        return "does not take GroupQueryAttention's 9 inputs and 3 outputs"
+    if len(node.input) not in (9, 11) or len(node.output) != 3:
+        return "does not take GroupQueryAttention's 9 inputs (11 with LongRoPE) and 3 outputs"
     return None
 
 

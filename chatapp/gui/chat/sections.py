@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from PySide6.QtCore import QSettings, QTimer, SignalInstance, Slot
+from PySide6.QtCore import QEvent, QObject, QSettings, QTimer, SignalInstance, Slot
 from PySide6.QtWidgets import QComboBox, QGroupBox, QVBoxLayout, QWidget
 
 from chatapp.engine.model_folder.sampling_defaults import PRESET_LABELS
@@ -122,6 +122,11 @@ class PanelSections:
         # "none folded" apart from "never saved".
         settings.setValue(FOLDED_KEY, folded or "")
 
+    def watch(self, box: QWidget) -> None:
+        """`box` (a server's figures, the serving box) shows now and then among the sections:
+        as it shows, the open sections fold from the bottom up until the panel fits."""
+        box.installEventFilter(_FitWhenShown(self, box))
+
     # ---- fitting the pane ---------------------------------------------------------------------
     def _on_toggled(self, name: str, open_: bool) -> None:
         if open_:
@@ -175,6 +180,17 @@ class PanelSections:
             sampling.append(f"{len(box.tools.tools())} tools")
         self["sampling"].set_summary(" · ".join(sampling))
         self["system"].set_summary(_system_summary(panel))
+
+
+class _FitWhenShown(QObject):
+    def __init__(self, sections: PanelSections, box: QWidget) -> None:
+        super().__init__(box)
+        self._sections = sections
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Show:
+            QTimer.singleShot(0, self._sections.fit)  # once the panel has laid it out
+        return False
 
 
 def _figures_summary(panel: SidePanel) -> str:

@@ -22,7 +22,7 @@ from chatapp.engine.model_folder.sampling_defaults import PRESET_LABELS
 from chatapp.engine.modes import Mode
 from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.sampling_box import SamplingBox
-from chatapp.gui.chat.system_prompt_box import NO_DEFAULT, SystemPromptBox
+from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.collapsible import Section
 from chatapp.session import formatting as fmt
 
@@ -206,5 +206,8 @@ def _system_summary(panel: SidePanel) -> str:
     text = panel.system_prompt_box.text().strip()
     if text:
         return text.splitlines()[0]
-    placeholder = panel.system_prompt_box.edit.placeholderText()
-    return "none" if placeholder == NO_DEFAULT else "empty: the model's own"
+    box = panel.system_prompt_box
+    if not box.model_default:
+        return "none"
+    # Counted in Context used: said even while folded (it was counted and never shown).
+    return f"the model's own, {box.model_default_tokens} tokens: \u201c{box.model_default}\u201d"

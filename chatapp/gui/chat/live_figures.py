@@ -53,8 +53,7 @@ WARMED = (
 )
 LATENCY_CAPTION = "Per-token latency (ms)"
 TTFT_TIP = "Time to first token: prefill and the first sample"
-NOTES_TITLE = "Notes"
-NOTES_SUMMARY = "what these figures mean"
+NOTES_TITLE = "Notes on these figures"
 LATENCY_TIP = (
     "One point per token after the first: the first token's time is the TTFT, shown above "
     "(it includes reading the prompt)."
@@ -205,7 +204,6 @@ class LiveFigures(QGroupBox):
             notes.addWidget(note)
         self.notes_section = Section(NOTES_TITLE, self.notes, "figuresNotes", self)
         self.notes_section.set_open(False)
-        self.notes_section.set_summary(NOTES_SUMMARY)
         grid.addWidget(self.notes_section, 9, 0, 1, 3)
         self.latency_caption = self._caption(LATENCY_CAPTION, LATENCY_TIP)
         self.latency_caption.setObjectName("latencyCaption")

@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from PySide6.QtCore import QSettings, QTimer, SignalInstance, Slot
+from PySide6.QtCore import QEvent, QObject, QSettings, QTimer, SignalInstance, Slot
 from PySide6.QtWidgets import QComboBox, QGroupBox, QVBoxLayout, QWidget
 
 from chatapp.engine.model_folder.sampling_defaults import PRESET_LABELS
 from chatapp.engine.modes import Mode
 from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.sampling_box import SamplingBox
-from chatapp.gui.chat.system_prompt_box import NO_DEFAULT, SystemPromptBox
+from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.collapsible import Section
 from chatapp.gui.common.settings import string_list
 from chatapp.session import formatting as fmt
@@ -122,6 +122,11 @@ class PanelSections:
         # "none folded" apart from "never saved".
         settings.setValue(FOLDED_KEY, folded or "")
 
+    def watch(self, box: QWidget) -> None:
+        """`box` (a server's figures, the serving box) shows now and then among the sections:
+        as it shows, the open sections fold from the bottom up until the panel fits."""
+        box.installEventFilter(_FitWhenShown(self, box))
+
     # ---- fitting the pane ---------------------------------------------------------------------
     def _on_toggled(self, name: str, open_: bool) -> None:
         if open_:
@@ -177,6 +182,17 @@ class PanelSections:
         self["system"].set_summary(_system_summary(panel))
 
 
+class _FitWhenShown(QObject):
+    def __init__(self, sections: PanelSections, box: QWidget) -> None:
+        super().__init__(box)
+        self._sections = sections
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Show:
+            QTimer.singleShot(0, self._sections.fit)  # once the panel has laid it out
+        return False
+
+
 def _figures_summary(panel: SidePanel) -> str:
     box = panel.figures_box
     context = f"context {box.context_value.text()}"
@@ -190,5 +206,8 @@ def _system_summary(panel: SidePanel) -> str:
     text = panel.system_prompt_box.text().strip()
     if text:
         return text.splitlines()[0]
-    placeholder = panel.system_prompt_box.edit.placeholderText()
-    return "none" if placeholder == NO_DEFAULT else "empty: the model's own"
+    box = panel.system_prompt_box
+    if not box.model_default:
+        return "none"
+    # Counted in Context used: said even while folded (it was counted and never shown).
+    return f"the model's own, {box.model_default_tokens} tokens: \u201c{box.model_default}\u201d"

@@ -360,6 +360,7 @@ class SidePanel(QWidget):
         layout = self.layout()
         assert isinstance(layout, QVBoxLayout)
         layout.insertWidget(layout.indexOf(self.sections["figures"]) + 1, box)
+        self.sections.watch(box)  # it shows: the sections fold to make room
 
     def add_loop_note(self, note: QWidget) -> None:
         """A note under the loop, device and threads (why they do not apply)."""

@@ -40,6 +40,7 @@ class SystemPromptBox(QGroupBox):
         self.edit = BoundedPlainTextEdit("the system prompt", self)
         self.edit.setObjectName("systemPromptEdit")
         self.edit.setPlaceholderText(NO_DEFAULT)
+        self.model_default, self.model_default_tokens = "", 0  # what an empty box sends
         self.edit.setMinimumHeight(44)
         self.note = warning_label(self, "systemPromptNote")
         layout.addWidget(self.edit)
@@ -56,6 +57,7 @@ class SystemPromptBox(QGroupBox):
 
     def set_model_default(self, default: str, tokens: int) -> None:
         """A model was loaded: what it is sent while the box is empty."""
+        self.model_default, self.model_default_tokens = default, tokens
         self.edit.setPlaceholderText(default_placeholder(default, tokens))
         self.edit.setToolTip(default_placeholder(default, tokens) if default else "")
 

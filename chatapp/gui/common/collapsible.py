@@ -1,14 +1,13 @@
 """A section that folds to its header: an arrow and a title, and while it is folded a one-line
-summary of what it holds ("Precise · 256 tokens · Chat"), so that a folded section still says
-what the next answer uses. The side panel is made of these: at 1366x768 its figures, loop,
-sampling and system prompt together are twice the screen's height."""
+summary under it of what it holds ("Precise · 256 tokens · Chat"), so that a folded section
+still says what the next answer uses. The side panel is made of these: at 1366x768 its
+figures, loop, sampling and system prompt together are twice the screen's height."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QFont, QResizeEvent
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QLabel,
     QSizePolicy,
     QToolButton,
@@ -20,6 +19,7 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted
 
 HEADER_MIN_WIDTH = 80
+SUMMARY_INDENT = 22  # past the header's arrow
 
 
 class ElidedLabel(QLabel):
@@ -44,7 +44,8 @@ class ElidedLabel(QLabel):
         self._elide()
 
     def _elide(self) -> None:
-        width = max(0, self.width())
+        margins = self.contentsMargins()
+        width = max(0, self.width() - margins.left() - margins.right())
         self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width))
 
 
@@ -76,15 +77,14 @@ class Section(QWidget):
         self.summary.setObjectName(f"{name}Summary")
         muted(self.summary)
         self.summary.hide()
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.setSpacing(6)
-        row.addWidget(self.header, 0, Qt.AlignmentFlag.AlignLeft)
-        row.addWidget(self.summary, 1)
+        # The summary goes under the title, indented past the arrow: beside it, in a panel
+        # 300 px wide, it was cut after two words.
+        self.summary.setContentsMargins(SUMMARY_INDENT, 0, 0, 2)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addLayout(row)
+        layout.addWidget(self.header, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addWidget(self.summary)
         layout.addWidget(body)
         self.header.clicked.connect(self._on_clicked)
         self._sync()
@@ -105,6 +105,7 @@ class Section(QWidget):
     def set_summary(self, text: str) -> None:
         """What the folded section holds, in one line beside its title."""
         self.summary.set_full_text(text)
+        self._sync()
 
     @Slot()
     def _on_clicked(self) -> None:
@@ -117,4 +118,4 @@ class Section(QWidget):
         self.header.setToolTip(f"{'Fold' if open_ else 'Unfold'} {self.header.text()}")
         self.header.setAccessibleName(f"{self.header.text()} ({'open' if open_ else 'folded'})")
         self.body.setVisible(open_)
-        self.summary.setVisible(not open_)
+        self.summary.setVisible(not open_ and bool(self.summary.full_text()))

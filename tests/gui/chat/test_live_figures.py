@@ -152,7 +152,7 @@ def test_counts_agree_and_the_context_note_says_why_they_differ(qtbot) -> None:
     panel.set_device_memory(False, "CPU", KV_PER_TOKEN, "cpu")
     _answer(panel, SEVEN_TOKENS, [0.23] + [0.02] * 6)
     box = panel.figures_box
-    assert not box.notes.isVisible()  # folded under "Notes" at first
+    assert not box.notes.isVisible()  # folded under "Notes on these figures" at first
     box.notes_section.set_open(True)
     assert panel.figures_box.context_value.text() == "44 / 8192"
     assert "(44 tokens in its KV cache)" in panel.figures_box.transfer_note.text()

@@ -36,6 +36,11 @@ def test_at_first_the_figures_and_loop_are_open_and_the_folded_say_what_they_hol
     sampling = sections["sampling"].summary
     assert sampling.isVisible() and sampling.full_text() == "Precise · up to 256 tokens · Chat"
     assert sections["system"].summary.full_text() == "none"
+    # A template's own system prompt is counted: folded, the line still says so.
+    panel.system_prompt_box.set_model_default("You are a helpful AI assistant", 7)
+    sections.refresh()
+    system = sections["system"].summary.full_text()
+    assert system == "the model's own, 7 tokens: \u201cYou are a helpful AI assistant\u201d"
     # The summaries follow what they summarise.
     panel.sampling_box.preset_buttons["balanced"].click()
     prompt = panel.sampling_box.prompt

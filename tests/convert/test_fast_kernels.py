@@ -135,6 +135,30 @@ def test_every_instruction_set_gives_the_same_bits(monkeypatch: pytest.MonkeyPat
             np.testing.assert_array_equal(results[0], other, err_msg=f"{qtype} scalar vs {path}")
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
+def test_a_step_has_the_bits_of_every_path_at_any_width(
+    qtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decode step (one activation row) of the K-quants takes its own kernel on AVX-512 VNNI,
+    four super-blocks of a row at a time: rows of 1..9 super-blocks (whole groups and every
+    remainder) have scalar's bits on every path, and the bits the row has among other rows."""
+    for blocks in range(1, 10):
+        k = 256 * blocks
+        raw = gguf_blocks(qtype, 37, k, seed=blocks)
+        x = activations(3, k, seed=blocks)
+
+        def steps() -> np.ndarray:
+            return np.stack([run(qtype, raw, k, x[i][None, None])[0, 0] for i in range(3)])  # noqa: B023
+
+        results = on_every_path(monkeypatch, steps)
+        for path, other in zip(ISAS[1:], results[1:], strict=True):
+            np.testing.assert_array_equal(
+                results[0], other, err_msg=f"{qtype} k={k} scalar vs {path}"
+            )
+        together = run(qtype, raw, k, x[None])[0]
+        np.testing.assert_array_equal(together, results[-1], err_msg=f"{qtype} k={k} step vs rows")
+
+
 def test_fast_is_the_default_and_exact_is_todays(monkeypatch: pytest.MonkeyPatch) -> None:
     """No config entry and no CHATAPP_GGUF_PRECISION: fast. CHATAPP_GGUF_PRECISION=exact, or
     the entry, gives the int16 step (which differs from the 8-bit one); the entry wins."""

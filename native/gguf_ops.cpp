@@ -453,7 +453,10 @@ struct GgufMatMulKernel {
     // padding repeats the last row and its results are dropped: an element's float steps do
     // not depend on the tile, so the real rows keep their bits.
     size_t tile = fast_tile_columns(), left = m % tile;
-    bool pad = m > 1 && left >= 2 && !prompt8_fits(info->format, m);
+    // Two rows of the K-quants take the step kernel unpadded (fast8_step.inc).
+    bool k_steps = g_isa == Isa::Avx512 && m == 2 &&
+                   (info->format == Format::Q4_K || info->format == Format::Q5_K || info->format == Format::Q6_K);
+    bool pad = m > 1 && left >= 2 && !k_steps && !prompt8_fits(info->format, m);
     size_t padded = pad ? m + tile - left : m;
     thread_local std::vector<float> spare;
     float* out = y;

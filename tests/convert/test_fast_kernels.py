@@ -140,8 +140,9 @@ def test_a_step_has_the_bits_of_every_path_at_any_width(
     qtype: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A decode step (one activation row) of the K-quants takes its own kernel on AVX-512 VNNI,
-    four super-blocks of a row at a time: rows of 1..9 super-blocks (whole groups and every
-    remainder) have scalar's bits on every path, and the bits the row has among other rows."""
+    four super-blocks of a row at a time, and so do two rows (a drafted token being verified,
+    two batched sequences): rows of 1..9 super-blocks (whole groups and every remainder)
+    have scalar's bits on every path, and the same bits among 2, 3 and 4 rows."""
     for blocks in range(1, 10):
         k = 256 * blocks
         raw = gguf_blocks(qtype, 37, k, seed=blocks)
@@ -155,8 +156,14 @@ def test_a_step_has_the_bits_of_every_path_at_any_width(
             np.testing.assert_array_equal(
                 results[0], other, err_msg=f"{qtype} k={k} scalar vs {path}"
             )
-        together = run(qtype, raw, k, x[None])[0]
-        np.testing.assert_array_equal(together, results[-1], err_msg=f"{qtype} k={k} step vs rows")
+        for m in (2, 3):
+            together = run(qtype, raw, k, x[None, :m])[0]
+            np.testing.assert_array_equal(
+                together, results[-1][:m], err_msg=f"{qtype} k={k} step vs {m} rows"
+            )
+        four = np.concatenate([x, x[:1]])
+        together = run(qtype, raw, k, four[None])[0]
+        np.testing.assert_array_equal(together[:3], results[-1], err_msg=f"{qtype} k={k} 4 rows")
 
 
 def test_fast_is_the_default_and_exact_is_todays(monkeypatch: pytest.MonkeyPatch) -> None:

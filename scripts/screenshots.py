@@ -10,6 +10,9 @@ server (Xvfb) to see what users see; one window per run, the screen is Xvfb's:
         --theme dark --both-panes --out docs/images/small-800x500-dark.png
     xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py \\
         --model GEMMA_270M_BASE_DIR --prompt chat --out docs/images/base-model.png
+    xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python scripts/screenshots.py \\
+        --question "$(cat PROMPT)" --out docs/images/chat-speculative.png \\
+        --speculative docs/images/speculative.png
 
 It prints the window's and the input box's geometry and the answer, so a run also checks
 that the input box is on the screen.
@@ -51,6 +54,12 @@ def main() -> int:
         type=Path,
         default=None,
         help="PNG of the comparison scrolled to its end (the table), to check it by eye",
+    )
+    parser.add_argument(
+        "--speculative",
+        type=Path,
+        default=None,
+        help="PNG of View > Plain vs speculative after a run on its first grounded prompt",
     )
     parser.add_argument("--no-question", action="store_true", help="the empty window")
     parser.add_argument("--question", default=QUESTION, help="what is asked")
@@ -163,6 +172,19 @@ def main() -> int:
             bar.setValue(bar.maximum())
             wait_until(lambda: False, 0.5)
             window.grab().save(str(args.compare_bottom))
+    if args.speculative is not None:
+        from chatapp.gui.compare.speculative_feature import SpeculativeFeature
+
+        feature = window.feature(SpeculativeFeature)
+        assert feature is not None
+        feature.action.trigger()
+        feature.view.repeats_spin.setValue(3)
+        feature.view.run_button.click()
+        wait_until(lambda: feature.view.running, 5)
+        wait_until(lambda: not feature.view.running, 300)
+        wait_until(lambda: False, 0.5)
+        window.grab().save(str(args.speculative))
+        report["speculative"] = feature.view.results.text()
     print(json.dumps(report))
     window.close()
     app.quit()

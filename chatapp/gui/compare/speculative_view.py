@@ -208,6 +208,9 @@ class SpeculativeView(QWidget):
         ends = [s.at(s.count() - 1) for s in self.series.values() if s.count()]
         self.x_axis.setRange(1, max(2.0, *(p.x() for p in ends)))
         self.y_axis.setRange(0, max(1.0, *(p.y() for p in ends)) * 1.05)
+        # Round ticks (0, 200, 400 ms), not the range cut in four (184.184, 368.367).
+        self.x_axis.applyNiceNumbers()
+        self.y_axis.applyNiceNumbers()
 
     @Slot(object)
     def _on_finished(self, done: SpeculativeCompared) -> None:

@@ -3,6 +3,7 @@ model, the chart gets both lines, and the lines under it are those of `bench --s
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,13 @@ def test_both_answers_are_drawn_and_described(qtbot, make_window, native_model_d
     assert "same tokens: yes" in view.status.text()
     for series in view.series.values():
         assert series.count() == result.tokens - 1  # every token after the first
+        last = series.at(series.count() - 1)
+        assert last.y() <= view.y_axis.max() and last.x() <= view.x_axis.max()
+    # Round ticks: each step between labels is 1, 2 or 5 (or 2.5) times a power of ten.
+    for axis in (view.x_axis, view.y_axis):
+        step = (axis.max() - axis.min()) / (axis.tickCount() - 1)
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        assert any(math.isclose(mantissa, m) for m in (1, 2, 2.5, 5, 10)), (axis, step)
     text = view.results.text()
     assert f"{result.accepted}/{result.drafted}" in text
     assert "This prompt:" in text and f"{result.ratio:.2f}x" in text

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -124,13 +125,24 @@ class SpeculativeView(QWidget):
         self.results.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.results.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.results.setWordWrap(True)
+        # The chart and the table scroll: the view must fit a laptop screen at 200 % (a tab's
+        # least height is the window's: 1366x768 at 200 % leaves 384 px).
+        body = QWidget(self)
+        body_layout = QVBoxLayout(body)
+        body_layout.setContentsMargins(0, 0, 0, 0)
+        body_layout.addWidget(view, 1)
+        body_layout.addWidget(self.results)
+        scroll = QScrollArea(self)
+        scroll.setObjectName("speculativeScroll")
+        scroll.setWidget(body)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Prompt (an answer that repeats or quotes it gains most)", self))
         layout.addWidget(self.prompt_edit)
         layout.addLayout(controls)
         layout.addWidget(self.status)
-        layout.addWidget(view, 1)
-        layout.addWidget(self.results)
+        layout.addWidget(scroll, 1)
         self.run_button.clicked.connect(self.run)
         self.stop_button.clicked.connect(self.stop)
 

@@ -478,3 +478,19 @@ def test_every_ratio_carries_its_spread_and_verdict() -> None:
         for line in lines_of(name):
             if line.startswith("By tokens/s"):
                 assert "faster (" in line or "slower (" in line or "within the spread" in line
+
+
+def test_a_sweep_names_the_lengths_typed_beside_those_measured() -> None:
+    """Issue 47: 128 and 512 typed read as 130 and 513 only; the view's sentences and the
+    report's table say both (a point measured at the length typed says one number)."""
+    from chatapp.engine.bench.report import markdown_report
+
+    points = sweeps()["growing no-cache sweep"]
+    sweep = [{**points[0].result(130), "context_tokens": 128}, points[1].result(512)]
+    said = explanation(None, sweep)
+    assert "at 130 (128 typed)" in said and "at 512" in said
+    assert "at 512 (" not in said and "(512 typed)" not in said
+    header = {**corpus()["identical loops"].result(), "model": "tiny", "layout": "shared-buffer"}
+    rows = markdown_report({**header, "repeats": 3, "sweep": sweep}).splitlines()
+    assert any(row.startswith("| 130 (128 typed) |") for row in rows), rows
+    assert any(row.startswith("| 512 |") for row in rows), rows

@@ -20,6 +20,7 @@ import pytest
 from chatapp.cli import server_cmds
 from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
+from chatapp.engine.chat import NO_TEMPLATE_NOTICE
 
 
 def chatapp(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -220,3 +221,26 @@ def test_sigterm_right_after_start_is_a_clean_stop(tiny_model_dir: Path) -> None
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert err.strip().endswith("chatapp serve: stopped") and "Traceback" not in err
+
+
+def test_serve_says_a_base_model_has_no_chat_template(
+    base_model_dir: Path, tiny_model_dir: Path
+) -> None:
+    """Issue 47: the window and `generate` say so; `serve` too, once, as it starts (that its
+    answers end at the model's own next turn: tests/session/test_answer_base_models.py)."""
+
+    def started_err(model: Path) -> str:
+        process, _ = serve_process("--model", str(model), "--threads", "1")
+        try:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        assert process.returncode == 0, err
+        return err
+
+    err = started_err(base_model_dir)
+    assert f"chatapp serve: {NO_TEMPLATE_NOTICE}" in err.splitlines(), err
+    assert "no chat template" not in started_err(tiny_model_dir)

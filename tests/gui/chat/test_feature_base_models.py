@@ -7,9 +7,11 @@ from pathlib import Path
 
 from chatapp.engine.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT, STYLE_TEMPLATE
 from chatapp.gui.chat.controller import State
+from chatapp.gui.models.feature import ModelsFeature
 from chatapp.session import prompt_style as ps
 from chatapp.session.formatting import figures_line
 from tests.gui.conftest import LOAD_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+from tests.tiny_model import write_tiny_gguf
 
 
 def test_a_base_model_says_so_and_continues_text(
@@ -80,3 +82,25 @@ def test_another_model_starts_a_new_chat_and_says_so(
     assert window.chat.conversation.messages == []
     assert "tiny-llama" in window.banner.text()
     assert "new chat" in window.banner.text()
+
+
+def test_a_base_gguf_opened_says_so_the_moment_it_opens(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 47: File > Open GGUF with a base model's file said nothing of its missing template
+    until a restart or a Load. Converted, then opened: the banner says it at once."""
+    window = make_window(["--model", str(tiny_model_dir)])
+    assert "base model" not in window.banner.text()
+    gguf = write_tiny_gguf(tmp_path / "tiny-base.gguf", chat_template=None)
+    models = window.feature(ModelsFeature)
+    assert models is not None and models.convert_and_open(gguf, tmp_path / "tiny-base")
+    qtbot.waitUntil(
+        lambda: (
+            window.chat.controller.model is not None
+            and window.chat.controller.model.name == "tiny-base"
+        ),
+        timeout=LOAD_TIMEOUT_MS,
+    )
+    assert window.banner.isVisible() and "without a chat template" in window.banner.text()
+    assert window.chat.side_panel.sampling_box.prompt.choice() == ps.CONTINUE
+    assert window.chat.chat_view.prompt_edit.placeholderText() == ps.CONTINUE_PLACEHOLDER

@@ -142,3 +142,36 @@ def test_the_regenerate_note_goes_when_the_new_answer_differs(
     assert view.regenerate_note.isVisible() == (again.content == first.content)
     if first.figures is not None and first.figures.finish_reason == "length":
         assert again.content != first.content and not view.regenerate_note.isVisible()
+
+
+def test_a_note_and_a_placeholder_do_not_follow_into_another_models_chat(
+    qtbot, make_window, tiny_model_dir: Path, base_model_dir: Path
+) -> None:
+    """Issue 47: "Regenerate with Balanced" carried into a new chat with another model, and the
+    message box kept "Text for the model to continue" under Prompt: Chat with a chat model."""
+    window: MainWindow = make_window(["--model", str(tiny_model_dir)])
+    view = window.chat.chat_view
+    chat_placeholder = view.prompt_edit.placeholderText()
+    assert chat_placeholder != ps.CONTINUE_PLACEHOLDER
+    set_sampling(window, greedy(2))
+    send_and_wait(qtbot, window, "hello")
+    view.regenerate_button.click()
+    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=LOAD_TIMEOUT_MS)
+    assert view.regenerate_note.isVisible()  # greedy: the same answer again, Balanced offered
+
+    # Another model over this chat: a new chat, with no note about the old chat's answer.
+    window.open_model(base_model_dir)
+    _wait_model(qtbot, window, "tiny-base")
+    assert window.chat.conversation.messages == []
+    assert not view.regenerate_note.isVisible()
+    prompt = window.chat.side_panel.sampling_box.prompt
+    assert prompt.choice() == ps.CONTINUE
+    assert view.prompt_edit.placeholderText() == ps.CONTINUE_PLACEHOLDER
+
+    # A chat model again: Chat, and the chat's placeholder and banner, not the base model's.
+    window.open_model(tiny_model_dir)
+    _wait_model(qtbot, window, "tiny-llama")
+    assert prompt.choice() == ps.CHAT
+    assert view.prompt_edit.placeholderText() == chat_placeholder
+    assert "base model" not in _banner(window)
+    assert not view.regenerate_note.isVisible()

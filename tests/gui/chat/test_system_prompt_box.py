@@ -3,14 +3,18 @@ long is refused with a note under the box and the prompt kept."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QGuiApplication
 
+from chatapp.engine.chat import ChatTokenizer
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.bounded_text import MAX_TEXT_CHARS
+from tests.gui.conftest import LOAD_TIMEOUT_MS
 
 
 def _box(qtbot) -> SystemPromptBox:
@@ -86,3 +90,50 @@ def test_an_empty_box_says_what_the_model_is_sent_instead(qtbot) -> None:
     assert "counted in Context used" in shown and box.edit.toolTip() == shown
     box.set_model_default("", 0)
     assert box.edit.placeholderText() == "Empty: no system prompt" and not box.edit.toolTip()
+
+
+OWN_PROMPT = "You are a tiny helper."
+OWN_TEMPLATE = (  # writes its own system prompt when a chat has none, as SmolLM2's does
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\n" + OWN_PROMPT + "<|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_models_own_system_prompt_shows_in_the_window_with_its_tokens(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 47: the default system prompt was counted in Context used and never shown. A
+    model whose template writes one: the empty box and the folded section name it and its
+    tokens (counted here by the model's own tokenizer); a model without one says none."""
+    folder = tmp_path / "own-system"
+    shutil.copytree(tiny_model_dir, folder)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = OWN_TEMPLATE
+    config_path.write_text(json.dumps(config))
+    tokens = len(ChatTokenizer(folder).encode(OWN_PROMPT))
+    assert tokens > 0
+
+    window = make_window(["--model", str(folder)])
+    panel = window.chat.side_panel
+    box = panel.system_prompt_box
+    assert box.text() == ""
+    shown = box.edit.placeholderText()
+    assert f"\u201c{OWN_PROMPT}\u201d" in shown and f"({tokens} tokens)" in shown, shown
+    folded = panel.sections["system"].summary
+    said = f"the model's own, {tokens} tokens: \u201c{OWN_PROMPT}\u201d"
+    qtbot.waitUntil(lambda: folded.full_text() == said)
+
+    # Another model, with no prompt of its own: the last one's is not left on show.
+    window.open_model(tiny_model_dir)
+    qtbot.waitUntil(
+        lambda: (
+            window.chat.controller.model is not None
+            and window.chat.controller.model.name == "tiny-llama"
+        ),
+        timeout=LOAD_TIMEOUT_MS,
+    )
+    assert box.edit.placeholderText() == "Empty: no system prompt"
+    qtbot.waitUntil(lambda: folded.full_text() == "none")

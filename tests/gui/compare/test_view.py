@@ -71,6 +71,12 @@ def test_comparison_fills_charts_and_table(
     assert speed.startswith(
         f"IO-Binding {table.item(2, 2).text()} / Naive {table.item(2, 1).text()}"
     )
+    # Every ratio carries its runs' spread and the summary's verdict (issue 47: a bare mean
+    # ratio stood one line after "no measurable difference").
+    verdicts = (", IO-Binding faster (", ", IO-Binding slower (", ", within the spread (")
+    for row in (0, 1, 2):
+        cell = table.item(row, 3).text()
+        assert any(v in cell for v in verdicts), cell
     assert table.item(table.rowCount() - 2, 3).text() == "yes"
     # The last row: the weight bytes a decode step reads, the same folder for every loop.
     weights = view.result["weight_bytes_per_step"]
@@ -85,6 +91,7 @@ def test_comparison_fills_charts_and_table(
         assert f"{label} {median} ms {spread}" in text
     assert "Caching, the whole 16-token answer" in text
     assert f"Naive's {naive_ms} / IO-Binding's {iob_ms} ms per token" in text
+    assert ratio[ratio.index(" = ") :] + "." in text  # the cell's verdict is the sentence's
     title = view.caching_chart.title()
     assert title.startswith("16 tokens, caching: Naive ") and ", IO-Binding " in title
     assert view.caching_chart.value("nocache") > 0
@@ -298,3 +305,21 @@ def test_the_caching_button_runs_the_three_loops_over_200_tokens(
     assert set(result["caching_speedup"]) == {"naive", "iobinding"}
     assert view.caching_chart.title().startswith("200 tokens, caching: Naive ")
     assert view.latency_chart.lines["nocache"].count() == 199
+
+
+def test_the_view_says_in_words_where_no_cache_runs_in_a_sweep(
+    qtbot, make_window: WindowFactory, tiny_model_dir: Path
+) -> None:
+    """Issue 47: the reason was only in a tooltip. Shown under the sweep's row as the contexts
+    and the No cache box change, and only while No cache is left out somewhere."""
+    _window, view = open_compare(make_window, tiny_model_dir)
+    note = view.sweep_note
+    view.nocache_check.setChecked(True)
+    view.sweep_edit.setText("128, 512, 1024")
+    assert not note.isHidden() and note.text().startswith("No cache runs at 128 only: past ")
+    view.sweep_edit.setText("64, 128")  # No cache runs at both
+    assert note.isHidden()
+    view.sweep_edit.setText("512")
+    assert not note.isHidden() and "at none of these contexts" in note.text()
+    view.nocache_check.setChecked(False)  # not asked for: nothing to say
+    assert note.isHidden()

@@ -275,7 +275,9 @@ class Engine:
         use (EngineError where this model or device cannot batch)."""
         budget = self.max_context if budget is None else budget
         if self._slots is None or (self._slots.size, self._slots.budget) != (count, budget):
-            check_kv_memory(self.info, budget)
+            # A budget past one context is the slots' own choice (serve --kv-budget).
+            remedy = "a smaller KV budget" if budget > self.max_context else "a smaller context"
+            check_kv_memory(self.info, budget, remedy)
             self._slots = SlotBatch(
                 self.session, self.info, self.device, self.max_context, count, budget
             )

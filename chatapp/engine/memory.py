@@ -91,16 +91,16 @@ def engine_context(info: ModelInfo, max_context: int | None = None) -> int:
     return min(info.context_length, max_context or DEFAULT_MAX_CONTEXT)
 
 
-def check_kv_memory(info: ModelInfo, context: int) -> None:
+def check_kv_memory(info: ModelInfo, context: int, remedy: str = "a smaller context") -> None:
     """Refuse a KV cache for `context` tokens that would take more than half of this computer's
     memory (the IO-Binding loop allocates it up front), with the figure, rather than failing
-    deep inside numpy or onnxruntime."""
+    deep inside numpy or onnxruntime. `remedy`: what to choose instead (slots: their budget)."""
     need = info.kv_bytes_per_token() * context
     total = physical_memory()
     if total is not None and need > total // 2:
         raise EngineError(
             f"The KV cache for {context} tokens of {info.name} would take {whole_mb_up(need)} MB, "
-            f"more than half of this computer's {total >> 20} MB; choose a smaller context."
+            f"more than half of this computer's {total >> 20} MB; choose {remedy}."
         )
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chatapp.engine import memory
 from chatapp.engine.engine import Engine
+from chatapp.engine.errors import EngineError
 from chatapp.engine.resident import release_owned
 from chatapp.engine.slots import SlotLoop
 from tests.engine.test_slots import WAIT_S, Client, greedy, run_clients, solo
@@ -56,6 +58,19 @@ def test_a_reservation_is_at_most_a_context_and_the_budget_at_least_one(
     assert batch.held == CONTEXT
     with pytest.raises(ValueError, match="one whole context"):
         engine.slots(2, budget=CONTEXT - 1)
+
+
+def test_a_budget_past_memory_is_refused_naming_the_budget(
+    varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve --kv-budget larger than a context: the refusal asks for a smaller budget, not a
+    smaller context (which fits)."""
+    engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
+    one_context = engine.info.kv_bytes_per_token() * CONTEXT
+    monkeypatch.setattr(memory, "physical_memory", lambda: 3 * one_context)  # half: 1.5
+    with pytest.raises(EngineError, match=rf"KV cache for {2 * CONTEXT} tokens .* budget\.$"):
+        engine.slots(2, budget=2 * CONTEXT)
+    assert engine.slots(2).budget == CONTEXT  # one context fits
 
 
 def test_idle_caches_are_dropped_first_and_their_pages_given_back(varied_model_dir: Path) -> None:

@@ -21,6 +21,8 @@ from chatapp.cli import server_cmds
 from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine.chat import NO_TEMPLATE_NOTICE
+from chatapp.engine.engine import Engine
+from chatapp.engine.slots import slots_refusal
 
 
 def chatapp(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -82,6 +84,8 @@ def test_serve_answers_then_stops_on_ctrl_c(tiny_model_dir: Path) -> None:
             trust_env=False,
         ).json()
         assert answer["chatapp"]["loop"] == "naive"  # the server's default loop
+        models = httpx2.get(f"{info['url']}/models", timeout=30, trust_env=False).json()
+        assert models["data"][0]["chatapp"]["parallel"] == 1  # slots run on IO-Binding only
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     finally:
@@ -244,3 +248,40 @@ def test_serve_says_a_base_model_has_no_chat_template(
     err = started_err(base_model_dir)
     assert f"chatapp serve: {NO_TEMPLATE_NOTICE}" in err.splitlines(), err
     assert "no chat template" not in started_err(tiny_model_dir)
+
+
+def test_serve_batches_four_requests_by_default_within_one_context(tiny_model_dir: Path) -> None:
+    """Issue 49: without --parallel, a model that can batch gets 4 slots (1 where it cannot),
+    all drawing on one context's KV budget; /health, /metrics and /slots say so."""
+    engine = Engine(tiny_model_dir, threads=1)
+    slots = 4 if slots_refusal(engine.info, engine.device) is None else 1
+    process, info = serve_process("--model", str(tiny_model_dir), "--threads", "1")
+    try:
+        base = info["url"].removesuffix("/v1")
+        models = httpx2.get(f"{info['url']}/models", timeout=30, trust_env=False).json()
+        views = httpx2.get(f"{base}/slots", timeout=30, trust_env=False).json()
+        metrics = httpx2.get(f"{base}/metrics", timeout=30, trust_env=False).text.splitlines()
+        health = httpx2.get(f"{base}/health", timeout=30, trust_env=False).json()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    card = models["data"][0]
+    assert card["chatapp"]["parallel"] == slots and len(views) == slots
+    assert f"chatapp_slots_total {slots}" in metrics
+    # One context's worth, whatever the number of slots.
+    assert card["max_model_len"] == views[0]["n_ctx"] == engine.max_context
+    assert f"chatapp_kv_tokens_capacity {engine.max_context}" in metrics
+    assert health == {"status": "ok", "state": "ready"}
+
+
+def test_a_kv_budget_below_one_context_is_one_line(tiny_model_dir: Path) -> None:
+    out = chatapp(
+        *("serve", "--model", str(tiny_model_dir), "--threads", "1", "--port", "0"),
+        *("--context", "64", "--kv-budget", "63"),
+    )
+    line = one_error_line(out)
+    assert "--kv-budget 63 is less than one context (64 positions)" in line

@@ -159,3 +159,47 @@ def test_choices_prefill_their_prompt_once_and_each_is_its_seeds_solo_answer(
         alone = [answers(served, seed=11 + i)[0][0] for i in range(3)]
     assert choices == alone
     assert len({text for text, _ in choices}) > 1  # three draws
+
+
+def _completion(served: Served, seed: int) -> tuple[tuple[str, list[float]], int]:
+    """(text, token log-probs) of a seeded temperature-1 completion, and its reused tokens."""
+    body = {"prompt": "I believe the meaning of life is", "max_tokens": 10, "seed": seed}
+    body |= {"temperature": 1.0, "top_k": 0, "logprobs": 1}
+    response = httpx2.post(f"{served.api}/completions", json=body, timeout=60, trust_env=False)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    choice = data["choices"][0]
+    answer = (choice["text"], choice["logprobs"]["token_logprobs"])
+    return answer, data["chatapp"]["reused_tokens"]
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_llama_cpp_seed_checks_hold_fresh_reused_and_side_by_side(
+    native_fast: Path, slots: int
+) -> None:
+    """llama.cpp's server seed checks (test_consistent_result_same_seed and
+    test_different_result_different_seed, with 1 and 2 slots), stricter: the log-probs too.
+    On a native graph at the fast precision a seeded temperature-1 completion is the same
+    four times running (the first fresh, the others with the prompt from a cache), and the
+    same again for two clients sending it at once (one copies the other's prompt, then they
+    decode together); other seeds draw other answers."""
+    engine = Engine(native_fast, threads=1, max_context=256, precision="fast")
+    with serving(engine, parallel=slots) as served:
+        runs = [_completion(served, 42) for _ in range(4)]
+        together: dict[int, tuple[str, list[float]]] = {}
+
+        def client(i: int) -> None:
+            together[i] = _completion(served, 42)[0]
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        others = [_completion(served, seed)[0] for seed in range(4)]
+    first, reused = runs[0]
+    assert reused == 0  # a fresh server: the first prompt is computed whole
+    assert all(r > 0 for _, r in runs[1:])  # the later ones start from a cache
+    assert [answer for answer, _ in runs] == [first] * 4
+    assert [together[0], together[1]] == [first, first]
+    assert len({text for text, _ in others}) > 1

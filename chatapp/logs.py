@@ -2,14 +2,23 @@
 
 Errors reach the user as one line; the log keeps what a developer needs: the traceback, the
 thread, the time. It rotates at 1 MB and keeps three old files. No Qt here.
+
+The log is one of the app's own files, so a link planted at its name is never written through
+(it would append the app's lines to the file it points to): anything but a plain file found
+there at start is moved aside (the link itself, never its target), and the file is opened with
+O_NOFOLLOW, so a link planted later costs lines, not another file's content.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import logging.handlers
+import os
+import stat
 import sys
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -28,18 +37,56 @@ def setup_logging(folder: Path | None = None, level: int = logging.INFO) -> Path
     folder = folder if folder is not None else logs_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOG_FILE
+    moved = _set_aside_unless_plain(path)
     for old in [h for h in log.handlers if h.get_name() == _HANDLER_NAME]:
         log.removeHandler(old)
         old.close()
-    handler = logging.handlers.RotatingFileHandler(
+    handler = _PlainFileHandler(
         path, maxBytes=1_000_000, backupCount=3, encoding="utf-8", delay=True
     )
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(logging.Formatter(FORMAT))
     log.addHandler(handler)
     log.setLevel(level)
+    if moved is not None:
+        log.warning("%s was not a plain file (a link?); it was moved aside to %s", path, moved)
     _log_uncaught_exceptions()
     return path
+
+
+class _PlainFileHandler(logging.handlers.RotatingFileHandler):
+    """Appends to the file at its name itself: never through a link (O_NOFOLLOW), never
+    waiting on a FIFO (O_NONBLOCK, which a plain file ignores)."""
+
+    def _open(self) -> io.TextIOWrapper:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NO_LINK | _NO_WAIT | _NO_INHERIT
+        fd = os.open(self.baseFilename, flags, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{self.baseFilename} is not a plain file")
+        raw = io.BufferedWriter(io.FileIO(fd, "a"))  # as open(..., "a") builds it
+        return io.TextIOWrapper(raw, encoding=self.encoding, errors=self.errors)
+
+
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0)  # POSIX; Windows has no such links to follow
+_NO_WAIT = getattr(os, "O_NONBLOCK", 0)
+_NO_INHERIT = getattr(os, "O_CLOEXEC", 0)
+
+
+def _set_aside_unless_plain(path: Path) -> str | None:
+    """Rename what is at `path` when it is not a plain file (a link: the link, not its
+    target); the new name, or None when nothing was moved."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    stem = f"{path.name}.not-a-file-{time.strftime('%Y%m%d-%H%M%S')}"
+    aside, n = path.with_name(stem), 1
+    while os.path.lexists(aside):  # never over one moved aside before
+        aside, n = path.with_name(f"{stem}-{n}"), n + 1
+    os.rename(path, aside)  # OSError: the caller runs without a log file
+    return aside.name
 
 
 def _log_uncaught_exceptions() -> None:

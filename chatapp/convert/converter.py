@@ -43,6 +43,7 @@ from chatapp.convert.output_folder import (
     remove_conversion_folder,
     write_partial_marker,
 )
+from chatapp.convert.output_folder import read_manifest as read_manifest  # checked: its types
 from chatapp.convert.preflight import Header, TensorInfo, check_convertible, type_name
 from chatapp.convert.weight_scan import check_finite
 from chatapp.convert.weights import SUPPORTED_TYPES, Weight
@@ -351,15 +352,6 @@ def _replace(tmp: Path, out: Path) -> None:
     out.rename(old)
     tmp.rename(out)
     remove_conversion_folder(old)
-
-
-def read_manifest(folder: Path) -> dict[str, Any] | None:
-    """The folder's manifest; None when it has none that is a JSON object."""
-    try:
-        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) else None
 
 
 def is_verified_copy(folder: Path, source_sha256: str) -> bool:

@@ -25,22 +25,49 @@ from typing import Any
 
 from chatapp.convert.errors import ConversionError
 from chatapp.folder_format.manifest import MANIFEST_FILE
+from chatapp.json_text import parse_json_text
 from chatapp.safe_delete import remove_owned, write_replacing
 
 PARTIAL_MARKER = "chatapp-partial.json"
 _LEFTOVER = re.compile(r"^\..+\.(partial|old)-(\d+)(?:-[A-Za-z0-9_]+)?$")
 
 
+MAX_OWN_JSON_BYTES = 1 << 20  # a manifest lists a folder's few files: a few kilobytes
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
+    """One of the converter's own JSON files (a manifest, a partial marker) as an object; None
+    when it is absent or none the converter wrote: a link, too big, not JSON, nested too deeply
+    (RecursionError, which is no ValueError) or not an object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if path.is_symlink() or path.stat().st_size > MAX_OWN_JSON_BYTES:
+            return None
+        data = parse_json_text(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # JsonTextError and UnicodeDecodeError are ValueErrors
         return None
     return data if isinstance(data, dict) else None
 
 
-def made_by_chatapp(folder: Path) -> bool:
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The folder's manifest; None when it has none the converter could have written: the parts
+    that are read must have their types ("files": plain file names and their hashes)."""
     manifest = read_json(folder / MANIFEST_FILE)
+    if manifest is None:
+        return None
+    if any(not isinstance(manifest.get(key, {}), dict) for key in ("source", "options", "files")):
+        return None
+    files = manifest.get("files", {})
+    if not all(_plain_name(name) and isinstance(sha, str) for name, sha in files.items()):
+        return None
+    return manifest
+
+
+def _plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
+def made_by_chatapp(folder: Path) -> bool:
+    manifest = read_manifest(folder)
     return manifest is not None and manifest.get("converter") == "chatapp"
 
 
@@ -74,7 +101,7 @@ def check_destination(src: Path, out: Path, overwrite: bool) -> None:
     entries = list(out.iterdir())
     if not entries:
         return
-    manifest = read_json(out / MANIFEST_FILE)
+    manifest = read_manifest(out)
     if manifest is None or manifest.get("converter") != "chatapp":
         raise ConversionError(
             f"{out} was not made by chatapp (it has no {MANIFEST_FILE}), so --force does not "

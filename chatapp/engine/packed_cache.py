@@ -73,6 +73,7 @@ DISK_MARGIN = 1 << 30  # leave this much free after writing the copy
 GRAPH = "model.onnx"
 DATA = "model.onnx.data"
 SOURCE = "source.txt"  # beside a graph's copies: the graph they were made from
+MAX_SOURCE_BYTES = 64 << 10  # a path; more is not one the cache wrote
 WORK_PREFIX = ".writing-"  # + the writing process's id: a copy being saved
 POLL_S = 0.2  # how often a parent waiting for the child checks whether to stop
 _CACHE_FILES = frozenset({GRAPH, DATA, SOURCE, OWNED_MARKER})
@@ -341,14 +342,25 @@ def _forget_removed_models() -> None:
     folders of copies that name no graph; only folders the cache marked as its own."""
     root = cache_root()
     for copies in root.iterdir():
-        source = copies / SOURCE
         try:
             if copies.is_symlink() or not copies.is_dir():
                 continue
-            if not source.is_file() or not Path(source.read_text(encoding="utf-8")).is_file():
+            if _named_graph(copies / SOURCE) is None:
                 remove_owned(copies, _cache_top())
         except OSError:
             continue
+
+
+def _named_graph(source: Path) -> Path | None:
+    """The graph that `source` (a folder of copies' source.txt) names, if it is still there;
+    None for one that is gone, damaged (not UTF-8, too long to be a path) or not a file."""
+    try:
+        if not source.is_file() or source.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        graph = Path(source.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    return graph if graph.is_file() else None
 
 
 def _save(onnx_path: Path, out: Path, opts: ort.SessionOptions) -> None:

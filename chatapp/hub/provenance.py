@@ -15,6 +15,17 @@ from chatapp.safe_delete import replacing
 DOWNLOADS = ".downloads"
 ORIGIN_SUFFIX = ".origin.json"
 MAX_ORIGIN_BYTES = 64 << 10
+# What reading a damaged origin raises: also RecursionError (nested too deeply, no ValueError)
+# and OverflowError (a size of 1e400 is int(inf)).
+_NOT_OURS = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    ArithmeticError,
+    RecursionError,
+)
 
 
 @dataclass(frozen=True)
@@ -52,17 +63,20 @@ def read_origin(model_file: Path) -> Origin | None:
         if path.is_symlink() or path.stat().st_size > MAX_ORIGIN_BYTES:
             return None
         data = json.loads(path.read_text(encoding="utf-8"))
+        lists = [data.get("sha256", []), data.get("parts", [])]
+        if not all(isinstance(value, list) for value in lists) or data["size"] < 0:
+            return None  # not what write_origin wrote ("sha256": "abc" read as three hashes)
         return Origin(
             repo=str(data["repo"]),
             file=str(data["file"]),
             revision=str(data["revision"]),
             endpoint=str(data.get("endpoint", "")),
             size=int(data["size"]),
-            sha256=[str(s) for s in data.get("sha256", [])],
-            parts=[str(s) for s in data.get("parts", [])],
+            sha256=[str(s) for s in lists[0]],
+            parts=[str(s) for s in lists[1]],
             file_sha256=str(data.get("file_sha256", "")),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except _NOT_OURS:
         return None
 
 

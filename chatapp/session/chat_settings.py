@@ -96,7 +96,7 @@ class ChatSettings:
     def from_store(cls, model: str | None, system_prompt: str, text: str) -> ChatSettings:
         try:
             body = json.loads(text) if text else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # a hand-edited history: nested too deeply too
             body = {}
         if not isinstance(body, dict):
             body = {}

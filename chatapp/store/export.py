@@ -139,7 +139,7 @@ def _settings_item(settings: str) -> dict[str, Any]:
     (a hand-edited file) is left out, as the window leaves it out when opening the chat."""
     try:
         value = json.loads(settings)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         return {}
     return {"settings": value} if isinstance(value, dict) and value else {}
 

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.convert.converter import ConvertOptions, converted_from, subfolders
-from chatapp.convert.output_folder import made_by_chatapp, read_json
+from chatapp.convert.output_folder import read_manifest
 from chatapp.engine.model_folder.files import candidate_files, split_name
-from chatapp.folder_format.manifest import MANIFEST_FILE
 from chatapp.safe_delete import remove_owned
 
 # llama.cpp's quantization names as they appear in GGUF file names.
@@ -61,8 +60,8 @@ def list_library(models: Path) -> list[LibraryModel]:
 
 
 def describe(folder: Path) -> LibraryModel | None:
-    manifest = read_json(folder / MANIFEST_FILE) if made_by_chatapp(folder) else None
-    if manifest is not None:
+    manifest = read_manifest(folder)  # checked: "source" and "options" are objects
+    if manifest is not None and manifest.get("converter") == "chatapp":
         source = manifest.get("source") or {}
         file_name = str(source.get("file") or "a GGUF file")
         match = _GGUF_TYPE.search(Path(file_name).stem)

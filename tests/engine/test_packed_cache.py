@@ -404,3 +404,22 @@ def test_the_packed_copy_is_saved_for_the_onnx_community_layout(
     assert answer.token_ids == packed_cache_off.token_ids
     model = read_model(folder)
     assert prepare_folder(model, threads=1) == data.parent / packed_cache.GRAPH  # saved once
+
+
+@pytest.mark.parametrize(
+    "source", [b"\xff\xfe/not/utf-8/model.onnx", b"/a/path/with/a/\0/model.onnx"]
+)
+def test_a_damaged_source_name_costs_only_its_own_folder_not_the_cache(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: bytes
+) -> None:
+    """The cache is the app's own file too (issue 48): a source.txt that is not UTF-8 raised
+    UnicodeDecodeError while old copies were cleared, so no model got a packed copy again."""
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(ENV_VAR, "1")
+    damaged = cache_root() / "0123456789abcdef"
+    damaged.mkdir(parents=True)
+    mark_owned(damaged)
+    (damaged / packed_cache.SOURCE).write_bytes(source)
+    engine = Engine(with_external_data(tiny_model_dir, tmp_path / "m"), threads=1, max_context=64)
+    assert engine.mapped_files != engine.memory.mapped_files  # runs from its packed copy
+    assert not damaged.exists()  # the cache's own, naming no graph: cleared as such

@@ -278,3 +278,33 @@ def test_split_parts_download_and_join_into_one_checked_file(
     origin = read_origin(path)
     assert origin is not None and origin.parts == [p.name for p in parts]
     assert origin.file_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+HOSTILE_ORIGINS = {
+    "nested too deeply": "[" * 30_000 + "]" * 30_000,
+    "a size of 1e400": '{"repo": "a/b", "file": "m.gguf", "revision": "c", "size": 1e400}',
+    "hashes as one string": '{"repo": "a/b", "file": "m.gguf", "revision": "c", "size": 1, '
+    '"sha256": "' + "0" * 64 + '"}',
+    "a negative size": '{"repo": "a/b", "file": "m.gguf", "revision": "c", "size": -1}',
+    "a list": '["a/b", "m.gguf"]',
+    "a 5000-digit size": '{"repo": "a/b", "file": "m.gguf", "revision": "c", "size": '
+    + "9" * 5000
+    + "}",
+}
+
+
+def test_a_damaged_origin_is_none_and_the_others_are_still_listed(tmp_path: Path) -> None:
+    """A download's `.origin.json` is the app's own file, read as input (issue 48): nested too
+    deeply it raised RecursionError, a size of 1e400 OverflowError (int(inf)), from the model
+    list (File > Models) and the check for a finished download."""
+    from chatapp.hub.provenance import DOWNLOADS, Origin, origin_path, write_origin
+
+    folder = tmp_path / "models" / DOWNLOADS / "a--b"
+    folder.mkdir(parents=True)
+    good = Origin("a/b", "good.gguf", "c" * 40, "http://hub", 1, ["ab" * 32])
+    write_origin(folder / "good.gguf", good)
+    for n, text in enumerate(HOSTILE_ORIGINS.values()):
+        origin_path(folder / f"bad{n}.gguf").write_text(text)
+        assert read_origin(folder / f"bad{n}.gguf") is None, text[:80]
+    assert read_origin(folder / "good.gguf") == good
+    assert origins_by_sha256(tmp_path / "models") == {"ab" * 32: good}

@@ -53,6 +53,9 @@ def test_plain_line_chat_gives_back_only_the_stops_the_person_typed() -> None:
         "[1, 2]",
         '{"sampling": {"temperature": -1}, "prompt_style": "poetry", "stops": "x"}',
         '{"sampling": {"temperature": 1e999, "top_k": true}, "stops": [1, "", "ok"]}',
+        "[" * 100_000 + "]" * 100_000,  # nested too deeply: RecursionError, no ValueError
+        '{"sampling": ' + "[" * 100_000 + "]" * 100_000 + ', "stops": ["ok"]}',
+        '{"tools": [' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "]}",
     ],
 )
 def test_what_cannot_be_read_is_left_out(text: str) -> None:

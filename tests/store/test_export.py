@@ -194,6 +194,19 @@ def test_settings_are_exported_and_imported_as_an_object(store: HistoryStore) ->
     assert json.loads(imported.info.settings) == settings
 
 
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_stored_settings_nested_too_deeply_are_left_out_of_the_export(
+    store: HistoryStore, depth: int
+) -> None:
+    """The history is the app's own file, read as input (issue 48): settings a hand-edited
+    or damaged file nests too deeply raised RecursionError from the export."""
+    conv = store.create_conversation("t")
+    store.append_message(conv.id, "user", "hi")
+    store.update_conversation(conv.id, settings='{"a": ' + "[" * depth + "]" * depth + "}")
+    exported = json.loads(store.export_json(conv.id))["conversation"]
+    assert "settings" not in exported and exported["messages"][0]["content"] == "hi"
+
+
 def test_settings_too_large_are_refused_whole(store: HistoryStore) -> None:
     from chatapp.store import ImportTooLargeError
     from chatapp.store.export import LIMITS

@@ -192,3 +192,44 @@ def test_a_model_name_longer_than_any_file_name_is_no_folder(tmp_path: Path, nam
     """An imported chat names its model; a name over 255 bytes raised ENAMETOOLONG."""
     (tmp_path / "model").mkdir()
     assert library_folder(tmp_path, name) is None
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HOSTILE_MANIFEST_PARTS = {
+    "source nested 100k deep": ("source", DEEP),
+    "source a string": ("source", '"x"'),
+    "source a list": ("source", "[1]"),
+    "files a list": ("files", '["model.onnx"]'),
+    "a file outside the folder": ("files", '{"../outside.bin": "00", "model.onnx": "00"}'),
+    "a hash that is a number": ("files", '{"model.onnx": 5}'),
+    "options a string": ("options", '"auto"'),
+    "a version of 5000 digits": ("converter_version", "9" * 5000),
+    "past the size cap": ("padding", '"' + "x" * (2 << 20) + '"'),
+}
+
+
+@pytest.mark.parametrize("key,raw", HOSTILE_MANIFEST_PARTS.values(), ids=HOSTILE_MANIFEST_PARTS)
+def test_a_damaged_manifest_is_no_conversion_of_ours_and_nothing_raises(
+    library: Path, tiny_gguf: Path, key: str, raw: str
+) -> None:
+    """The app's own manifest is input too (issue 48): nested too deeply it raised
+    RecursionError, a part of the wrong type AttributeError, from the model list, the
+    earlier-conversion check and `convert --force`."""
+    from chatapp.convert.converter import is_verified_copy
+    from chatapp.convert.errors import ConversionError
+
+    folder = library / "tiny-llama"
+    path = folder / "chatapp-manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest[key] = "@@"
+    path.write_text(json.dumps(manifest).replace('"@@"', raw))
+    listed = {m.name: m for m in list_library(library)}
+    assert not listed["tiny-llama"].converted  # listed as a plain ONNX folder
+    assert library_folder(library, "tiny-llama") == folder
+    sha = sha256_file(tiny_gguf)
+    assert find_converted(library, sha) is None and not is_verified_copy(folder, sha)
+    assert earlier_conversion(tiny_gguf, library / "again") is None
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(ConversionError, match="not made by chatapp"):
+        convert_gguf(tiny_gguf, folder, ConvertOptions(overwrite=True))
+    assert sorted(p.name for p in folder.iterdir()) == before

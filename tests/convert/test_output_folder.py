@@ -306,8 +306,11 @@ def test_a_conversion_into_a_linked_folder_cleans_up_there_and_nowhere_else(
 
 
 HANGING_CLI = """
-import sys, time
+import signal, sys, time
 from chatapp.cli import main, progress  # main: the command line's function
+# Ctrl+C as at a terminal, even where the suite runs in the background (nohup, `&`), which
+# starts children with SIGINT ignored: the child then slept its 600 s through the SIGINT.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 shown = progress.ProgressBar.__call__
 def hang(self, fraction, message):
     if message == "tokenizer":

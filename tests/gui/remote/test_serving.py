@@ -69,6 +69,8 @@ def refused(url: str) -> bool:
         httpx2.get(f"{url}/models", timeout=5, trust_env=False)
     except httpx2.ConnectError:
         return True
+    except httpx2.TransportError:  # accepted, then reset while the server shuts down: not yet
+        return False
     return False
 
 

@@ -86,12 +86,9 @@ def test_serve_answers_then_stops_on_ctrl_c(tiny_model_dir: Path) -> None:
         assert answer["chatapp"]["loop"] == "naive"  # the server's default loop
         models = httpx2.get(f"{info['url']}/models", timeout=30, trust_env=False).json()
         assert models["data"][0]["chatapp"]["parallel"] == 1  # slots run on IO-Binding only
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+        err = stop(process, signal.SIGINT, timeout=30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        reap(process)
     assert process.returncode == 0, err
     assert "request 1: " in err and "Traceback" not in err
     assert err.strip().endswith("chatapp serve: stopped")
@@ -119,6 +116,19 @@ def serve_process(
         text=True,
     )
     return process, json.loads(_first_line(process, timeout=120))
+
+
+def stop(process: subprocess.Popen[str], sig: signal.Signals, timeout: float = 60) -> str:
+    """Sends `sig` to a serve process and returns its stderr once it has exited."""
+    process.send_signal(sig)
+    return process.communicate(timeout=timeout)[1]
+
+
+def reap(process: subprocess.Popen[str]) -> None:
+    """Kills a serve process a failed test left running."""
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
@@ -154,9 +164,7 @@ def test_a_signal_ends_open_streams_with_an_error_and_done_then_exits_0(
         stream_ended_s = time.monotonic() - signalled
         _, err = process.communicate(timeout=30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        reap(process)
     assert stream_ended_s < 1.0 + 0.5 * _load_slack(), stream_ended_s
     assert lines[-1] == "data: [DONE]"
     error = json.loads(lines[-2].removeprefix("data: "))["error"]
@@ -208,12 +216,9 @@ def test_the_printed_address_already_listens(tiny_model_dir: Path) -> None:
             while chunk := conn.recv(4096):
                 reply += chunk
         assert reply.startswith(b"HTTP/1.1 200") and b'{"status":"ok","state":"ready"}' in reply
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
+        err = stop(process, signal.SIGTERM)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        reap(process)
     assert process.returncode == 0, err
 
 
@@ -221,8 +226,7 @@ def test_sigterm_right_after_start_is_a_clean_stop(tiny_model_dir: Path) -> None
     # The address is printed before uvicorn installs its handlers: a service manager's SIGTERM
     # in between used to kill the process (status -15).
     process, _ = serve_process("--model", str(tiny_model_dir), "--threads", "1")
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=60)
+    err = stop(process, signal.SIGTERM)
     assert process.returncode == 0, err
     assert err.strip().endswith("chatapp serve: stopped") and "Traceback" not in err
 
@@ -236,12 +240,9 @@ def test_serve_says_a_base_model_has_no_chat_template(
     def started_err(model: Path) -> str:
         process, _ = serve_process("--model", str(model), "--threads", "1")
         try:
-            process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=60)
+            err = stop(process, signal.SIGTERM)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+            reap(process)
         assert process.returncode == 0, err
         return err
 
@@ -262,12 +263,9 @@ def test_serve_batches_four_requests_by_default_within_one_context(tiny_model_di
         views = httpx2.get(f"{base}/slots", timeout=30, trust_env=False).json()
         metrics = httpx2.get(f"{base}/metrics", timeout=30, trust_env=False).text.splitlines()
         health = httpx2.get(f"{base}/health", timeout=30, trust_env=False).json()
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
+        err = stop(process, signal.SIGTERM)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        reap(process)
     assert process.returncode == 0, err
     card = models["data"][0]
     assert card["chatapp"]["parallel"] == slots and len(views) == slots

@@ -10,14 +10,9 @@ from typing import Any
 
 from chatapp.cli.errors import UserError
 from chatapp.engine.chat import ToolCall
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice
+from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, pretty_arguments
 from chatapp.session import arg_checks as checks
-from chatapp.session.tool_specs import (
-    ToolSpecError,
-    choice_by_word,
-    pretty_arguments,
-    tools_from_file,
-)
+from chatapp.session.tool_specs import ToolSpecError, choice_by_word, tools_from_file
 
 
 def add_tool_args(p: argparse.ArgumentParser) -> None:

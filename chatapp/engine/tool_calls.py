@@ -17,6 +17,7 @@ one (chatapp/engine/json_schema.py: an object admits only the properties it list
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -264,3 +265,28 @@ def _regex_literal(text: str) -> str:
     """`text` as a literal in a Lark /regex/ (Rust regex syntax refuses needless escapes)."""
     escaped = (f"\\{c}" if c in _REGEX_META else c for c in text)
     return "".join(escaped).replace("\n", "\\n")
+
+
+# ---- as people read them -------------------------------------------------------------
+def pretty_arguments(arguments: str) -> str:
+    """A call's arguments (JSON text) indented for a person; as they are if not JSON."""
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return arguments
+
+
+def call_markdown(call: ToolCall) -> str:
+    """A call as the transcript shows it: its name, then its arguments as a JSON code block
+    (a fence longer than any run of backticks in them)."""
+    arguments = pretty_arguments(call.arguments)
+    longest = max((len(run) for run in re.findall(r"`+", arguments)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"**Tool call: {call.name}**\n\n{fence}json\n{arguments}\n{fence}"
+
+
+def with_calls(text: str, calls: Sequence[ToolCall]) -> str:
+    """An answer's text with its tool calls after it, as the window and the transcript show it."""
+    parts = [text.rstrip()] if text.strip() else []
+    parts += [call_markdown(call) for call in calls]
+    return "\n\n".join(parts) if calls else text

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from chatapp.engine.backend import Backend
-from chatapp.engine.chat import Message
+from chatapp.engine.chat import Message, ToolCall
 from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.figures import AnswerFigures
@@ -45,7 +45,7 @@ from chatapp.session.context import ContextReport
 from chatapp.session.jobs import Job, JobControl, JobResult, failed
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.remote_jobs import remote_message
-from chatapp.session.tool_specs import ToolSpecError, choice_by_word, with_calls
+from chatapp.session.tool_specs import ToolSpecError, choice_by_word
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,7 @@ class AnswerResult:
     # GUI slot: the last snapshot (a chatapp server sends its own at the end) and the record.
     final: StatsSnapshot
     figures: AnswerFigures
+    tool_calls: tuple[ToolCall, ...] = ()  # kept structured; the transcript shows them
 
 
 def generate_job(host: EngineHost, request: AnswerRequest) -> Job:
@@ -169,11 +170,10 @@ def generate_job(host: EngineHost, request: AnswerRequest) -> Job:
             elif isinstance(event, ToolPiece):  # shown whole at the end; its tokens count now
                 yield from _items(TextDelta("", event.tokens, 0))
             elif isinstance(event, AnswerDone):
-                text = with_calls(event.text, event.tool_calls)  # a call shows as one
                 stats = copy.deepcopy(event.stats)
                 final = StatsSnapshot.of(control.request_id, stats)  # may fail: partial kept
                 figures = answer_figures(stats, event.finish.value)
-                result = AnswerResult(text, stats, final, figures)
+                result = AnswerResult(event.text, stats, final, figures, event.tool_calls)
                 control.partial = None
                 return result
         raise EngineError("The answer ended without its figures.")  # answer() always ends so

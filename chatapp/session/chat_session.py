@@ -214,6 +214,19 @@ class ChatSession:
         self._request(options)
         return True
 
+    def reply_as_tool(self, text: str, options: GenerationOptions) -> bool:
+        """The user's text as the result of the call the chat waits for; once every call of
+        the answer has its result, the model goes on."""
+        call = self.conversation.pending_call()
+        if call is None or self.state is not State.READY:
+            return False
+        self.conversation.add_tool_result(call, text)
+        if self.conversation.pending_call() is None:
+            self._request(options)
+        else:
+            self._changed()
+        return True
+
     def regenerate(self, options: GenerationOptions) -> bool:
         if self.state is not State.READY or not self.conversation.can_regenerate():
             return False
@@ -369,11 +382,13 @@ class ChatSession:
             o.stats(final)
         continued, self._continued = self._continued, None
         if continued is not None:
-            message = self.conversation.add_continued(continued, result.text, figures)
+            message = self.conversation.add_continued(
+                continued, result.text, figures, result.tool_calls
+            )
         else:
             # A new answer to the same question keeps the one(s) it replaces as other versions.
             message = self.conversation.add_answer(
-                result.text, figures, replaced[0] if replaced else None
+                result.text, figures, replaced[0] if replaced else None, result.tool_calls
             )
         self.streaming_text = ""
         self._set_state(State.READY)

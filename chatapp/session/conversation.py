@@ -6,11 +6,13 @@ without knowing about widgets, and the chat controller only talks to this object
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from chatapp.engine.chat import Message
+from chatapp.engine.chat import Message, ToolCall
 from chatapp.engine.figures import AnswerFigures
+from chatapp.engine.tool_calls import with_calls
 
 if TYPE_CHECKING:
     from chatapp.session.chat_settings import ChatSettings
@@ -22,11 +24,12 @@ class AnswerVersion:
 
     content: str
     figures: AnswerFigures | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass
 class ChatMessage:
-    role: str  # "user" | "assistant"
+    role: str  # "user" | "assistant" | "tool" (a tool's result, which the user typed)
     content: str  # the version shown: what the model sees when the chat goes on
     figures: AnswerFigures | None = None  # assistant messages only
     id: int | None = None  # the history store's message id, once stored
@@ -34,13 +37,24 @@ class ChatMessage:
     # others[:version] + [this] + others[version:] (the history keeps them the same way).
     others: tuple[AnswerVersion, ...] = ()
     version: int = 0
+    tool_calls: tuple[ToolCall, ...] = ()  # an answer's calls, structured (content: its text)
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    tool_name: str | None = None  # ... and that call's tool
+
+    @property
+    def shown(self) -> str:
+        """The text the transcript shows: an answer's calls after its text, as blocks."""
+        return with_calls(self.content, self.tool_calls)
+
+    def engine_message(self) -> Message:
+        return Message(self.role, self.content, self.tool_calls, self.tool_call_id)
 
     @property
     def version_count(self) -> int:
         return len(self.others) + 1
 
     def versions(self) -> list[AnswerVersion]:
-        shown = AnswerVersion(self.content, self.figures)
+        shown = AnswerVersion(self.content, self.figures, self.tool_calls)
         return [*self.others[: self.version], shown, *self.others[self.version :]]
 
     def select(self, version: int) -> bool:
@@ -49,7 +63,11 @@ class ChatMessage:
             return False
         everything = self.versions()
         chosen = everything.pop(version)
-        self.content, self.figures = chosen.content, chosen.figures
+        self.content, self.figures, self.tool_calls = (
+            chosen.content,
+            chosen.figures,
+            chosen.tool_calls,
+        )
         self.others, self.version = tuple(everything), version
         return True
 
@@ -85,11 +103,15 @@ class Conversation:
         return message
 
     def add_answer(
-        self, text: str, figures: AnswerFigures | None, replaces: ChatMessage | None = None
+        self,
+        text: str,
+        figures: AnswerFigures | None,
+        replaces: ChatMessage | None = None,
+        tool_calls: tuple[ToolCall, ...] = (),
     ) -> ChatMessage:
         """The new answer; a regenerated one (`replaces` the answer before) keeps that
         answer's versions as its others and is shown as the last version."""
-        message = ChatMessage("assistant", text, figures)
+        message = ChatMessage("assistant", text, figures, tool_calls=tool_calls)
         if replaces is not None and replaces.role == "assistant":
             message.others = tuple(replaces.versions())
             message.version = len(message.others)
@@ -97,7 +119,11 @@ class Conversation:
         return message
 
     def add_continued(
-        self, answer: ChatMessage, text: str, figures: AnswerFigures | None
+        self,
+        answer: ChatMessage,
+        text: str,
+        figures: AnswerFigures | None,
+        calls: tuple[ToolCall, ...] = (),
     ) -> ChatMessage:
         """`answer` (taken off the end for Continue) back in place with `text` after it: one
         answer, its token count both parts', its other figures the continuation's."""
@@ -108,6 +134,16 @@ class Conversation:
         message = ChatMessage(
             "assistant", answer.content + text, figures, None, answer.others, answer.version
         )
+        message.tool_calls = (*answer.tool_calls, *calls)
+        self.messages.append(message)
+        return message
+
+    def pending_call(self) -> ToolCall | None:
+        return pending_call(self.messages)
+
+    def add_tool_result(self, call: ToolCall, text: str) -> ChatMessage:
+        """The tool's result for `call`, as the user typed it."""
+        message = ChatMessage("tool", text, tool_call_id=call.id, tool_name=call.name)
         self.messages.append(message)
         return message
 
@@ -129,10 +165,24 @@ class Conversation:
     def engine_messages(self, system_prompt: str = "") -> list[Message]:
         """What the model sees: the system prompt (if any) and every message so far."""
         out = [Message("system", system_prompt.strip())] if system_prompt.strip() else []
-        out += [Message(m.role, m.content) for m in self.messages]
+        out += [m.engine_message() for m in self.messages]
         return out
 
     def clear(self) -> None:
         self.messages.clear()
         self.id = None
         self.settings = None
+
+
+def pending_call(messages: Sequence[ChatMessage]) -> ToolCall | None:
+    """The first call of the last answer that no tool result answers yet: what a reply as
+    the tool answers next (None: the chat does not wait for a tool)."""
+    answered: set[str] = set()
+    for m in reversed(messages):
+        if m.role == "tool" and m.tool_call_id is not None:
+            answered.add(m.tool_call_id)
+            continue
+        if m.role == "assistant":
+            return next((c for c in m.tool_calls if c.id not in answered), None)
+        return None
+    return None

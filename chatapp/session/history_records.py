@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import cast
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.session.chat_settings import ChatSettings
@@ -14,12 +15,14 @@ from chatapp.store import (
     Alternative,
     ConversationInfo,
     HistoryStore,
+    MessageDraft,
     SchemaTooNewError,
     StoredConversation,
     StoredMessage,
     StoreError,
     open_default_store,
 )
+from chatapp.store.models import Role
 
 Signature = tuple[str, int, tuple[str, ...]]  # a message's text, shown version, all versions
 
@@ -38,8 +41,35 @@ def conversation_from_store(stored: StoredConversation) -> Conversation:
 
 
 def message_from_store(m: StoredMessage) -> ChatMessage:
-    others = tuple(AnswerVersion(a.content, a.figures) for a in m.alternatives)
-    return ChatMessage(m.role, m.content, m.figures, m.id, others, m.version)
+    others = tuple(AnswerVersion(a.content, a.figures, a.tool_calls) for a in m.alternatives)
+    return ChatMessage(
+        m.role,
+        m.content,
+        m.figures,
+        m.id,
+        others,
+        m.version,
+        m.tool_calls,
+        m.tool_call_id,
+        m.tool_name,
+    )
+
+
+def draft_of(m: ChatMessage, model: str | None) -> MessageDraft:
+    """A message of the window as the history stores it."""
+    return MessageDraft(
+        cast(Role, m.role),
+        m.content,
+        figures_for_store(m.figures, model),
+        alternatives=tuple(
+            Alternative(o.content, figures_for_store(o.figures, model), None, o.tool_calls)
+            for o in m.others
+        ),
+        version=m.version,
+        tool_calls=m.tool_calls,
+        tool_call_id=m.tool_call_id,
+        tool_name=m.tool_name,
+    )
 
 
 def stored_signature(m: StoredMessage) -> Signature:
@@ -61,14 +91,18 @@ def snapshot(
             id=m.id or 0,
             conversation_id=conversation.id or 0,
             position=i,
-            role="user" if m.role == "user" else "assistant",
+            role=cast(Role, m.role),
             content=m.content,
             created=now,
             figures=figures_for_store(m.figures, model) if m.role == "assistant" else None,
             alternatives=tuple(
-                Alternative(o.content, figures_for_store(o.figures, model), now) for o in m.others
+                Alternative(o.content, figures_for_store(o.figures, model), now, o.tool_calls)
+                for o in m.others
             ),
             version=m.version,
+            tool_calls=m.tool_calls,
+            tool_call_id=m.tool_call_id,
+            tool_name=m.tool_name,
         )
         for i, m in enumerate(conversation.messages)
     )

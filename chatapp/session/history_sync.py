@@ -42,14 +42,13 @@ from chatapp.session.history_failures import SaveFailures
 from chatapp.session.history_records import (
     Signature,
     conversation_from_store,
-    figures_for_store,
+    draft_of,
     imported_title,
     memory_signature,
     stored_signature,
 )
 from chatapp.session.running import Submit
 from chatapp.store import (
-    Alternative,
     ConversationDraft,
     ConversationInfo,
     ConversationNotFoundError,
@@ -427,11 +426,7 @@ class HistorySync:
             self._known = set()
             self.events.current_changed(None)
         elif not stored:
-            added = [
-                store.append_message(stored_conversation.id, d.role, d.content, d.figures)
-                for d in self._drafts(mem)
-            ]
-            self._assign(mem, added)
+            self._assign(mem, store.append_drafts(stored_conversation.id, self._drafts(mem)))
         else:
             self._save_as_new(store, conv)
             return
@@ -461,18 +456,7 @@ class HistorySync:
 
     def _drafts(self, messages: Sequence[ChatMessage]) -> list[MessageDraft]:
         model = self._model_name()
-        return [
-            MessageDraft(
-                m.role,  # type: ignore[arg-type]
-                m.content,
-                figures_for_store(m.figures, model),
-                alternatives=tuple(
-                    Alternative(o.content, figures_for_store(o.figures, model)) for o in m.others
-                ),
-                version=m.version,
-            )
-            for m in messages
-        ]
+        return [draft_of(m, model) for m in messages]
 
     def _assign(self, messages: Sequence[ChatMessage], stored: Sequence[StoredMessage]) -> None:
         for message, row in zip(messages, stored, strict=True):

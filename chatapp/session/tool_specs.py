@@ -9,13 +9,11 @@ parameters are checked as the grammar will read them (engine/json_schema.py, `ch
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chatapp.engine.chat import ToolCall
 from chatapp.engine.constraints import (
     MISSING_LIBRARY,
     ConstraintError,
@@ -173,27 +171,3 @@ def tools_as_json(tools: Sequence[Tool]) -> list[dict[str, Any]]:
             entry["function"]["strict"] = True
         out.append(entry)
     return out
-
-
-def pretty_arguments(arguments: str) -> str:
-    """A call's arguments (JSON text) indented for a person; as they are if not JSON."""
-    try:
-        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
-    except (ValueError, RecursionError):
-        return arguments
-
-
-def call_markdown(call: ToolCall) -> str:
-    """A call as the transcript shows it: its name, then its arguments as a JSON code block
-    (a fence longer than any run of backticks in them)."""
-    arguments = pretty_arguments(call.arguments)
-    longest = max((len(run) for run in re.findall(r"`+", arguments)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"**Tool call: {call.name}**\n\n{fence}json\n{arguments}\n{fence}"
-
-
-def with_calls(text: str, calls: Sequence[ToolCall]) -> str:
-    """An answer's text with its tool calls after it, as the window keeps it."""
-    parts = [text.rstrip()] if text.strip() else []
-    parts += [call_markdown(call) for call in calls]
-    return "\n\n".join(parts) if calls else text

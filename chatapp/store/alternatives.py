@@ -19,7 +19,8 @@ from datetime import datetime
 
 from chatapp.store.errors import MessageNotFoundError
 from chatapp.store.models import Alternative, StoredMessage, from_iso, to_iso
-from chatapp.store.rows import FIGURE_COLUMNS, figure_values, figures_or_none
+from chatapp.store.rows import FIGURE_COLUMNS, figure_values, figures_or_none, stored_calls
+from chatapp.store.tool_fields import calls_json
 
 _FIGURES = ", ".join(FIGURE_COLUMNS)
 
@@ -35,26 +36,35 @@ def insert(
     for ordinal, other in enumerate(others):
         created = other.created or now()
         conn.execute(
-            f"INSERT INTO alternatives (message_id, ordinal, content, created, {_FIGURES}) "
-            f"VALUES (?, ?, ?, ?, {', '.join('?' for _ in FIGURE_COLUMNS)})",
-            (message_id, ordinal, other.content, to_iso(created), *figure_values(other.figures)),
+            "INSERT INTO alternatives (message_id, ordinal, content, created, tool_calls, "
+            f"{_FIGURES}) VALUES (?, ?, ?, ?, ?, {', '.join('?' for _ in FIGURE_COLUMNS)})",
+            (
+                message_id,
+                ordinal,
+                other.content,
+                to_iso(created),
+                calls_json(other.tool_calls),
+                *figure_values(other.figures),
+            ),
         )
         figures = None if other.figures is None or other.figures.is_empty() else other.figures
-        stored.append(Alternative(other.content, figures, created))
+        stored.append(Alternative(other.content, figures, created, other.tool_calls))
     return tuple(stored)
 
 
 def load(conn: sqlite3.Connection, conversation_id: int) -> dict[int, tuple[Alternative, ...]]:
     """Message id -> its other versions in order, for one conversation's answers."""
     rows = conn.execute(
-        f"SELECT a.message_id, a.content, a.created, {', '.join('a.' + c for c in FIGURE_COLUMNS)} "
+        "SELECT a.message_id, a.content, a.created, a.tool_calls, "
+        f"{', '.join('a.' + c for c in FIGURE_COLUMNS)} "
         "FROM alternatives a JOIN messages m ON m.id = a.message_id "
         "WHERE m.conversation_id = ? ORDER BY a.message_id, a.ordinal",
         (conversation_id,),
     ).fetchall()
     found: dict[int, list[Alternative]] = {}
     for row in rows:
-        other = Alternative(str(row[1]), figures_or_none(row[3:]), from_iso(row[2]))
+        calls = stored_calls(row[3], int(row[0]))
+        other = Alternative(str(row[1]), figures_or_none(row[4:]), from_iso(row[2]), calls)
         found.setdefault(int(row[0]), []).append(other)
     return {message_id: tuple(others) for message_id, others in found.items()}
 
@@ -68,12 +78,13 @@ def with_alternatives(
 def select(conn: sqlite3.Connection, message_id: int, version: int) -> None:
     """Show version `version` of answer `message_id` (0-based among all its versions)."""
     row = conn.execute(
-        f"SELECT content, created, version, {_FIGURES} FROM messages WHERE id = ?",
+        f"SELECT content, created, version, tool_calls, {_FIGURES} FROM messages WHERE id = ?",
         (message_id,),
     ).fetchone()
     if row is None:
         raise MessageNotFoundError(message_id)
-    shown = Alternative(str(row[0]), figures_or_none(row[3:]), from_iso(row[1]))
+    calls = stored_calls(row[3], message_id)
+    shown = Alternative(str(row[0]), figures_or_none(row[4:]), from_iso(row[1]), calls)
     others = list(_others(conn, message_id))
     if not 0 <= version <= len(others):
         raise ValueError(f"answer {message_id} has {len(others) + 1} versions, not {version + 1}")
@@ -81,9 +92,16 @@ def select(conn: sqlite3.Connection, message_id: int, version: int) -> None:
     chosen = everything.pop(version)
     created = chosen.created or from_iso(row[1])  # stored versions all have their time
     conn.execute(
-        "UPDATE messages SET content = ?, created = ?, version = ?, "
+        "UPDATE messages SET content = ?, created = ?, version = ?, tool_calls = ?, "
         f"{', '.join(c + ' = ?' for c in FIGURE_COLUMNS)} WHERE id = ?",
-        (chosen.content, to_iso(created), version, *figure_values(chosen.figures), message_id),
+        (
+            chosen.content,
+            to_iso(created),
+            version,
+            calls_json(chosen.tool_calls),
+            *figure_values(chosen.figures),
+            message_id,
+        ),
     )
     conn.execute("DELETE FROM alternatives WHERE message_id = ?", (message_id,))
     insert(conn, message_id, everything, lambda: created)
@@ -91,8 +109,13 @@ def select(conn: sqlite3.Connection, message_id: int, version: int) -> None:
 
 def _others(conn: sqlite3.Connection, message_id: int) -> tuple[Alternative, ...]:
     rows = conn.execute(
-        f"SELECT content, created, {_FIGURES} FROM alternatives WHERE message_id = ? "
+        f"SELECT content, created, tool_calls, {_FIGURES} FROM alternatives WHERE message_id = ? "
         "ORDER BY ordinal",
         (message_id,),
     ).fetchall()
-    return tuple(Alternative(str(r[0]), figures_or_none(r[2:]), from_iso(r[1])) for r in rows)
+    return tuple(
+        Alternative(
+            str(r[0]), figures_or_none(r[3:]), from_iso(r[1]), stored_calls(r[2], message_id)
+        )
+        for r in rows
+    )

@@ -1,12 +1,12 @@
 """One conversation as JSON, for chatapp to import again (Markdown for people: store/transcript.py).
 
-JSON export format, version 1
------------------------------
+JSON export format, version 2 (1 without tool calls)
+----------------------------------------------------
 UTF-8 JSON object::
 
     {
       "format": "chatapp-conversation",        # required, exactly this
-      "version": 1,                            # required; a higher number is refused
+      "version": 2,                            # required; a higher number is refused
       "exported": "2026-11-03T12:00:00.000000+00:00",
       "generator": "chatapp 0.1.0",
       "conversation": {                        # required
@@ -29,7 +29,12 @@ UTF-8 JSON object::
            "alternatives": [                   # optional, assistant only: the answer's other
              {"content": "Hi!", "created": "<ISO 8601>", "figures": {...}}   # versions
            ],
-           "version": 1}                       # optional: where this one sits among them all
+           "version": 1},                      # optional: where this one sits among them all
+          {"role": "assistant", "content": "",  # an answer that calls tools (version 2)
+           "tool_calls": [{"id": "call_1", "name": "get_weather",
+                           "arguments": "{\"city\": \"Paris\"}"}]},   # arguments: JSON text
+          {"role": "tool", "content": "18 C", "tool_call_id": "call_1",  # a tool's result
+           "name": "get_weather"}
         ]
       }
     }
@@ -42,6 +47,9 @@ An answer that was regenerated carries its other versions in order ("alternative
 alternatives[:version] + [this] + alternatives[version:]. A reader that does not know these
 keys imports the version shown, which is what the model saw. Each alternative counts as a
 message against the import limits.
+A chat with tool calls or results is written as version 2, one without as version 1, which
+every chatapp reads: an older reader refuses version 2 rather than drop the calls. The calls
+(and an alternative's "tool_calls") are checked as hostile input: store/tool_fields.py.
 Any value shown may be null where the store has "unknown". Times carry a UTC offset. Unknown
 keys are ignored: adding optional keys keeps version 1; anything an old reader would get wrong
 bumps the version. `parse_json` checks everything before the store writes anything.
@@ -65,6 +73,7 @@ from pathlib import Path
 from typing import Any, TypeGuard, cast
 
 from chatapp import __version__
+from chatapp.engine.chat import ToolCall
 from chatapp.store.errors import ImportFormatError, ImportTooLargeError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,
@@ -80,10 +89,12 @@ from chatapp.store.models import (
     from_iso,
     to_iso,
 )
+from chatapp.store.tool_fields import MAX_NAME_CHARS, call_dict, calls_from, text_field
 from chatapp.units import whole_mb_up
 
 FORMAT = "chatapp-conversation"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest read and written
+PLAIN_VERSION = 1  # written for chats without tool calls or results
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,11 @@ def to_json_dict(conv: StoredConversation, exported: datetime | None = None) -> 
     messages: list[dict[str, Any]] = []
     for m in conv.messages:
         item: dict[str, Any] = {"role": m.role, "content": m.content, "created": to_iso(m.created)}
+        if m.tool_calls:
+            item["tool_calls"] = [call_dict(c) for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            item["tool_call_id"] = m.tool_call_id
+            item["name"] = m.tool_name
         if m.figures is not None:
             item["figures"] = m.figures.to_dict()
         if m.alternatives:
@@ -119,7 +135,7 @@ def to_json_dict(conv: StoredConversation, exported: datetime | None = None) -> 
         messages.append(item)
     return {
         "format": FORMAT,
-        "version": FORMAT_VERSION,
+        "version": FORMAT_VERSION if any(_has_tools(m) for m in messages) else PLAIN_VERSION,
         "exported": to_iso(exported or datetime.now(UTC)),
         "generator": f"chatapp {__version__}",
         "conversation": {
@@ -144,8 +160,15 @@ def _settings_item(settings: str) -> dict[str, Any]:
     return {"settings": value} if isinstance(value, dict) and value else {}
 
 
+def _has_tools(item: dict[str, Any]) -> bool:
+    others = item.get("alternatives", ())
+    return "tool_calls" in item or "tool_call_id" in item or any("tool_calls" in a for a in others)
+
+
 def _alternative_dict(other: Alternative) -> dict[str, Any]:
     item: dict[str, Any] = {"content": other.content}
+    if other.tool_calls:
+        item["tool_calls"] = [call_dict(c) for c in other.tool_calls]
     if other.created is not None:
         item["created"] = to_iso(other.created)
     if other.figures is not None:
@@ -300,7 +323,9 @@ def _message_from(raw: Any, where: str, now: datetime) -> MessageDraft:
     obj = _object(raw, where)
     role = obj.get("role")
     if role not in ROLES:
-        raise ImportFormatError(f'"role" must be "user" or "assistant", found {_show(role)}', where)
+        raise ImportFormatError(
+            f'"role" must be "user", "assistant" or "tool", found {_show(role)}', where
+        )
     content = _string(obj.get("content"), f"{where}.content", LIMITS.message_chars)
     created = _time(obj.get("created"), f"{where}.created", now)
     figures = None
@@ -320,7 +345,30 @@ def _message_from(raw: Any, where: str, now: datetime) -> MessageDraft:
                 f"must be a whole number from 0 to {len(others)}, found {_show(version)}",
                 f"{where}.version",
             )
-    return MessageDraft(cast(Role, role), content, figures, created, others, version)
+    calls, call_id, name = _tool_fields(obj, role, where)
+    return MessageDraft(
+        cast(Role, role), content, figures, created, others, version, calls, call_id, name
+    )
+
+
+def _tool_fields(
+    obj: dict[str, Any], role: str, where: str
+) -> tuple[tuple[ToolCall, ...], str | None, str | None]:
+    """An answer's calls, or a tool message's call id and tool name."""
+    calls: tuple[ToolCall, ...] = ()
+    if obj.get("tool_calls") is not None:
+        if role != "assistant":
+            raise ImportFormatError("only assistant messages call tools", where)
+        calls = calls_from(obj["tool_calls"], f"{where}.tool_calls")
+    if role != "tool":
+        if obj.get("tool_call_id") is not None:
+            raise ImportFormatError("only tool messages answer a call (tool_call_id)", where)
+        return calls, None, None
+    call_id = text_field(obj.get("tool_call_id"), f"{where}.tool_call_id", MAX_NAME_CHARS)
+    name = obj.get("name")
+    if name is not None:
+        name = text_field(name, f"{where}.name", MAX_NAME_CHARS)
+    return calls, call_id, name
 
 
 def _alternatives_from(raw: Any, where: str, now: datetime) -> tuple[Alternative, ...]:
@@ -335,7 +383,10 @@ def _alternatives_from(raw: Any, where: str, now: datetime) -> tuple[Alternative
         figures = None
         if obj.get("figures") is not None:
             figures = _figures_from(obj["figures"], f"{where}[{i}].figures")
-        others.append(Alternative(content, figures, created))
+        calls: tuple[ToolCall, ...] = ()
+        if obj.get("tool_calls") is not None:
+            calls = calls_from(obj["tool_calls"], f"{where}[{i}].tool_calls")
+        others.append(Alternative(content, figures, created, calls))
     return tuple(others)
 
 

@@ -48,6 +48,7 @@ from chatapp.store.rows import (
     message_from_row,
     snippet,
 )
+from chatapp.store.tool_fields import calls_json
 
 DEFAULT_FILENAME = "history.sqlite3"
 DEFAULT_TITLE = "New chat"
@@ -166,12 +167,18 @@ class HistoryStore(HistoryFile):
         figures: Figures | None = None,
     ) -> StoredMessage:
         """Add a message at the end; committed (durable) when this returns."""
-        draft = MessageDraft(role, content, figures)
+        (message,) = self.append_drafts(conversation_id, [MessageDraft(role, content, figures)])
+        return message
+
+    def append_drafts(
+        self, conversation_id: int, drafts: Sequence[MessageDraft]
+    ) -> list[StoredMessage]:
+        """Add messages at the end in one transaction; committed when this returns."""
         with self._write() as conn:
             self._check_conversation(conn, conversation_id)
-            (message,) = self._insert(conn, conversation_id, [draft])
+            stored = self._insert(conn, conversation_id, drafts)
             self._touch(conn, conversation_id)
-        return message
+        return stored
 
     def replace_after(
         self,
@@ -252,8 +259,8 @@ class HistoryStore(HistoryFile):
             # Position computed under the write lock: two instances never pick the same one.
             cur = conn.execute(
                 "INSERT INTO messages (conversation_id, position, role, content, created, "
-                f"version, {', '.join(FIGURE_COLUMNS)}) "
-                "SELECT ?, coalesce(max(position) + 1, 0), ?, ?, ?, ?, "
+                f"version, tool_calls, tool_call_id, tool_name, {', '.join(FIGURE_COLUMNS)}) "
+                "SELECT ?, coalesce(max(position) + 1, 0), ?, ?, ?, ?, ?, ?, ?, "
                 f"{', '.join('?' for _ in FIGURE_COLUMNS)} "
                 "FROM messages WHERE conversation_id = ?",
                 (
@@ -262,6 +269,9 @@ class HistoryStore(HistoryFile):
                     draft.content,
                     to_iso(created),
                     draft.version,
+                    calls_json(draft.tool_calls),
+                    draft.tool_call_id,
+                    draft.tool_name,
                     *figure_values(figures),
                     conversation_id,
                 ),
@@ -282,6 +292,9 @@ class HistoryStore(HistoryFile):
                     figures,
                     others,
                     draft.version,
+                    draft.tool_calls,
+                    draft.tool_call_id,
+                    draft.tool_name,
                 )
             )
         return stored

@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from chatapp.engine.chat import ToolCall
 from chatapp.engine.figures import FIGURES, AnswerFigures
 
-Role = Literal["user", "assistant"]
-ROLES: tuple[str, ...] = ("user", "assistant")  # the system prompt lives on the conversation
+Role = Literal["user", "assistant", "tool"]
+# The system prompt lives on the conversation; "tool": a tool's result, answering a call.
+ROLES: tuple[str, ...] = ("user", "assistant", "tool")
 
 # The store keeps the engine's figures record as it is, one column per field.
 Figures = AnswerFigures
@@ -26,6 +28,7 @@ class Alternative:
     content: str
     figures: Figures | None = None
     created: datetime | None = None  # None in a draft: the time it is stored
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class MessageDraft:
     # An answer's other versions, in order; this one sits at `version` among them all.
     alternatives: tuple[Alternative, ...] = ()
     version: int = 0
+    tool_calls: tuple[ToolCall, ...] = ()  # an answer's calls (its content may then be "")
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    tool_name: str | None = None  # ... and that call's tool
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,9 @@ class StoredMessage:
     # alternatives[:version] + [this message] + alternatives[version:].
     alternatives: tuple[Alternative, ...] = ()
     version: int = 0
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
 
 
 @dataclass(frozen=True)

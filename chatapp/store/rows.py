@@ -6,7 +6,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, cast
 
-from chatapp.store.errors import StoreError
+from chatapp.engine.chat import ToolCall
+from chatapp.store.errors import ImportFormatError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,
     FIGURE_INTS,
@@ -19,10 +20,13 @@ from chatapp.store.models import (
     StoredMessage,
     from_iso,
 )
+from chatapp.store.tool_fields import calls_from_json
 
 FIGURE_COLUMNS = FIGURE_TEXTS + FIGURE_FLOATS + FIGURE_INTS
-MESSAGE_COLUMNS = "id, conversation_id, position, role, content, created, version, " + ", ".join(
-    FIGURE_COLUMNS
+# The tool columns before the figures: a row's figures are its tail.
+MESSAGE_COLUMNS = (
+    "id, conversation_id, position, role, content, created, version, tool_calls, tool_call_id, "
+    "tool_name, " + ", ".join(FIGURE_COLUMNS)
 )
 CONVERSATION_COLUMNS = (
     "c.id, c.title, c.created, c.updated, c.model, c.system_prompt, "
@@ -80,7 +84,13 @@ def _unfolded(piece: str, folded_at: int) -> int:
 
 def check_draft(draft: MessageDraft) -> None:
     if draft.role not in ROLES:
-        raise ValueError(f"role must be 'user' or 'assistant', not {draft.role!r}")
+        raise ValueError(f"role must be 'user', 'assistant' or 'tool', not {draft.role!r}")
+    if draft.role != "assistant" and (
+        draft.tool_calls or any(a.tool_calls for a in draft.alternatives)
+    ):
+        raise ValueError("only assistant messages call tools")
+    if (draft.role == "tool") != (draft.tool_call_id is not None):
+        raise ValueError("a tool message, and only one, answers a call (tool_call_id)")
     if draft.figures is not None and draft.role != "assistant":
         raise ValueError("only assistant messages have figures")
     if draft.alternatives and draft.role != "assistant":
@@ -133,5 +143,19 @@ def message_from_row(row: Sequence[Any]) -> StoredMessage:
         content=str(row[4]),
         created=from_iso(row[5]),
         version=int(row[6]),
-        figures=figures_or_none(row[7:]),
+        tool_calls=stored_calls(row[7], int(row[0])),
+        tool_call_id=None if row[8] is None else str(row[8]),
+        tool_name=None if row[9] is None else str(row[9]),
+        figures=figures_or_none(row[10:]),
     )
+
+
+def stored_calls(text: Any, message_id: int) -> tuple[ToolCall, ...]:
+    """A row's calls; a column that another program spoiled is an error that names it."""
+    try:
+        return calls_from_json(None if text is None else str(text), "tool_calls")
+    except ImportFormatError as exc:
+        raise StoreError(
+            f"The chat history's message {message_id} holds tool calls chatapp cannot read "
+            f"({exc.problem})."
+        ) from None

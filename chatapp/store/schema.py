@@ -128,9 +128,46 @@ def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE conversations ADD COLUMN settings TEXT NOT NULL DEFAULT '{}'")
 
 
+TOOL_MESSAGES_SINCE = 8
+_OLD_ROLES = "CHECK (role IN ('user', 'assistant'))"
+
+
+def _v8(conn: sqlite3.Connection) -> None:
+    # Tool calls stay structured: an answer's calls as JSON text ([{"id", "name", "arguments"}],
+    # store/tool_fields.py; NULL: none), and a tool's result as a message of role 'tool' with
+    # the call it answers. SQLite cannot change a CHECK, so `messages` is rebuilt the way its
+    # documentation says (create, copy, drop, rename; foreign keys are off in a migration):
+    # from its own CREATE text, which holds every column added since version 1.
+    (sql,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
+    ).fetchone()
+    if str(sql).count(_OLD_ROLES) != 1 or not str(sql).startswith("CREATE TABLE messages"):
+        raise StoreError("The chat history's messages table is not one this chatapp wrote.")
+    roles = "CHECK (role IN ('user', 'assistant', 'tool'))"
+    new = str(sql).replace(_OLD_ROLES, roles).replace("CREATE TABLE messages", "CREATE TABLE m8", 1)
+    # AUTOINCREMENT's high mark: ids of deleted messages stay unused (see _v1).
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    conn.execute(new)
+    conn.execute("INSERT INTO m8 SELECT * FROM messages")
+    conn.execute("DROP TABLE messages")
+    conn.execute("ALTER TABLE m8 RENAME TO messages")
+    (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
+    conn.execute("DELETE FROM sqlite_sequence WHERE name = 'messages'")
+    high = max(int(top), int(seq[0]) if seq is not None else 0)
+    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (high,))
+    for column in ("tool_calls", "tool_call_id", "tool_name"):
+        conn.execute(f"ALTER TABLE messages ADD COLUMN {column} TEXT")
+    conn.execute("ALTER TABLE alternatives ADD COLUMN tool_calls TEXT")
+
+
 # Version 1 lists its figure columns itself: it is history, whatever the record becomes.
 # (tests/store/test_schema.py checks it against the record's `since=1` fields.)
-STRUCTURE: dict[int, Migration] = {1: _v1, ALTERNATIVES_SINCE: _v3, CHAT_SETTINGS_SINCE: _v4}
+STRUCTURE: dict[int, Migration] = {
+    1: _v1,
+    ALTERNATIVES_SINCE: _v3,
+    CHAT_SETTINGS_SINCE: _v4,
+    TOOL_MESSAGES_SINCE: _v8,
+}
 # Tables with one column per figure, and the version that created each with the record's
 # figures of that time: a figure added later gets an ALTER TABLE in each.
 FIGURE_TABLES = {"messages": 1, "alternatives": ALTERNATIVES_SINCE}

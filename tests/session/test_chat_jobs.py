@@ -267,11 +267,11 @@ def test_stop_during_the_warm_up_gives_the_question_back(
     assert fresh.engine.needs_warm_up("iobinding")  # not warmed: the next answer does it
 
 
-def test_a_tool_call_ends_the_text_as_a_block_of_its_own(host: EngineHost) -> None:
+def test_a_tool_call_comes_back_structured_and_shows_as_a_block(host: EngineHost) -> None:
     pytest.importorskip("llguidance", reason="tool calls need llguidance")
     import json
 
-    from chatapp.engine.tool_calls import Tool
+    from chatapp.engine.tool_calls import Tool, with_calls
 
     pick = Tool(
         "pick",
@@ -286,11 +286,14 @@ def test_a_tool_call_ends_the_text_as_a_block_of_its_own(host: EngineHost) -> No
     asked = opts(tools=(pick,), tool_choice="required")
     out = drive(ask(host, options=asked))
     assert out.message is None, out.message
-    text = out.result.text
-    # The grammar makes the tiny model's answer a call: shown as its name, then a JSON block.
-    heading, _, block = text.partition("**Tool call: pick**\n\n```json\n")
+    # The grammar makes the tiny model's answer a call: kept structured (no text), and shown
+    # as its name, then a JSON block.
+    (call,) = out.result.tool_calls
+    assert out.result.text == "" and call.name == "pick"
+    assert json.loads(call.arguments)["colour"] in ("red", "blue")
+    heading, _, block = with_calls("", (call,)).partition("**Tool call: pick**\n\n```json\n")
     assert heading == "" and block.endswith("\n```")
-    assert json.loads(block.removesuffix("\n```"))["colour"] in ("red", "blue")
+    assert json.loads(block.removesuffix("\n```")) == json.loads(call.arguments)
     assert out.result.figures.finish_reason == "tool_calls"  # notes tell a call apart
     streamed = [i for i in out.items if isinstance(i, TokenItem) and i.token_id is not None]
     assert len(streamed) == out.result.stats.generated_tokens  # the call's tokens counted

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chatapp.store import HistoryStore, ImportFormatError, StoredConversation, StoreError
-from chatapp.store.export import FORMAT, FORMAT_VERSION
+from chatapp.store.export import FORMAT, PLAIN_VERSION
 from chatapp.store.transcript import to_markdown
 from tests.store.conftest import FULL_FIGURES
 
@@ -53,7 +53,9 @@ def test_json_export_is_the_documented_format(
     store: HistoryStore, conversation: StoredConversation
 ) -> None:
     doc = json.loads(store.export_json(conversation.id))
-    assert doc["format"] == FORMAT and doc["version"] == FORMAT_VERSION == 1
+    assert (
+        doc["format"] == FORMAT and doc["version"] == PLAIN_VERSION == 1
+    )  # a chat without tool calls
     conv = doc["conversation"]
     assert conv["title"] == "Ducks & geese 🦆"
     assert [m["role"] for m in conv["messages"]] == ["user", "assistant", "user"]
@@ -125,7 +127,7 @@ BAD_FILES = [
     (b"\xff\xfe\x00garbage", "not UTF-8"),
     (b"[1, 2]", "top level: must be a JSON object"),
     (_with("format", "something-else"), '"format" must be'),
-    (_with("version", 2), "newer chatapp"),
+    (_with("version", 3), "newer chatapp"),
     (_with("version", "1"), "whole number"),
     (_with("conversation", None), "at conversation"),
     (_with("conversation.title", 5), "conversation.title: must be a string"),

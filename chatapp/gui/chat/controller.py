@@ -131,6 +131,9 @@ class ChatController(QObject):
     def regenerate(self, options: GenerationOptions) -> bool:
         return self.session.regenerate(options)
 
+    def reply_as_tool(self, text: str, options: GenerationOptions) -> bool:
+        return self.session.reply_as_tool(text, options)
+
     def edit(self, index: int, text: str, options: GenerationOptions) -> bool:
         return self.session.edit(index, text, options)
 

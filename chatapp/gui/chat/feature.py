@@ -67,6 +67,7 @@ class ChatFeature(QObject):
         view.sig_send.connect(self._on_send)
         view.sig_stop.connect(c.stop)
         view.sig_regenerate.connect(self._on_regenerate)
+        view.tool_reply.sig_reply.connect(self._on_tool_reply)
         view.sig_continue.connect(self._on_continue)
         c.sig_state_changed.connect(self._show_continue)
         c.sig_conversation_changed.connect(self._show_continue)
@@ -222,6 +223,12 @@ class ChatFeature(QObject):
             self.window.show_message(
                 "No model is loaded: open a model folder from the File menu.", "info"
             )
+
+    @Slot(str)
+    def _on_tool_reply(self, text: str) -> None:
+        """The user's text as the pending call's result; the model goes on."""
+        if self.controller.reply_as_tool(text, self.options()):
+            self.chat_view.tool_reply.edit.clear()
 
     @Slot()
     def _on_regenerate(self) -> None:

@@ -4,7 +4,7 @@ them (session/tool_specs.py). "Tools: none" until a file is loaded; Clear takes 
 
 The chat keeps its tools (session/chat_settings.py): opening it again brings them back. A call
 the model makes ends its answer as a block of its own, the function's name and its arguments
-(session/tool_specs.call_markdown). A file that cannot be used changes nothing: the window's
+(engine/tool_calls.call_markdown). A file that cannot be used changes nothing: the window's
 banner says why, in one sentence (`sig_refused`).
 """
 

@@ -42,7 +42,7 @@ MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | (
     QTextDocument.MarkdownFeature.MarkdownNoHTML
 )
 STREAM_CURSOR = " ▍"
-ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
+ROLE_NAMES = {"user": "You", "assistant": "Assistant", "tool": "Tool result"}
 CUT_TEXT = "— earlier messages are not sent to the model (context full) —"
 EMPTY_ANSWER = "*(empty answer)*"
 # An answer whose first token ended it: said so, since nothing else on screen explains it.
@@ -153,7 +153,7 @@ class TranscriptView(TranscriptActions):
         """Everything that decides how message `index` is drawn."""
         key: tuple[object, ...] = (
             message.role,
-            message.content,
+            message.shown,
             message.figures,
             message.version,
             message.version_count,
@@ -228,7 +228,7 @@ class TranscriptView(TranscriptActions):
         start = cursor.position()
         self._starts.append((start, index))
         # What the user typed is shown as typed: line breaks kept, no Markdown surprises.
-        text = message.content or (empty_text(message) if message.role == "assistant" else "")
+        text = message.shown or (empty_text(message) if message.role == "assistant" else "")
         plan = render_policy.plan(text, markdown=message.role == "assistant")
         self._insert_body(cursor, index, plan, text, streaming=False)
         if not_sent:
@@ -312,8 +312,9 @@ class TranscriptView(TranscriptActions):
         name = QTextCharFormat()
         name.setFontWeight(QFont.Weight.Bold)
         name.setForeground(self.colors.user if role == "user" else self.colors.assistant)
-        cursor.insertText(ROLE_NAMES.get(role, role.title()), name)
         message = self._messages[index] if actions and index < len(self._messages) else None
+        tool = f": {message.tool_name}" if message is not None and message.tool_name else ""
+        cursor.insertText(ROLE_NAMES.get(role, role.title()) + tool, name)
         if message is not None and message.version_count > 1:
             self._append_versions(cursor, index, message)
         tip = self._token_tip(index) if actions else None

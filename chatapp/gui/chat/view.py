@@ -29,12 +29,13 @@ from PySide6.QtWidgets import (
 from chatapp.gui.chat.message_viewer import MessageViewer
 from chatapp.gui.chat.regenerate_note import RegenerateNote
 from chatapp.gui.chat.safe_document import plain_tip
+from chatapp.gui.chat.tool_reply import ToolReplyBox
 from chatapp.gui.chat.transcript import TranscriptView
 from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.session.context import ContextReport
-from chatapp.session.conversation import ChatMessage
+from chatapp.session.conversation import ChatMessage, pending_call
 
 REPAINT_INTERVAL_MS = 30
 MAX_REPAINT_INTERVAL_MS = 400
@@ -175,6 +176,7 @@ class ChatView(QWidget):
         self.edit_bar.hide()
         # Shown when Regenerate would write the same answer (greedy, or a fixed seed).
         self.regenerate_note = RegenerateNote(self)
+        self.tool_reply = ToolReplyBox(self)  # under an answer that called a tool
         self.new_chat_button.clicked.connect(self.regenerate_note.hide)
 
         buttons = QVBoxLayout()
@@ -193,6 +195,7 @@ class ChatView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.tool_reply)
         layout.addWidget(self.regenerate_note)
         layout.addLayout(actions)
         layout.addWidget(self.edit_bar)
@@ -213,6 +216,7 @@ class ChatView(QWidget):
         self, *, can_send: bool, can_stop: bool, can_regenerate: bool, can_new_chat: bool
     ) -> None:
         self.send_button.setEnabled(can_send)
+        self.tool_reply.set_enabled(can_send)
         self.stop_button.setEnabled(can_stop)
         self.regenerate_button.setEnabled(can_regenerate)
         self.regenerate_note.set_enabled(can_regenerate)
@@ -247,6 +251,7 @@ class ChatView(QWidget):
         self._messages = list(messages)
         self._streaming = False
         self.transcript.show_messages(self._messages)
+        self.tool_reply.show_call(pending_call(self._messages))
         if self.editing is not None and not self.is_user_message(self.editing):
             self.cancel_edit()
 
@@ -371,7 +376,7 @@ class ChatView(QWidget):
     @Slot(int)
     def copy_message(self, index: int) -> None:
         if 0 <= index < len(self._messages):
-            QGuiApplication.clipboard().setText(self._messages[index].content)
+            QGuiApplication.clipboard().setText(self._messages[index].shown)
             emit(self.sig_copied, index)
 
     @Slot(int, int)
@@ -391,7 +396,7 @@ class ChatView(QWidget):
         if self.viewer is not None:
             self.viewer.close()
             self.viewer.deleteLater()
-        self.viewer = MessageViewer(f"Message {index + 1}: {who}", message.content, self)
+        self.viewer = MessageViewer(f"Message {index + 1}: {who}", message.shown, self)
         self.viewer.show()
         return self.viewer
 

@@ -71,8 +71,10 @@ def test_the_default_model_s_call_is_a_block_in_the_answer(
     tools.choice_box.setCurrentIndex(tools.choice_box.findData("required"))
     send_and_wait(qtbot, window, "What is the weather in Paris?")
     answer = window.chat.conversation.messages[-1]
-    heading, _, block = answer.content.partition("**Tool call: get_weather**\n\n```json\n")
-    assert heading == "" and block.endswith("\n```"), answer.content
+    (call,) = answer.tool_calls  # kept structured, shown as a block
+    assert answer.content == "" and call.name == "get_weather"
+    heading, _, block = answer.shown.partition("**Tool call: get_weather**\n\n```json\n")
+    assert heading == "" and block.endswith("\n```"), answer.shown
     assert isinstance(json.loads(block.removesuffix("\n```"))["city"], str)
     shown = window.chat.chat_view.transcript.toPlainText()
     assert "Tool call: get_weather" in shown and "**" not in shown and '"city"' in shown

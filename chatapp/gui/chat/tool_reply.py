@@ -1,0 +1,83 @@
+"""The "Reply as tool" box: under an answer that called a tool, the user types the tool's
+result and sends it; the chat keeps it as a `tool` message and the model goes on
+(session/chat_session.py `reply_as_tool`). Hidden while the chat waits for no tool."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from chatapp.engine.chat import ToolCall
+from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
+from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.theme import muted
+
+SHOWN_ID_CHARS = 40
+
+
+class _ResultEdit(BoundedPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line (as the prompt box)."""
+
+    sig_submit = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.insertPlainText("\n")
+            else:
+                emit(self.sig_submit)
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+
+class ToolReplyBox(QFrame):
+    sig_reply = Signal(str)  # the tool's result, as typed
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("toolReplyBox")
+        self.call: ToolCall | None = None
+        self.label = QLabel("", self)
+        self.label.setObjectName("toolReplyLabel")
+        muted(self.label)
+        self.edit = _ResultEdit("a tool's result", self)
+        self.edit.setObjectName("toolReplyEdit")
+        self.edit.setPlaceholderText("The tool's result (Enter sends, Shift+Enter: new line)")
+        self.edit.setTabChangesFocus(True)
+        self.edit.setFixedHeight(self.edit.fontMetrics().lineSpacing() * 2 + 14)
+        self.edit.sig_submit.connect(self._on_send)
+        self.send_button = QPushButton("Send", self)
+        self.send_button.setObjectName("toolReplySendButton")
+        self.send_button.setToolTip("Send this as the tool's result; the model goes on")
+        self.send_button.clicked.connect(self._on_send)
+        row = QHBoxLayout()
+        row.addWidget(self.edit, 1)
+        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 4)
+        layout.addWidget(self.label)
+        layout.addLayout(row)
+        self.hide()
+
+    def show_call(self, call: ToolCall | None) -> None:
+        """Offer a reply to `call` (None: hide the box). Another call empties the box."""
+        if call != self.call:
+            self.edit.clear()
+        self.call = call
+        if call is None:
+            self.hide()
+            return
+        shown_id = call.id if len(call.id) <= SHOWN_ID_CHARS else call.id[:SHOWN_ID_CHARS] + "…"
+        self.label.setText(f"Reply as tool: the result of {call.name} (call {shown_id})")
+        self.show()
+
+    def set_enabled(self, enabled: bool) -> None:
+        """While an answer runs (or no model is loaded) the reply waits."""
+        self.send_button.setEnabled(enabled)
+
+    @Slot()
+    def _on_send(self) -> None:
+        if self.call is not None and self.send_button.isEnabled():
+            emit(self.sig_reply, self.edit.toPlainText())

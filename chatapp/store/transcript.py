@@ -9,6 +9,7 @@ from datetime import datetime, tzinfo
 from chatapp import __version__
 from chatapp.engine.guards import PRECISION_LABELS
 from chatapp.engine.modes import MODES, mode_label
+from chatapp.engine.tool_calls import with_calls
 from chatapp.store.models import Alternative, Figures, StoredConversation, StoredMessage
 from chatapp.units import fmt_bytes
 
@@ -38,8 +39,11 @@ def to_markdown(conv: StoredConversation, tz: tzinfo | None = None) -> str:
     for m in conv.messages:
         count = len(m.alternatives) + 1
         which = f" · version {m.version + 1} of {count}" if count > 1 else ""
-        lines += ["---", "", f"### {m.role.capitalize()} · {_when(m.created, tz)}{which}", ""]
-        lines += [_closed_fences(m.content.rstrip("\n")), ""]
+        role = m.role.capitalize()
+        if m.role == "tool":
+            role = f"Tool result: {m.tool_name or m.tool_call_id}"
+        lines += ["---", "", f"### {role} · {_when(m.created, tz)}{which}", ""]
+        lines += [_closed_fences(with_calls(m.content, m.tool_calls).rstrip("\n")), ""]
         if m.figures is not None:
             lines += [f"*{figures_line(m.figures)}*", ""]
         if m.alternatives:
@@ -54,7 +58,7 @@ def _other_versions(message: StoredMessage, count: int, tz: tzinfo | None) -> li
     for number, other in _numbered_others(message):
         when = f" · {_when(other.created, tz)}" if other.created is not None else ""
         body = [f"**Version {number} of {count}**{when}", ""]
-        body += [_closed_fences(other.content.rstrip("\n"))]
+        body += [_closed_fences(with_calls(other.content, other.tool_calls).rstrip("\n"))]
         if other.figures is not None:
             body += ["", f"*{figures_line(other.figures)}*"]
         lines += [f"> {line}" if line else ">" for line in "\n".join(body).split("\n")]

@@ -1,0 +1,116 @@
+"""Reply as tool: the window shows the model's call, the user types the tool's result under it,
+and the model goes on from it; the call and the result stay structured in the history, the
+next prompt, the export and a restarted window."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chatapp.gui.chat.controller import State
+from chatapp.gui.history.ui import HistoryUi
+from chatapp.gui.main_window import MainWindow
+from chatapp.session.answer import AnswerRequest
+from chatapp.store import HistoryStore
+from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sampling
+
+pytest.importorskip("llguidance", reason="tool calls need llguidance")
+
+PICK = {
+    "name": "pick",
+    "description": "Pick a colour",
+    "parameters": {
+        "type": "object",
+        "properties": {"colour": {"enum": ["red", "blue"]}},
+        "required": ["colour"],
+        "additionalProperties": False,
+    },
+}
+
+
+def _with_tool(window: MainWindow, tmp_path: Path) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps([{"type": "function", "function": PICK}]), encoding="utf-8")
+    tools = window.chat.side_panel.sampling_box.tools
+    assert tools.load_file(path)
+    # "required": the tiny model's answer is a call (the grammar makes it one).
+    tools.choice_box.setCurrentIndex(tools.choice_box.findData("required"))
+
+
+def _reply(qtbot, window: MainWindow, text: str) -> None:
+    box = window.chat.chat_view.tool_reply
+    box.edit.setPlainText(text)
+    controller = window.chat.controller
+    with qtbot.waitSignals(
+        [controller.sig_state_changed],
+        timeout=ANSWER_TIMEOUT_MS,
+        check_params_cbs=[lambda state: state is State.READY],
+    ):
+        box.send_button.click()
+
+
+def test_reply_as_tool_goes_on_and_survives_export_and_restart(
+    qtbot,
+    make_window,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    history_file: Path,
+    generate_requests: list[AnswerRequest],
+) -> None:
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(120))
+    _with_tool(window, tmp_path)
+    view = window.chat.chat_view
+    assert view.tool_reply.isHidden()
+    send_and_wait(qtbot, window, "Pick a colour")
+    call_answer = window.chat.conversation.messages[-1]
+    (call,) = call_answer.tool_calls
+    assert call.name == "pick" and json.loads(call.arguments)["colour"] in ("red", "blue")
+    view.flush()
+    shown = view.transcript.toPlainText()
+    assert "Tool call: pick" in shown and '"colour"' in shown  # as before: name + arguments
+    assert view.tool_reply.isVisible() and "pick" in view.tool_reply.label.text()
+
+    _reply(qtbot, window, "blue is sold out")
+    roles = [m.role for m in window.chat.conversation.messages]
+    assert roles == ["user", "assistant", "tool", "assistant"]  # the model went on
+    result = window.chat.conversation.messages[2]
+    assert (result.tool_call_id, result.tool_name, result.content) == (
+        call.id,
+        "pick",
+        "blue is sold out",
+    )
+    # The next answer was asked with the call and the result, structured.
+    sent = generate_requests[-1].messages
+    assert sent[-2].tool_calls == (call,) and sent[-1].role == "tool"
+    assert (sent[-1].tool_call_id, sent[-1].content) == (call.id, "blue is sold out")
+    view.flush()
+    assert "Tool result: pick" in view.transcript.toPlainText()
+    # The new answer is a call too ("required"): the box offers a reply to it.
+    assert view.tool_reply.isVisible() and view.tool_reply.edit.toPlainText() == ""
+
+    # Saved as it is.
+    conv_id = window.chat.conversation.id
+    assert conv_id is not None
+    with HistoryStore(history_file) as store:
+        saved = store.load_conversation(conv_id).messages
+        assert [m.role for m in saved] == roles
+        assert saved[1].tool_calls == (call,) and saved[2].tool_call_id == call.id
+        exported = store.export_json(conv_id)
+    doc = json.loads(exported)
+    assert doc["conversation"]["messages"][2]["tool_call_id"] == call.id
+
+    # A restarted window opens the chat with its call, its result and the box.
+    window.close()
+    again = make_window(["--model", str(tiny_model_dir)])
+    ui = again.feature(HistoryUi)
+    assert ui is not None and ui.controller.sync_core.open(conv_id)
+    reopened = again.chat.conversation.messages
+    assert [m.role for m in reopened] == roles
+    assert reopened[1].tool_calls == (call,) and reopened[2].content == "blue is sold out"
+    again.chat.chat_view.flush()
+    text = again.chat.chat_view.transcript.toPlainText()
+    assert "Tool call: pick" in text and "Tool result: pick" in text and "blue is sold out" in text
+    assert again.chat.chat_view.tool_reply.isVisible()

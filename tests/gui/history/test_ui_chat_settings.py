@@ -115,7 +115,7 @@ def test_a_reopened_chat_gets_its_tools_back(
     tools.choice_box.setCurrentIndex(tools.choice_box.findData("required"))
     send_and_wait(qtbot, window, "with tools")
     with_tools = window.chat.conversation.id
-    assert window.chat.conversation.messages[-1].content.startswith("**Tool call: pick**")
+    assert window.chat.conversation.messages[-1].shown.startswith("**Tool call: pick**")
     window.chat.chat_view.new_chat_button.click()
     tools.clear_button.click()
     send_and_wait(qtbot, window, "without")

@@ -71,12 +71,14 @@ class ToolCall:
     name: str
     arguments: str
 
-    def as_dict(self) -> dict[str, Any]:
-        """As chat templates expect it (transformers' convention): arguments as an object."""
+    def as_dict(self, api: bool = False) -> dict[str, Any]:
+        """As chat templates expect it (transformers' convention): arguments as an object;
+        `api`: as the OpenAI API carries it to a server, arguments as JSON text."""
+        arguments: Any = self.arguments
         try:
-            arguments: Any = json.loads(self.arguments)
-        except ValueError:
-            arguments = self.arguments
+            arguments = arguments if api else json.loads(self.arguments)
+        except (ValueError, RecursionError):
+            pass  # a call the token limit cut: its text
         return {
             "id": self.id,
             "type": "function",
@@ -94,12 +96,13 @@ class Message:
     # (Phi-4-mini's `message['tools']`).
     tools: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, api: bool = False) -> dict[str, Any]:
+        """For the template (`api`: for a server; engine/chat.py ToolCall.as_dict)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tools is not None:
             out["tools"] = self.tools
         if self.tool_calls:
-            out["tool_calls"] = [call.as_dict() for call in self.tool_calls]
+            out["tool_calls"] = [call.as_dict(api) for call in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out

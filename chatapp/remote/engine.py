@@ -194,7 +194,7 @@ class RemoteEngine:
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model.id,
-            "messages": [m.as_dict() for m in messages],
+            "messages": [m.as_dict(api=True) for m in messages],
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": settings.max_new_tokens,

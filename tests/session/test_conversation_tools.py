@@ -160,3 +160,12 @@ def test_the_chat_waits_for_every_call_of_an_answer_in_turn() -> None:
     assert sent[3] == Message("tool", "14:00", tool_call_id="call_2")
     conv.add_answer("Sunny at two.", None)
     assert conv.pending_call() is None
+
+
+def test_a_server_is_sent_the_calls_as_the_api_carries_them() -> None:
+    """A chat with a remote server sends the call's arguments as JSON text (OpenAI's form,
+    which chatapp serve requires), and the server reads back the same chat."""
+    messages = tuple(_chat().engine_messages("Use tools."))
+    body = {"messages": [m.as_dict(api=True) for m in messages]}
+    assert body["messages"][2]["tool_calls"][0]["function"]["arguments"] == CALL.arguments
+    assert parse_chat(body, "iobinding", 2048).answer.messages == messages

@@ -115,13 +115,18 @@ class TokenCounter:
 
     def __init__(self, count_tokens: Callable[[list[Message]], int], max_entries: int = 8192):
         self._count = count_tokens
-        self._memo: dict[tuple[tuple[str, str], ...], int] = {}
+        self._memo: dict[tuple[tuple[object, ...], ...], int] = {}
         self._max_entries = max_entries
 
     def __call__(self, messages: list[Message]) -> int:
         if len(messages) > 4:  # a whole prompt: it differs every time
             return self._count(messages)
-        key = tuple((m.role, m.content) for m in messages)
+        # Calls and results too: a call's answer has no text ("" as an empty answer has).
+        # (The policy's probe turns have a role and a content only.)
+        key = tuple(
+            (m.role, m.content, getattr(m, "tool_calls", ()), getattr(m, "tool_call_id", None))
+            for m in messages
+        )
         found = self._memo.get(key)
         if found is None:
             if len(self._memo) >= self._max_entries:

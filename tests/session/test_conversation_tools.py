@@ -169,3 +169,20 @@ def test_a_server_is_sent_the_calls_as_the_api_carries_them() -> None:
     body = {"messages": [m.as_dict(api=True) for m in messages]}
     assert body["messages"][2]["tool_calls"][0]["function"]["arguments"] == CALL.arguments
     assert parse_chat(body, "iobinding", 2048).answer.messages == messages
+
+
+def test_a_call_is_counted_as_its_own_turn_not_as_an_empty_answer() -> None:
+    """The context counter remembers short turns: a call (no text) is not an empty answer,
+    nor is one tool's result another's."""
+    from chatapp.session.context import TokenCounter
+
+    def count(messages: list[Message]) -> int:  # a call and a result's id cost tokens
+        return sum(
+            len(m.content) + 10 * len(m.tool_calls) + len(m.tool_call_id or "") for m in messages
+        )
+
+    counter = TokenCounter(count)
+    assert counter([Message("assistant", "")]) == 0
+    assert counter([Message("assistant", "", (CALL,))]) == 10
+    assert counter([Message("tool", "18", tool_call_id="call_1")]) == 8
+    assert counter([Message("tool", "18", tool_call_id="call_22")]) == 9

@@ -376,7 +376,11 @@ class ChatFeature(QObject):
     def _on_answer_finished(self, message: ChatMessage) -> None:
         self.chat_view.forget_sent_prompt()
         self.side_panel.finish_answer(message.figures)
-        if message.version > 0 and message.content != message.others[message.version - 1].content:
+        before = message.others[message.version - 1] if message.version > 0 else None
+        if before is not None and (message.content, message.tool_calls) != (
+            before.content,
+            before.tool_calls,
+        ):
             self.chat_view.regenerate_note.offer(None)  # not the same answer after all
         if message.figures is None or message.figures.finish_reason != "error":
             self.window.dismiss_message(failures_before=self._banner_at_start)

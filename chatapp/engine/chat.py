@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -74,11 +75,9 @@ class ToolCall:
     def as_dict(self, api: bool = False) -> dict[str, Any]:
         """As chat templates expect it (transformers' convention): arguments as an object;
         `api`: as the OpenAI API carries it to a server, arguments as JSON text."""
-        arguments: Any = self.arguments
-        try:
+        arguments: Any = self.arguments  # as it is too where the token limit cut it
+        with contextlib.suppress(ValueError, RecursionError):
             arguments = arguments if api else json.loads(self.arguments)
-        except (ValueError, RecursionError):
-            pass  # a call the token limit cut: its text
         return {
             "id": self.id,
             "type": "function",

@@ -48,7 +48,7 @@ class ToolReplyBox(QFrame):
         self.edit.setTabChangesFocus(True)
         self.edit.setFixedHeight(self.edit.fontMetrics().lineSpacing() * 2 + 14)
         self.edit.sig_submit.connect(self._on_send)
-        self.send_button = QPushButton("Send", self)
+        self.send_button = QPushButton("Send result", self)
         self.send_button.setObjectName("toolReplySendButton")
         self.send_button.setToolTip("Send this as the tool's result; the model goes on")
         self.send_button.clicked.connect(self._on_send)

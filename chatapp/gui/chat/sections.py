@@ -176,8 +176,8 @@ class PanelSections:
             f"up to {box.max_tokens_spin.value()} tokens",
             box.prompt.choice_combo.currentText(),
         ]
-        if box.tools.tools():
-            sampling.append(f"{len(box.tools.tools())} tools")
+        if tools := box.tools.tools():
+            sampling.append("1 tool" if len(tools) == 1 else f"{len(tools)} tools")
         self["sampling"].set_summary(" · ".join(sampling))
         self["system"].set_summary(_system_summary(panel))
 

@@ -4,6 +4,7 @@ tests/gui/window/test_view_options_remembered.py checks the whole window at 1366
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
@@ -50,6 +51,23 @@ def test_at_first_the_figures_and_loop_are_open_and_the_folded_say_what_they_hol
     assert prompt.choice_combo.currentText() in sampling.full_text()
     assert sections["system"].summary.full_text() == "Answer in French."
     assert sections["loop"].summary.full_text().startswith("IO-Binding · CPU")
+
+
+def test_the_sampling_summary_counts_tools_in_words(qtbot, tmp_path: Path) -> None:
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    panel, _area = _panel(qtbot, settings)
+    sampling = panel.sections["sampling"].summary
+    tools = panel.sampling_box.tools
+    for names, words in ((["get_weather"], "1 tool"), (["get_weather", "get_time"], "2 tools")):
+        path = tmp_path / f"{len(names)}.json"
+        spec = [
+            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+            for n in names
+        ]
+        path.write_text(json.dumps(spec))
+        assert tools.load_file(path)
+        panel.sections.refresh()
+        assert sampling.full_text().endswith(f"Chat · {words}")
 
 
 def test_what_is_open_is_remembered(qtbot, tmp_path: Path) -> None:

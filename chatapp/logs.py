@@ -6,7 +6,8 @@ thread, the time. It rotates at 1 MB and keeps three old files. No Qt here.
 The log is one of the app's own files, so a link planted at its name is never written through
 (it would append the app's lines to the file it points to): anything but a plain file found
 there at start is moved aside (the link itself, never its target), and the file is opened with
-O_NOFOLLOW, so a link planted later costs lines, not another file's content.
+O_NOFOLLOW, so a link planted later costs lines, not another file's content. The same for the
+`logs/` folder: a link there (or a file) is moved aside and a folder of the app's own made.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import os
 import stat
 import sys
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
 from chatapp.datadir import logs_dir
+from chatapp.safe_delete import not_plain, set_aside
 
 LOG_FILE = "chatapp.log"
 FORMAT = "%(asctime)s %(levelname)-7s %(threadName)s %(name)s: %(message)s"
@@ -35,9 +36,10 @@ def setup_logging(folder: Path | None = None, level: int = logging.INFO) -> Path
     """Send the `chatapp` loggers to the log file (again: replaces an earlier setup), and
     log uncaught exceptions of any thread there too. Returns the file's path."""
     folder = folder if folder is not None else logs_dir()
+    moved = [_set_aside_unless_plain(folder, folder=True)]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOG_FILE
-    moved = _set_aside_unless_plain(path)
+    moved.append(_set_aside_unless_plain(path))
     for old in [h for h in log.handlers if h.get_name() == _HANDLER_NAME]:
         log.removeHandler(old)
         old.close()
@@ -48,8 +50,9 @@ def setup_logging(folder: Path | None = None, level: int = logging.INFO) -> Path
     handler.setFormatter(logging.Formatter(FORMAT))
     log.addHandler(handler)
     log.setLevel(level)
-    if moved is not None:
-        log.warning("%s was not a plain file (a link?); it was moved aside to %s", path, moved)
+    for line in moved:
+        if line:
+            log.warning("%s", line)
     _log_uncaught_exceptions()
     return path
 
@@ -73,20 +76,15 @@ _NO_WAIT = getattr(os, "O_NONBLOCK", 0)
 _NO_INHERIT = getattr(os, "O_CLOEXEC", 0)
 
 
-def _set_aside_unless_plain(path: Path) -> str | None:
-    """Rename what is at `path` when it is not a plain file (a link: the link, not its
-    target); the new name, or None when nothing was moved."""
-    try:
-        if stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-    except FileNotFoundError:
-        return None
-    stem = f"{path.name}.not-a-file-{time.strftime('%Y%m%d-%H%M%S')}"
-    aside, n = path.with_name(stem), 1
-    while os.path.lexists(aside):  # never over one moved aside before
-        aside, n = path.with_name(f"{stem}-{n}"), n + 1
-    os.rename(path, aside)  # OSError: the caller runs without a log file
-    return aside.name
+def _set_aside_unless_plain(path: Path, folder: bool = False) -> str:
+    """Move what is at `path` aside when it is not a plain file (a real folder with `folder`):
+    a link itself, never its target; the line to log, "" when nothing was moved. OSError: the
+    caller runs without a log file."""
+    problem = not_plain(path, folder)
+    if not problem:
+        return ""
+    aside = set_aside(path, folder)
+    return f"{path} was moved aside to {aside.name}: {problem}"
 
 
 def _log_uncaught_exceptions() -> None:

@@ -18,6 +18,8 @@ import logging
 import os
 import secrets
 import shutil
+import stat
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,3 +128,33 @@ def replacing_path(path: Path) -> Iterator[Path]:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def not_plain(path: Path, folder: bool = False) -> str:
+    """Why what is at `path` may not be used as one of the app's own files (a real folder with
+    `folder`): "" when it may be, or when nothing is there. The settings file, the log file and
+    its folder, the history database and its companions are never used through a link."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return exc.strerror or "it cannot be read"
+    if stat.S_ISLNK(mode):
+        return "it is a link to another " + ("folder" if folder else "file")
+    if folder:
+        return "" if stat.S_ISDIR(mode) else "it is not a folder"
+    return "" if stat.S_ISREG(mode) else "it is not a plain file"
+
+
+def set_aside(path: Path, folder: bool = False) -> Path:
+    """Rename what is at `path` (a link itself, never its target) to a new name beside it,
+    `NAME.not-a-file-YYYYMMDD-HHMMSS` (`not-a-folder` with `folder`), never over one moved aside
+    before; returns that name. OSError when it cannot be moved."""
+    kind = "folder" if folder else "file"
+    stem = f"{path.name}.not-a-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    aside, n = path.with_name(stem), 1
+    while os.path.lexists(aside):
+        aside, n = path.with_name(f"{stem}-{n}"), n + 1
+    os.rename(path, aside)
+    return aside

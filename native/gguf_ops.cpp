@@ -774,3 +774,5 @@ __attribute__((visibility("default"))) const char* chatapp_gguf_isa() {
 }
 
 }
+
+#include "mapped_file_net.inc"  // the SIGBUS net for mapped weight files (engine/file_leases.py)

@@ -89,3 +89,34 @@ def test_a_plain_log_file_is_appended_to(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert lines[0] == "an earlier run" and lines[-1].endswith("this run")
     assert [p.name for p in folder.iterdir()] == [LOG_FILE]  # nothing moved aside
+
+
+@pytest.mark.parametrize("kind", ["link to a folder", "dangling link", "file"])
+def test_what_is_not_a_folder_at_the_logs_folders_name_is_moved_aside(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$DATA/logs itself: a link there made the log go into the folder it named."""
+    monkeypatch.setenv("CHATAPP_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    users = tmp_path / "home" / "documents"
+    users.mkdir(parents=True)
+    planted = tmp_path / "data" / "logs"
+    if kind == "link to a folder":
+        planted.symlink_to(users)
+    elif kind == "dangling link":
+        planted.symlink_to(tmp_path / "home" / "new-folder")
+    else:
+        planted.write_text("the user's own lines\n")
+    path = setup_logging()
+    log.warning("a line of the app's")
+    flush()
+    assert path == planted / LOG_FILE
+    assert planted.is_dir() and not planted.is_symlink()
+    assert list(users.iterdir()) == [] and not (tmp_path / "home" / "new-folder").exists()
+    text = path.read_text()
+    assert "a line of the app's" in text and "moved aside" in text and str(planted) in text
+    (aside,) = [p for p in planted.parent.iterdir() if p.name.startswith("logs.not-a-folder-")]
+    if "link" in kind:
+        assert aside.is_symlink()  # the link itself was moved, its target untouched
+    else:
+        assert aside.read_text() == "the user's own lines\n"

@@ -1,23 +1,31 @@
 """Read leases on the weight files a session maps, so that no other program cuts one short
-under a running answer. No Qt. Linux; elsewhere nothing changes (the identity check stays).
+under a running answer, and the SIGBUS net behind them. No Qt. Linux; elsewhere nothing
+changes (the identity check stays).
 
 ONNX Runtime maps a model's external data and chatapp's GGUF kernels read the blocks from that
 mapping; a page past the new end of a file truncated meanwhile raises SIGBUS, which ends the
-process (the window, `chatapp serve` and every client with it). Python cannot catch it. What
-was weighed (issue 48):
-- a SIGBUS handler with siglongjmp around reads, as the JVM turns a fault in a mapped buffer
-  into an exception: possible for chatapp's own kernels only, never for ONNX Runtime's, which
-  read the same mappings (a stock graph, a packed copy);
-- private copies of the weights: the memory the mapping saves (the 1.1B shape: 1 GB);
-- a read lease (`fcntl(F_SETLEASE, F_RDLCK)`), chosen: Linux then makes any other process
-  that opens the file to write, or truncates it, wait until the holder lets go (at most
+process (the window, `chatapp serve` and every client with it). Python cannot catch it. Two
+layers (issue 48):
+- a read lease (`fcntl(F_SETLEASE, F_RDLCK)`): Linux makes any other process that opens the
+  file to write, or truncates it, wait until the holder lets go (at most
   /proc/sys/fs/lease-break-time, 45 s by default) and tells the holder (SIGIO). The app lets
   go as soon as no forward pass is running (at most one step later), so the other program
-  waits milliseconds; every forward after that is refused with one line naming the file
-  (`MappedFilesChanged`), and opening the model again maps the file as it now is.
-Its cost: a descriptor per file and one fcntl per file every POLL_S on a thread shared by
-all models; nothing in the forward pass but an uncontended lock. Where a lease cannot be had
-(NFS, a file someone has open to write, another owner) the file is only checked, as before.
+  waits milliseconds and no read ever sees a cut file; every forward after that is refused
+  with one line naming the file (`MappedFilesChanged`), and opening the model again maps the
+  file as it now is. What the lease adds over the net: the other program waits instead of the
+  running answer reading zeros, so the pass that is cut never computes on a damaged file.
+- the SIGBUS net (native/mapped_file_net.inc, in the native library): where no lease can be
+  had (NFS/FUSE, a file someone has open to write, another owner's file) or the library is
+  built but leases are off, a read past the new end on any thread (ONNX Runtime's or the
+  kernels') finds zero pages instead of ending the process; `cut_short()` after the pass names
+  the file and the answer ends with the same one line. Any other SIGBUS still ends the process
+  (it goes on to the handler installed before, e.g. faulthandler's). Without the native library
+  (not built, CHATAPP_NATIVE_LIB=none) the files without a lease are only checked before each
+  pass, and SIGBUS stays possible there.
+Weighed and not taken: siglongjmp out of the fault (ONNX Runtime's own reads cannot be unwound)
+and private copies of the weights (the memory the mapping saves: the 1.1B shape, 1 GB).
+Their cost: a descriptor per file and one fcntl per file every POLL_S on a thread shared by
+all models; nothing in the forward pass but an uncontended lock and one read of a counter.
 
 SIGIO's default action ends the process, so leases are taken only once `install_signal()`
 has run on the main thread (the command line does it first thing).
@@ -36,6 +44,8 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from chatapp.folder_format.native_library import sigbus_net
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +82,8 @@ class WeightLeases:
         self._state = threading.Lock()
         self._passes = 0  # forward passes running now (slots run several at once)
         self.changing: Path | None = None  # the file another program opened to write
+        files = tuple(Path(path) for path in files)
+        self._net = _NetFiles(files)
         if not (_installed or install_signal()):
             return
         for path in files:
@@ -90,9 +102,9 @@ class WeightLeases:
         except OSError:
             return
         try:
-            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-        except OSError as exc:  # NFS, open to write elsewhere, not the owner: checked only
-            log.info("no read lease on %s (%s); it is checked before each run", path, exc)
+            _lease(fd)
+        except OSError as exc:  # NFS, open to write elsewhere, not the owner: the net only
+            log.info("no read lease on %s (%s); the SIGBUS net covers it", path, exc)
             os.close(fd)
             return
         self._fds[path] = fd
@@ -117,6 +129,11 @@ class WeightLeases:
                 self._passes -= 1
                 if self.changing is not None and not self._passes:
                     self.let_go()
+
+    def cut_short(self) -> Path | None:
+        """The first file a read found cut short since the model mapped it (the net gave it
+        zeros), else None; ask after each pass."""
+        return self._net.faulted()
 
     def poll(self) -> None:
         """Let go of every lease once one is being broken and no forward pass runs."""
@@ -151,6 +168,47 @@ class WeightLeases:
 
     def __del__(self) -> None:
         self.let_go()
+        self._net.release()
+
+
+def _lease(fd: int) -> None:
+    """Take a read lease on `fd` (a test replaces this to play a file where none can be had)."""
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+
+
+class _NetFiles:
+    """`files` registered with the native SIGBUS net for as long as a session maps them."""
+
+    def __init__(self, files: Iterable[Path]) -> None:
+        self._lib = sigbus_net()
+        self._known: dict[Path, tuple[int, int, int, int]] = {}  # major, minor, inode, faults
+        if self._lib is None:
+            return
+        for path in files:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+            faults = self._lib.chatapp_sigbus_register(*key)
+            if faults < 0:
+                log.warning("too many weight files mapped: %s is not covered by the net", path)
+                continue
+            self._known[path] = (*key, faults)
+
+    def faulted(self) -> Path | None:
+        if self._lib is None:
+            return None
+        for path, (major, minor, inode, before) in self._known.items():
+            if self._lib.chatapp_sigbus_faults(major, minor, inode) > before:
+                return path
+        return None
+
+    def release(self) -> None:
+        if self._lib is not None:
+            for major, minor, inode, _ in self._known.values():
+                self._lib.chatapp_sigbus_release(major, minor, inode)
+        self._known.clear()
 
 
 def _start_watcher() -> None:

@@ -328,7 +328,8 @@ class MappedFilesChanged(ModelError):
 class MappedFiles:
     """The identities of `files` now, and read leases on them (engine/file_leases.py): `check`
     raises MappedFilesChanged once one differs; `in_use()` around a run also refuses it where
-    another program has begun to change one, and keeps that program waiting until it ends."""
+    another program has begun to change one, and keeps that program waiting until it ends, and
+    ends it where a read found one cut short (the SIGBUS net gave zeros)."""
 
     def __init__(self, files: Iterable[Path], model_name: str) -> None:
         self.model_name = model_name
@@ -343,8 +344,20 @@ class MappedFiles:
                     f"{changing.name} of {self.model_name} is being changed by another program "
                     "(cut short or rewritten); restore it and open the model again."
                 )
+            self._refuse_cut()
             self.check()
-            yield
+            try:
+                yield
+            finally:  # a read past a cut end found zeros (file_leases.py): this pass is void
+                self._refuse_cut()
+
+    def _refuse_cut(self) -> None:
+        cut = self._leases.cut_short()
+        if cut is not None:
+            raise MappedFilesChanged(
+                f"{cut.name} of {self.model_name} was cut short by another program while the "
+                "model read it; restore it and open the model again."
+            )
 
     @property
     def files(self) -> tuple[Path, ...]:

@@ -75,3 +75,34 @@ def usable_isa() -> str | None:
     the better choice (no library, one that does not load, or only the scalar fallback)."""
     isa = library_isa()
     return isa if isa in FAST_ISAS else None
+
+
+@lru_cache(maxsize=8)
+def _net_of(path: str, mtime_ns: int) -> ctypes.CDLL | None:
+    del mtime_ns  # the cache key: a rebuilt library
+    try:
+        lib = ctypes.CDLL(path)
+        for name in ("chatapp_sigbus_register", "chatapp_sigbus_faults"):
+            getattr(lib, name).restype = ctypes.c_longlong
+            getattr(lib, name).argtypes = (ctypes.c_uint, ctypes.c_uint, ctypes.c_ulonglong)
+        lib.chatapp_sigbus_release.argtypes = (ctypes.c_uint, ctypes.c_uint, ctypes.c_ulonglong)
+        lib.chatapp_sigbus_release.restype = None
+        if lib.chatapp_sigbus_install() != 1:
+            return None
+    except (OSError, AttributeError):
+        return None  # not loadable here, or built before the net (native/mapped_file_net.inc)
+    return lib
+
+
+def sigbus_net() -> ctypes.CDLL | None:
+    """The native library with its SIGBUS net for mapped weight files installed (process-wide,
+    from any thread; native/mapped_file_net.inc, engine/file_leases.py), or None where there is
+    none (no library, CHATAPP_NATIVE_LIB=none, not Linux)."""
+    path = library_path()
+    if path is None or not sys.platform.startswith("linux"):
+        return None
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    return _net_of(str(path), mtime)

@@ -44,7 +44,7 @@ from chatapp.store.errors import (
     wrap,
 )
 from chatapp.store.read_only import connect_read_only, unwritable_reason
-from chatapp.store.recovery import Recovery, move_aside, problems_line
+from chatapp.store.recovery import Recovery, move_aside, problems_line, set_links_aside
 from chatapp.store.rows import fold
 
 
@@ -100,6 +100,14 @@ class HistoryFile:
         self._migrations = migrations
         self.recovery: Recovery | None = None  # set when a damaged file was moved aside
         self.read_only_reason = "asked to open it read-only" if read_only else None
+        if not read_only:
+            try:  # never through a link: SQLite writes where it points
+                self.recovery = set_links_aside(self.path)
+            except OSError as exc:
+                raise StoreError(
+                    f"The chat history {self.path} is a link to another file, which chatapp "
+                    f"does not write through, and it could not be moved aside: {exc.strerror}"
+                ) from exc
         self.read_only_reason = self.read_only_reason or unwritable_reason(self.path)
         if self.read_only_reason is not None:
             self._open_read_only()

@@ -10,6 +10,7 @@ and the -wal may hold the newest conversations.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -17,6 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from chatapp.safe_delete import not_plain, set_aside
+
+log = logging.getLogger(__name__)
 COMPANION_SUFFIXES = ("-wal", "-shm", "-journal")
 
 
@@ -28,8 +32,15 @@ class Recovery:
     moved_to: Path
     moved_files: tuple[Path, ...]  # moved_to and any moved companions
     reason: str  # SQLite's words, e.g. "file is not a database"
+    link: bool = False  # the history's name was a link: the link was moved, its target kept
 
     def message(self) -> str:
+        if self.link:
+            return (
+                f"The chat history {self.original} was a link to another file, which chatapp "
+                f"does not write through. The link was moved to {self.moved_to.name} (the file "
+                "it points to is untouched) and a new, empty history was started."
+            )
         return (
             f"The chat history file {self.original} was damaged ({one_line(self.reason)}). "
             f"It was moved to {self.moved_to} and a new, empty history was started."
@@ -82,3 +93,31 @@ def move_aside(
             os.replace(f"{path}{suffix}", f"{target}{suffix}")
     moved = (target, *(Path(f"{target}{s}") for s in companions))
     return Recovery(original=path, moved_to=target, moved_files=moved, reason=reason)
+
+
+def set_links_aside(path: Path) -> Recovery | None:
+    """Before the history at `path` is opened to write: a link at its name (SQLite writes
+    where it points) is moved aside with its companions (a stale -wal is never replayed into
+    the new file), and a link at a companion's name alone (SQLite would write its log through
+    it) is moved aside; each logged in one line. The Recovery to show when the history itself
+    was a link, else None. OSError when a link cannot be moved."""
+    recovery = None
+    if not_plain(path).startswith("it is a link"):
+        target = set_aside(path)
+        moved = [target]
+        for suffix in COMPANION_SUFFIXES:
+            if os.path.lexists(f"{path}{suffix}"):
+                os.rename(f"{path}{suffix}", f"{target}{suffix}")
+                moved.append(Path(f"{target}{suffix}"))
+        recovery = Recovery(path, target, tuple(moved), "it is a link", link=True)
+        log.warning("%s", recovery.message())
+    for suffix in COMPANION_SUFFIXES:
+        companion = Path(f"{path}{suffix}")
+        if not_plain(companion).startswith("it is a link"):
+            aside = set_aside(companion)
+            log.warning(
+                "%s was a link, which SQLite would write through; moved to %s",
+                companion,
+                aside.name,
+            )
+    return recovery

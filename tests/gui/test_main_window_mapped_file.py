@@ -1,7 +1,8 @@
 """The window and a weight file cut short while it answers (issue 48, cause 1; serve's case is
 tests/server/test_mapped_file_truncated.py): the answer ends with one line naming the file,
-the window goes on, and nothing dies by SIGBUS. In a child process: without the leases the
-cut kills the process, which must fail this test rather than end pytest."""
+the window goes on, and nothing dies by SIGBUS, with read leases and where none can be had
+(the native SIGBUS net). In a child process: without both the cut kills the process, which
+must fail this test rather than end pytest."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from chatapp.folder_format.native_library import sigbus_net
 from tests.engine.test_memory import with_external_data
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="leases: Linux")
@@ -23,15 +25,18 @@ import json, os, sys, time
 from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QEventLoop
 from PySide6.QtWidgets import QApplication
+from chatapp.engine import file_leases
 from chatapp.engine.file_leases import install_signal
 from chatapp.engine.loops import KVLoop
 from chatapp.gui.chat.controller import State
 from tests.gui.conftest import greedy, open_loaded_window, set_sampling
-from tests.server.slow_pass_cli import _slowed
+from tests.server.slow_pass_cli import _slowed, no_lease
 
-folder, cut_to = Path(sys.argv[1]), float(sys.argv[2])
+folder, cut_to, leases = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "leases"
 data = folder / "model.onnx.data"
 install_signal()  # as chatapp's command line does first thing
+if not leases:  # as for another user's file or on NFS
+    file_leases._lease = no_lease
 KVLoop._forward_ids = _slowed(KVLoop._forward_ids)  # 50 ms inside each pass
 app = QApplication([])
 window = open_loaded_window(folder)
@@ -67,10 +72,14 @@ os._exit(0)  # the window's worker threads need no orderly end here
 """
 
 
-@pytest.mark.parametrize("cut_to", [0.5, 0.0])
+@pytest.mark.parametrize(
+    ("cut_to", "leases"), [(0.5, True), (0.0, True), (0.5, False), (0.0, False)]
+)
 def test_a_weight_file_cut_short_mid_answer_ends_the_answer_not_the_window(
-    tiny_model_dir: Path, tmp_path: Path, cut_to: float
+    tiny_model_dir: Path, tmp_path: Path, cut_to: float, leases: bool
 ) -> None:
+    if not leases and sigbus_net() is None:
+        pytest.skip("the native library (its SIGBUS net) is not built")
     folder = with_external_data(tiny_model_dir, tmp_path / "external")
     env = {
         **os.environ,
@@ -80,7 +89,7 @@ def test_a_weight_file_cut_short_mid_answer_ends_the_answer_not_the_window(
         "CHATAPP_PACKED_CACHE": "0",
     }
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(folder), str(cut_to)],
+        [sys.executable, "-c", CHILD, str(folder), str(cut_to), "leases" if leases else "none"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -19,8 +19,6 @@ import json
 import logging
 import math
 import os
-import stat
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +26,8 @@ from PySide6.QtCore import QEvent, QObject, QSettings
 
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.datadir import data_dir
+from chatapp.safe_delete import not_plain
+from chatapp.safe_delete import set_aside as move_aside
 
 SETTINGS_ENV = "CHATAPP_SETTINGS"
 ORGANIZATION = "chatapp"
@@ -77,26 +77,14 @@ def _open() -> QSettings:
 
 def settings_file_problem(path: Path) -> str:
     """Why the settings may not be written at `path` ("" when it is a plain file or absent)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return ""
-    except OSError as exc:
-        return exc.strerror or "it cannot be read"
-    if stat.S_ISLNK(mode):
-        return "it is a link to another file"
-    return "" if stat.S_ISREG(mode) else "it is not a plain file"
+    return not_plain(path)
 
 
 def set_aside(path: Path) -> str:
     """Move what is at `path` aside (a link is renamed, its target untouched); one line."""
     problem = settings_file_problem(path)
-    stem = f"{path.name}.not-a-file-{time.strftime('%Y%m%d-%H%M%S')}"
-    aside, n = path.with_name(stem), 1
-    while os.path.lexists(aside):  # never over one set aside before
-        aside, n = path.with_name(f"{stem}-{n}"), n + 1
     try:
-        os.rename(path, aside)
+        aside = move_aside(path)
     except OSError as exc:
         line = (
             f"Settings are not saved this run: {path} {problem}, and it could not be moved "

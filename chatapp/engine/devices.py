@@ -23,7 +23,6 @@ from chatapp.engine.errors import EngineError
 from chatapp.engine.guards import PRECISIONS, THREADS_PER_CPU, default_precision, max_threads
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, NativeNodeMismatch, library_path
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
-from chatapp.error_text import STATUS_LINE, first_line
 from chatapp.folder_format.graph import declares_native, float_kernel_copy, native_node_problem
 
 
@@ -372,34 +371,13 @@ def _declares_native(path: str, mtime_ns: int, size: int) -> bool:
 class StartedSession:
     session: ort.InferenceSession
     device: Device
-    fallback_reason: str | None  # why the requested device was not used
 
 
 def start_session(
     model_path: Path, device: Device, threads: int | None = None, precision: str | None = None
 ) -> StartedSession:
-    """A session on `device`; if that device fails to start, on the CPU with the reason kept.
-    `precision`: the GGUF kernels' (`session_options`)."""
-    if device is CPU:
-        opts = session_options(threads, precision)
-        return StartedSession(create_session(model_path, CPU, opts), CPU, None)
-    try:
-        session = create_session(model_path, device, session_options(threads, precision))
-    except NativeKernelsUnavailable as exc:  # a native-only folder: its fix
-        return cpu_session(model_path, threads, f"{exc} Running on the CPU.", precision)
-    except Exception as exc:  # providers fail in many ways (drivers, memory, unsupported ops)
-        reason = (
-            f"{device.label} failed to start ({first_line(exc, STATUS_LINE)}); running on the CPU."
-        )
-        return cpu_session(model_path, threads, reason, precision)
-    if device.provider not in session.get_providers():
-        reason = f"{device.label} is not usable with this model; running on the CPU."
-        return cpu_session(model_path, threads, reason, precision)
-    return StartedSession(session, device, None)
-
-
-def cpu_session(
-    model_path: Path, threads: int | None, reason: str, precision: str | None = None
-) -> StartedSession:
+    """A session on `device`, or what its provider raised (a refusal shows as a session without
+    the device's provider): whether to run on the CPU instead, and why, is decided by
+    loaded_model.start_model alone. `precision`: the GGUF kernels' (`session_options`)."""
     opts = session_options(threads, precision)
-    return StartedSession(create_session(model_path, CPU, opts), CPU, reason)
+    return StartedSession(create_session(model_path, device, opts), device)

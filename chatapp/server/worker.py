@@ -57,7 +57,7 @@ from chatapp.session.answer import (
     fall_back_to_cpu,
 )
 from chatapp.session.jobs import Job, JobControl, JobThread
-from chatapp.session.slot_threads import OnSlot, SlotThreads
+from chatapp.session.slot_threads import SlotThreads
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
@@ -282,7 +282,7 @@ class EngineWorker:
             self._record(served, started, "cancelled", 0)
             self.counters.ended_early("cancelled", 0)
             return
-        backend = self.engine if slot is None else OnSlot(self.engine, slot)
+        backend = self.engine if slot is None else self.engine.slot_context(slot)
         stats: RunStats | None = None
         done: AnswerDone | None = None
         try:

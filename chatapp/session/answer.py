@@ -16,7 +16,7 @@ what another answer on the same model asked before.
 
 Stop strings (engine/stops.py) and tool calls (engine/tool_stream.py) are applied here, for
 every caller. The backend is a `Backend` (engine/backend.py): what it can do is read from its
-capabilities. After a device failure, `fall_back_to_cpu` restarts a local model on the CPU.
+capabilities. After a device failure, `fall_back_to_cpu` asks the model's owner for it on the CPU.
 """
 
 from __future__ import annotations
@@ -344,12 +344,9 @@ def _pieces(
             yield ToolPiece(piece, first)
 
 
-def cpu_reason(failure: object) -> str:
-    """Why a model runs on the CPU now: its device failed mid-answer (the window's notice)."""
-    return f"{failure} Running on the CPU."
-
-
-def fall_back_to_cpu(engine: Engine, failure: DeviceFailure) -> None:
-    """After `failure` mid-answer: the same local model on the CPU for the next answer. Raises
-    what the restart raised. (The window runs it as model_jobs.cpu_fallback_job.)"""
-    engine.fall_back_to_cpu(cpu_reason(failure))
+def fall_back_to_cpu(engine: Engine, failure: DeviceFailure | str) -> None:
+    """After `failure` mid-answer: the same local model on the CPU for the next answer, asked
+    of the engine (the model's owner: Engine.fall_back_to_cpu, loaded_model's `on_cpu` says
+    why). Raises what the restart raised. Every face calls this one: the window through
+    model_jobs.cpu_fallback_job, the server's worker directly."""
+    engine.fall_back_to_cpu(failure)

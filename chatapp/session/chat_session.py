@@ -23,7 +23,6 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.modes import Mode
 from chatapp.engine.warm_up import WarmUpProgress
-from chatapp.session.answer import cpu_reason
 from chatapp.session.chat_jobs import (
     AnswerResult,
     StatsSnapshot,
@@ -426,7 +425,7 @@ class ChatSession:
         self._changed()
         if issubclass(error.kind, DeviceFailure):
             # The same model on the CPU, queued before any next answer.
-            fallback = cpu_fallback_job(self.host, cpu_reason(error.detail))
+            fallback = cpu_fallback_job(self.host, error.detail)
             self.submit(fallback, self._load_watcher())
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
-from chatapp.engine.engine import Engine, open_model
+from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
+from chatapp.engine.loaded_model import open_model
 from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
@@ -27,6 +28,7 @@ from chatapp.engine.modes import Mode
 from chatapp.engine.resident import dropping_sessions, return_freed_heap
 from chatapp.error_text import first_line
 from chatapp.remote.engine import RemoteEngine
+from chatapp.session.answer import fall_back_to_cpu
 from chatapp.session.jobs import NO_DETAILS, Job, JobAborted, JobControl, failed
 
 log = logging.getLogger(__name__)
@@ -164,13 +166,13 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
         )
         previous = host.close_engine()
         try:
-            engine, reason = _open_engine(request, model)
+            engine = _open_engine(request, model)
         except BaseException:
             _reopen(host, previous)  # the chat goes on with the model it had
             raise
         host.hold(engine, request)
         host.use_remote(None)  # opening a local model ends a remote connection
-        summary = summarize(engine, request.device, reason)
+        summary = summarize(engine, request.device)
         return replace(summary, load_seconds=time.perf_counter() - started)
 
     def explain(exc: BaseException) -> str:
@@ -190,20 +192,21 @@ def _reopen(host: EngineHost, request: LoadRequest | None) -> None:
     if request is None:
         return
     try:
-        host.hold(_open_engine(request)[0], request)
+        host.hold(_open_engine(request), request)
     except Exception:  # the new model's error is the one to show; this one goes to the log
         log.exception("Could not open %s again after a failed load", request.model_dir)
 
 
-def cpu_fallback_job(host: EngineHost, reason: str) -> Job:
-    """After the device failed mid-answer: the same model on the CPU for the next answer;
+def cpu_fallback_job(host: EngineHost, failure: object) -> Job:
+    """After the device failed mid-answer (`failure`: DeviceFailure's sentence): the same
+    model on the CPU for the next answer (answer.fall_back_to_cpu, as the server's);
     returns a ModelSummary (the failed device as the one asked for)."""
 
     def run(_control: JobControl) -> ModelSummary:
         engine = host.require()
         requested = engine.device.name
-        engine.fall_back_to_cpu(reason)
-        return summarize(engine, requested, reason)
+        fall_back_to_cpu(engine, str(failure))
+        return summarize(engine, requested)
 
     # Even the CPU session did not start: say so; the chat stays.
     return Job(
@@ -215,7 +218,7 @@ def cpu_fallback_job(host: EngineHost, reason: str) -> Job:
     )
 
 
-def summarize(engine: Engine, requested_device: str, reason: str | None) -> ModelSummary:
+def summarize(engine: Engine, requested_device: str) -> ModelSummary:
     default = engine.tokenizer.default_system_prompt()
     return ModelSummary(
         folder=engine.info.folder,
@@ -226,7 +229,7 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
         device_label=engine.device.label,
         device_own_memory=engine.device.own_memory,
         requested_device=requested_device,
-        fallback_reason=reason,
+        fallback_reason=engine.fallback_reason,
         context_length=engine.info.context_length,
         max_context=engine.max_context,
         threads=engine.threads,
@@ -242,42 +245,21 @@ def summarize(engine: Engine, requested_device: str, reason: str | None) -> Mode
     )
 
 
-def _open_engine(
-    request: LoadRequest, model: ModelDescription | None = None
-) -> tuple[Engine, str | None]:
-    """An engine for `request`, from `model` where the folder was read already; the reason it
-    runs elsewhere than asked, if so."""
-    try:
-        if model is not None:
-            engine = Engine(
-                model,
-                request.device,
-                request.mode,
-                threads=request.threads,
-                precision=request.precision,
-            )
-        else:
-            engine = Engine(
-                request.model_dir,
-                request.device,
-                request.mode,
-                threads=request.threads,
-                onnx_file=request.onnx_file,
-                precision=request.precision,
-            )
-        return engine, engine.fallback_reason
-    except DeviceError as exc:
-        # A device this machine does not offer (a setting from another machine, or a typo on
-        # the command line): say so and run on the CPU rather than not at all.
-        engine = Engine(
-            request.model_dir,
-            "cpu",
-            request.mode,
-            threads=request.threads,
-            onnx_file=request.onnx_file,
-            precision=request.precision,
-        )
-        return engine, f"{exc} Running on the CPU."
+def _open_engine(request: LoadRequest, model: ModelDescription | None = None) -> Engine:
+    """An engine for `request`, from `model` where the folder was read already (else read
+    here, through the memory check). Where it runs elsewhere than asked, and why, is
+    loaded_model.start_model's decision (the window's plan: a device not offered here runs on
+    the CPU, a setting from another machine or a typo on the command line)."""
+    if model is None:
+        model = open_model(request.model_dir, request.device, request.onnx_file)
+    return Engine(
+        model,
+        request.device,
+        request.mode,
+        threads=request.threads,
+        precision=request.precision,
+        cpu_if_missing=True,
+    )
 
 
 def _sentence(exc: BaseException) -> str:

@@ -14,10 +14,12 @@ import pytest
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.gguf_blocks import NATIVE_DOMAIN, NATIVE_GATHER, NATIVE_OP
 from chatapp.convert.gguf_file import GGUFModel
-from chatapp.engine import devices
+from chatapp.engine import devices, loaded_model
 from chatapp.engine.bench.floor import onnx_step_bytes
-from chatapp.engine.devices import CPU, Device, needs_native, start_session
+from chatapp.engine.devices import CPU, Device, needs_native
 from chatapp.engine.engine import Engine
+from chatapp.engine.loaded_model import DevicePlan, start_model
+from chatapp.engine.model_description import read_model
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, library_path
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.graph import DECODE_ATTENTION, all_nodes
@@ -143,9 +145,10 @@ def test_a_device_session_falls_back_to_the_cpu_with_the_reason(
                 folder / "model.onnx", False, gpu.label, ort.SessionOptions()
             )
         return
-    started = start_session(folder / "model.onnx", gpu, threads=1)
-    assert started.device is CPU
-    assert started.fallback_reason is not None and "CPU only" in started.fallback_reason
+    monkeypatch.setattr(loaded_model, "find_device", lambda _name: gpu)
+    model = start_model(read_model(folder, device="cuda"), DevicePlan("cuda", threads=1))
+    assert model.device is CPU
+    assert model.fallback_reason is not None and "CPU only" in model.fallback_reason
 
 
 @pytest.mark.parametrize("mix", list(MIXES))

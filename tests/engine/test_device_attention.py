@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.engine import engine as engine_module
+from chatapp.engine import loaded_model as engine_module
 from chatapp.engine.devices import CPU, attention_for
 from chatapp.engine.engine import Engine
 from chatapp.engine.model_description import open_model_folder

@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from chatapp.engine import engine as engine_module
+from chatapp.engine import loaded_model as engine_module
 from chatapp.engine.devices import CPU, Device, StartedSession, create_session, session_options
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import DeviceFailure
@@ -124,7 +124,7 @@ def test_engine_falls_back_to_the_cpu_after_a_device_failure(
         path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
     ) -> StartedSession:
         opts = session_options(threads, precision)
-        return StartedSession(create_session(path, CPU, opts), EMULATED, None)
+        return StartedSession(create_session(path, CPU, opts), EMULATED)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
     monkeypatch.setattr(engine_module, "start_session", start_emulated)

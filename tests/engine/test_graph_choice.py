@@ -23,7 +23,7 @@ from chatapp.convert.converter import (
 )
 from chatapp.convert.preflight import read_header
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
-from chatapp.engine import engine as engine_module
+from chatapp.engine import loaded_model as engine_module
 from chatapp.engine.chat import Message
 from chatapp.engine.devices import (
     CPU,
@@ -33,10 +33,10 @@ from chatapp.engine.devices import (
     create_session,
     needs_native,
     session_options,
-    start_session,
 )
 from chatapp.engine.engine import Engine
-from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.loaded_model import DevicePlan, start_model
+from chatapp.engine.model_description import open_model_folder, read_model
 from chatapp.engine.model_folder.variants import folder_variants
 from chatapp.engine.native_kernels import (
     NativeKernelsUnavailable,
@@ -204,16 +204,21 @@ def test_without_the_library_a_native_only_folder_is_refused_in_one_sentence(
     assert "make native" in message and "--graph stock" in message and "\n" not in message
 
 
-def test_on_a_device_a_native_only_folder_names_the_fix(native_only: Path) -> None:
+def test_on_a_device_a_native_only_folder_names_the_fix(
+    native_only: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert open_model_folder(native_only, on_cpu=False).onnx_file == "model.onnx"  # its only one
+    monkeypatch.setattr(engine_module, "find_device", lambda _name: GPU)
+    description = read_model(native_only, device="cuda", max_context=64)
+    plan = DevicePlan("cuda", threads=1)
     if library_path() is None:  # the CPU fallback needs the library too: refused there
         with pytest.raises(NativeKernelsUnavailable, match="make native"):
-            start_session(native_only / "model.onnx", GPU, threads=1)
+            start_model(description, plan)
         return
-    started = start_session(native_only / "model.onnx", GPU, threads=1)
-    assert isinstance(started.session, ort.InferenceSession)
-    assert started.device.name == "cpu"
-    reason = started.fallback_reason or ""
+    model = start_model(description, plan)
+    assert isinstance(model.session, ort.InferenceSession)
+    assert model.device is CPU
+    reason = model.fallback_reason or ""
     assert "CPU only" in reason and "with that device selected" in reason
     assert "--graph both" in reason
     assert "a test GPU" in reason and "\n" not in reason
@@ -305,7 +310,7 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> None:
         path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
     ) -> StartedSession:
         opts = session_options(threads, precision)
-        return StartedSession(create_session(path, CPU, opts), EMULATED, None)
+        return StartedSession(create_session(path, CPU, opts), EMULATED)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
     monkeypatch.setattr(engine_module, "start_session", start_emulated)

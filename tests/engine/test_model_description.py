@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine import engine as engine_module
+from chatapp.engine import loaded_model as engine_module
 from chatapp.engine import memory, model_description
 from chatapp.engine.engine import Engine, open_model
 from chatapp.engine.errors import EngineError

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from chatapp.engine import engine as engine_module
+from chatapp.engine import loaded_model as engine_module
 from chatapp.engine.devices import CPU, Device, StartedSession, create_session, session_options
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.app import build_window
@@ -80,11 +80,32 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> Device:
         path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
     ) -> StartedSession:
         opts = session_options(threads, precision)
-        return StartedSession(create_session(path, CPU, opts), EMULATED, None)
+        return StartedSession(create_session(path, CPU, opts), EMULATED)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: EMULATED)
     monkeypatch.setattr(engine_module, "start_session", start)
     return EMULATED
+
+
+FAILING_GPU = dataclasses.replace(CPU, name="gpu-test", label="GPU (test)", own_memory=True)
+
+
+@pytest.fixture
+def failing_gpu(monkeypatch: pytest.MonkeyPatch) -> Device:
+    """Every load asks for a GPU whose provider fails to start ("no driver"): the model runs
+    on the CPU with loaded_model.start_model's reason."""
+    real_start = engine_module.start_session
+
+    def start(
+        path: Path, device: Device, threads: int | None = None, precision: str | None = None
+    ) -> StartedSession:
+        if device is FAILING_GPU:
+            raise RuntimeError("no driver")
+        return real_start(path, device, threads, precision)
+
+    monkeypatch.setattr(engine_module, "find_device", lambda _name: FAILING_GPU)
+    monkeypatch.setattr(engine_module, "start_session", start)
+    return FAILING_GPU
 
 
 @pytest.fixture

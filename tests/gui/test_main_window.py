@@ -358,18 +358,8 @@ def test_open_gguf_converts_with_progress_then_opens(
 
 
 def test_device_that_fails_to_start_shows_the_fallback_reason(
-    make_window, tiny_model_dir, monkeypatch
+    make_window, tiny_model_dir, failing_gpu
 ) -> None:
-    from chatapp.engine import engine as engine_module
-
-    real_start = engine_module.start_session
-
-    def failing_start(model_path, device, threads=None, prompt=None):
-        started = real_start(model_path, device, threads, prompt)
-        started.fallback_reason = "GPU (test) failed to start (no driver); running on the CPU."
-        return started
-
-    monkeypatch.setattr(engine_module, "start_session", failing_start)
     window = make_window(["--model", str(tiny_model_dir)])
     assert window.chat.controller.state is State.READY
     assert "no driver" in window.chat.side_panel.fallback_label.text()

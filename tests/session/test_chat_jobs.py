@@ -235,7 +235,7 @@ def test_a_json_answer_follows_the_schema_and_a_bad_one_is_one_sentence(
 def test_a_device_s_first_answer_warms_it_up_first(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatapp.engine import engine as engine_module
+    from chatapp.engine import model_context as engine_module
     from chatapp.engine.warm_up import STEPS, WarmUpProgress
 
     # As on a device that compiles programs (the CPU needs none).
@@ -256,7 +256,7 @@ def test_a_device_s_first_answer_warms_it_up_first(
 def test_stop_during_the_warm_up_gives_the_question_back(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatapp.engine import engine as engine_module
+    from chatapp.engine import model_context as engine_module
 
     monkeypatch.setattr(engine_module, "needs_warm_up", lambda loop: not loop.warmed_up)
     fresh = EngineHost()

@@ -9,7 +9,7 @@ import pytest
 
 from chatapp.convert import converter, default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
-from chatapp.engine import engine as engine_module
+from chatapp.engine import loaded_model as engine_module
 from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
@@ -162,9 +162,7 @@ def test_opening_a_second_model_closes_the_first_before_loading_it(
     seen_while_opening: list[object] = []
     real_open = model_jobs._open_engine
 
-    def watching(
-        request: LoadRequest, model: ModelDescription | None = None
-    ) -> tuple[Engine, str | None]:
+    def watching(request: LoadRequest, model: ModelDescription | None = None) -> Engine:
         seen_while_opening.append(first())  # the first engine is gone before the second loads
         return real_open(request, model)
 
@@ -184,7 +182,7 @@ def test_a_load_that_fails_after_closing_the_first_opens_it_again(
 
     def failing_for_the_second(
         request: LoadRequest, model: ModelDescription | None = None
-    ) -> tuple[Engine, str | None]:
+    ) -> Engine:
         if request.model_dir == varied_model_dir:
             raise ModelError("onnxruntime cannot run model.onnx (broken).")
         return real_open(request, model)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from chatapp.engine import engine as engine_module
 from chatapp.engine import loops
 from chatapp.gui.main_window import MainWindow
 from tests.gui.conftest import greedy, send_and_wait, set_sampling
@@ -20,16 +19,8 @@ def window(make_window, tiny_model_dir) -> MainWindow:
 
 
 def test_a_device_failure_warning_goes_once_an_answer_succeeds(
-    qtbot, make_window, tiny_model_dir, monkeypatch
+    qtbot, make_window, tiny_model_dir, failing_gpu
 ) -> None:
-    real_start = engine_module.start_session
-
-    def failing_start(model_path, device, threads=None, prompt=None):
-        started = real_start(model_path, device, threads, prompt)
-        started.fallback_reason = "GPU (test) failed to start (no driver); running on the CPU."
-        return started
-
-    monkeypatch.setattr(engine_module, "start_session", failing_start)
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(3))
     assert window.banner.level == "warning" and "no driver" in window.banner.text()

@@ -71,7 +71,7 @@ class Engine:
             raise ValueError("a ModelDescription has its graph and context already")
         plan = DevicePlan(device, threads, precision, mode, cpu_if_missing)
         self.loaded = start_model(model, plan)
-        self.context = ModelContext(self.loaded, mode)
+        self.context = self.loaded.new_context(mode)
         self._slots: SlotBatch | None = None
         self._slot_contexts: dict[int, ModelContext] = {}
 
@@ -80,7 +80,7 @@ class Engine:
         same model on the CPU (LoadedModel.on_cpu) and a new context; cached prefixes are
         dropped."""
         self.loaded = self.loaded.on_cpu(failure)
-        self.context = ModelContext(self.loaded, self.context.mode, None, self.speculative)
+        self.context = self.loaded.new_context(self.context.mode, self.speculative)
         self.release_slots()
 
     # ---- the loaded model's ------------------------------------------------------------
@@ -261,7 +261,7 @@ class Engine:
         learns for the slot's next answers)."""
         context = self._slot_contexts.get(id(slot))
         if context is None or context.loop() is not slot:
-            context = ModelContext(self.loaded, loop=slot, speculative=self.speculative)
+            context = self.loaded.slot_context(slot, self.speculative)
             self._slot_contexts[id(slot)] = context
         return context
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -57,6 +58,9 @@ from chatapp.engine.resident import (
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.slots import SlotBatch
 from chatapp.error_text import STATUS_LINE, first_line
+
+if TYPE_CHECKING:
+    from chatapp.engine.model_context import ModelContext
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +168,20 @@ class LoadedModel:
         if self.mapped_files != self.memory.mapped_files:  # runs from a packed copy
             loop.release_weights = MappedPages(self.mapped_files).release
         return loop
+
+    def new_context(
+        self, mode: Mode | str = Mode.IOBINDING, speculative: bool = False
+    ) -> ModelContext:
+        """A context of this model: its own loops and KV caches over the shared session."""
+        from chatapp.engine.model_context import ModelContext  # it imports this module
+
+        return ModelContext(self, mode, speculative=speculative)
+
+    def slot_context(self, slot: KVLoop, speculative: bool = False) -> ModelContext:
+        """The context that answers on `slot` (a loop of `new_slots`), whatever the mode."""
+        from chatapp.engine.model_context import ModelContext
+
+        return ModelContext(self, loop=slot, speculative=speculative)
 
     def new_slots(self, count: int, budget: int | None = None) -> SlotBatch:
         """`count` slots decoding together (engine/slots.py) within one KV budget of `budget`

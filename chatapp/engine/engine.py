@@ -23,13 +23,14 @@ from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.generation import Generation
 from chatapp.engine.loaded_model import (
     DevicePlan,
+    as_mode,
     attention_refusal,
     open_model,
     start_model,
 )
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate
-from chatapp.engine.model_context import LOCAL_CAPABILITIES, ModelContext, as_mode
+from chatapp.engine.model_context import LOCAL_CAPABILITIES, ModelContext
 from chatapp.engine.model_description import ModelDescription
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode

@@ -46,7 +46,7 @@ from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
 from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.model import ModelInfo
-from chatapp.engine.modes import Mode
+from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
 from chatapp.engine.resident import (
@@ -80,6 +80,13 @@ def open_model(
     need = resident_need(model)  # a packed copy saved already is mapped, not packed again
     check_memory(need, model.info.name, freed)
     return model
+
+
+def as_mode(mode: Mode | str) -> Mode:
+    """A loop name as given (the command line, settings, the history) as a Mode."""
+    if mode not in MODES:
+        raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
+    return Mode(mode)
 
 
 @dataclass(frozen=True)

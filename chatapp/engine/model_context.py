@@ -17,12 +17,12 @@ from typing import Any
 from chatapp.engine.backend import Capabilities
 from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.constraints import OutputFormat
-from chatapp.engine.errors import ContextOverflowError, EngineError
+from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.generation import Generation
-from chatapp.engine.loaded_model import LoadedModel
+from chatapp.engine.loaded_model import LoadedModel, as_mode
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.model_folder.model import KVLayout
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import Mode
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.speculative import DraftPlanner
@@ -32,13 +32,6 @@ from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 LOCAL_CAPABILITIES = Capabilities(
     counts_tokens=True, constrains_output=True, continues_answers=True, chooses_loop=True
 )
-
-
-def as_mode(mode: Mode | str) -> Mode:
-    """A loop name as given (the command line, settings, the history) as a Mode."""
-    if mode not in MODES:
-        raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
-    return Mode(mode)
 
 
 class ModelContext:

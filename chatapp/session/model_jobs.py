@@ -192,7 +192,8 @@ def _reopen(host: EngineHost, request: LoadRequest | None) -> None:
     if request is None:
         return
     try:
-        host.hold(_open_engine(request), request)
+        model = open_model(request.model_dir, request.device, request.onnx_file)
+        host.hold(_open_engine(request, model), request)
     except Exception:  # the new model's error is the one to show; this one goes to the log
         log.exception("Could not open %s again after a failed load", request.model_dir)
 
@@ -245,13 +246,11 @@ def summarize(engine: Engine, requested_device: str) -> ModelSummary:
     )
 
 
-def _open_engine(request: LoadRequest, model: ModelDescription | None = None) -> Engine:
-    """An engine for `request`, from `model` where the folder was read already (else read
-    here, through the memory check). Where it runs elsewhere than asked, and why, is
+def _open_engine(request: LoadRequest, model: ModelDescription) -> Engine:
+    """An engine for `request`, from `model`: its folder as read through the memory check
+    (loaded_model.open_model). Where it runs elsewhere than asked, and why, is
     loaded_model.start_model's decision (the window's plan: a device not offered here runs on
     the CPU, a setting from another machine or a typo on the command line)."""
-    if model is None:
-        model = open_model(request.model_dir, request.device, request.onnx_file)
     return Engine(
         model,
         request.device,

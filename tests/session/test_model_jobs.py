@@ -162,7 +162,7 @@ def test_opening_a_second_model_closes_the_first_before_loading_it(
     seen_while_opening: list[object] = []
     real_open = model_jobs._open_engine
 
-    def watching(request: LoadRequest, model: ModelDescription | None = None) -> Engine:
+    def watching(request: LoadRequest, model: ModelDescription) -> Engine:
         seen_while_opening.append(first())  # the first engine is gone before the second loads
         return real_open(request, model)
 
@@ -180,9 +180,7 @@ def test_a_load_that_fails_after_closing_the_first_opens_it_again(
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
     real_open = model_jobs._open_engine
 
-    def failing_for_the_second(
-        request: LoadRequest, model: ModelDescription | None = None
-    ) -> Engine:
+    def failing_for_the_second(request: LoadRequest, model: ModelDescription) -> Engine:
         if request.model_dir == varied_model_dir:
             raise ModelError("onnxruntime cannot run model.onnx (broken).")
         return real_open(request, model)

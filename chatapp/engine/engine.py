@@ -23,7 +23,6 @@ from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.generation import Generation
 from chatapp.engine.loaded_model import (
     DevicePlan,
-    as_mode,
     attention_refusal,
     open_model,
     start_model,
@@ -33,7 +32,7 @@ from chatapp.engine.memory import MemoryEstimate
 from chatapp.engine.model_context import LOCAL_CAPABILITIES, ModelContext
 from chatapp.engine.model_description import ModelDescription
 from chatapp.engine.model_folder.model import ModelInfo
-from chatapp.engine.modes import Mode
+from chatapp.engine.modes import Mode, as_mode
 from chatapp.engine.resident import MappedFiles
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch, SlotLoop

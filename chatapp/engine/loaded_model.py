@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -44,9 +43,10 @@ from chatapp.engine.guards import PRECISION_LABELS, default_precision
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
+from chatapp.engine.model_context import ModelContext
 from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.model import ModelInfo
-from chatapp.engine.modes import MODES, Mode
+from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
 from chatapp.engine.resident import (
@@ -58,9 +58,6 @@ from chatapp.engine.resident import (
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.slots import SlotBatch
 from chatapp.error_text import STATUS_LINE, first_line
-
-if TYPE_CHECKING:
-    from chatapp.engine.model_context import ModelContext
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +77,6 @@ def open_model(
     need = resident_need(model)  # a packed copy saved already is mapped, not packed again
     check_memory(need, model.info.name, freed)
     return model
-
-
-def as_mode(mode: Mode | str) -> Mode:
-    """A loop name as given (the command line, settings, the history) as a Mode."""
-    if mode not in MODES:
-        raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
-    return Mode(mode)
 
 
 @dataclass(frozen=True)
@@ -180,14 +170,10 @@ class LoadedModel:
         self, mode: Mode | str = Mode.IOBINDING, speculative: bool = False
     ) -> ModelContext:
         """A context of this model: its own loops and KV caches over the shared session."""
-        from chatapp.engine.model_context import ModelContext  # it imports this module
-
         return ModelContext(self, mode, speculative=speculative)
 
     def slot_context(self, slot: KVLoop, speculative: bool = False) -> ModelContext:
         """The context that answers on `slot` (a loop of `new_slots`), whatever the mode."""
-        from chatapp.engine.model_context import ModelContext
-
         return ModelContext(self, loop=slot, speculative=speculative)
 
     def new_slots(self, count: int, budget: int | None = None) -> SlotBatch:

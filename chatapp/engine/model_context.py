@@ -12,17 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from chatapp.engine.backend import Capabilities
 from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
-from chatapp.engine.constraints import OutputFormat
+from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.generation import Generation
-from chatapp.engine.loaded_model import LoadedModel, as_mode
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.model_folder.model import KVLayout
-from chatapp.engine.modes import Mode
+from chatapp.engine.model_folder.model import KVLayout, ModelInfo
+from chatapp.engine.modes import Mode, as_mode
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.speculative import DraftPlanner
@@ -34,6 +33,23 @@ LOCAL_CAPABILITIES = Capabilities(
 )
 
 
+class ContextModel(Protocol):
+    """What a context needs of its loaded model (loaded_model.LoadedModel, which makes
+    contexts: this module does not import it)."""
+
+    @property
+    def info(self) -> ModelInfo: ...
+    @property
+    def max_context(self) -> int: ...
+    @property
+    def tokenizer(self) -> ChatTokenizer: ...
+    @property
+    def constraints(self) -> ConstraintCompiler: ...
+    @property
+    def precision_in_effect(self) -> str | None: ...
+    def new_loop(self, mode: Mode) -> KVLoop: ...
+
+
 class ModelContext:
     """One sequence's state over `model`: a loop per mode asked for (made on first use), or
     the one loop it was given (a server slot's: every answer runs there, whatever the mode)."""
@@ -42,7 +58,7 @@ class ModelContext:
 
     def __init__(
         self,
-        model: LoadedModel,
+        model: ContextModel,
         mode: Mode | str = Mode.IOBINDING,
         loop: KVLoop | None = None,
         speculative: bool = False,

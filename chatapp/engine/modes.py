@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from chatapp.engine.errors import EngineError
+
 
 class Mode(StrEnum):
     NOCACHE = "nocache"  # every step runs the whole sequence so far with an empty past
@@ -61,3 +63,10 @@ CACHED_MODES: tuple[Mode, ...] = tuple(m for m in MODES if m.caches)
 def mode_label(mode: str) -> str:
     """A stored or given loop name as people read it; an unknown one as it is."""
     return Mode(mode).label if mode in MODES else mode
+
+
+def as_mode(mode: Mode | str) -> Mode:
+    """A loop name as given (the command line, settings, the history) as a Mode."""
+    if mode not in MODES:
+        raise EngineError(f"Unknown loop '{mode}'; choose one of {', '.join(MODES)}.")
+    return Mode(mode)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatapp.engine.bench.run import (
+    Runs,
     bench_prompt_ids,
     interleaved,
     loop_pair,
@@ -30,7 +31,6 @@ from chatapp.engine.bench.run import (
 )
 from chatapp.engine.bench.stats import compare_runs, summarize
 from chatapp.engine.chat import Message
-from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import MODES, Mode
@@ -185,12 +185,14 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
             [*messages, Message("user", request.prompt)], engine.max_context
         )
         modes = request.modes
+        # A context of its own (its own KV): the chat's cached prompt stays.
+        runner = engine.loaded.new_context(speculative=engine.speculative)
         yield ProgressLine(f"Warming up {_loops(modes)}…", 0.0)
         control.flush()
-        run_interleaved(engine, ids, WARMUP_TOKENS, modes=modes)
+        run_interleaved(runner, ids, WARMUP_TOKENS, modes=modes)
         repeats = max(1, request.repeats)
         yield ProgressLine(f"Run 1/{repeats}: {_loops(modes)}, one token each in turn…", 0.0)
-        first = yield from _run_streaming(engine, ids, request.max_new_tokens, control, modes)
+        first = yield from _run_streaming(runner, ids, request.max_new_tokens, control, modes)
         runs: dict[str, list[RunStats]] = {m: [first[m]] for m in modes}
         for r in range(2, repeats + 1):
             yield ProgressLine(f"Run {r}/{repeats} (the one above was run 1)…", (r - 1) / repeats)
@@ -198,7 +200,7 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
             # Who leads alternates, as in `chatapp bench`; the bar (and the time left) move
             # with every step, not only between runs (issue 47: "about 2 min left" stood still
             # from 15% to 66%).
-            gens = loop_pair(engine, ids, request.max_new_tokens, lambda: control.stopped, modes)
+            gens = loop_pair(runner, ids, request.max_new_tokens, lambda: control.stopped, modes)
             steps = request.max_new_tokens * len(modes)
             led = modes[(r - 1) % len(modes)]
             done = 0
@@ -229,10 +231,10 @@ def _loops(modes: tuple[Mode, ...]) -> str:
 
 
 def _run_streaming(
-    engine: Engine, ids: list[int], n: int, control: JobControl, modes: tuple[Mode, ...]
+    runner: Runs, ids: list[int], n: int, control: JobControl, modes: tuple[Mode, ...]
 ) -> Generator[StepFigures, None, dict[str, RunStats]]:
     """The loops in lockstep (fair on a busy machine), yielding each decode step's figures."""
-    gens = loop_pair(engine, ids, n, should_stop=lambda: control.stopped, modes=modes)
+    gens = loop_pair(runner, ids, n, should_stop=lambda: control.stopped, modes=modes)
     for mode, event in interleaved(gens):
         if event.index > 0 and not event.tail:
             t = event.timing
@@ -259,7 +261,9 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
         # The warm-up is the measurement: the cached loops on the first context.
         first = bench_prompt_ids(engine, request.prompt, fits[0] if fits else None)
         cached = tuple(m for m in request.modes if m.caches) or request.modes
-        warm = run_interleaved(engine, first, WARMUP_SWEEP_TOKENS, modes=cached)
+        # A context of its own (its own KV): the chat's cached prompt stays.
+        runner = engine.loaded.new_context(speculative=engine.speculative)
+        warm = run_interleaved(runner, first, WARMUP_SWEEP_TOKENS, modes=cached)
         costs = SweepCosts.from_run(warm[cached[-1]])
         total = costs.sweep_s(request) or 1.0
         done = 0.0
@@ -301,7 +305,7 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
                 )
                 control.flush()
                 gens = loop_pair(
-                    engine,
+                    runner,
                     ids,
                     request.max_new_tokens,
                     should_stop=lambda: control.stopped,

@@ -7,6 +7,7 @@ from pathlib import Path
 from chatapp.engine.engine import Engine
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
+from chatapp.engine.sampling import SamplingSettings
 from chatapp.session.compare_jobs import (
     DEFAULT_SWEEP,
     NOCACHE_SWEEP_MAX,
@@ -90,3 +91,20 @@ def test_a_comparisons_later_runs_move_the_bar_step_by_step(tiny_model_dir: Path
     later = list(dict.fromkeys(line.fraction for line in lines[second + 1 :]))
     assert len(later) == 6 * len(CACHED_MODES)  # one a step of each loop
     assert later == sorted(later) and 0.5 < later[0] < later[-1] < 1.0
+
+
+def test_a_comparison_runs_on_a_context_of_its_own_and_the_chat_keeps_its_cache(
+    tiny_model_dir: Path,
+) -> None:
+    host = EngineHost()
+    engine = host.engine = Engine(tiny_model_dir, threads=1, max_context=128)
+    greedy = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=6)
+    prompt = [1, 5, 9, 2, 7, 3, 8]
+    answer = engine.generate_ids(prompt, greedy, ignore_eos=True).run().token_ids
+    follow_up = [*prompt, *answer, 11, 12]
+    request = CompareRequest("Hi", max_new_tokens=4, repeats=1, modes=CACHED_MODES)
+    outcome = drive(compare_job(host, request))
+    assert outcome.error is None, outcome.message
+    # The comparison reset and ran its own loops; the chat's still holds its conversation.
+    again = engine.generate_ids(follow_up, greedy, ignore_eos=True).run()
+    assert again.reused_tokens == len(prompt) + len(answer) - 1

@@ -193,7 +193,7 @@ class LoadedModel:
         CPU session chooses (the folder's native one where the library runs) unless the user
         picked one; raises what starting it raised."""
         plan = replace(self.plan, failed=str(failure), freed=self.resident_estimate.total)
-        return _start(self.description, plan, self.tokenizer)
+        return _start(self.description, plan, self)
 
 
 def start_model(description: ModelDescription, plan: DevicePlan) -> LoadedModel:
@@ -204,10 +204,18 @@ def start_model(description: ModelDescription, plan: DevicePlan) -> LoadedModel:
 
 
 def _start(
-    description: ModelDescription, plan: DevicePlan, tokenizer: ChatTokenizer | None
+    description: ModelDescription, plan: DevicePlan, before: LoadedModel | None
 ) -> LoadedModel:
+    """`before`: the model this one replaces (its tokenizer and constraints are kept)."""
     precision = plan.precision or default_precision()
     check_precision(precision)
+    info = description.info  # its tokens: the same in every graph of the folder
+    tokenizer = before.tokenizer if before else ChatTokenizer(description.folder)
+    constraints = (
+        before.constraints
+        if before
+        else ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
+    )
     device, reason = _device(plan)
     refusal = attention_refusal(device, description.info) if reason is None else None
     if refusal is not None:
@@ -239,15 +247,12 @@ def _start(
                 f"{device.label} is not usable with this model; running on the CPU.",
             )
             continue
-        tokenizer = tokenizer or ChatTokenizer(description.folder)
         model = LoadedModel(
             description,
             session,
             weight_files,
             tokenizer,
-            ConstraintCompiler(
-                tokenizer.tok, description.info.eos_token_ids, description.info.vocab_size
-            ),
+            constraints,
             device,
             plan,
             precision,

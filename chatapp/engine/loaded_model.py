@@ -281,11 +281,13 @@ def _device(plan: DevicePlan) -> tuple[Device, str | None]:
 
 
 def _read_for_cpu(description: ModelDescription, plan: DevicePlan) -> ModelDescription:
-    """The description a CPU session runs: the same, unless it was read for a device and the
-    user picked no graph (the CPU may prefer the native one); then read again, through the
-    memory check."""
+    """The description a CPU session runs: the same where the CPU would choose its graph too
+    (the first memory check covered it: a device's need is never below the CPU's), else (a
+    native graph the CPU prefers) read again for the CPU, through the memory check."""
     if description.on_cpu or description.onnx_file is not None:
         return description
+    if description.cpu_same:
+        return replace(description, on_cpu=True)
     return open_model(description.folder, CPU.name, None, description.context, plan.freed)
 
 

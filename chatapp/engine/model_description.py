@@ -61,6 +61,8 @@ class ModelDescription:
     sampling: ModelSampling  # what the model suggests sampling with (its configs or a preset)
     # The graph the user picked (relative to the folder); None: chosen for the device.
     onnx_file: str | None = None
+    # The CPU would choose the same graph (so a fall-back there needs no second read).
+    cpu_same: bool = True
 
     @property
     def folder(self) -> Path:
@@ -109,6 +111,7 @@ def read_model(
             made_by_chatapp=read.made_by_chatapp,
         ),
         onnx_file=onnx_file,
+        cpu_same=read.cpu_same,
     )
 
 
@@ -138,6 +141,9 @@ def read_model_folder(
     decoder_file = check_configs(configs.config, configs.genai)
     folder = configs.folder
     candidates = graph_candidates(folder, onnx_file, decoder_file, native_preferred(on_cpu))
+    cpu_same = on_cpu or candidates == graph_candidates(
+        folder, onnx_file, decoder_file, native_preferred(True)
+    )
     tokenizer = tokenizer_bytes(folder)
     if configs.config is None and configs.genai is None:
         raise ModelError(f"{folder.name} has neither config.json nor genai_config.json.")
@@ -172,6 +178,7 @@ def read_model_folder(
             configs.generation,
             configs.made_by_chatapp,
             tokenizer,
+            cpu_same,
         )
     assert first_error is not None
     if len(candidates) > 1:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from chatapp.convert.converter import NATIVE_MODEL_FILE, ConvertOptions, convert_gguf
 from chatapp.engine import loaded_model, model_description
 from chatapp.engine.devices import CPU, Device, DeviceError, StartedSession
 from chatapp.engine.engine import Engine
@@ -23,6 +24,7 @@ from chatapp.engine.loaded_model import DevicePlan, LoadedModel, open_model, sta
 from chatapp.engine.model_context import ModelContext
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.folder_format.native_library import usable_isa
 
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=8)
 CONTEXT = 64
@@ -120,12 +122,27 @@ def test_each_reason_to_run_on_the_cpu_comes_from_start_model(
     reason = model.fallback_reason or ""
     assert all(part in reason for part in said), reason
     assert "\n" not in reason
-    # Read for the device, then for the CPU (which may prefer another graph): each read
-    # checked for memory, none without.
-    assert reads == [tiny_model_dir, tiny_model_dir] and len(checks) == len(reads)
+    # Read once, for the device: the CPU would choose the same graph (this folder has no
+    # native one), and the device's memory check covered the CPU's need.
+    assert reads == [tiny_model_dir] and len(checks) == 1
     assert model.description.on_cpu and model.max_context == CONTEXT
     tokens = ModelContext(model).generate_ids([1, 5, 9], GREEDY, ignore_eos=True).run()
     assert len(tokens.token_ids) == GREEDY.max_new_tokens
+
+
+@pytest.mark.skipif(usable_isa() is None, reason="native kernels not built here")
+def test_a_fallback_that_runs_another_graph_reads_it_through_the_memory_check(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = convert_gguf(tiny_gguf, tmp_path / "both", ConvertOptions(graph="both"))
+    fake_device(monkeypatch, GPU, RuntimeError("no driver"))
+    reads = counted(monkeypatch, model_description, "read_model_folder")
+    checks = counted(monkeypatch, loaded_model, "check_memory")
+    description = open_model(folder, "gpu-test", max_context=CONTEXT)
+    assert description.info.onnx_file == "model.onnx" and not description.cpu_same
+    model = start_model(description, DevicePlan("gpu-test", threads=1))
+    assert model.device is CPU and model.info.onnx_file == NATIVE_MODEL_FILE
+    assert reads == [folder, folder] and len(checks) == 2  # the second read checked too
 
 
 def test_a_device_not_offered_is_refused_where_the_plan_does_not_allow_the_cpu(

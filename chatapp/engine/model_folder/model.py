@@ -103,3 +103,5 @@ class FolderRead(NamedTuple):
     generation: dict[str, Any]  # generation_config.json ({} without one)
     made_by_chatapp: bool  # its manifest names chatapp's converter
     tokenizer_bytes: int  # the size of its tokenizer.json (0 without one)
+    # Read for a device: the CPU would try the same graphs (no native graph preferred there).
+    cpu_same: bool = True

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from chatapp.engine.backend import Capabilities
+from chatapp.engine.backend import BackendCard, Capabilities
 from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import (
@@ -30,6 +30,7 @@ from chatapp.engine.errors import (
 )
 from chatapp.engine.generation import Generation
 from chatapp.engine.guards import PRECISION_LABELS, default_precision
+from chatapp.engine.local_card import local_card
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
@@ -53,7 +54,11 @@ from chatapp.error_text import STATUS_LINE, first_line
 
 # A model run here: its tokenizer counts, its grammar constrains, its loops are chosen.
 LOCAL_CAPABILITIES = Capabilities(
-    counts_tokens=True, constrains_output=True, continues_answers=True, chooses_loop=True
+    counts_tokens=True,
+    constrains_output=True,
+    continues_answers=True,
+    chooses_loop=True,
+    calls_tools=True,
 )
 
 log = logging.getLogger(__name__)
@@ -400,6 +405,22 @@ class Engine:
     @property
     def chat_tokenizer(self) -> ChatTokenizer:
         return self.tokenizer
+
+    def card(self) -> BackendCard:
+        return local_card(
+            self.info.name,
+            self.device.label,
+            self.mode.label,
+            self.threads,
+            self.info.kv_bytes_per_token(),
+            self.kernels,
+            self.precision_in_effect,
+            self.max_context,
+            self.capabilities,
+        )
+
+    def close(self) -> None:
+        """Nothing held open: the owner drops the engine (EngineHost.close_engine)."""
 
     def count_tokens(self, messages: Sequence[Message], style: str = STYLE_TEMPLATE) -> int:
         """Exact, or for a chat far too long for the context a lower bound above it."""

@@ -54,7 +54,7 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
-class RemoteModel:
+class ServedModel:
     id: str
     owned_by: str
     context_length: int  # 0 when the server does not say
@@ -110,7 +110,7 @@ class RemoteClient:
     def close(self) -> None:
         self.http.close()
 
-    def models(self, timeouts: Timeouts | None = None) -> list[RemoteModel]:
+    def models(self, timeouts: Timeouts | None = None) -> list[ServedModel]:
         """GET /v1/models; `timeouts` replace the client's for this request."""
         timeout = _httpx_timeout(timeouts or self.timeouts)
         with (
@@ -277,13 +277,13 @@ def whole_as_chunk(data: dict[str, Any]) -> dict[str, Any]:
     return chunk
 
 
-def _model(entry: dict[str, Any]) -> RemoteModel:
+def _model(entry: dict[str, Any]) -> ServedModel:
     context = entry.get("max_model_len")  # vLLM and chatapp
     meta = entry.get("meta")  # llama.cpp's server: the model's trained context
     if not isinstance(context, int) and isinstance(meta, dict):
         context = meta.get("n_ctx") or meta.get("n_ctx_train")
     owned = entry.get("owned_by")
-    return RemoteModel(
+    return ServedModel(
         id=entry["id"][:500],
         owned_by=owned[:100] if isinstance(owned, str) else "",
         context_length=count(context) or 0,

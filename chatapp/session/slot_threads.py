@@ -19,7 +19,7 @@ from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.slots import SlotBatch, SlotLoop
 
 if TYPE_CHECKING:
-    from chatapp.engine.backend import Capabilities
+    from chatapp.engine.backend import BackendCard, Capabilities
     from chatapp.engine.chat import ChatTokenizer, Message
     from chatapp.engine.constraints import OutputFormat
     from chatapp.engine.engine import Engine
@@ -58,6 +58,15 @@ class OnSlot:
 
     def warm_up(self, mode: str | None = None) -> Iterator[WarmUpProgress]:
         return self.engine.warm_up(mode)
+
+    def count_tokens(self, messages: Sequence[Message], style: str = STYLE_TEMPLATE) -> int:
+        return self.engine.count_tokens(messages, style)
+
+    def card(self) -> BackendCard:
+        return self.engine.card()
+
+    def close(self) -> None:
+        """The slot is the batch's: the worker releases them all."""
 
     def chat(
         self,

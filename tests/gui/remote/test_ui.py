@@ -10,10 +10,11 @@ from pathlib import Path
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
-from chatapp.gui.compare.feature import COMPARE_UNAVAILABLE, CompareFeature
+from chatapp.gui.compare.feature import CompareFeature, compare_unavailable
 from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.remote.figures import LOOP_TIP, NOT_AVAILABLE
+from chatapp.gui.remote.figures import NOT_AVAILABLE
+from chatapp.remote.card import LOOP_ABSENT as LOOP_TIP
 from chatapp.session import formatting as fmt
 from chatapp.store import HistoryStore
 from tests.gui.conftest import LOAD_TIMEOUT_MS, greedy, send_and_wait, set_sampling
@@ -98,7 +99,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     note_label = figures.measured_note  # all its wrapped lines fit (the panel clipped them)
     qtbot.waitUntil(lambda: note_label.height() >= note_label.heightForWidth(note_label.width()))
     note = note_label.text()
-    for word in ("the loop", "device", "threads", "host↔device", "prompt perplexity", "run"):
+    for word in ("loop", "device", "threads", "host↔device", "prompt perplexity", "KV bytes"):
         assert word in note, word
     # chatapp serve's own figures, labelled as the server's.
     assert "Reported by the server" in figures.server_caption.text()
@@ -124,12 +125,13 @@ def test_the_comparison_is_unavailable_while_a_server_answers(
     assert feature is not None
     compare = feature.view
     assert compare.run_button.isEnabled()
-    connect(qtbot, window, served.url)
+    card = connect(qtbot, window, served.url)
     assert not compare.run_button.isEnabled() and not compare.sweep_button.isEnabled()
-    assert compare.status.text() == COMPARE_UNAVAILABLE
+    unavailable = compare_unavailable(card)  # where the card says the answers come from
+    assert compare.status.text() == unavailable and served.url in unavailable
     remote_ui(window).disconnect_action.trigger()
     assert window.chat.controller.remote is None and compare.run_button.isEnabled()
-    assert compare.status.text() != COMPARE_UNAVAILABLE
+    assert compare.status.text() != unavailable
     # The Remote server box has the way back too.
     connect(qtbot, window, served.url)
     button = remote_ui(window).figures.disconnect_button
@@ -137,7 +139,7 @@ def test_the_comparison_is_unavailable_while_a_server_answers(
     with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
         button.click()
     assert changed.args == [None] and window.chat.controller.remote is None
-    assert compare.status.text() != COMPARE_UNAVAILABLE
+    assert compare.status.text() != unavailable
 
 
 def test_disconnect_and_opening_a_model_return_to_the_local_model(

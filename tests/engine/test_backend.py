@@ -20,7 +20,8 @@ def test_a_local_card_reports_every_figure_and_describes_the_engine(tiny_model_d
     assert isinstance(card, BackendCard) and card.server is None
     assert card.name == engine.info.name and card.runs_on == "this machine"
     assert card.max_context == engine.max_context and card.capabilities.calls_tools
-    assert all(card.measure(key).reported and card.measure(key).how for key in FIGURES)
+    assert all(card.measure(key).reported for key in FIGURES)
+    assert {m.key for m in card.measures} == set(FIGURES)  # each one named, none absent
     assert card.fact("Device").value == engine.device.label
     assert card.fact("Loop").value == engine.mode.label
     assert card.fact("Threads").value == "1"

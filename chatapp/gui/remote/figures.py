@@ -252,7 +252,11 @@ class BackendFigures(QObject):
             if measure.missing and lacks:
                 panel.set_figure(key, text=NOT_AVAILABLE, tip=measure.missing, enabled=False)
             else:
-                panel.set_figure(key, tip=measure.how or self._local_tips[key], enabled=True)
+                # The card's words, else the ones the live figures just wrote (the panel's
+                # own where a last answer's "missing" words were left).
+                stale = bool(measure.missing) and panel.figure_tip(key) == measure.missing
+                tip = measure.how or (self._local_tips[key] if stale else None)
+                panel.set_figure(key, tip=tip, enabled=True)
 
 
 def _server_value(figures: Mapping[str, Any] | None, key: str, reader: Any) -> str:

@@ -5,9 +5,10 @@ shows every figure, and the way back."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from chatapp.engine.backend import BackendCard
+from chatapp.engine.backend import BackendCard, Measure
 from chatapp.engine.engine import Engine
 from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat.side_panel import FIGURES, SidePanel
@@ -67,6 +68,11 @@ def test_a_server_without_logprobs_or_usage(qtbot) -> None:
     assert panel.figures_box.prompt_perplexity_value.text() == NOT_AVAILABLE
     assert panel.figures_box.transfer_value.text() == NOT_AVAILABLE
 
+    # The next answer sends usage: the context is shown again, without the last one's reason.
+    panel.show_stats(replace(BARE, prompt_tokens=7))
+    assert panel.figures_box.context_value.isEnabled()
+    assert panel.figures_box.context_value.toolTip() != LLAMA_CPP.measure("context").missing
+
     figures.set_card(None)  # back to the local model
     assert not figures.box.isVisible() and panel.loop_box.isEnabled()
     for key in ("perplexity", "prompt_perplexity", "transfer", "context"):
@@ -108,7 +114,7 @@ def test_a_model_run_here_shows_every_figure_its_card_reports(qtbot, tiny_model_
     for key in FIGURES:
         label = value_label(panel, key)
         assert label.isEnabled() and label.text() not in (NOT_AVAILABLE, fmt.MISSING), key
-    assert panel.figures_box.ttft_value.toolTip() == card.measure("ttft").how
+    assert "prefill" in panel.figures_box.ttft_value.toolTip()  # the panel's own words
 
 
 def test_server_figures_read_like_the_panel(qtbot) -> None:
@@ -153,10 +159,6 @@ def test_prompt_perplexity_shows_what_a_chatapp_server_reported(qtbot) -> None:
 
 def test_a_card_without_a_figure_greys_it_with_its_reason(qtbot) -> None:
     """Whatever a card says is not reported is greyed with its words, not a type's."""
-    from dataclasses import replace
-
-    from chatapp.engine.backend import Measure
-
     card: BackendCard = replace(
         CHATAPP, measures=(*CHATAPP.measures[:1], Measure("tokens_per_second", absent="why not"))
     )

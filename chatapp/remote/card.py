@@ -9,6 +9,8 @@ answer (`own_figures`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from chatapp.engine.backend import BackendCard, Capabilities, Fact, Measure
 
 SERVER_CAPABILITIES = Capabilities(
@@ -54,10 +56,21 @@ MEASURES = (
 
 
 def server_card(
-    model: str, origin: str, context: int, own_figures: bool, notice: str | None
+    model: str,
+    origin: str,
+    context: int,
+    own_figures: bool,
+    notice: str | None,
+    described: Mapping[str, str] | None = None,
 ) -> BackendCard:
-    """`context`: 0 where the server does not say; `own_figures`: a chatapp server's."""
+    """`context`: 0 where the server does not say; `own_figures`: a chatapp server's;
+    `described`: the facts its own card gives (/v1/models: a chatapp server's engine)."""
+    told = dict(described or {})
     own = "the server's own, reported with each answer" if own_figures else NOT_REPORTED
+
+    def fact(label: str, absent: str) -> Fact:
+        return Fact(label, told.get(label), "" if label in told else absent)
+
     return BackendCard(
         name=model,
         runs_on=f"the server {origin}",
@@ -66,10 +79,10 @@ def server_card(
         capabilities=SERVER_CAPABILITIES,
         facts=(
             Fact("Server", origin),
-            Fact("Device", None, own),
-            Fact("Loop", None, LOOP_ABSENT),
-            Fact("Threads", None, own),
-            Fact("KV bytes per token", None, NOT_REPORTED),
+            fact("Device", own),
+            fact("Loop", LOOP_ABSENT),
+            fact("Threads", own),
+            fact("KV bytes per token", NOT_REPORTED),
             Fact("Context", str(context) if context else None, NOT_REPORTED),
         ),
         measures=MEASURES,

@@ -58,6 +58,9 @@ class ServedModel:
     id: str
     owned_by: str
     context_length: int  # 0 when the server does not say
+    # What a chatapp server's card says of its engine ("Device": "CPU", "Loop": ...), as
+    # short text; () from other servers.
+    facts: tuple[tuple[str, str], ...] = ()
 
 
 def api_base(url: str) -> str:
@@ -287,7 +290,27 @@ def _model(entry: dict[str, Any]) -> ServedModel:
         id=entry["id"][:500],
         owned_by=owned[:100] if isinstance(owned, str) else "",
         context_length=count(context) or 0,
+        facts=_card_facts(entry),
     )
+
+
+def _card_facts(entry: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """chatapp.card.facts of a /v1/models entry, keeping what a fact can be: a short
+    printable label and value (a hostile server's are cut or dropped)."""
+    own = entry.get("chatapp")
+    card = own.get("card") if isinstance(own, dict) else None
+    facts = card.get("facts") if isinstance(card, dict) else None
+    if not isinstance(facts, dict):
+        return ()
+    kept = []
+    for label, value in list(facts.items())[:MAX_FACTS]:
+        text = isinstance(label, str) and isinstance(value, str) and bool(value)
+        if text and 0 < len(label) <= 40 and label.isprintable() and value.isprintable():
+            kept.append((label, value[:200]))
+    return tuple(kept)
+
+
+MAX_FACTS = 16  # a card's facts: chatapp's have 7
 
 
 def count(value: Any) -> int | None:

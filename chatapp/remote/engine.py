@@ -160,7 +160,12 @@ class RemoteEngine:
 
     def card(self) -> BackendCard:
         return server_card(
-            self.model.id, self.server, self.max_context, self.is_chatapp, self.notice
+            self.model.id,
+            self.server,
+            self.max_context,
+            self.is_chatapp,
+            self.notice,
+            dict(self.model.facts),
         )
 
     def needs_warm_up(self, mode: str | None = None) -> bool:

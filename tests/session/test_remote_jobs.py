@@ -16,6 +16,7 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.remote import ServerListing
+from chatapp.remote.card import LOOP_ABSENT, server_card
 from chatapp.remote.engine import RemoteEngine, RemoteStats
 from chatapp.remote.errors import RemoteConnectionError, RemoteHTTPError
 from chatapp.session.answer import TOOLS_NOT_HERE
@@ -90,11 +91,17 @@ def test_a_servers_card_says_what_is_measured_here_and_why_not_the_rest(served: 
         assert "remote server" in card.measure(key).absent, key
     assert "log-probs" in card.measure("perplexity").missing  # when a server sends none
     assert "usage" in card.measure("context").missing
+    # chatapp serve describes its engine in /v1/models (its own card): the same words.
+    engine = served.worker.engine.card()
     for label in ("Device", "Loop", "Threads", "KV bytes per token"):
-        fact = card.fact(label)
-        assert fact.value is None and fact.absent, label
-    assert "reported with each answer" in card.fact("Device").absent  # chatapp serve's
+        assert card.fact(label).value == engine.fact(label).value is not None, label
     assert card.fact("Server").value == served.url
+    # A server that describes nothing (llama.cpp's, vLLM's): each fact says why it is absent.
+    bare = server_card("m.gguf", "http://127.0.0.1:8080", 0, False, None)
+    for label in ("Device", "Loop", "Threads", "KV bytes per token", "Context"):
+        fact = bare.fact(label)
+        assert fact.value is None and fact.absent, label
+    assert bare.fact("Loop").absent == LOOP_ABSENT and bare.max_context == 0
 
 
 def test_a_remote_answer_streams_without_a_context_report(

@@ -83,9 +83,26 @@ def _word(label: str) -> str:
     return label if label[:2].isupper() else label.lower()
 
 
+def loop_reason(card: BackendCard) -> str:
+    """Why the loop, device and threads are not chosen here (the card's words, else its
+    loop as the backend describes it)."""
+    loop = card.fact("Loop")
+    return loop.absent or (
+        f"{card.runs_on} runs its own {loop.value} loop on its own device and threads: not "
+        "chosen from here."
+    )
+
+
 def measured_note(card: BackendCard) -> str:
     ttft = card.measure("ttft").how
     lines = [f"{card.name} answers on {card.runs_on}."]
+    told = [
+        f"{_word(f.label)} {f.value}"
+        for f in card.facts
+        if f.value is not None and f.label not in ("Server", "Context")
+    ]
+    if told:
+        lines.append(f"It describes: {', '.join(told)}.")
     if ttft:
         lines.append(f"TTFT here: {ttft}.")
     missing = unreported_sentence(card)
@@ -162,11 +179,11 @@ class BackendFigures(QObject):
             panel.set_loaded(LoadedDevice(REMOTE, f"the server {where}", False, 0, card.name))
         elif was_server:
             panel.set_loaded(self._local_device)
-        loop = card.fact("Loop")
         chooses = card.capabilities.chooses_loop
-        panel.set_loop_unavailable(None if chooses else loop.absent)
+        reason = loop_reason(card)
+        panel.set_loop_unavailable(None if chooses else reason)
         panel.set_loop_title(self._loop_title if chooses else f"{self._loop_title} (the server's)")
-        self.loop_note.setText(loop.absent)
+        self.loop_note.setText(reason)
         self.loop_note.setVisible(not chooses)
         self.box.setVisible(card.server is not None)
         for key in FIGURES:

@@ -13,8 +13,8 @@ from chatapp.gui.chat.controller import State
 from chatapp.gui.compare.feature import CompareFeature, compare_unavailable
 from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.remote.figures import NOT_AVAILABLE
-from chatapp.remote.card import LOOP_ABSENT as LOOP_TIP
+from chatapp.gui.remote.figures import NOT_AVAILABLE, loop_reason
+from chatapp.remote.card import LOOP_ABSENT
 from chatapp.session import formatting as fmt
 from chatapp.store import HistoryStore
 from tests.gui.conftest import LOAD_TIMEOUT_MS, greedy, send_and_wait, set_sampling
@@ -67,7 +67,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     qtbot, window: MainWindow, served: Served
 ) -> None:
     panel = window.chat.side_panel
-    connect(qtbot, window, served.url)
+    card = connect(qtbot, window, served.url)
     set_sampling(window, greedy(12))
     send_and_wait(qtbot, window, "hello")
     # Measured here: shown.
@@ -90,7 +90,9 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
         panel.threads_spin,
     )
     for control in loop_controls:  # greyed with why, also after an answer re-set the tips
-        assert control.toolTip() == LOOP_TIP, control.objectName()
+        assert control.toolTip() == loop_reason(card), control.objectName()
+    # chatapp serve names its loop in its card: the reason says which it runs.
+    assert "IO-Binding" in loop_reason(card) and loop_reason(card) != LOOP_ABSENT
     figures = remote_ui(window).figures
     assert figures.box.isVisible()
     window.resize(1300, 850)
@@ -147,7 +149,7 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
 ) -> None:
     ui = remote_ui(window)
     assert not ui.disconnect_action.isEnabled()
-    connect(qtbot, window, served.url)
+    card = connect(qtbot, window, served.url)
     assert ui.disconnect_action.isEnabled()
     window.show_message("The server stopped answering.", "error")  # as a remote failure
     with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
@@ -158,7 +160,7 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     assert panel.loop_box.isEnabled() and panel.device_selector.isEnabled()
     assert not ui.figures.box.isVisible()
     assert "KV" in panel.loop_toggle.naive_button.toolTip()  # the local tips are back
-    assert panel.device_selector.toolTip() != LOOP_TIP and panel.threads_spin.toolTip()
+    assert panel.device_selector.toolTip() != loop_reason(card) and panel.threads_spin.toolTip()
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "hello")
     local = window.chat.conversation.messages[-1].figures

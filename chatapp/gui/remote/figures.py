@@ -87,15 +87,17 @@ def loop_reason(card: BackendCard) -> str:
     """Why the loop, device and threads are not chosen here (the card's words, else its
     loop as the backend describes it)."""
     loop = card.fact("Loop")
+    where = card.runs_on[:1].upper() + card.runs_on[1:]
     return loop.absent or (
-        f"{card.runs_on} runs its own {loop.value} loop on its own device and threads: not "
-        "chosen from here."
+        f"{where} runs its own {loop.value} loop on its own device and threads: not chosen "
+        "from here."
     )
 
 
 def measured_note(card: BackendCard) -> str:
+    """The box's note (its label above names the model and where it runs)."""
     ttft = card.measure("ttft").how
-    lines = [f"{card.name} answers on {card.runs_on}."]
+    lines = []
     told = [
         f"{_word(f.label)} {f.value}"
         for f in card.facts

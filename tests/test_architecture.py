@@ -665,3 +665,95 @@ def test_the_window_imports_no_feature() -> None:
     assert wrong == [], "\n".join(wrong)
     app_imports = graph["chatapp.gui.app"]
     assert any(_in(t, "chatapp.gui.chat") for t in app_imports), "the check sees imports"
+
+
+# A server answers through `Backend` (engine/backend.py) as the Engine does, and the window,
+# the session and the server read what it is and measures from its card: no module outside
+# chatapp/remote/ names a class of the remote package's own (RemoteEngine, its stats, events,
+# client, errors), imports one of its modules, or defines a Remote* mirror of one. Outside,
+# only the package's face counts (chatapp/remote/__init__.py: `__all__`), and of that face
+# only session/remote_jobs.py calls the factories that make a server's backend.
+REMOTE = "chatapp.remote"
+REMOTE_FACTORIES = frozenset({"connect", "list_models"})
+REMOTE_FACTORY_USER = "chatapp.session.remote_jobs"
+
+
+@cache
+def remote_face() -> frozenset[str]:
+    tree = ast.parse(modules()[REMOTE].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            names = ast.literal_eval(node.value)
+        elif isinstance(node, ast.AugAssign) and getattr(node.target, "id", "") == "__all__":
+            names = [*names, *ast.literal_eval(node.value)]
+    return frozenset(names)
+
+
+@cache
+def remote_classes() -> frozenset[str]:
+    """The classes defined in chatapp/remote/ that its face does not export."""
+    found = set()
+    for module, path in modules().items():
+        if module == REMOTE or module.startswith(REMOTE + "."):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            found |= {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    return frozenset(found - remote_face())
+
+
+def remote_type_uses(module: str, source: str) -> list[str]:
+    """Where `module` (outside chatapp/remote/) reaches past the remote package's face."""
+    if module == REMOTE or module.startswith(REMOTE + "."):
+        return []
+    hidden, found = remote_classes(), []
+    for node in ast.walk(ast.parse(source)):
+        where = f"{module}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            found += [f"{where} imports {a.name}" for a in node.names if a.name.startswith(REMOTE)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(REMOTE):
+            if node.module != REMOTE:
+                found.append(f"{where} imports {node.module}: only {REMOTE}'s face")
+                continue
+            for alias in node.names:
+                if alias.name in REMOTE_FACTORIES and module != REMOTE_FACTORY_USER:
+                    found.append(f"{where} makes a server's backend ({alias.name})")
+                elif alias.name not in remote_face():
+                    found.append(f"{where} imports {alias.name}, not on {REMOTE}'s face")
+        elif isinstance(node, ast.Name) and node.id in hidden:
+            found.append(f"{where} names {node.id}")
+        elif isinstance(node, ast.Attribute) and node.attr in hidden:
+            found.append(f"{where} names {node.attr}")
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Remote"):
+            found.append(f"{where} defines {node.name}, a mirror of a server's type")
+    return found
+
+
+def test_only_chatapp_remote_names_a_remote_type() -> None:
+    found = [
+        use
+        for module, path in modules().items()
+        for use in remote_type_uses(module, path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "\n".join(found)
+    assert not [name for name in remote_face() if name.startswith("Remote")]
+    assert {"RemoteEngine", "RemoteStats", "RemoteError"} <= remote_classes()
+
+
+def test_the_remote_rule_sees_each_way_past_the_face() -> None:
+    """Each way a module could lean on the server's classes again is caught."""
+    broken = {
+        "from chatapp.remote.engine import RemoteStats": "imports chatapp.remote.engine",
+        "from chatapp.remote import connect": "makes a server's backend",
+        "import chatapp.remote.client": "imports chatapp.remote.client",
+        "ok = isinstance(stats, RemoteStats)": "names RemoteStats",
+        "x = remote.engine.RemoteEngine": "names RemoteEngine",
+        "class RemoteSummary: ...": "defines RemoteSummary",
+        "from chatapp.remote import StreamReader": "not on chatapp.remote's face",
+    }
+    for source, words in broken.items():
+        found = remote_type_uses("chatapp.session.chat_jobs", source)
+        assert len(found) == 1 and words in found[0], (source, found)
+    factory = "from chatapp.remote import connect, list_models"
+    assert remote_type_uses(REMOTE_FACTORY_USER, factory) == []
+    assert remote_type_uses("chatapp.gui.remote.ui", "from chatapp.remote import api_base") == []

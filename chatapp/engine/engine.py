@@ -16,6 +16,7 @@ from typing import Any
 
 import onnxruntime as ort
 
+from chatapp.engine.backend import BackendCard
 from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, Message
 from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import Device
@@ -245,6 +246,12 @@ class Engine:
 
     def count_tokens(self, messages: Sequence[Message], style: str = STYLE_TEMPLATE) -> int:
         return self.context.count_tokens(messages, style)
+
+    def card(self) -> BackendCard:
+        return self.context.card()
+
+    def close(self) -> None:
+        """Nothing held open: the owner drops the engine (EngineHost.close_engine)."""
 
     # ---- a server's slots -----------------------------------------------------------------
     def slots(self, count: int, budget: int | None = None) -> SlotBatch:

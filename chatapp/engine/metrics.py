@@ -42,6 +42,12 @@ class RunStats:
     # Speculative decoding: per verifying run, the tokens it drafted and how many were kept.
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    # What a backend says beyond these (a server): the model that answered, where it names
+    # it; the server's own figures of this answer, where it sends them; and the AnswerFigures
+    # fields it cannot measure (None in the record, never 0).
+    model: str = ""
+    server_figures: dict[str, Any] | None = None
+    unmeasured: frozenset[str] = frozenset()
 
     @property
     def generated_tokens(self) -> int:

@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from chatapp.engine.backend import Capabilities
+from chatapp.engine.backend import BackendCard, Capabilities
 from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
+from chatapp.engine.devices import Device
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.generation import Generation
+from chatapp.engine.local_card import local_card
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode, as_mode
@@ -29,7 +31,11 @@ from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 
 # A model run here: its tokenizer counts, its grammar constrains, its loops are chosen.
 LOCAL_CAPABILITIES = Capabilities(
-    counts_tokens=True, constrains_output=True, continues_answers=True, chooses_loop=True
+    counts_tokens=True,
+    constrains_output=True,
+    continues_answers=True,
+    chooses_loop=True,
+    calls_tools=True,
 )
 
 
@@ -47,6 +53,12 @@ class ContextModel(Protocol):
     def constraints(self) -> ConstraintCompiler: ...
     @property
     def precision_in_effect(self) -> str | None: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def kernels(self) -> str: ...
     def new_loop(self, mode: Mode) -> KVLoop: ...
 
 
@@ -202,6 +214,23 @@ class ModelContext:
     @property
     def chat_tokenizer(self) -> ChatTokenizer:
         return self.model.tokenizer
+
+    def card(self) -> BackendCard:
+        model = self.model
+        return local_card(
+            model.info.name,
+            model.device.label,
+            self.mode.label,
+            model.threads,
+            model.info.kv_bytes_per_token(),
+            model.kernels,
+            model.precision_in_effect,
+            self.max_context,
+            self.capabilities,
+        )
+
+    def close(self) -> None:
+        """Nothing held open: its loops go with it (the model's owner drops the model)."""
 
     def count_tokens(self, messages: Sequence[Message], style: str = STYLE_TEMPLATE) -> int:
         """Exact, or for a chat far too long for the context a lower bound above it."""

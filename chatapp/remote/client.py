@@ -54,10 +54,13 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
-class RemoteModel:
+class ServedModel:
     id: str
     owned_by: str
     context_length: int  # 0 when the server does not say
+    # What a chatapp server's card says of its engine ("Device": "CPU", "Loop": ...), as
+    # short text; () from other servers.
+    facts: tuple[tuple[str, str], ...] = ()
 
 
 def api_base(url: str) -> str:
@@ -110,7 +113,7 @@ class RemoteClient:
     def close(self) -> None:
         self.http.close()
 
-    def models(self, timeouts: Timeouts | None = None) -> list[RemoteModel]:
+    def models(self, timeouts: Timeouts | None = None) -> list[ServedModel]:
         """GET /v1/models; `timeouts` replace the client's for this request."""
         timeout = _httpx_timeout(timeouts or self.timeouts)
         with (
@@ -277,17 +280,37 @@ def whole_as_chunk(data: dict[str, Any]) -> dict[str, Any]:
     return chunk
 
 
-def _model(entry: dict[str, Any]) -> RemoteModel:
+def _model(entry: dict[str, Any]) -> ServedModel:
     context = entry.get("max_model_len")  # vLLM and chatapp
     meta = entry.get("meta")  # llama.cpp's server: the model's trained context
     if not isinstance(context, int) and isinstance(meta, dict):
         context = meta.get("n_ctx") or meta.get("n_ctx_train")
     owned = entry.get("owned_by")
-    return RemoteModel(
+    return ServedModel(
         id=entry["id"][:500],
         owned_by=owned[:100] if isinstance(owned, str) else "",
         context_length=count(context) or 0,
+        facts=_card_facts(entry),
     )
+
+
+def _card_facts(entry: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """chatapp.card.facts of a /v1/models entry, keeping what a fact can be: a short
+    printable label and value (a hostile server's are cut or dropped)."""
+    own = entry.get("chatapp")
+    card = own.get("card") if isinstance(own, dict) else None
+    facts = card.get("facts") if isinstance(card, dict) else None
+    if not isinstance(facts, dict):
+        return ()
+    kept = []
+    for label, value in list(facts.items())[:MAX_FACTS]:
+        text = isinstance(label, str) and isinstance(value, str) and bool(value)
+        if text and 0 < len(label) <= 40 and label.isprintable() and value.isprintable():
+            kept.append((label, value[:200]))
+    return tuple(kept)
+
+
+MAX_FACTS = 16  # a card's facts: chatapp's have 7
 
 
 def count(value: Any) -> int | None:

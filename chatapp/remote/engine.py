@@ -15,16 +15,17 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from chatapp.engine.backend import Capabilities
+from chatapp.engine.backend import BackendCard
 from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.remote.client import RemoteClient, RemoteModel, Timeouts, count
+from chatapp.remote.card import SERVER_CAPABILITIES, server_card
+from chatapp.remote.client import RemoteClient, ServedModel, Timeouts, count
 from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError
 from chatapp.remote.reader import StreamReader
 
@@ -40,6 +41,10 @@ READER = "chatapp-remote-reader"  # the thread that reads an answer's stream
 FINISH = {"stop": "eos", "length": "length", "content_filter": "eos", "tool_calls": "eos"}
 # What only the server can measure (RemoteStats.to_dict()["unavailable"]).
 UNAVAILABLE = ("loop", "device", "transfer", "prompt_perplexity", "run/host split")
+# The AnswerFigures fields a client cannot measure (RunStats.unmeasured).
+UNMEASURED = frozenset(
+    {"h2d_bytes_per_token", "d2h_bytes_per_token", "prompt_perplexity", "reused_tokens"}
+)
 # One answer's text: 64 characters per token asked for (real tokens average about 4; the
 # longest vocabulary entries are ~64), at most the message box's own limit. What the window
 # can draw and save without freezing: 4 Mi characters kept its event loop busy for 200 ms.
@@ -52,14 +57,15 @@ MAX_FIGURE = 2**53  # a chatapp server's figures: larger numbers are not figures
 
 @dataclass
 class RemoteStats(RunStats):
-    """RunStats as seen from the client. `token_ids` stays empty: servers send text."""
+    """RunStats as seen from the client. `token_ids` stays empty: servers send text; the
+    figures only the server could measure are `unmeasured`, the prompt's size until the
+    server sends usage."""
 
     server: str = ""
-    model: str = ""
     received_tokens: int = 0  # counted from the stream (log-prob entries, else chunks)
     usage_tokens: int | None = None  # the server's own count, when it sends usage
     remote_finish_reason: str = ""  # as the server said it
-    server_figures: dict[str, Any] = field(default_factory=dict)  # a chatapp server's own
+    unmeasured: frozenset[str] = UNMEASURED | {"prompt_tokens"}
 
     @property
     def generated_tokens(self) -> int:
@@ -75,7 +81,7 @@ class RemoteStats(RunStats):
             server=self.server,
             model=self.model,
             remote_finish_reason=self.remote_finish_reason,
-            server_figures=self.server_figures,
+            server_figures=self.server_figures or {},
             unavailable=list(UNAVAILABLE),
         )
         return data
@@ -110,7 +116,7 @@ class RemoteEngine:
         should not wait as long as an answer may); raises a RemoteError saying why it cannot."""
         self.client = RemoteClient(url, api_key, timeouts)
         try:
-            self.models: list[RemoteModel] = self.client.models(listing_timeouts)
+            self.models: list[ServedModel] = self.client.models(listing_timeouts)
         except BaseException:
             self.client.close()
             raise
@@ -142,14 +148,25 @@ class RemoteEngine:
         self.client.close()
 
     # ---- the Backend protocol (engine/backend.py) ----------------------------------------
-    capabilities = Capabilities(
-        counts_tokens=False, constrains_output=False, continues_answers=False, chooses_loop=False
-    )
+    capabilities = SERVER_CAPABILITIES
     chat_tokenizer = None  # the server's tokenizer is the server's
 
     @property
     def answerer(self) -> str:
         return self.server
+
+    def count_tokens(self, messages: Sequence[Message], style: str = STYLE_TEMPLATE) -> int:
+        raise ValueError(f"{self.server} counts its own tokens")
+
+    def card(self) -> BackendCard:
+        return server_card(
+            self.model.id,
+            self.server,
+            self.max_context,
+            self.is_chatapp,
+            self.notice,
+            dict(self.model.facts),
+        )
 
     def needs_warm_up(self, mode: str | None = None) -> bool:
         return False  # a server warms up its own device
@@ -390,6 +407,7 @@ class RemoteGeneration:
             completion = count(usage.get("completion_tokens"))
             if prompt is not None:
                 self.stats.prompt_tokens = prompt
+                self.stats.unmeasured = UNMEASURED  # the prompt's size is the server's word
             if completion is not None:
                 self.stats.usage_tokens = completion
         figures = chunk.get("chatapp")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from chatapp.engine.errors import EngineError
+from chatapp.engine.backend import BackendError
+
+# A conversation longer than the server's context, in OpenAI's, vLLM's, llama.cpp's and
+# chatapp's words.
+CONTEXT_CODES = ("context_length_exceeded", "exceed_context_size_error")
 
 
-class RemoteError(EngineError):
+class RemoteError(BackendError):
     """Base class: the remote server could not be used (or not any further)."""
 
 
@@ -36,3 +40,4 @@ class RemoteHTTPError(RemoteError):
         super().__init__(message)
         self.status = status
         self.code = code
+        self.too_long = code in CONTEXT_CODES or (status == 400 and "context" in message.lower())

@@ -405,6 +405,8 @@ def _model_entry(worker: EngineWorker, name: str) -> dict[str, Any]:
             "layout": card.layout,
             "default_loop": card.default_mode,
             "parallel": card.parallel,
+            # The backend's card: its facts, and which figures each answer reports (or why not).
+            **({"card": card.backend.as_dict()} if card.backend is not None else {}),
         },
     }
 

@@ -60,6 +60,7 @@ from chatapp.session.jobs import Job, JobControl, JobThread
 from chatapp.session.slot_threads import SlotThreads
 
 if TYPE_CHECKING:
+    from chatapp.engine.backend import BackendCard
     from chatapp.engine.engine import Engine
     from chatapp.engine.metrics import RunStats
     from chatapp.engine.slots import SlotBatch, SlotLoop
@@ -81,6 +82,7 @@ class ModelCard:
     max_chars: int | None = None  # the most text the context can hold (request_limits.py)
     parallel: int = 1  # requests decoded together (--parallel)
     vocab_size: int = 0  # logits per token (the ids logit_bias may name)
+    backend: BackendCard | None = None  # what the engine measures (the model entry shows it)
 
 
 class EngineWorker:
@@ -386,6 +388,7 @@ class EngineWorker:
             max_chars=engine.tokenizer.max_chars(engine.max_context),
             parallel=self.parallel,
             vocab_size=engine.info.vocab_size,
+            backend=engine.card(),
         )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from chatapp.engine.backend import AnswerStream, Backend, TokenEvent
+from chatapp.engine.backend import AnswerStream, Backend, BackendError, TokenEvent
 from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message, ToolCall
 from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.errors import DeviceFailure, EngineError
@@ -36,7 +36,6 @@ from chatapp.engine.stops import StopBuffer
 from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
 from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
 from chatapp.engine.warm_up import WarmUpProgress
-from chatapp.remote.errors import RemoteError
 from chatapp.session.context import ContextReport, counter_for, fit_messages
 from chatapp.session.prompt_style import answer_stops
 
@@ -167,7 +166,7 @@ def answer(
     tokenizer = backend.chat_tokenizer
     if request.output_format is not None and not caps.constrains_output:
         raise ConstraintError(JSON_NOT_HERE)
-    if request.tools and tokenizer is None:
+    if request.tools and not caps.calls_tools:
         raise EngineError(TOOLS_NOT_HERE)
     if request.continue_last and not caps.continues_answers:
         raise EngineError(
@@ -212,7 +211,7 @@ def answer(
         yield from _release(stops.push(event.text, info), index, shown, calls)
     if tokens == 0 and stats.finish_reason == "stop" and not caps.counts_tokens:
         # Stopped while a server was silent: nothing to keep, the question goes back.
-        raise RemoteError(
+        raise BackendError(
             f"Stopped before {backend.answerer} sent anything; the question is back in the "
             "prompt box."
         )

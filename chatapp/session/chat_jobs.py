@@ -7,8 +7,8 @@ too): it yields the ContextReport (what of the conversation the model
 sees), the device's warm-up progress on its first answer there (WarmUpProgress), then one
 TokenItem per token (a last one without a token for text held back to the end), and returns
 an AnswerResult. The GUI receives them in batches and folds each batch's tokens into one
-TokenBatch. The backend is the host's: the local Engine, or a connected RemoteEngine, both a
-`Backend` (engine/backend.py); remote_jobs.py has the remote context policy.
+TokenBatch. The backend is the host's `Backend` (engine/backend.py): the local Engine, or a
+connected server's (remote_jobs.py, with its context policy); nothing here asks which.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from chatapp.engine.backend import Backend
+from chatapp.engine.backend import Backend, BackendError
 from chatapp.engine.chat import Message, ToolCall
 from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
@@ -28,8 +28,6 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.tool_calls import NO_TOOLS
 from chatapp.engine.warm_up import WarmUpProgress
-from chatapp.remote.engine import RemoteStats
-from chatapp.remote.errors import RemoteError
 from chatapp.session.answer import (
     AnswerDone,
     AnswerRequest,
@@ -44,7 +42,7 @@ from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.context import ContextReport
 from chatapp.session.jobs import Job, JobControl, JobResult, failed
 from chatapp.session.model_jobs import EngineHost
-from chatapp.session.remote_jobs import remote_message
+from chatapp.session.remote_jobs import backend_message
 from chatapp.session.tool_specs import ToolSpecError, choice_by_word
 
 log = logging.getLogger(__name__)
@@ -110,31 +108,25 @@ class StatsSnapshot:
 
     request_id: int
     figures: AnswerFigures
-    # A chatapp server's own figures of a remote answer (its loop, device, transfers).
+    # The backend's own figures of the answer, where it sends them (a chatapp server's loop,
+    # device, transfers).
     server_figures: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, request_id: int, stats: RunStats) -> StatsSnapshot:
-        server = stats.server_figures if isinstance(stats, RemoteStats) else None
+        server = stats.server_figures
         return cls(request_id, answer_figures(stats), dict(server) if server else None)
 
 
 def answer_figures(stats: RunStats, finish_reason: str | None = None) -> AnswerFigures:
-    """The record of an answer. A remote one leaves out what a client cannot measure (None,
-    not 0: the transfers, prompt perplexity, reused tokens, and the prompt's size when the
-    server sends no usage) and names the server's model."""
+    """The record of an answer: what the backend cannot measure is left out (None, not 0: a
+    server's transfers, prompt perplexity, reused tokens, and the prompt's size when it sends
+    no usage), and the model is named where the backend names it (a server's)."""
     figures = AnswerFigures.from_stats(stats, finish_reason)
-    if not isinstance(stats, RemoteStats):
+    unknown = {name: None for name in stats.unmeasured if name in AnswerFigures.names()}
+    if not unknown and not stats.model:
         return figures
-    return replace(
-        figures,
-        model=stats.model or None,
-        h2d_bytes_per_token=None,
-        d2h_bytes_per_token=None,
-        prompt_perplexity=None,
-        reused_tokens=None,
-        prompt_tokens=stats.prompt_tokens or None,
-    )
+    return replace(figures, model=stats.model or figures.model, **unknown)
 
 
 @dataclass(frozen=True)
@@ -212,8 +204,8 @@ def _items(delta: TextDelta) -> Iterator[TokenItem]:
 def _explain_generation(exc: BaseException) -> str:
     if isinstance(exc, DeviceFailure):  # the controller then restarts the model on the CPU
         return f"{exc} The next answer runs on the CPU."
-    if isinstance(exc, RemoteError):
-        return remote_message(exc)
+    if isinstance(exc, BackendError):
+        return backend_message(exc)
     if isinstance(exc, EngineError | ConstraintError):  # a JSON answer's schema, too
         return str(exc)
     if isinstance(exc, ToolSpecError):  # the Tools option's choice names no tool

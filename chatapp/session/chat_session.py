@@ -18,6 +18,8 @@ import gc
 from enum import Enum
 from pathlib import Path
 
+from chatapp.engine.backend import BackendCard, Capabilities
+from chatapp.engine.engine import LOCAL_CAPABILITIES
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
@@ -50,12 +52,7 @@ from chatapp.session.model_jobs import (
     load_job,
     named_figures,
 )
-from chatapp.session.remote_jobs import (
-    ConnectRequest,
-    RemoteSummary,
-    connect_job,
-    disconnect_job,
-)
+from chatapp.session.remote_jobs import ConnectRequest, connect_job, disconnect_job
 from chatapp.session.running import JobWatcher, RunningJob, Submit, YieldedBatch
 
 
@@ -88,8 +85,9 @@ class ChatObserver:
     def convert_planned(self, line: str) -> None: ...
     def converted(self, folder: Path) -> None: ...
     def convert_failed(self, message: str) -> None: ...
-    # A RemoteSummary (connected to a server), or None (back to the local model).
-    def backend_changed(self, remote: RemoteSummary | None) -> None: ...
+    # The card of a backend connected instead of the local model (a server), or None (back
+    # to the local model).
+    def backend_changed(self, card: BackendCard | None) -> None: ...
 
 
 class ChatSession:
@@ -102,7 +100,8 @@ class ChatSession:
         self.observers: list[ChatObserver] = []
         self.conversation = Conversation()
         self.model: ModelSummary | None = None  # the local model
-        self.remote: RemoteSummary | None = None  # the server answering instead, if any
+        # The card of the backend answering instead (a server's), if any.
+        self.remote: BackendCard | None = None
         self.state = State.NO_MODEL
         self.streaming_text = ""
         self.context: ContextReport | None = None
@@ -119,9 +118,14 @@ class ChatSession:
         self.observers.append(observer)
 
     @property
-    def backend(self) -> ModelSummary | RemoteSummary | None:
-        """What answers the chat: the connected server, else the local model."""
+    def backend(self) -> ModelSummary | BackendCard | None:
+        """What answers the chat: the connected backend's card, else the local model."""
         return self.remote if self.remote is not None else self.model
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend answering now can do (a model run here: everything)."""
+        return self.remote.capabilities if self.remote is not None else LOCAL_CAPABILITIES
 
     @property
     def busy(self) -> bool:
@@ -194,15 +198,15 @@ class ChatSession:
         self._set_state(State.READY if self.model is not None else State.NO_MODEL)
         return True
 
-    def _on_connected(self, summary: RemoteSummary) -> None:
-        self._set_remote(summary)
+    def _on_connected(self, card: BackendCard) -> None:
+        self._set_remote(card)
         self._set_state(State.READY)
 
-    def _set_remote(self, summary: RemoteSummary | None) -> None:
-        self.remote = summary
+    def _set_remote(self, card: BackendCard | None) -> None:
+        self.remote = card
         self._forget_context()  # the transcript's token counts were the local model's
         for o in list(self.observers):
-            o.backend_changed(summary)
+            o.backend_changed(card)
 
     # ---- chat -----------------------------------------------------------------------------
     def send(self, text: str, options: GenerationOptions) -> bool:
@@ -236,12 +240,12 @@ class ChatSession:
         return True
 
     def can_continue(self) -> bool:
-        """The last answer stopped at the token limit, and a local model could go on."""
+        """The last answer stopped at the token limit, and the backend can go on with it."""
         messages = self.conversation.messages
         last = messages[-1] if messages else None
         return (
             self.state is State.READY
-            and self.remote is None
+            and self.capabilities.continues_answers
             and last is not None
             and last.role == "assistant"
             and last.figures is not None
@@ -430,11 +434,13 @@ class ChatSession:
 
     def _named(self, figures: AnswerFigures) -> AnswerFigures:
         """An answer's figures name the model, variant and precision that wrote it."""
-        backend = self.backend
-        name = backend.name if backend else None
-        if not isinstance(backend, ModelSummary):  # a server's: no variant or precision of ours
-            return named_figures(figures, name, None)
-        return named_figures(figures, name, backend.precision, backend.onnx_file or None)
+        card, model = self.remote, self.model
+        if card is not None:  # the card's: a server names no variant or precision of ours
+            precision, variant = card.fact("Precision").value, card.fact("Variant").value
+            return named_figures(figures, card.name, precision, variant)
+        if model is None:
+            return named_figures(figures, None, None)
+        return named_figures(figures, model.name, model.precision, model.onnx_file or None)
 
     # ---- conversion (on the tool worker: it never touches the engine) -----------------------
     def convert_gguf(

@@ -1,7 +1,7 @@
 """The engine's one owner, and the jobs that open, convert and prepare models. No Qt.
 
-`EngineHost` holds the Engine of the window, and the remote server the chat talks to instead
-when one is connected (session/remote_jobs.py). Only jobs touch them, and the GUI's JobRunner
+`EngineHost` holds the Engine of the window, and the backend the chat talks to instead when
+one is connected (a server: session/remote_jobs.py). Only jobs touch them, and the GUI's JobRunner
 runs jobs one at a time on its worker thread, so each is only ever used from that thread: the
 chat, the comparison view, a model load and a served request never run at once.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chatapp.convert.errors import ConversionError
+from chatapp.engine.backend import Backend
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
@@ -27,7 +28,6 @@ from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
 from chatapp.engine.resident import dropping_sessions, return_freed_heap
 from chatapp.error_text import first_line
-from chatapp.remote.engine import RemoteEngine
 from chatapp.session.answer import fall_back_to_cpu
 from chatapp.session.jobs import NO_DETAILS, Job, JobAborted, JobControl, failed
 
@@ -40,12 +40,12 @@ PREPARATION_CANCELLED = (
 
 
 class EngineHost:
-    """Owns the loaded Engine (None before the first load) and the connected remote server
-    (None unless File > Connect to server); the chat uses the server while there is one."""
+    """Owns the loaded Engine (None before the first load) and a connected backend (None
+    unless File > Connect to server); the chat uses the connected one while there is one."""
 
     def __init__(self) -> None:
         self.engine: Engine | None = None
-        self.remote: RemoteEngine | None = None
+        self.remote: Backend | None = None  # connected instead of the local engine
         self.loaded: LoadRequest | None = None  # what opened `engine`, to open it again
         # Speculative decoding for the answers of every engine opened (the window's choice):
         # the engine reads it when an answer starts, so setting it needs no job.
@@ -79,12 +79,13 @@ class EngineHost:
             raise EngineError("No model is loaded yet.")
         return self.engine
 
-    def backend(self) -> Engine | RemoteEngine:
-        """What answers the chat: the remote server if connected, else the local engine."""
+    def backend(self) -> Backend:
+        """What answers the chat: the connected backend if any, else the local engine."""
         return self.remote if self.remote is not None else self.require()
 
-    def use_remote(self, remote: RemoteEngine | None) -> None:
-        """Chat with `remote` from now on (None: the local engine again)."""
+    def use_remote(self, remote: Backend | None) -> None:
+        """Chat with `remote` from now on (None: the local engine again); the one it
+        replaces is closed."""
         old, self.remote = self.remote, remote
         if old is not None and old is not remote:
             old.close()

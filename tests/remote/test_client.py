@@ -11,7 +11,7 @@ import pytest
 from chatapp.engine.chat import Message
 from chatapp.engine.errors import EngineError
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.remote.client import Timeouts, api_base
+from chatapp.remote.client import MAX_FACTS, Timeouts, _model, api_base
 from chatapp.remote.engine import RemoteEngine
 from chatapp.remote.errors import (
     RemoteAddressError,
@@ -247,3 +247,27 @@ def test_the_key_is_sent_as_a_bearer_header_and_flagged_over_plain_http(
     assert server.requests[0].headers["authorization"] == "Bearer sekrit-key"
     assert engine.notice is None  # loopback: the key does not leave the machine
     assert "sekrit" not in engine.server
+
+
+def test_a_servers_card_facts_keep_only_short_printable_text() -> None:
+    """A chatapp server's /v1/models entry describes its engine; a hostile one's facts are
+    cut or dropped, never shown whole (the window prints them in the side panel)."""
+    facts = {
+        "Device": "CPU",
+        "Loop": "IO-Binding",
+        "Threads": 4,  # not text
+        "Precision": None,
+        "x" * 41: "a label too long",
+        "Kernels": "A" * 5000,
+        "Bell": "ring\x07",
+        "": "no label",
+        **{f"extra {i}": "v" for i in range(100)},
+    }
+    entry = {"id": "m", "owned_by": "chatapp", "chatapp": {"card": {"facts": facts}}}
+    kept = dict(_model(entry).facts)
+    assert kept["Device"] == "CPU" and kept["Loop"] == "IO-Binding"
+    assert len(kept["Kernels"]) == 200 and "Threads" not in kept and "Precision" not in kept
+    assert "Bell" not in kept and "" not in kept and "x" * 41 not in kept
+    assert len(kept) <= MAX_FACTS
+    for hostile in ({"chatapp": "no"}, {"chatapp": {"card": []}}, {"chatapp": {"card": {}}}):
+        assert _model({"id": "m", **hostile}).facts == ()

@@ -50,6 +50,14 @@ def test_models_lists_the_served_model(served: Served) -> None:
     assert entry["max_model_len"] == 512
     assert entry["chatapp"]["device"] == "cpu" and entry["chatapp"]["default_loop"] == "iobinding"
     assert entry["chatapp"]["parallel"] == 1  # requests decoded together (--parallel)
+    # The engine's card: what it is and which figures each answer reports.
+    card = entry["chatapp"]["card"]
+    assert card["runs_on"] == "this machine" and card["max_context"] == 512
+    assert card["facts"]["Device"] == entry["chatapp"]["device_label"]
+    assert card["facts"]["Loop"] == "IO-Binding"
+    measures = card["measures"]
+    assert {"ttft", "tokens_per_second", "perplexity", "transfer"} <= set(measures)
+    assert all(m == {"reported": True} for m in measures.values())
     one = httpx2.get(f"{served.api}/models/varied-llama", trust_env=False)
     assert one.json()["id"] == "varied-llama"
 

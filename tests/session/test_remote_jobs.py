@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from chatapp.engine.backend import BackendCard
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.remote import ServerListing
+from chatapp.remote.card import LOOP_ABSENT, server_card
 from chatapp.remote.engine import RemoteEngine, RemoteStats
 from chatapp.remote.errors import RemoteConnectionError, RemoteHTTPError
 from chatapp.session.answer import TOOLS_NOT_HERE
@@ -30,12 +33,10 @@ from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.model_jobs import EngineHost, LoadRequest, load_job
 from chatapp.session.remote_jobs import (
     ConnectRequest,
-    RemoteSummary,
-    ServerListing,
+    backend_message,
     connect_job,
     disconnect_job,
     list_models_job,
-    remote_message,
 )
 from tests.serving import Served, serving
 from tests.session.drive import drive
@@ -54,7 +55,7 @@ def served(varied_model_dir: Path) -> Iterator[Served]:
 def connected(served: Served) -> EngineHost:
     host = EngineHost()
     out = drive(connect_job(host, ConnectRequest(served.url)))
-    assert isinstance(out.result, RemoteSummary), out.message
+    assert isinstance(out.result, BackendCard), out.message
     return host
 
 
@@ -73,13 +74,34 @@ def test_a_request_never_shows_its_key() -> None:
 
 def test_connecting_makes_the_server_the_chat_backend(served: Served) -> None:
     host = connected(served)
-    summary = drive(connect_job(host, ConnectRequest(served.api))).result
-    assert summary.name == "varied-llama" and summary.max_context == 512
-    assert summary.is_chatapp and summary.device == "remote"
-    assert summary.base_url == served.api and "varied-llama on http://127.0.0.1" in (
-        summary.description
-    )
+    card = drive(connect_job(host, ConnectRequest(served.api))).result
+    assert card.name == "varied-llama" and card.max_context == 512
+    assert card.own_figures and card.server == served.url  # chatapp serve reports its own
+    assert "varied-llama on http://127.0.0.1" in card.description
     assert isinstance(host.backend(), RemoteEngine) and host.engine is None
+    assert host.backend().card() == card
+
+
+def test_a_servers_card_says_what_is_measured_here_and_why_not_the_rest(served: Served) -> None:
+    card = drive(connect_job(EngineHost(), ConnectRequest(served.api))).result
+    assert not card.capabilities.chooses_loop and not card.capabilities.calls_tools
+    measured = {m.key for m in card.measures if m.reported}
+    assert measured == {"ttft", "tokens_per_second", "perplexity", "context"}
+    for key in ("prompt_perplexity", "transfer"):  # only the server could count them
+        assert "remote server" in card.measure(key).absent, key
+    assert "log-probs" in card.measure("perplexity").missing  # when a server sends none
+    assert "usage" in card.measure("context").missing
+    # chatapp serve describes its engine in /v1/models (its own card): the same words.
+    engine = served.worker.engine.card()
+    for label in ("Device", "Loop", "Threads", "KV bytes per token"):
+        assert card.fact(label).value == engine.fact(label).value is not None, label
+    assert card.fact("Server").value == served.url
+    # A server that describes nothing (llama.cpp's, vLLM's): each fact says why it is absent.
+    bare = server_card("m.gguf", "http://127.0.0.1:8080", 0, False, None)
+    for label in ("Device", "Loop", "Threads", "KV bytes per token", "Context"):
+        fact = bare.fact(label)
+        assert fact.value is None and fact.absent, label
+    assert bare.fact("Loop").absent == LOOP_ABSENT and bare.max_context == 0
 
 
 def test_a_remote_answer_streams_without_a_context_report(
@@ -96,9 +118,8 @@ def test_a_remote_answer_streams_without_a_context_report(
     assert "".join(i.text for i in out.items) == result.text
     assert out.flushed_at[0] == 1  # the first token went out at once
     stats = result.stats
-    assert isinstance(stats, RemoteStats)
-    # The window's loop is not sent: the server used its own default.
-    assert stats.server_figures["loop"] == "iobinding"
+    # The window's loop is not sent: the server used its own default, in its own figures.
+    assert stats.server_figures is not None and stats.server_figures["loop"] == "iobinding"
 
 
 def test_remote_figures_leave_out_what_a_client_cannot_measure(served: Served) -> None:
@@ -159,10 +180,10 @@ def test_a_conversation_too_long_for_the_server_says_what_to_do() -> None:
     exc = RemoteHTTPError(
         "http://gpu:8000 answered 400: the prompt is too long", 400, "context_length_exceeded"
     )
-    text = remote_message(exc)
+    text = backend_message(exc)
     assert text.startswith("http://gpu:8000 answered 400") and "start a new chat" in text
     other = RemoteHTTPError("http://gpu:8000 answered 400: temperature must be <= 2", 400)
-    assert remote_message(other) == str(other)
+    assert backend_message(other) == str(other)
 
 
 def test_an_overlong_conversation_against_chatapp_serve(served: Served) -> None:

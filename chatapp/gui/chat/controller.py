@@ -16,6 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from chatapp.engine.backend import BackendCard, Capabilities
 from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.gui.common.qtcompat import emit
@@ -26,7 +27,7 @@ from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.context import ContextReport
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import EngineHost, ModelSummary
-from chatapp.session.remote_jobs import ConnectRequest, RemoteSummary
+from chatapp.session.remote_jobs import ConnectRequest
 
 __all__ = ["ChatController", "GenerationOptions", "State"]
 
@@ -49,8 +50,8 @@ class ChatController(QObject):
     sig_convert_planned = Signal(str)  # what the conversion will take (disk, memory)
     sig_converted = Signal(object)  # Path
     sig_convert_failed = Signal(str)
-    # The chat's backend changed: a RemoteSummary (connected to a server), or None (back to
-    # the local model). A failed connection comes as sig_load_failed.
+    # The chat's backend changed: the BackendCard of one connected (a server), or None (back
+    # to the local model). A failed connection comes as sig_load_failed.
     sig_backend_changed = Signal(object)
 
     def __init__(
@@ -88,12 +89,17 @@ class ChatController(QObject):
         return self.session.model
 
     @property
-    def remote(self) -> RemoteSummary | None:
+    def remote(self) -> BackendCard | None:
+        """The card of the backend answering instead of the local model (a server's)."""
         return self.session.remote
 
     @property
-    def backend(self) -> ModelSummary | RemoteSummary | None:
+    def backend(self) -> ModelSummary | BackendCard | None:
         return self.session.backend
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.session.capabilities
 
     @property
     def busy(self) -> bool:
@@ -227,5 +233,5 @@ class _Signals(ChatObserver):
     def convert_failed(self, message: str) -> None:
         emit(self.c.sig_convert_failed, message)
 
-    def backend_changed(self, remote: RemoteSummary | None) -> None:
-        emit(self.c.sig_backend_changed, remote)
+    def backend_changed(self, card: BackendCard | None) -> None:
+        emit(self.c.sig_backend_changed, card)

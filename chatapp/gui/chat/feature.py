@@ -165,8 +165,8 @@ class ChatFeature(QObject):
             str(selector.itemData(i, Qt.ItemDataRole.ToolTipRole)) for i in range(selector.count())
         ]
         rows = [("Devices here", ", ".join(labels))] if labels else []
-        if c.remote is not None:
-            rows.append(("Server", c.remote.description))
+        if c.remote is not None:  # a backend connected instead: its card
+            rows.append(("Answers from", c.remote.description))
         if model is None:
             return [*rows, ("Model", "none loaded")]
         return [
@@ -286,7 +286,9 @@ class ChatFeature(QObject):
         settings = conversation.settings
         model = self.controller.model
         was = conversation.model or (settings.model if settings is not None else None)
-        if self.controller.remote is None and model is not None and was and was != model.name:
+        # Only where the local model answers: a connected backend's chats name its model.
+        local = self.controller.remote is None
+        if local and model is not None and was and was != model.name:
             folder = library_folder(models_dir(), was)
             action = None if folder is None else (f"Load {was}", lambda: self.open_model(folder))
             text = reopened_text(was, model.name, model.max_context)

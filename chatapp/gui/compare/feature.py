@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QSizePolicy
 
+from chatapp.engine.backend import BackendCard
 from chatapp.gui.chat.controller import State
 from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.compare.view import CompareView
@@ -19,11 +20,16 @@ from chatapp.store.compare_results import default_results_path
 if TYPE_CHECKING:
     from chatapp.gui.main_window import MainWindow
 
-# Shown in the comparison's status line while answers come from a server.
+# Shown in the comparison's status line while what answers runs a loop of its own (a
+# server's card says where it runs).
 COMPARE_UNAVAILABLE = (
-    "The comparison is not available with a remote server: it runs both loops of a model on "
-    "this machine, and a server shows neither. Disconnect (File menu) to compare."
+    "The comparison is not available while {}: it runs both loops of a model on this "
+    "machine, and that backend shows neither. Disconnect (File menu) to compare."
 )
+
+
+def compare_unavailable(card: BackendCard) -> str:
+    return COMPARE_UNAVAILABLE.format(f"answers come from {card.runs_on}")
 
 
 class CompareFeature(QObject):
@@ -55,12 +61,15 @@ class CompareFeature(QObject):
 
     @Slot()
     def _update(self, _state: object = None) -> None:
-        # The comparison runs both loops of a local model: not a remote server's.
-        self.view.set_available(self.chat.state is State.READY and self.chat.remote is None)
+        # The comparison runs both loops of a model: only where the loop is chosen here.
+        chooses = self.chat.capabilities.chooses_loop
+        self.view.set_available(self.chat.state is State.READY and chooses)
 
     @Slot(object)
-    def _on_backend_changed(self, remote: object) -> None:
-        self.view.status.setText(COMPARE_UNAVAILABLE if remote is not None else self._local_status)
+    def _on_backend_changed(self, card: BackendCard | None) -> None:
+        chooses = card is None or card.capabilities.chooses_loop
+        status = self._local_status if card is None or chooses else compare_unavailable(card)
+        self.view.status.setText(status)
         self._update()
 
 

@@ -40,11 +40,11 @@ class SpeculativeFeature(QObject):
 
     @Slot()
     def _update(self, _state: object = None) -> None:
-        # Both answers run on this machine's model: not a remote server's.
-        model = self.chat.model
+        # Both answers run on this machine's model, with its loop chosen here.
+        model, chooses = self.chat.model, self.chat.capabilities.chooses_loop
         self.view.set_available(
-            self.chat.state is State.READY and self.chat.remote is None,
-            model.speculation_refusal if model is not None and self.chat.remote is None else None,
+            self.chat.state is State.READY and chooses,
+            model.speculation_refusal if model is not None and chooses else None,
         )
 
 

@@ -30,13 +30,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.engine.backend import BackendError
 from chatapp.gui.common.settings import read_json_object
 from chatapp.gui.common.theme import ColorPick, set_text_color
 from chatapp.gui.common.workers import JobError, JobHandle
-from chatapp.remote.client import api_base
-from chatapp.remote.engine import key_notice
-from chatapp.remote.errors import RemoteAddressError
-from chatapp.session.remote_jobs import ConnectRequest, ServerListing
+from chatapp.remote import ServerListing, api_base, key_notice
+from chatapp.session.remote_jobs import ConnectRequest
 
 KEY_NOT_SAVED = "Not saved to disk; kept in memory until chatapp closes."
 KEY_SAVED = "Saved unencrypted in chatapp's settings file; untick to forget it."
@@ -167,7 +166,7 @@ class ConnectDialog(QDialog):
     def fetch_models(self) -> None:
         try:
             api_base(self.url())
-        except RemoteAddressError as exc:
+        except BackendError as exc:
             self._set_status(str(exc), ERROR_STYLE)
             return
         self._clear_models()
@@ -224,7 +223,7 @@ class ConnectDialog(QDialog):
     def _update_notice(self) -> None:
         try:
             text = key_notice(api_base(self.url()), self.api_key())
-        except RemoteAddressError:
+        except BackendError:
             text = None
         self.notice.setText(text or "")
         self.notice.setVisible(bool(text))
@@ -244,7 +243,7 @@ def key_of(url: str) -> str:
     """The address as the session's key memory files it (the API base, or the text)."""
     try:
         return api_base(url)
-    except RemoteAddressError:
+    except BackendError:
         return url
 
 

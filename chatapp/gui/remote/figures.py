@@ -1,11 +1,13 @@
-"""The side panel while a remote server answers: what a client measures, what it cannot.
+"""The side panel from a backend's card: what it measures, and why not the rest.
 
-Time to first token, tokens/s, the latency chart and perplexity (when the server sends
-log-probs) are measured here as tokens arrive and stay in the panel. What only the server can
-know (`chatapp.remote.engine.UNAVAILABLE`: the loop, the device and its threads, host↔device
-bytes, prompt perplexity, the run / host split) is greyed with a word on why, never shown as
-0. A chatapp server's own figures of the last answer (its loop, device, transfers, its own
-TTFT and speed) get a box of their own, labelled as the server's.
+A connected backend (a server) hands the window its `BackendCard` (engine/backend.py). Each
+figure of the panel is shown, explained or greyed as the card says: time to first token,
+tokens/s and perplexity (when log-probs come) as the card explains them; what the backend
+never reports (a server's host↔device bytes, its prompt perplexity) greyed with the card's
+reason, never shown as 0; what an answer came without (no log-probs, no usage) greyed with
+the card's word on why. Facts the card has no value for (a server's loop, device, threads)
+are named in one note. A backend that reports its own figures of each answer (a chatapp
+server: its loop, device, transfers, TTFT and speed) gets a box of rows, labelled as its own.
 """
 
 from __future__ import annotations
@@ -25,49 +27,37 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from chatapp.engine.backend import BackendCard
 from chatapp.engine.figures import AnswerFigures
 from chatapp.gui.chat.side_panel import FIGURES, SidePanel
 from chatapp.gui.common.theme import muted
-from chatapp.remote.engine import UNAVAILABLE
 from chatapp.session import formatting as fmt
 from chatapp.session.formatting import REMOTE
 from chatapp.session.loop_notes import LoadedDevice
-from chatapp.session.remote_jobs import RemoteSummary
 from chatapp.units import fmt_bytes
 
 NOT_AVAILABLE = "n/a"
-UNAVAILABLE_WORDS = {
-    "loop": "the loop",
-    "device": "the device and its threads",
-    "transfer": "host↔device bytes",
+# A figure of the panel in words (the note on what the card does not report).
+FIGURE_WORDS = {
+    "ttft": "time to first token",
+    "tokens_per_second": "tokens/s",
+    "perplexity": "perplexity",
     "prompt_perplexity": "prompt perplexity",
-    "run/host split": "the run / host split",
+    "transfer": "host↔device bytes",
+    "context": "the context used",
 }
-MEASURED_HERE = (
-    "Measured here as the tokens arrive: TTFT includes the network both ways and the "
-    "server's queue and prefill. Not measurable from a client: {}."
-)
-PROMPT_PERPLEXITY_TIP = (
-    "Not available from a remote server: it needs the log-probs of the prompt, which the "
-    "OpenAI API does not return."
-)
+# The AnswerFigures field whose absence a card's `missing` words explain.
+ANSWER_FIELDS = {
+    "ttft": "ttft_s",
+    "tokens_per_second": "tokens_per_s",
+    "perplexity": "perplexity",
+    "prompt_perplexity": "prompt_perplexity",
+    "context": "prompt_tokens",
+}
 SERVER_PROMPT_PERPLEXITY_TIP = (
     "Reported by the server (chatapp serve) for the last answer: how surprised its model was "
     "by the prompt, measured there."
 )
-TRANSFER_TIP = (
-    "Not available from a remote server: host↔device bytes are counted inside the engine, on "
-    "the server."
-)
-LOOP_TIP = (
-    "The server runs its own loop on its own device and threads: not chosen or seen from here."
-)
-NO_LOGPROBS_TIP = "The server sent no log-probs, so perplexity is not available."
-NO_USAGE_TIP = "The server sent no token counts (usage), so the context used is not known."
-REMOTE_TIPS = {
-    "ttft": "Request sent → first token received: network, the server's queue, its prefill",
-    "speed": "Tokens after the first / the time they took to arrive, measured here",
-}
 # (caption, key in the server's `chatapp` field, how it reads)
 SERVER_ROWS: tuple[tuple[str, str, Any], ...] = (
     ("Loop", "loop", fmt.mode_label),
@@ -80,23 +70,63 @@ SERVER_ROWS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
-def unavailable_sentence() -> str:
-    return ", ".join(UNAVAILABLE_WORDS.get(key, key) for key in UNAVAILABLE)
+def unreported_sentence(card: BackendCard) -> str:
+    """What the card has no value for, in words: its facts without one (the loop, the
+    device...), then the figures it never reports."""
+    facts = [_word(f.label) for f in card.facts if f.value is None]
+    figures = [FIGURE_WORDS.get(m.key, m.key) for m in card.measures if not m.reported]
+    return ", ".join(facts + figures)
 
 
-class RemoteFigures(QObject):
-    """Switches the side panel between local and remote figures, through the panel's own
-    methods (gui/chat/side_panel.py): its box goes where the panel offers one."""
+def _word(label: str) -> str:
+    """A fact's label inside a sentence ("Device" -> "device"; "KV bytes" stays)."""
+    return label if label[:2].isupper() else label.lower()
+
+
+def loop_reason(card: BackendCard) -> str:
+    """Why the loop, device and threads are not chosen here (the card's words, else its
+    loop as the backend describes it)."""
+    loop = card.fact("Loop")
+    where = card.runs_on[:1].upper() + card.runs_on[1:]
+    return loop.absent or (
+        f"{where} runs its own {loop.value} loop on its own device and threads: not chosen "
+        "from here."
+    )
+
+
+def measured_note(card: BackendCard) -> str:
+    """The box's note (its label above names the model and where it runs)."""
+    ttft = card.measure("ttft").how
+    lines = []
+    told = [
+        f"{_word(f.label)} {f.value}"
+        for f in card.facts
+        if f.value is not None and f.label not in ("Server", "Context")
+    ]
+    if told:
+        lines.append(f"It describes: {', '.join(told)}.")
+    if ttft:
+        lines.append(f"TTFT here: {ttft}.")
+    missing = unreported_sentence(card)
+    if missing:
+        lines.append(f"Not reported by it: {missing}.")
+    return " ".join(lines)
+
+
+class BackendFigures(QObject):
+    """Renders a card on the side panel through the panel's own methods
+    (gui/chat/side_panel.py); its box goes where the panel offers one. `set_card(None)`: the
+    local model's panel as it was."""
 
     def __init__(self, panel: SidePanel) -> None:
         super().__init__(panel)
         self.panel = panel
-        self.remote: RemoteSummary | None = None
+        self.card: BackendCard | None = None
         self._server_figures: Mapping[str, Any] | None = None  # the last answer's, if sent
         self.box = self._build_box(panel)
         panel.add_backend_box(self.box)
         self.box.hide()
-        self.loop_note = _note(LOOP_TIP, panel)
+        self.loop_note = _note("", panel)
         self.loop_note.setObjectName("remoteLoopNote")
         self.loop_note.hide()
         panel.add_loop_note(self.loop_note)
@@ -106,13 +136,13 @@ class RemoteFigures(QObject):
         panel.sig_figures_shown.connect(self._on_figures_shown)
 
     def _build_box(self, panel: SidePanel) -> QGroupBox:
-        box = QGroupBox("Remote server", panel)
+        box = QGroupBox("Answers from", panel)
         box.setObjectName("remoteServerBox")
         layout = QVBoxLayout(box)
         self.server_label = _note("", box)
         self.server_label.setObjectName("remoteServerLabel")
         self.server_label.setStyleSheet("")
-        self.measured_note = _note(MEASURED_HERE.format(unavailable_sentence()), box)
+        self.measured_note = _note("", box)
         self.measured_note.setObjectName("remoteMeasuredNote")
         self.server_caption = _note("", box)
         self.server_caption.setObjectName("serverFiguresCaption")
@@ -129,73 +159,85 @@ class RemoteFigures(QObject):
         for widget in (self.server_label, self.measured_note, self.server_caption):
             layout.addWidget(widget)
         layout.addWidget(self.server_rows)
-        # The way back, where the remote figures are (File > Disconnect does the same).
+        # The way back, where the backend's figures are (File > Disconnect does the same).
         self.disconnect_button = QPushButton("Disconnect: use the local model", box)
         self.disconnect_button.setObjectName("remoteDisconnectButton")
         layout.addWidget(self.disconnect_button)
         return box
 
     # ---- switching ----------------------------------------------------------------------------
-    def set_remote(self, summary: RemoteSummary | None) -> None:
-        """Remote figures for `summary`'s server, or (None) the local panel as it was."""
+    def set_card(self, card: BackendCard | None) -> None:
+        """The panel as `card` says, or (None) the local panel as it was."""
         panel = self.panel
-        was_remote, self.remote = self.remote is not None, summary
-        remote = summary is not None
-        if remote and not was_remote:
+        had, self.card = self.card, card
+        if card is None:
+            self._restore(had is not None and had.server is not None)
+            return
+        was_server = had is not None and had.server is not None
+        if not was_server:
             self._local_device = panel.loaded()  # what answers after Disconnect
-        if summary is not None:
-            panel.set_loaded(
-                LoadedDevice(REMOTE, f"the server {summary.server}", False, 0, summary.name)
-            )
-        elif was_remote:
+        where = card.server or card.runs_on
+        if card.server is not None:  # the device line names where it runs
+            panel.set_loaded(LoadedDevice(REMOTE, f"the server {where}", False, 0, card.name))
+        elif was_server:
             panel.set_loaded(self._local_device)
-        panel.set_loop_unavailable(LOOP_TIP if remote else None)
-        panel.set_loop_title(f"{self._loop_title} (the server's)" if remote else self._loop_title)
-        self.loop_note.setVisible(remote)
-        self.box.setVisible(remote)
-        for key in ("prompt_perplexity", "transfer"):
-            panel.set_figure(key, enabled=not remote)
+        chooses = card.capabilities.chooses_loop
+        reason = loop_reason(card)
+        panel.set_loop_unavailable(None if chooses else reason)
+        panel.set_loop_title(self._loop_title if chooses else f"{self._loop_title} (the server's)")
+        self.loop_note.setText(reason)
+        self.loop_note.setVisible(not chooses)
+        self.box.setVisible(card.server is not None)
+        for key in FIGURES:
+            measure = card.measure(key)
+            tip = measure.absent or measure.how or self._local_tips[key]
+            panel.set_figure(key, tip=tip, enabled=measure.reported)
+        self.server_label.setText(f"<b>{_escape(card.name)}</b> at {_escape(where)}")
+        self.measured_note.setText(measured_note(card))
+        self.server_caption.setText(
+            "Reported by the server (chatapp serve) for the last answer:"
+            if card.own_figures
+            else "This server reports no figures of its own (chatapp serve does)."
+        )
+        self.server_rows.setVisible(card.own_figures)
+        self.show_server(None)
+        panel.start_answer()  # the local model's last figures no longer apply
+        panel.set_context(0, card.max_context)
+
+    def _restore(self, was_card: bool) -> None:
+        panel = self.panel
+        if was_card:
+            panel.set_loaded(self._local_device)
+        panel.set_loop_unavailable(None)
+        panel.set_loop_title(self._loop_title)
+        self.loop_note.setVisible(False)
+        self.box.setVisible(False)
         for key, tip in self._local_tips.items():
-            panel.set_figure(key, tip=tip)
-        if summary is not None:
-            panel.set_figure("ttft", tip=REMOTE_TIPS["ttft"])
-            panel.set_figure("tokens_per_second", tip=REMOTE_TIPS["speed"])
-            panel.set_figure("prompt_perplexity", tip=PROMPT_PERPLEXITY_TIP)
-            panel.set_figure("transfer", tip=TRANSFER_TIP)
-            self.server_label.setText(f"<b>{_escape(summary.name)}</b> at {summary.server}")
-            self.server_caption.setText(
-                "Reported by the server (chatapp serve) for the last answer:"
-                if summary.is_chatapp
-                else "This server reports no figures of its own (chatapp serve does)."
-            )
-            self.server_rows.setVisible(summary.is_chatapp)
-            self.show_server(None)
-            panel.start_answer()  # the local model's last figures no longer apply
-            panel.set_context(0, summary.max_context)
-        else:
-            for key in ("perplexity", "context"):
-                panel.set_figure(key, enabled=True)
-            # Until the next local answer.
-            panel.set_figure("transfer", text=fmt.MISSING)
-            panel.set_figure("context", text=fmt.MISSING)
-            panel.start_answer()
+            panel.set_figure(key, tip=tip, enabled=True)
+        # Until the next local answer.
+        panel.set_figure("transfer", text=fmt.MISSING)
+        panel.set_figure("context", text=fmt.MISSING)
+        panel.start_answer()
 
     def show_server(self, figures: Mapping[str, Any] | None) -> None:
-        """A chatapp server's own figures of the last answer (None: not yet)."""
+        """The backend's own figures of the last answer (None: not yet)."""
         for _caption, key, reader in SERVER_ROWS:
             label = self.server_values[key]
             label.setText(_server_value(figures, key, reader))
         self._server_figures = figures
-        if self.remote is not None:
-            self._show_prompt_perplexity()
+        if self.card is not None:
+            self._show_prompt_perplexity(self.card)
 
-    def _show_prompt_perplexity(self) -> None:
+    def _show_prompt_perplexity(self, card: BackendCard) -> None:
         """What a chatapp server reported, where it did (the panel never reads n/a beside
-        the server's own figure); else why a client cannot know it."""
+        the server's own figure); else the card's reason it is not reported."""
+        measure = card.measure("prompt_perplexity")
+        if measure.reported:
+            return
         reported = _server_value(self._server_figures, "prompt_perplexity", fmt.perplexity)
         if reported == fmt.MISSING:
             self.panel.set_figure(
-                "prompt_perplexity", text=NOT_AVAILABLE, tip=PROMPT_PERPLEXITY_TIP, enabled=False
+                "prompt_perplexity", text=NOT_AVAILABLE, tip=measure.absent, enabled=False
             )
         else:
             self.panel.set_figure(
@@ -205,24 +247,35 @@ class RemoteFigures(QObject):
     # ---- after every update of the panel's figures --------------------------------------------
     @Slot(object)
     def _on_figures_shown(self, figures: AnswerFigures | None) -> None:
-        if self.remote is None:
+        card = self.card
+        if card is None:
             return
         panel = self.panel
-        # The live figures write each answer's tooltips: a client's words go over them.
-        self._show_prompt_perplexity()
-        panel.set_figure("transfer", text=NOT_AVAILABLE, tip=TRANSFER_TIP)
+        # The live figures write each answer's tooltips: the card's words go over them.
         answered = figures is not None and (figures.generated_tokens or 0) > 0
-        no_logprobs = answered and figures is not None and figures.perplexity is None
-        panel.set_figure(
-            "perplexity",
-            enabled=not no_logprobs,
-            tip=NO_LOGPROBS_TIP if no_logprobs else self._local_tips["perplexity"],
-            text=NOT_AVAILABLE if no_logprobs else None,
-        )
-        no_usage = answered and figures is not None and figures.prompt_tokens is None
-        panel.set_figure("context", enabled=not no_usage)
-        if no_usage:
-            panel.set_figure("context", text=NOT_AVAILABLE, tip=NO_USAGE_TIP)
+        for key in FIGURES:
+            measure = card.measure(key)
+            if not measure.reported:
+                if key == "prompt_perplexity":
+                    self._show_prompt_perplexity(card)
+                else:
+                    panel.set_figure(key, text=NOT_AVAILABLE, tip=measure.absent, enabled=False)
+                continue
+            field = ANSWER_FIELDS.get(key)
+            lacks = (
+                answered
+                and figures is not None
+                and field is not None
+                and getattr(figures, field) is None
+            )
+            if measure.missing and lacks:
+                panel.set_figure(key, text=NOT_AVAILABLE, tip=measure.missing, enabled=False)
+            else:
+                # The card's words, else the ones the live figures just wrote (the panel's
+                # own where a last answer's "missing" words were left).
+                stale = bool(measure.missing) and panel.figure_tip(key) == measure.missing
+                tip = measure.how or (self._local_tips[key] if stale else None)
+                panel.set_figure(key, tip=tip, enabled=True)
 
 
 def _server_value(figures: Mapping[str, Any] | None, key: str, reader: Any) -> str:

@@ -15,11 +15,12 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QLabel, QToolButton
 
+from chatapp.engine.backend import BackendCard, BackendError
 from chatapp.gui.chat.controller import State
 from chatapp.gui.chat.feature import chat_of
 from chatapp.gui.common.settings import remember_recent, string_list
 from chatapp.gui.remote.dialog import ConnectDialog, key_of, save_key, saved_keys
-from chatapp.gui.remote.figures import RemoteFigures
+from chatapp.gui.remote.figures import BackendFigures
 from chatapp.gui.remote.serve_dialog import (
     ServeDialog,
     remember_port,
@@ -29,14 +30,12 @@ from chatapp.gui.remote.serve_dialog import (
 )
 from chatapp.gui.remote.serving import HOST, Serving, WindowServer
 from chatapp.gui.remote.serving_box import ServingBox
-from chatapp.remote.client import Timeouts, api_base
-from chatapp.remote.errors import RemoteAddressError
+from chatapp.remote import Timeouts, api_base
 from chatapp.session.chat_jobs import StatsSnapshot
 from chatapp.session.model_jobs import ModelSummary
 from chatapp.session.remote_jobs import (
     LISTING_TIMEOUTS,
     ConnectRequest,
-    RemoteSummary,
     list_models_job,
 )
 
@@ -47,13 +46,13 @@ RECENT_SERVERS_KEY = "remote/recent"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
-class RemoteUi(QObject):
+class ServerUi(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
         self.chat_feature = chat_of(window)
         self.chat = self.chat_feature.controller
-        self.figures = RemoteFigures(self.chat_feature.side_panel)
+        self.figures = BackendFigures(self.chat_feature.side_panel)
         self.server = WindowServer(window.runner, window.host, self, window.tools)
         self._serving_failure: str | None = None  # the banner's, until serving starts
         self.serving_box = ServingBox(self.server)
@@ -175,21 +174,20 @@ class RemoteUi(QObject):
         try:
             parts = urlsplit(api_base(url))
             port = parts.port or (443 if parts.scheme == "https" else 80)
-        except (RemoteAddressError, ValueError):
+        except (BackendError, ValueError):
             return False
         return parts.hostname in LOOPBACK_NAMES and port == serving.port
 
     @Slot(object)
-    def _on_backend_changed(self, remote: RemoteSummary | None) -> None:
+    def _on_backend_changed(self, card: BackendCard | None) -> None:
         w = self.window
-        self.figures.set_remote(remote)
-        if remote is not None:
-            w.show_backend(
-                f"{remote.name} · {remote.server}", f"{remote.name} ({remote.server}) — chatapp"
-            )
-            w.notify(f"Connected: answers come from {remote.description}.", 8000)
-            if remote.notice:
-                w.show_message(remote.notice, "warning")
+        self.figures.set_card(card)
+        if card is not None:
+            where = card.server or card.runs_on
+            w.show_backend(f"{card.name} · {where}", f"{card.name} ({where}) — chatapp")
+            w.notify(f"Connected: answers come from {card.description}.", 8000)
+            if card.notice:
+                w.show_message(card.notice, "warning")
             else:
                 w.dismiss_message()
         else:
@@ -208,7 +206,7 @@ class RemoteUi(QObject):
 
     @Slot(object)
     def _on_stats(self, snapshot: StatsSnapshot) -> None:
-        if self.chat.remote is not None and snapshot.server_figures is not None:
+        if snapshot.server_figures is not None:  # the backend's own (a chatapp server's)
             self.figures.show_server(snapshot.server_figures)
 
     def _update_actions(self) -> None:
@@ -333,7 +331,7 @@ class RemoteUi(QObject):
         self.server.stop(wait=True)
 
 
-def install_remote(window: MainWindow) -> RemoteUi:
-    ui = RemoteUi(window)
-    window.add_feature(ui)  # window.feature(RemoteUi) finds it
+def install_remote(window: MainWindow) -> ServerUi:
+    ui = ServerUi(window)
+    window.add_feature(ui)  # window.feature(ServerUi) finds it
     return ui

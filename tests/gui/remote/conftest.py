@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from chatapp.engine.backend import BackendCard
 from chatapp.engine.engine import Engine
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.dialog import ConnectDialog
-from chatapp.gui.remote.ui import RemoteUi
-from chatapp.session.remote_jobs import RemoteSummary
+from chatapp.gui.remote.ui import ServerUi
 from tests.gui.conftest import WindowFactory
 from tests.serving import Served, serving
 
@@ -33,13 +33,13 @@ def window(make_window: WindowFactory, tiny_model_dir: Path) -> MainWindow:
     return win
 
 
-def remote_ui(window: MainWindow) -> RemoteUi:
-    ui = window.feature(RemoteUi)
+def remote_ui(window: MainWindow) -> ServerUi:
+    ui = window.feature(ServerUi)
     assert ui is not None
     return ui
 
 
-def accept_port(ui: RemoteUi) -> None:
+def accept_port(ui: ServerUi) -> None:
     """Serve this model asks for the port first: keep the one offered (0 in these tests)."""
     dialog = ui.serve_dialog
     assert dialog is not None and dialog.isVisible()
@@ -54,7 +54,7 @@ def fetch(qtbot, dialog: ConnectDialog, url: str, key: str = "") -> None:
     qtbot.waitUntil(lambda: dialog.fetch_button.isEnabled(), timeout=CONNECT_TIMEOUT_MS)
 
 
-def connect(qtbot, window: MainWindow, url: str, key: str = "") -> RemoteSummary:
+def connect(qtbot, window: MainWindow, url: str, key: str = "") -> BackendCard:
     """File > Connect to server…, fetch the models, Connect; returns what is connected."""
     dialog = remote_ui(window).open_connect_dialog()
     fetch(qtbot, dialog, url, key)
@@ -66,6 +66,6 @@ def connect(qtbot, window: MainWindow, url: str, key: str = "") -> RemoteSummary
     qtbot.waitUntil(
         lambda: window.chat.controller.state.value == "ready", timeout=CONNECT_TIMEOUT_MS
     )
-    summary = changed.args[0]
-    assert isinstance(summary, RemoteSummary)
-    return summary
+    card = changed.args[0]
+    assert isinstance(card, BackendCard)
+    return card

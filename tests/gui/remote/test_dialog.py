@@ -36,13 +36,13 @@ def test_models_are_fetched_on_the_worker_thread(
     qtbot, window: MainWindow, served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[str] = []
-    real = remote_jobs.RemoteEngine
+    real = remote_jobs.list_models
 
     def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
         threads.append(threading.current_thread().name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(remote_jobs, "RemoteEngine", recording)
+    monkeypatch.setattr(remote_jobs, "list_models", recording)
     dialog = remote_ui(window).open_connect_dialog()
     assert dialog.isVisible() and not dialog.connect_button.isEnabled()
     fetch(qtbot, dialog, served.url)

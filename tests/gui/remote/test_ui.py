@@ -10,10 +10,11 @@ from pathlib import Path
 from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
-from chatapp.gui.compare.feature import COMPARE_UNAVAILABLE, CompareFeature
+from chatapp.gui.compare.feature import CompareFeature, compare_unavailable
 from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
-from chatapp.gui.remote.figures import LOOP_TIP, NOT_AVAILABLE
+from chatapp.gui.remote.figures import NOT_AVAILABLE, loop_reason
+from chatapp.remote.card import LOOP_ABSENT
 from chatapp.session import formatting as fmt
 from chatapp.store import HistoryStore
 from tests.gui.conftest import LOAD_TIMEOUT_MS, greedy, send_and_wait, set_sampling
@@ -66,7 +67,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     qtbot, window: MainWindow, served: Served
 ) -> None:
     panel = window.chat.side_panel
-    connect(qtbot, window, served.url)
+    card = connect(qtbot, window, served.url)
     set_sampling(window, greedy(12))
     send_and_wait(qtbot, window, "hello")
     # Measured here: shown.
@@ -89,7 +90,9 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
         panel.threads_spin,
     )
     for control in loop_controls:  # greyed with why, also after an answer re-set the tips
-        assert control.toolTip() == LOOP_TIP, control.objectName()
+        assert control.toolTip() == loop_reason(card), control.objectName()
+    # chatapp serve names its loop in its card: the reason says which it runs.
+    assert "IO-Binding" in loop_reason(card) and loop_reason(card) != LOOP_ABSENT
     figures = remote_ui(window).figures
     assert figures.box.isVisible()
     window.resize(1300, 850)
@@ -98,7 +101,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     note_label = figures.measured_note  # all its wrapped lines fit (the panel clipped them)
     qtbot.waitUntil(lambda: note_label.height() >= note_label.heightForWidth(note_label.width()))
     note = note_label.text()
-    for word in ("the loop", "device", "threads", "host↔device", "prompt perplexity", "run"):
+    for word in ("loop", "device", "threads", "host↔device", "prompt perplexity", "KV bytes"):
         assert word in note, word
     # chatapp serve's own figures, labelled as the server's.
     assert "Reported by the server" in figures.server_caption.text()
@@ -124,12 +127,13 @@ def test_the_comparison_is_unavailable_while_a_server_answers(
     assert feature is not None
     compare = feature.view
     assert compare.run_button.isEnabled()
-    connect(qtbot, window, served.url)
+    card = connect(qtbot, window, served.url)
     assert not compare.run_button.isEnabled() and not compare.sweep_button.isEnabled()
-    assert compare.status.text() == COMPARE_UNAVAILABLE
+    unavailable = compare_unavailable(card)  # where the card says the answers come from
+    assert compare.status.text() == unavailable and served.url in unavailable
     remote_ui(window).disconnect_action.trigger()
     assert window.chat.controller.remote is None and compare.run_button.isEnabled()
-    assert compare.status.text() != COMPARE_UNAVAILABLE
+    assert compare.status.text() != unavailable
     # The Remote server box has the way back too.
     connect(qtbot, window, served.url)
     button = remote_ui(window).figures.disconnect_button
@@ -137,7 +141,7 @@ def test_the_comparison_is_unavailable_while_a_server_answers(
     with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
         button.click()
     assert changed.args == [None] and window.chat.controller.remote is None
-    assert compare.status.text() != COMPARE_UNAVAILABLE
+    assert compare.status.text() != unavailable
 
 
 def test_disconnect_and_opening_a_model_return_to_the_local_model(
@@ -145,7 +149,7 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
 ) -> None:
     ui = remote_ui(window)
     assert not ui.disconnect_action.isEnabled()
-    connect(qtbot, window, served.url)
+    card = connect(qtbot, window, served.url)
     assert ui.disconnect_action.isEnabled()
     window.show_message("The server stopped answering.", "error")  # as a remote failure
     with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
@@ -156,7 +160,7 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     assert panel.loop_box.isEnabled() and panel.device_selector.isEnabled()
     assert not ui.figures.box.isVisible()
     assert "KV" in panel.loop_toggle.naive_button.toolTip()  # the local tips are back
-    assert panel.device_selector.toolTip() != LOOP_TIP and panel.threads_spin.toolTip()
+    assert panel.device_selector.toolTip() != loop_reason(card) and panel.threads_spin.toolTip()
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "hello")
     local = window.chat.conversation.messages[-1].figures

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import onnxruntime as ort
 
@@ -26,15 +26,14 @@ from chatapp.engine.bench.peers import (
 )
 from chatapp.engine.bench.stats import compare_runs, prompt_tokens_per_s
 from chatapp.engine.chat import Message
-from chatapp.engine.constraints import OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
 from chatapp.engine.guards import DEFAULT_PRECISION
-from chatapp.engine.loops import KVLoop
 from chatapp.engine.metrics import RunStats
+from chatapp.engine.model_context import ModelContext
 from chatapp.engine.modes import CACHED_MODES, Mode
-from chatapp.engine.sampling import GREEDY, SamplingSettings
+from chatapp.engine.sampling import GREEDY
 
 Progress = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -79,22 +78,9 @@ def bench_prompt_ids(engine: Engine, prompt: str, context_tokens: int | None) ->
     return engine.tokenizer.chat_ids([Message("user", padded)])
 
 
-class Runs(Protocol):
-    """Where a benchmark's loops run: an Engine, or a context of a loaded model of its own
-    (model_context.py: the window's comparison, which leaves the chat's cached prompt be)."""
-
-    def loop(self, mode: Mode | str | None = None) -> KVLoop: ...
-    def generate_ids(
-        self,
-        prompt_ids: Sequence[int],
-        settings: SamplingSettings,
-        mode: Mode | str | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        ignore_eos: bool = False,
-        top_logprobs: int = 0,
-        output_format: OutputFormat | None = None,
-        loop: KVLoop | None = None,
-    ) -> Generation: ...
+# Where a benchmark's loops run: an Engine, or a context of a loaded model of its own (the
+# window's comparison, which leaves the chat's cached prompt be).
+Runs = Engine | ModelContext
 
 
 def fixed_length(

@@ -1,6 +1,6 @@
 """Resident memory over a long conversation, without the window: where it grows, and why.
 
-A ChatSession (session/chat_session.py) on InlineRunners answers N questions with a model
+A Chat (session/chat.py) on InlineRunners answers N questions with a model
 (default: the prepared default model), either in one growing conversation or in a new chat
 each time (`--new-chat`). Every 10 questions it prints the resident memory, the Python heap
 (tracemalloc) and the tokens the KV cache holds, and at the end the growth per question and
@@ -27,7 +27,7 @@ from pathlib import Path
 from chatapp.convert.default_model import default_model_dir
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.session.chat_session import ChatSession, GenerationOptions, State
+from chatapp.session.chat import GenerationOptions, State, chat_on
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.running import InlineRunner
 
@@ -45,11 +45,11 @@ def main() -> None:
     parser.add_argument("--new-chat", action="store_true", help="a new chat for each question")
     args = parser.parse_args()
     runner = InlineRunner()
-    chat = ChatSession(runner, EngineHost(), InlineRunner())
-    assert chat.open_model(args.model or default_model_dir(), threads=2)
+    chat = chat_on(runner, EngineHost(), InlineRunner())
+    assert chat.backend_session.open_model(args.model or default_model_dir(), threads=2)
     runner.drain()
-    assert chat.state is State.READY and chat.host.engine is not None, chat.state
-    engine = chat.host.engine
+    assert chat.state is State.READY and chat.backend_session.host.engine is not None, chat.state
+    engine = chat.backend_session.host.engine
     per_token = engine.info.kv_bytes_per_token()
     settings = SamplingSettings(temperature=0.7, max_new_tokens=args.new_tokens, seed=1)
     options = GenerationOptions(settings, Mode.IOBINDING)

@@ -113,7 +113,7 @@ def main() -> int:
     window = build_window(["--model", str(model)])
     window.view_options.set_theme(args.theme)
     chat = chat_of(window)
-    if not wait_until(lambda: chat.controller.state is State.READY, 60):
+    if not wait_until(lambda: chat.controller.backend_session.state is State.READY, 60):
         print("the model did not load:", window.banner.text(), file=sys.stderr)
         window.close()
         return 1
@@ -130,8 +130,8 @@ def main() -> int:
     if not args.no_question:
         chat.chat_view.set_prompt_text(args.question)
         chat.chat_view.send_button.click()
-        wait_until(lambda: chat.controller.state is State.GENERATING, 10)
-        wait_until(lambda: chat.controller.state is State.READY, 120)
+        wait_until(lambda: chat.controller.backend_session.state is State.GENERATING, 10)
+        wait_until(lambda: chat.controller.backend_session.state is State.READY, 120)
         answer = chat.conversation.messages[-1].content
     chat.chat_view.prompt_edit.setFocus()
     wait_until(lambda: False, 0.5)  # let the last paint land

@@ -75,9 +75,9 @@ def test_the_walks_name_code_that_exists() -> None:
 
 
 def test_a_renamed_function_is_caught() -> None:
-    assert missing(["ChatSession.no_such_method", "NoSuchClass", "no_such_function"]) == [
-        "ChatSession.no_such_method",
+    assert missing(["Chat.no_such_method", "NoSuchClass", "no_such_function"]) == [
+        "Chat.no_such_method",
         "NoSuchClass",
         "no_such_function",
     ]
-    assert missing(["ChatSession.send", "generate_job", "asyncio.Queue"]) == []
+    assert missing(["Chat.send", "generate_job", "asyncio.Queue"]) == []

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
-from PySide6.QtCore import QTimer, SignalInstance
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -218,8 +219,15 @@ def build_window(argv: list[str]) -> MainWindow:
     return window
 
 
+class Connectable(Protocol):
+    """A Qt signal or a session event (session/events.py)."""
+
+    def connect(self, callback: Callable[..., object], /) -> object: ...
+    def disconnect(self, callback: Callable[..., object], /) -> object: ...
+
+
 async def wait_for_signals(
-    start: Callable[[], bool], ok: SignalInstance, *failed: SignalInstance
+    start: Callable[[], bool], ok: Connectable, *failed: Connectable
 ) -> bool:
     """Call `start`, then wait for `ok` (True) or any of `failed` (False) without blocking Qt."""
     future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -312,8 +320,8 @@ async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
         # The model used last; if it no longer loads, the default one (the banner says why).
         if await wait_for_signals(
             lambda: window.open_model(last, args.device, onnx_file),
-            c.sig_model_loaded,
-            c.sig_load_failed,
+            c.backend_session.events.model_loaded,
+            c.backend_session.events.load_failed,
         ):
             return True
         folder = None
@@ -325,8 +333,8 @@ async def startup(window: MainWindow, args: argparse.Namespace) -> bool:
     target: Path = folder
     return await wait_for_signals(
         lambda: window.open_model(target, args.device, onnx_file),
-        c.sig_model_loaded,
-        c.sig_load_failed,
+        c.backend_session.events.model_loaded,
+        c.backend_session.events.load_failed,
     )
 
 

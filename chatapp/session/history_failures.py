@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from chatapp.session.events import Event
 from chatapp.session.jobs import Job, JobControl
 from chatapp.session.running import JobWatcher, Submit
 from chatapp.store import HistoryStore, ReadOnlyStoreError, StoreBusyError, StoreError
@@ -31,10 +32,12 @@ QUICK_BUSY_TIMEOUT_S = 0.05  # the window's thread, when a worker does the waiti
 
 
 class Tell(Protocol):
-    """What SaveFailures tells (two of the sync's HistoryObserver's calls)."""
+    """What SaveFailures tells (two of the sync's HistoryEvents)."""
 
-    def message(self, text: str, level: str) -> None: ...
-    def unsaved_changed(self) -> None: ...
+    @property
+    def message(self) -> Event[[str, str]]: ...
+    @property
+    def unsaved_changed(self) -> Event[[]]: ...
 
 
 class SaveFailures:
@@ -62,10 +65,10 @@ class SaveFailures:
                 self._waiting = True
                 watcher = JobWatcher(on_finished=self._waited, on_errored=self._wait_failed)
                 self.submit_wait(_lock_wait_job(store.path), watcher)
-            self.tell.unsaved_changed()
+            self.tell.unsaved_changed.emit()
             return
         self._tell(store, exc)
-        self.tell.unsaved_changed()
+        self.tell.unsaved_changed.emit()
 
     def succeeded(self, store: HistoryStore) -> None:
         if self.failure is None:
@@ -74,9 +77,9 @@ class SaveFailures:
         with contextlib.suppress(StoreError):
             store.set_busy_timeout(self.busy_timeout_s)
         if self._told:
-            self.tell.message("The chat history works again: every message is saved.", "info")
+            self.tell.message.emit("The chat history works again: every message is saved.", "info")
         self._told = False
-        self.tell.unsaved_changed()
+        self.tell.unsaved_changed.emit()
 
     def _waited(self, free: object) -> None:
         """The worker's wait ended: save again if the lock came free; say so if not saved."""
@@ -87,7 +90,7 @@ class SaveFailures:
             self.saved_again()
         if self.failure is not None and not self._told:
             self._tell(None, StoreBusyError(self.failure))
-            self.tell.unsaved_changed()
+            self.tell.unsaved_changed.emit()
 
     def _wait_failed(self, _error: object) -> None:
         self._waited(False)
@@ -97,7 +100,7 @@ class SaveFailures:
             return
         self._told = True
         if isinstance(exc, ReadOnlyStoreError):
-            self.tell.message(
+            self.tell.message.emit(
                 "This chat is not saved: the chat history is read-only. Its messages stay "
                 "here, marked “not saved”; closing the window offers to export them.",
                 "warning",
@@ -106,7 +109,7 @@ class SaveFailures:
         if store is not None:  # retries must not freeze the window for the whole timeout
             with contextlib.suppress(StoreError):
                 store.set_busy_timeout(RETRY_BUSY_TIMEOUT_S)
-        self.tell.message(
+        self.tell.message.emit(
             f"{exc} The messages not saved stay here, marked “not saved”; chatapp tries "
             "again every few seconds.",
             "error",

@@ -1,6 +1,7 @@
 """The history sync without Qt: keeps the SQLite store (chatapp.store) in step with the chat
-session's Conversation (chat_session.py). What happens goes to a `HistoryObserver`; the
-window's HistoryController (gui/history/controller.py) turns it into signals, and
+`Chat`'s Conversation (chat.py), connected to its events. What happens is told as
+`HistoryEvents` (events.py); the window's HistoryController (gui/history/controller.py) makes
+them arrive on its thread, and
 gui/history/ui.py puts a list and menus on it.
 
 When things are written (every write is committed before the call returns):
@@ -36,8 +37,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from chatapp.session.chat_session import ChatSession, State
+from chatapp.session.backend_session import State
+from chatapp.session.chat import Chat
+from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.conversation import ChatMessage, Conversation
+from chatapp.session.events import Event, EventGroup
 from chatapp.session.history_failures import SaveFailures
 from chatapp.session.history_records import (
     Signature,
@@ -65,33 +69,36 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class HistoryObserver:
-    """What a HistorySync tells; override what you listen to (the rest does nothing)."""
-
-    def list_changed(self) -> None: ...  # conversations added, changed or removed: re-read
-    def current_changed(self, conversation_id: int | None) -> None: ...  # the one shown
-    def message(self, text: str, level: str) -> None: ...  # "error" | "warning" | "info"
-    def unsaved_changed(self) -> None: ...  # `failure` or `unsaved_indices()` may differ
+class HistoryEvents(EventGroup):
+    def __init__(self) -> None:
+        # Conversations were added, changed or removed: re-read.
+        self.list_changed: Event[[]] = Event("list_changed")
+        # The stored id of the conversation shown (None: not stored).
+        self.current_changed: Event[[int | None]] = Event("current_changed")
+        self.message: Event[[str, str]] = Event("message")  # text, "error"|"warning"|"info"
+        # `failure` or `unsaved_indices()` may have changed.
+        self.unsaved_changed: Event[[]] = Event("unsaved_changed")
 
 
 class HistorySync:
     def __init__(
         self,
-        chat: ChatSession,
+        chat: Chat,
         store: HistoryStore | None,
         system_prompt: Callable[[], str] = lambda: "",
-        events: HistoryObserver | None = None,
         submit_wait: Submit | None = None,
     ) -> None:
         self.chat = chat
         self.store = store
         self.system_prompt = system_prompt
-        self.events = events or HistoryObserver()
+        self.events = HistoryEvents()
         self._known: set[int] = set()  # stored message ids this window has seen
         self._saved: dict[int, Signature] = {}  # what the store holds for each message we know
         self._opening = False
         self._saves = SaveFailures(self.events, submit_wait, self._saved_again)
         self._quick_writes(store)
+        chat.events.answer_started.connect(self.on_answer_started)
+        chat.events.conversation_changed.connect(self.on_conversation_changed)
 
     @property
     def failure(self) -> str | None:
@@ -172,7 +179,7 @@ class HistorySync:
         store = self.store
         stored = self._guarded(lambda: store.load_conversation(conversation_id))
         if stored is None:
-            self.events.list_changed()  # it may have gone (another instance deleted it)
+            self.events.list_changed.emit()  # it may have gone (another instance deleted it)
             return False
         return self._show(stored)
 
@@ -185,15 +192,15 @@ class HistorySync:
         if shown:
             self._known = {m.id for m in stored.messages}
             self._saved = {m.id: stored_signature(m) for m in stored.messages}
-            self.events.current_changed(stored.id)
-            self.events.unsaved_changed()
+            self.events.current_changed.emit(stored.id)
+            self.events.unsaved_changed.emit()
         return shown
 
     def new_chat(self) -> bool:
         if not self.chat.new_chat():
             return False
         self._known = set()
-        self.events.current_changed(None)
+        self.events.current_changed.emit(None)
         return True
 
     def retry(self) -> bool:
@@ -221,7 +228,7 @@ class HistorySync:
         store.close()
         self.store = reopened
         self._quick_writes(reopened)
-        self.events.list_changed()
+        self.events.list_changed.emit()
 
     def rename(self, conversation_id: int, title: str) -> bool:
         title = " ".join(title.split())
@@ -229,7 +236,7 @@ class HistorySync:
             return False
         store = self.store
         done = self._succeeded(lambda: store.rename_conversation(conversation_id, title))
-        self.events.list_changed()
+        self.events.list_changed.emit()
         return done
 
     def delete(self, conversation_id: int) -> bool:
@@ -242,7 +249,7 @@ class HistorySync:
             self.new_chat()
         store = self.store
         done = self._guarded(lambda: store.delete_conversation(conversation_id))
-        self.events.list_changed()
+        self.events.list_changed.emit()
         return bool(done)
 
     def import_file(self, path: str, show: bool = True) -> int | None:
@@ -255,18 +262,18 @@ class HistorySync:
         try:
             stored = store.import_file(path)
         except StoreError as exc:
-            self.events.message(f"Could not import {name}: {exc}", "error")
+            self.events.message.emit(f"Could not import {name}: {exc}", "error")
             return None
         except (ValueError, MemoryError, RecursionError) as exc:  # not expected; still said
             log.warning("import of %s failed", path, exc_info=True)
-            self.events.message(f"Could not import {name}: {type(exc).__name__}.", "error")
+            self.events.message.emit(f"Could not import {name}: {type(exc).__name__}.", "error")
             return None
         title = imported_title(stored.title)  # told apart from the chat it came from
         if title != stored.title and self._succeeded(
             lambda: store.rename_conversation(stored.id, title)
         ):
             stored = replace(stored, info=replace(stored.info, title=title))
-        self.events.list_changed()
+        self.events.list_changed.emit()
         if show and self.chat.state is not State.GENERATING:
             self._show(stored)
         return stored.id
@@ -281,7 +288,7 @@ class HistorySync:
                 return False
         except StoreError:
             return False
-        self.events.list_changed()
+        self.events.list_changed.emit()
         conv = self.chat.conversation
         if conv.id is None or self.chat.state is State.GENERATING:
             return True
@@ -292,15 +299,15 @@ class HistorySync:
             for message in conv.messages:
                 message.id = None
             self._known = set()
-            self.events.current_changed(None)
-            self.events.message(
+            self.events.current_changed.emit(None)
+            self.events.message.emit(
                 "This conversation was deleted in another chatapp window. It stays here, and "
                 "is saved again as a new conversation if you continue it.",
                 "info",
             )
             return True
         except StoreError as exc:
-            self.events.message(str(exc), "error")
+            self.events.message.emit(str(exc), "error")
             return True
         ours = [(m.id, m.role, memory_signature(m)) for m in conv.messages]
         theirs = [(m.id, m.role, stored_signature(m)) for m in stored.messages]
@@ -309,10 +316,10 @@ class HistorySync:
         return True
 
     # ---- keeping the store in step (the chat's answer_started and conversation_changed) -------
-    def on_answer_started(self) -> None:
+    def on_answer_started(self, _options: GenerationOptions | None = None) -> None:
         self.sync(starting=True)
 
-    def on_conversation_changed(self) -> None:
+    def on_conversation_changed(self, _conversation: Conversation | None = None) -> None:
         if not self._opening and self.chat.state is not State.GENERATING:
             self.sync()
 
@@ -325,7 +332,7 @@ class HistorySync:
         store = self.store
         conv = self.chat.conversation
         if store is None:
-            self.events.unsaved_changed()
+            self.events.unsaved_changed.emit()
             return
         try:
             self._sync(store, conv, starting)
@@ -357,7 +364,7 @@ class HistorySync:
                 )
             else:
                 conv.id = None
-                self.events.current_changed(None)
+                self.events.current_changed.emit(None)
             return
         stored = self._sync_versions(store, conv, stored)
         self._sync_messages(store, conv, stored, starting)
@@ -424,13 +431,13 @@ class HistorySync:
             store.delete_conversation(stored_conversation.id)
             conv.id = None
             self._known = set()
-            self.events.current_changed(None)
+            self.events.current_changed.emit(None)
         elif not stored:
             self._assign(mem, store.append_drafts(stored_conversation.id, self._drafts(mem)))
         else:
             self._save_as_new(store, conv)
             return
-        self.events.list_changed()
+        self.events.list_changed.emit()
 
     def _save_as_new(
         self, store: HistoryStore, conv: Conversation, note: str = "", title: str | None = None
@@ -449,10 +456,10 @@ class HistorySync:
         conv.id = stored.id
         self._known = set()
         self._assign(conv.messages, stored.messages)
-        self.events.list_changed()
-        self.events.current_changed(stored.id)
+        self.events.list_changed.emit()
+        self.events.current_changed.emit(stored.id)
         if note:
-            self.events.message(note, "info")
+            self.events.message.emit(note, "info")
 
     def _drafts(self, messages: Sequence[ChatMessage]) -> list[MessageDraft]:
         model = self._model_name()
@@ -472,7 +479,7 @@ class HistorySync:
         try:
             call()
         except StoreError as exc:
-            self.events.message(str(exc), "error")
+            self.events.message.emit(str(exc), "error")
             return False
         return True
 
@@ -480,5 +487,5 @@ class HistorySync:
         try:
             return call()
         except StoreError as exc:
-            self.events.message(str(exc), "error")
+            self.events.message.emit(str(exc), "error")
             return None

@@ -1,10 +1,10 @@
 """How the application core hands a `Job` to a worker and hears back, without Qt.
 
-The core (chat_session.py, history_sync.py) never owns a thread. It is given a `Submit`: a
-function that queues a job on some worker and calls the `JobWatcher`'s callbacks later, on the
-thread that submitted it. The window passes its `JobRunner.watch` (gui/common/workers.py:
-Qt signals carry the outcome back to the GUI thread); the core's tests pass `InlineRunner`
-(runs the job at once, on the caller's thread).
+The core (backend_session.py, chat.py, history_sync.py) never owns a thread. It is given a
+`Submit`: a function that queues a job on some worker and calls the `JobWatcher`'s callbacks
+later, on the thread that submitted it. The window passes its `JobRunner.watch`
+(gui/common/workers.py: Qt signals carry the outcome back to the GUI thread); the core's
+tests pass `InlineRunner` (runs the job at once, on the caller's thread).
 
 What a watcher hears, in order: zero or more `on_yielded(YieldedBatch)`, then exactly one of
 `on_finished(value)`, `on_errored(JobError)`, `on_aborted(message)`.

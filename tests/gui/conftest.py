@@ -118,7 +118,8 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
         windows.append(window)
         if wait:
             qtbot.waitUntil(
-                lambda: window.chat.controller.state is not State.LOADING, timeout=LOAD_TIMEOUT_MS
+                lambda: window.chat.controller.backend_session.state is not State.LOADING,
+                timeout=LOAD_TIMEOUT_MS,
             )
         return window
 
@@ -181,7 +182,9 @@ def send_and_wait(qtbot, window: MainWindow, text: str, timeout: int = ANSWER_TI
     window.chat.chat_view.set_prompt_text(text)
     controller = window.chat.controller
     with qtbot.waitSignals(
-        [controller.sig_state_changed], timeout=timeout, check_params_cbs=[_is_ready]
+        [controller.backend_session.events.state_changed],
+        timeout=timeout,
+        check_params_cbs=[_is_ready],
     ):
         window.chat.chat_view.send_button.click()
 
@@ -209,10 +212,10 @@ def open_loaded_window(model_dir: Path) -> MainWindow:
     from PySide6.QtCore import QEventLoop, QTimer
 
     win = build_window(["--model", str(model_dir)])
-    if win.chat.controller.state is State.LOADING:
+    if win.chat.controller.backend_session.state is State.LOADING:
         loop = QEventLoop()
-        win.chat.controller.sig_state_changed.connect(loop.quit)
+        win.chat.controller.backend_session.events.state_changed.connect(lambda _state: loop.quit())
         QTimer.singleShot(LOAD_TIMEOUT_MS, loop.quit)
         loop.exec()
-    assert win.chat.controller.state is State.READY, win.banner.text()
+    assert win.chat.controller.backend_session.state is State.READY, win.banner.text()
     return win

@@ -36,8 +36,8 @@ def test_onnx_file_picks_the_graph(make_window) -> None:
     folder = Path(__file__).resolve().parent.parent / "fixtures" / "onnx_folders"
     argv = ["--model", str(folder / "onnx-community-llama"), "--onnx-file", "onnx/model_q4.onnx"]
     window = make_window(argv)
-    assert window.chat.controller.state is State.READY
-    assert window.chat.controller.model.onnx_file == "onnx/model_q4.onnx"
+    assert window.chat.controller.backend_session.state is State.READY
+    assert window.chat.controller.backend_session.model.onnx_file == "onnx/model_q4.onnx"
     assert (
         window.chat.loading.onnx_file == "onnx/model_q4.onnx"
     )  # kept when a device change reloads
@@ -46,7 +46,9 @@ def test_onnx_file_picks_the_graph(make_window) -> None:
 def test_build_window_preselects_mode_and_loads(make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir), "--mode", "naive"], wait=False)
     assert window.isVisible()
-    assert window.chat.controller.state is State.LOADING  # returns at once, the worker loads
+    assert (
+        window.chat.controller.backend_session.state is State.LOADING
+    )  # returns at once, the worker loads
     assert window.chat.side_panel.mode() == "naive"
 
 
@@ -85,8 +87,8 @@ def test_first_run_prepares_the_default_model_without_freezing(
     finally:
         gaps.stop()
     folder = tmp_path / "data" / "models" / default_model.FOLDER_NAME
-    assert window.chat.controller.model.folder == folder
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.model.folder == folder
+    assert window.chat.controller.backend_session.state is State.READY
     assert any("first run" in text for text in dialogs)
     assert len(gaps.ticks) >= 3 and max(gaps.app_gaps_ms()) < 500, gaps.describe()
 
@@ -95,5 +97,5 @@ def test_first_run_prepares_the_default_model_without_freezing(
     second = make_window(["--model", str(tmp_path / "unused")])
     loop = qasync.QEventLoop(qapp)
     assert _run(loop, gui_app.startup(second, args)) is True
-    assert second.chat.controller.model.folder == folder
+    assert second.chat.controller.backend_session.model.folder == folder
     assert second.findChild(QProgressDialog, "prepareProgressDialog") is None

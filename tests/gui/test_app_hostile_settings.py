@@ -175,5 +175,5 @@ def test_a_remembered_load_time_out_of_range_is_not_used(
     settings.sync()
     assert last_load_seconds(settings, key) is None
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     assert 0 < last_load_seconds(window.settings, key) < 60  # the real one, now

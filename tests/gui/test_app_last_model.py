@@ -20,7 +20,7 @@ def test_startup_reopens_the_last_model(qapp, make_window, tiny_model_dir: Path,
     args, _ = gui_app.parse_args([])
     assert gui_app.model_to_open(window, args) == (tiny_model_dir, "model.onnx")
     assert _run(qasync.QEventLoop(qapp), gui_app.startup(window, args)) is True
-    assert window.chat.controller.model.folder == tiny_model_dir
+    assert window.chat.controller.backend_session.model.folder == tiny_model_dir
     # The command line still wins.
     args, _ = gui_app.parse_args(["--model", str(tmp_path / "other")])
     assert gui_app.model_to_open(window, args) == (tmp_path / "other", None)
@@ -39,4 +39,4 @@ def test_a_last_model_that_fails_gives_way_to_the_default(
     args, _ = gui_app.parse_args([])
     assert _run(qasync.QEventLoop(qapp), gui_app.startup(window, args)) is True
     folder = tmp_path / "data" / "models" / default_model.FOLDER_NAME
-    assert window.chat.controller.model.folder == folder
+    assert window.chat.controller.backend_session.model.folder == folder

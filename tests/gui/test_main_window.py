@@ -69,12 +69,12 @@ def test_required_object_names(make_window, tiny_model_dir: Path) -> None:
 
 def test_send_streams_tokens_and_updates_figures(qtbot, make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     assert _figure(window, "tokensPerSecondValue") == "–"
     assert window.chat.side_panel.figures_box.context_value.text() == "0 / 512"
     set_sampling(window, greedy(40))
     deltas = []
-    window.chat.controller.sig_answer_delta.connect(deltas.append)
+    window.chat.controller.chat.events.answer_delta.connect(deltas.append)
     send_and_wait(qtbot, window, "hello there")
     assert sum(len(b.token_ids) for b in deltas) == 40
     conv = window.chat.conversation
@@ -131,7 +131,9 @@ def test_loop_toggle_gives_the_same_greedy_answer(qtbot, make_window, tiny_model
     assert second.figures.perplexity == pytest.approx(first.figures.perplexity, rel=1e-4)
     # Regenerate with the other loop again: still the same answer, no duplicate messages.
     window.findChild(QPushButton, "modeIOBindingButton").click()
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.regenerate_button.click()
     assert len(window.chat.conversation.messages) == 2
     assert window.chat.conversation.messages[-1].content == first.content
@@ -143,11 +145,15 @@ def test_stop_mid_answer_keeps_the_partial_answer(
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(400))
     window.chat.chat_view.set_prompt_text("a long one")
-    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_delta, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.send_button.click()
     assert window.chat.chat_view.stop_button.isEnabled()
     assert not window.chat.chat_view.send_button.isEnabled()
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.findChild(QPushButton, "stopButton").click()
     answer = window.chat.conversation.messages[-1]
     assert answer.role == "assistant"
@@ -165,13 +171,17 @@ def test_loop_and_device_are_locked_while_streaming(
     set_sampling(window, greedy(400))
     naive = window.findChild(QPushButton, "modeNaiveButton")
     window.chat.chat_view.set_prompt_text("lock test")
-    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_delta, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.send_button.click()
     assert not naive.isEnabled() and "wait for this one" in naive.toolTip()
     assert not window.chat.side_panel.device_selector.isEnabled()
     naive.click()  # ignored: disabled
     assert window.chat.side_panel.mode() == "iobinding"
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         qtbot.keyClick(window.chat.chat_view.prompt_edit, "\x1b")  # Esc
     assert window.chat.conversation.messages[-1].figures.mode == "iobinding"
     assert naive.isEnabled() and window.chat.side_panel.device_selector.isEnabled()
@@ -184,14 +194,16 @@ def test_model_that_fails_to_load_shows_a_message(
     broken.mkdir()
     (broken / "model.onnx").write_bytes(b"not an onnx file")
     window = make_window(["--model", str(broken)])
-    assert window.chat.controller.state is State.NO_MODEL
+    assert window.chat.controller.backend_session.state is State.NO_MODEL
     assert window.banner.isVisible() and window.banner.level == "error"
     assert "broken-model" in window.banner.text()
     assert not window.chat.chat_view.send_button.isEnabled()
     # The app keeps running: open a good model from the same window.
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=30_000
+    ):
         window.open_model(tiny_model_dir)
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     assert not window.banner.isVisible()
     assert window.chat.chat_view.send_button.isEnabled()
 
@@ -200,7 +212,9 @@ def test_failed_reload_keeps_the_conversation(qtbot, make_window, tiny_model_dir
     window = make_window(["--model", str(tiny_model_dir)])
     set_sampling(window, greedy(8))
     send_and_wait(qtbot, window, "remember me")
-    with qtbot.waitSignal(window.chat.controller.sig_load_failed, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.load_failed, timeout=30_000
+    ):
         window.open_model(tmp_path / "missing")
     assert "missing" in window.banner.text() and "Still using" in window.banner.text()
     assert len(window.chat.conversation.messages) == 2
@@ -215,12 +229,14 @@ def test_a_model_that_does_not_fit_is_refused_and_the_chat_keeps_its_model(
     window = make_window(["--model", str(tiny_model_dir)])
     monkeypatch.setattr(memory, "available_memory", lambda: 0)  # nothing free, nothing freed
     monkeypatch.setattr(model_jobs.EngineHost, "held_bytes", lambda _self: 0)
-    with qtbot.waitSignal(window.chat.controller.sig_load_failed, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.load_failed, timeout=30_000
+    ):
         window.open_model(varied_model_dir)
     text = window.banner.text()
     assert window.banner.level == "error" and "needs about" in text and "0 B are free" in text
-    assert "Still using" in text and window.chat.controller.state is State.READY
-    assert window.chat.controller.model.folder == tiny_model_dir
+    assert "Still using" in text and window.chat.controller.backend_session.state is State.READY
+    assert window.chat.controller.backend_session.model.folder == tiny_model_dir
 
 
 @pytest.mark.skipif(
@@ -228,8 +244,8 @@ def test_a_model_that_does_not_fit_is_refused_and_the_chat_keeps_its_model(
 )
 def test_unavailable_device_falls_back_with_the_reason_shown(make_window, tiny_model_dir) -> None:
     window = make_window(["--model", str(tiny_model_dir), "--device", "cuda"])
-    assert window.chat.controller.state is State.READY
-    assert window.chat.controller.model.device == "cpu"
+    assert window.chat.controller.backend_session.state is State.READY
+    assert window.chat.controller.backend_session.model.device == "cpu"
     reason = window.chat.side_panel.fallback_label
     assert not reason.isHidden() and "cuda" in reason.text() and "CPU" in reason.text()
     assert window.banner.level == "warning"
@@ -243,7 +259,9 @@ def test_prompt_over_the_context_shows_a_message_and_keeps_history(
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "short question")
     too_long = "word " * 700  # the tiny model's context holds 512 tokens
-    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.set_prompt_text(too_long)
         window.chat.chat_view.send_button.click()
     assert window.banner.isVisible() and window.banner.level == "error"
@@ -251,7 +269,7 @@ def test_prompt_over_the_context_shows_a_message_and_keeps_history(
     assert len(window.chat.conversation.messages) == 2  # the earlier turn stays
     assert "short question" in window.chat.chat_view.transcript.toPlainText()
     assert window.chat.chat_view.prompt_text() == too_long  # given back as typed, for editing
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
 
 
 def test_exception_in_the_worker_shows_a_message(
@@ -266,7 +284,9 @@ def test_exception_in_the_worker_shows_a_message(
 
     with monkeypatch.context() as patch:
         patch.setattr(Engine, "chat", broken)
-        with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        with qtbot.waitSignal(
+            window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+        ):
             window.chat.chat_view.set_prompt_text("trigger")
             window.chat.chat_view.send_button.click()
     assert "RuntimeError: simulated fault" in window.banner.text()
@@ -291,7 +311,9 @@ def test_exception_mid_answer_keeps_what_was_written(
         return original(self, new_ids, all_logits, rows)
 
     monkeypatch.setattr(loops.KVLoop, "forward", failing_forward)
-    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.set_prompt_text("go")
         window.chat.chat_view.send_button.click()
     answer = window.chat.conversation.messages[-1]
@@ -339,18 +361,22 @@ def test_open_gguf_converts_with_progress_then_opens(
     out = tmp_path / "converted"
     plans: list[str] = []
     labels: list[str] = []
-    window.chat.controller.sig_convert_planned.connect(plans.append)
+    window.chat.controller.backend_session.events.convert_planned.connect(plans.append)
     assert models_feature(window).convert_and_open(tiny_gguf, out)
     dialog = window.findChild(QProgressDialog, "convertProgressDialog")
     assert dialog is not None and dialog.isVisible()
     # connected after the window's own slot: sees the label that slot just set
-    window.chat.controller.sig_convert_progress.connect(lambda *_: labels.append(dialog.toolTip()))
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+    window.chat.controller.backend_session.events.convert_progress.connect(
+        lambda *_: labels.append(dialog.toolTip())
+    )
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=ANSWER_TIMEOUT_MS
+    ):
         pass
     assert len(plans) == 1 and plans[0].startswith("tiny-llama.gguf: the model folder takes")
     # From the plan on, above every step (wrapped to the dialog's width; whole in its tooltip).
     assert labels[-1].startswith(plans[0] + "\n")
-    assert window.chat.controller.model.folder == out
+    assert window.chat.controller.backend_session.model.folder == out
     assert window.findChild(QProgressDialog, "convertProgressDialog") is None or not (
         dialog.isVisible()
     )
@@ -361,7 +387,7 @@ def test_device_that_fails_to_start_shows_the_fallback_reason(
     make_window, tiny_model_dir, failing_gpu
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     assert "no driver" in window.chat.side_panel.fallback_label.text()
     assert window.banner.level == "warning" and "no driver" in window.banner.text()
 
@@ -374,7 +400,9 @@ def test_changing_threads_reloads_the_model_and_keeps_the_chat(
     send_and_wait(qtbot, window, "keep me")
     spin = window.chat.side_panel.threads_spin
     spin.setValue(1)
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000) as blocker:
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=30_000
+    ) as blocker:
         emit(spin.editingFinished)
     assert blocker.args[0].threads == 1
     assert len(window.chat.conversation.messages) == 2
@@ -384,7 +412,9 @@ def test_changing_threads_reloads_the_model_and_keeps_the_chat(
 
 def _choose_precision(qtbot, window: MainWindow, precision: str) -> ModelSummary:
     selector = window.chat.side_panel.precision_selector
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000) as blocker:
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=30_000
+    ) as blocker:
         selector.setCurrentIndex(selector.findData(precision))
     summary = blocker.args[0]
     assert isinstance(summary, ModelSummary)
@@ -416,10 +446,14 @@ def test_the_precision_reloads_the_model_keeps_the_chat_and_is_remembered_per_mo
     assert [m.figures.precision for m in messages if m.role == "assistant"] == ["fast", "exact"]
     assert " · fast 8-bit · " in figures_line(messages[1].figures)
     assert " · exact · " in figures_line(messages[3].figures)
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=30_000
+    ):
         window.open_model(other)  # another model: its own choice (the default)
     assert panel.precision() == window.host.engine.precision == "fast"
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=30_000
+    ):
         window.open_model(tiny_model_dir)
     assert panel.precision() == window.host.engine.precision == "exact"
     again = make_window(["--model", str(tiny_model_dir)])
@@ -435,10 +469,14 @@ def test_the_precision_is_locked_while_answering(
     assert selector.isEnabled() is usable
     set_sampling(window, greedy(400))
     window.chat.chat_view.set_prompt_text("lock test")
-    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_delta, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.send_button.click()
     assert not selector.isEnabled()
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         qtbot.keyClick(window.chat.chat_view.prompt_edit, "\x1b")  # Esc
     assert selector.isEnabled() is usable  # a model without GGUF kernels keeps it greyed
 
@@ -457,7 +495,9 @@ def test_a_replaced_model_is_freed(qtbot, make_window, tiny_model_dir) -> None:
     assert gc.get_freeze_count() > 0
     engine_ref = weakref.ref(window.host.engine)
     del held  # exempted by the load above, garbage from now on
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=30_000
+    ):
         window.open_model(tiny_model_dir)
     assert window.host.engine is not None
     assert engine_ref() is None

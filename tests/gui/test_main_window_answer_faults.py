@@ -23,10 +23,12 @@ def test_a_fault_at_any_stage_is_shown_and_the_window_goes_on(
     controller = window.chat.controller
     with monkeypatch.context() as patch:
         inject(patch, stage)
-        with qtbot.waitSignal(controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        with qtbot.waitSignal(controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS):
             window.chat.chat_view.set_prompt_text("trigger")
             window.chat.chat_view.send_button.click()
-        qtbot.waitUntil(lambda: controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
+        qtbot.waitUntil(
+            lambda: controller.backend_session.state is State.READY, timeout=ANSWER_TIMEOUT_MS
+        )
     banner = window.banner.text()
     assert message_of(stage) in banner and "\n" not in banner
     messages = window.chat.conversation.messages

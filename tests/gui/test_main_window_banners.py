@@ -19,7 +19,7 @@ from tests.weather_tool import WEATHER
 
 def loaded(make_window, model: Path) -> MainWindow:
     window = make_window(["--model", str(model)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     set_sampling(window, greedy(4))
     return window
 

@@ -38,7 +38,7 @@ def window(qapp, default_model_dir, tmp_path_factory) -> Iterator[MainWindow]:
 
 @pytest.fixture
 def fresh(window: MainWindow) -> MainWindow:
-    window.chat.controller.new_chat()
+    window.chat.controller.chat.new_chat()
     window.findChild(QPushButton, "modeIOBindingButton").click()
     return window
 
@@ -50,11 +50,11 @@ def test_answer_streams_into_the_transcript(qtbot, fresh: MainWindow) -> None:
     def collect(batch) -> None:
         deltas.append(batch.text)
 
-    fresh.chat.controller.sig_answer_delta.connect(collect)
+    fresh.chat.controller.chat.events.answer_delta.connect(collect)
     try:
         send_and_wait(qtbot, fresh, "What is the capital of France?")
     finally:
-        fresh.chat.controller.sig_answer_delta.disconnect(collect)
+        fresh.chat.controller.chat.events.answer_delta.disconnect(collect)
     answer = fresh.chat.conversation.messages[-1]
     assert "Paris" in answer.content
     assert len([d for d in deltas if d]) >= 2  # streamed, not delivered in one piece
@@ -83,9 +83,13 @@ def test_both_loops_give_the_same_greedy_answer(qtbot, fresh: MainWindow) -> Non
 def test_stop_mid_answer(qtbot, fresh: MainWindow) -> None:
     apply_sampling(fresh, greedy(200))
     fresh.chat.chat_view.set_prompt_text("Write a long story about a dragon who learns to cook.")
-    with qtbot.waitSignal(fresh.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        fresh.chat.controller.chat.events.answer_delta, timeout=ANSWER_TIMEOUT_MS
+    ):
         fresh.chat.chat_view.send_button.click()
-    with qtbot.waitSignal(fresh.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        fresh.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         qtbot.keyClick(fresh.chat.chat_view.prompt_edit, Qt.Key.Key_Escape)
     answer = fresh.chat.conversation.messages[-1]
     assert answer.figures.finish_reason == "stop"
@@ -100,12 +104,13 @@ def test_event_loop_stays_responsive_while_streaming(qtbot, fresh: MainWindow) -
     fresh.chat.chat_view.set_prompt_text(
         "Write a detailed essay about the history of bread, with many paragraphs."
     )
-    with qtbot.waitSignal(fresh.chat.controller.sig_answer_started, timeout=5000):
+    with qtbot.waitSignal(fresh.chat.controller.chat.events.answer_started, timeout=5000):
         fresh.chat.chat_view.send_button.click()
     gaps.start()
     try:
         qtbot.waitUntil(
-            lambda: fresh.chat.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS
+            lambda: fresh.chat.controller.backend_session.state is State.READY,
+            timeout=ANSWER_TIMEOUT_MS,
         )
     finally:
         gaps.stop()

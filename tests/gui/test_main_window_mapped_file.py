@@ -43,8 +43,8 @@ window = open_loaded_window(folder)
 set_sampling(window, greedy(400))
 controller = window.chat.controller
 batches, failures = [], []
-controller.sig_answer_delta.connect(lambda batch: batches.append(batch))
-controller.sig_answer_failed.connect(lambda message, _prompt: failures.append(message))
+controller.chat.events.answer_delta.connect(lambda batch: batches.append(batch))
+controller.chat.events.answer_failed.connect(lambda message, _prompt: failures.append(message))
 
 def spin_until(done, seconds):
     deadline = time.monotonic() + seconds
@@ -56,15 +56,15 @@ def spin_until(done, seconds):
 window.chat.chat_view.set_prompt_text("hi")
 window.chat.chat_view.send_button.click()
 assert spin_until(lambda: len(batches) >= 3, 60), "no tokens"
-generating = controller.state is State.GENERATING
+generating = controller.backend_session.state is State.GENERATING
 started = time.monotonic()
 os.truncate(data, int(data.stat().st_size * cut_to))  # waits for the running pass
 waited = time.monotonic() - started
-spin_until(lambda: failures and controller.state is State.READY, 60)
+spin_until(lambda: failures and controller.backend_session.state is State.READY, 60)
 answer = window.chat.conversation.messages[-1]
 print(json.dumps({
     "generating": generating, "waited": waited, "failures": failures,
-    "state": controller.state.name, "banner": window.banner.text(),
+    "state": controller.backend_session.state.name, "banner": window.banner.text(),
     "finish": answer.figures.finish_reason if answer.figures else None,
 }))
 sys.stdout.flush()

@@ -24,11 +24,13 @@ def test_a_first_load_that_saves_the_packed_copy_leaves_the_window_responsive(
     monkeypatch.setenv(ENV_VAR, "1")  # the tiny model is far below the size a copy is made for
     folder = with_external_data(tiny_model_dir, tmp_path / "external")
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     gaps = GapRecorder()
     gaps.start()
     try:
-        with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=60_000):
+        with qtbot.waitSignal(
+            window.chat.controller.backend_session.events.model_loaded, timeout=60_000
+        ):
             window.open_model(folder)  # a child process saves the copy: seconds
     finally:
         gaps.stop()

@@ -22,7 +22,7 @@ def test_a_conversion_a_graph_reading_and_the_device_probe_finish_while_an_answe
     qtbot, make_window, tiny_model_dir: Path, tiny_gguf: Path, tmp_path: Path
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     gate = threading.Event()  # the answer's every step waits for it (at most 30 s)
     engine = window.host.engine
     assert engine is not None
@@ -31,7 +31,7 @@ def test_a_conversion_a_graph_reading_and_the_device_probe_finish_while_an_answe
         set_sampling(window, greedy(4))
         window.chat.chat_view.set_prompt_text("hello")
         window.chat.chat_view.send_button.click()
-        assert window.chat.controller.state is State.GENERATING
+        assert window.chat.controller.backend_session.state is State.GENERATING
         jobs = {
             "conversion": convert_job(ConvertRequest(tiny_gguf, tmp_path / "converted")),
             "graphs": variants_job(tiny_model_dir),
@@ -44,7 +44,7 @@ def test_a_conversion_a_graph_reading_and_the_device_probe_finish_while_an_answe
                 pass
             results[name] = done.args[0]
             # On the engine's queue these would wait for the answer, which waits for the gate.
-            assert window.chat.controller.state is State.GENERATING, name
+            assert window.chat.controller.backend_session.state is State.GENERATING, name
         assert results["conversion"] == tmp_path / "converted"
         assert (tmp_path / "converted" / "model.onnx").is_file()
         assert [v.path for v in results["graphs"]] == ["model.onnx"]
@@ -52,7 +52,10 @@ def test_a_conversion_a_graph_reading_and_the_device_probe_finish_while_an_answe
     finally:
         gate.set()
         undo()
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY,
+        timeout=ANSWER_TIMEOUT_MS,
+    )
     assert window.chat.conversation.messages[-1].role == "assistant"
 
 
@@ -63,7 +66,9 @@ def test_the_device_list_arrives_from_the_probe_and_keeps_the_choice(
     panel = window.chat.side_panel
     qtbot.waitUntil(lambda: panel.devices_known, timeout=ANSWER_TIMEOUT_MS)
     names = [panel.device_selector.itemData(i) for i in range(panel.device_selector.count())]
-    assert names[-1] == "cpu" and panel.device() == window.chat.controller.model.device
+    assert (
+        names[-1] == "cpu" and panel.device() == window.chat.controller.backend_session.model.device
+    )
     set_sampling(window, greedy(3))
     send_and_wait(qtbot, window, "hello")  # the list arriving asked for no reload
-    assert window.chat.controller.model.device == panel.device()
+    assert window.chat.controller.backend_session.model.device == panel.device()

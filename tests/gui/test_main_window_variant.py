@@ -24,14 +24,16 @@ def test_each_answer_names_its_own_variant_in_its_line_and_in_the_history(
     send_and_wait(qtbot, window, "first")
     first = window.host.engine.info.onnx_file
     other = next(g for g in graphs if g != first)
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=30_000
+    ):
         window.open_model(folder, onnx_file=other)
     assert window.host.engine.info.onnx_file == other
     send_and_wait(qtbot, window, "second")
 
     answers = [m for m in window.chat.conversation.messages if m.role == "assistant"]
     assert [m.figures.variant for m in answers] == [first, other]
-    name = window.chat.controller.model.name
+    name = window.chat.controller.backend_session.model.name
     for answer, graph in zip(answers, (first, other), strict=True):
         assert figures_line(answer.figures).startswith(f"{name} ({graph}) · ")
     # What the window shows under each answer.

@@ -25,8 +25,8 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.server.token_text import TokenText
+from chatapp.session.chat import Chat, GenerationOptions, State, chat_on
 from chatapp.session.chat_jobs import window_job
-from chatapp.session.chat_session import ChatSession, GenerationOptions, State
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.running import InlineRunner
 from tests.serving import Served, serving
@@ -45,13 +45,13 @@ def runner() -> InlineRunner:
 
 
 @pytest.fixture
-def chat(runner: InlineRunner, varied_model_dir: Path) -> Iterator[ChatSession]:
-    chat = ChatSession(runner, EngineHost(), InlineRunner())
-    assert chat.open_model(varied_model_dir, threads=1)
+def chat(runner: InlineRunner, varied_model_dir: Path) -> Iterator[Chat]:
+    chat = chat_on(runner, EngineHost(), InlineRunner())
+    assert chat.backend_session.open_model(varied_model_dir, threads=1)
     runner.drain()
     assert chat.state is State.READY
     yield chat
-    chat.host.engine = None
+    chat.backend_session.host.engine = None
 
 
 def ask(served: Served, text: str, **extra: Any) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def ask(served: Served, text: str, **extra: Any) -> dict[str, Any]:
     return data
 
 
-def answer_in_window(chat: ChatSession, runner: InlineRunner, options: GenerationOptions) -> None:
+def answer_in_window(chat: Chat, runner: InlineRunner, options: GenerationOptions) -> None:
     assert chat.send(QUESTION, options)
     runner.drain()
     assert chat.state is State.READY
@@ -79,9 +79,9 @@ def continued(engine: Engine, text: str) -> int:
 
 
 def test_serving_the_window_s_model_renders_api_requests_with_the_template_while_its_chat_continues_text(  # noqa: E501
-    chat: ChatSession, runner: InlineRunner
+    chat: Chat, runner: InlineRunner
 ) -> None:
-    engine = chat.host.engine
+    engine = chat.backend_session.host.engine
     assert engine is not None and engine.tokenizer.has_template
     assert templated(engine, QUESTION) != continued(engine, QUESTION)  # the styles differ here
     answer_in_window(chat, runner, CONTINUE)  # the chat's last answer continued text
@@ -100,18 +100,18 @@ def test_serving_the_window_s_model_renders_api_requests_with_the_template_while
 
 
 def test_the_window_serve_and_generate_give_the_same_tokens_for_the_same_request(
-    chat: ChatSession, runner: InlineRunner, varied_model_dir: Path
+    chat: Chat, runner: InlineRunner, varied_model_dir: Path
 ) -> None:
-    engine = chat.host.engine
+    engine = chat.backend_session.host.engine
     assert engine is not None
     answer_in_window(chat, runner, CONTINUE)  # a style the next requests must not inherit
     chat.new_chat()
     answer_in_window(chat, runner, CHAT)
     figures = chat.conversation.messages[-1].figures
     assert figures is not None and figures.generated_tokens == NEW
-    # The window's tokens: its job for the same chat (the one ChatSession submits) gives the
+    # The window's tokens: its job for the same chat (the one Chat submits) gives the
     # ids, and the same text as the chat's answer.
-    result = drive(window_job(chat.host, (Message("user", QUESTION),), CHAT)).result
+    result = drive(window_job(chat.backend_session.host, (Message("user", QUESTION),), CHAT)).result
     ids = result.stats.token_ids
     assert len(ids) == NEW and result.text == chat.conversation.messages[-1].content
 

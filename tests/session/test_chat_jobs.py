@@ -46,7 +46,7 @@ def opts(settings: SamplingSettings = GREEDY_LONG, **chosen: object) -> Generati
 
 
 def ask(host: EngineHost, text: str = "hello", options: GenerationOptions | None = None) -> Job:
-    """The window's answer job, as ChatSession submits it."""
+    """The window's answer job, as Chat submits it."""
     return window_job(host, (Message("user", text),), options or opts())
 
 

@@ -12,7 +12,7 @@ from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_CONTINUE, STYLE_PLAIN_CH
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.tool_calls import Tool
-from chatapp.session.chat_session import GenerationOptions
+from chatapp.session.chat import GenerationOptions
 from chatapp.session.chat_settings import ChatSettings, remember, settings_of
 from chatapp.session.history_records import conversation_from_store
 from chatapp.session.prompt_style import CHAT, CONTINUE

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from chatapp.session import history_failures
-from chatapp.session.chat_session import ChatSession
+from chatapp.session.chat import Chat, chat_on
 from chatapp.session.history_failures import NORMAL_BUSY_TIMEOUT_S, QUICK_BUSY_TIMEOUT_S
 from chatapp.session.history_sync import HistorySync
 from chatapp.session.running import InlineRunner
 from chatapp.store import HistoryStore
 from chatapp.store.history_file import wait_for_write_lock
-from tests.session.test_history_sync import GREEDY, Saves, Told
+from tests.session.test_history_sync import GREEDY, Told
 
 
 @pytest.fixture
@@ -26,12 +26,12 @@ def runner() -> InlineRunner:
 
 
 @pytest.fixture
-def chat(runner: InlineRunner, tiny_model_dir: Path) -> Iterator[ChatSession]:
-    session = ChatSession(runner)
-    session.open_model(tiny_model_dir, threads=1)
+def chat(runner: InlineRunner, tiny_model_dir: Path) -> Iterator[Chat]:
+    session = chat_on(runner)
+    session.backend_session.open_model(tiny_model_dir, threads=1)
     runner.drain()
     yield session
-    session.host.engine = None
+    session.backend_session.host.engine = None
 
 
 @pytest.fixture
@@ -56,11 +56,10 @@ def busy_timeout_ms(store: HistoryStore) -> int:
 
 
 def locked_send(
-    chat: ChatSession, runner: InlineRunner, history: HistoryStore, lock: sqlite3.Connection
+    chat: Chat, runner: InlineRunner, history: HistoryStore, lock: sqlite3.Connection
 ) -> tuple[HistorySync, InlineRunner, Told]:
     told, waits = Told(), InlineRunner()
-    sync = HistorySync(chat, history, events=told, submit_wait=waits)
-    chat.subscribe(Saves(sync))
+    sync = told.attach(HistorySync(chat, history, submit_wait=waits))
     lock.execute("BEGIN IMMEDIATE")
     assert chat.send("hello", GREEDY)
     runner.drain()
@@ -68,7 +67,7 @@ def locked_send(
 
 
 def test_this_thread_waits_only_briefly_and_a_worker_waits_for_the_lock(
-    chat: ChatSession, runner: InlineRunner, history: HistoryStore, lock: sqlite3.Connection
+    chat: Chat, runner: InlineRunner, history: HistoryStore, lock: sqlite3.Connection
 ) -> None:
     sync, waits, told = locked_send(chat, runner, history, lock)
     assert busy_timeout_ms(history) == round(QUICK_BUSY_TIMEOUT_S * 1000)
@@ -84,7 +83,7 @@ def test_this_thread_waits_only_briefly_and_a_worker_waits_for_the_lock(
 
 
 def test_a_lock_held_past_the_wait_is_told_once(
-    chat: ChatSession,
+    chat: Chat,
     runner: InlineRunner,
     history: HistoryStore,
     lock: sqlite3.Connection,
@@ -108,7 +107,7 @@ def test_a_lock_held_past_the_wait_is_told_once(
 
 
 def test_without_a_worker_writes_wait_as_before(
-    chat: ChatSession, runner: InlineRunner, history: HistoryStore
+    chat: Chat, runner: InlineRunner, history: HistoryStore
 ) -> None:
     HistorySync(chat, history)
     assert busy_timeout_ms(history) == round(NORMAL_BUSY_TIMEOUT_S * 1000)

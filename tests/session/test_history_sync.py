@@ -1,4 +1,4 @@
-"""The history sync without Qt or threads: a ChatSession on an InlineRunner, a real store."""
+"""The history sync without Qt or threads: a Chat on an InlineRunner, a real store."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.session.chat_session import ChatObserver, ChatSession, GenerationOptions
+from chatapp.session.chat import Chat, GenerationOptions, chat_on
 from chatapp.session.conversation import Conversation
-from chatapp.session.history_sync import HistoryObserver, HistorySync
+from chatapp.session.history_sync import HistorySync
 from chatapp.session.running import InlineRunner
 from chatapp.store import HistoryStore, ReadOnlyStoreError
 
@@ -21,33 +21,22 @@ GREEDY = GenerationOptions(
 )
 
 
-class Told(HistoryObserver):
+class Told:
+    """What a HistorySync tells, kept."""
+
     def __init__(self) -> None:
         self.messages: list[tuple[str, str]] = []
         self.current: list[int | None] = []
         self.lists = 0
 
+    def attach(self, sync: HistorySync) -> HistorySync:
+        sync.events.list_changed.connect(self.list_changed)
+        sync.events.current_changed.connect(self.current.append)
+        sync.events.message.connect(lambda text, level: self.messages.append((text, level)))
+        return sync
+
     def list_changed(self) -> None:
         self.lists += 1
-
-    def current_changed(self, conversation_id: int | None) -> None:
-        self.current.append(conversation_id)
-
-    def message(self, text: str, level: str) -> None:
-        self.messages.append((text, level))
-
-
-class Saves(ChatObserver):
-    """What the window's HistoryController does with the chat's events."""
-
-    def __init__(self, sync: HistorySync) -> None:
-        self.sync = sync
-
-    def answer_started(self, options: GenerationOptions) -> None:
-        self.sync.on_answer_started()
-
-    def conversation_changed(self, conversation: Conversation) -> None:
-        self.sync.on_conversation_changed()
 
 
 @pytest.fixture
@@ -56,10 +45,10 @@ def runner() -> InlineRunner:
 
 
 @pytest.fixture
-def chat(runner: InlineRunner) -> Iterator[ChatSession]:
-    session = ChatSession(runner)
+def chat(runner: InlineRunner) -> Iterator[Chat]:
+    session = chat_on(runner)
     yield session
-    session.host.engine = None
+    session.backend_session.host.engine = None
 
 
 @pytest.fixture
@@ -70,12 +59,11 @@ def store(tmp_path: Path) -> Iterator[HistoryStore]:
 
 
 def test_an_answer_is_saved_question_first_then_with_its_figures(
-    chat: ChatSession, runner: InlineRunner, store: HistoryStore, tiny_model_dir: Path
+    chat: Chat, runner: InlineRunner, store: HistoryStore, tiny_model_dir: Path
 ) -> None:
     told = Told()
-    sync = HistorySync(chat, store, lambda: "Be brief.", told)
-    chat.subscribe(Saves(sync))
-    chat.open_model(tiny_model_dir, threads=1)
+    sync = told.attach(HistorySync(chat, store, lambda: "Be brief."))
+    chat.backend_session.open_model(tiny_model_dir, threads=1)
     runner.drain()
     assert chat.send("hello", GREEDY)
     # The question is stored when the answer is asked for, before any token.
@@ -86,19 +74,19 @@ def test_an_answer_is_saved_question_first_then_with_its_figures(
     stored = store.load_conversation(info.id)
     assert [m.role for m in stored.messages] == ["user", "assistant"]
     assert stored.messages[1].content == chat.conversation.messages[1].content
-    assert stored.messages[1].figures is not None and chat.model is not None
-    assert stored.messages[1].figures.model == chat.model.name == stored.info.model
+    assert stored.messages[1].figures is not None and chat.backend_session.model is not None
+    assert stored.messages[1].figures.model == chat.backend_session.model.name == stored.info.model
     assert stored.info.system_prompt == "Be brief." and sync.unsaved_indices() == []
 
     # Another window's view of it: opened from the store, shown, continued in place.
-    other = ChatSession(InlineRunner())
+    other = chat_on(InlineRunner())
     other_sync = HistorySync(other, store)
     assert other_sync.open(info.id)
     assert [m.id for m in other.conversation.messages] == [m.id for m in stored.messages]
 
 
 def test_messages_of_an_empty_stored_conversation_are_appended_to_it(
-    chat: ChatSession, store: HistoryStore
+    chat: Chat, store: HistoryStore
 ) -> None:
     sync = HistorySync(chat, store)
     info = store.create_conversation("Empty so far")
@@ -117,10 +105,10 @@ def test_messages_of_an_empty_stored_conversation_are_appended_to_it(
 
 
 def test_a_failed_save_keeps_the_messages_marked_and_a_retry_saves_them(
-    chat: ChatSession, store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+    chat: Chat, store: HistoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     told = Told()
-    sync = HistorySync(chat, store, events=told)
+    sync = told.attach(HistorySync(chat, store))
     chat.conversation.add_user("Keep me")
 
     def refuse(*_args: object, **_kwargs: object) -> None:
@@ -138,7 +126,7 @@ def test_a_failed_save_keeps_the_messages_marked_and_a_retry_saves_them(
     assert [m.content for m in store.load_conversation(info.id).messages] == ["Keep me"]
 
 
-def test_without_a_store_every_message_is_unsaved(chat: ChatSession) -> None:
+def test_without_a_store_every_message_is_unsaved(chat: Chat) -> None:
     sync = HistorySync(chat, None)
     chat.conversation.add_user("a")
     assert not sync.enabled and sync.unsaved_indices() == [0] and sync.conversations() == []

@@ -60,35 +60,37 @@ class ChatFeature(QObject):
         probe.sig_finished.connect(panel.set_devices)
         probe.sig_errored.connect(lambda _error: panel.set_devices([CPU]))  # logged
         view.sig_new_chat.connect(self.new_chat)
-        c.sig_state_changed.connect(self._on_state_changed)
+        c.backend_session.events.state_changed.connect(self._on_state_changed)
         self.loading = ModelLoading(window, c, panel)
-        c.sig_backend_changed.connect(lambda _remote: self._on_state_changed(c.state))
-        c.sig_conversation_changed.connect(self._on_shown_conversation)
+        c.backend_session.events.backend_changed.connect(
+            lambda _remote: self._on_state_changed(c.backend_session.state)
+        )
+        c.chat.events.conversation_changed.connect(self._on_shown_conversation)
         view.sig_send.connect(self._on_send)
-        view.sig_stop.connect(c.stop)
+        view.sig_stop.connect(c.chat.stop)
         view.sig_regenerate.connect(self._on_regenerate)
         view.tool_reply.sig_reply.connect(self._on_tool_reply)
         view.sig_continue.connect(self._on_continue)
-        c.sig_state_changed.connect(self._show_continue)
-        c.sig_conversation_changed.connect(self._show_continue)
+        c.backend_session.events.state_changed.connect(self._show_continue)
+        c.chat.events.conversation_changed.connect(self._show_continue)
         view.regenerate_note.sig_regenerate.connect(self._regenerate_varied)
         view.sig_copied.connect(self._on_copied)
         # Transcript: versions of an answer, copied code, where a hovered link goes.
-        view.sig_version_requested.connect(c.select_version)
+        view.sig_version_requested.connect(c.chat.select_version)
         view.sig_code_copied.connect(lambda: window.notify("Copied the code.", 3000))
         view.sig_status.connect(lambda text: window.notify(text, 8000))
-        c.sig_answer_started.connect(self._on_answer_started)
-        c.sig_answer_delta.connect(self._on_answer_delta)
-        c.sig_stats.connect(self._on_stats)
-        c.sig_warm_up.connect(self._on_warm_up)
-        c.sig_answer_finished.connect(self._on_answer_finished)
-        c.sig_answer_failed.connect(self._on_answer_failed)
+        c.chat.events.answer_started.connect(self._on_answer_started)
+        c.chat.events.answer_delta.connect(self._on_answer_delta)
+        c.chat.events.stats.connect(self._on_stats)
+        c.chat.events.warm_up.connect(self._on_warm_up)
+        c.chat.events.answer_finished.connect(self._on_answer_finished)
+        c.chat.events.answer_failed.connect(self._on_answer_failed)
         # Which model a chat was with: a chat is never continued unnoticed by another one.
         self._shown: Conversation | None = None
         self._shown_id: int | None = None  # its stored id, and whether it had messages: a
         self._shown_had_messages = False  # chat cleared for a new one is another chat
         self._loaded_folder: str | None = None  # the model whose defaults the panel shows
-        c.sig_model_loaded.connect(self._on_model_loaded)
+        c.backend_session.events.model_loaded.connect(self._on_model_loaded)
         # Text continuation is told where the text is typed, not only once in the banner.
         self._chat_placeholder = view.prompt_edit.placeholderText()
         self._empty_chat = view.transcript.placeholderText()
@@ -97,15 +99,15 @@ class ChatFeature(QObject):
         tools.sig_refused.connect(lambda text: window.show_message(text, cause="tools"))
         # Tools loaded (or cleared) later: the refusal is old.
         tools.sig_changed.connect(lambda: window.dismiss_message(cause="tools"))
-        c.sig_model_loaded.connect(self._show_prompt_choice)
+        c.backend_session.events.model_loaded.connect(self._show_prompt_choice)
         # The chat's own settings first, then what follows from its prompt choice.
-        c.sig_conversation_changed.connect(self._on_conversation_changed)
-        c.sig_conversation_changed.connect(self._show_prompt_choice)
+        c.chat.events.conversation_changed.connect(self._on_conversation_changed)
+        c.chat.events.conversation_changed.connect(self._show_prompt_choice)
 
     # ---- what other features and the frame use ----------------------------------------------
     @property
     def conversation(self) -> Conversation:
-        return self.controller.conversation
+        return self.controller.chat.conversation
 
     @property
     def model_dir(self) -> Path | None:
@@ -145,28 +147,34 @@ class ChatFeature(QObject):
     @Slot()
     def new_chat(self) -> None:
         c = self.controller
-        if c.state is State.GENERATING or not self.window.may_leave_chat("new chat"):
+        if c.backend_session.state is State.GENERATING or not self.window.may_leave_chat(
+            "new chat"
+        ):
             return
-        if c.new_chat():
+        if c.chat.new_chat():
             self.side_panel.start_answer()
-            total = c.backend.max_context if c.backend is not None else 0
+            total = (
+                c.backend_session.backend.max_context
+                if c.backend_session.backend is not None
+                else 0
+            )
             self.side_panel.set_context(0, total)
 
     def refresh_controls(self) -> None:
-        self._on_state_changed(self.controller.state)
+        self._on_state_changed(self.controller.backend_session.state)
 
     def focus(self) -> None:
         self.chat_view.prompt_edit.setFocus()
 
     def about_rows(self) -> list[tuple[str, str]]:
-        c, model = self.controller, self.controller.model
+        c, model = self.controller, self.controller.backend_session.model
         selector = self.side_panel.device_selector  # the devices that started a session here
         labels = [
             str(selector.itemData(i, Qt.ItemDataRole.ToolTipRole)) for i in range(selector.count())
         ]
         rows = [("Devices here", ", ".join(labels))] if labels else []
-        if c.remote is not None:  # a backend connected instead: its card
-            rows.append(("Answers from", c.remote.description))
+        if c.backend_session.remote is not None:  # a backend connected instead: its card
+            rows.append(("Answers from", c.backend_session.remote.description))
         if model is None:
             return [*rows, ("Model", "none loaded")]
         return [
@@ -210,16 +218,16 @@ class ChatFeature(QObject):
     @Slot(object)
     def _on_shown_conversation(self, conversation: Conversation) -> None:
         self.chat_view.show_messages(conversation.messages)
-        self._on_state_changed(self.controller.state)
+        self._on_state_changed(self.controller.backend_session.state)
 
     # ---- answers ----------------------------------------------------------------------------
     @Slot(str)
     def _on_send(self, text: str) -> None:
-        if self.controller.send(text, self.options()):
+        if self.controller.chat.send(text, self.options()):
             self.chat_view.regenerate_note.offer(None)  # it told of the answer before
             self.chat_view.clear_sent_prompt()
             self.chat_view.prompt_edit.setFocus()  # after a click on Send, keep typing
-        elif self.controller.state is State.NO_MODEL:
+        elif self.controller.backend_session.state is State.NO_MODEL:
             self.window.show_message(
                 "No model is loaded: open a model folder from the File menu.", "info"
             )
@@ -227,13 +235,13 @@ class ChatFeature(QObject):
     @Slot(str)
     def _on_tool_reply(self, text: str) -> None:
         """The user's text as the pending call's result; the model goes on."""
-        if self.controller.reply_as_tool(text, self.options()):
+        if self.controller.chat.reply_as_tool(text, self.options()):
             self.chat_view.tool_reply.edit.clear()
 
     @Slot()
     def _on_regenerate(self) -> None:
         options = self.options()
-        if self.controller.regenerate(options):
+        if self.controller.chat.regenerate(options):
             # Greedy or a fixed seed writes the same text again: say why, offer a way out.
             preset = self.side_panel.sampling_box.preset()
             self.chat_view.regenerate_note.offer(same_answer(options.settings, preset))
@@ -243,7 +251,7 @@ class ChatFeature(QObject):
         """A chat with messages from another model is left for a new one; a chat that is
         kept keeps its own settings (its sampling and prompt choice, not the model's
         defaults: "Load X" on a reopened chat's banner changes its model, nothing else)."""
-        conv = self.controller.conversation
+        conv = self.controller.chat.conversation
         was = conv.model
         previous, self._loaded_folder = self._loaded_folder, str(summary.folder)
         switch = None
@@ -253,9 +261,9 @@ class ChatFeature(QObject):
             self._say_reopened(conv)
         elif conv.messages and was is not None and was != summary.name:
             self.new_chat()  # asks first when the chat is not saved
-            started = not self.controller.conversation.messages
+            started = not self.controller.chat.conversation.messages
             switch = model_switch_text(was, summary.name, started=started)
-        settings = self.controller.conversation.settings
+        settings = self.controller.chat.conversation.settings
         if previous != self._loaded_folder and settings is not None and settings.known:
             self._restore(settings)
         if not summary.has_chat_template and not summary.fallback_reason:
@@ -284,10 +292,10 @@ class ChatFeature(QObject):
         """A chat from another model shown: whose it was, and a button that loads that one
         when it is in the models folder."""
         settings = conversation.settings
-        model = self.controller.model
+        model = self.controller.backend_session.model
         was = conversation.model or (settings.model if settings is not None else None)
         # Only where the local model answers: a connected backend's chats name its model.
-        local = self.controller.remote is None
+        local = self.controller.backend_session.remote is None
         if local and model is not None and was and was != model.name:
             folder = library_folder(models_dir(), was)
             action = None if folder is None else (f"Load {was}", lambda: self.open_model(folder))
@@ -326,13 +334,13 @@ class ChatFeature(QObject):
 
     @Slot()
     def _on_continue(self) -> None:
-        self.controller.continue_answer(self.options())
+        self.controller.chat.continue_answer(self.options())
 
     @Slot(object)
     def _show_continue(self, _what: object = None) -> None:
         """Continue is offered under an answer the token limit cut, while nothing runs."""
         idle = not any(busy() for busy in self.window.busy_checks)  # e.g. a comparison runs
-        self.chat_view.continue_button.setVisible(idle and self.controller.can_continue())
+        self.chat_view.continue_button.setVisible(idle and self.controller.chat.can_continue())
 
     @Slot(str)
     def _regenerate_varied(self, fix: str) -> None:
@@ -352,7 +360,7 @@ class ChatFeature(QObject):
         # A failure the banner tells of now (a device that failed) is over once this answer
         # succeeds; what is shown while it runs, and notices, stay.
         self._banner_at_start = self.window.dismiss_message()
-        self.chat_view.show_messages(self.controller.conversation.messages)
+        self.chat_view.show_messages(self.controller.chat.conversation.messages)
         self.chat_view.begin_answer()
         self.side_panel.begin_answer()
 

@@ -41,14 +41,14 @@ class ModelLoading(QObject):
         self.model_dir: Path | None = None  # the folder last asked for
         self.onnx_file: str | None = None  # and the graph in it, if one was named
         self._load_key: str | None = None  # the load under way, to remember how long it took
-        controller.sig_model_loaded.connect(self._on_model_loaded)
-        controller.sig_load_failed.connect(self._on_load_failed)
+        controller.backend_session.events.model_loaded.connect(self._on_model_loaded)
+        controller.backend_session.events.load_failed.connect(self._on_load_failed)
         panel.sig_mode_changed.connect(self._on_mode_changed)
         panel.sig_device_changed.connect(self._on_engine_setting_changed)
         panel.sig_threads_changed.connect(self._on_engine_setting_changed)
         panel.sig_precision_changed.connect(self._on_precision_changed)
-        panel.sig_speculative_changed.connect(controller.host.set_speculative)
-        controller.host.set_speculative(panel.speculative())
+        panel.sig_speculative_changed.connect(controller.backend_session.host.set_speculative)
+        controller.backend_session.host.set_speculative(panel.speculative())
 
     def open_model(
         self, folder: Path | str, device: str | None = None, onnx_file: str | None = None
@@ -58,10 +58,10 @@ class ModelLoading(QObject):
         picks one of the folder's graphs (--onnx-file; None: the folder's default)."""
         folder = Path(folder).expanduser()
         panel = self.panel
-        if self.controller.busy:
+        if self.controller.backend_session.busy:
             return False  # the choice shown stays the loaded model's
         panel.set_precision(remembered_precision(self.window.settings, folder))
-        started = self.controller.open_model(
+        started = self.controller.backend_session.open_model(
             folder,
             device or panel.device(),
             panel.threads(),
@@ -127,8 +127,8 @@ class ModelLoading(QObject):
     def _on_load_failed(self, message: str) -> None:
         self._load_key = None
         self.window.notify("The model could not be loaded.", 8000)
-        if self.controller.backend is not None:
-            message += f" Still using {self.controller.backend.name}."
+        if self.controller.backend_session.backend is not None:
+            message += f" Still using {self.controller.backend_session.backend.name}."
         self.window.show_message(message, "error", until_answer=True)
 
     @Slot(str)
@@ -141,7 +141,10 @@ class ModelLoading(QObject):
         # Device, threads and precision live in the session: reload the same model (the chat
         # stays).
         # The side panel locks both while an answer streams, so this never lands mid-answer.
-        if self.model_dir is not None and self.controller.state in (State.READY, State.NO_MODEL):
+        if self.model_dir is not None and self.controller.backend_session.state in (
+            State.READY,
+            State.NO_MODEL,
+        ):
             self.open_model(self.model_dir, onnx_file=self.onnx_file)
 
     @Slot(str)

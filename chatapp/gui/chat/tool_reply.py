@@ -1,6 +1,6 @@
 """The "Reply as tool" box: under an answer that called a tool, the user types the tool's
 result and sends it; the chat keeps it as a `tool` message and the model goes on
-(session/chat_session.py `reply_as_tool`). Hidden while the chat waits for no tool."""
+(session/chat.py `reply_as_tool`). Hidden while the chat waits for no tool."""
 
 from __future__ import annotations
 

@@ -52,8 +52,8 @@ class CompareFeature(QObject):
         window.busy_checks.append(lambda: self.view.running)
         window.before_shutdown.append(self.view.stop)  # a running comparison ends after its step
         self.view.sig_running.connect(lambda _running: window.refresh_controls())
-        self.chat.sig_state_changed.connect(self._update)
-        self.chat.sig_backend_changed.connect(self._on_backend_changed)
+        self.chat.backend_session.events.state_changed.connect(self._update)
+        self.chat.backend_session.events.backend_changed.connect(self._on_backend_changed)
         self._update()
 
     def show(self) -> None:
@@ -62,8 +62,8 @@ class CompareFeature(QObject):
     @Slot()
     def _update(self, _state: object = None) -> None:
         # The comparison runs both loops of a model: only where the loop is chosen here.
-        chooses = self.chat.capabilities.chooses_loop
-        self.view.set_available(self.chat.state is State.READY and chooses)
+        chooses = self.chat.backend_session.capabilities.chooses_loop
+        self.view.set_available(self.chat.backend_session.state is State.READY and chooses)
 
     @Slot(object)
     def _on_backend_changed(self, card: BackendCard | None) -> None:

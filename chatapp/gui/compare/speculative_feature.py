@@ -34,16 +34,19 @@ class SpeculativeFeature(QObject):
         window.busy_checks.append(lambda: self.view.running)
         window.before_shutdown.append(self.view.stop)
         self.view.sig_running.connect(lambda _running: window.refresh_controls())
-        self.chat.sig_state_changed.connect(self._update)
-        self.chat.sig_backend_changed.connect(self._update)
+        self.chat.backend_session.events.state_changed.connect(self._update)
+        self.chat.backend_session.events.backend_changed.connect(self._update)
         self._update()
 
     @Slot()
     def _update(self, _state: object = None) -> None:
         # Both answers run on this machine's model, with its loop chosen here.
-        model, chooses = self.chat.model, self.chat.capabilities.chooses_loop
+        model, chooses = (
+            self.chat.backend_session.model,
+            self.chat.backend_session.capabilities.chooses_loop,
+        )
         self.view.set_available(
-            self.chat.state is State.READY and chooses,
+            self.chat.backend_session.state is State.READY and chooses,
             model.speculation_refusal if model is not None and chooses else None,
         )
 

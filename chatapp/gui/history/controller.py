@@ -1,31 +1,25 @@
-"""The history's Qt face: `HistorySync` (session/history_sync.py, no Qt) keeps the SQLite store
-in step with the chat's Conversation; this adapter feeds it the chat controller's signals and
-turns what it tells into signals of its own. No widgets here; `history/ui.py` puts a list and
-menus on it."""
+"""The history's Qt owner: `HistorySync` (session/history_sync.py, no Qt) keeps the SQLite
+store in step with the chat's Conversation (it connects to the chat's events itself); this
+object makes its `events` arrive on the GUI thread. No widgets here; `history/ui.py` puts a
+list and menus on it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject
 
 from chatapp.gui.chat.controller import ChatController
-from chatapp.gui.common.qtcompat import emit
+from chatapp.gui.common.gui_thread import gui_thread_delivery
 from chatapp.session.chat_settings import GenerationOptions, remember, settings_of
-from chatapp.session.conversation import Conversation
 from chatapp.session.history_records import OpenedHistory, open_history
-from chatapp.session.history_sync import HistoryObserver, HistorySync
+from chatapp.session.history_sync import HistoryEvents, HistorySync
 from chatapp.store import ConversationInfo, HistoryStore, SearchHit
 
 __all__ = ["HistoryController", "OpenedHistory", "open_history"]
 
 
 class HistoryController(QObject):
-    sig_list_changed = Signal()  # conversations were added, changed or removed: re-read
-    sig_current_changed = Signal(object)  # int | None: the stored id of the conversation shown
-    sig_message = Signal(str, str)  # text, level ("error" | "warning" | "info")
-    sig_unsaved_changed = Signal()  # `failure` or `unsaved_indices()` may have changed
-
     def __init__(
         self,
         chat: ChatController,
@@ -38,23 +32,22 @@ class HistoryController(QObject):
         # The tools runner waits for a history another process keeps locked: this thread
         # never does (session/history_failures.py).
         self.sync_core = HistorySync(
-            chat.session, store, system_prompt, _Signals(self), chat.session.submit_tool
+            chat.chat, store, system_prompt, chat.backend_session.submit_tool
         )
-        chat.sig_answer_started.connect(self._on_answer_started)
-        chat.sig_conversation_changed.connect(self._on_conversation_changed)
+        self.sync_core.events.deliver_via(gui_thread_delivery(self))
+        chat.chat.events.answer_started.connect(self._remember_settings)  # after the sync's
 
-    @Slot(object)
-    def _on_answer_started(self, options: GenerationOptions) -> None:
-        self.sync_core.on_answer_started()
-        # The chat remembers how it is answered: restored when it is opened again.
-        backend = self.chat.backend
-        conversation = self.chat.conversation
+    def _remember_settings(self, options: GenerationOptions) -> None:
+        """The chat remembers how it is answered: restored when it is opened again."""
+        backend = self.chat.backend_session.backend
+        conversation = self.chat.chat.conversation
         conversation.settings = settings_of(options, backend.name if backend else None)
         remember(self.sync_core.store, conversation.id, conversation.settings)
 
-    @Slot(object)
-    def _on_conversation_changed(self, _conversation: Conversation) -> None:
-        self.sync_core.on_conversation_changed()
+    @property
+    def events(self) -> HistoryEvents:
+        """list_changed, current_changed, message, unsaved_changed (session/history_sync.py)."""
+        return self.sync_core.events
 
     # ---- the core's state and requests (session/history_sync.py says what each does) -------
     @property
@@ -115,20 +108,3 @@ class HistoryController(QObject):
 
     def sync(self, starting: bool = False) -> None:
         self.sync_core.sync(starting)
-
-
-class _Signals(HistoryObserver):
-    def __init__(self, controller: HistoryController) -> None:
-        self.c = controller
-
-    def list_changed(self) -> None:
-        emit(self.c.sig_list_changed)
-
-    def current_changed(self, conversation_id: int | None) -> None:
-        emit(self.c.sig_current_changed, conversation_id)
-
-    def message(self, text: str, level: str) -> None:
-        emit(self.c.sig_message, text, level)
-
-    def unsaved_changed(self) -> None:
-        emit(self.c.sig_unsaved_changed)

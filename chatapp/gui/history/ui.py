@@ -87,7 +87,7 @@ class HistoryUi(QObject):
         if (
             last is not None
             and self.controller.current_id is None
-            and not self.chat.conversation.messages
+            and not self.chat.chat.conversation.messages
         ):
             self.open(last)  # a restart goes on where the window was closed
 
@@ -132,15 +132,15 @@ class HistoryUi(QObject):
         p.sig_export.connect(self.export)
         p.sig_import.connect(self.import_conversation)
         p.sig_search.connect(self._on_search)
-        h.sig_list_changed.connect(self.refresh)
-        h.sig_list_changed.connect(self._update_actions)  # the history may be writable now
-        h.sig_current_changed.connect(self._on_current_changed)
-        h.sig_message.connect(self._on_history_message)
+        h.events.list_changed.connect(self.refresh)
+        h.events.list_changed.connect(self._update_actions)  # the history may be writable now
+        h.events.current_changed.connect(self._on_current_changed)
+        h.events.message.connect(self._on_history_message)
         self.chat_feature.chat_view.sig_edit_submitted.connect(self._on_edit_submitted)
-        c.sig_context.connect(self._on_context)
-        c.sig_conversation_changed.connect(self._on_conversation_changed)
-        c.sig_model_loaded.connect(lambda _summary: self.measure())
-        c.sig_state_changed.connect(lambda _state: self._update_actions())
+        c.chat.events.context.connect(self._on_context)
+        c.chat.events.conversation_changed.connect(self._on_conversation_changed)
+        c.backend_session.events.model_loaded.connect(lambda _summary: self.measure())
+        c.backend_session.events.state_changed.connect(lambda _state: self._update_actions())
         # What the next answer sends changed (its token limit, the system prompt): measure.
         self.chat_feature.side_panel.sig_request_changed.connect(self._measure_timer.start)
 
@@ -175,7 +175,7 @@ class HistoryUi(QObject):
 
     @Slot(int)
     def open(self, conversation_id: int) -> bool:
-        if self.chat.state is State.GENERATING:
+        if self.chat.backend_session.state is State.GENERATING:
             self.window.notify(
                 "Wait for the answer (or stop it) before opening another conversation.", 5000
             )
@@ -190,7 +190,11 @@ class HistoryUi(QObject):
             # The figures panel shows this chat's last answer, as after it was written.
             self.chat_feature.side_panel.start_answer()
             last = next(
-                (m for m in reversed(self.chat.conversation.messages) if m.figures is not None),
+                (
+                    m
+                    for m in reversed(self.chat.chat.conversation.messages)
+                    if m.figures is not None
+                ),
                 None,
             )
             if last is not None and last.figures is not None:
@@ -209,7 +213,7 @@ class HistoryUi(QObject):
         info = next((i for i in self.controller.conversations() if i.id == conversation_id), None)
         title = info.title if info is not None else "this conversation"
         current = conversation_id == self.controller.current_id
-        if current and self.chat.state is State.GENERATING:
+        if current and self.chat.backend_session.state is State.GENERATING:
             self.window.show_message("Stop the answer before deleting this conversation.", "info")
             return False
         if not self.confirm(
@@ -277,7 +281,7 @@ class HistoryUi(QObject):
         )
         if not path:
             return None
-        if self.chat.state is State.GENERATING:
+        if self.chat.backend_session.state is State.GENERATING:
             self.window.show_message("Wait for the answer before importing.", "info")
             return None
         if self.controller.read_only:
@@ -312,7 +316,7 @@ class HistoryUi(QObject):
     # ---- editing a sent message -----------------------------------------------------------------
     @Slot()
     def edit_last(self) -> None:
-        messages = self.chat.conversation.messages
+        messages = self.chat.chat.conversation.messages
         last = next(
             (i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None
         )
@@ -321,22 +325,26 @@ class HistoryUi(QObject):
 
     @Slot(int, str)
     def _on_edit_submitted(self, index: int, text: str) -> None:
-        if self.chat.edit(index, text, self.chat_feature.options()):
+        if self.chat.chat.edit(index, text, self.chat_feature.options()):
             self.chat_feature.chat_view.finish_edit()
 
     # ---- context figures ------------------------------------------------------------------------
     @Slot()
     def measure(self) -> None:
         """Ask the worker what of this conversation the next answer would send."""
-        if self.chat.state is State.READY:
-            self.chat.measure_context(self.chat_feature.options())
+        if self.chat.backend_session.state is State.READY:
+            self.chat.chat.measure_context(self.chat_feature.options())
 
     @Slot(object)
     def _on_context(self, report: ContextReport | None) -> None:
         chat = self.chat_feature
         chat.chat_view.set_context(report, render=report is not None)
         if report is None:
-            total = self.chat.backend.max_context if self.chat.backend is not None else 0
+            total = (
+                self.chat.backend_session.backend.max_context
+                if self.chat.backend_session.backend is not None
+                else 0
+            )
             chat.side_panel.set_context(0, total, "")
         else:
             chat.side_panel.set_context(
@@ -350,21 +358,21 @@ class HistoryUi(QObject):
             self.chat_feature.chat_view.cancel_edit()
         self.panel.set_current(conversation.id)
         self._update_actions()
-        if self.chat.state is State.READY and conversation.messages:
+        if self.chat.backend_session.state is State.READY and conversation.messages:
             self.measure()
 
     def _update_actions(self) -> None:
         h = self.controller
         stored = h.enabled and h.current_id is not None
         writable = h.enabled and not h.read_only
-        generating = self.chat.state is State.GENERATING
+        generating = self.chat.backend_session.state is State.GENERATING
         for act in (self.export_markdown_action, self.export_json_action, self.copy_action):
             act.setEnabled(stored)
         self.rename_action.setEnabled(stored and writable)
         self.delete_action.setEnabled(stored and writable and not generating)
         self.import_action.setEnabled(writable and not generating)
         self.search_action.setEnabled(h.enabled)
-        self.edit_last_action.setEnabled(self.chat.state is State.READY)
+        self.edit_last_action.setEnabled(self.chat.backend_session.state is State.READY)
         self.panel.setEnabled(h.enabled)
         # Shown read-only, not hidden: the chats can be opened, searched and exported.
         store = h.store

@@ -53,9 +53,9 @@ class UnsavedGuard(QObject):
         self.retry_timer = QTimer(self)
         self.retry_timer.setInterval(RETRY_MS)
         self.retry_timer.timeout.connect(self.retry)
-        self.controller.sig_unsaved_changed.connect(self.update)
+        self.controller.events.unsaved_changed.connect(self.update)
         self.chat = chat_of(window)
-        self.chat.controller.sig_conversation_changed.connect(lambda _c: self.update())
+        self.chat.controller.chat.events.conversation_changed.connect(lambda _c: self.update())
         window.leave_checks.append(self.may_leave)
 
     def reason(self) -> str:
@@ -110,7 +110,7 @@ class UnsavedGuard(QObject):
     def export(self) -> Path | None:
         """Write the chat as shown (Markdown or JSON, by the file name) where the user says."""
         chat = self.chat.controller
-        conversation = chat.conversation
+        conversation = chat.chat.conversation
         name = _safe_name(conversation.title) + ".md"
         folder = export_folder(self.window.settings)
         path = self.ask_save_path("Export the unsaved chat", str(folder / name), EXPORT_FILTERS)
@@ -121,7 +121,9 @@ class UnsavedGuard(QObject):
             target = target.with_suffix(".md")
         stored = snapshot(
             conversation,
-            model=chat.model.name if chat.model is not None else None,
+            model=chat.backend_session.model.name
+            if chat.backend_session.model is not None
+            else None,
             system_prompt=self.chat.system_prompt(),
             now=datetime.now(UTC),
         )

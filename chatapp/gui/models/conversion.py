@@ -38,19 +38,21 @@ class GgufConversion(QObject):
             "convertProgressDialog",
             "Open GGUF",
             "Converting for ONNX Runtime: {message}…\n{left}",
-            controller.cancel_conversion,
+            controller.backend_session.cancel_conversion,
         )
-        controller.sig_convert_progress.connect(self._on_progress)
-        controller.sig_convert_planned.connect(self.progress.set_note)
-        controller.sig_converted.connect(self._on_converted)
-        controller.sig_convert_failed.connect(self._on_failed)
+        controller.backend_session.events.convert_progress.connect(self._on_progress)
+        controller.backend_session.events.convert_planned.connect(self.progress.set_note)
+        controller.backend_session.events.converted.connect(self._on_converted)
+        controller.backend_session.events.convert_failed.connect(self._on_failed)
 
     def convert_and_open(self, gguf: Path | str, out_dir: Path | str | None = None) -> bool:
         """Convert a GGUF file off the GUI thread (with a progress dialog), then open it."""
         gguf = Path(gguf).expanduser()
         target = Path(out_dir) if out_dir else models_dir() / folder_name(gguf)
         device = self.device()
-        if not self.controller.convert_gguf(gguf, target, graph_for(device), attention_for(device)):
+        if not self.controller.backend_session.convert_gguf(
+            gguf, target, graph_for(device), attention_for(device)
+        ):
             return False
         self.progress.open(f"Converting {gguf.name} for ONNX Runtime…")
         self.status(f"Converting {gguf.name}…", 0)

@@ -49,7 +49,7 @@ class ModelsFeature(QObject):
         window = self.window
         if not has_choice(folder):
             return window.open_model(folder)
-        model = chat_of(window).controller.model
+        model = chat_of(window).controller.backend_session.model
         same = model is not None and model.folder.resolve() == Path(folder).resolve()
         running = model.onnx_file if model is not None and same else None
         on_cpu = chat_of(window).device() == "cpu"

@@ -102,11 +102,11 @@ class ServerUi(QObject):
 
     def _connect(self) -> None:
         c, s = self.chat, self.server
-        c.sig_backend_changed.connect(self._on_backend_changed)
+        c.backend_session.events.backend_changed.connect(self._on_backend_changed)
         self.figures.disconnect_button.clicked.connect(self.disconnect_server)
-        c.sig_state_changed.connect(lambda _state: self._update_actions())
-        c.sig_stats.connect(self._on_stats)
-        c.sig_model_loaded.connect(self._on_model_loaded)
+        c.backend_session.events.state_changed.connect(lambda _state: self._update_actions())
+        c.chat.events.stats.connect(self._on_stats)
+        c.backend_session.events.model_loaded.connect(self._on_model_loaded)
         s.sig_started.connect(self._on_serving_started)
         s.sig_failed.connect(self._on_serving_failed)
         s.sig_stopped.connect(self._on_serving_stopped)
@@ -152,7 +152,7 @@ class ServerUi(QObject):
         request = ConnectRequest(
             request.url, request.api_key, request.model, self.timeouts, self.listing_timeouts
         )
-        if not self.chat.connect_remote(request):
+        if not self.chat.backend_session.connect_remote(request):
             self.window.show_message("Wait for the answer to finish, then connect.", "info")
             return False
         if request.api_key:
@@ -165,7 +165,7 @@ class ServerUi(QObject):
 
     @Slot()
     def disconnect_server(self) -> bool:
-        return self.chat.disconnect_remote()
+        return self.chat.backend_session.disconnect_remote()
 
     def _is_own_server(self, url: str) -> bool:
         serving = self.server.serving
@@ -192,12 +192,12 @@ class ServerUi(QObject):
                 w.dismiss_message()
         else:
             w.dismiss_message(warnings_too=True)  # what it says was about the server: gone with it
-            model = self.chat.model
+            model = self.chat.backend_session.model
             if model is not None:
                 w.show_backend(f"{model.name} · {model.device_label}", f"{model.name} — chatapp")
                 w.notify(f"Answers come from {model.name} again.", 8000)
-                if self.chat.conversation.messages:  # counted again for the local model
-                    self.chat.measure_context(self.chat_feature.options())
+                if self.chat.chat.conversation.messages:  # counted again for the local model
+                    self.chat.chat.measure_context(self.chat_feature.options())
                 else:
                     self.chat_feature.side_panel.set_context(0, model.max_context)
             else:
@@ -210,12 +210,14 @@ class ServerUi(QObject):
             self.figures.show_server(snapshot.server_figures)
 
     def _update_actions(self) -> None:
-        state = self.chat.state
+        state = self.chat.backend_session.state
         idle = state in (State.READY, State.NO_MODEL)
         self.connect_action.setEnabled(idle)
-        self.disconnect_action.setEnabled(idle and self.chat.remote is not None)
+        self.disconnect_action.setEnabled(idle and self.chat.backend_session.remote is not None)
         self.figures.disconnect_button.setEnabled(self.disconnect_action.isEnabled())
-        self.serve_action.setEnabled(self.chat.model is not None or self.server.active)
+        self.serve_action.setEnabled(
+            self.chat.backend_session.model is not None or self.server.active
+        )
 
     # ---- serving ------------------------------------------------------------------------------
     @Slot(bool)
@@ -232,7 +234,7 @@ class ServerUi(QObject):
         if self.serve_dialog is not None:
             self.serve_dialog.raise_()
             return
-        settings, model = self.window.settings, self.chat.model
+        settings, model = self.window.settings, self.chat.backend_session.model
         port = remembered_port(settings, self.server.port)
         kv = model.kv_bytes_per_token * model.max_context if model is not None else 0
         dialog = ServeDialog(self.window, port, HOST, remembered_slots(settings), kv)

@@ -42,7 +42,7 @@ def test_a_notice_stays_through_good_answers(qtbot, window, level: str) -> None:
 
 def test_a_message_shown_while_the_answer_runs_stays(qtbot, window) -> None:
     window.show_message("GPU (test) failed; running on the CPU.", "warning", until_answer=True)
-    window.chat.controller.sig_answer_started.connect(
+    window.chat.controller.chat.events.answer_started.connect(
         lambda _options: window.show_message("The chat history is busy.", "error")
     )
     send_and_wait(qtbot, window, "hello")

@@ -55,9 +55,11 @@ def test_continue_goes_on_with_an_answer_cut_at_the_limit(
         assert button.isHidden()
         return
     assert not button.isHidden()
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=LOAD_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=LOAD_TIMEOUT_MS
+    ):
         button.click()
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY)
+    qtbot.waitUntil(lambda: window.chat.controller.backend_session.state is State.READY)
     assert generate_requests[-1].continue_last
     messages = window.chat.conversation.messages
     assert len(messages) == 2 and messages[-1].content.startswith(first.content)
@@ -74,8 +76,8 @@ def test_another_model_starts_a_new_chat_and_says_so(
     window.open_model(base_model_dir)
     qtbot.waitUntil(
         lambda: (
-            window.chat.controller.model is not None
-            and window.chat.controller.model.name == "tiny-base"
+            window.chat.controller.backend_session.model is not None
+            and window.chat.controller.backend_session.model.name == "tiny-base"
         ),
         timeout=LOAD_TIMEOUT_MS,
     )
@@ -96,8 +98,8 @@ def test_a_base_gguf_opened_says_so_the_moment_it_opens(
     assert models is not None and models.convert_and_open(gguf, tmp_path / "tiny-base")
     qtbot.waitUntil(
         lambda: (
-            window.chat.controller.model is not None
-            and window.chat.controller.model.name == "tiny-base"
+            window.chat.controller.backend_session.model is not None
+            and window.chat.controller.backend_session.model.name == "tiny-base"
         ),
         timeout=LOAD_TIMEOUT_MS,
     )

@@ -31,7 +31,7 @@ def _banner(window: MainWindow) -> str:
 
 
 def _wait_model(qtbot, window: MainWindow, name: str) -> None:
-    c = window.chat.controller
+    c = window.chat.controller.backend_session
     qtbot.waitUntil(
         lambda: c.state is State.READY and c.model is not None and c.model.name == name,
         timeout=LOAD_TIMEOUT_MS,
@@ -66,7 +66,9 @@ def test_load_on_a_reopened_chats_banner_keeps_its_prompt_style(
 
     # Regenerate under greedy offers a varied answer; a new chat does not carry the note.
     view.regenerate_button.click()
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=LOAD_TIMEOUT_MS
+    )
     assert view.regenerate_note.isVisible()
     view.new_chat_button.click()
     assert not view.regenerate_note.isVisible()
@@ -136,7 +138,9 @@ def test_the_regenerate_note_goes_when_the_new_answer_differs(
     window.chat.side_panel.sampling_box.max_tokens_spin.setValue(6)
     view.regenerate_button.click()
     assert view.regenerate_note.isVisible()  # offered as it starts: greedy, same settings
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=LOAD_TIMEOUT_MS
+    )
     again = window.chat.conversation.messages[-1]
     assert again.version == 1
     assert view.regenerate_note.isVisible() == (again.content == first.content)
@@ -156,7 +160,9 @@ def test_a_note_and_a_placeholder_do_not_follow_into_another_models_chat(
     set_sampling(window, greedy(2))
     send_and_wait(qtbot, window, "hello")
     view.regenerate_button.click()
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=LOAD_TIMEOUT_MS
+    )
     assert view.regenerate_note.isVisible()  # greedy: the same answer again, Balanced offered
 
     # Another model over this chat: a new chat, with no note about the old chat's answer.

@@ -30,16 +30,24 @@ def test_regenerate_at_precise_says_why_and_offers_balanced(
     send_and_wait(qtbot, window, "Tell me something")
     note = view.regenerate_note
     assert not note.isVisible()
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         view.regenerate_button.click()
     assert note.isVisible() and "same answer" in note.label.text()
     assert note.button.text() == "Regenerate with Balanced"
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=10_000
+    )
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         note.button.click()
     assert panel.sampling_box.preset() == "balanced" and not note.isVisible()
     assert window.chat.conversation.messages[-1].version_count == 3  # each regenerate kept
     # A new question: the note was about the last answer.
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=10_000
+    )
     send_and_wait(qtbot, window, "Another")
     assert not note.isVisible()

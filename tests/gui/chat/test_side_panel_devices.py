@@ -38,11 +38,11 @@ def test_a_device_with_its_own_memory_shows_bytes_per_token(
     qtbot, make_window, varied_model_dir: Path, emulated_device: Device
 ) -> None:
     window = make_window(["--model", str(varied_model_dir)])
-    assert window.chat.controller.model.device_own_memory
+    assert window.chat.controller.backend_session.model.device_own_memory
     assert "Emulated GPU" in window.chat.side_panel.figures_box.transfer_note.text()
     set_sampling(window, greedy(8))
     warm_ups: list[object] = []
-    window.chat.controller.sig_warm_up.connect(warm_ups.append)
+    window.chat.controller.chat.events.warm_up.connect(warm_ups.append)
     box = window.chat.side_panel.figures_box
     for mode_button in ("modeNaiveButton", "modeIOBindingButton"):
         window.findChild(object, mode_button).click()
@@ -82,7 +82,7 @@ def test_a_device_failing_mid_answer_falls_back_to_the_cpu_and_keeps_the_chat(
 
     monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", failing)
     with qtbot.waitSignal(
-        window.chat.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS
+        window.chat.controller.backend_session.events.model_loaded, timeout=ANSWER_TIMEOUT_MS
     ) as loaded:
         window.chat.chat_view.set_prompt_text("second question")
         window.chat.chat_view.send_button.click()
@@ -90,7 +90,9 @@ def test_a_device_failing_mid_answer_falls_back_to_the_cpu_and_keeps_the_chat(
     assert (
         loaded.args[0].device == "cpu" and "VK_ERROR_DEVICE_LOST" in loaded.args[0].fallback_reason
     )
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=10_000
+    )
     messages = window.chat.conversation.messages
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
     assert messages[-1].figures.finish_reason == "error"  # what streamed before is kept
@@ -128,7 +130,9 @@ def test_the_webgpu_software_adapter_is_offered_and_runs(
         find_device("webgpu-software")
     except DeviceError as exc:
         pytest.skip(f"WebGPU cannot be set up here: {exc}")
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=60_000) as loaded:
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=60_000
+    ) as loaded:
         selector.setCurrentIndex(names.index("webgpu-software"))
     assert loaded.args[0].device == "webgpu-software", loaded.args[0].fallback_reason
     set_sampling(window, greedy(6))

@@ -130,8 +130,8 @@ def test_a_models_own_system_prompt_shows_in_the_window_with_its_tokens(
     window.open_model(tiny_model_dir)
     qtbot.waitUntil(
         lambda: (
-            window.chat.controller.model is not None
-            and window.chat.controller.model.name == "tiny-llama"
+            window.chat.controller.backend_session.model is not None
+            and window.chat.controller.backend_session.model.name == "tiny-llama"
         ),
         timeout=LOAD_TIMEOUT_MS,
     )

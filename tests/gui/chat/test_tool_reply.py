@@ -44,7 +44,7 @@ def _reply(qtbot, window: MainWindow, text: str) -> None:
     box.edit.setPlainText(text)
     controller = window.chat.controller
     with qtbot.waitSignals(
-        [controller.sig_state_changed],
+        [controller.backend_session.events.state_changed],
         timeout=ANSWER_TIMEOUT_MS,
         check_params_cbs=[lambda state: state is State.READY],
     ):

@@ -22,7 +22,7 @@ RUN_TIMEOUT_MS = 120_000
 
 def open_compare(make_window: WindowFactory, model: Path) -> tuple[object, CompareView]:
     window = make_window(["--model", str(model)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     feature = window.feature(CompareFeature)
     assert feature is not None
     feature.show()

@@ -45,8 +45,9 @@ def main(model_dir: str, action: str) -> int:
                 raise SystemExit("timed out")
 
     c = window.chat.controller
-    wait(lambda: c.state is not State.LOADING)
-    if c.state is not State.READY:
+    backend = c.backend_session
+    wait(lambda: backend.state is not State.LOADING)
+    if backend.state is not State.READY:
         raise SystemExit(f"model did not load: {window.banner.text()}")
     panel = window.chat.side_panel
     panel.sampling_box.temperature_spin.setValue(0.0)
@@ -54,12 +55,12 @@ def main(model_dir: str, action: str) -> int:
     panel.sampling_box.max_tokens_spin.setValue(6)
     window.chat.chat_view.set_prompt_text("first question")
     window.chat.chat_view.send_button.click()
-    wait(lambda: c.state is State.READY and len(c.conversation.messages) == 2)
-    print("ANSWERED", c.conversation.messages[-1].content.replace("\n", " "), flush=True)
+    wait(lambda: backend.state is State.READY and len(c.chat.conversation.messages) == 2)
+    print("ANSWERED", c.chat.conversation.messages[-1].content.replace("\n", " "), flush=True)
 
     panel.sampling_box.max_tokens_spin.setValue(400)
     batches: list[object] = []
-    c.sig_answer_delta.connect(batches.append)
+    c.chat.events.answer_delta.connect(batches.append)
     if action == "send":
         window.chat.chat_view.set_prompt_text("second question")
         window.chat.chat_view.send_button.click()

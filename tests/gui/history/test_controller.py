@@ -34,7 +34,7 @@ def test_messages_of_an_empty_stored_conversation_are_appended_to_it(
         conversation.add_user("Hello?")
         figures = AnswerFigures("naive", "cpu", 10.0, 0.1, 2.0, 3.0, 5, 0, 2, 512, "eos")
         conversation.add_answer("Hi.", figures)
-        chat.conversation = conversation
+        chat.chat.conversation = conversation
         history.sync()
         stored = store.load_conversation(info.id)
         assert [m.content for m in stored.messages] == ["Hello?", "Hi."]
@@ -55,7 +55,7 @@ def test_rename_reports_success_and_store_failures(chat: ChatController, tmp_pat
     store = HistoryStore(tmp_path / "history.sqlite3")
     history = HistoryController(chat, store)
     messages: list[str] = []
-    history.sig_message.connect(lambda text, _level: messages.append(text))
+    history.events.message.connect(lambda text, _level: messages.append(text))
     try:
         info = store.create_conversation("Old")
         assert history.rename(info.id, "  New   title ")
@@ -77,14 +77,14 @@ def test_a_locked_history_is_waited_for_on_the_tools_thread(
     store = HistoryStore(tmp_path / "history.sqlite3")
     history = HistoryController(chat, store)
     messages: list[str] = []
-    history.sig_message.connect(lambda text, _level: messages.append(text))
+    history.events.message.connect(lambda text, _level: messages.append(text))
     other = sqlite3.connect(store.path, isolation_level=None)
     try:
         assert store.diagnostics()["busy_timeout_ms"] == 50
         other.execute("BEGIN IMMEDIATE")
         conversation = Conversation()
         conversation.add_user("Hello while it is locked")
-        chat.conversation = conversation
+        chat.chat.conversation = conversation
         history.sync()
         assert history.failure is not None and messages == []
         other.execute("ROLLBACK")  # while the tools thread waits

@@ -88,7 +88,7 @@ def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def window(make_window, tiny_model_dir: Path) -> MainWindow:
     win = make_window(["--model", str(tiny_model_dir)])
-    assert win.chat.controller.state is State.READY
+    assert win.chat.controller.backend_session.state is State.READY
     set_sampling(win, greedy(8))
     return win
 
@@ -115,7 +115,7 @@ def test_answers_are_saved_with_figures_then_reopened_and_continued(
     figures = messages[1][2]
     live = window.chat.conversation.messages[1].figures
     assert figures is not None and messages[0][2] is None
-    assert figures.model == window.chat.controller.model.name
+    assert figures.model == window.chat.controller.backend_session.model.name
     assert (figures.mode, figures.device, figures.generated_tokens) == ("iobinding", "cpu", 8)
     assert figures.tokens_per_s == pytest.approx(live.tokens_per_s)
     assert figures.prompt_tokens == live.prompt_tokens
@@ -245,7 +245,9 @@ def test_opening_is_refused_while_an_answer_streams(qtbot, window: MainWindow, s
     window.new_chat_action.trigger()
     set_sampling(window, greedy(300))
     window.chat.chat_view.set_prompt_text("two")
-    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_delta, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.send_button.click()
     second = window.chat.conversation.id
     assert second is not None and second != first  # the question is stored already
@@ -253,7 +255,9 @@ def test_opening_is_refused_while_an_answer_streams(qtbot, window: MainWindow, s
     assert window.chat.conversation.id == second
     assert "Wait for the answer" in window.statusBar().currentMessage()
     assert history(window).panel.list.currentItem() is history(window).panel.item_for(second)
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.stop_button.click()
     click_row(qtbot, window, first)
     assert window.chat.conversation.id == first
@@ -279,7 +283,9 @@ def test_edit_a_user_message_replaces_everything_after_it(
 
     emit_anchor(view, "edit", 2)
     view.set_prompt_text("BETA, edited")
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         view.send_button.click()
     assert view.editing is None and not view.edit_bar.isVisible()
     assert [m.content for m in window.chat.conversation.messages][:3] == [
@@ -314,11 +320,15 @@ def test_regenerate_keeps_the_old_answer_stored_until_the_new_one_exists(
     send_and_wait(qtbot, window, "question")
     old = window.chat.conversation.messages[-1]
     set_sampling(window, greedy(200))
-    with qtbot.waitSignal(window.chat.controller.sig_answer_delta, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_delta, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.regenerate_button.click()
     [(_, rows)] = stored(history_file)  # mid-answer: the old one is still there
     assert [c for _, c, _ in rows] == ["question", old.content]
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.stop_button.click()
     new = window.chat.conversation.messages[-1]
     assert new.figures.finish_reason == "stop"
@@ -338,7 +348,9 @@ def test_a_regenerate_that_fails_at_once_keeps_the_old_answer(
         raise RuntimeError("simulated fault")
 
     monkeypatch.setattr(Engine, "chat", broken)
-    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.regenerate_button.click()
     assert [(m.role, m.content) for m in window.chat.conversation.messages] == old
     assert window.chat.chat_view.prompt_text() == ""
@@ -351,7 +363,9 @@ def test_a_first_question_that_fails_leaves_no_empty_conversation(
     window: MainWindow,
     history_file: Path,
 ) -> None:
-    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.set_prompt_text("word " * 700)  # over the tiny model's context
         window.chat.chat_view.send_button.click()
     assert stored(history_file) == []
@@ -447,7 +461,7 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
     set_sampling(window, greedy(64))
     window.chat.side_panel.system_prompt_box.edit.setPlainText("You are terse.")
     with qtbot.waitSignal(
-        window.chat.controller.sig_context, timeout=10_000, check_params_cb=_known
+        window.chat.controller.chat.events.context, timeout=10_000, check_params_cb=_known
     ) as blocker:
         click_row(qtbot, window, conversation_id)
     report = blocker.args[0]
@@ -500,7 +514,7 @@ def test_oldest_turns_are_dropped_and_the_transcript_says_where(
 def test_per_turn_tokens_match_the_tokenizer(qtbot, window: MainWindow) -> None:
     send_and_wait(qtbot, window, "count my tokens please")
     with qtbot.waitSignal(
-        window.chat.controller.sig_context, timeout=10_000, check_params_cb=_known
+        window.chat.controller.chat.events.context, timeout=10_000, check_params_cb=_known
     ) as blocker:
         history(window).measure()
     report = blocker.args[0]
@@ -586,7 +600,10 @@ def test_two_windows_on_one_file_both_work_and_see_each_other(
     b.chat.chat_view.send_button.click()
     a.chat.chat_view.send_button.click()
     qtbot.waitUntil(
-        lambda: a.chat.controller.state is State.READY and b.chat.controller.state is State.READY,
+        lambda: (
+            a.chat.controller.backend_session.state is State.READY
+            and b.chat.controller.backend_session.state is State.READY
+        ),
         timeout=ANSWER_TIMEOUT_MS,
     )
     conversations = dict(stored(history_file))
@@ -671,7 +688,7 @@ def test_killed_mid_answer_loses_only_that_answer(
         assert window.chat.conversation.messages[-1].content == "second question"
         assert window.chat.chat_view.regenerate_button.isEnabled()
         with qtbot.waitSignal(
-            window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS
+            window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
         ):
             window.chat.chat_view.regenerate_button.click()
         [(_, rows)] = stored(history_file)

@@ -23,7 +23,7 @@ def test_a_reopened_chat_gets_its_settings_back_and_the_list_names_its_model(
     qtbot, make_window, tiny_model_dir: Path, history_file: Path
 ) -> None:
     window: MainWindow = make_window(["--model", str(tiny_model_dir)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     panel = window.chat.side_panel
     first = SamplingSettings(temperature=0.4, top_k=5, top_p=0.7, seed=11, max_new_tokens=6)
     set_sampling(window, first)
@@ -52,7 +52,7 @@ def test_a_reopened_chat_gets_its_settings_back_and_the_list_names_its_model(
     assert prompt.choice() == ps.CONTINUE and prompt.user_stops() == ("END", "\n\n")
 
     # The list names the model each chat was with; the file keeps it (a restart reads it).
-    name = window.chat.controller.model.name
+    name = window.chat.controller.backend_session.model.name
     ui = window.feature(HistoryUi)
     item = ui.panel.item_for(chat_id)
     assert item is not None and name in item.toolTip()
@@ -83,8 +83,10 @@ def test_a_chat_reopened_under_another_model_offers_to_load_its_own(
 
     window.chat.chat_view.new_chat_button.click()
     assert window.chat.open_model(other)
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=60_000)
-    assert window.chat.controller.model.name == "tiny-other"
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=60_000
+    )
+    assert window.chat.controller.backend_session.model.name == "tiny-other"
     click_row(qtbot, window, chat_id)
     banner = window.banner
     assert banner.isVisible() and "This chat was with tiny-own" in banner.text()
@@ -93,8 +95,8 @@ def test_a_chat_reopened_under_another_model_offers_to_load_its_own(
     assert not banner.isVisible()
     qtbot.waitUntil(
         lambda: (
-            window.chat.controller.state is State.READY
-            and window.chat.controller.model.name == "tiny-own"
+            window.chat.controller.backend_session.state is State.READY
+            and window.chat.controller.backend_session.model.name == "tiny-own"
         ),
         timeout=60_000,
     )
@@ -186,12 +188,14 @@ def test_a_restart_keeps_the_last_chat_when_another_model_opens_first(
     chat_id = window.chat.conversation.id
     window.chat.chat_view.new_chat_button.click()
     assert window.chat.open_model(other)
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=60_000
+    )
     click_row(qtbot, window, chat_id)  # shown under tiny-other, as the window closes
     window.close()
 
     again: MainWindow = make_window([])  # opens the last model: tiny-other
-    assert again.chat.controller.model.name == "tiny-other"
+    assert again.chat.controller.backend_session.model.name == "tiny-other"
     assert again.chat.conversation.id == chat_id
     assert [m.content for m in again.chat.conversation.messages][:1] == ["first chat"]
     banner = again.banner

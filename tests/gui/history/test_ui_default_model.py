@@ -86,7 +86,7 @@ def test_a_saved_chat_reopens_in_another_window_and_continues(
     with HistoryStore(history_path) as store:
         rows = store.load_conversation(first.id).messages
     assert [m.role for m in rows] == ["user", "assistant", "user", "assistant"]
-    assert rows[3].figures.model == window.chat.controller.model.name
+    assert rows[3].figures.model == window.chat.controller.backend_session.model.name
     assert rows[3].figures.generated_tokens and rows[3].figures.tokens_per_s > 0
 
 
@@ -116,7 +116,7 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
     window.chat.side_panel.system_prompt_box.edit.setPlainText("")
     set_sampling(window, greedy(256))
     with qtbot.waitSignal(
-        window.chat.controller.sig_context, timeout=20_000, check_params_cb=_known
+        window.chat.controller.chat.events.context, timeout=20_000, check_params_cb=_known
     ) as blocker:
         click_row(qtbot, window, conversation_id)
     report = blocker.args[0]
@@ -140,7 +140,7 @@ def test_a_chat_longer_than_8192_tokens_is_cut_and_counted_exactly(
     )
     # Measured again (a later answer): the per-turn counts are remembered.
     with qtbot.waitSignal(
-        window.chat.controller.sig_context, timeout=20_000, check_params_cb=_known
+        window.chat.controller.chat.events.context, timeout=20_000, check_params_cb=_known
     ) as again:
         history(window).measure()
     print(f"measured again in {again.args[0].elapsed_s * 1000:.0f} ms")

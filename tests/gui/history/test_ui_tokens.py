@@ -18,7 +18,7 @@ def test_each_message_keeps_its_token_figure_as_the_chat_grows(
     qtbot, make_window, tiny_model_dir: Path
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     set_sampling(window, greedy(6))
     seen: list[list[int]] = []
     for question in ("What is the capital of France?", "And of Italy?", "Thanks!"):

@@ -21,13 +21,15 @@ from tests.gui.conftest import ANSWER_TIMEOUT_MS, greedy, send_and_wait, set_sam
 @pytest.fixture
 def window(make_window, tiny_model_dir: Path) -> MainWindow:
     win = make_window(["--model", str(tiny_model_dir)])
-    assert win.chat.controller.state is State.READY
+    assert win.chat.controller.backend_session.state is State.READY
     return win
 
 
 def regenerate(qtbot, window: MainWindow, tokens: int) -> None:
     set_sampling(window, greedy(tokens))
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.regenerate_button.click()
 
 

@@ -31,7 +31,7 @@ from tests.gui.conftest import (
 
 def loaded(make_window, model: Path) -> MainWindow:
     window = make_window(["--model", str(model)])
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     set_sampling(window, greedy(4))
     return window
 
@@ -176,7 +176,9 @@ def test_a_model_error_keeps_the_chat_and_says_so(
 
     monkeypatch.setattr(Engine, "chat", broken)
     window.chat.chat_view.set_prompt_text("second")
-    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+    ):
         window.chat.chat_view.send_button.click()
     assert window.banner.isVisible() and window.banner.level == "error"
     assert window.banner.text()

@@ -18,8 +18,10 @@ def test_the_file_menu_is_answered_by_the_models_feature(
     window = make_window(["--model", str(tiny_model_dir)])
     assert window.feature(ModelsFeature) is not None
     emit(window.menus.sig_open_folder, tiny_model_dir)  # what Open model folder… sends
-    assert window.chat.controller.state is State.LOADING
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=LOAD_TIMEOUT_MS)
+    assert window.chat.controller.backend_session.state is State.LOADING
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=LOAD_TIMEOUT_MS
+    )
     window.menus.models_action.trigger()
     dialog = window.findChild(ModelsDialog)
     assert isinstance(dialog, ModelsDialog) and dialog.isVisible()

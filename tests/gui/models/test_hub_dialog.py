@@ -96,8 +96,8 @@ def test_search_download_cancel_resume_open_and_chat(
         lambda: (
             window.chat.model_dir is not None
             and window.chat.model_dir.parent == hub_env
-            and controller.model is not None
-            and controller.model.folder.parent == hub_env
+            and controller.backend_session.model is not None
+            and controller.backend_session.model.folder.parent == hub_env
         ),
         timeout=LOAD_TIMEOUT_MS,
     )

@@ -65,9 +65,11 @@ def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     window = make_window(["--model", str(tiny_model_dir)])
     dialog = models_feature(window).show_models_dialog()
     dialog.select("tiny-llama")
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=ANSWER_TIMEOUT_MS
+    ):
         dialog.open_button.click()
-    assert window.chat.controller.model.folder == models / "tiny-llama"
+    assert window.chat.controller.backend_session.model.folder == models / "tiny-llama"
     window.close()
     saved = QSettings(str(settings_file), QSettings.Format.IniFormat)
     assert saved.value(LAST_FOLDER_KEY) == str(models / "tiny-llama")
@@ -75,7 +77,7 @@ def test_file_models_opens_the_chosen_model_and_it_reopens_next_start(
     # CPU, its stock one elsewhere) rather than pinning the one this device ran.
     assert last_model(saved) == (models / "tiny-llama", None)
     again = make_window([])  # no --model: the last one, not the default model
-    assert again.chat.controller.model.folder == models / "tiny-llama"
+    assert again.chat.controller.backend_session.model.folder == models / "tiny-llama"
 
 
 def models_feature(window: MainWindow) -> ModelsFeature:

@@ -23,10 +23,11 @@ def test_the_bundled_gguf_opened_twice_is_converted_once(
     folders = []
     for _ in range(2):
         with qtbot.waitSignal(
-            window.chat.controller.sig_model_loaded, timeout=2 * ANSWER_TIMEOUT_MS
+            window.chat.controller.backend_session.events.model_loaded,
+            timeout=2 * ANSWER_TIMEOUT_MS,
         ):
             assert models_feature(window).convert_and_open(bundled_gguf())
-        folders.append(window.chat.controller.model.folder)
+        folders.append(window.chat.controller.backend_session.model.folder)
     assert folders[0] == folders[1]
     assert [p.name for p in models.iterdir() if not p.name.startswith(".")] == [folders[0].name]
     dialog = models_feature(window).show_models_dialog()

@@ -135,7 +135,7 @@ def test_opening_a_folder_with_variants_asks_which(
     qtbot.waitUntil(lambda: not picker.reading, timeout=10_000)
     picker.reject()  # closed: nothing opens
     qtbot.wait(50)
-    assert window.chat.controller.model.folder == tiny_model_dir
+    assert window.chat.controller.backend_session.model.folder == tiny_model_dir
     assert models_feature(window).open_model_folder(three_graphs)
     qtbot.waitUntil(
         lambda: (
@@ -147,14 +147,16 @@ def test_opening_a_folder_with_variants_asks_which(
     )
     picker = window.findChild(VariantPicker, "variantPicker")
     picker.list.setCurrentRow(picker.list.count() - 1)
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=ANSWER_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=ANSWER_TIMEOUT_MS
+    ):
         picker.open_button.click()
-    assert window.chat.controller.model.folder == three_graphs
-    assert window.chat.controller.model.onnx_file == "onnx/model_q4.onnx"
+    assert window.chat.controller.backend_session.model.folder == three_graphs
+    assert window.chat.controller.backend_session.model.onnx_file == "onnx/model_q4.onnx"
     assert models_feature(window).open_model_folder(
         tiny_model_dir
     )  # one graph: no picker, it loads
-    assert window.chat.controller.state is State.LOADING
+    assert window.chat.controller.backend_session.state is State.LOADING
 
 
 def models_feature(window: MainWindow) -> ModelsFeature:

@@ -60,11 +60,12 @@ def connect(qtbot, window: MainWindow, url: str, key: str = "") -> BackendCard:
     fetch(qtbot, dialog, url, key)
     assert dialog.connect_button.isEnabled(), dialog.status.text()
     with qtbot.waitSignal(
-        window.chat.controller.sig_backend_changed, timeout=CONNECT_TIMEOUT_MS
+        window.chat.controller.backend_session.events.backend_changed, timeout=CONNECT_TIMEOUT_MS
     ) as changed:
         dialog.connect_button.click()
     qtbot.waitUntil(
-        lambda: window.chat.controller.state.value == "ready", timeout=CONNECT_TIMEOUT_MS
+        lambda: window.chat.controller.backend_session.state.value == "ready",
+        timeout=CONNECT_TIMEOUT_MS,
     )
     card = changed.args[0]
     assert isinstance(card, BackendCard)

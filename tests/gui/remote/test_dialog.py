@@ -78,7 +78,7 @@ def test_the_key_is_kept_in_memory_only(
     qtbot, window: MainWindow, keyed: Served, settings_file: Path
 ) -> None:
     connect(qtbot, window, keyed.url, KEY)
-    assert window.chat.controller.remote is not None
+    assert window.chat.controller.backend_session.remote is not None
     window.settings.sync()
     saved = settings_file.read_text(encoding="utf-8")
     assert keyed.url in saved and KEY not in saved  # the address is remembered, not the key
@@ -121,12 +121,16 @@ def test_a_key_is_written_to_disk_only_when_the_user_asks(
     dialog.remember_box.setChecked(True)
     assert dialog.key_note.text() == KEY_SAVED and "unencrypted" in KEY_SAVED
     fetch(qtbot, dialog, keyed.url, KEY)
-    with qtbot.waitSignal(window.chat.controller.sig_backend_changed, timeout=30_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.backend_changed, timeout=30_000
+    ):
         dialog.connect_button.click()
     window.settings.sync()
     assert KEY in settings_file.read_text(encoding="utf-8")
     # The next start offers it, ticked; unticking and connecting forgets it.
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=30_000)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=30_000
+    )
     window.close()
     later = make_window(["--model", str(tiny_model_dir)])
     dialog = remote_ui(later).open_connect_dialog()
@@ -134,11 +138,15 @@ def test_a_key_is_written_to_disk_only_when_the_user_asks(
     assert dialog.api_key() == KEY and dialog.remember_box.isChecked()
     dialog.remember_box.setChecked(False)
     fetch(qtbot, dialog, keyed.url, KEY)
-    with qtbot.waitSignal(later.chat.controller.sig_backend_changed, timeout=30_000):
+    with qtbot.waitSignal(
+        later.chat.controller.backend_session.events.backend_changed, timeout=30_000
+    ):
         dialog.connect_button.click()
     later.settings.sync()
     assert KEY not in settings_file.read_text(encoding="utf-8")
-    assert later.chat.controller.remote is not None  # this session still has the key
+    assert (
+        later.chat.controller.backend_session.remote is not None
+    )  # this session still has the key
 
 
 def hostile(fakes: list[FakeServer], actions: list[Action]) -> FakeServer:
@@ -183,7 +191,10 @@ def test_a_hostile_server_is_one_line_in_the_dialog_and_the_window_goes_on(
     assert not dialog.connect_button.isEnabled()
     dialog.reject()
     # The local model still answers.
-    assert window.chat.controller.remote is None and window.chat.controller.state is State.READY
+    assert (
+        window.chat.controller.backend_session.remote is None
+        and window.chat.controller.backend_session.state is State.READY
+    )
     assert window.banner.isHidden()
 
 
@@ -202,9 +213,14 @@ def test_a_server_that_goes_silent_on_connect_keeps_the_local_model(
     ui.listing_timeouts = Timeouts(connect_s=2.0, read_s=0.5, write_s=2.0)
     dialog = ui.open_connect_dialog()
     fetch(qtbot, dialog, server.url)
-    with qtbot.waitSignal(window.chat.controller.sig_load_failed, timeout=10_000) as failed:
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.load_failed, timeout=10_000
+    ) as failed:
         dialog.connect_button.click()
     assert "sent nothing for 0.5 s while listing the models" in failed.args[0]
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY)
-    assert window.chat.controller.remote is None and window.chat.controller.model is not None
+    qtbot.waitUntil(lambda: window.chat.controller.backend_session.state is State.READY)
+    assert (
+        window.chat.controller.backend_session.remote is None
+        and window.chat.controller.backend_session.model is not None
+    )
     assert "Still using tiny-llama" in window.banner.text()

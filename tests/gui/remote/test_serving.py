@@ -244,7 +244,7 @@ def test_served_requests_render_with_the_template_while_the_chat_continues_text(
     prompt.choice_combo.setCurrentIndex(prompt.choice_combo.findData(ps.CONTINUE))
     set_sampling(window, greedy(3))
     send_and_wait(qtbot, window, "hello there")  # the chat continued text last
-    context = window.chat.controller.session.context
+    context = window.chat.controller.chat.context
     assert context is not None and context.prompt_tokens == continued
 
     serving = start_serving(qtbot, window, slots=slots)

@@ -101,7 +101,7 @@ def test_served_requests_decode_while_the_chat_answers(
     body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 6}
     body |= {"temperature": 0, "repetition_penalty": 1.0}
     answers: list[Any] = []
-    chat = window.chat.controller
+    chat = window.chat.controller.backend_session
     try:
         set_sampling(window, greedy(150))
         window.chat.chat_view.set_prompt_text("a long one")

@@ -38,7 +38,9 @@ def test_a_remote_chat_lands_in_the_transcript_history_and_export(
     qtbot, window: MainWindow, served: Served, varied_model_dir: Path, history_file: Path
 ) -> None:
     summary = connect(qtbot, window, served.url)
-    assert summary.name == "varied-llama" and window.chat.controller.remote == summary
+    assert (
+        summary.name == "varied-llama" and window.chat.controller.backend_session.remote == summary
+    )
     assert "varied-llama" in window.model_label.text()
     assert "varied-llama" in window.windowTitle()
     set_sampling(window, greedy(10))
@@ -114,7 +116,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     assert answer is not None and answer.prompt_tokens
     assert panel.figures_box.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
     # Disconnected: the chat is counted again for the local model, not "0 / 512".
-    with qtbot.waitSignal(window.chat.controller.sig_context, timeout=LOAD_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.controller.chat.events.context, timeout=LOAD_TIMEOUT_MS):
         remote_ui(window).disconnect_action.trigger()
     used = panel.figures_box.context_value.text()
     assert not used.startswith("0 ") and used.endswith(" / 512"), used
@@ -132,15 +134,15 @@ def test_the_comparison_is_unavailable_while_a_server_answers(
     unavailable = compare_unavailable(card)  # where the card says the answers come from
     assert compare.status.text() == unavailable and served.url in unavailable
     remote_ui(window).disconnect_action.trigger()
-    assert window.chat.controller.remote is None and compare.run_button.isEnabled()
+    assert window.chat.controller.backend_session.remote is None and compare.run_button.isEnabled()
     assert compare.status.text() != unavailable
     # The Remote server box has the way back too.
     connect(qtbot, window, served.url)
     button = remote_ui(window).figures.disconnect_button
     assert button.isEnabled()
-    with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
+    with qtbot.waitSignal(window.chat.controller.backend_session.events.backend_changed) as changed:
         button.click()
-    assert changed.args == [None] and window.chat.controller.remote is None
+    assert changed.args == [None] and window.chat.controller.backend_session.remote is None
     assert compare.status.text() != unavailable
 
 
@@ -152,9 +154,9 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     card = connect(qtbot, window, served.url)
     assert ui.disconnect_action.isEnabled()
     window.show_message("The server stopped answering.", "error")  # as a remote failure
-    with qtbot.waitSignal(window.chat.controller.sig_backend_changed) as changed:
+    with qtbot.waitSignal(window.chat.controller.backend_session.events.backend_changed) as changed:
         ui.disconnect_action.trigger()
-    assert changed.args == [None] and window.chat.controller.remote is None
+    assert changed.args == [None] and window.chat.controller.backend_session.remote is None
     assert window.banner.isHidden()  # the server's problem went with it
     panel = window.chat.side_panel
     assert panel.loop_box.isEnabled() and panel.device_selector.isEnabled()
@@ -168,9 +170,14 @@ def test_disconnect_and_opening_a_model_return_to_the_local_model(
     assert window.chat.side_panel.figures_box.transfer_value.text() == "0 B"
     # Connected again, then a local model opened: back to local as well.
     connect(qtbot, window, served.api)
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=LOAD_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=LOAD_TIMEOUT_MS
+    ):
         window.open_model(tiny_model_dir)
-    assert window.chat.controller.remote is None and window.chat.controller.state is State.READY
+    assert (
+        window.chat.controller.backend_session.remote is None
+        and window.chat.controller.backend_session.state is State.READY
+    )
     assert window.chat.side_panel.loop_box.isEnabled() and not ui.figures.box.isVisible()
     assert "tiny" in window.model_label.text()
 
@@ -182,7 +189,9 @@ def test_regenerate_with_a_server_replaces_the_answer(
     set_sampling(window, greedy(6))
     send_and_wait(qtbot, window, "same prompt")
     first = window.chat.conversation.messages[-1]
-    with qtbot.waitSignal(window.chat.controller.sig_answer_finished, timeout=LOAD_TIMEOUT_MS):
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_finished, timeout=LOAD_TIMEOUT_MS
+    ):
         window.chat.chat_view.regenerate_button.click()
     assert [m.role for m in window.chat.conversation.messages] == ["user", "assistant"]
     again = window.chat.conversation.messages[-1]

@@ -66,11 +66,14 @@ def scripted(fakes: list[FakeServer], first: list[Action]) -> FakeServer:
 def failed_answer(qtbot, window: MainWindow, text: str = "hello") -> str:
     """Send `text`, wait for the failure; returns the banner's line."""
     with qtbot.waitSignal(
-        window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS
+        window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
     ) as sig:
         window.chat.chat_view.set_prompt_text(text)
         window.chat.chat_view.send_button.click()
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY,
+        timeout=ANSWER_TIMEOUT_MS,
+    )
     message = window.banner.text()
     assert message == sig.args[0] and window.banner.level == "error"
     assert "\n" not in message and "Traceback" not in message
@@ -115,7 +118,9 @@ def test_a_stream_cut_mid_answer_keeps_the_history_and_the_window_goes_on(
         ("assistant", "Half"),
     ]
     assert "Half" in window.chat.chat_view.transcript.toPlainText()
-    assert window.chat.controller.remote is not None  # still connected: the next answer retries
+    assert (
+        window.chat.controller.backend_session.remote is not None
+    )  # still connected: the next answer retries
     assert_retry_works(qtbot, window)
     assert [m.content for m in window.chat.conversation.messages][:2] == ["first", "Half"]
 
@@ -144,12 +149,14 @@ def test_stop_works_while_a_server_is_silent(
     window.chat.chat_view.send_button.click()
     asked = lambda: any(r.path.endswith("/chat/completions") for r in fake.requests)  # noqa: E731
     qtbot.waitUntil(asked, timeout=ANSWER_TIMEOUT_MS)
-    with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=10_000) as failed:
+    with qtbot.waitSignal(
+        window.chat.controller.chat.events.answer_failed, timeout=10_000
+    ) as failed:
         window.chat.chat_view.stop_button.click()
     assert failed.args[0].startswith("Stopped before http://127.0.0.1:")
     assert window.chat.conversation.messages == []  # nothing to keep: the question is back
     assert window.chat.chat_view.prompt_text() == "anyone?"
-    assert window.chat.controller.state is State.READY
+    assert window.chat.controller.backend_session.state is State.READY
     window.chat.chat_view.set_prompt_text("")
     assert_retry_works(qtbot, window)
 
@@ -162,7 +169,7 @@ def test_closing_the_window_does_not_wait_for_a_silent_server(
     window.chat.chat_view.set_prompt_text("hello")
     window.chat.chat_view.send_button.click()
     qtbot.waitUntil(
-        lambda: window.chat.controller.streaming_text == "Hel", timeout=ANSWER_TIMEOUT_MS
+        lambda: window.chat.controller.chat.streaming_text == "Hel", timeout=ANSWER_TIMEOUT_MS
     )
     # The worker thread ends within the runner's wait (60 s), long before the read's 120 s.
     assert window.chat.controller.runner.shutdown(timeout_ms=10_000)
@@ -182,7 +189,9 @@ def test_a_refused_connection_mid_chat_keeps_the_conversation(
     assert "is the server running" in message
     assert [(m.role, m.content) for m in window.chat.conversation.messages] == before
     assert window.chat.chat_view.prompt_text() == "second"
-    assert window.chat.controller.remote is not None  # still connected: it may come back
+    assert (
+        window.chat.controller.backend_session.remote is not None
+    )  # still connected: it may come back
 
 
 def tokens_arrived(window: MainWindow) -> bool:
@@ -194,7 +203,9 @@ def test_a_server_killed_mid_answer(qtbot, window: MainWindow, varied_model_dir:
     try:
         connect(qtbot, window, server.url)
         set_sampling(window, greedy(400))  # 10 ms a token: four seconds, killed long before
-        with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        with qtbot.waitSignal(
+            window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+        ):
             window.chat.chat_view.set_prompt_text("hello")
             window.chat.chat_view.send_button.click()
             qtbot.waitUntil(lambda: tokens_arrived(window), timeout=ANSWER_TIMEOUT_MS)
@@ -223,7 +234,7 @@ def test_stop_ends_a_remote_answer_at_the_next_chunk(
             window.chat.chat_view.send_button.click()
             qtbot.waitUntil(lambda: tokens_arrived(window), timeout=ANSWER_TIMEOUT_MS)
             with qtbot.waitSignal(
-                window.chat.controller.sig_answer_finished, timeout=ANSWER_TIMEOUT_MS
+                window.chat.controller.chat.events.answer_finished, timeout=ANSWER_TIMEOUT_MS
             ):
                 window.chat.chat_view.stop_button.click()
             (record,) = served.wait_for_records(1)

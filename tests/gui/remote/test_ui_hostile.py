@@ -81,11 +81,15 @@ def test_a_gigabyte_answer_leaves_the_window_responsive(
     set_sampling(window, greedy(8192))
     gaps = GapRecorder()
     try:
-        with qtbot.waitSignal(window.chat.controller.sig_answer_failed, timeout=ANSWER_TIMEOUT_MS):
+        with qtbot.waitSignal(
+            window.chat.controller.chat.events.answer_failed, timeout=ANSWER_TIMEOUT_MS
+        ):
             window.chat.chat_view.set_prompt_text("hello")
             window.chat.chat_view.send_button.click()  # (what sending costs is not measured here)
             start_recording(gaps)
-        qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
+        qtbot.waitUntil(
+            lambda: window.chat.controller.backend_session.state is State.READY, timeout=10_000
+        )
         qtbot.wait(200)  # the failed answer drawn and saved
     finally:
         gaps.stop()
@@ -120,7 +124,9 @@ def test_stop_ends_a_gigabyte_stream_within_half_a_second(
         qtbot.waitUntil(lambda: fake.sent_bytes > 100_000, timeout=ANSWER_TIMEOUT_MS)
         clicked, waited = time.perf_counter(), run_queue_wait_s()
         window.chat.chat_view.stop_button.click()
-        qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=10_000)
+        qtbot.waitUntil(
+            lambda: window.chat.controller.backend_session.state is State.READY, timeout=10_000
+        )
         stopped_s = time.perf_counter() - clicked - (run_queue_wait_s() - waited)
     finally:
         gaps.stop()

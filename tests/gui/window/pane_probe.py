@@ -39,7 +39,7 @@ def main() -> None:
     w = build_window(["--model", model])
     w.show()
     chat = w.chat
-    wait_until(lambda: chat.controller.state is State.READY, 60)
+    wait_until(lambda: chat.controller.backend_session.state is State.READY, 60)
     wait_until(lambda: False, 0.3)  # the splitter's restore runs once the window is shown
 
     def rect(x: QWidget) -> list[int]:
@@ -61,8 +61,8 @@ def main() -> None:
         if phase == "answer":
             chat.chat_view.set_prompt_text("hello")
             chat.chat_view.send_button.click()
-            wait_until(lambda: chat.controller.state is State.GENERATING, 10)
-            wait_until(lambda: chat.controller.state is State.READY, 60)
+            wait_until(lambda: chat.controller.backend_session.state is State.GENERATING, 10)
+            wait_until(lambda: chat.controller.backend_session.state is State.READY, 60)
             wait_until(lambda: False, 0.3)
             out["panel"] = panel_state(w)
             w.chat.side_panel.sections["sampling"].header.click()

@@ -41,7 +41,7 @@ def test_the_menus_and_their_shortcuts(make_window, tiny_model_dir: Path) -> Non
 
 def test_opening_is_off_while_a_model_loads(make_window, tiny_model_dir: Path) -> None:
     window = make_window(["--model", str(tiny_model_dir)], wait=False)
-    assert window.chat.controller.state is State.LOADING
+    assert window.chat.controller.backend_session.state is State.LOADING
     menus = window.menus
     assert not menus.open_folder_action.isEnabled() and not menus.recent_menu.isEnabled()
 
@@ -55,7 +55,9 @@ def test_recent_models_lists_folders_that_still_exist(
     actions = window.recent_menu.actions()
     assert [a.text() for a in actions] == [tiny_model_dir.name]
     assert actions[0].toolTip() == str(tiny_model_dir)
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=60_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=60_000
+    ):
         actions[0].trigger()
     window.settings.setValue(RECENT_KEY, [])
     window.menus.rebuild_recent_menu()

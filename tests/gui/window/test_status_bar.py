@@ -107,16 +107,22 @@ def test_the_window_shows_loading_and_remembers_how_long_it_took(
     qtbot, make_window, tiny_model_dir: Path
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)], wait=False)
-    assert window.chat.controller.state is State.LOADING
+    assert window.chat.controller.backend_session.state is State.LOADING
     assert window.busy.label.full_text.startswith(f"Loading {tiny_model_dir.name}…")
     assert window.busy.expected_s is None  # never loaded before
-    qtbot.waitUntil(lambda: window.chat.controller.state is State.READY, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: window.chat.controller.backend_session.state is State.READY, timeout=60_000
+    )
     assert not window.busy.running and window.busy.isHidden()
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=60_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=60_000
+    ):
         window.open_model(tiny_model_dir)  # the same model again: the last time is known
         assert window.busy.expected_s is not None and window.busy.expected_s > 0
     assert isinstance(window.statusBar(), StatusBar)
-    with qtbot.waitSignal(window.chat.controller.sig_model_loaded, timeout=60_000):
+    with qtbot.waitSignal(
+        window.chat.controller.backend_session.events.model_loaded, timeout=60_000
+    ):
         window.open_model(tiny_model_dir, device="webgpu")  # another device: no estimate
         assert window.busy.expected_s is None
 

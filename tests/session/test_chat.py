@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,11 @@ import pytest
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.session import chat_session
-from chatapp.session.chat_jobs import StatsSnapshot, TokenBatch
-from chatapp.session.chat_session import ChatObserver, ChatSession, GenerationOptions, State
+from chatapp.session import backend_session, chat
+from chatapp.session.chat import Chat, GenerationOptions, State, chat_on
 from chatapp.session.context import ContextReport
-from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.jobs import Job, JobControl
-from chatapp.session.model_jobs import ConvertRequest, EngineHost, ModelSummary, Progress
+from chatapp.session.model_jobs import ConvertRequest, EngineHost, Progress
 from chatapp.session.running import InlineRunner
 
 GREEDY = GenerationOptions(
@@ -25,56 +24,40 @@ GREEDY = GenerationOptions(
 )
 
 
-class Recorder(ChatObserver):
-    """Every event, by name, in order."""
+# The names the tests use for the events they check (warm_up, convert_planned and
+# backend_changed are not recorded).
+SHORT = {
+    "state_changed": "state",
+    "model_loaded": "loaded",
+    "answer_started": "started",
+    "answer_delta": "delta",
+    "answer_finished": "finished",
+    "answer_failed": "failed",
+    "conversation_changed": "changed",
+}
+SKIPPED = {"warm_up", "convert_planned", "backend_changed"}
+
+
+class Recorder:
+    """Every event of a chat and its backend session, by name, in order."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
+
+    def attach(self, chat: Chat) -> None:
+        for group in (chat.backend_session.events, chat.events):
+            for event in group.events():
+                if event.name not in SKIPPED:
+                    event.connect(partial(self._record, SHORT.get(event.name, event.name)))
+
+    def _record(self, name: str, *args: Any) -> None:
+        self.events.append((name, args[0] if len(args) == 1 else args))
 
     def names(self) -> list[str]:
         return [name for name, _ in self.events]
 
     def of(self, name: str) -> list[Any]:
         return [value for n, value in self.events if n == name]
-
-    def state_changed(self, state: State) -> None:
-        self.events.append(("state", state))
-
-    def model_loaded(self, summary: ModelSummary) -> None:
-        self.events.append(("loaded", summary))
-
-    def load_failed(self, message: str) -> None:
-        self.events.append(("load_failed", message))
-
-    def answer_started(self, options: GenerationOptions) -> None:
-        self.events.append(("started", options))
-
-    def answer_delta(self, batch: TokenBatch) -> None:
-        self.events.append(("delta", batch))
-
-    def stats(self, snapshot: StatsSnapshot) -> None:
-        self.events.append(("stats", snapshot))
-
-    def answer_finished(self, message: ChatMessage) -> None:
-        self.events.append(("finished", message))
-
-    def answer_failed(self, message: str, restored_prompt: str) -> None:
-        self.events.append(("failed", (message, restored_prompt)))
-
-    def conversation_changed(self, conversation: Conversation) -> None:
-        self.events.append(("changed", conversation))
-
-    def context(self, report: ContextReport | None) -> None:
-        self.events.append(("context", report))
-
-    def convert_progress(self, fraction: float, message: str) -> None:
-        self.events.append(("convert_progress", (fraction, message)))
-
-    def converted(self, folder: Path) -> None:
-        self.events.append(("converted", folder))
-
-    def convert_failed(self, message: str) -> None:
-        self.events.append(("convert_failed", message))
 
 
 @pytest.fixture
@@ -88,32 +71,35 @@ def tool_runner() -> InlineRunner:
 
 
 @pytest.fixture
-def session(engine_runner: InlineRunner, tool_runner: InlineRunner) -> Iterator[ChatSession]:
-    chat = ChatSession(engine_runner, EngineHost(), tool_runner)
+def session(engine_runner: InlineRunner, tool_runner: InlineRunner) -> Iterator[Chat]:
+    chat = chat_on(engine_runner, EngineHost(), tool_runner)
     yield chat
-    chat.host.engine = None
+    chat.backend_session.host.engine = None
 
 
 @pytest.fixture
-def loaded(session: ChatSession, engine_runner: InlineRunner, tiny_model_dir: Path) -> ChatSession:
-    assert session.open_model(tiny_model_dir, threads=1)
+def loaded(session: Chat, engine_runner: InlineRunner, tiny_model_dir: Path) -> Chat:
+    assert session.backend_session.open_model(tiny_model_dir, threads=1)
     engine_runner.drain()
     assert session.state is State.READY
     return session
 
 
 def test_a_load_then_an_answer_walk_the_states_and_tell_the_observers(
-    session: ChatSession, engine_runner: InlineRunner, tiny_model_dir: Path
+    session: Chat, engine_runner: InlineRunner, tiny_model_dir: Path
 ) -> None:
     seen = Recorder()
-    session.subscribe(seen)
-    assert session.open_model(tiny_model_dir, threads=1)
+    seen.attach(session)
+    assert session.backend_session.open_model(tiny_model_dir, threads=1)
     assert session.state is State.LOADING and not session.send("hi", GREEDY)  # not yet
     engine_runner.drain()
-    assert session.model is not None and session.backend is session.model
+    assert (
+        session.backend_session.model is not None
+        and session.backend is session.backend_session.model
+    )
     assert session.send("  hello  ", GREEDY)
-    assert session.state is State.GENERATING and session.busy
-    assert not session.open_model(tiny_model_dir)  # one request at a time
+    assert session.state is State.GENERATING and session.backend_session.busy
+    assert not session.backend_session.open_model(tiny_model_dir)  # one request at a time
     engine_runner.drain()
 
     assert [s for s in seen.of("state")] == [
@@ -137,13 +123,13 @@ def test_a_load_then_an_answer_walk_the_states_and_tell_the_observers(
 
 
 def test_a_failed_load_keeps_the_state_it_had(
-    session: ChatSession, engine_runner: InlineRunner, tmp_path: Path
+    session: Chat, engine_runner: InlineRunner, tmp_path: Path
 ) -> None:
     seen = Recorder()
-    session.subscribe(seen)
-    assert session.open_model(tmp_path / "no-model-here")
+    seen.attach(session)
+    assert session.backend_session.open_model(tmp_path / "no-model-here")
     engine_runner.drain()
-    assert session.state is State.NO_MODEL and session.model is None
+    assert session.state is State.NO_MODEL and session.backend_session.model is None
     (message,) = seen.of("load_failed")
     assert message and "\n" not in message
 
@@ -155,15 +141,15 @@ def failing_generation(monkeypatch: pytest.MonkeyPatch, error: Exception) -> Non
 
         return Job("generation", run, lambda exc: f"Writing the answer failed: {exc}.")
 
-    monkeypatch.setattr(chat_session, "window_job", job)
+    monkeypatch.setattr(chat, "window_job", job)
 
 
 def test_an_answer_that_fails_at_once_gives_the_prompt_back(
-    loaded: ChatSession, engine_runner: InlineRunner, monkeypatch: pytest.MonkeyPatch
+    loaded: Chat, engine_runner: InlineRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing_generation(monkeypatch, RuntimeError("the device went away"))
     seen = Recorder()
-    loaded.subscribe(seen)
+    seen.attach(loaded)
     assert loaded.send("what now?", GREEDY)
     engine_runner.drain()
     assert loaded.state is State.READY and loaded.conversation.messages == []
@@ -171,14 +157,14 @@ def test_an_answer_that_fails_at_once_gives_the_prompt_back(
 
 
 def test_a_regenerate_that_fails_keeps_the_old_answer_and_a_device_fault_reloads_on_cpu(
-    loaded: ChatSession, engine_runner: InlineRunner, monkeypatch: pytest.MonkeyPatch
+    loaded: Chat, engine_runner: InlineRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert loaded.send("hello", GREEDY)
     engine_runner.drain()
     old = loaded.conversation.messages[-1].content
     failing_generation(monkeypatch, DeviceFailure("CPU", OSError("gone")))
     seen = Recorder()
-    loaded.subscribe(seen)
+    seen.attach(loaded)
     assert loaded.regenerate(GREEDY)
     assert len(loaded.conversation.messages) == 1  # the old answer is out while regenerating
     engine_runner.drain()
@@ -188,12 +174,10 @@ def test_a_regenerate_that_fails_keeps_the_old_answer_and_a_device_fault_reloads
     assert seen.of("loaded") and loaded.state is State.READY
 
 
-def test_stop_ends_the_answer_with_what_was_written(
-    session: ChatSession, tiny_model_dir: Path
-) -> None:
+def test_stop_ends_the_answer_with_what_was_written(session: Chat, tiny_model_dir: Path) -> None:
     runner = InlineRunner(stop_after=3)
-    chat = ChatSession(runner, session.host)
-    chat.open_model(tiny_model_dir, threads=1)
+    chat = chat_on(runner, session.backend_session.host)
+    chat.backend_session.open_model(tiny_model_dir, threads=1)
     runner.drain()
     chat.send("hello", GenerationOptions(SamplingSettings(max_new_tokens=200), Mode.NAIVE))
     runner.drain()
@@ -202,7 +186,7 @@ def test_stop_ends_the_answer_with_what_was_written(
     assert answer.figures.finish_reason == "stop" and answer.figures.generated_tokens < 200
 
 
-def test_versions_edit_and_new_chat(loaded: ChatSession, engine_runner: InlineRunner) -> None:
+def test_versions_edit_and_new_chat(loaded: Chat, engine_runner: InlineRunner) -> None:
     assert loaded.send("hello", GREEDY)
     engine_runner.drain()
     assert loaded.regenerate(GREEDY)
@@ -210,7 +194,7 @@ def test_versions_edit_and_new_chat(loaded: ChatSession, engine_runner: InlineRu
     answer = loaded.conversation.messages[1]
     assert len(answer.others) == 1  # the first answer is kept as another version
     seen = Recorder()
-    loaded.subscribe(seen)
+    seen.attach(loaded)
     assert loaded.select_version(1, 0) and seen.names() == ["changed"]
     assert not loaded.select_version(5, 0)
     assert loaded.edit(0, "hello again", GREEDY)
@@ -221,7 +205,7 @@ def test_versions_edit_and_new_chat(loaded: ChatSession, engine_runner: InlineRu
 
 
 def test_a_conversion_runs_on_the_tool_worker_not_the_engines(
-    session: ChatSession,
+    session: Chat,
     engine_runner: InlineRunner,
     tool_runner: InlineRunner,
     monkeypatch: pytest.MonkeyPatch,
@@ -234,11 +218,13 @@ def test_a_conversion_runs_on_the_tool_worker_not_the_engines(
 
         return Job("conversion", run)
 
-    monkeypatch.setattr(chat_session, "convert_job", fake_convert)
+    monkeypatch.setattr(backend_session, "convert_job", fake_convert)
     seen = Recorder()
-    session.subscribe(seen)
-    assert session.convert_gguf(tmp_path / "m.gguf", tmp_path / "out")
-    assert session.state is State.CONVERTING and not session.convert_gguf(tmp_path, tmp_path)
+    seen.attach(session)
+    assert session.backend_session.convert_gguf(tmp_path / "m.gguf", tmp_path / "out")
+    assert session.state is State.CONVERTING and not session.backend_session.convert_gguf(
+        tmp_path, tmp_path
+    )
     assert engine_runner.queue == [] and len(tool_runner.queue) == 1
     tool_runner.drain()
     assert seen.of("convert_progress") == [(0.5, "writing weights")]

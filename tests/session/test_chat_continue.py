@@ -1,4 +1,4 @@
-"""ChatSession: Continue after the token limit, stop strings, text continuation for a base
+"""Chat: Continue after the token limit, stop strings, text continuation for a base
 model, and the model named on each answer (InlineRunner, the tiny models).
 
 Expected texts are computed on the running machine (a first greedy answer), never stored.
@@ -16,10 +16,10 @@ from chatapp.engine.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT, Message
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.session.answer import STOP_STRING
-from chatapp.session.chat_session import ChatSession, GenerationOptions, State
+from chatapp.session.chat import Chat, GenerationOptions, State, chat_on
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.running import InlineRunner
-from tests.session.test_chat_session import Recorder
+from tests.session.test_chat import Recorder
 
 SHORT = GenerationOptions(
     SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=4), Mode.IOBINDING
@@ -31,33 +31,33 @@ def runner() -> InlineRunner:
     return InlineRunner()
 
 
-def _open(runner: InlineRunner, folder: Path) -> Iterator[ChatSession]:
-    chat = ChatSession(runner, EngineHost(), InlineRunner())
-    assert chat.open_model(folder, threads=1)
+def _open(runner: InlineRunner, folder: Path) -> Iterator[Chat]:
+    chat = chat_on(runner, EngineHost(), InlineRunner())
+    assert chat.backend_session.open_model(folder, threads=1)
     runner.drain()
     assert chat.state is State.READY
     yield chat
-    chat.host.engine = None
+    chat.backend_session.host.engine = None
 
 
 @pytest.fixture
-def chat(runner: InlineRunner, varied_model_dir: Path) -> Iterator[ChatSession]:
+def chat(runner: InlineRunner, varied_model_dir: Path) -> Iterator[Chat]:
     yield from _open(runner, varied_model_dir)
 
 
 @pytest.fixture
-def base(runner: InlineRunner, base_model_dir: Path) -> Iterator[ChatSession]:
+def base(runner: InlineRunner, base_model_dir: Path) -> Iterator[Chat]:
     yield from _open(runner, base_model_dir)
 
 
-def _answer(chat: ChatSession, runner: InlineRunner, text: str, options: GenerationOptions) -> str:
+def _answer(chat: Chat, runner: InlineRunner, text: str, options: GenerationOptions) -> str:
     assert chat.send(text, options)
     runner.drain()
     return chat.conversation.messages[-1].content
 
 
 def test_continue_grows_the_answer_that_hit_the_token_limit(
-    chat: ChatSession, runner: InlineRunner
+    chat: Chat, runner: InlineRunner
 ) -> None:
     first = _answer(chat, runner, "hello", SHORT)
     cut = chat.conversation.messages[-1]
@@ -65,7 +65,7 @@ def test_continue_grows_the_answer_that_hit_the_token_limit(
         pytest.skip("this machine's kernels ended the tiny model's answer early")
     assert chat.can_continue()
     seen = Recorder()
-    chat.subscribe(seen)
+    seen.attach(chat)
     assert chat.continue_answer(SHORT)
     runner.drain()
     messages = chat.conversation.messages
@@ -79,7 +79,7 @@ def test_continue_grows_the_answer_that_hit_the_token_limit(
     assert grown.version_count == 1
 
 
-def test_continue_needs_an_answer_cut_at_the_limit(chat: ChatSession, runner: InlineRunner) -> None:
+def test_continue_needs_an_answer_cut_at_the_limit(chat: Chat, runner: InlineRunner) -> None:
     assert not chat.can_continue() and not chat.continue_answer(SHORT)  # no answer yet
     _answer(chat, runner, "hello", SHORT)
     last = chat.conversation.messages[-1]
@@ -88,7 +88,7 @@ def test_continue_needs_an_answer_cut_at_the_limit(chat: ChatSession, runner: In
     assert not chat.continue_answer(SHORT)
 
 
-def test_a_stop_string_ends_the_answer_before_it(chat: ChatSession, runner: InlineRunner) -> None:
+def test_a_stop_string_ends_the_answer_before_it(chat: Chat, runner: InlineRunner) -> None:
     long = replace(SHORT, settings=replace(SHORT.settings, max_new_tokens=24))
     free = _answer(chat, runner, "hello", long)
     stop = free[len(free) // 2 :][:3]
@@ -102,11 +102,11 @@ def test_a_stop_string_ends_the_answer_before_it(chat: ChatSession, runner: Inli
 
 
 def test_a_base_model_continues_the_text_and_answers_name_their_model(
-    base: ChatSession, runner: InlineRunner
+    base: Chat, runner: InlineRunner
 ) -> None:
-    engine = base.host.engine
-    assert engine is not None and base.model is not None
-    assert not base.model.has_chat_template
+    engine = base.backend_session.host.engine
+    assert engine is not None and base.backend_session.model is not None
+    assert not base.backend_session.model.has_chat_template
     options = replace(SHORT, prompt_style=STYLE_CONTINUE)
     _answer(base, runner, "The capital of France is", options)
     assert base.context is not None
@@ -115,7 +115,7 @@ def test_a_base_model_continues_the_text_and_answers_name_their_model(
         engine.tokenizer.with_bos(engine.tokenizer.encode("The capital of France is"))
     )
     answer = base.conversation.messages[-1]
-    assert answer.figures is not None and answer.figures.model == base.model.name
+    assert answer.figures is not None and answer.figures.model == base.backend_session.model.name
     # Chat as plain lines: the style follows the request.
     base.new_chat()
     _answer(base, runner, "Hi", replace(SHORT, prompt_style=STYLE_PLAIN_CHAT))
@@ -125,9 +125,9 @@ def test_a_base_model_continues_the_text_and_answers_name_their_model(
 
 
 def test_the_context_is_measured_as_the_prompt_will_be_sent(
-    base: ChatSession, runner: InlineRunner
+    base: Chat, runner: InlineRunner
 ) -> None:
-    engine = base.host.engine
+    engine = base.backend_session.host.engine
     assert engine is not None
     question = "The capital of France is"
     answer = _answer(base, runner, question, replace(SHORT, prompt_style=STYLE_CONTINUE))

@@ -197,12 +197,24 @@ class TranscriptView(TranscriptActions):
         stream.start = cursor.position()
         self._draw_stream_text(stream)
 
+    @property
+    def answer_text(self) -> str:
+        """The answer streamed so far, drawn or not ("" when none streams)."""
+        return self._stream.text if self._stream is not None else ""
+
+    def append_answer(self, text: str) -> None:
+        """More of the streaming answer, drawn by the next `draw_answer`."""
+        if self._stream is not None:
+            self._stream.text += text
+
     def update_answer(self, text: str) -> None:
+        if self._stream is not None:
+            self._stream.text = text
+            self.draw_answer()
+
+    def draw_answer(self) -> None:
         stream = self._stream
-        if stream is None:
-            return
-        stream.text = text
-        if stream.start is not None:
+        if stream is not None and stream.start is not None:
             stick = self._at_bottom()
             self._draw_stream_text(stream)
             self._scroll(stick)

@@ -86,7 +86,6 @@ class ChatView(QWidget):
         self._streaming = False
         self.editing: int | None = None  # the user message being edited in the prompt box
         self._draft_before_edit = ""
-        self._answer_text = ""
         self._dirty = False
         # Batches may arrive faster than we want to repaint: coalesce into one repaint per tick.
         self._repaint_timer = QTimer(self)
@@ -256,7 +255,6 @@ class ChatView(QWidget):
             self.cancel_edit()
 
     def begin_answer(self) -> None:
-        self._answer_text = ""
         self._streaming = True
         self._repaint_timer.setInterval(REPAINT_INTERVAL_MS)
         self.transcript.begin_answer(len(self._messages))
@@ -278,11 +276,10 @@ class ChatView(QWidget):
         self._redraw_keeping_stream()
 
     def _redraw_keeping_stream(self) -> None:
-        streaming, text = self._streaming, self._answer_text
+        streaming, text = self._streaming, self.transcript.answer_text
         self.show_messages(self._messages)
         if streaming:  # rebuild the answer being written too
             self.begin_answer()
-            self._answer_text = text
             self.transcript.update_answer(text)
 
     def is_user_message(self, index: int) -> bool:
@@ -344,7 +341,7 @@ class ChatView(QWidget):
     def append_answer(self, text: str) -> None:
         if not text:
             return
-        self._answer_text += text
+        self.transcript.append_answer(text)  # the one copy the screen draws from
         self._dirty = True
         if not self._repaint_timer.isActive():
             self._repaint_timer.start()
@@ -352,14 +349,14 @@ class ChatView(QWidget):
     @property
     def answer_text(self) -> str:
         """The answer streamed so far (including what is not painted yet)."""
-        return self._answer_text
+        return self.transcript.answer_text
 
     @Slot()
     def _on_repaint(self) -> None:
         if self._dirty:
             self._dirty = False
             started = time.perf_counter()
-            self.transcript.update_answer(self._answer_text)
+            self.transcript.draw_answer()
             self.last_repaint_s = time.perf_counter() - started
             # Long answers cost more to draw: repaint less often, never hogging the thread.
             interval = self.last_repaint_s * 1000 / REPAINT_SHARE

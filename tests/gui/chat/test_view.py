@@ -83,14 +83,14 @@ def test_markdown_with_code_block_is_rendered(view: ChatView) -> None:
 
 
 def test_streaming_repaints_are_throttled(qtbot, view: ChatView, monkeypatch) -> None:
-    repaints: list[str] = []
-    original = chat_view_module.TranscriptView.update_answer
+    repaints: list[str] = []  # the text each repaint drew
+    original = chat_view_module.TranscriptView.draw_answer
 
-    def counting(self, text: str) -> None:
-        repaints.append(text)
-        original(self, text)
+    def counting(self) -> None:
+        repaints.append(self.answer_text)
+        original(self)
 
-    monkeypatch.setattr(chat_view_module.TranscriptView, "update_answer", counting)
+    monkeypatch.setattr(chat_view_module.TranscriptView, "draw_answer", counting)
     view.show_messages([ChatMessage("user", "count")])
     view.begin_answer()
     for i in range(500):

@@ -80,13 +80,13 @@ class HistoryUi(QObject):
         window.before_shutdown.append(self.shutdown)  # closing asks first: leave_checks
         self.refresh()
         self._update_actions()
-        if self.controller.enabled:
+        if self.controller.sync_core.enabled:
             self.poll_timer.start()
         if opened.notice:
             window.show_message(opened.notice, opened.level)
         if (
             last is not None
-            and self.controller.current_id is None
+            and self.controller.sync_core.current_id is None
             and not self.chat.chat.conversation.messages
         ):
             self.open(last)  # a restart goes on where the window was closed
@@ -127,7 +127,7 @@ class HistoryUi(QObject):
         c, h, p, w = self.chat, self.controller, self.panel, self.window
         p.sig_open.connect(self.open)
         p.sig_new.connect(w.new_chat)
-        p.sig_rename.connect(h.rename)
+        p.sig_rename.connect(h.sync_core.rename)
         p.sig_delete.connect(self.delete)
         p.sig_export.connect(self.export)
         p.sig_import.connect(self.import_conversation)
@@ -148,16 +148,16 @@ class HistoryUi(QObject):
     @Slot()
     def refresh(self) -> None:
         h = self.controller
-        if not h.enabled:
+        if not h.sync_core.enabled:
             self.panel.set_rows([], None, "Chats are not being saved (see the message above).")
             return
         if self._query:
-            rows = _search_rows(h.search(self._query))
+            rows = _search_rows(h.sync_core.search(self._query))
             empty = f"Nothing found for “{self._query}”."
         else:
-            rows = [_info_row(info) for info in h.conversations()]
+            rows = [_info_row(info) for info in h.sync_core.conversations()]
             empty = "No saved chats yet. A chat is saved here once you send its first message."
-        self.panel.set_rows(rows, h.current_id, empty)
+        self.panel.set_rows(rows, h.sync_core.current_id, empty)
 
     @Slot(str)
     def _on_search(self, query: str) -> None:
@@ -179,13 +179,13 @@ class HistoryUi(QObject):
             self.window.notify(
                 "Wait for the answer (or stop it) before opening another conversation.", 5000
             )
-            self.panel.set_current(self.controller.current_id)
+            self.panel.set_current(self.controller.sync_core.current_id)
             return False
         if not self.unsaved.may_leave("open"):
-            self.panel.set_current(self.controller.current_id)
+            self.panel.set_current(self.controller.sync_core.current_id)
             return False
         self.chat_feature.chat_view.cancel_edit()
-        opened = self.controller.open(conversation_id)
+        opened = self.controller.sync_core.open(conversation_id)
         if opened:
             # The figures panel shows this chat's last answer, as after it was written.
             self.chat_feature.side_panel.start_answer()
@@ -200,19 +200,21 @@ class HistoryUi(QObject):
             if last is not None and last.figures is not None:
                 self.chat_feature.side_panel.show_stats(last.figures)
         else:
-            self.panel.set_current(self.controller.current_id)
+            self.panel.set_current(self.controller.sync_core.current_id)
         return opened
 
     @Slot(int)
     def delete(self, conversation_id: int) -> bool:
-        if self.controller.read_only:
+        if self.controller.sync_core.read_only:
             self.window.show_message(
                 "The chat history is read-only: its chats cannot be deleted.", "warning"
             )
             return False
-        info = next((i for i in self.controller.conversations() if i.id == conversation_id), None)
+        info = next(
+            (i for i in self.controller.sync_core.conversations() if i.id == conversation_id), None
+        )
         title = info.title if info is not None else "this conversation"
-        current = conversation_id == self.controller.current_id
+        current = conversation_id == self.controller.sync_core.current_id
         if current and self.chat.backend_session.state is State.GENERATING:
             self.window.show_message("Stop the answer before deleting this conversation.", "info")
             return False
@@ -223,17 +225,17 @@ class HistoryUi(QObject):
             return False
         if current:
             self.window.new_chat()
-        return self.controller.delete(conversation_id)
+        return self.controller.sync_core.delete(conversation_id)
 
     @Slot()
     def delete_current(self) -> None:
-        if self.controller.current_id is not None:
-            self.delete(self.controller.current_id)
+        if self.controller.sync_core.current_id is not None:
+            self.delete(self.controller.sync_core.current_id)
 
     @Slot()
     def rename_current(self) -> None:
-        if self.controller.current_id is not None:
-            self.panel.start_rename(self.controller.current_id)
+        if self.controller.sync_core.current_id is not None:
+            self.panel.start_rename(self.controller.sync_core.current_id)
 
     @Slot()
     def _focus_search(self) -> None:
@@ -244,13 +246,15 @@ class HistoryUi(QObject):
     @Slot(int, str)
     def export(self, conversation_id: int, kind: str) -> Path | None:
         label, suffix, filters = EXPORT_KINDS[kind]
-        info = next((i for i in self.controller.conversations() if i.id == conversation_id), None)
+        info = next(
+            (i for i in self.controller.sync_core.conversations() if i.id == conversation_id), None
+        )
         name = _file_name(info.title if info is not None else "conversation") + suffix
         folder = export_folder(self.window.settings)
         path = self.ask_save_path(f"Export conversation as {label}", str(folder / name), filters)
         if not path:
             return None
-        text = self.controller.export_text(conversation_id, kind)
+        text = self.controller.sync_core.export_text(conversation_id, kind)
         if text is None:
             return None
         target = Path(path)
@@ -269,9 +273,9 @@ class HistoryUi(QObject):
         return target
 
     def export_current(self, kind: str) -> Path | None:
-        if self.controller.current_id is None:
+        if self.controller.sync_core.current_id is None:
             return None
-        return self.export(self.controller.current_id, kind)
+        return self.export(self.controller.sync_core.current_id, kind)
 
     @Slot()
     def import_conversation(self) -> int | None:
@@ -284,14 +288,14 @@ class HistoryUi(QObject):
         if self.chat.backend_session.state is State.GENERATING:
             self.window.show_message("Wait for the answer before importing.", "info")
             return None
-        if self.controller.read_only:
+        if self.controller.sync_core.read_only:
             self.window.show_message(
                 "The chat history is read-only: nothing can be imported into it.", "warning"
             )
             return None
         # The imported chat is opened, unless the one shown has unsaved messages to keep.
         show = self.unsaved.unsaved_count() == 0 or self.unsaved.may_leave("import")
-        conversation_id = self.controller.import_file(path, show=show)
+        conversation_id = self.controller.sync_core.import_file(path, show=show)
         if conversation_id is not None:
             self.window.dismiss_message(cause="import")  # a failed import before is old
             where = "" if show else " (in the list)"
@@ -306,9 +310,11 @@ class HistoryUi(QObject):
 
     @Slot()
     def copy_current(self) -> None:
-        if self.controller.current_id is None:
+        if self.controller.sync_core.current_id is None:
             return
-        text = self.controller.export_text(self.controller.current_id, "markdown")
+        text = self.controller.sync_core.export_text(
+            self.controller.sync_core.current_id, "markdown"
+        )
         if text is not None:
             QGuiApplication.clipboard().setText(text)
             self.window.notify("Copied the conversation as Markdown.", 3000)
@@ -363,19 +369,19 @@ class HistoryUi(QObject):
 
     def _update_actions(self) -> None:
         h = self.controller
-        stored = h.enabled and h.current_id is not None
-        writable = h.enabled and not h.read_only
+        stored = h.sync_core.enabled and h.sync_core.current_id is not None
+        writable = h.sync_core.enabled and not h.sync_core.read_only
         generating = self.chat.backend_session.state is State.GENERATING
         for act in (self.export_markdown_action, self.export_json_action, self.copy_action):
             act.setEnabled(stored)
         self.rename_action.setEnabled(stored and writable)
         self.delete_action.setEnabled(stored and writable and not generating)
         self.import_action.setEnabled(writable and not generating)
-        self.search_action.setEnabled(h.enabled)
+        self.search_action.setEnabled(h.sync_core.enabled)
         self.edit_last_action.setEnabled(self.chat.backend_session.state is State.READY)
-        self.panel.setEnabled(h.enabled)
+        self.panel.setEnabled(h.sync_core.enabled)
         # Shown read-only, not hidden: the chats can be opened, searched and exported.
-        store = h.store
+        store = h.sync_core.store
         self.panel.set_read_only(
             store.read_only_message() if store is not None and store.read_only else None
         )
@@ -383,7 +389,7 @@ class HistoryUi(QObject):
     # ---- another instance, and closing ----------------------------------------------------------
     @Slot()
     def poll(self) -> bool:
-        return self.controller.poll_external_changes()
+        return self.controller.sync_core.poll_external_changes()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.window and event.type() == QEvent.Type.WindowActivate:
@@ -394,7 +400,7 @@ class HistoryUi(QObject):
         self.poll_timer.stop()
         self._measure_timer.stop()
         self.unsaved.retry_timer.stop()
-        self.controller.close()
+        self.controller.sync_core.close()
 
     # ---- dialogs (replaceable) ------------------------------------------------------------------
     def _ask_export_path(self, caption: str, suggested: str, filters: str) -> str | None:

@@ -60,18 +60,21 @@ class UnsavedGuard(QObject):
 
     def reason(self) -> str:
         c = self.controller
-        if c.store is None:
+        if c.sync_core.store is None:
             return "the chat history is off in this session"
-        if c.failure is not None:
-            return _first_sentence(c.failure)
+        if c.sync_core.failure is not None:
+            return _first_sentence(c.sync_core.failure)
         return ""
 
     @Slot()
     def update(self) -> None:
         """Marks in the transcript, and the retry timer, as the controller says."""
-        indices = self.controller.unsaved_indices()
+        indices = self.controller.sync_core.unsaved_indices()
         self.chat.chat_view.set_unsaved(indices, self.reason())
-        retrying = self.controller.failure is not None and self.controller.store is not None
+        retrying = (
+            self.controller.sync_core.failure is not None
+            and self.controller.sync_core.store is not None
+        )
         if retrying and not self.retry_timer.isActive():
             self.retry_timer.start()
         elif not retrying:
@@ -79,11 +82,11 @@ class UnsavedGuard(QObject):
 
     @Slot()
     def retry(self) -> None:
-        self.controller.retry()
+        self.controller.sync_core.retry()
         self.update()
 
     def unsaved_count(self) -> int:
-        return len(self.controller.unsaved_indices())
+        return len(self.controller.sync_core.unsaved_indices())
 
     def may_leave(self, why: str) -> bool:
         """Before the chat shown goes away (`why`: "new chat", "open", "import", "close"):

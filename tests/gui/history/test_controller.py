@@ -35,7 +35,7 @@ def test_messages_of_an_empty_stored_conversation_are_appended_to_it(
         figures = AnswerFigures("naive", "cpu", 10.0, 0.1, 2.0, 3.0, 5, 0, 2, 512, "eos")
         conversation.add_answer("Hi.", figures)
         chat.chat.conversation = conversation
-        history.sync()
+        history.sync_core.sync()
         stored = store.load_conversation(info.id)
         assert [m.content for m in stored.messages] == ["Hello?", "Hi."]
         assert [m.id for m in conversation.messages] == [m.id for m in stored.messages]
@@ -45,10 +45,10 @@ def test_messages_of_an_empty_stored_conversation_are_appended_to_it(
 
         # Both taken back (a first question that failed): the conversation goes again.
         conversation.messages.clear()
-        history.sync()
+        history.sync_core.sync()
         assert store.list_conversations() == [] and conversation.id is None
     finally:
-        history.close()
+        history.sync_core.close()
 
 
 def test_rename_reports_success_and_store_failures(chat: ChatController, tmp_path: Path) -> None:
@@ -58,13 +58,15 @@ def test_rename_reports_success_and_store_failures(chat: ChatController, tmp_pat
     history.events.message.connect(lambda text, _level: messages.append(text))
     try:
         info = store.create_conversation("Old")
-        assert history.rename(info.id, "  New   title ")
+        assert history.sync_core.rename(info.id, "  New   title ")
         assert store.load_conversation(info.id).title == "New title"
-        assert not history.rename(info.id + 99, "Nobody")  # the store says it is not there
+        assert not history.sync_core.rename(
+            info.id + 99, "Nobody"
+        )  # the store says it is not there
         assert messages and "not" in messages[-1].lower()
-        assert not history.rename(info.id, "   ")
+        assert not history.sync_core.rename(info.id, "   ")
     finally:
-        history.close()
+        history.sync_core.close()
 
 
 def test_a_locked_history_is_waited_for_on_the_tools_thread(
@@ -85,10 +87,10 @@ def test_a_locked_history_is_waited_for_on_the_tools_thread(
         conversation = Conversation()
         conversation.add_user("Hello while it is locked")
         chat.chat.conversation = conversation
-        history.sync()
-        assert history.failure is not None and messages == []
+        history.sync_core.sync()
+        assert history.sync_core.failure is not None and messages == []
         other.execute("ROLLBACK")  # while the tools thread waits
-        qtbot.waitUntil(lambda: history.failure is None, timeout=10_000)
+        qtbot.waitUntil(lambda: history.sync_core.failure is None, timeout=10_000)
         assert messages == []
         (info,) = store.list_conversations()
         assert [m.content for m in store.load_conversation(info.id).messages] == [
@@ -96,4 +98,4 @@ def test_a_locked_history_is_waited_for_on_the_tools_thread(
         ]
     finally:
         other.close()
-        history.close()
+        history.sync_core.close()

@@ -554,7 +554,7 @@ def test_a_history_from_a_newer_version_is_left_alone_and_chat_still_works(
     assert window.banner.level == "warning" and "newer version" in window.banner.text()
     assert "not saved in this session" in window.banner.text()
     ui = history(window)
-    assert not ui.controller.enabled and not ui.panel.isEnabled()
+    assert not ui.controller.sync_core.enabled and not ui.panel.isEnabled()
     set_sampling(window, greedy(4))
     send_and_wait(qtbot, window, "not saved")
     assert len(window.chat.conversation.messages) == 2
@@ -571,7 +571,7 @@ def test_two_windows_on_one_file_both_work_and_see_each_other(
     for w in (a, b):
         set_sampling(w, greedy(4))
     ua, ub = history(a), history(b)
-    assert ua.controller.store is not ub.controller.store
+    assert ua.controller.sync_core.store is not ub.controller.sync_core.store
     ub.poll_timer.setInterval(20)
     send_and_wait(qtbot, a, "from window A")
     shared = a.chat.conversation.id

@@ -116,9 +116,9 @@ def test_regenerate_keeps_versions_switchable_saved_exported_and_imported(
     others = markdown.split("#### Other versions (2)")[1]
     assert "> **Version 1 of 3**" in others and "> **Version 3 of 3**" in others
     assert others.index(contents[0].splitlines()[0]) < others.index(contents[2].splitlines()[0])
-    listed = len(ui.controller.conversations())
+    listed = len(ui.controller.sync_core.conversations())
     ui.ask_open_path = lambda *_args: str(tmp_path / "chat.md")
     assert ui.import_conversation() is None
     assert "Could not import chat.md" in window.banner.text()
     assert "Markdown transcript" in window.banner.text() and "JSON export" in window.banner.text()
-    assert len(ui.controller.conversations()) == listed
+    assert len(ui.controller.sync_core.conversations()) == listed

@@ -58,7 +58,7 @@ def test_a_remote_chat_lands_in_the_transcript_history_and_export(
     assert stored_answers(history_file) == [(expected.text, "varied-llama", "remote", "remote")]
     conv_id = window.chat.conversation.id
     assert conv_id is not None
-    exported = window.feature(HistoryUi).controller.export_text(conv_id, "markdown")
+    exported = window.feature(HistoryUi).controller.sync_core.export_text(conv_id, "markdown")
     assert exported is not None and expected.text in exported and "varied-llama" in exported
     # The line under the answer names the model and the server, not a loop and a device.
     line = fmt.figures_line(answer.figures)

@@ -183,7 +183,8 @@ class ChatTokenizer:
 
     def encode_text(self, text: str) -> list[int]:
         """Ids of text a person wrote: special tokens in it stay text."""
-        return self._control.encode_as_text(valid_text(text))
+        text = valid_text(text)  # checked here, before the control tokens' encoder sees it
+        return self._control.encode_as_text(text)
 
     @property
     def media_ids(self) -> frozenset[int]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from chatapp.engine.chat import Message
-from chatapp.session.context_policy import fit_to_context, split_turns
+from chatapp.session.context import fit_to_context, split_turns
 
 GENERATION_PROMPT = 3  # "<|assistant|>\n" of a template, counted once per prompt
 PER_MESSAGE = 4  # role markers and newlines around each message

@@ -105,7 +105,7 @@ def main() -> None:
     for n, (label, options) in enumerate(variants.items()):
         folder = convert_gguf(gguf, work / f"variant{n}", options)
         if not ids:
-            ids = ChatTokenizer(folder).encode(filler_text())[:700]
+            ids = ChatTokenizer.from_folder(folder).encode(filler_text())[:700]
             ref_logits = reference.logits(ids)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 2

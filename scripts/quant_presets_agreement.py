@@ -66,7 +66,7 @@ def main() -> None:
     rows = []
     for n, gguf in enumerate(args.gguf):
         folder = convert_gguf(gguf, work / f"model{n}")
-        ids = ChatTokenizer(folder).prompt_ids(filler_text())[:TOKENS]
+        ids = ChatTokenizer.from_folder(folder).prompt_ids(filler_text())[:TOKENS]
         with np.errstate(over="ignore"):
             ref = ReferenceModel(GGUFModel(gguf)).logits(ids)
         opts = ort.SessionOptions()

@@ -15,7 +15,12 @@ from typing import Any
 from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
 from chatapp.engine.folder_tokenizer import FolderTokenizer
-from chatapp.engine.model_folder.files import check_tokenizer_files, optional_inside, read_json_file
+from chatapp.engine.model_folder.files import (
+    TokenizerFiles,
+    optional_inside,
+    read_json_file,
+    read_tokenizer_files,
+)
 from chatapp.engine.resident import resident_memory, return_freed_heap
 from chatapp.engine.template import ChatTemplate, TemplateLimitError
 from chatapp.engine.tokenizer_pieces import LONG_TEXT
@@ -122,18 +127,20 @@ class ChatTokenizer:
     (render, then one encode), so ordinary prompts and the KV prefix reuse are unchanged.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, files: TokenizerFiles) -> None:
+        """From the folder's tokenizer files as read and checked once (a model's description
+        holds them: model_description.ModelDescription.tokenizer)."""
         # Never reach a model hub: the folder is all there is. Marked as chatapp's, so that
         # the hub's requests the user asks for (chatapp/hub) tell it from the user's own.
         if "HF_HUB_OFFLINE" not in os.environ:
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ[HUB_OFFLINE_SET_BY_CHATAPP] = "1"
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        check_tokenizer_files(folder)  # links out of the folder, devices, giant files
+        folder = files.folder
         anon_before = resident_memory().get("anon", 0)
         try:
             # tokenizers alone where that gives transformers' ids (engine/folder_tokenizer.py)
-            self.tok: Any = FolderTokenizer.load(folder) or _transformers_tokenizer(folder)
+            self.tok: Any = FolderTokenizer.load(files) or _transformers_tokenizer(folder)
         except ModelError:
             raise
         except Exception as exc:
@@ -160,6 +167,12 @@ class ChatTokenizer:
         # What the tokenizer keeps (anonymous memory, measured; 0 where /proc is not there):
         # `chatapp bench` and scripts/answer_memory.py report it.
         self.resident_bytes = max(0, resident_memory().get("anon", 0) - anon_before)
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> ChatTokenizer:
+        """The tokenizer of `folder` alone (its files checked and read here), where no model
+        description was read (tools, tests)."""
+        return cls(read_tokenizer_files(folder))
 
     def _bos_to_add(self) -> int | None:
         """BOS when the tokenizer puts one in front of plain text (its post-processor decides;

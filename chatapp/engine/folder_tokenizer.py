@@ -26,13 +26,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
-from chatapp.engine.model_folder.files import optional_inside, read_json_file
+from chatapp.engine.model_folder.files import TokenizerFiles
 from chatapp.engine.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
 
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
@@ -48,8 +47,6 @@ _QWEN2_DEFAULTS = {
 NAMED_SPECIAL = frozenset(
     {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
 )
-# Files and folders that make transformers load something tokenizer.json does not hold.
-_OTHER_SOURCES = ("added_tokens.json", "additional_chat_templates")
 
 
 class _SharedLock:
@@ -97,7 +94,7 @@ def _content(value: Any) -> str | None:
 
 
 def _special_tokens(
-    folder: Path, config: Mapping[str, Any], defaults: Mapping[str, str]
+    config: Mapping[str, Any], stored: Mapping[str, Any], defaults: Mapping[str, str]
 ) -> dict[str, str] | None:
     """bos_token, eos_token, ... as transformers 5 reads them (special_tokens_map.json counts
     only when the config has no added_tokens_decoder); None for a value it would not take.
@@ -114,10 +111,9 @@ def _special_tokens(
     extra = config.get("extra_special_tokens")
     if isinstance(extra, dict):  # named extra tokens are special tokens by those names
         values.update(extra)
-    if "added_tokens_decoder" not in config:
-        for key, value in (read_json_file(folder, "special_tokens_map.json") or {}).items():
-            if key in NAMED_SPECIAL and value is not None:
-                values[key] = value
+    for key, value in stored.items():
+        if key in NAMED_SPECIAL and value is not None:
+            values[key] = value
     out: dict[str, str] = {}
     for key, value in values.items():
         text = _content(value)
@@ -127,10 +123,9 @@ def _special_tokens(
     return out
 
 
-def _extra_special(folder: Path, config: Mapping[str, Any]) -> list[str] | None:
+def _extra_special(config: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str] | None:
     extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
-    if "added_tokens_decoder" not in config:
-        stored = read_json_file(folder, "special_tokens_map.json") or {}
+    if stored:
         extra = [*extra, *(stored.get("additional_special_tokens") or [])]
     if isinstance(extra, dict):
         extra = list(extra.values())
@@ -138,11 +133,10 @@ def _extra_special(folder: Path, config: Mapping[str, Any]) -> list[str] | None:
     return None if any(t is None for t in texts) else [t for t in texts if t is not None]
 
 
-def _chat_template(folder: Path, config: Mapping[str, Any]) -> str | dict[str, str] | None:
+def _chat_template(files: TokenizerFiles, config: Mapping[str, Any]) -> str | dict[str, str] | None:
     """chat_template.jinja beside the config first, as transformers reads it."""
-    jinja = optional_inside(folder, "chat_template.jinja")
-    if jinja is not None:
-        return jinja.read_text(encoding="utf-8")
+    if files.chat_template is not None:
+        return files.chat_template
     value = config.get("chat_template")
     if isinstance(value, list):  # [{"name": ..., "template": ...}, ...]
         return {
@@ -213,19 +207,20 @@ class FolderTokenizer:
         self._pieces = TextPieces.for_tokenizer(backend, self.added_tokens_decoder.values())
 
     @staticmethod
-    def load(folder: Path) -> FolderTokenizer | None:
-        """The folder's tokenizer, or None when transformers must load it (see the module)."""
-        path = optional_inside(folder, "tokenizer.json")
-        config = read_json_file(folder, "tokenizer_config.json")
+    def load(files: TokenizerFiles) -> FolderTokenizer | None:
+        """The folder's tokenizer from its files as read and checked once, or None when
+        transformers must load it (see the module)."""
+        path, config = files.tokenizer_json, files.config
         if path is None or config is None:
             return None
         qwen2 = config.get("tokenizer_class") in QWEN2_CLASSES
         if not qwen2 and config.get("tokenizer_class") not in GENERIC_CLASSES:
             return None
-        if any(optional_inside(folder, name) is not None for name in _OTHER_SOURCES):
+        if files.other_sources:
             return None
-        special = _special_tokens(folder, config, _QWEN2_DEFAULTS if qwen2 else {})
-        extra = _extra_special(folder, config)
+        stored = files.special_tokens_map or {}
+        special = _special_tokens(config, stored, _QWEN2_DEFAULTS if qwen2 else {})
+        extra = _extra_special(config, stored)
         if special is None or extra is None:
             return None
         backend = Tokenizer.from_file(str(path))
@@ -243,7 +238,7 @@ class FolderTokenizer:
             ):
                 return None
         clean = bool(config.get("clean_up_tokenization_spaces", False))
-        return FolderTokenizer(backend, special, _chat_template(folder, config), clean)
+        return FolderTokenizer(backend, special, _chat_template(files, config), clean)
 
     def _id(self, key: str) -> int | None:
         text = self.special_tokens_map.get(key)

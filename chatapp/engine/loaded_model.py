@@ -210,7 +210,7 @@ def _start(
     precision = plan.precision or default_precision()
     check_precision(precision)
     info = description.info  # its tokens: the same in every graph of the folder
-    tokenizer = before.tokenizer if before else ChatTokenizer(description.folder)
+    tokenizer = before.tokenizer if before else ChatTokenizer(description.tokenizer)
     constraints = (
         before.constraints
         if before

@@ -117,7 +117,7 @@ def estimate_memory(read: FolderRead, context: int) -> MemoryEstimate:
         kv=info.kv_bytes_per_token() * context,
         context=context,
         mapped_files=read.weight_files,
-        tokenizer=TOKENIZER_PER_JSON_BYTE * read.tokenizer_bytes,
+        tokenizer=TOKENIZER_PER_JSON_BYTE * read.tokenizer.json_bytes,
         block_spans=matmul_block_spans(read, info.onnx_path),
     )
 

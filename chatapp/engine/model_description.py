@@ -29,11 +29,12 @@ from chatapp.engine.memory import (
 )
 from chatapp.engine.model_folder.describe import check_configs, describe_graph
 from chatapp.engine.model_folder.files import (
+    TokenizerFiles,
     external_data_files,
     graph_candidates,
     load_onnx_graph,
     read_configs,
-    tokenizer_bytes,
+    read_tokenizer_files,
 )
 from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling, sampling_of
@@ -59,6 +60,9 @@ class ModelDescription:
     on_cpu: bool  # read for the CPU (a native graph preferred) or for another device
     native: bool  # the graph runs on chatapp's GGUF kernels (native_kernels.py)
     sampling: ModelSampling  # what the model suggests sampling with (its configs or a preset)
+    tokenizer: (
+        TokenizerFiles  # its tokenizer files, checked and read (engine/chat.py builds on them)
+    )
     # The graph the user picked (relative to the folder); None: chosen for the device.
     onnx_file: str | None = None
     # The CPU would choose the same graph (so a fall-back there needs no second read).
@@ -110,6 +114,7 @@ def read_model(
             read.info.onnx_path.stat().st_size,
             made_by_chatapp=read.made_by_chatapp,
         ),
+        tokenizer=read.tokenizer,
         onnx_file=onnx_file,
         cpu_same=read.cpu_same,
     )
@@ -144,7 +149,7 @@ def read_model_folder(
     cpu_same = on_cpu or candidates == graph_candidates(
         folder, onnx_file, decoder_file, native_preferred(True)
     )
-    tokenizer = tokenizer_bytes(folder)
+    tokenizer = read_tokenizer_files(folder)  # checked and read once: the tokenizer's source
     if configs.config is None and configs.genai is None:
         raise ModelError(f"{folder.name} has neither config.json nor genai_config.json.")
     first_error: ModelError | None = None

@@ -19,6 +19,7 @@ from chatapp.convert.model_configs import eos_token_ids
 from chatapp.convert.tokenizer import tokenizer_from_gguf_metadata, write_tokenizer_files
 from chatapp.engine.chat import NO_TEMPLATE_NOTICE, ChatTokenizer, Message, prompt_notice
 from chatapp.engine.folder_tokenizer import FolderTokenizer
+from chatapp.engine.model_folder.files import read_tokenizer_files
 from tests.engine.test_folder_tokenizer import check_same_as_transformers
 
 DATA = Path(__file__).parent / "data"
@@ -78,11 +79,11 @@ def test_written_folder_gives_the_same_ids(family: str, folders: dict[str, Path]
 def test_the_engine_loads_the_folder_without_transformers_and_the_same_ids(
     family: str, folders: dict[str, Path]
 ) -> None:
-    loaded = FolderTokenizer.load(folders[family])
+    loaded = FolderTokenizer.load(read_tokenizer_files(folders[family]))
     assert loaded is not None
     for text, ids in fixture(family)["token_ids"].items():
         assert loaded.encode(text, add_special_tokens=False) == ids, text
-    assert ChatTokenizer(folders[family]).tok.__class__ is FolderTokenizer
+    assert ChatTokenizer.from_folder(folders[family]).tok.__class__ is FolderTokenizer
     check_same_as_transformers(folders[family])  # decoding, special tokens, template too
 
 
@@ -128,7 +129,7 @@ def test_gpt4o_split_is_llamacpps_not_tiktokens() -> None:
 
 
 def test_qwen3_template_and_end_of_turn(folders: dict[str, Path]) -> None:
-    chat = ChatTokenizer(folders["qwen3"])
+    chat = ChatTokenizer.from_folder(folders["qwen3"])
     assert chat.notice is None and prompt_notice(folders["qwen3"]) is None
     messages = [Message("system", "You are helpful."), Message("user", "Hi")]
     text = chat.render(messages)
@@ -141,7 +142,7 @@ def test_qwen3_template_and_end_of_turn(folders: dict[str, Path]) -> None:
 
 
 def test_llama3_template_writes_bos_once(folders: dict[str, Path]) -> None:
-    chat = ChatTokenizer(folders["llama3"])
+    chat = ChatTokenizer.from_folder(folders["llama3"])
     turn = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
     assert chat.render([Message("user", "Hi there")]).startswith(turn)
     ids = chat.chat_ids([Message("user", "Hi there")])
@@ -153,7 +154,7 @@ def test_llama3_template_writes_bos_once(folders: dict[str, Path]) -> None:
 
 
 def test_phi3_template_gets_bos_and_stops_at_end(folders: dict[str, Path]) -> None:
-    chat = ChatTokenizer(folders["phi3"])
+    chat = ChatTokenizer.from_folder(folders["phi3"])
     ids = chat.chat_ids([Message("user", "Hello")])
     # llama.cpp: BOS (the file adds it; the template does not write it), then the turn with the
     # newlines after the special tokens dropped.
@@ -164,7 +165,7 @@ def test_phi3_template_gets_bos_and_stops_at_end(folders: dict[str, Path]) -> No
 
 def test_gemma_base_model_gets_plain_text_and_a_notice(folders: dict[str, Path]) -> None:
     assert "tokenizer.chat_template" not in meta("gemma3")  # the real 270M base file has none
-    chat = ChatTokenizer(folders["gemma3"])
+    chat = ChatTokenizer.from_folder(folders["gemma3"])
     assert chat.notice == NO_TEMPLATE_NOTICE == prompt_notice(folders["gemma3"])
     messages = [Message("user", "Hi there")]
     assert chat.render(messages) == "User: Hi there\nAssistant:"
@@ -184,7 +185,7 @@ GEMMA_TEMPLATE = (  # the shape of Gemma's own: BOS written, no system role
 
 def test_gemma_template_folds_the_system_message(tmp_path: Path) -> None:
     write_tokenizer_files({**meta("gemma3"), "tokenizer.chat_template": GEMMA_TEMPLATE}, tmp_path)
-    chat = ChatTokenizer(tmp_path)
+    chat = ChatTokenizer.from_folder(tmp_path)
     messages = [Message("system", "Be brief."), Message("user", "Hi there")]
     text = chat.render(messages)
     assert text == (
@@ -200,7 +201,7 @@ def test_gemma_template_folds_the_system_message(tmp_path: Path) -> None:
 
 def test_phi4_markers_are_control_tokens_and_end_stops(folders: dict[str, Path]) -> None:
     # The fixture carries a template of Phi-4-mini's shape: no newline after a role marker.
-    chat = ChatTokenizer(folders["phi4"])
+    chat = ChatTokenizer.from_folder(folders["phi4"])
     messages = [Message("system", "Be brief."), Message("user", "Hi")]
     text = chat.render(messages)
     assert text == "<|system|>Be brief.<|end|><|user|>Hi<|end|><|assistant|>"

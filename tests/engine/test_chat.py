@@ -30,7 +30,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir: Path) -> ChatTokenizer:
-    return ChatTokenizer(tiny_model_dir)
+    return ChatTokenizer.from_folder(tiny_model_dir)
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -74,7 +74,7 @@ def test_folder_without_template_uses_a_plain_one(tiny_model_dir: Path, tmp_path
     config.pop("chat_template", None)
     config_path.write_text(json.dumps(config))
     (folder / "chat_template.jinja").unlink(missing_ok=True)
-    tok = ChatTokenizer(folder)
+    tok = ChatTokenizer.from_folder(folder)
     assert not tok.has_template
     assert tok.render([Message("user", "Hi")]) == "User: Hi\nAssistant:"
 
@@ -95,10 +95,10 @@ def _with_template(tiny_model_dir: Path, folder: Path, template: str | None) -> 
 
 def test_no_template_gives_a_notice(tiny_model_dir: Path, tmp_path: Path) -> None:
     folder = _with_template(tiny_model_dir, tmp_path / "base", None)
-    tok = ChatTokenizer(folder)
+    tok = ChatTokenizer.from_folder(folder)
     assert tok.notice == NO_TEMPLATE_NOTICE == prompt_notice(folder)
     assert "no chat template" in tok.notice
-    assert ChatTokenizer(tiny_model_dir).notice is None
+    assert ChatTokenizer.from_folder(tiny_model_dir).notice is None
     assert prompt_notice(tiny_model_dir) is None
 
 
@@ -112,7 +112,7 @@ def test_no_template_gives_a_notice(tiny_model_dir: Path, tmp_path: Path) -> Non
     ids=["attributes", "include", "globals"],
 )
 def test_templates_run_sandboxed(tiny_model_dir: Path, tmp_path: Path, template: str) -> None:
-    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "evil", template))
+    tok = ChatTokenizer.from_folder(_with_template(tiny_model_dir, tmp_path / "evil", template))
     with pytest.raises(ModelError, match="chat template failed"):
         tok.render([Message("user", "Hi")])
 
@@ -124,7 +124,7 @@ def test_system_role_refused_by_the_template_is_folded(
         "{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system') }}{% endif %}"
         "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
     )
-    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "nosys", template))
+    tok = ChatTokenizer.from_folder(_with_template(tiny_model_dir, tmp_path / "nosys", template))
     text = tok.render([Message("system", "Be brief."), Message("user", "Hi")])
     assert text == "[user] Be brief.\n\nHi\n"
     with pytest.raises(ModelError, match="no system"):  # nothing to fold: the error stays
@@ -132,13 +132,13 @@ def test_system_role_refused_by_the_template_is_folded(
 
 
 def test_a_base_model_file_converts_to_a_folder_without_template(base_model_dir: Path) -> None:
-    tok = ChatTokenizer(base_model_dir)
+    tok = ChatTokenizer.from_folder(base_model_dir)
     assert not tok.has_template
     assert prompt_notice(base_model_dir) == NO_TEMPLATE_NOTICE
 
 
 def test_text_continuation_sends_the_text_as_written(base_model_dir: Path) -> None:
-    tok = ChatTokenizer(base_model_dir)
+    tok = ChatTokenizer.from_folder(base_model_dir)
     messages = [
         Message("system", "Facts."),
         Message("user", "The capital of France is"),
@@ -171,7 +171,9 @@ def test_four_threads_rendering_at_once_get_the_prompts_of_serial_rendering(
     tiny_model_dir: Path,
 ) -> None:
     """Server slots and the chat render on one tokenizer at once, each in its own style."""
-    tok = ChatTokenizer(tiny_model_dir)  # a fresh one: templates compile under the threads
+    tok = ChatTokenizer.from_folder(
+        tiny_model_dir
+    )  # a fresh one: templates compile under the threads
     chats = [
         [Message("user", "Hi")],
         [Message("system", "Be brief."), Message("user", "The capital of France is")],
@@ -229,7 +231,7 @@ def test_a_huge_conversation_is_refused_alone(
 ) -> None:
     from chatapp.engine.template import TemplateLimitError
 
-    tok = ChatTokenizer(tiny_model_dir)
+    tok = ChatTokenizer.from_folder(tiny_model_dir)
     for _ in range(2):  # again: still only that conversation
         with pytest.raises(TemplateLimitError):
             tok.render(_huge_chat())
@@ -258,7 +260,7 @@ def test_a_template_that_fails_an_ordinary_chat_is_switched_off(
 ) -> None:
     from chatapp.engine.template import TemplateLimitError
 
-    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "slow", template))
+    tok = ChatTokenizer.from_folder(_with_template(tiny_model_dir, tmp_path / "slow", template))
     with pytest.raises(TemplateLimitError) as first:
         tok.render([Message("user", "Hi")])
     with pytest.raises(TemplateLimitError) as again:
@@ -272,7 +274,7 @@ def test_an_ordinary_template_is_probed_once(
 ) -> None:
     from chatapp.engine.template import TemplateLimitError
 
-    tok = ChatTokenizer(tiny_model_dir)
+    tok = ChatTokenizer.from_folder(tiny_model_dir)
     probes = []
     probe = tok._renders_ordinary_chat
 
@@ -301,13 +303,13 @@ def test_the_tokenizer_measures_what_it_keeps_after_handing_the_parse_back(
 
     monkeypatch.setattr(chat, "resident_memory", reading)
     monkeypatch.setattr(chat, "return_freed_heap", lambda: events.append("trimmed"))
-    tokenizer = ChatTokenizer(tiny_model_dir)
+    tokenizer = ChatTokenizer.from_folder(tiny_model_dir)
     assert events == ["measured", "trimmed", "measured"]  # kept: after the freed heap is back
     assert tokenizer.resident_bytes == 30 << 20
 
 
 def test_a_long_prompt_is_encoded_once_for_its_count_and_its_answer(tiny_model_dir: Path) -> None:
-    tokenizer = ChatTokenizer(tiny_model_dir)
+    tokenizer = ChatTokenizer.from_folder(tiny_model_dir)
     encoded: list[int] = []
     encode = tokenizer.tok.encode
 
@@ -344,10 +346,10 @@ def test_a_templates_own_system_prompt_is_found(tiny_model_dir: Path, tmp_path: 
         "{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
-    tok = ChatTokenizer(_with_template(tiny_model_dir, tmp_path / "own", own))
+    tok = ChatTokenizer.from_folder(_with_template(tiny_model_dir, tmp_path / "own", own))
     assert tok.default_system_prompt() == "You are a tiny helper."
     prompt = tok.render([Message("user", "Hi")])
     assert tok.default_system_prompt() in prompt
     # A template that adds none, and plain lines, have none.
-    assert ChatTokenizer(tiny_model_dir).default_system_prompt() == ""
+    assert ChatTokenizer.from_folder(tiny_model_dir).default_system_prompt() == ""
     assert "tiny helper" not in tok.render([Message("user", "Hi")], style=STYLE_PLAIN_CHAT)

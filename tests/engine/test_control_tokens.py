@@ -27,12 +27,12 @@ ORDINARY = [
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir: Path) -> ChatTokenizer:
-    return ChatTokenizer(tiny_model_dir)
+    return ChatTokenizer.from_folder(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
 def default(default_model_dir: Path) -> ChatTokenizer:
-    return ChatTokenizer(default_model_dir)
+    return ChatTokenizer.from_folder(default_model_dir)
 
 
 def control_ids(tok: ChatTokenizer, ids: list[int]) -> list[int]:
@@ -149,7 +149,7 @@ def test_a_template_that_cuts_messages_cannot_join_tokens(
         "{{ m['content'][-4:] }}<|im_end|>\n{% endfor %}"
     )
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    tok = ChatTokenizer(folder)
+    tok = ChatTokenizer.from_folder(folder)
     for text in ("<|im_end|><|im_start|>", "ab<|im_start|>cd<|im_end|>", "x<|im_start|>"):
         ids = tok.chat_ids([Message("user", text)])
         assert control_ids(tok, ids) == control_ids(tok, tok.chat_ids([Message("user", "z")]))
@@ -169,7 +169,7 @@ def test_a_media_marker_the_model_writes_is_hidden_but_other_added_tokens_stay(
         [AddedToken(t, special=False, normalized=False) for t in ("<start_of_image>", "<table>")]
     )
     backend.save(str(folder / "tokenizer.json"))
-    tok = ChatTokenizer(folder)
+    tok = ChatTokenizer.from_folder(folder)
     marker = backend.token_to_id("<start_of_image>")
     table = backend.token_to_id("<table>")
     words = tok.encode("Look here")

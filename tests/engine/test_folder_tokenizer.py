@@ -12,6 +12,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from chatapp.engine.folder_tokenizer import FolderTokenizer
+from chatapp.engine.model_folder.files import read_tokenizer_files
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "onnx_folders"
 GENERIC = [
@@ -35,7 +36,7 @@ def _specials(hf: Any) -> list[str]:
 
 
 def check_same_as_transformers(folder: Path) -> None:
-    ours = FolderTokenizer.load(folder)
+    ours = FolderTokenizer.load(read_tokenizer_files(folder))
     assert ours is not None
     hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     texts = [*TEXTS, "".join(f"a{s} b" for s in _specials(hf))]  # control tokens in text
@@ -94,7 +95,7 @@ def _edit_config(folder: Path, **changes: Any) -> None:
 
 def test_a_class_of_its_own_is_left_to_transformers(folder: Path) -> None:
     _edit_config(folder, tokenizer_class="LlamaTokenizer")
-    assert FolderTokenizer.load(folder) is None
+    assert FolderTokenizer.load(read_tokenizer_files(folder)) is None
 
 
 @pytest.fixture
@@ -137,7 +138,7 @@ def test_qwen2_special_tokens_default_as_transformers_defaults_them(qwen: Path) 
         del config[key]
     (qwen / "tokenizer_config.json").write_text(json.dumps(config))
     check_same_as_transformers(qwen)
-    ours = FolderTokenizer.load(qwen)
+    ours = FolderTokenizer.load(read_tokenizer_files(qwen))
     assert ours is not None and ours.special_tokens_map["eos_token"] == "<|endoftext|>"
 
 
@@ -156,13 +157,13 @@ def test_qwen2_gets_its_class_pipeline_whatever_tokenizer_json_says(qwen: Path) 
 def test_qwen2_with_other_bpe_settings_is_left_to_transformers(qwen: Path) -> None:
     model = json.loads((qwen / "tokenizer.json").read_text())["model"]
     _edit_tokenizer_json(qwen, model={**model, "byte_fallback": True})
-    assert FolderTokenizer.load(qwen) is None
+    assert FolderTokenizer.load(read_tokenizer_files(qwen)) is None
 
 
 def test_a_special_token_tokenizer_json_lacks_is_left_to_transformers(folder: Path) -> None:
-    assert FolderTokenizer.load(folder) is not None
+    assert FolderTokenizer.load(read_tokenizer_files(folder)) is not None
     _edit_config(folder, image_token="<image>")  # transformers would add it
-    assert FolderTokenizer.load(folder) is None
+    assert FolderTokenizer.load(read_tokenizer_files(folder)) is None
 
 
 def test_a_models_own_special_tokens_are_read_as_transformers_reads_them(folder: Path) -> None:
@@ -175,7 +176,7 @@ def test_a_models_own_special_tokens_are_read_as_transformers_reads_them(folder:
         extra_special_tokens={"audio_token": special[0]},
     )
     check_same_as_transformers(folder)
-    ours = FolderTokenizer.load(folder)
+    ours = FolderTokenizer.load(read_tokenizer_files(folder))
     assert ours is not None and ours.special_tokens_map["image_token"] == special[-1]
     assert "boi_token" not in ours.special_tokens_map
     assert ours.special_tokens_map["audio_token"] == special[0]
@@ -193,7 +194,7 @@ def test_the_special_tokens_file_counts_only_without_added_tokens_in_the_config(
     del config["added_tokens_decoder"]
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     check_same_as_transformers(folder)
-    ours = FolderTokenizer.load(folder)
+    ours = FolderTokenizer.load(read_tokenizer_files(folder))
     assert ours is not None and ours.special_tokens_map["eos_token"] == special[1]
 
 
@@ -201,22 +202,22 @@ def test_config_added_tokens_that_differ_are_left_to_transformers(folder: Path) 
     config = json.loads((folder / "tokenizer_config.json").read_text())
     (first, token), *_ = config["added_tokens_decoder"].items()
     _edit_config(folder, added_tokens_decoder={str(int(first) + 1): token})
-    assert FolderTokenizer.load(folder) is None
+    assert FolderTokenizer.load(read_tokenizer_files(folder)) is None
 
 
 def test_an_added_tokens_file_is_left_to_transformers(folder: Path) -> None:
     (folder / "added_tokens.json").write_text('{"<new>": 5000}')
-    assert FolderTokenizer.load(folder) is None
+    assert FolderTokenizer.load(read_tokenizer_files(folder)) is None
 
 
 def test_the_chat_template_file_comes_before_the_config(folder: Path) -> None:
     (folder / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
     _edit_config(folder, chat_template="from the config")
-    ours = FolderTokenizer.load(folder)
+    ours = FolderTokenizer.load(read_tokenizer_files(folder))
     assert ours is not None and ours.chat_template == "{{ messages[0]['content'] }}"
     (folder / "chat_template.jinja").unlink()
     _edit_config(folder, chat_template=[{"name": "default", "template": "d"}])
-    ours = FolderTokenizer.load(folder)
+    ours = FolderTokenizer.load(read_tokenizer_files(folder))
     assert ours is not None and ours.chat_template == {"default": "d"}
 
 
@@ -226,7 +227,7 @@ def test_clean_up_spaces_is_skipped_for_bpe_as_transformers_does(folder: Path) -
 
 
 def test_special_tokens_as_text_leave_the_shared_setting_off(folder: Path) -> None:
-    ours = FolderTokenizer.load(folder)
+    ours = FolderTokenizer.load(read_tokenizer_files(folder))
     assert ours is not None
     special = next(str(t) for t in ours.added_tokens_decoder.values() if t.special)
     normal = ours.encode(special, add_special_tokens=False)
@@ -237,7 +238,7 @@ def test_special_tokens_as_text_leave_the_shared_setting_off(folder: Path) -> No
 
 
 def test_encodes_from_many_threads_each_get_their_own_ids(folder: Path) -> None:
-    ours = FolderTokenizer.load(folder)
+    ours = FolderTokenizer.load(read_tokenizer_files(folder))
     assert ours is not None
     special = next(str(t) for t in ours.added_tokens_decoder.values() if t.special)
     text = f"some text {special} and more " * 200

@@ -243,7 +243,7 @@ def test_tokenizer_code_in_the_folder_never_runs(tiny_model_dir: Path, tmp_path:
     config["tokenizer_class"] = "EvilTokenizer"
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     with contextlib.suppress(ModelError):
-        ChatTokenizer(folder)
+        ChatTokenizer.from_folder(folder)
     assert not marker.exists()
 
 

@@ -63,7 +63,7 @@ CHATS = [
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir: Path) -> ChatTokenizer:
-    return ChatTokenizer(tiny_model_dir)
+    return ChatTokenizer.from_folder(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_chat_tokenizer_reports_and_then_fails_fast(
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["chat_template"] = HOSTILE["nested-loops"]
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    tok = ChatTokenizer(folder)
+    tok = ChatTokenizer.from_folder(folder)
     with pytest.raises(TemplateLimitError):
         tok.chat_ids([Message("user", "hi")])
     renders: list[int] = []

@@ -11,6 +11,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_to
 
 from chatapp.convert.tokenizer import write_tokenizer_files
 from chatapp.engine.folder_tokenizer import FolderTokenizer
+from chatapp.engine.model_folder.files import read_tokenizer_files
 from chatapp.engine.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
 from tests.convert.test_tokenizer_families import FAMILIES, fixture, meta
 
@@ -56,7 +57,7 @@ def pieces_for(tok: FolderTokenizer, size: int) -> TextPieces | None:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_family_corpus_in_pieces_gives_the_whole_texts_ids(family: str, tmp_path: Path) -> None:
     write_tokenizer_files(meta(family), tmp_path)
-    tok = FolderTokenizer.load(tmp_path)
+    tok = FolderTokenizer.load(read_tokenizer_files(tmp_path))
     assert tok is not None
     corpus = list(fixture(family)["token_ids"])
     if pieces_for(tok, 8) is None:
@@ -76,7 +77,7 @@ def _folder_tokenizers() -> list[str]:
 
 @pytest.mark.parametrize("name", _folder_tokenizers())
 def test_fixture_folders_in_pieces_give_the_whole_texts_ids(name: str) -> None:
-    tok = FolderTokenizer.load(FIXTURES / name)
+    tok = FolderTokenizer.load(read_tokenizer_files(FIXTURES / name))
     assert tok is not None
     for seed, size in enumerate((2, 9, 64)):
         pieces = pieces_for(tok, size)
@@ -86,7 +87,7 @@ def test_fixture_folders_in_pieces_give_the_whole_texts_ids(name: str) -> None:
 
 
 def test_the_default_model_in_pieces_gives_the_whole_texts_ids(default_model_dir: Path) -> None:
-    tok = FolderTokenizer.load(default_model_dir)
+    tok = FolderTokenizer.load(read_tokenizer_files(default_model_dir))
     assert tok is not None
     for seed, size in enumerate((2, 9, 64, 1000)):
         pieces = pieces_for(tok, size)
@@ -96,7 +97,7 @@ def test_the_default_model_in_pieces_gives_the_whole_texts_ids(default_model_dir
 
 
 def test_a_long_text_is_encoded_in_pieces_with_the_same_ids(default_model_dir: Path) -> None:
-    tok = FolderTokenizer.load(default_model_dir)
+    tok = FolderTokenizer.load(read_tokenizer_files(default_model_dir))
     assert tok is not None and tok._pieces is not None
     text = varied_text(7, VARIED, 3000)
     assert len(text) > 2 * LONG_TEXT and len(tok._pieces.cut(text)) > 2

@@ -128,7 +128,9 @@ def test_chatapps_own_offline_setting_does_not_block_what_the_user_asks(
 
     _repo(fake_hub)
     monkeypatch.delenv(HUB_OFFLINE_SET_BY_CHATAPP, raising=False)
-    ChatTokenizer(tiny_model_dir)  # what loading a model does: no tokenizer reaches a hub
+    ChatTokenizer.from_folder(
+        tiny_model_dir
+    )  # what loading a model does: no tokenizer reaches a hub
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ[HUB_OFFLINE_SET_BY_CHATAPP]
     # huggingface_hub imported after that reads offline mode once, at import.
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)

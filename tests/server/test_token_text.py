@@ -14,7 +14,7 @@ def test_the_byte_table_covers_every_byte_once() -> None:
 
 
 def test_tokens_of_a_split_character_give_its_bytes(tiny_model_dir: Path) -> None:
-    tokenizer = ChatTokenizer(tiny_model_dir)
+    tokenizer = ChatTokenizer.from_folder(tiny_model_dir)
     text = TokenText(tokenizer.tok)
     assert text.byte_level
     ids = tokenizer.encode("é😀 the")
@@ -25,6 +25,6 @@ def test_tokens_of_a_split_character_give_its_bytes(tiny_model_dir: Path) -> Non
 
 
 def test_special_tokens_keep_their_name(tiny_model_dir: Path) -> None:
-    tokenizer = ChatTokenizer(tiny_model_dir)
+    tokenizer = ChatTokenizer.from_folder(tiny_model_dir)
     (end,) = tokenizer.encode("<|im_end|>")
     assert TokenText(tokenizer.tok)(end) == ("<|im_end|>", b"<|im_end|>")

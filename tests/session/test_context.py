@@ -23,7 +23,7 @@ GROWING = [
 
 def figures(folder: Path, system: str = "") -> list[tuple[int | None, int | None]]:
     """(question's tokens, answer's tokens) of the first turn as the chat grows."""
-    tokenizer = ChatTokenizer(folder)
+    tokenizer = ChatTokenizer.from_folder(folder)
     out = []
     for chat in GROWING:
         messages = ([Message("system", system)] if system else []) + chat

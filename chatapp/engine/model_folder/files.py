@@ -123,15 +123,17 @@ def optional_inside(folder: Path, name: str, what: str | None = None) -> Path | 
 def read_json_file(folder: Path, name: str) -> dict[str, Any] | None:
     """`folder/name` parsed, None when absent; size-capped, inside the folder, an object."""
     path = optional_inside(folder, name)
-    if path is None:
-        return None
-    data = read_capped(path, MAX_JSON_BYTES, f"{name} in {folder.name}")
+    return None if path is None else _json_object(path, f"{name} in {folder.name}")
+
+
+def _json_object(path: Path, what: str) -> dict[str, Any]:
+    data = read_capped(path, MAX_JSON_BYTES, what)
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ModelError(f"{name} in {folder.name} is not valid JSON ({_short(exc)}).") from None
+        raise ModelError(f"{what} is not valid JSON ({_short(exc)}).") from None
     if not isinstance(value, dict):
-        raise ModelError(f"{name} in {folder.name} is not a JSON object.")
+        raise ModelError(f"{what} is not a JSON object.")
     return value
 
 
@@ -249,22 +251,70 @@ def external_data_files(model: onnx.ModelProto, onnx_path: Path) -> list[Path]:
     return files
 
 
-def check_tokenizer_files(folder: Path) -> None:
-    """Every tokenizer file present is a capped regular file inside the folder."""
+@dataclass(frozen=True)
+class TokenizerFiles:
+    """A folder's tokenizer files, checked and read once (`read_tokenizer_files`): a tokenizer
+    is built from these (engine/folder_tokenizer.py, engine/chat.py) without opening the
+    folder's small files again or checking them a second time."""
+
+    folder: Path
+    tokenizer_json: Path | None  # resolved inside the folder; None: a tokenizer.model alone
+    json_bytes: int  # tokenizer.json's size (0 without one)
+    config: dict[str, Any] | None  # tokenizer_config.json
+    # special_tokens_map.json, where it counts (the config has no added_tokens_decoder)
+    special_tokens_map: dict[str, Any] | None
+    chat_template: str | None  # chat_template.jinja's text
+    # added_tokens.json or additional_chat_templates: transformers reads more than tokenizer.json
+    other_sources: bool
+
+
+def read_tokenizer_files(folder: Path) -> TokenizerFiles:
+    """Every tokenizer file present (TOKENIZER_FILES) checked to be a capped regular file
+    inside the folder (links out, devices and giant files refused unread), and the small ones
+    the tokenizer reads parsed; ModelError says which file, or that there is no tokenizer."""
+    found: dict[str, Path] = {}
     for name in TOKENIZER_FILES:
         path = optional_inside(folder, name)
-        if path is not None:
-            limit = (
-                MAX_TOKENIZER_BYTES
-                if name in ("tokenizer.json", "tokenizer.model")
-                else (MAX_JSON_BYTES)
+        if path is None:
+            continue
+        big = name in ("tokenizer.json", "tokenizer.model")
+        limit = MAX_TOKENIZER_BYTES if big else MAX_JSON_BYTES
+        size = path.stat().st_size
+        if size > limit:
+            raise ModelError(
+                f"{name} in {folder.name} is {whole_mb_up(size)} MB; more than "
+                f"{limit >> 20} MB is refused."
             )
-            size = path.stat().st_size
-            if size > limit:
-                raise ModelError(
-                    f"{name} in {folder.name} is {whole_mb_up(size)} MB; more than "
-                    f"{limit >> 20} MB is refused."
-                )
+        found[name] = path
+    tokenizer = found.get("tokenizer.json")
+    if tokenizer is None and "tokenizer.model" not in found:
+        raise ModelError(f"{folder.name} has no tokenizer (tokenizer.json is missing).")
+
+    def parsed(name: str) -> dict[str, Any] | None:
+        path = found.get(name)
+        return None if path is None else _json_object(path, f"{name} in {folder.name}")
+
+    config = parsed("tokenizer_config.json")
+    # transformers reads the map only where the config has no added_tokens_decoder
+    stored = (
+        parsed("special_tokens_map.json") if "added_tokens_decoder" not in (config or {}) else None
+    )
+    template = None
+    if "chat_template.jinja" in found:
+        what = f"chat_template.jinja in {folder.name}"
+        try:
+            template = read_capped(found["chat_template.jinja"], MAX_JSON_BYTES, what).decode()
+        except UnicodeDecodeError:
+            raise ModelError(f"{what} is not UTF-8 text.") from None
+    return TokenizerFiles(
+        folder,
+        tokenizer,
+        tokenizer.stat().st_size if tokenizer is not None else 0,
+        config,
+        stored,
+        template,
+        "added_tokens.json" in found or os.path.lexists(folder / "additional_chat_templates"),
+    )
 
 
 @dataclass(frozen=True)
@@ -297,16 +347,6 @@ def read_configs(folder: Path | str) -> FolderConfigs:
         manifest = None
     made_by_chatapp = manifest is not None and manifest.get("converter") == "chatapp"
     return FolderConfigs(folder, genai, config, generation, made_by_chatapp)
-
-
-def tokenizer_bytes(folder: Path) -> int:
-    """The size of the folder's tokenizer.json (0 with only a tokenizer.model), once every
-    tokenizer file present is checked (`check_tokenizer_files`); ModelError without one."""
-    check_tokenizer_files(folder)
-    tokenizer = optional_inside(folder, "tokenizer.json")
-    if tokenizer is None and not (folder / "tokenizer.model").is_file():
-        raise ModelError(f"{folder.name} has no tokenizer (tokenizer.json is missing).")
-    return tokenizer.stat().st_size if tokenizer is not None else 0
 
 
 def load_onnx_graph(path: Path) -> onnx.ModelProto:

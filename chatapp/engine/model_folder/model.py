@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
+from chatapp.engine.model_folder.files import TokenizerFiles
 from chatapp.engine.tensor_types import NAMES
 
 
@@ -102,6 +103,6 @@ class FolderRead(NamedTuple):
     config: dict[str, Any]  # config.json ({} without one)
     generation: dict[str, Any]  # generation_config.json ({} without one)
     made_by_chatapp: bool  # its manifest names chatapp's converter
-    tokenizer_bytes: int  # the size of its tokenizer.json (0 without one)
+    tokenizer: TokenizerFiles  # its tokenizer files, checked and read once
     # Read for a device: the CPU would try the same graphs (no native graph preferred there).
     cpu_same: bool = True

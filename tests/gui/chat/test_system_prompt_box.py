@@ -113,7 +113,7 @@ def test_a_models_own_system_prompt_shows_in_the_window_with_its_tokens(
     config = json.loads(config_path.read_text())
     config["chat_template"] = OWN_TEMPLATE
     config_path.write_text(json.dumps(config))
-    tokens = len(ChatTokenizer(folder).encode(OWN_PROMPT))
+    tokens = len(ChatTokenizer.from_folder(folder).encode(OWN_PROMPT))
     assert tokens > 0
 
     window = make_window(["--model", str(folder)])

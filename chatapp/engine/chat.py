@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any
 
 from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
-from chatapp.engine.folder_tokenizer import FolderTokenizer
+from chatapp.engine.folder_tokenizer import load_tokenizer
 from chatapp.engine.model_folder.files import (
     TokenizerFiles,
     optional_inside,
@@ -112,10 +111,6 @@ class Message:
         return out
 
 
-# Set beside HF_HUB_OFFLINE when ChatTokenizer set it, not the user.
-HUB_OFFLINE_SET_BY_CHATAPP = "CHATAPP_HF_HUB_OFFLINE_SET"
-
-
 class ChatTokenizer:
     """The folder's tokenizer (`tokenizers`, or transformers where that alone would give other
     ids; local files only) with its chat template.
@@ -130,23 +125,8 @@ class ChatTokenizer:
     def __init__(self, files: TokenizerFiles) -> None:
         """From the folder's tokenizer files as read and checked once (a model's description
         holds them: model_description.ModelDescription.tokenizer)."""
-        # Never reach a model hub: the folder is all there is. Marked as chatapp's, so that
-        # the hub's requests the user asks for (chatapp/hub) tell it from the user's own.
-        if "HF_HUB_OFFLINE" not in os.environ:
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            os.environ[HUB_OFFLINE_SET_BY_CHATAPP] = "1"
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        folder = files.folder
         anon_before = resident_memory().get("anon", 0)
-        try:
-            # tokenizers alone where that gives transformers' ids (engine/folder_tokenizer.py)
-            self.tok: Any = FolderTokenizer.load(files) or _transformers_tokenizer(folder)
-        except ModelError:
-            raise
-        except Exception as exc:
-            raise ModelError(
-                f"The tokenizer in {folder.name} could not be loaded ({first_line(exc)})."
-            ) from exc
+        self.tok: Any = load_tokenizer(files)
         source = _template_source(getattr(self.tok, "chat_template", None))
         self.has_template = bool(source)
         self._own_source = source or FALLBACK_TEMPLATE
@@ -155,12 +135,12 @@ class ChatTokenizer:
         self._templates: dict[str, ChatTemplate] = {}
         self._template_errors: dict[str, ModelError] = {}
         self._ordinary_renders: set[str] = set()  # a small ordinary chat rendered within limits
-        self._control = ControlTokens(self.tok)
         self._max_chars: int | None = None
         self._last_long: tuple[bool, str, array[int]] | None = None  # see _encode_once
         # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
         self.notice: str | None = None if self.has_template else NO_TEMPLATE_NOTICE
         self._bos = self._bos_to_add()
+        self._control = ControlTokens(self.tok)
         # Parsing tokenizer.json frees ~3x what the tokenizer keeps (Gemma 3: 290 MiB freed,
         # 95 MiB kept); glibc holds on to it unless asked (docs/engine.md).
         return_freed_heap()
@@ -421,15 +401,6 @@ class ChatTokenizer:
             pass
         self._ordinary_renders.add(source)
         return True
-
-
-def _transformers_tokenizer(folder: Path) -> Any:
-    """transformers' tokenizer for the folder (local files only, no remote code)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(
-        str(folder), local_files_only=True, trust_remote_code=False
-    )
 
 
 def _with_valid_text(message: Message) -> Message:

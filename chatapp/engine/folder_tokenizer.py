@@ -12,7 +12,8 @@ onnxruntime-genai's builder write), or as `Qwen2Tokenizer` (Qwen 2/2.5/3's own f
 tokens), whose pipeline around tokenizer.json's vocabulary and merges is rebuilt here as
 transformers 5 rebuilds it, and only when every special token the config names is
 already an added token of tokenizer.json, so that nothing transformers would add or rebuild is
-missing; `load` returns None for any other folder and the caller uses transformers. The ids are
+missing; `load` returns None for any other folder, and `load_tokenizer` (the one way a
+folder's tokenizer is loaded) uses transformers. The ids are
 the same as transformers' (tests/engine/test_folder_tokenizer.py compares them on every fixture
 folder and converted family).
 
@@ -23,6 +24,7 @@ constraint compiler take either.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,8 +33,10 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
+from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import TokenizerFiles
 from chatapp.engine.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
+from chatapp.error_text import first_line
 
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
 # Classes whose transformers __init__ builds its own pipeline around tokenizer.json's BPE.
@@ -43,10 +47,39 @@ _QWEN2_DEFAULTS = {
     "eos_token": "<|endoftext|>",
     "pad_token": "<|endoftext|>",
 }
+# Set beside HF_HUB_OFFLINE when chatapp set it, not the user.
+HUB_OFFLINE_SET_BY_CHATAPP = "CHATAPP_HF_HUB_OFFLINE_SET"
 # transformers' named special tokens; a config's other `*_token` keys are special tokens too.
 NAMED_SPECIAL = frozenset(
     {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
 )
+
+
+def load_tokenizer(files: TokenizerFiles) -> Any:
+    """The folder's tokenizer from its files as read and checked once: `tokenizers` alone
+    where that gives transformers' ids (`FolderTokenizer.load`), else transformers' (local
+    files only, no remote code); ModelError says why it cannot be loaded."""
+    # Never reach a model hub: the folder is all there is. Marked as chatapp's, so that
+    # the hub's requests the user asks for (chatapp/hub) tell it from the user's own.
+    if "HF_HUB_OFFLINE" not in os.environ:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ[HUB_OFFLINE_SET_BY_CHATAPP] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        found = FolderTokenizer.load(files)
+        if found is not None:
+            return found
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(
+            str(files.folder), local_files_only=True, trust_remote_code=False
+        )
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(
+            f"The tokenizer in {files.folder.name} could not be loaded ({first_line(exc)})."
+        ) from exc
 
 
 class _SharedLock:

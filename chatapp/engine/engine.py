@@ -65,14 +65,25 @@ class Engine:
         (guards.PRECISIONS; None: guards.default_precision); a graph without them ignores it
         (`precision_in_effect`). `cpu_if_missing`: a device not offered here runs on the CPU
         with the reason (else DeviceError)."""
-        mode = as_mode(mode)
         if not isinstance(model, ModelDescription):
             model = open_model(model, device, onnx_file, max_context)
         elif max_context is not None or onnx_file is not None:
             raise ValueError("a ModelDescription has its graph and context already")
-        plan = DevicePlan(device, threads, precision, mode, cpu_if_missing)
+        self._start_model(
+            model, DevicePlan(device, threads, precision, as_mode(mode), cpu_if_missing)
+        )
+
+    @classmethod
+    def started(cls, model: ModelDescription, plan: DevicePlan) -> Engine:
+        """`model` (read through the memory check: `open_model`) running where `plan` asks,
+        as start_model decides: the window's load, whose request is a plan already."""
+        engine = cls.__new__(cls)
+        engine._start_model(model, plan)
+        return engine
+
+    def _start_model(self, model: ModelDescription, plan: DevicePlan) -> None:
         self.loaded = start_model(model, plan)
-        self.context = self.loaded.new_context(mode)
+        self.context = self.loaded.new_context(plan.mode)
         self._slots: SlotBatch | None = None
         self._slot_contexts: dict[int, ModelContext] = {}
 

@@ -166,9 +166,7 @@ class LoadedModel:
             loop.release_weights = MappedPages(self.mapped_files).release
         return loop
 
-    def new_context(
-        self, mode: Mode | str = Mode.IOBINDING, speculative: bool = False
-    ) -> ModelContext:
+    def new_context(self, mode: Mode = Mode.IOBINDING, speculative: bool = False) -> ModelContext:
         """A context of this model: its own loops and KV caches over the shared session."""
         return ModelContext(self, mode, speculative=speculative)
 

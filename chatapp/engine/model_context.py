@@ -71,12 +71,12 @@ class ModelContext:
     def __init__(
         self,
         model: ContextModel,
-        mode: Mode | str = Mode.IOBINDING,
+        mode: Mode = Mode.IOBINDING,
         loop: KVLoop | None = None,
         speculative: bool = False,
     ) -> None:
         self.model = model
-        self.mode = as_mode(loop.mode if loop is not None else mode)
+        self.mode = loop.mode if loop is not None else mode
         self._given = loop
         self._loops: dict[Mode, KVLoop] = {}
         # Speculative decoding (engine/speculative.py), asked for by the face; it runs where

@@ -21,8 +21,8 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
-from chatapp.engine.loaded_model import open_model
-from chatapp.engine.model_description import ModelDescription, read_model
+from chatapp.engine.loaded_model import DevicePlan, open_model
+from chatapp.engine.model_description import read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
@@ -100,6 +100,12 @@ class LoadRequest:
     onnx_file: str | None = None  # which graph of the folder (None: the folder's default)
     precision: str = DEFAULT_PRECISION  # the GGUF kernels' (guards.PRECISIONS)
 
+    @property
+    def plan(self) -> DevicePlan:
+        """Where and how to run it. A device not offered here runs on the CPU with the reason
+        (a setting from another machine); start_model decides every such fallback."""
+        return DevicePlan(self.device, self.threads, self.precision, self.mode, cpu_if_missing=True)
+
 
 @dataclass(frozen=True)
 class ModelSummary:
@@ -167,7 +173,7 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
         )
         previous = host.close_engine()
         try:
-            engine = _open_engine(request, model)
+            engine = Engine.started(model, request.plan)
         except BaseException:
             _reopen(host, previous)  # the chat goes on with the model it had
             raise
@@ -194,7 +200,7 @@ def _reopen(host: EngineHost, request: LoadRequest | None) -> None:
         return
     try:
         model = open_model(request.model_dir, request.device, request.onnx_file)
-        host.hold(_open_engine(request, model), request)
+        host.hold(Engine.started(model, request.plan), request)
     except Exception:  # the new model's error is the one to show; this one goes to the log
         log.exception("Could not open %s again after a failed load", request.model_dir)
 
@@ -244,21 +250,6 @@ def summarize(engine: Engine, requested_device: str) -> ModelSummary:
         default_system_prompt=default,
         default_system_tokens=len(engine.tokenizer.encode(default)) if default else 0,
         speculation_refusal=engine.speculation_refusal(),
-    )
-
-
-def _open_engine(request: LoadRequest, model: ModelDescription) -> Engine:
-    """An engine for `request`, from `model`: its folder as read through the memory check
-    (loaded_model.open_model). Where it runs elsewhere than asked, and why, is
-    loaded_model.start_model's decision (the window's plan: a device not offered here runs on
-    the CPU, a setting from another machine or a typo on the command line)."""
-    return Engine(
-        model,
-        request.device,
-        request.mode,
-        threads=request.threads,
-        precision=request.precision,
-        cpu_if_missing=True,
     )
 
 

@@ -13,9 +13,9 @@ from chatapp.engine import loaded_model as engine_module
 from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
+from chatapp.engine.loaded_model import DevicePlan
 from chatapp.engine.memory import estimate_memory
 from chatapp.engine.model_description import ModelDescription, read_model_folder
-from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
     VARIANTS_CANCELLED,
@@ -160,13 +160,13 @@ def test_opening_a_second_model_closes_the_first_before_loading_it(
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
     first = weakref.ref(host.engine)
     seen_while_opening: list[object] = []
-    real_open = model_jobs._open_engine
+    real_start = Engine.started
 
-    def watching(request: LoadRequest, model: ModelDescription) -> Engine:
+    def watching(model: ModelDescription, plan: DevicePlan) -> Engine:
         seen_while_opening.append(first())  # the first engine is gone before the second loads
-        return real_open(request, model)
+        return real_start(model, plan)
 
-    monkeypatch.setattr(model_jobs, "_open_engine", watching)
+    monkeypatch.setattr(Engine, "started", watching)
     summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
     assert summary.folder == varied_model_dir
     assert seen_while_opening == [None] and first() is None
@@ -178,14 +178,14 @@ def test_a_load_that_fails_after_closing_the_first_opens_it_again(
 ) -> None:
     host = EngineHost()
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
-    real_open = model_jobs._open_engine
+    real_start = Engine.started
 
-    def failing_for_the_second(request: LoadRequest, model: ModelDescription) -> Engine:
-        if request.model_dir == varied_model_dir:
+    def failing_for_the_second(model: ModelDescription, plan: DevicePlan) -> Engine:
+        if model.folder == varied_model_dir:
             raise ModelError("onnxruntime cannot run model.onnx (broken).")
-        return real_open(request, model)
+        return real_start(model, plan)
 
-    monkeypatch.setattr(model_jobs, "_open_engine", failing_for_the_second)
+    monkeypatch.setattr(Engine, "started", failing_for_the_second)
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
     assert out.message is not None and "broken" in out.message
     assert host.engine is not None and host.engine.info.folder == tiny_model_dir

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
+from chatapp.engine.errors import ModelError
 from chatapp.engine.folder_tokenizer import FolderTokenizer
 from chatapp.engine.model_folder.files import read_tokenizer_files
 
@@ -208,6 +209,43 @@ def test_config_added_tokens_that_differ_are_left_to_transformers(folder: Path) 
 def test_an_added_tokens_file_is_left_to_transformers(folder: Path) -> None:
     (folder / "added_tokens.json").write_text('{"<new>": 5000}')
     assert FolderTokenizer.load(read_tokenizer_files(folder)) is None
+
+
+def test_a_template_folder_is_left_to_transformers_and_may_not_lead_out(
+    folder: Path, tmp_path: Path
+) -> None:
+    (folder / "additional_chat_templates").mkdir()
+    (folder / "additional_chat_templates" / "tools.jinja").write_text("{{ messages }}")
+    assert FolderTokenizer.load(read_tokenizer_files(folder)) is None
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.rmtree(folder / "additional_chat_templates")
+    (folder / "additional_chat_templates").symlink_to(outside)
+    with pytest.raises(ModelError, match="not a folder inside"):
+        read_tokenizer_files(folder)
+    (folder / "additional_chat_templates").unlink()
+    (folder / "additional_chat_templates").mkdir()
+    (folder / "additional_chat_templates" / "tools.jinja").symlink_to(outside / "x.jinja")
+    (outside / "x.jinja").write_text("{{ messages }}")
+    with pytest.raises(ModelError, match="leads outside"):
+        read_tokenizer_files(folder)
+
+
+def test_the_tokenizer_opens_no_small_file_of_the_folder_again(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = read_tokenizer_files(folder)
+    opened: list[str] = []
+    real_open = Path.open
+
+    def watching(self: Path, *args: Any, **kwargs: Any) -> Any:
+        opened.append(self.name)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", watching)
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: opened.append(self.name))
+    assert FolderTokenizer.load(files) is not None
+    assert opened == []  # only tokenizer.json, which tokenizers opens itself
 
 
 def test_the_chat_template_file_comes_before_the_config(folder: Path) -> None:

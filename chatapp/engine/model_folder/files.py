@@ -52,6 +52,8 @@ TOKENIZER_FILES = (
     "config.json",
     "generation_config.json",
 )
+# A folder of named chat templates that transformers reads beside tokenizer_config.json.
+TEMPLATE_FOLDER = "additional_chat_templates"
 # First byte of a serialized ModelProto: the tag of its lowest field (ir_version = 0x08 in
 # every exporter's output). Anything else is not an ONNX model, and is refused unread.
 _MODEL_PROTO_TAGS = {0x08, 0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2, 0xCA, 0xD2}
@@ -313,8 +315,26 @@ def read_tokenizer_files(folder: Path) -> TokenizerFiles:
         config,
         stored,
         template,
-        "added_tokens.json" in found or os.path.lexists(folder / "additional_chat_templates"),
+        "added_tokens.json" in found or _template_folder(folder),
     )
+
+
+def _template_folder(folder: Path) -> bool:
+    """Whether additional_chat_templates/ is there (transformers reads its templates); it must
+    be a folder inside the model folder whose files are capped regular files inside it too."""
+    name = TEMPLATE_FOLDER
+    if not os.path.lexists(folder / name):
+        return False
+    real = (folder / name).resolve()
+    if not real.is_relative_to(folder.resolve()) or not real.is_dir():
+        raise FolderFileError(
+            f"{folder.name}/{name} is not a folder inside {folder.name}; a model folder may "
+            "only use files inside itself."
+        )
+    for entry in sorted(real.iterdir()):
+        path = resolve_inside(folder, f"{name}/{entry.name}", f"{folder.name}/{name}")
+        read_capped(path, MAX_JSON_BYTES, f"{name}/{entry.name} in {folder.name}")
+    return True
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from pathlib import Path
 import onnx
 
 from chatapp.engine.errors import EngineError, ModelError
-from chatapp.engine.model_folder.files import external_span
 from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.folder_format.graph import all_nodes
 from chatapp.system_memory import available_memory, physical_memory
@@ -118,11 +117,11 @@ def estimate_memory(read: FolderRead, context: int) -> MemoryEstimate:
         context=context,
         mapped_files=read.weight_files,
         tokenizer=TOKENIZER_PER_JSON_BYTE * read.tokenizer.json_bytes,
-        block_spans=matmul_block_spans(read, info.onnx_path),
+        block_spans=matmul_block_spans(read),
     )
 
 
-def matmul_block_spans(read: FolderRead, onnx_path: Path) -> tuple[tuple[Path, int, int], ...]:
+def matmul_block_spans(read: FolderRead) -> tuple[tuple[Path, int, int], ...]:
     """Where the GGUF blocks that GgufMatMul nodes multiply by lie in the files: (file, offset,
     length). Blocks only gathered a row at a time (an untied embedding) are left out."""
     multiplied = {
@@ -130,7 +129,7 @@ def matmul_block_spans(read: FolderRead, onnx_path: Path) -> tuple[tuple[Path, i
     }
     spans = []
     for tensor in read.graph.graph.initializer:
-        span = external_span(tensor, onnx_path) if tensor.name in multiplied else None
+        span = read.spans.get(tensor.name) if tensor.name in multiplied else None
         if span is not None and span[2] is not None:
             spans.append((span[0], span[1], span[2]))
     return tuple(spans)

@@ -32,8 +32,8 @@ from chatapp.engine.model_folder.files import (
     TokenizerFiles,
     external_data_files,
     graph_candidates,
-    load_onnx_graph,
     read_configs,
+    read_onnx_graph,
     read_tokenizer_files,
 )
 from chatapp.engine.model_folder.model import FolderRead, ModelInfo
@@ -155,7 +155,7 @@ def read_model_folder(
     first_error: ModelError | None = None
     for onnx_path in candidates:
         try:
-            proto = load_onnx_graph(onnx_path)
+            proto, spans = read_onnx_graph(onnx_path)
             weight_files = external_data_files(proto, onnx_path)
             nodes = tuple(all_nodes(proto.graph))
             native = declares_native(proto)
@@ -183,6 +183,7 @@ def read_model_folder(
             configs.generation,
             configs.made_by_chatapp,
             tokenizer,
+            spans,
             cpu_same,
         )
     assert first_error is not None

@@ -9,8 +9,8 @@ import pytest
 
 from chatapp.convert import converter, default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
+from chatapp.engine import chat, memory, model_description, packed_cache
 from chatapp.engine import loaded_model as engine_module
-from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.loaded_model import DevicePlan
@@ -226,12 +226,15 @@ def test_a_load_reads_the_folder_once_and_checks_its_memory_once(
     host = EngineHost()
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))  # a model to replace
     reads = calls_to(monkeypatch, model_description, "read_model_folder")
-    graphs = calls_to(monkeypatch, model_description, "load_onnx_graph")
+    graphs = calls_to(monkeypatch, model_description, "read_onnx_graph")
+    tokenizer_reads = calls_to(monkeypatch, model_description, "read_tokenizer_files")
+    again = calls_to(monkeypatch, chat, "read_tokenizer_files")  # ChatTokenizer.from_folder's
     checks = calls_to(monkeypatch, engine_module, "check_memory")
     summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
     assert summary.folder == varied_model_dir
     assert [call[0] for call in reads] == [varied_model_dir]
     assert len(graphs) == 1  # the estimate reuses the graph read
+    assert len(tokenizer_reads) == 1 and again == []  # the tokenizer is built from that read
     assert len(checks) == 1
     assert host.engine is not None and host.engine.model.memory == checks[0][0]
 

@@ -52,6 +52,9 @@ TOKENIZER_FILES = (
     "config.json",
     "generation_config.json",
 )
+# Where a tensor stored outside its graph lies: its file (inside the folder, links resolved),
+# offset and length (None: the rest of the file).
+Span = tuple[Path, int, int | None]
 # A folder of named chat templates that transformers reads beside tokenizer_config.json.
 TEMPLATE_FOLDER = "additional_chat_templates"
 # First byte of a serialized ModelProto: the tag of its lowest field (ir_version = 0x08 in
@@ -370,8 +373,14 @@ def read_configs(folder: Path | str) -> FolderConfigs:
 
 
 def load_onnx_graph(path: Path) -> onnx.ModelProto:
-    """The .onnx protobuf without its external data, after cheap checks; then every external
-    data reference is checked to stay inside the folder."""
+    """The .onnx protobuf without its external data (`read_onnx_graph`)."""
+    return read_onnx_graph(path)[0]
+
+
+def read_onnx_graph(path: Path) -> tuple[onnx.ModelProto, dict[str, Span]]:
+    """The .onnx protobuf without its external data, after cheap checks, and where each tensor
+    stored outside it lies (by name), every external data reference checked to stay inside
+    the folder."""
     size = path.stat().st_size
     if size > MAX_ONNX_BYTES:
         raise ModelError(
@@ -386,19 +395,20 @@ def load_onnx_graph(path: Path) -> onnx.ModelProto:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
         raise ModelError(f"{path.name} is not a readable ONNX model ({_short(exc)}).") from None
-    check_external_data(proto, path)
-    return proto
+    return proto, check_external_data(proto, path)
 
 
-def check_external_data(proto: onnx.ModelProto, onnx_path: Path) -> None:
+def check_external_data(proto: onnx.ModelProto, onnx_path: Path) -> dict[str, Span]:
     """Each tensor stored outside the .onnx names a regular file beside it (or below), and the
-    bytes it takes from that file are there. Recent ONNX Runtime versions refuse paths outside
-    the model's own folder too; older ones did not."""
+    bytes it takes from that file are there: where each lies, by name. Recent ONNX Runtime
+    versions refuse paths outside the model's own folder too; older ones did not."""
     sizes: dict[Path, int] = {}
+    spans: dict[str, Span] = {}
     for tensor in _all_tensors(proto):
         span = external_span(tensor, onnx_path)
         if span is None:
             continue
+        spans[tensor.name] = span
         real, offset, length = span
         size = sizes.setdefault(real, real.stat().st_size)
         end = offset + (length if length is not None else 0)
@@ -408,9 +418,10 @@ def check_external_data(proto: onnx.ModelProto, onnx_path: Path) -> None:
             raise ModelError(
                 f"{what} takes bytes {offset} to {end} of '{location}', which has {size}."
             )
+    return spans
 
 
-def external_span(tensor: onnx.TensorProto, onnx_path: Path) -> tuple[Path, int, int | None] | None:
+def external_span(tensor: onnx.TensorProto, onnx_path: Path) -> Span | None:
     """Where a tensor stored outside `onnx_path` lies: (its file, inside the folder and links
     resolved; offset; length, None for the rest of the file); None for a tensor stored inside.
     ModelError names a location or a number that cannot be used."""

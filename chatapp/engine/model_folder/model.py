@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from chatapp.engine.model_folder.files import TokenizerFiles
+from chatapp.engine.model_folder.files import Span, TokenizerFiles
 from chatapp.engine.tensor_types import NAMES
 
 
@@ -104,5 +104,6 @@ class FolderRead(NamedTuple):
     generation: dict[str, Any]  # generation_config.json ({} without one)
     made_by_chatapp: bool  # its manifest names chatapp's converter
     tokenizer: TokenizerFiles  # its tokenizer files, checked and read once
+    spans: dict[str, Span]  # where each tensor stored outside the graph lies (checked)
     # Read for a device: the CPU would try the same graphs (no native graph preferred there).
     cpu_same: bool = True

@@ -36,3 +36,8 @@ class DeviceFailure(EngineError):
     ) -> None:
         self.device_label = device_label
         super().__init__(f"{device_label} failed {during} ({first_line(cause, STATUS_LINE)}).")
+
+
+class SlotStopped(EngineError):
+    """A sequence pre-empted on a slot (engine/slots.py) was told to stop while it waited for
+    room to resume: it ends there, with no more tokens."""

@@ -14,12 +14,20 @@ its own, and the native GGUF kernels compute [h, 1, K] inputs row by row on the 
 (native/gguf_ops.cpp), reading each piece of the weights from memory once for all rows: on a
 CPU a step is bound by reading the weights, so h rows cost little more than one.
 
-All slots draw on one KV budget (`budget`, in positions; a context's worth by default). A
-sequence reserves its prompt and its token limit (at most a context) before its prefill, and
-waits while the others' reservations and the idle slots' kept caches leave too little: the idle
-caches go first, least recently used first, their pages given back to the system. The buffers
-are allocated for N whole contexts, but only written pages take memory (on Linux and macOS;
-Windows commits what is allocated), so the memory held stays within the budget.
+All slots draw on one KV budget (`budget`, in positions; a context's worth by default), as
+vLLM's scheduler does it. A sequence reserves its prompt and a first piece of its answer
+(`grow` positions, or its token limit if smaller) before its prefill, waiting first come first
+served while the others leave too little, and reserves another piece each time it fills its
+reservation. Where the budget is full, the idle slots' kept caches go first (least recently
+used first, their pages given back to the system), then the caches of slots waiting for room,
+then the most recently arrived running sequence is pre-empted: its KV dropped, its reservation
+given back, it waits at the head of the queue and computes its prompt and the tokens it has
+generated again when room comes back (recompute pre-emption; slot_loop.py). The oldest
+sequence is never pre-empted, so something always progresses, and alone a sequence may grow to
+a whole context. On a native graph at the fast precision the recomputed positions hold the bits
+the steps wrote, so a pre-empted answer is its solo answer. The buffers are allocated for N
+whole contexts, but only written pages take memory (on Linux and macOS; Windows commits what is
+allocated), so the memory held stays within the budget.
 
 The runs are serialized (one session, one run at a time); a slot's generation is driven by its
 own thread (the server's request threads): a step waits until every decoding slot has handed
@@ -38,12 +46,13 @@ import onnxruntime as ort
 
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.errors import EngineError
-from chatapp.engine.kv_strategy import SharedBufferKv
-from chatapp.engine.loops import IOBindingLoop, Step
+from chatapp.engine.loops import Step
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.resident import release_owned
+from chatapp.engine.slot_loop import SlotLoop
 
 perf = time.perf_counter
+__all__ = ["SlotBatch", "SlotLoop", "slots_refusal"]
 
 
 def slots_refusal(info: ModelInfo, device: Device) -> str | None:
@@ -60,45 +69,6 @@ def slots_refusal(info: ModelInfo, device: Device) -> str | None:
     return None
 
 
-class SlotLoop(IOBindingLoop):
-    """One slot: the IO-Binding loop over its row of the batch's KV buffers."""
-
-    def __init__(self, batch: SlotBatch, index: int) -> None:
-        self.batch = batch
-        self.index = index
-        rows = {  # contiguous
-            name: ort.OrtValue.ortvalue_from_numpy(kv[index : index + 1])
-            for name, kv in batch.kv.items()
-        }
-        kv = SharedBufferKv(batch.info, batch.device, batch.max_context, buffers=rows)
-        super().__init__(batch.session, batch.info, batch.device, kv)
-
-    def admit(
-        self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
-    ) -> bool:
-        # A prefix another slot is prefilling now (the other choices of an `n` request, or
-        # clients on one system prompt arriving together) is waited for and copied.
-        self.batch.await_prefill(self, prompt, should_stop)
-        # The prefix first: the budget may then drop the idle cache it came from.
-        self.batch.share_prefix(self, prompt)
-        return self.batch.reserve(self, len(prompt) + new_tokens, should_stop)
-
-    def prepare(self, prompt: Sequence[int]) -> int:
-        # Under the batch's lock, so that no other slot copies from this one mid-change.
-        with self.batch._cond:
-            return super().prepare(prompt)
-
-    def _run(self, ids: list[int], wanted: list[int] | None) -> Step:
-        if len(ids) == 1 and wanted is None:  # a decode step: taken with the other slots'
-            step = self.batch.step(self.index, ids[0])
-            self.cached.append(ids[0])
-            return step
-        with self.batch.run_lock:  # a prompt: alone, between two steps
-            step = super()._run(ids, wanted)
-        self.batch.filled(self)
-        return step
-
-
 class SlotBatch:
     """N slots over one session (see the module's docstring)."""
 
@@ -110,9 +80,12 @@ class SlotBatch:
         max_context: int,
         slots: int,
         budget: int | None = None,
+        grow: int | None = None,
     ) -> None:
         """`budget`: KV positions all slots may hold together (at least `max_context`, so that
-        any one sequence fits; default: `max_context`)."""
+        any one sequence fits; default: `max_context`). `grow`: the positions a sequence
+        reserves past its prompt, and again each time it fills them (default: an eighth of the
+        budget per slot pair, 8 to 256)."""
         refusal = slots_refusal(info, device)
         if refusal is not None:
             raise EngineError(refusal)
@@ -123,6 +96,7 @@ class SlotBatch:
             raise ValueError("the KV budget must hold one whole context")
         self.session, self.info, self.device = session, info, device
         self.max_context = max_context
+        self.grow = grow if grow is not None else max(8, min(256, self.budget // (2 * slots)))
         shape = (slots, info.kv_heads, max_context, info.head_dim)
         # Not zeroed: GroupQueryAttention reads only each row's first seqlens_k + 1 positions.
         self.kv = {t.past_name: np.empty(shape, np.float32) for t in info.kv}
@@ -130,12 +104,15 @@ class SlotBatch:
         self._cond = threading.Condition()
         self._decoding: set[int] = set()  # slots whose next token comes through step()
         self._pending: dict[int, int] = {}  # slot -> the token it handed in for this step
-        self._results: dict[int, Step | BaseException] = {}
-        self._round = 0
+        self._results: dict[int, object] = {}
         self._bindings: dict[int, tuple[ort.IOBinding, np.ndarray]] = {}
         self._taken = [False] * slots
         self._filling: dict[int, Sequence[int]] = {}  # slot -> the prompt it is prefilling
-        self._reserved = [0] * slots  # positions a busy slot may fill (its prompt + limit)
+        self._reserved = [0] * slots  # positions a busy slot may fill (it grows them)
+        self._ticket = [0] * slots  # arrival order of a slot's sequence (0: none); kept when
+        self._tickets = 0  # pre-empted, so that it goes first again and the oldest never waits
+        self._waiting: dict[int, int] = {}  # slot -> ticket, waiting for room in the budget
+        self.preempted = [False] * slots  # KV dropped for older sequences; computed again
         self._idle_since = [0] * slots  # release order: the least recently used cache goes first
         self._releases = 0
         self.loops = [SlotLoop(self, i) for i in range(slots)]
@@ -143,6 +120,9 @@ class SlotBatch:
         self.share_prompts = True  # off: every prompt prefilled whole (bench's baseline)
         self.steps = 0  # batched runs so far
         self.rows = 0  # sequences they carried, all together
+        self.widest = 0  # the most sequences one step carried
+        self.preemptions = 0  # sequences whose KV was dropped for older ones to grow
+        self.recomputed = 0  # positions computed again after a pre-emption
 
     @property
     def size(self) -> int:
@@ -169,6 +149,9 @@ class SlotBatch:
         with self._cond:
             self._taken[loop.index] = False
             self._reserved[loop.index] = 0
+            self._ticket[loop.index] = 0
+            self.preempted[loop.index] = False
+            loop.resume = None
             self._releases += 1
             self._idle_since[loop.index] = self._releases
             self._decoding.discard(loop.index)
@@ -179,29 +162,108 @@ class SlotBatch:
     # -- the KV budget -----------------------------------------------------------------------
     def reserve(self, loop: SlotLoop, positions: int, should_stop: Callable[[], bool]) -> bool:
         """Before `loop`'s prefill: wait until `positions` (at most a context) fit in the budget
-        beside what the other slots hold, dropping idle slots' caches first. False when
+        beside what the other slots hold, first come first served (a pre-empted sequence keeps
+        its place), dropping idle slots' caches first, then waiting slots'. False when
         `should_stop` said so while waiting."""
         positions = min(positions, self.max_context)
+        i = loop.index
         with self._cond:
-            while True:
-                others = sum(self._holds(i) for i in range(self.size) if i != loop.index)
-                if others + positions <= self.budget:
-                    self._reserved[loop.index] = positions
-                    return True
-                idle = [
-                    i
-                    for i in range(self.size)
-                    if not self._taken[i] and self.loops[i].cached and i != loop.index
-                ]
-                if idle:
-                    self._forget(min(idle, key=lambda i: self._idle_since[i]))
-                    continue
-                if loop.cached:  # a waiting slot holds nothing: two could wait on each other
-                    self._forget(loop.index)
-                    continue
-                if should_stop():
-                    return False
-                self._cond.wait(0.05)
+            if not self._ticket[i]:
+                self._tickets += 1
+                self._ticket[i] = self._tickets
+            self._waiting[i] = self._ticket[i]
+            try:
+                while True:
+                    if min(self._waiting.values()) == self._ticket[i]:
+                        others = sum(self._holds(j) for j in range(self.size) if j != i)
+                        if others + positions <= self.budget:
+                            self._reserved[i] = positions
+                            self.preempted[i] = False
+                            return True
+                        cache = self._evictable(i)
+                        if cache is None and loop.cached:
+                            cache = i  # a waiting slot holds nothing others could wait for
+                        if cache is not None:
+                            self._forget(cache)
+                            continue
+                    if should_stop():
+                        return False
+                    self._cond.wait(0.05)
+            finally:
+                del self._waiting[i]
+                self._cond.notify_all()
+
+    def readmit(self, loop: SlotLoop, tokens: Sequence[int], positions: int) -> bool:
+        """A pre-empted slot: copy what another slot holds of `tokens` (all but the last),
+        then wait for `positions` at the head of the queue. False: stopped while waiting."""
+        self.share_prefix(loop, tokens)
+        return self.reserve(loop, positions, loop.should_stop)
+
+    def make_room(self, loop: SlotLoop, count: int) -> bool:
+        """Before a run of `count` tokens alone on `loop` (a prompt, drafted tokens): grow its
+        reservation where they pass it. False: `loop` itself was pre-empted."""
+        with self._cond:
+            with self.run_lock:
+                fits = self._grow(loop.index, len(loop.cached) + count, {})
+            self._run_if_complete()  # a step may have waited only for a pre-empted slot
+            self._cond.notify_all()
+            return fits
+
+    def _grow(self, i: int, need: int, pending: dict[int, int]) -> bool:
+        """Holding `_cond` and `run_lock`: make slot i's reservation hold `need` positions,
+        a piece (`grow`) more where it fits. Where the budget is full: idle caches go, then
+        waiting slots' caches, then the most recently arrived running sequence is pre-empted
+        (vLLM's recompute pre-emption), which may be slot i itself: False then. The oldest
+        sequence is never pre-empted, and alone it may always grow to a whole context."""
+        if need <= self._reserved[i]:
+            return True
+        grown = min(self.max_context, max(self.loops[i].limit, need), self._reserved[i] + self.grow)
+        want = max(need, grown)
+        while True:
+            others = sum(self._holds(j) for j in range(self.size) if j != i)
+            if others + need <= self.budget:
+                self._reserved[i] = min(want, self.budget - others)
+                return True
+            cache = self._evictable(i)
+            if cache is not None:
+                self._forget(cache)
+                continue
+            running = [j for j in range(self.size) if self._taken[j] and self._reserved[j] > 0]
+            youngest = max(running, key=lambda j: self._ticket[j])
+            self._preempt(youngest, pending)
+            if youngest == i:
+                return False
+
+    def _evictable(self, i: int) -> int | None:
+        """A cache slot i may drop: an idle slot's, least recently used first, else that of a
+        slot waiting for room (it holds no reservation, and copies or computes it again)."""
+        idle = [j for j in range(self.size) if not self._taken[j] and self.loops[j].cached]
+        if idle:
+            return min(idle, key=lambda j: self._idle_since[j])
+        waiting = [
+            j
+            for j in range(self.size)
+            if j != i and self._taken[j] and not self._reserved[j] and self.loops[j].cached
+        ]
+        return waiting[0] if waiting else None
+
+    def _preempt(self, j: int, pending: dict[int, int]) -> None:
+        """Holding `_cond` and `run_lock` (so no run is on slot j): drop its KV and its
+        reservation; its thread, at its next run, waits for room and computes it again."""
+        loop = self.loops[j]
+        if loop.resume is None:
+            loop.resume = list(loop.cached)
+        self.preempted[j] = True
+        self._reserved[j] = 0
+        self._decoding.discard(j)
+        self._filling.pop(j, None)
+        for waiting in (pending, self._pending):
+            if j in waiting:  # its thread waits in step(): told to resume
+                del waiting[j]
+                self._results[j] = PREEMPTED
+        self._forget(j)
+        self.preemptions += 1
+        self._cond.notify_all()
 
     def await_prefill(
         self, loop: SlotLoop, prompt: Sequence[int], should_stop: Callable[[], bool]
@@ -265,6 +327,20 @@ class SlotBatch:
         """KV positions held now: busy slots' reservations and idle slots' caches (display)."""
         return sum(self._holds(i) for i in range(self.size))
 
+    @property
+    def reserved(self) -> int:
+        """KV positions the running sequences have reserved (display)."""
+        return sum(r for r, taken in zip(self._reserved, self._taken, strict=True) if taken)
+
+    @property
+    def cached_positions(self) -> int:
+        """KV positions written and kept, every slot (display)."""
+        return sum(len(loop.cached) for loop in self.loops)
+
+    def reservation(self, index: int) -> int:
+        """Slot `index`'s reservation (0: free, or waiting for room; display)."""
+        return self._reserved[index] if self._taken[index] else 0
+
     def _holds(self, i: int) -> int:
         cached = len(self.loops[i].cached)
         return max(self._reserved[i], cached) if self._taken[i] else cached
@@ -289,18 +365,23 @@ class SlotBatch:
         with self._cond:
             self._decoding.add(loop.index)
 
-    def step(self, index: int, token: int) -> Step:
-        """Hand in slot `index`'s next token; returns its logits once the batch has run."""
+    def step(self, index: int, token: int) -> Step | None:
+        """Hand in slot `index`'s next token; returns its logits once the batch has run (and
+        its cache holds the token), or None where the slot was pre-empted meanwhile."""
         with self._cond:
+            if self.preempted[index]:
+                return None
             self._decoding.add(index)
             self._pending[index] = token
-            waiting_for = self._round
             self._run_if_complete()
-            while self._round == waiting_for:
+            while index not in self._results:
                 self._cond.wait()
             result = self._results.pop(index)
+        if result is PREEMPTED:
+            return None
         if isinstance(result, BaseException):
             raise result
+        assert isinstance(result, Step)
         return result
 
     def _run_if_complete(self) -> None:
@@ -310,11 +391,16 @@ class SlotBatch:
         pending, self._pending = self._pending, {}
         try:
             with self.run_lock:
-                steps = self._run(pending)
+                # Oldest first: a reservation that is full grows, pre-empting younger ones.
+                for i in sorted(pending, key=lambda j: self._ticket[j]):
+                    if i in pending:
+                        self._grow(i, len(self.loops[i].cached) + 1, pending)
+                steps = self._run(pending) if pending else {}
+            for i in steps:
+                self.loops[i].cached.append(pending[i])
             self._results.update(steps)
         except Exception as exc:  # every slot of this step sees the failure
             self._results.update(dict.fromkeys(pending, exc))
-        self._round += 1
         self._cond.notify_all()
 
     def _run(self, pending: dict[int, int]) -> dict[int, Step]:
@@ -347,6 +433,7 @@ class SlotBatch:
         t2 = perf()
         self.steps += 1
         self.rows += len(pending)
+        self.widest = max(self.widest, len(pending))
         return {i: Step(logits[i, 0], t1 - t0, t2 - t1) for i in pending}
 
     def _binding(self, h: int) -> tuple[ort.IOBinding, np.ndarray]:
@@ -367,6 +454,9 @@ class SlotBatch:
             )
             self._bindings[h] = (binding, logits)
         return self._bindings[h]
+
+
+PREEMPTED = object()  # a step's result for a slot pre-empted before the step ran
 
 
 def _shared(cached: Sequence[int], prompt: Sequence[int]) -> int:

@@ -36,6 +36,12 @@ class Load:
     kv_tokens_used: int  # KV positions held (slots: reservations and idle caches)
     kv_tokens_capacity: int  # KV positions that may be held (slots: their budget)
     shared_positions: int = 0  # prompt positions copied from another slot, not prefilled
+    kv_tokens_reserved: int = 0  # slots: the running requests' reservations (they grow)
+    kv_tokens_cached: int = 0  # KV positions written and kept (slots: every slot's cache)
+    preemptions: int = 0  # slots: requests whose KV was dropped for older ones to grow
+    recomputed_positions: int = 0  # slots: positions computed again after a pre-emption
+    batched_steps: int = 0  # slots: decode steps run
+    batched_rows: int = 0  # slots: sequences those steps carried, all together
 
     @property
     def state(self) -> str:
@@ -170,6 +176,17 @@ class ServerCounters:
                 load.kv_tokens_used,
             ),
             (
+                "kv_tokens_reserved",
+                "KV positions the running requests have reserved (with slots: each reserves its "
+                "prompt and a piece of its answer, and another piece as it fills them).",
+                load.kv_tokens_reserved,
+            ),
+            (
+                "kv_tokens_cached",
+                "KV positions written and kept (with slots: every slot's cache).",
+                load.kv_tokens_cached,
+            ),
+            (
                 "kv_tokens_capacity",
                 "KV positions the server may hold (with slots: their shared budget).",
                 load.kv_tokens_capacity,
@@ -177,13 +194,33 @@ class ServerCounters:
         )
         for name, text, value in gauges:
             _family(lines, name, "gauge", text, [({}, value)])
-        _family(
-            lines,
-            "prompt_tokens_shared_total",
-            "counter",
-            "Prompt positions copied from another slot's cache instead of prefilled.",
-            [({}, load.shared_positions)],
+        batch_totals = (
+            (
+                "prompt_tokens_shared_total",
+                "Prompt positions copied from another slot's cache instead of prefilled.",
+                load.shared_positions,
+            ),
+            (
+                "preemptions_total",
+                "Requests whose KV was dropped so that older ones could grow (computed again "
+                "when room came back; the client sees a pause).",
+                load.preemptions,
+            ),
+            (
+                "recomputed_tokens_total",
+                "KV positions computed again after a pre-emption.",
+                load.recomputed_positions,
+            ),
+            ("batched_steps_total", "Decode steps run on the slots.", load.batched_steps),
+            (
+                "batched_rows_total",
+                "Sequences the slots' decode steps carried, all together (over the steps: "
+                "sequences decoded together).",
+                load.batched_rows,
+            ),
         )
+        for name, text, value in batch_totals:
+            _family(lines, name, "counter", text, [({}, value)])
         return "\n".join(lines) + "\n"
 
 
@@ -227,6 +264,8 @@ def slot_views(
     a model run."""
     on_slot = {r.slot if r.slot is not None else 0: r for r in running}
     cached = [len(loop.cached) for loop in batch.loops] if batch else [None]
+    reserved = [batch.reservation(i) for i in range(batch.size)] if batch else [None]
+    preempted = list(batch.preempted) if batch else [False]
     now = time.perf_counter()
     views = []
     for index, cached_tokens in enumerate(cached):
@@ -238,6 +277,8 @@ def slot_views(
         }
         if cached_tokens is not None:
             view["cached_tokens"] = cached_tokens
+            view["reserved_tokens"] = reserved[index]
+            view["preempted"] = preempted[index]
         if request is not None:
             view["request"] = _request_view(request, now, with_prompts)
         views.append(view)

@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatapp.engine.constraints import ConstraintError
-from chatapp.engine.errors import ContextOverflowError, DeviceFailure, EngineError, ModelError
+from chatapp.engine.errors import (
+    ContextOverflowError,
+    DeviceFailure,
+    EngineError,
+    ModelError,
+    SlotStopped,
+)
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import BiasRefused
 from chatapp.error_text import first_line
@@ -142,12 +148,23 @@ class EngineWorker:
         with self._lock:
             submitted, running = len(self._submitted), len(self._active)
         batch = self.slot_batch
-        shared = 0
-        if batch is not None:
-            used, capacity, shared = batch.held, batch.budget, batch.shared_positions
-        else:
+        if batch is None:
             used, capacity = self.engine.kv_positions()
-        return Load(submitted - running, running, self.parallel, used, capacity, shared)
+            return Load(submitted - running, running, self.parallel, used, capacity, 0, 0, used)
+        return Load(
+            submitted - running,
+            running,
+            self.parallel,
+            batch.held,
+            batch.budget,
+            batch.shared_positions,
+            batch.reserved,
+            batch.cached_positions,
+            batch.preemptions,
+            batch.recomputed,
+            batch.steps,
+            batch.rows,
+        )
 
     def running_requests(self) -> list[ServedRequest]:
         """The requests generating now (a snapshot)."""
@@ -304,6 +321,12 @@ class EngineWorker:
                     done = event
                 if not sent:
                     served.cancel()
+        except SlotStopped:  # pre-empted, and the client left (or the server stops) meanwhile
+            _send(served, Failed(ApiError(499, "The client closed the request.")))
+            generated = stats.generated_tokens if stats else 0
+            self._record(served, started, "cancelled", generated)
+            self.counters.ended_early("cancelled", generated)
+            return
         except Exception as exc:
             error = _api_error(served.request, exc, opened=stats is not None)
             self._fail(served, started, stats, error)

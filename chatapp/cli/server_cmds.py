@@ -101,8 +101,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="TOKENS",
         help="KV positions all requests together may hold (at least --context; default: one "
-        "--context): a request reserves its prompt and max_tokens, and waits when they do "
-        "not fit",
+        "--context): a request reserves its prompt and a piece of its answer, and more as it "
+        "goes; when they do not fit, new requests wait and the latest running one is "
+        "pre-empted (computed again later, the same answer)",
     )
     serve.add_argument(
         "--speculative",

@@ -229,6 +229,7 @@ class SlotBatch:
                 self._forget(cache)
                 continue
             running = [j for j in range(self.size) if self._taken[j] and self._reserved[j] > 0]
+            running += [] if i in running else [i]  # not admitted: it waits, as if pre-empted
             youngest = max(running, key=lambda j: self._ticket[j])
             self._preempt(youngest, pending)
             if youngest == i:

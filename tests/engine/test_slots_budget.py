@@ -1,6 +1,7 @@
-"""Slots share one KV budget: a sequence reserves its prompt and its token limit before its
-prefill, waits while the others hold too much, idle caches are dropped first (their pages given
-back), and every sequence still gets its solo tokens."""
+"""Slots share one KV budget: a sequence reserves positions before its prefill (here given
+directly; tests/engine/test_slots_preemption.py: reservations that grow), waits while the
+others hold too much, idle caches are dropped first (their pages given back), and every
+sequence still gets its solo tokens."""
 
 from __future__ import annotations
 

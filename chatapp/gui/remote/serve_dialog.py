@@ -137,7 +137,8 @@ class ServeDialog(QDialog):
         self.memory_label.setText(
             f"{slots} slots share one context's KV cache, at most "
             f"{fmt_bytes(self.kv_bytes_per_slot)} besides the chat's: each request reserves its "
-            "prompt and its token limit, and waits while the others hold the rest."
+            "prompt and a piece of its answer, and more as it goes; when they are full, the "
+            "latest request pauses until the others leave room."
         )
         self.memory_label.setVisible(True)
         self.adjustSize()  # the note's lines fit

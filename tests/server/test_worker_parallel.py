@@ -46,9 +46,12 @@ def first_steps_together(batch: SlotBatch, count: int) -> threading.Barrier:
     original = batch.step
     seen: set[int] = set()
 
-    def step(index: int, token: int) -> Step:
+    def step(index: int, token: int) -> Step | None:
         if index not in seen:
             seen.add(index)
+            # Registered before the wait: the step then waits for every one of them (else the
+            # first through the barrier could step alone, and on a loaded machine run ahead).
+            batch.expect_step(batch.loops[index])
             barrier.wait()
         return original(index, token)
 

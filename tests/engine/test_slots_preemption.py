@@ -18,9 +18,10 @@ from chatapp.engine.loops import Step
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch
-from tests.engine.test_slots import WAIT_S, native_dir  # noqa: F401 (a fixture)
+from tests.engine.test_slots import native_dir  # noqa: F401 (a fixture)
 
 CONTEXT = 64
+WAIT_S = 120  # the whole scenario runs in a few seconds: past this, the batch is stuck
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)
 SEEDED = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
 
@@ -189,3 +190,24 @@ def test_a_sequence_that_stops_while_pre_empted_ends_and_frees_its_slot(
     assert batch.preemptions >= 1
     assert outcome in (["stopped"], ["stop"])
     assert batch.busy == 0
+
+
+def test_drafted_tokens_grow_and_roll_back_through_pre_emptions(native_engine: Engine) -> None:
+    """Speculative decoding on the slots (serve --speculative): a verifying run of several
+    tokens grows its reservation alone, drafts not kept roll back, pre-emptions come between;
+    the answers are still the solo ones, tokens and log-probs."""
+    engine = native_engine
+    prompts = [[5, 6, 7, 5, 6, 7, 10 + i] for i in range(4)]  # repeats: drafts to verify
+    settings = [_settings(GREEDY, 30, None) for _ in prompts]
+    references = [_solo(engine, p, s) for p, s in zip(prompts, settings, strict=True)]
+    batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 4, grow=8)
+    engine.speculative = True
+    try:
+        answers = _together(engine, batch, prompts, settings)
+    finally:
+        engine.speculative = False
+    assert any(answer.drafted for answer in answers)  # verifying runs happened
+    assert batch.preemptions > 0
+    for answer, reference in zip(answers, references, strict=True):
+        assert answer.token_ids == reference.token_ids
+        assert answer.logprobs == reference.logprobs

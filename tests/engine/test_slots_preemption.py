@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from chatapp.engine.errors import SlotStopped
 from chatapp.engine.loops import Step
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.slots import SlotBatch
+from chatapp.engine.slots import SlotBatch, SlotLoop
 from tests.engine.test_slots import native_dir  # noqa: F401 (a fixture)
 
 CONTEXT = 64
@@ -90,6 +91,24 @@ def first_steps_as_one(batch: SlotBatch, count: int) -> None:
     batch.step = step  # type: ignore[method-assign]
 
 
+def admitted_together(batch: SlotBatch, count: int) -> None:
+    """No sequence goes past its admission until `count` are admitted (60 s at most, then it
+    fails): they then hold their first reservations at once, so that the first to grow finds
+    the budget full, however the threads are scheduled. (Prompts that share a prefix would
+    wait for each other's prefill before their admission: give them none.)"""
+    together = threading.Barrier(count, timeout=60)
+    original, seen = batch.reserve, set()
+
+    def reserve(loop: SlotLoop, positions: int, should_stop: Callable[[], bool]) -> bool:
+        admitted = original(loop, positions, should_stop)
+        if loop.index not in seen:
+            seen.add(loop.index)
+            together.wait()
+        return admitted
+
+    batch.reserve = reserve  # type: ignore[method-assign]
+
+
 @pytest.fixture(scope="module")
 def native_engine(native_dir: Path) -> Engine:  # noqa: F811
     return Engine(native_dir, threads=1, max_context=CONTEXT, precision="fast")
@@ -103,10 +122,11 @@ def test_pre_empted_sequences_get_their_solo_answers_bit_for_bit(
     piece of 8 fit), and all want to grow at once: the youngest are pre-empted, again and
     again, and each answer is still its solo one, tokens and log-probs."""
     engine = native_engine
-    prompts = [[7, 8, 9, 10 + i] for i in range(4)]
+    prompts = [[7 + i, 8, 9, 10] for i in range(4)]  # no shared prefix to wait for
     settings = [_settings(base, 40, seed=11 + k) for k in range(4)]
     references = [_solo(engine, p, s) for p, s in zip(prompts, settings, strict=True)]
     batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 4, grow=8)
+    admitted_together(batch, 4)  # 4 x (4 + 8) = 48 of 64: the first to grow pre-empts
     answers = _together(engine, batch, prompts, settings)
     assert batch.preemptions > 0 and batch.recomputed > 0
     assert batch.rows > batch.steps  # steps carried several sequences
@@ -197,10 +217,11 @@ def test_drafted_tokens_grow_and_roll_back_through_pre_emptions(native_engine: E
     tokens grows its reservation alone, drafts not kept roll back, pre-emptions come between;
     the answers are still the solo ones, tokens and log-probs."""
     engine = native_engine
-    prompts = [[5, 6, 7, 5, 6, 7, 10 + i] for i in range(4)]  # repeats: drafts to verify
+    prompts = [[5 + i, 6, 7, 5 + i, 6, 7, 9] for i in range(4)]  # repeats: drafts to verify
     settings = [_settings(GREEDY, 30, None) for _ in prompts]
     references = [_solo(engine, p, s) for p, s in zip(prompts, settings, strict=True)]
     batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 4, grow=8)
+    admitted_together(batch, 4)  # 4 x (7 + 8) = 60 of 64: the first to grow pre-empts
     engine.speculative = True
     try:
         answers = _together(engine, batch, prompts, settings)

@@ -28,3 +28,27 @@ def parse_json_text(text: str | bytes) -> Any:
         raise JsonTextError("is nested too deeply") from None
     except ValueError:  # int() of a number of more than 4300 digits
         raise JsonTextError("holds a number with thousands of digits") from None
+
+
+def nesting_depth(text: str) -> int:
+    """How deep `text` nests arrays and objects, counted without parsing (one pass, no
+    recursion: a file of ten thousand brackets costs nothing), strings skipped. Not
+    necessarily whole JSON: a tool call the token limit cut is counted as far as it goes."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest

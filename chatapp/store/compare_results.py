@@ -22,6 +22,7 @@ from typing import Any
 
 from chatapp.datadir import data_dir
 from chatapp.error_text import first_line
+from chatapp.json_text import nesting_depth
 from chatapp.safe_delete import write_replacing
 from chatapp.store.recovery import corrupt_name
 
@@ -150,24 +151,8 @@ def _moved_aside(source: Path, reason: str) -> str:
 def check_depth(text: str, limit: int) -> None:
     """Damaged where JSON `text` nests arrays and objects deeper than `limit` (json.loads would
     recurse once a level: a file of 100k brackets ends in RecursionError, or worse)."""
-    depth = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                raise Damaged(f"it is nested more than {limit} levels deep")
-        elif char in "]}":
-            depth -= 1
+    if nesting_depth(text) > limit:
+        raise Damaged(f"it is nested more than {limit} levels deep")
 
 
 # ---- the shape the view reads (chatapp bench --json's, engine/bench/stats.py) --------------

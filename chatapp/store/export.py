@@ -263,7 +263,7 @@ def _conversation_from(doc: Any, now: datetime) -> ConversationDraft:
         raise ImportFormatError(f"unknown format version {_show(version)}")
 
     conv = _object(top.get("conversation"), "conversation")
-    title = _string(conv.get("title"), "conversation.title", LIMITS.title_chars)
+    title = text_field(conv.get("title"), "conversation.title", LIMITS.title_chars)
     created = _time(conv.get("created"), "conversation.created", now)
     updated = _time(conv.get("updated"), "conversation.updated", now)
     model = _optional_string(conv.get("model"), "conversation.model", LIMITS.title_chars)
@@ -307,7 +307,7 @@ def _settings_from(raw: Any) -> str:
             f"This chat's settings are {len(text)} characters as JSON; chatapp imports up to "
             f"{LIMITS.settings_chars}. Nothing was imported."
         )
-    _string(text, "conversation.settings", LIMITS.settings_chars)  # no lone surrogates
+    text_field(text, "conversation.settings", LIMITS.settings_chars)  # no lone surrogates
     return text
 
 
@@ -326,7 +326,7 @@ def _message_from(raw: Any, where: str, now: datetime) -> MessageDraft:
         raise ImportFormatError(
             f'"role" must be "user", "assistant" or "tool", found {_show(role)}', where
         )
-    content = _string(obj.get("content"), f"{where}.content", LIMITS.message_chars)
+    content = text_field(obj.get("content"), f"{where}.content", LIMITS.message_chars)
     created = _time(obj.get("created"), f"{where}.created", now)
     figures = None
     if obj.get("figures") is not None:
@@ -378,7 +378,7 @@ def _alternatives_from(raw: Any, where: str, now: datetime) -> tuple[Alternative
     others = []
     for i, item in enumerate(raw):
         obj = _object(item, f"{where}[{i}]")
-        content = _string(obj.get("content"), f"{where}[{i}].content", LIMITS.message_chars)
+        content = text_field(obj.get("content"), f"{where}[{i}].content", LIMITS.message_chars)
         created = _time(obj.get("created"), f"{where}[{i}].created", now)
         figures = None
         if obj.get("figures") is not None:
@@ -421,28 +421,14 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _string(value: Any, where: str, max_chars: int = 1000) -> str:
-    if not isinstance(value, str):
-        raise ImportFormatError(f"must be a string, found {_show(value)}", where)
-    if len(value) > max_chars:
-        raise ImportFormatError(
-            f"is {len(value)} characters long; at most {max_chars} are imported", where
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ImportFormatError("holds a lone surrogate, which is not text", where) from None
-    return value
-
-
 def _optional_string(value: Any, where: str, max_chars: int = 1000) -> str | None:
-    return None if value is None else _string(value, where, max_chars)
+    return None if value is None else text_field(value, where, max_chars)
 
 
 def _time(value: Any, where: str, default: datetime) -> datetime:
     if value is None:
         return default
-    text = _string(value, where)
+    text = text_field(value, where)
     try:
         return from_iso(text)
     except ValueError as exc:

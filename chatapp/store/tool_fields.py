@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chatapp.engine.chat import ToolCall
+from chatapp.json_text import nesting_depth
 from chatapp.store.errors import ImportFormatError
 
 MAX_CALLS = 64  # in one answer (the engine makes at most 8)
@@ -69,28 +70,12 @@ def check_arguments(text: str, where: str) -> None:
     """Nested at most MAX_DEPTH deep (counted without parsing: a file of ten thousand brackets
     costs one pass and no recursion). Not necessarily whole JSON: a call the token limit cut
     keeps its arguments so far (the engine's ToolCall renders those as text)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
+    deepest = nesting_depth(text)
     if deepest > MAX_DEPTH:
         raise ImportFormatError(f"is JSON nested {deepest} deep; at most {MAX_DEPTH}", where)
 
 
-def text_field(value: Any, where: str, max_chars: int) -> str:
+def text_field(value: Any, where: str, max_chars: int = 1000) -> str:
     if not isinstance(value, str):
         raise ImportFormatError(f"must be a string, found {_kind(value)}", where)
     if len(value) > max_chars:

@@ -207,19 +207,27 @@ class LoadedModel:
         CPU session chooses (the folder's native one where the library runs) unless the user
         picked one; raises what starting it raised."""
         plan = replace(self.plan, failed=str(failure), freed=self.resident_estimate.total)
-        return _start(self.description, plan, self)
+        return _start(self.description, plan, self)[0]
 
 
 def start_model(description: ModelDescription, plan: DevicePlan) -> LoadedModel:
     """The model `description` running where `plan` asks, or on the CPU with the reason why
     not (module docstring). EngineError (DeviceError for a device not offered here, unless the
     plan allows the CPU then) where it cannot run at all."""
+    return _start(description, plan, None)[0]
+
+
+def start_with_context(
+    description: ModelDescription, plan: DevicePlan
+) -> tuple[LoadedModel, ModelContext]:
+    """`start_model`, and the model's first context (of `plan.mode`): on a device its loop,
+    allocated at the start to see the device's memory suffice, is the one it answers in."""
     return _start(description, plan, None)
 
 
 def _start(
     description: ModelDescription, plan: DevicePlan, before: LoadedModel | None
-) -> LoadedModel:
+) -> tuple[LoadedModel, ModelContext]:
     """`before`: the model this one replaces (its tokenizer and constraints are kept)."""
     precision = plan.precision or default_precision()
     check_precision(precision)
@@ -272,14 +280,15 @@ def _start(
             precision,
             damaged or reason,
         )
+        context = ModelContext(model, plan.mode)
         if device is not CPU:
-            try:  # fail early: out of device memory for the KV buffers
-                model.new_loop(plan.mode)
+            try:  # fail early: out of device memory for the KV buffers (the loop is kept)
+                context.loop()
             except DeviceFailure as exc:
                 device, reason = CPU, f"{exc} Running on the CPU."
                 continue
         log_softmax_session()  # made now, not in the first answer's time to first token
-        return model
+        return model, context
 
 
 def _device(plan: DevicePlan) -> tuple[Device, str | None]:

@@ -231,13 +231,6 @@ def _start(
     """`before`: the model this one replaces (its tokenizer and constraints are kept)."""
     precision = plan.precision or default_precision()
     check_precision(precision)
-    info = description.info  # its tokens: the same in every graph of the folder
-    tokenizer = before.tokenizer if before else ChatTokenizer(description.tokenizer)
-    constraints = (
-        before.constraints
-        if before
-        else ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
-    )
     device, reason = _device(plan)
     refusal = attention_refusal(device, description.info) if reason is None else None
     if refusal is not None:
@@ -269,6 +262,12 @@ def _start(
                 f"{device.label} is not usable with this model; running on the CPU.",
             )
             continue
+        if before is None:  # built once the session runs: a failed start reads no tokenizer
+            info = description.info  # its tokens: the same in every graph of the folder
+            tokenizer = ChatTokenizer(description.tokenizer)
+            constraints = ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
+        else:
+            tokenizer, constraints = before.tokenizer, before.constraints
         model = LoadedModel(
             description,
             session,

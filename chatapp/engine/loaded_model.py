@@ -235,6 +235,8 @@ def _start(
     refusal = attention_refusal(device, description.info) if reason is None else None
     if refusal is not None:
         device, reason = CPU, refusal
+    # The tokenizer and constraints: kept from `before`, else built once in the loop.
+    text = (before.tokenizer, before.constraints) if before else None
     while True:
         if device is CPU:
             description = _read_for_cpu(description, plan)
@@ -262,12 +264,11 @@ def _start(
                 f"{device.label} is not usable with this model; running on the CPU.",
             )
             continue
-        if before is None:  # built once the session runs: a failed start reads no tokenizer
+        if text is None:  # built once a session runs: a failed start reads no tokenizer
             info = description.info  # its tokens: the same in every graph of the folder
             tokenizer = ChatTokenizer(description.tokenizer)
-            constraints = ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
-        else:
-            tokenizer, constraints = before.tokenizer, before.constraints
+            text = tokenizer, ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
+        tokenizer, constraints = text
         model = LoadedModel(
             description,
             session,

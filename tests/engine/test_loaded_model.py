@@ -261,3 +261,13 @@ def test_a_start_that_fails_reads_no_tokenizer(
     with pytest.raises(ModelError, match="onnxruntime cannot run"):
         start_model(description, DevicePlan(threads=1))
     assert tokenizers == []
+
+
+def test_a_fallback_after_the_session_started_builds_the_tokenizer_once(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv_out_of_memory(monkeypatch)  # the device's session starts, its KV cache does not fit
+    tokenizers = counted(monkeypatch, loaded_model, "ChatTokenizer")
+    description = open_model(tiny_model_dir, "gpu-test", max_context=CONTEXT)
+    model = start_model(description, DevicePlan("gpu-test", threads=1))
+    assert model.device is CPU and len(tokenizers) == 1

@@ -27,6 +27,7 @@ from chatapp.engine.loaded_model import (
     attention_refusal,
     open_model,
     start_model,
+    start_with_context,
 )
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate
@@ -82,8 +83,7 @@ class Engine:
         return engine
 
     def _start_model(self, model: ModelDescription, plan: DevicePlan) -> None:
-        self.loaded = start_model(model, plan)
-        self.context = self.loaded.new_context(plan.mode)
+        self.loaded, self.context = start_with_context(model, plan)
         self._slots: SlotBatch | None = None
         self._slot_contexts: dict[int, ModelContext] = {}
 

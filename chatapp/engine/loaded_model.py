@@ -45,7 +45,7 @@ from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
 from chatapp.engine.model_context import ModelContext
 from chatapp.engine.model_description import ModelDescription, read_model
-from chatapp.engine.model_folder.model import ModelInfo
+from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
@@ -152,6 +152,22 @@ class LoadedModel:
             return self.memory.one_kernel_resident()
         return self.memory
 
+    def speculation_refusal(self, mode: Mode) -> str | None:
+        """Why drafted tokens cannot be verified in `mode` without changing the answer; None
+        where they can. A verifying run computes several rows at once, so each row must come
+        out with the bits a one-token step gives: the GGUF kernels' fast precision does that
+        (every row count takes one path); exact multiplies prompts and steps differently, and
+        the stock graph and devices promise nothing about it."""
+        if self.precision_in_effect != "fast":
+            return "it needs the GGUF kernels' fast precision on the CPU"
+        if not mode.caches:
+            return "the No cache loop recomputes every token anyway"
+        if self.info.layout is KVLayout.STATIC_WINDOW:
+            # Its slots would hold the tokens in another arrangement than one token a window
+            # does, and the attention's sums over them would round otherwise.
+            return "a static KV window lays out drafted tokens unlike single steps"
+        return None
+
     def new_loop(self, mode: Mode) -> KVLoop:
         """A loop of `mode` with a KV cache of its own (DeviceFailure where the device has no
         memory left for it)."""
@@ -191,33 +207,36 @@ class LoadedModel:
         CPU session chooses (the folder's native one where the library runs) unless the user
         picked one; raises what starting it raised."""
         plan = replace(self.plan, failed=str(failure), freed=self.resident_estimate.total)
-        return _start(self.description, plan, self)
+        return _start(self.description, plan, self)[0]
 
 
 def start_model(description: ModelDescription, plan: DevicePlan) -> LoadedModel:
     """The model `description` running where `plan` asks, or on the CPU with the reason why
     not (module docstring). EngineError (DeviceError for a device not offered here, unless the
     plan allows the CPU then) where it cannot run at all."""
+    return _start(description, plan, None)[0]
+
+
+def start_with_context(
+    description: ModelDescription, plan: DevicePlan
+) -> tuple[LoadedModel, ModelContext]:
+    """`start_model`, and the model's first context (of `plan.mode`): on a device its loop,
+    allocated at the start to see the device's memory suffice, is the one it answers in."""
     return _start(description, plan, None)
 
 
 def _start(
     description: ModelDescription, plan: DevicePlan, before: LoadedModel | None
-) -> LoadedModel:
+) -> tuple[LoadedModel, ModelContext]:
     """`before`: the model this one replaces (its tokenizer and constraints are kept)."""
     precision = plan.precision or default_precision()
     check_precision(precision)
-    info = description.info  # its tokens: the same in every graph of the folder
-    tokenizer = before.tokenizer if before else ChatTokenizer(description.tokenizer)
-    constraints = (
-        before.constraints
-        if before
-        else ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
-    )
     device, reason = _device(plan)
     refusal = attention_refusal(device, description.info) if reason is None else None
     if refusal is not None:
         device, reason = CPU, refusal
+    # The tokenizer and constraints: kept from `before`, else built once in the loop.
+    text = (before.tokenizer, before.constraints) if before else None
     while True:
         if device is CPU:
             description = _read_for_cpu(description, plan)
@@ -245,6 +264,11 @@ def _start(
                 f"{device.label} is not usable with this model; running on the CPU.",
             )
             continue
+        if text is None:  # built once a session runs: a failed start reads no tokenizer
+            info = description.info  # its tokens: the same in every graph of the folder
+            tokenizer = ChatTokenizer(description.tokenizer)
+            text = tokenizer, ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
+        tokenizer, constraints = text
         model = LoadedModel(
             description,
             session,
@@ -256,14 +280,15 @@ def _start(
             precision,
             damaged or reason,
         )
+        context = ModelContext(model, plan.mode)
         if device is not CPU:
-            try:  # fail early: out of device memory for the KV buffers
-                model.new_loop(plan.mode)
+            try:  # fail early: out of device memory for the KV buffers (the loop is kept)
+                context.loop()
             except DeviceFailure as exc:
                 device, reason = CPU, f"{exc} Running on the CPU."
                 continue
         log_softmax_session()  # made now, not in the first answer's time to first token
-        return model
+        return model, context
 
 
 def _device(plan: DevicePlan) -> tuple[Device, str | None]:

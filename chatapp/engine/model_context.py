@@ -22,7 +22,7 @@ from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.generation import Generation
 from chatapp.engine.local_card import local_card
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.model_folder.model import KVLayout, ModelInfo
+from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode, as_mode
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.sampling import SamplingSettings
@@ -60,6 +60,7 @@ class ContextModel(Protocol):
     @property
     def kernels(self) -> str: ...
     def new_loop(self, mode: Mode) -> KVLoop: ...
+    def speculation_refusal(self, mode: Mode) -> str | None: ...
 
 
 class ModelContext:
@@ -160,21 +161,9 @@ class ModelContext:
         )
 
     def speculation_refusal(self, loop: KVLoop | None = None) -> str | None:
-        """Why drafted tokens cannot be verified here without changing the answer; None
-        where they can. A verifying run computes several rows at once, so each row must come
-        out with the bits a one-token step gives: the GGUF kernels' fast precision does that
-        (every row count takes one path); exact multiplies prompts and steps differently, and
-        the stock graph and devices promise nothing about it."""
-        mode = loop.mode if loop is not None else self.mode  # no loop made just to ask
-        if self.model.precision_in_effect != "fast":
-            return "it needs the GGUF kernels' fast precision on the CPU"
-        if not mode.caches:
-            return "the No cache loop recomputes every token anyway"
-        if self.model.info.layout is KVLayout.STATIC_WINDOW:
-            # Its slots would hold the tokens in another arrangement than one token a window
-            # does, and the attention's sums over them would round otherwise.
-            return "a static KV window lays out drafted tokens unlike single steps"
-        return None
+        """Why drafted tokens cannot be verified on `loop` (default: this context's mode);
+        a question of the model and the mode (LoadedModel.speculation_refusal)."""
+        return self.model.speculation_refusal(loop.mode if loop is not None else self.mode)
 
     def chat(
         self,

@@ -249,7 +249,7 @@ def summarize(engine: Engine, requested_device: str) -> ModelSummary:
         has_chat_template=engine.tokenizer.has_template,
         default_system_prompt=default,
         default_system_tokens=len(engine.tokenizer.encode(default)) if default else 0,
-        speculation_refusal=engine.speculation_refusal(),
+        speculation_refusal=engine.loaded.speculation_refusal(engine.context.mode),
     )
 
 

@@ -19,8 +19,14 @@ from chatapp.convert.converter import NATIVE_MODEL_FILE, ConvertOptions, convert
 from chatapp.engine import loaded_model, model_description
 from chatapp.engine.devices import CPU, Device, DeviceError, StartedSession
 from chatapp.engine.engine import Engine
-from chatapp.engine.errors import DeviceFailure
-from chatapp.engine.loaded_model import DevicePlan, LoadedModel, open_model, start_model
+from chatapp.engine.errors import DeviceFailure, ModelError
+from chatapp.engine.loaded_model import (
+    DevicePlan,
+    LoadedModel,
+    open_model,
+    start_model,
+    start_with_context,
+)
 from chatapp.engine.model_context import ModelContext
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
@@ -228,3 +234,40 @@ def test_two_contexts_of_one_model_give_the_tokens_of_two_engines(tiny_model_dir
             assert stats.reused_tokens > 0  # its own cache, untouched by the other context
             got.append((first, stats.token_ids))
         assert got == expected, mode
+
+
+def test_the_device_trial_loop_is_the_first_contexts_and_kept(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_device(monkeypatch, GPU)
+    loops = counted(monkeypatch, loaded_model, "make_loop")
+    description = open_model(tiny_model_dir, "gpu-test", max_context=CONTEXT)
+    model, context = start_with_context(description, DevicePlan("gpu-test", threads=1))
+    assert model.device is GPU and context.model is model and len(loops) == 1
+    tokens = context.generate_ids([1, 5, 9], GREEDY, ignore_eos=True).run()
+    assert len(tokens.token_ids) == GREEDY.max_new_tokens
+    assert len(loops) == 1  # the answer ran in the loop the start allocated
+
+
+def test_a_start_that_fails_reads_no_tokenizer(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*_args: object) -> object:
+        raise RuntimeError("the provider refuses everything")
+
+    monkeypatch.setattr(loaded_model, "start_session", refused)
+    tokenizers = counted(monkeypatch, loaded_model, "ChatTokenizer")
+    description = open_model(tiny_model_dir, max_context=CONTEXT)
+    with pytest.raises(ModelError, match="onnxruntime cannot run"):
+        start_model(description, DevicePlan(threads=1))
+    assert tokenizers == []
+
+
+def test_a_fallback_after_the_session_started_builds_the_tokenizer_once(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv_out_of_memory(monkeypatch)  # the device's session starts, its KV cache does not fit
+    tokenizers = counted(monkeypatch, loaded_model, "ChatTokenizer")
+    description = open_model(tiny_model_dir, "gpu-test", max_context=CONTEXT)
+    model = start_model(description, DevicePlan("gpu-test", threads=1))
+    assert model.device is CPU and len(tokenizers) == 1

@@ -17,11 +17,11 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from chatapp.engine.chat import Message
-from chatapp.engine.constraints import OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
-from chatapp.engine.tool_calls import Tool, ToolChoice, ToolPlan
+from chatapp.engine.structured.constraints import OutputFormat
+from chatapp.engine.structured.tool_calls import Tool, ToolChoice, ToolPlan
+from chatapp.engine.text.chat import Message
 
 PROMPT = [Message("user", "Write a long story about a lighthouse keeper, as JSON.")]
 STORY = {

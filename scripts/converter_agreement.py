@@ -26,8 +26,8 @@ from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.reference import ReferenceModel
 from chatapp.engine import devices
 from chatapp.engine.bench.run import filler_text
-from chatapp.engine.chat import ChatTokenizer
 from chatapp.engine.sampling import token_logprobs
+from chatapp.engine.text.chat import ChatTokenizer
 
 VARIANTS = {
     "steps on 2 int8 levels, prompts float / Q8_0 head on 2 levels in steps, 3 in prompts "

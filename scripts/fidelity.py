@@ -9,7 +9,7 @@ ready for docs/engine.md ("Fidelity").
 
 The text is chapter I of Alice's Adventures in Wonderland (chatapp/resources/fidelity_text.txt,
 about 3,000 tokens): windows of --window tokens, the second half of each scored, as llama.cpp's
-perplexity tool does (chatapp/engine/fidelity.py). --llama-python names a Python that has
+perplexity tool does (chatapp/engine/bench/fidelity.py). --llama-python names a Python that has
 llama-cpp-python (chatapp/engine/bench/llamacpp_logits.py runs in it, every position's logits
 kept).
 A folder converted from a random-weight GGUF (scripts/shaped_gguf.py) gives figures that say
@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from chatapp.convert.default_model import bundled_gguf, default_model_dir  # noqa: E402
-from chatapp.engine.fidelity import WAYS, WINDOW  # noqa: E402
+from chatapp.engine.bench.fidelity import WAYS, WINDOW  # noqa: E402
 from chatapp.engine.guards import PRECISIONS  # noqa: E402
 from chatapp.session.fidelity import (  # noqa: E402
     WindowLogits,

@@ -23,9 +23,9 @@ import numpy as np
 
 from chatapp.convert.default_model import default_model_dir
 from chatapp.engine.bench.run import filler_text
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
+from chatapp.engine.text.chat import Message
 from chatapp.session.context import LOW_WATER_SHARE, counter_for, fit_messages
 
 

@@ -47,8 +47,8 @@ def main() -> int:
     parser.add_argument("--new", type=int, default=256, help="tokens per answer at most")
     args = parser.parse_args()
 
-    from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message
     from chatapp.engine.engine import Engine
+    from chatapp.engine.text.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message
 
     engine = Engine(args.folder)
     style = STYLE_CONTINUE if args.cont else STYLE_TEMPLATE

@@ -30,7 +30,7 @@ from chatapp.convert.converter import convert_gguf
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.convert.preflight import read_header, type_name
 from chatapp.engine.bench.run import filler_text
-from chatapp.engine.chat import ChatTokenizer
+from chatapp.engine.text.chat import ChatTokenizer
 from scripts.converter_agreement import decode_step_ms, empty_feeds
 from tests.convert.reference import ReferenceModel
 

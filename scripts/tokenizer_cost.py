@@ -34,7 +34,7 @@ def _status() -> dict[str, float]:
 
 
 def child(folder: str) -> dict[str, object]:
-    from chatapp.engine.chat import ChatTokenizer, Message
+    from chatapp.engine.text.chat import ChatTokenizer, Message
 
     before = _status()
     started = time.process_time()

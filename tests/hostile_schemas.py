@@ -1,8 +1,9 @@
 """Hostile JSON schemas: a corpus by cause (issue 37), each with words its refusal must hold.
 
 Shared by the engine's, the server's and the command line's tests. `REFUSED_BY_CHECK` never
-reach the grammar library (chatapp/engine/json_schema.py refuses them); `REFUSED_BY_LIBRARY`
-are schemas the library compiles or refuses itself, which must still end as one line.
+reach the grammar library (chatapp/engine/structured/json_schema.py refuses them);
+`REFUSED_BY_LIBRARY` are schemas the library compiles or refuses itself, which must still end
+as one line.
 `accepts` feeds a text through a constraint, token by token.
 """
 
@@ -12,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from chatapp.engine.constraints import TokenConstraint
 from chatapp.engine.engine import Engine
+from chatapp.engine.structured.constraints import TokenConstraint
 
 Schema = dict[str, Any]
 

@@ -220,7 +220,14 @@ def test_the_cli_reaches_the_gui_only_through_its_entry_points() -> None:
 # TYPE_CHECKING; and no server module calls what runs a model.
 SERVER_ENGINE_VOCABULARY = frozenset(
     f"chatapp.engine.{m}"
-    for m in ("chat", "constraints", "errors", "modes", "sampling", "tool_calls")
+    for m in (
+        "text.chat",
+        "structured.constraints",
+        "errors",
+        "modes",
+        "sampling",
+        "structured.tool_calls",
+    )
 )
 MODEL_RUNNING_CALLS = frozenset({"chat", "generate_ids", "warm_up", "fall_back_to_cpu"})
 
@@ -763,3 +770,49 @@ def test_the_remote_rule_sees_each_way_past_the_face() -> None:
     factory = "from chatapp.remote import connect, list_models"
     assert remote_type_uses(REMOTE_FACTORY_USER, factory) == []
     assert remote_type_uses("chatapp.gui.remote.ui", "from chatapp.remote import api_base") == []
+
+
+# engine/ has four rooms. The runtime (engine/*.py and model_folder/) runs models; text/ turns
+# messages into tokens and back; structured/ holds grammars and tool calls, over text; bench/
+# measures the runtime. Text and structured output sit below the runtime and take from it only
+# its errors and its folder-reading and memory helpers; nothing in the runtime reads bench/.
+ENGINE_ROOMS = ("chatapp.engine.text", "chatapp.engine.structured", "chatapp.engine.bench")
+RUNTIME_HELPERS_FOR_TEXT = frozenset(
+    {"chatapp.engine.errors", "chatapp.engine.model_folder.files", "chatapp.engine.resident"}
+)
+
+
+def engine_room(module: str) -> str:
+    return next((room for room in ENGINE_ROOMS if _in(module, room)), "chatapp.engine")
+
+
+def may_enter(room: str, target: str) -> bool:
+    """Whether a module in engine room `room` may import the engine module `target`."""
+    target_room = engine_room(target)
+    if room in (target_room, "chatapp.engine.bench"):
+        return True
+    if room == "chatapp.engine":
+        return target_room != "chatapp.engine.bench"
+    below = {"chatapp.engine.structured": {"chatapp.engine.text"}}.get(room, set())
+    return target_room in below or target in RUNTIME_HELPERS_FOR_TEXT
+
+
+def test_the_engine_rooms_point_one_way() -> None:
+    wrong = []
+    for module in modules():
+        if not _in(module, "chatapp.engine"):
+            continue
+        for imp in imports_of(module, type_checking=True):
+            target = internal(imp.target) or ""
+            if _in(target, "chatapp.engine") and not may_enter(engine_room(module), target):
+                wrong.append(f"{imp} ({engine_room(module)} may not use {engine_room(target)})")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_engine_room_rule_refuses_the_runtime_reading_text_upwards() -> None:
+    assert may_enter("chatapp.engine", "chatapp.engine.text.chat")
+    assert not may_enter("chatapp.engine", "chatapp.engine.bench.run")
+    assert not may_enter("chatapp.engine.text", "chatapp.engine.loops")
+    assert not may_enter("chatapp.engine.text", "chatapp.engine.structured.constraints")
+    assert may_enter("chatapp.engine.structured", "chatapp.engine.text.chat")
+    assert may_enter("chatapp.engine.text", "chatapp.engine.errors")

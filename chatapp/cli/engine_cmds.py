@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from chatapp.cli.errors import UserError
 from chatapp.cli.fidelity_cmd import add_fidelity_args, run_fidelity_bench
 from chatapp.cli.tool_args import add_tool_args, calls_as_json, calls_text, tools_from_args
-from chatapp.engine.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
 from chatapp.engine.guards import PRECISION_LABELS, PRECISIONS, default_precision
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.structured.constraints import MAX_SCHEMA_CHARS, ConstraintError, OutputFormat
 from chatapp.json_text import JsonTextError, parse_json_text
 from chatapp.session import arg_checks as checks
 from chatapp.session import formatting
@@ -334,7 +334,7 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from chatapp.engine.chat import Message
+    from chatapp.engine.text.chat import Message
     from chatapp.session.answer import AnswerDone, AnswerRequest, TextDelta, answer
 
     settings = sampling_from_args(args)

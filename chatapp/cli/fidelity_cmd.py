@@ -33,7 +33,7 @@ def add_fidelity_args(bench: argparse.ArgumentParser) -> None:
 
 def run_fidelity_bench(args: argparse.Namespace, model_dir: Path) -> int:
     from chatapp.convert.default_model import FOLDER_NAME, bundled_gguf
-    from chatapp.engine.fidelity import WINDOW
+    from chatapp.engine.bench.fidelity import WINDOW
     from chatapp.session.fidelity import llama_cpp_logits, markdown_table, measure_fidelity
 
     if (

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.cli.errors import UserError
-from chatapp.engine.chat import ToolCall
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, pretty_arguments
+from chatapp.engine.structured.tool_calls import NO_TOOLS, Tool, ToolChoice, pretty_arguments
+from chatapp.engine.text.chat import ToolCall
 from chatapp.session import arg_checks as checks
 from chatapp.session.tool_specs import ToolSpecError, choice_by_word, tools_from_file
 

@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from chatapp.engine.chat import STYLE_TEMPLATE
 from chatapp.engine.errors import EngineError
+from chatapp.engine.text.chat import STYLE_TEMPLATE
 
 if TYPE_CHECKING:
-    from chatapp.engine.chat import ChatTokenizer, Message
-    from chatapp.engine.constraints import OutputFormat
     from chatapp.engine.metrics import RunStats
     from chatapp.engine.sampling import SamplingSettings
+    from chatapp.engine.structured.constraints import OutputFormat
+    from chatapp.engine.text.chat import ChatTokenizer, Message
     from chatapp.engine.warm_up import WarmUpProgress
 
 
@@ -166,7 +166,7 @@ class Backend(Protocol):
         output_format: OutputFormat | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         continue_last: bool = False,
-        style: str = STYLE_TEMPLATE,  # engine/chat.py PROMPT_STYLES (a server: its own)
+        style: str = STYLE_TEMPLATE,  # engine/text/chat.py PROMPT_STYLES (a server: its own)
     ) -> AnswerStream: ...
     def generate_ids(
         self,

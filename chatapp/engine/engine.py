@@ -17,8 +17,6 @@ from typing import Any
 import onnxruntime as ort
 
 from chatapp.engine.backend import BackendCard
-from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, Message
-from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import Device
 from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.generation import Generation
@@ -38,6 +36,8 @@ from chatapp.engine.modes import Mode, as_mode
 from chatapp.engine.resident import MappedFiles
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch, SlotLoop
+from chatapp.engine.structured.constraints import ConstraintCompiler, OutputFormat
+from chatapp.engine.text.chat import STYLE_TEMPLATE, ChatTokenizer, Message
 from chatapp.engine.warm_up import WarmUpProgress
 
 __all__ = ["LOCAL_CAPABILITIES", "Engine", "attention_refusal", "open_model", "start_model"]

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chatapp.engine.chat import IncrementalDetokenizer
-from chatapp.engine.constraints import TokenConstraint
 from chatapp.engine.errors import ContextOverflowError, ModelError
 from chatapp.engine.loops import KVLoop, Step
 from chatapp.engine.metrics import RunStats, StepTiming
@@ -22,7 +20,9 @@ from chatapp.engine.sampling import (
     top_logprobs,
 )
 from chatapp.engine.speculative import DraftPlanner, PromptLookup
+from chatapp.engine.structured.constraints import TokenConstraint
 from chatapp.engine.tensor_types import as_float32
+from chatapp.engine.text.chat import IncrementalDetokenizer
 
 perf = time.perf_counter
 NONE: frozenset[int] = frozenset()

@@ -28,8 +28,6 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from chatapp.engine.chat import ChatTokenizer
-from chatapp.engine.constraints import ConstraintCompiler
 from chatapp.engine.devices import (
     CPU,
     Device,
@@ -57,6 +55,8 @@ from chatapp.engine.resident import (
 )
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.slots import SlotBatch
+from chatapp.engine.structured.constraints import ConstraintCompiler
+from chatapp.engine.text.chat import ChatTokenizer
 from chatapp.error_text import STATUS_LINE, first_line
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,6 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from chatapp.engine.backend import BackendCard, Capabilities
-from chatapp.engine.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
-from chatapp.engine.constraints import ConstraintCompiler, OutputFormat
 from chatapp.engine.devices import Device
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.generation import Generation
@@ -27,6 +25,8 @@ from chatapp.engine.modes import Mode, as_mode
 from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.speculative import DraftPlanner
+from chatapp.engine.structured.constraints import ConstraintCompiler, OutputFormat
+from chatapp.engine.text.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 
 # A model run here: its tokenizer counts, its grammar constrains, its loops are chosen.
@@ -179,9 +179,9 @@ class ModelContext:
         loop: KVLoop | None = None,
     ) -> Generation:
         """`tools` (OpenAI's function entries) go to the chat template, for models whose
-        template describes tools; see chatapp/engine/tool_calls.py for the others.
+        template describes tools; see chatapp/engine/structured/tool_calls.py for the others.
         `continue_last`: the last message is an answer to go on with (ChatTokenizer.chat_ids);
-        `style`: how the messages become the prompt (engine/chat.py PROMPT_STYLES)."""
+        `style`: how the messages become the prompt (engine/text/chat.py PROMPT_STYLES)."""
         ids = self.model.tokenizer.chat_ids(
             messages, self.max_context, tools=tools, continue_last=continue_last, style=style
         )

@@ -61,7 +61,7 @@ class ModelDescription:
     native: bool  # the graph runs on chatapp's GGUF kernels (native_kernels.py)
     sampling: ModelSampling  # what the model suggests sampling with (its configs or a preset)
     tokenizer: (
-        TokenizerFiles  # its tokenizer files, checked and read (engine/chat.py builds on them)
+        TokenizerFiles  # its tokenizer files, checked and read (engine/text/chat.py builds on them)
     )
     # The graph the user picked (relative to the folder); None: chosen for the device.
     onnx_file: str | None = None

@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from chatapp.engine.backend import BackendCard
-from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import STYLE_TEMPLATE, Message
 from chatapp.remote.card import SERVER_CAPABILITIES, server_card
 from chatapp.remote.client import RemoteClient, ServedModel, Timeouts, count
 from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError
 from chatapp.remote.reader import StreamReader
 
 if TYPE_CHECKING:
-    from chatapp.engine.constraints import OutputFormat
+    from chatapp.engine.structured.constraints import OutputFormat
     from chatapp.engine.warm_up import WarmUpProgress
 
 perf = time.perf_counter

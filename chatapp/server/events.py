@@ -17,8 +17,8 @@ from chatapp.server.errors import ApiError
 from chatapp.server.request_body import GenerationRequest
 
 if TYPE_CHECKING:
-    from chatapp.engine.chat import ToolCall
-    from chatapp.engine.tool_stream import StreamPiece
+    from chatapp.engine.structured.tool_stream import StreamPiece
+    from chatapp.engine.text.chat import ToolCall
 
 perf = time.perf_counter
 

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import MAX_LOGIT_BIAS, PENALTY_ALL, SamplingSettings
+from chatapp.engine.text.chat import STYLE_TEMPLATE, Message
 from chatapp.server import structured_fields
 from chatapp.server.errors import invalid
 from chatapp.server.request_limits import (

@@ -1,6 +1,6 @@
 """How big one chat request may be, counted before the chat template sees it.
 
-The template renders in a bounded sandbox (engine/template.py: 2 s, bounded memory), but a
+The template renders in a bounded sandbox (engine/text/template.py: 2 s, bounded memory), but a
 request of 100 000 tiny messages (3.4 MB, under the body cap) used to run it into that limit,
 and every later request was then refused too. Counting first gives the big request its own
 clear 400, in microseconds, before it waits in the queue; the template never sees it.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatapp.engine.chat import Message
 from chatapp.engine.errors import ContextOverflowError
+from chatapp.engine.text.chat import Message
 from chatapp.server.errors import ApiError, invalid
 
 MAX_MESSAGES = 4096

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chatapp.engine.chat import ToolCall
-from chatapp.engine.tool_calls import StreamPiece
+from chatapp.engine.structured.tool_calls import StreamPiece
+from chatapp.engine.text.chat import ToolCall
 from chatapp.server.errors import ApiError
 from chatapp.server.events import Delta, Done, TokenOut
 from chatapp.server.request_body import GenerationRequest

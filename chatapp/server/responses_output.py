@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.text.chat import Message, ToolCall
 from chatapp.server.errors import ApiError
 from chatapp.server.events import Delta, Done
 from chatapp.server.responses_request import ResponsesRequest

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.text.chat import Message, ToolCall
 from chatapp.server.errors import ApiError, invalid
 from chatapp.server.request_body import ROLES, GenerationRequest, chat_request
 from chatapp.server.request_limits import check_chat_size, check_message_count

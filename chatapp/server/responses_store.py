@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chatapp.engine.chat import Message
+from chatapp.engine.text.chat import Message
 
 MAX_ENTRIES = 100
 TTL_S = 3600.0

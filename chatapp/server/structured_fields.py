@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatapp.engine.chat import Message, ToolCall
-from chatapp.engine.constraints import (
+from chatapp.engine.structured.constraints import (
     MISSING_LIBRARY,
     ConstraintError,
     OutputFormat,
     library_available,
 )
-from chatapp.engine.tool_calls import Tool, ToolChoice
+from chatapp.engine.structured.tool_calls import Tool, ToolChoice
+from chatapp.engine.text.chat import Message, ToolCall
 from chatapp.server.errors import invalid
 from chatapp.session import tool_specs
 

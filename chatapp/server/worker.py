@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chatapp.engine.constraints import ConstraintError
 from chatapp.engine.errors import (
     ContextOverflowError,
     DeviceFailure,
@@ -38,6 +37,7 @@ from chatapp.engine.errors import (
 )
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import BiasRefused
+from chatapp.engine.structured.constraints import ConstraintError
 from chatapp.error_text import first_line
 from chatapp.server.errors import ApiError
 from chatapp.server.events import (

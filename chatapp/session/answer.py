@@ -14,9 +14,10 @@
 CLI): the prompt style is part of it, so rendering is a function of the request alone, never of
 what another answer on the same model asked before.
 
-Stop strings (engine/stops.py) and tool calls (engine/tool_stream.py) are applied here, for
-every caller. The backend is a `Backend` (engine/backend.py): what it can do is read from its
-capabilities. After a device failure, `fall_back_to_cpu` asks the model's owner for it on the CPU.
+Stop strings (engine/text/stops.py) and tool calls (engine/structured/tool_stream.py) are
+applied here, for every caller. The backend is a `Backend` (engine/backend.py): what it can do
+is read from its capabilities. After a device failure, `fall_back_to_cpu` asks the model's
+owner for it on the CPU.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from chatapp.engine.backend import AnswerStream, Backend, BackendError, TokenEvent
-from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message, ToolCall
-from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.stops import StopBuffer
-from chatapp.engine.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
-from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
+from chatapp.engine.structured.constraints import ConstraintError, OutputFormat
+from chatapp.engine.structured.tool_calls import NO_TOOLS, Tool, ToolChoice, ToolPlan
+from chatapp.engine.structured.tool_stream import StreamPiece, ToolCallStream
+from chatapp.engine.text.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message, ToolCall
+from chatapp.engine.text.stops import StopBuffer
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.session.context import ContextReport, counter_for, fit_messages
 from chatapp.session.prompt_style import answer_stops
@@ -93,7 +94,7 @@ class AnswerRequest:
     tool_choice: ToolChoice = NO_TOOLS
     stops: tuple[str, ...] = ()  # the answer ends before the first of these (not shown)
     context: ContextPolicy = ContextPolicy.REFUSE
-    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES (a server: its own)
+    prompt_style: str = STYLE_TEMPLATE  # engine/text/chat.py PROMPT_STYLES (a server: its own)
     continue_last: bool = False  # the last message is an answer to go on with (Continue)
     top_logprobs: int = 0
     request_id: int = 0  # the ContextReport's

@@ -21,12 +21,12 @@ from functools import partial
 from typing import Any
 
 from chatapp.engine.backend import Backend, BackendError
-from chatapp.engine.chat import Message, ToolCall
-from chatapp.engine.constraints import ConstraintError, output_format_from_text
 from chatapp.engine.errors import DeviceFailure, EngineError
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.metrics import RunStats
-from chatapp.engine.tool_calls import NO_TOOLS
+from chatapp.engine.structured.constraints import ConstraintError, output_format_from_text
+from chatapp.engine.structured.tool_calls import NO_TOOLS
+from chatapp.engine.text.chat import Message, ToolCall
 from chatapp.engine.warm_up import WarmUpProgress
 from chatapp.session.answer import (
     AnswerDone,

@@ -16,16 +16,16 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from chatapp.engine.chat import (
+from chatapp.engine.modes import Mode
+from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.structured.tool_calls import Tool
+from chatapp.engine.text.chat import (
     PLAIN_CHAT_STOPS,
     PROMPT_STYLES,
     STYLE_CONTINUE,
     STYLE_PLAIN_CHAT,
     STYLE_TEMPLATE,
 )
-from chatapp.engine.modes import Mode
-from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.tool_calls import Tool
 from chatapp.session.prompt_style import CHAT, CONTINUE, MAX_STOP_CHARS, MAX_STOPS
 from chatapp.session.tool_specs import CHOICES, ToolSpecError, tools_as_json, tools_from_value
 from chatapp.store import HistoryStore, StoreError
@@ -44,7 +44,7 @@ class GenerationOptions:
     system_prompt: str = ""
     json_schema: str | None = None  # "JSON answer": None off; "" any object; else a schema
     stops: tuple[str, ...] = ()  # the answer ends before the first of these
-    prompt_style: str = STYLE_TEMPLATE  # engine/chat.py PROMPT_STYLES
+    prompt_style: str = STYLE_TEMPLATE  # engine/text/chat.py PROMPT_STYLES
     tools: tuple[Tool, ...] = ()  # the Tools option's (session/tool_specs.py)
     tool_choice: str = "auto"  # auto, required or none (tool_specs.choice_by_word)
 
@@ -54,7 +54,7 @@ class ChatSettings:
     model: str | None = None
     system_prompt: str = ""
     sampling: SamplingSettings | None = None  # None: not known (a chat from before)
-    prompt_style: str | None = None  # engine/chat.py PROMPT_STYLES; None: not known
+    prompt_style: str | None = None  # engine/text/chat.py PROMPT_STYLES; None: not known
     stops: tuple[str, ...] = ()  # as sent, with the plain-line chat's own
     tools: tuple[Tool, ...] = ()  # the Tools option's (session/tool_specs.py)
     tool_choice: str = "auto"  # auto, required or none

@@ -30,11 +30,11 @@ from chatapp.engine.bench.run import (
     run_interleaved,
 )
 from chatapp.engine.bench.stats import compare_runs, summarize
-from chatapp.engine.chat import Message
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import MODES, Mode
 from chatapp.engine.nocache import SEQUENCE_CAP
+from chatapp.engine.text.chat import Message
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 

@@ -11,7 +11,7 @@ engine message list, which may start with a system prompt.
 
 The policy itself (`fit_to_context`) is a pure function: the caller passes `count_tokens`, which
 renders a message list with the model's chat template and counts the ids (`counter_for`); it
-only needs `.role`/`.content`, so `chatapp.engine.chat.Message` and the GUI's `ChatMessage`
+only needs `.role`/`.content`, so `chatapp.engine.text.chat.Message` and the GUI's `ChatMessage`
 both work. A *turn* is a user message and everything after it up to the next user message
 (normally one answer). Turns are dropped whole, oldest first, so the model never sees an answer
 without its question. The last turn (the question being asked now) is always kept: when even
@@ -36,9 +36,9 @@ from itertools import pairwise
 from typing import Generic, Protocol, TypeVar, cast
 
 from chatapp.engine.backend import Backend
-from chatapp.engine.chat import STYLE_TEMPLATE, Message
 from chatapp.engine.errors import ContextOverflowError
-from chatapp.engine.tool_calls import ToolPlan
+from chatapp.engine.structured.tool_calls import ToolPlan
+from chatapp.engine.text.chat import STYLE_TEMPLATE, Message
 
 # The answer's room is "max new tokens", but never more than this share of the context: with a
 # 512-token model and max new tokens at 2048, a full reserve would leave no room for any history.

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from chatapp.engine.chat import Message, ToolCall
 from chatapp.engine.figures import AnswerFigures
-from chatapp.engine.tool_calls import with_calls
+from chatapp.engine.structured.tool_calls import with_calls
+from chatapp.engine.text.chat import Message, ToolCall
 
 if TYPE_CHECKING:
     from chatapp.session.chat_settings import ChatSettings

@@ -1,6 +1,6 @@
 """Fidelity, measured: a shipped real text through the model, every scored position's logits
 against the float64 reference of the same GGUF (chatapp/convert/reference.py), for each
-precision of the GGUF kernels and each way the engine reads text (engine/fidelity.py says
+precision of the GGUF kernels and each way the engine reads text (engine/bench/fidelity.py says
 what is scored and how). `chatapp bench --fidelity` and scripts/fidelity.py print it; other
 systems' logits (llama.cpp's, in scripts/fidelity.py) join as precomputed arrays.
 """
@@ -16,10 +16,7 @@ from typing import Any
 import numpy as np
 
 from chatapp.convert.reference import ReferenceModel
-from chatapp.engine.bench.llamacpp_logits import llama_logits
-from chatapp.engine.engine import Engine
-from chatapp.engine.errors import EngineError
-from chatapp.engine.fidelity import (
+from chatapp.engine.bench.fidelity import (
     WAYS,
     WINDOW,
     FidelityMetrics,
@@ -28,6 +25,9 @@ from chatapp.engine.fidelity import (
     scored_positions,
     windows,
 )
+from chatapp.engine.bench.llamacpp_logits import llama_logits
+from chatapp.engine.engine import Engine
+from chatapp.engine.errors import EngineError
 from chatapp.engine.guards import PRECISION_LABELS, PRECISIONS
 from chatapp.error_text import first_line
 

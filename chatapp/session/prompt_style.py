@@ -5,12 +5,12 @@ A base model (no chat template) was never taught turns: asked "The capital of Fr
 answers, then writes the next "User: ..." and "Assistant: ..." lines itself until the token
 limit. So the window continues text by default for such a model, and chatting with it uses
 plain "User:" / "Assistant:" lines with stop strings that end the answer where the model
-starts a turn of its own (engine/chat.py).
+starts a turn of its own (engine/text/chat.py).
 """
 
 from __future__ import annotations
 
-from chatapp.engine.chat import (
+from chatapp.engine.text.chat import (
     PLAIN_CHAT_STOPS,
     STYLE_CONTINUE,
     STYLE_PLAIN_CHAT,

@@ -19,8 +19,8 @@ from chatapp.engine.bench.speculative import (
     speculative_lines,
     speculative_runs,
 )
-from chatapp.engine.chat import Message
 from chatapp.engine.errors import EngineError
+from chatapp.engine.text.chat import Message
 from chatapp.session.jobs import Job, JobAborted, JobControl, failed
 from chatapp.session.model_jobs import EngineHost
 

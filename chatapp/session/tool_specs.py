@@ -1,10 +1,11 @@
 """Tools as a request gives them: OpenAI's `tools` list and `tool_choice`, read into the
-engine's `Tool` and `ToolChoice` (engine/tool_calls.py). No Qt.
+engine's `Tool` and `ToolChoice` (engine/structured/tool_calls.py). No Qt.
 
 One reading for every face: `chatapp serve` (server/structured_fields.py turns a
 `ToolSpecError` into a 400 naming the field), `chatapp generate --tools FILE` and the window's
 Tools option (`tools_from_file`: a file that cannot be used is one sentence). A tool's
-parameters are checked as the grammar will read them (engine/json_schema.py, `check_schema`).
+parameters are checked as the grammar will read them (engine/structured/json_schema.py,
+`check_schema`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chatapp.engine.constraints import (
+from chatapp.engine.errors import ModelError
+from chatapp.engine.model_folder.files import read_capped
+from chatapp.engine.structured.constraints import (
     MISSING_LIBRARY,
     ConstraintError,
     check_schema,
     library_available,
 )
-from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import read_capped
-from chatapp.engine.tool_calls import Tool, ToolChoice, argument_schema
+from chatapp.engine.structured.tool_calls import Tool, ToolChoice, argument_schema
 from chatapp.json_text import JsonTextError, parse_json_text
 
 MAX_TOOLS = 128  # OpenAI's limit

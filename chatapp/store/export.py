@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any, TypeGuard, cast
 
 from chatapp import __version__
-from chatapp.engine.chat import ToolCall
+from chatapp.engine.text.chat import ToolCall
 from chatapp.store.errors import ImportFormatError, ImportTooLargeError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,

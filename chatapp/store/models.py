@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from chatapp.engine.chat import ToolCall
 from chatapp.engine.figures import FIGURES, AnswerFigures
+from chatapp.engine.text.chat import ToolCall
 
 Role = Literal["user", "assistant", "tool"]
 # The system prompt lives on the conversation; "tool": a tool's result, answering a call.

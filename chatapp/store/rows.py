@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, cast
 
-from chatapp.engine.chat import ToolCall
+from chatapp.engine.text.chat import ToolCall
 from chatapp.store.errors import ImportFormatError, StoreError
 from chatapp.store.models import (
     FIGURE_FLOATS,

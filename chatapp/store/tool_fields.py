@@ -2,7 +2,7 @@
 a list in a JSON export, checked the same way whichever file they come from.
 
 A call is {"id": str, "name": str, "arguments": str}: the arguments are JSON text, as the
-OpenAI API carries them and as chatapp.engine.chat.ToolCall holds them. A file is hostile input
+OpenAI API carries them and as chatapp.engine.text.chat.ToolCall holds them. A file is hostile input
 (an import, a hand-edited database): every field is type-checked and bounded, and the
 arguments nest at most MAX_DEPTH deep, so that rendering them for the model's template later
 (which parses them) cannot recurse without end. A bad field raises
@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from chatapp.engine.chat import ToolCall
+from chatapp.engine.text.chat import ToolCall
 from chatapp.json_text import nesting_depth
 from chatapp.store.errors import ImportFormatError
 

@@ -9,7 +9,7 @@ from datetime import datetime, tzinfo
 from chatapp import __version__
 from chatapp.engine.guards import PRECISION_LABELS
 from chatapp.engine.modes import MODES, mode_label
-from chatapp.engine.tool_calls import with_calls
+from chatapp.engine.structured.tool_calls import with_calls
 from chatapp.store.models import Alternative, Figures, StoredConversation, StoredMessage
 from chatapp.units import fmt_bytes
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from chatapp.engine.backend import Backend, BackendCard
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.text.chat import Message
 from chatapp.units import fmt_bytes
 
 FIGURES = ("ttft", "tokens_per_second", "perplexity", "prompt_perplexity", "transfer", "context")

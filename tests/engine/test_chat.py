@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from chatapp.engine.chat import (
+from chatapp.engine.errors import ModelError
+from chatapp.engine.text.chat import (
     NO_TEMPLATE_NOTICE,
     PROMPT_STYLES,
     STYLE_CONTINUE,
@@ -19,7 +20,6 @@ from chatapp.engine.chat import (
     Message,
     prompt_notice,
 )
-from chatapp.engine.errors import ModelError
 
 TEXTS = [
     "Hello there, the answer is in an hour.",
@@ -217,7 +217,7 @@ SLOW_LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %
 
 @pytest.fixture
 def short_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chatapp.engine import template
+    from chatapp.engine.text import template
 
     monkeypatch.setattr(template, "LIMITS", template.Limits(seconds=0.3))
 
@@ -229,7 +229,7 @@ def _huge_chat(count: int = 400_000) -> list[Message]:
 def test_a_huge_conversation_is_refused_alone(
     tiny_model_dir: Path, short_limit: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from chatapp.engine.template import TemplateLimitError
+    from chatapp.engine.text.template import TemplateLimitError
 
     tok = ChatTokenizer.from_folder(tiny_model_dir)
     for _ in range(2):  # again: still only that conversation
@@ -258,7 +258,7 @@ def test_a_template_that_fails_an_ordinary_chat_is_switched_off(
     caplog: pytest.LogCaptureFixture,
     template: str,
 ) -> None:
-    from chatapp.engine.template import TemplateLimitError
+    from chatapp.engine.text.template import TemplateLimitError
 
     tok = ChatTokenizer.from_folder(_with_template(tiny_model_dir, tmp_path / "slow", template))
     with pytest.raises(TemplateLimitError) as first:
@@ -272,7 +272,7 @@ def test_a_template_that_fails_an_ordinary_chat_is_switched_off(
 def test_an_ordinary_template_is_probed_once(
     tiny_model_dir: Path, short_limit: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatapp.engine.template import TemplateLimitError
+    from chatapp.engine.text.template import TemplateLimitError
 
     tok = ChatTokenizer.from_folder(tiny_model_dir)
     probes = []
@@ -292,7 +292,7 @@ def test_an_ordinary_template_is_probed_once(
 def test_the_tokenizer_measures_what_it_keeps_after_handing_the_parse_back(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatapp.engine import chat
+    from chatapp.engine.text import chat
 
     events: list[str] = []
     readings = iter([100 << 20, 130 << 20])

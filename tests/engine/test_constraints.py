@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatapp.engine import constraints
-from chatapp.engine.chat import Message
-from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY, SamplingSettings
+from chatapp.engine.structured import constraints
+from chatapp.engine.structured.constraints import ConstraintError, OutputFormat
+from chatapp.engine.text.chat import Message
 
 pytest.importorskip("llguidance", reason="structured output needs llguidance")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from chatapp.engine import cpu_share
-from chatapp.engine.cpu_share import CpuSample, machine_busy_seconds, others_cores
+from chatapp.engine.bench import cpu_share
+from chatapp.engine.bench.cpu_share import CpuSample, machine_busy_seconds, others_cores
 
 
 def test_busy_time_counts_everything_but_idle_and_iowait(tmp_path: Path) -> None:

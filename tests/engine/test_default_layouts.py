@@ -12,10 +12,10 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.convert.default_model import bundled_gguf
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 
 pytestmark = [pytest.mark.default_model, pytest.mark.usefixtures("exact_default_precision")]
 SETTINGS = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=40)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import MODES
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 
 pytestmark = [pytest.mark.default_model, pytest.mark.usefixtures("exact_default_precision")]
 GREEDY_48 = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=48)

@@ -1,5 +1,5 @@
 """The fidelity metrics on cases whose answers are known in closed form, the windows, and the
-engine's two ways of reading a window (engine/fidelity.py)."""
+engine's two ways of reading a window (engine/bench/fidelity.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatapp.engine.engine import Engine
-from chatapp.engine.fidelity import (
+from chatapp.engine.bench.fidelity import (
     FidelityTally,
     engine_window_logits,
     kl_divergence,
@@ -18,6 +17,7 @@ from chatapp.engine.fidelity import (
     scored_positions,
     windows,
 )
+from chatapp.engine.engine import Engine
 
 
 def test_identical_logits_diverge_by_nothing_whatever_their_offset() -> None:

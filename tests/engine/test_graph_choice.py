@@ -24,7 +24,6 @@ from chatapp.convert.converter import (
 from chatapp.convert.preflight import read_header
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import loaded_model as engine_module
-from chatapp.engine.chat import Message
 from chatapp.engine.devices import (
     CPU,
     Device,
@@ -43,6 +42,7 @@ from chatapp.engine.native_kernels import (
     library_path,
 )
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 from chatapp.folder_format.native_library import LIBRARY_ENV, usable_isa
 from tests.tiny_model import write_tiny_gguf
 

@@ -17,10 +17,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from chatapp.engine import memory
-from chatapp.engine.chat import ChatTokenizer
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.model_description import open_model_folder
+from chatapp.engine.text.chat import ChatTokenizer
 
 Change = Callable[[Path], None]
 

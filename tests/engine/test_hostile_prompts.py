@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.sampling import GREEDY, SamplingSettings
+from chatapp.engine.text.chat import Message
 
 SHORT = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=3)
 

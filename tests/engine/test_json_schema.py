@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chatapp.engine.constraints import ConstraintError, OutputFormat, TokenConstraint
 from chatapp.engine.engine import Engine
-from chatapp.engine.json_schema import INTEGER_BOUND, check_schema, prepared_schema
+from chatapp.engine.structured.constraints import ConstraintError, OutputFormat, TokenConstraint
+from chatapp.engine.structured.json_schema import INTEGER_BOUND, check_schema, prepared_schema
 from tests.hostile_schemas import (
     ACCEPTED,
     REFUSED_BY_CHECK,
@@ -63,7 +63,7 @@ def test_schemas_near_the_limits_still_work(engine: Engine, name: str) -> None:
 # on the compile thread's stack: the second defence holds alone.
 CHILD = """
 import json, sys
-from chatapp.engine.constraints import ConstraintError, OutputFormat, on_big_stack
+from chatapp.engine.structured.constraints import ConstraintError, OutputFormat, on_big_stack
 from chatapp.engine.engine import Engine
 from tests.hostile_schemas import REFUSED_BY_CHECK, REFUSED_BY_LIBRARY, ref_chain
 import llguidance
@@ -210,7 +210,7 @@ def test_the_compile_thread_falls_back_to_the_default_stack(
     and the process-wide stack size is as it was."""
     import threading
 
-    from chatapp.engine import constraints
+    from chatapp.engine.structured import constraints
 
     before = threading.stack_size()
     monkeypatch.setattr(constraints, "COMPILE_STACK_BYTES", 1 << 46)

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError
 from chatapp.engine.loops import IOBindingLoop, NaiveLoop
 from chatapp.engine.sampling import GREEDY, SamplingSettings
+from chatapp.engine.text.chat import Message
 from tests.convert.test_graph import STEP_TOLERANCE
 
 

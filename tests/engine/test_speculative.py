@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.generation import Generation
 from chatapp.engine.metrics import RunStats
@@ -17,6 +16,7 @@ from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import library_path
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.speculative import Draft, DraftPlanner, PromptLookup
+from chatapp.engine.text.chat import Message
 from tests.tiny_families import FAMILIES, write_family_gguf
 
 # Rows verified together equal one-token steps only on the GGUF kernels' fast precision.

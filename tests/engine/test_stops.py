@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatapp.engine.stops import StopBuffer
+from chatapp.engine.text.stops import StopBuffer
 
 
 def feed(stops: tuple[str, ...], pieces: list[str]) -> tuple[str, list[int], bool]:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from chatapp.engine import template
-from chatapp.engine.chat import FALLBACK_TEMPLATE, ChatTokenizer, Message
 from chatapp.engine.errors import ModelError
-from chatapp.engine.template import LIMITS, ChatTemplate, Limits, TemplateLimitError
+from chatapp.engine.text import template
+from chatapp.engine.text.chat import FALLBACK_TEMPLATE, ChatTokenizer, Message
+from chatapp.engine.text.template import LIMITS, ChatTemplate, Limits, TemplateLimitError
 from tests.tiny_model import CHATML_TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[2]

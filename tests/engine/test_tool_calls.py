@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.engine.chat import Message, ToolCall
-from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY, SamplingSettings
-from chatapp.engine.tool_calls import (
+from chatapp.engine.structured.constraints import ConstraintError, OutputFormat
+from chatapp.engine.structured.tool_calls import (
     GENERIC,
     HERMES,
     LLAMA,
@@ -25,6 +24,7 @@ from chatapp.engine.tool_calls import (
     argument_schema,
     call_format,
 )
+from chatapp.engine.text.chat import Message, ToolCall
 from tests.hostile_schemas import accepts
 from tests.tiny_model import write_tiny_gguf
 
@@ -189,7 +189,7 @@ def test_phi4_mini_gets_the_tools_in_its_system_block(tiny_model_dir: Path) -> N
     assert system.role == "system" and json.loads(system.tools or "")[0]["name"] == "zone"
     assert call == Message("assistant", '{"name": "zone", "arguments": {"hours": 2}}')
     assert result.role == "tool"
-    from chatapp.engine.template import ChatTemplate
+    from chatapp.engine.text.template import ChatTemplate
 
     text = ChatTemplate(PHI4_TEMPLATE).render(
         messages=[m.as_dict() for m in plan.messages(ASK)], add_generation_prompt=True

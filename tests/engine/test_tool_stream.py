@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatapp.engine.tool_stream import StreamPiece, ToolCallStream
+from chatapp.engine.structured.tool_stream import StreamPiece, ToolCallStream
 
 TWO_CALLS = (
     '{"name":"find","arguments":{"q":"a } b \\" { [","n":[1,{"k":2}]}}\n'

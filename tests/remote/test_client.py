@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.errors import EngineError
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 from chatapp.remote.client import MAX_FACTS, Timeouts, _model, api_base
 from chatapp.remote.engine import RemoteEngine
 from chatapp.remote.errors import (

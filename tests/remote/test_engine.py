@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY, SamplingSettings
+from chatapp.engine.text.chat import Message
 from chatapp.remote.client import Timeouts
 from chatapp.remote.engine import RemoteEngine, RemoteEvent
 from chatapp.remote.errors import RemoteDisconnected, RemoteError, RemoteTimeout

@@ -25,8 +25,8 @@ import pytest
 
 from chatapp.convert import default_model
 from chatapp.convert.errors import ConversionError
-from chatapp.engine.chat import Message
 from chatapp.engine.sampling import GREEDY
+from chatapp.engine.text.chat import Message
 from chatapp.remote.engine import RemoteEngine
 
 # Checks of the default model's own answers: the exact arithmetic (conftest).

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.sampling import GREEDY, SamplingSettings
+from chatapp.engine.text.chat import Message
 from chatapp.remote.client import MAX_STREAM_BYTES, RemoteClient
 from chatapp.remote.engine import MAX_ANSWER_CHARS, MAX_IDLE_CHUNKS, RemoteEngine
 from chatapp.remote.errors import RemoteError, RemoteHTTPError, RemoteStreamError

@@ -10,9 +10,9 @@ from typing import Any
 import httpx2
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
+from chatapp.engine.text.chat import Message
 from tests.serving import Served
 
 QUESTION = [{"role": "user", "content": "hello"}]

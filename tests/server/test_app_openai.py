@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
+from chatapp.engine.text.chat import Message
 from tests.serving import serving, slow_down
 
 openai = pytest.importorskip("openai", reason="the openai package is in the dev extra")

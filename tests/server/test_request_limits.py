@@ -9,7 +9,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.text.chat import Message, ToolCall
 from chatapp.server.errors import ApiError
 from chatapp.server.request_limits import MAX_MESSAGES, check_chat_size
 from tests.serving import Served

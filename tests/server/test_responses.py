@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
+from chatapp.engine.text.chat import Message
 from tests.server.test_app import QUESTION, post, stream_chunks
 from tests.serving import Served, serving
 

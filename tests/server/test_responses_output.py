@@ -17,9 +17,9 @@ import httpx2
 import pytest
 from pydantic import BaseModel, Field
 
-from chatapp.engine.chat import ToolCall
 from chatapp.engine.engine import Engine
-from chatapp.engine.tool_calls import StreamPiece
+from chatapp.engine.structured.tool_calls import StreamPiece
+from chatapp.engine.text.chat import ToolCall
 from chatapp.server.app import ShutdownNotice, build_app
 from chatapp.server.responses_output import ResponsesReply
 from chatapp.server.responses_request import parse_responses

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.text.chat import Message, ToolCall
 from chatapp.server.errors import ApiError
 from chatapp.server.request_limits import MAX_MESSAGES
 from chatapp.server.responses_request import ResponsesRequest, input_messages, parse_responses

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatapp.engine.chat import Message, ToolCall
+from chatapp.engine.text.chat import Message, ToolCall
 from chatapp.server.responses_store import ResponseStore, StoredResponse
 
 

@@ -20,9 +20,9 @@ import pytest
 from chatapp.cli import server_cmds
 from chatapp.convert import default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
-from chatapp.engine.chat import NO_TEMPLATE_NOTICE
 from chatapp.engine.engine import Engine
 from chatapp.engine.slots import slots_refusal
+from chatapp.engine.text.chat import NO_TEMPLATE_NOTICE
 
 
 def chatapp(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chatapp.engine.chat import ChatTokenizer
+from chatapp.engine.text.chat import ChatTokenizer
 from chatapp.server.token_text import TokenText, byte_decoder
 
 

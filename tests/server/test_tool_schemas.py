@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from chatapp.engine.engine import Engine
-from chatapp.engine.tool_calls import MAX_PARALLEL_CALLS
+from chatapp.engine.structured.tool_calls import MAX_PARALLEL_CALLS
 from tests.server.test_tools import ASK, CLOCK, TOOLS, WEATHER, check_call
 from tests.server.test_tools import served as served  # the roomy model, for this module too
 from tests.serving import serving

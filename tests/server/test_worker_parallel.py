@@ -14,11 +14,11 @@ import httpx2
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.loops import Step
 from chatapp.engine.sampling import GREEDY
 from chatapp.engine.slots import SlotBatch
+from chatapp.engine.text.chat import Message
 from chatapp.folder_format.native_library import usable_isa
 from tests.serving import Served, serving
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx2
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
+from chatapp.engine.text.chat import Message
 from tests.engine.test_slots_preemption import first_steps_as_one
 from tests.server.test_operators import parse
 from tests.server.test_worker_parallel import (

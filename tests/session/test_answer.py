@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from chatapp.engine.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message
-from chatapp.engine.constraints import ConstraintError, OutputFormat
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ContextOverflowError, EngineError
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.structured.constraints import ConstraintError, OutputFormat
+from chatapp.engine.text.chat import STYLE_CONTINUE, STYLE_TEMPLATE, Message
 from chatapp.remote.engine import RemoteEngine
 from chatapp.session.answer import (
     AnswerDone,

@@ -18,10 +18,10 @@ import pytest
 
 from chatapp.cli import engine_cmds
 from chatapp.cli.main import build_parser
-from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_PLAIN_CHAT, Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import PLAIN_CHAT_STOPS, STYLE_PLAIN_CHAT, Message
 from chatapp.session import prompt_style as ps
 from chatapp.session.chat_jobs import window_job
 from chatapp.session.chat_settings import GenerationOptions

@@ -20,10 +20,10 @@ from typing import Any
 import httpx2
 import pytest
 
-from chatapp.engine.chat import STYLE_CONTINUE, Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import STYLE_CONTINUE, Message
 from chatapp.server.token_text import TokenText
 from chatapp.session.chat import Chat, GenerationOptions, State, chat_on
 from chatapp.session.chat_jobs import window_job

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT, Message
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT, Message
 from chatapp.session.answer import STOP_STRING
 from chatapp.session.chat import Chat, GenerationOptions, State, chat_on
 from chatapp.session.model_jobs import EngineHost

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import LOCAL_CAPABILITIES, Engine
 from chatapp.engine.generation import StepEvent
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 from chatapp.session.answer import STOP_STRING
 from chatapp.session.chat_jobs import (
     AnswerResult,
@@ -271,7 +271,7 @@ def test_a_tool_call_comes_back_structured_and_shows_as_a_block(host: EngineHost
     pytest.importorskip("llguidance", reason="tool calls need llguidance")
     import json
 
-    from chatapp.engine.tool_calls import Tool, with_calls
+    from chatapp.engine.structured.tool_calls import Tool, with_calls
 
     pick = Tool(
         "pick",
@@ -304,7 +304,7 @@ def test_a_tool_call_comes_back_structured_and_shows_as_a_block(host: EngineHost
 def test_the_context_count_includes_the_tools_the_next_answer_is_given(host: EngineHost) -> None:
     """The tools' definitions are part of the prompt: "Context used" counts them, as the answer
     that follows sends them (the same count as the prompt the engine builds)."""
-    from chatapp.engine.tool_calls import Tool, ToolPlan
+    from chatapp.engine.structured.tool_calls import Tool, ToolPlan
     from chatapp.session.tool_specs import choice_by_word
 
     pick = Tool("pick", "Pick a colour", {"type": "object", "properties": {"c": {"enum": ["r"]}}})

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_CONTINUE, STYLE_PLAIN_CHAT
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.tool_calls import Tool
+from chatapp.engine.structured.tool_calls import Tool
+from chatapp.engine.text.chat import PLAIN_CHAT_STOPS, STYLE_CONTINUE, STYLE_PLAIN_CHAT
 from chatapp.session.chat import GenerationOptions
 from chatapp.session.chat_settings import ChatSettings, remember, settings_of
 from chatapp.session.history_records import conversation_from_store

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.chat import ChatTokenizer, Message
+from chatapp.engine.text.chat import ChatTokenizer, Message
 from chatapp.session.context import LOW_WATER_SHARE, POLICY_TEXT, fit_messages
 
 QUESTION = Message("user", "What is the capital of France?")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from chatapp.engine.chat import Message
+from chatapp.engine.text.chat import Message
 from chatapp.session.context import fit_to_context, split_turns
 
 GENERATION_PROMPT = 3  # "<|assistant|>\n" of a template, counted once per prompt

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.engine.chat import ChatTokenizer, Message, ToolCall
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import ChatTokenizer, Message, ToolCall
 from chatapp.server.request_body import parse_chat
 from chatapp.session.answer import AnswerRequest, answer
 from chatapp.session.chat_jobs import answer_request
@@ -129,7 +129,8 @@ def test_a_template_without_tools_gets_them_as_plain_turns(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ChatML without tools: the call as its JSON text in the answer's turn, the result as a
-    user turn that names the call (engine/tool_calls.py ToolPlan._plain), from both faces."""
+    user turn that names the call (engine/structured/tool_calls.py ToolPlan._plain), from both
+    faces."""
     engine = Engine(tiny_model_dir, threads=1)
     assert not engine.tokenizer.tools_in_template()
     window, served = _both(engine, monkeypatch)

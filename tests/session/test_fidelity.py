@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from chatapp.convert.reference import ReferenceModel
+from chatapp.engine.bench.fidelity import log_softmax, scored_positions
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
-from chatapp.engine.fidelity import log_softmax, scored_positions
 from chatapp.session.fidelity import (
     fidelity_text,
     markdown_table,

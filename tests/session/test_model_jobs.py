@@ -9,13 +9,14 @@ import pytest
 
 from chatapp.convert import converter, default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
-from chatapp.engine import chat, memory, model_description, packed_cache
 from chatapp.engine import loaded_model as engine_module
+from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.loaded_model import DevicePlan
 from chatapp.engine.memory import estimate_memory
 from chatapp.engine.model_description import ModelDescription, read_model_folder
+from chatapp.engine.text import chat
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
     VARIANTS_CANCELLED,

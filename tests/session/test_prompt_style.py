@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_CONTINUE, STYLE_PLAIN_CHAT, STYLE_TEMPLATE
+from chatapp.engine.text.chat import (
+    PLAIN_CHAT_STOPS,
+    STYLE_CONTINUE,
+    STYLE_PLAIN_CHAT,
+    STYLE_TEMPLATE,
+)
 from chatapp.session import prompt_style as ps
 
 

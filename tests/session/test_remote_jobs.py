@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine.backend import BackendCard
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 from chatapp.remote import ServerListing
 from chatapp.remote.card import LOOP_ABSENT, server_card
 from chatapp.remote.engine import RemoteEngine, RemoteStats
@@ -211,7 +211,7 @@ class serving_nothing:
 
 
 def test_tools_asked_of_a_server_are_one_sentence(served: Served) -> None:
-    from chatapp.engine.tool_calls import Tool
+    from chatapp.engine.structured.tool_calls import Tool
 
     host = connected(served)
     out = drive(window_job(host, HELLO, replace(NAIVE, tools=(Tool("pick"),))))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.tool_calls import Tool, ToolChoice
+from chatapp.engine.structured.tool_calls import Tool, ToolChoice
 from chatapp.session.tool_specs import (
     MAX_FILE_BYTES,
     ToolSpecError,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chatapp.engine.chat import ToolCall
+from chatapp.engine.text.chat import ToolCall
 from chatapp.store import (
     Alternative,
     HistoryStore,

@@ -15,8 +15,7 @@ from typing import Any
 import onnxruntime as ort
 
 from chatapp import __version__
-from chatapp.engine import cpu_share
-from chatapp.engine.bench import floor
+from chatapp.engine.bench import cpu_share, floor
 from chatapp.engine.bench.peers import (
     Peer,
     PeerSettings,
@@ -25,7 +24,6 @@ from chatapp.engine.bench.peers import (
     physical_floor,
 )
 from chatapp.engine.bench.stats import compare_runs, prompt_tokens_per_s
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.generation import Generation, StepEvent
@@ -34,6 +32,7 @@ from chatapp.engine.metrics import RunStats
 from chatapp.engine.model_context import ModelContext
 from chatapp.engine.modes import CACHED_MODES, Mode
 from chatapp.engine.sampling import GREEDY
+from chatapp.engine.text.chat import Message
 
 Progress = Callable[[str], None]
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from chatapp.engine.bench.summary import SHOWN
-from chatapp.engine.chat import Message
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine

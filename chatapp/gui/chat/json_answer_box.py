@@ -1,11 +1,11 @@
 """The sampling settings' "JSON answer" option: when checked, the answer is constrained to JSON
-(chatapp/engine/constraints.py), any object or the one a pasted JSON schema describes.
+(chatapp/engine/structured/constraints.py), any object or the one a pasted JSON schema describes.
 
 The schema box appears only while the option is checked. Its text is checked as JSON while
-typing, and against the limits a schema must keep (chatapp/engine/json_schema.py: nesting,
-numbers, $refs), a note under it saying what is wrong; whether the grammar library can use it
-is known when the answer starts, and said in one line there. Changes are announced once typing
-pauses, as the system prompt's are: the panel writes its settings file on each.
+typing, and against the limits a schema must keep (chatapp/engine/structured/json_schema.py:
+nesting, numbers, $refs), a note under it saying what is wrong; whether the grammar library
+can use it is known when the answer starts, and said in one line there. Changes are announced
+once typing pauses, as the system prompt's are: the panel writes its settings file on each.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtWidgets import QCheckBox, QVBoxLayout, QWidget
 
-from chatapp.engine.json_schema import ConstraintError, check_schema
+from chatapp.engine.structured.json_schema import ConstraintError, check_schema
 from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import warning_label

@@ -68,7 +68,7 @@ class PromptOption(QWidget):
         return str(self.choice_combo.currentData())
 
     def prompt_style(self) -> str:
-        """The engine's prompt style (engine/chat.py PROMPT_STYLES)."""
+        """The engine's prompt style (engine/text/chat.py PROMPT_STYLES)."""
         return ps.engine_style(self.choice(), self.has_chat_template)
 
     def stops(self) -> tuple[str, ...]:

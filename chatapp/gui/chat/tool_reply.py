@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from chatapp.engine.chat import ToolCall
+from chatapp.engine.text.chat import ToolCall
 from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted

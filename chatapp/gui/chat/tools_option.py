@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.tool_calls import Tool
+from chatapp.engine.structured.tool_calls import Tool
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.wheel import ignore_wheel_unless_focused
 from chatapp.session.tool_specs import ToolSpecError, tools_from_file

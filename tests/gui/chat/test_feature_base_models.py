@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chatapp.engine.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT, STYLE_TEMPLATE
+from chatapp.engine.text.chat import STYLE_CONTINUE, STYLE_PLAIN_CHAT, STYLE_TEMPLATE
 from chatapp.gui.chat.controller import State
 from chatapp.gui.models.feature import ModelsFeature
 from chatapp.session import prompt_style as ps

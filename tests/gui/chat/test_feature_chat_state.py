@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from chatapp.datadir import ENV_VAR
-from chatapp.engine.chat import STYLE_PLAIN_CHAT
+from chatapp.engine.text.chat import STYLE_PLAIN_CHAT
 from chatapp.gui.chat.controller import State
 from chatapp.gui.main_window import MainWindow
 from chatapp.session import prompt_style as ps

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from chatapp.engine.chat import PLAIN_CHAT_STOPS, STYLE_CONTINUE, STYLE_PLAIN_CHAT, STYLE_TEMPLATE
+from chatapp.engine.text.chat import (
+    PLAIN_CHAT_STOPS,
+    STYLE_CONTINUE,
+    STYLE_PLAIN_CHAT,
+    STYLE_TEMPLATE,
+)
 from chatapp.gui.chat.prompt_option import PromptOption
 from chatapp.session import prompt_style as ps
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QGuiApplication
 
-from chatapp.engine.chat import ChatTokenizer
+from chatapp.engine.text.chat import ChatTokenizer
 from chatapp.gui.chat.side_panel import SidePanel
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox
 from chatapp.gui.common.bounded_text import MAX_TEXT_CHARS

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QThread
 
-from chatapp.engine.chat import Message
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.text.chat import Message
 from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBatch
 from chatapp.logs import LOG_FILE, setup_logging
 from chatapp.session.chat_jobs import TokenBatch, TokenItem, window_job

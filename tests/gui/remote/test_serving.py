@@ -15,8 +15,8 @@ import httpx2
 import pytest
 from PySide6.QtGui import QGuiApplication
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.text.chat import Message
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.serving import Serving
 from tests.gui.conftest import (
@@ -231,7 +231,7 @@ def test_served_requests_render_with_the_template_while_the_chat_continues_text(
 ) -> None:
     """The prompt style is the chat's request's, not the shared tokenizer's: before, a served
     chat was sent as the text the window's last answer continued (issue 50)."""
-    from chatapp.engine.chat import STYLE_CONTINUE
+    from chatapp.engine.text.chat import STYLE_CONTINUE
     from chatapp.session import prompt_style as ps
 
     engine = window.host.engine

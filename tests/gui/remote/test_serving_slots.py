@@ -13,8 +13,8 @@ import httpx2
 import pytest
 
 from chatapp.engine import memory
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.text.chat import Message
 from chatapp.gui.chat.controller import State
 from chatapp.gui.main_window import MainWindow
 from chatapp.gui.remote.serving import Serving

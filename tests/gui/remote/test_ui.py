@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chatapp.engine.chat import Message
 from chatapp.engine.engine import Engine
+from chatapp.engine.text.chat import Message
 from chatapp.gui.chat.controller import State
 from chatapp.gui.compare.feature import CompareFeature, compare_unavailable
 from chatapp.gui.history.ui import HistoryUi

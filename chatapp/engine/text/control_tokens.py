@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.folder_tokenizer import FolderTokenizer
+from chatapp.engine.text.folder_tokenizer import FolderTokenizer
 
 START, END = "\ufdd0", "\ufdd1"
 

@@ -25,13 +25,13 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from chatapp.engine.folder_tokenizer import FolderTokenizer
-from chatapp.engine.json_schema import (
+from chatapp.engine.structured.json_schema import (
     MAX_SCHEMA_CHARS,
     ConstraintError,
     check_schema,
     prepared_schema,
 )
+from chatapp.engine.text.folder_tokenizer import FolderTokenizer
 from chatapp.error_text import first_line
 from chatapp.json_text import JsonTextError, parse_json_text
 

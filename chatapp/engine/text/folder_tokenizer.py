@@ -35,7 +35,7 @@ from tokenizers.models import BPE
 
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_folder.files import TokenizerFiles
-from chatapp.engine.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
+from chatapp.engine.text.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
 from chatapp.error_text import first_line
 
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
@@ -296,7 +296,7 @@ class FolderTokenizer:
 
     def _ids(self, text: str, add_special_tokens: bool) -> list[int]:
         """A text up to LONG_TEXT characters: encode, on this thread, as always. A longer one
-        (a paste) in pieces where the pipeline allows (engine/tokenizer_pieces.py), with
+        (a paste) in pieces where the pipeline allows (engine/text/tokenizer_pieces.py), with
         encode_batch_fast: encode's ids without the character offsets nothing here reads (a
         table of every character: a fifth of a 1 MB paste's instructions), on tokenizers'
         worker threads, each with a heap of its own (docs/engine.md, "A long paste").

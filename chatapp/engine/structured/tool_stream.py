@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from chatapp.engine.chat import ToolCall
+from chatapp.engine.text.chat import ToolCall
 
 CALL_SEPARATOR = "\n"  # between two calls of one answer
 

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chatapp.engine.control_tokens import ControlTokens
 from chatapp.engine.errors import ContextOverflowError, ModelError
-from chatapp.engine.folder_tokenizer import load_tokenizer
 from chatapp.engine.model_folder.files import (
     TokenizerFiles,
     optional_inside,
@@ -21,8 +19,10 @@ from chatapp.engine.model_folder.files import (
     read_tokenizer_files,
 )
 from chatapp.engine.resident import resident_memory, return_freed_heap
-from chatapp.engine.template import ChatTemplate, TemplateLimitError
-from chatapp.engine.tokenizer_pieces import LONG_TEXT
+from chatapp.engine.text.control_tokens import ControlTokens
+from chatapp.engine.text.folder_tokenizer import load_tokenizer
+from chatapp.engine.text.template import ChatTemplate, TemplateLimitError
+from chatapp.engine.text.tokenizer_pieces import LONG_TEXT
 from chatapp.error_text import first_line
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class Message:
     tools: str | None = None
 
     def as_dict(self, api: bool = False) -> dict[str, Any]:
-        """For the template (`api`: for a server; engine/chat.py ToolCall.as_dict)."""
+        """For the template (`api`: for a server; engine/text/chat.py ToolCall.as_dict)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tools is not None:
             out["tools"] = self.tools

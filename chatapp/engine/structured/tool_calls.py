@@ -6,12 +6,12 @@ the tools through their template and answer in their own format: Qwen's
 `{"name": ..., "parameters": ...}`. Other models get the tools described in the system prompt
 and answer with a bare `{"name": ..., "arguments": ...}` object, as llama.cpp's server does.
 
-Either way the calls are constrained by a grammar (chatapp/engine/constraints.py): with
+Either way the calls are constrained by a grammar (chatapp/engine/structured/constraints.py): with
 tool_choice "required" or a named function the answer must be valid calls (one, or up to
 MAX_PARALLEL_CALLS one per line with parallel_tool_calls); with "auto" it may instead be free
 text that does not start like a call, or the JSON a response_format asks for. So a call always
 parses, and its arguments always match the tool's parameter schema, read as llama.cpp reads
-one (chatapp/engine/json_schema.py: an object admits only the properties it lists).
+one (chatapp/engine/structured/json_schema.py: an object admits only the properties it lists).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from chatapp.engine.chat import Message, ToolCall
-from chatapp.engine.constraints import ConstraintError, OutputFormat, lark_json
-from chatapp.engine.tool_stream import CALL_SEPARATOR, ToolCallStream
-from chatapp.engine.tool_stream import StreamPiece as StreamPiece  # the server's import
+from chatapp.engine.structured.constraints import ConstraintError, OutputFormat, lark_json
+from chatapp.engine.structured.tool_stream import CALL_SEPARATOR, ToolCallStream
+from chatapp.engine.structured.tool_stream import StreamPiece as StreamPiece  # the server's import
+from chatapp.engine.text.chat import Message, ToolCall
 
 ChoiceMode = Literal["auto", "none", "required", "named"]
 ANY_OBJECT: dict[str, Any] = {"type": "object"}

@@ -1,0 +1,1 @@
+"""Structured output: grammars for JSON and JSON schemas, and tool calls. No Qt."""

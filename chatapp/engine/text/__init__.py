@@ -1,0 +1,1 @@
+"""Text: tokenizers, chat templates, control tokens, long texts in pieces, stop strings. No Qt."""

@@ -152,8 +152,10 @@ class BackendSession:
         """Back to the local model."""
         if self.remote is None or self.busy:
             return False
+        # The worker takes the local model back first: what the news starts (the chat's
+        # context count) runs after, on the local model, not on the server that cannot count.
+        self.submit(disconnect_job(self.host), JobWatcher())
         self._set_remote(None)
-        self.submit(disconnect_job(self.host), JobWatcher())  # before any next answer
         self.settle()
         return True
 

@@ -46,6 +46,9 @@ FIGURE_WORDS = {
     "transfer": "host↔device bytes",
     "context": "the context used",
 }
+# The panel's figures a client cannot measure that a chatapp server reports of each answer
+# (SERVER_ROWS): its box shows them, so the note does not call them unreported.
+OWN_FIGURES = frozenset({"prompt_perplexity", "transfer"})
 # The AnswerFigures field whose absence a card's `missing` words explain.
 ANSWER_FIELDS = {
     "ttft": "ttft_s",
@@ -74,7 +77,11 @@ def unreported_sentence(card: BackendCard) -> str:
     """What the card has no value for, in words: its facts without one (the loop, the
     device...), then the figures it never reports."""
     facts = [_word(f.label) for f in card.facts if f.value is None]
-    figures = [FIGURE_WORDS.get(m.key, m.key) for m in card.measures if not m.reported]
+    # A chatapp server reports these with each answer (the rows under the note).
+    own = OWN_FIGURES if card.own_figures else frozenset()
+    figures = [
+        FIGURE_WORDS.get(m.key, m.key) for m in card.measures if not m.reported and m.key not in own
+    ]
     return ", ".join(facts + figures)
 
 

@@ -44,6 +44,13 @@ def test_every_unreported_figure_is_named() -> None:
     assert "prompt perplexity" in sentence and "tokens/s" not in sentence
 
 
+def test_what_a_chatapp_server_reports_is_not_called_unreported() -> None:
+    # Its box lists its own prompt perplexity and host↔device bytes under the note.
+    sentence = unreported_sentence(CHATAPP)
+    assert "prompt perplexity" not in sentence and "host↔device" not in sentence
+    assert "KV bytes per token" in sentence  # what it does not report is still named
+
+
 def test_a_server_without_logprobs_or_usage(qtbot) -> None:
     panel, figures = panel_with_figures(qtbot)
     local_note = panel.figures_box.transfer_note.text()

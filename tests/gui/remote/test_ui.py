@@ -79,9 +79,17 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     assert panel.figures_box.latency_chart.point_count == 11
     assert "network" in panel.figures_box.ttft_value.toolTip()
     # Not measurable from a client: greyed, with a word on why, never 0.
-    for label in (panel.figures_box.prompt_perplexity_value, panel.figures_box.transfer_value):
-        assert label.text() == NOT_AVAILABLE and not label.isEnabled()
-        assert "Not available from a remote server" in label.toolTip()
+    transfer = panel.figures_box.transfer_value
+    assert transfer.text() == NOT_AVAILABLE and not transfer.isEnabled()
+    assert "Not available from a remote server" in transfer.toolTip()
+    # Prompt perplexity: chatapp serve's own where it reported one (none where its cache held
+    # the prompt, as after the module's earlier tests), else greyed with why.
+    prompt = panel.figures_box.prompt_perplexity_value
+    if prompt.text() == NOT_AVAILABLE:
+        assert not prompt.isEnabled() and "Not available from a remote server" in prompt.toolTip()
+    else:
+        assert prompt.text() != fmt.MISSING and prompt.isEnabled()
+        assert "Reported by the server" in prompt.toolTip()
     assert not panel.loop_box.isEnabled() and "server" in panel.loop_title()
     assert not panel.loop_toggle.naive_button.isEnabled()
     assert not panel.device_selector.isEnabled() and not panel.threads_spin.isEnabled()
@@ -103,8 +111,11 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     note_label = figures.measured_note  # all its wrapped lines fit (the panel clipped them)
     qtbot.waitUntil(lambda: note_label.height() >= note_label.heightForWidth(note_label.width()))
     note = note_label.text()
-    for word in ("loop", "device", "threads", "host↔device", "prompt perplexity", "KV bytes"):
+    for word in ("loop", "device", "threads", "KV bytes"):
         assert word in note, word
+    # What the rows below report is not called unreported in the note above them.
+    unreported = note.split("Not reported by it:")[-1]
+    assert "host↔device" not in unreported and "prompt perplexity" not in unreported, note
     # chatapp serve's own figures, labelled as the server's.
     assert "Reported by the server" in figures.server_caption.text()
     assert figures.server_values["loop"].text() == "IO-Binding"
@@ -115,11 +126,21 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     answer = window.chat.conversation.messages[-1].figures
     assert answer is not None and answer.prompt_tokens
     assert panel.figures_box.context_value.text() == f"{answer.prompt_tokens + 12} / 512"
-    # Disconnected: the chat is counted again for the local model, not "0 / 512".
-    with qtbot.waitSignal(window.chat.controller.chat.events.context, timeout=LOAD_TIMEOUT_MS):
-        remote_ui(window).disconnect_action.trigger()
+    # Disconnected: the chat is counted again for the local model, not "0 / 512". The count
+    # Disconnect asks for is made on the local model (it ran on the server's backend, which
+    # cannot count: nothing came back and the panel read "–" until the next answer).
+    chat = window.chat.controller.chat
+    counted: list[int] = []
+    chat.events.context.connect(lambda report: report and counted.append(report.request_id))
+    remote_ui(window).disconnect_action.trigger()
+    asked = chat._context_id
+    assert asked
+    qtbot.waitUntil(lambda: asked in counted, timeout=LOAD_TIMEOUT_MS)
     used = panel.figures_box.context_value.text()
     assert not used.startswith("0 ") and used.endswith(" / 512"), used
+    # Counted on the local model (the server cannot count): each message says its tokens.
+    window.chat.chat_view.flush()
+    assert "tokens of context" in window.chat.chat_view.transcript.toPlainText()
 
 
 def test_the_comparison_is_unavailable_while_a_server_answers(

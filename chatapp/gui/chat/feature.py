@@ -99,6 +99,7 @@ class ChatFeature(QObject):
         tools.sig_refused.connect(lambda text: window.show_message(text, cause="tools"))
         # Tools loaded (or cleared) later: the refusal is old.
         tools.sig_changed.connect(lambda: window.dismiss_message(cause="tools"))
+        tools.sig_changed.connect(self._show_must_call)
         c.backend_session.events.model_loaded.connect(self._show_prompt_choice)
         # The chat's own settings first, then what follows from its prompt choice.
         c.chat.events.conversation_changed.connect(self._on_conversation_changed)
@@ -310,6 +311,7 @@ class ChatFeature(QObject):
         if settings.choice is not None:
             box.prompt.set_state(settings.choice, settings.user_stops)
         box.tools.set_state(settings.tools, settings.tool_choice)
+        self._show_must_call()
         prompt_box = self.side_panel.system_prompt_box
         if prompt_box.text() != settings.system_prompt:
             prompt_box.set_text(settings.system_prompt)
@@ -331,6 +333,12 @@ class ChatFeature(QObject):
         self.chat_view.prompt_edit.setPlaceholderText(placeholder)
         empty = ps.CONTINUE_EMPTY_CHAT if continuing else self._empty_chat
         self.chat_view.transcript.setPlaceholderText(empty)
+
+    @Slot()
+    def _show_must_call(self) -> None:
+        tools = self.side_panel.sampling_box.tools
+        must = bool(tools.tools()) and tools.choice() == "required"
+        self.chat_view.tool_reply.set_must_call(must)
 
     @Slot()
     def _on_continue(self) -> None:

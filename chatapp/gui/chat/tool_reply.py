@@ -14,6 +14,12 @@ from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted
 
 SHOWN_ID_CHARS = 40
+# Under "Must call one" every answer is a call, the one after a result too (as OpenAI's
+# "required"): without this a user replies and gets another call, never the answer in words.
+MUST_CALL_NOTE = (
+    "Tools is set to Must call one, so the model's next answer is a call again: choose "
+    "Model decides (Sampling > Tools) for it to answer with the result in words."
+)
 
 
 class _ResultEdit(BoundedPlainTextEdit):
@@ -42,6 +48,12 @@ class ToolReplyBox(QFrame):
         self.label = QLabel("", self)
         self.label.setObjectName("toolReplyLabel")
         muted(self.label)
+        self.must_call = False
+        self.note = QLabel(MUST_CALL_NOTE, self)
+        self.note.setObjectName("toolReplyMustCallNote")
+        self.note.setWordWrap(True)
+        muted(self.note)
+        self.note.hide()
         self.edit = _ResultEdit("a tool's result", self)
         self.edit.setObjectName("toolReplyEdit")
         self.edit.setPlaceholderText("The tool's result (Enter sends, Shift+Enter: new line)")
@@ -58,6 +70,7 @@ class ToolReplyBox(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 4)
         layout.addWidget(self.label)
+        layout.addWidget(self.note)
         layout.addLayout(row)
         self.hide()
 
@@ -71,7 +84,13 @@ class ToolReplyBox(QFrame):
             return
         shown_id = call.id if len(call.id) <= SHOWN_ID_CHARS else call.id[:SHOWN_ID_CHARS] + "…"
         self.label.setText(f"Reply as tool: the result of {call.name} (call {shown_id})")
+        self.note.setVisible(self.must_call)
         self.show()
+
+    def set_must_call(self, must: bool) -> None:
+        """Whether the Tools choice is "Must call one" (the note says what follows)."""
+        self.must_call = must
+        self.note.setVisible(must and self.call is not None)
 
     def set_enabled(self, enabled: bool) -> None:
         """While an answer runs (or no model is loaded) the reply waits."""

@@ -114,3 +114,21 @@ def test_reply_as_tool_goes_on_and_survives_export_and_restart(
     text = again.chat.chat_view.transcript.toPlainText()
     assert "Tool call: pick" in text and "Tool result: pick" in text and "blue is sold out" in text
     assert again.chat.chat_view.tool_reply.isVisible()
+
+
+def test_must_call_one_says_the_next_answer_is_a_call_again(
+    qtbot, make_window, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # Under "Must call one" a reply brings another call, never the answer in words: the box
+    # says so and how to get one (a user replied and got only calls, over and over).
+    window = make_window(["--model", str(tiny_model_dir)])
+    set_sampling(window, greedy(120))
+    _with_tool(window, tmp_path)
+    box = window.chat.chat_view.tool_reply
+    send_and_wait(qtbot, window, "Pick a colour")
+    assert box.isVisible() and box.note.isVisible() and "Model decides" in box.note.text()
+    tools = window.chat.side_panel.sampling_box.tools
+    tools.choice_box.setCurrentIndex(tools.choice_box.findData("auto"))
+    assert box.isVisible() and not box.note.isVisible()  # the model may now answer in words
+    tools.choice_box.setCurrentIndex(tools.choice_box.findData("required"))
+    assert box.note.isVisible()

@@ -17,8 +17,8 @@ SHOWN_ID_CHARS = 40
 # Under "Must call one" every answer is a call, the one after a result too (as OpenAI's
 # "required"): without this a user replies and gets another call, never the answer in words.
 MUST_CALL_NOTE = (
-    "Tools is set to Must call one, so the model's next answer is a call again: choose "
-    "Model decides (Sampling > Tools) for it to answer with the result in words."
+    "Must call one: the next answer is a call again. Model decides (Sampling > Tools) lets "
+    "the model answer in words."
 )
 
 
@@ -47,6 +47,9 @@ class ToolReplyBox(QFrame):
         self.call: ToolCall | None = None
         self.label = QLabel("", self)
         self.label.setObjectName("toolReplyLabel")
+        # Wraps: the call's id set the chat's minimum width (481 px), and at 800x500 with
+        # both panes the window grew past the screen.
+        self.label.setWordWrap(True)
         muted(self.label)
         self.must_call = False
         self.note = QLabel(MUST_CALL_NOTE, self)

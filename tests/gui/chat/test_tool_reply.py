@@ -132,3 +132,15 @@ def test_must_call_one_says_the_next_answer_is_a_call_again(
     assert box.isVisible() and not box.note.isVisible()  # the model may now answer in words
     tools.choice_box.setCurrentIndex(tools.choice_box.findData("required"))
     assert box.note.isVisible()
+
+
+def test_a_long_call_id_wraps_rather_than_widening_the_chat(qtbot) -> None:
+    # A 40-character call id made the line 481 px wide, the chat's minimum at 800x500.
+    from chatapp.engine.text.chat import ToolCall
+    from chatapp.gui.chat.tool_reply import ToolReplyBox
+
+    box = ToolReplyBox()
+    qtbot.addWidget(box)
+    box.show_call(ToolCall(id="call_" + "9" * 35, name="get_weather", arguments="{}"))
+    line = box.label.fontMetrics().horizontalAdvance(box.label.text())
+    assert box.minimumSizeHint().width() < line * 3 / 4, (box.minimumSizeHint().width(), line)

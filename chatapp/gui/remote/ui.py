@@ -31,6 +31,7 @@ from chatapp.gui.remote.serve_dialog import (
 from chatapp.gui.remote.serving import HOST, Serving, WindowServer
 from chatapp.gui.remote.serving_box import ServingBox
 from chatapp.remote import Timeouts, api_base
+from chatapp.session import formatting as fmt
 from chatapp.session.chat_jobs import StatsSnapshot
 from chatapp.session.model_jobs import ModelSummary
 from chatapp.session.remote_jobs import (
@@ -186,6 +187,9 @@ class ServerUi(QObject):
             where = card.server or card.runs_on
             w.show_backend(f"{card.name} · {where}", f"{card.name} ({where}) — chatapp")
             w.notify(f"Connected: answers come from {card.description}.", 8000)
+            if self.chat.chat.conversation.messages:
+                # Not "0 / N" over a chat the server has not counted yet: its next answer says.
+                self.chat_feature.side_panel.set_figure("context", text=fmt.MISSING)
             if card.notice:
                 w.show_message(card.notice, "warning")
             else:

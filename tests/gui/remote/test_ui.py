@@ -218,3 +218,20 @@ def test_regenerate_with_a_server_replaces_the_answer(
     again = window.chat.conversation.messages[-1]
     assert again.content == first.content and again is not first  # greedy: the same answer
     assert again.figures is not None and again.figures.device == "remote"
+
+
+def test_connecting_over_a_chat_does_not_say_none_of_it_is_used(
+    qtbot, window: MainWindow, served: Served
+) -> None:
+    # Connected over a chat with messages, the panel read "0 / 512": the server has counted
+    # nothing yet, so the figure waits for its first answer (as after Disconnect, issue 47).
+    set_sampling(window, greedy(6))
+    send_and_wait(qtbot, window, "hello")
+    panel = window.chat.side_panel
+    assert not panel.figures_box.context_value.text().startswith("0 ")
+    connect(qtbot, window, served.url)
+    assert panel.figures_box.context_value.text() == fmt.MISSING
+    send_and_wait(qtbot, window, "and again")
+    used = panel.figures_box.context_value.text()
+    assert not used.startswith("0 ") and used.endswith(" / 512"), used
+    remote_ui(window).disconnect_action.trigger()

@@ -191,7 +191,8 @@ class BackendFigures(QObject):
         chooses = card.capabilities.chooses_loop
         reason = loop_reason(card)
         panel.set_loop_unavailable(None if chooses else reason)
-        panel.set_loop_title(self._loop_title if chooses else f"{self._loop_title} (the server's)")
+        # Short enough for the side panel's width, where "... (the server's)" was cut.
+        panel.set_loop_title(self._loop_title if chooses else "The server's loop and device")
         self.loop_note.setText(reason)
         self.loop_note.setVisible(not chooses)
         self.box.setVisible(card.server is not None)

@@ -90,7 +90,7 @@ def test_the_side_panel_greys_what_a_client_cannot_measure(
     else:
         assert prompt.text() != fmt.MISSING and prompt.isEnabled()
         assert "Reported by the server" in prompt.toolTip()
-    assert not panel.loop_box.isEnabled() and "server" in panel.loop_title()
+    assert not panel.loop_box.isEnabled() and panel.loop_title() == "The server's loop and device"
     assert not panel.loop_toggle.naive_button.isEnabled()
     assert not panel.device_selector.isEnabled() and not panel.threads_spin.isEnabled()
     loop_controls = (

@@ -5,11 +5,10 @@ result and sends it; the chat keeps it as a `tool` message and the model goes on
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from chatapp.engine.text.chat import ToolCall
-from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
+from chatapp.gui.common.bounded_text import SendingTextEdit
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import muted
 
@@ -20,22 +19,6 @@ MUST_CALL_NOTE = (
     "Must call one: the next answer is a call again. Model decides (Sampling > Tools) lets "
     "the model answer in words."
 )
-
-
-class _ResultEdit(BoundedPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line (as the prompt box)."""
-
-    sig_submit = Signal()
-
-    def keyPressEvent(self, event: QKeyEvent) -> None:
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-                self.insertPlainText("\n")
-            else:
-                emit(self.sig_submit)
-            event.accept()
-            return
-        super().keyPressEvent(event)
 
 
 class ToolReplyBox(QFrame):
@@ -57,7 +40,7 @@ class ToolReplyBox(QFrame):
         self.note.setWordWrap(True)
         muted(self.note)
         self.note.hide()
-        self.edit = _ResultEdit("a tool's result", self)
+        self.edit = SendingTextEdit("a tool's result", self)
         self.edit.setObjectName("toolReplyEdit")
         self.edit.setPlaceholderText("The tool's result (Enter sends, Shift+Enter: new line)")
         self.edit.setTabChangesFocus(True)

@@ -31,7 +31,7 @@ from chatapp.gui.chat.regenerate_note import RegenerateNote
 from chatapp.gui.chat.safe_document import plain_tip
 from chatapp.gui.chat.tool_reply import ToolReplyBox
 from chatapp.gui.chat.transcript import TranscriptView
-from chatapp.gui.common.bounded_text import BoundedPlainTextEdit
+from chatapp.gui.common.bounded_text import SendingTextEdit
 from chatapp.gui.common.qtcompat import emit
 from chatapp.gui.common.theme import ThemeColors, muted, on_theme
 from chatapp.session.context import ContextReport
@@ -45,22 +45,13 @@ REPAINT_SHARE = 0.25
 LINK_SHOWN_CHARS = 300
 
 
-class PromptEdit(BoundedPlainTextEdit):
+class PromptEdit(SendingTextEdit):
     """Enter sends, Shift+Enter starts a new line, Esc stops the answer; a paste too long for
     any model is refused (bounded_text.py)."""
 
-    sig_submit = Signal()
     sig_escape = Signal()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-                # A plain "\n" (QPlainTextEdit would insert a Unicode line separator).
-                self.insertPlainText("\n")
-            else:
-                emit(self.sig_submit)
-            event.accept()
-            return
         if event.key() == Qt.Key.Key_Escape:
             emit(self.sig_escape)
             event.accept()

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import QMimeData, Signal
-from PySide6.QtGui import QTextCursor, QTextDocument, QTextOption
+from PySide6.QtCore import QMimeData, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QTextCursor, QTextDocument, QTextOption
 from PySide6.QtWidgets import QPlainTextDocumentLayout, QPlainTextEdit, QWidget
 
 from chatapp.gui.common.qtcompat import emit
@@ -208,3 +208,21 @@ def line_breaks(text: str) -> int:
 
 def _count(n: int) -> str:
     return f"{n:,}".replace(",", " ")  # as the message viewer writes counts
+
+
+class SendingTextEdit(BoundedPlainTextEdit):
+    """Enter sends (sig_submit), Shift+Enter starts a new line: the prompt box's keys, and
+    the Reply as tool box's."""
+
+    sig_submit = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                # A plain "\n" (QPlainTextEdit would insert a Unicode line separator).
+                self.insertPlainText("\n")
+            else:
+                emit(self.sig_submit)
+            event.accept()
+            return
+        super().keyPressEvent(event)

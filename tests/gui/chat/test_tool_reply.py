@@ -8,8 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 
+from chatapp.engine.text.chat import ToolCall
 from chatapp.gui.chat.controller import State
+from chatapp.gui.chat.tool_reply import ToolReplyBox
 from chatapp.gui.history.ui import HistoryUi
 from chatapp.gui.main_window import MainWindow
 from chatapp.session.answer import AnswerRequest
@@ -144,3 +147,16 @@ def test_a_long_call_id_wraps_rather_than_widening_the_chat(qtbot) -> None:
     box.show_call(ToolCall(id="call_" + "9" * 35, name="get_weather", arguments="{}"))
     line = box.label.fontMetrics().horizontalAdvance(box.label.text())
     assert box.minimumSizeHint().width() < line * 3 / 4, (box.minimumSizeHint().width(), line)
+
+
+def test_enter_sends_the_result_and_shift_enter_starts_a_new_line(qtbot) -> None:
+    box = ToolReplyBox()
+    qtbot.addWidget(box)
+    box.show_call(ToolCall("call_1", "pick", '{"colour": "red"}'))
+    box.edit.setFocus()
+    qtbot.keyClicks(box.edit, "sunny")
+    qtbot.keyClick(box.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(box.edit, "21 C")
+    with qtbot.waitSignal(box.sig_reply, timeout=2000) as sent:
+        qtbot.keyClick(box.edit, Qt.Key.Key_Return)
+    assert sent.args == ["sunny\n21 C"]

@@ -6,6 +6,7 @@ seconds without the default model.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -172,3 +173,18 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def tiny_folder_with_template(root: Path, template: str) -> Path:
+    """The tiny model converted with room for tools (2048 positions, untied), `template` its
+    only chat template (no chat_template.jinja beside the config)."""
+    from chatapp.convert.converter import ConvertOptions, convert_gguf
+
+    gguf_path = write_tiny_gguf(root / "tiny.gguf", tied=False, seed=2, context=2048)
+    folder = convert_gguf(gguf_path, root / "model", ConvertOptions())
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = template
+    config_path.write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    return folder

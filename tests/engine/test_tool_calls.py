@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY, SamplingSettings
 from chatapp.engine.structured.constraints import ConstraintError, OutputFormat
@@ -26,7 +25,7 @@ from chatapp.engine.structured.tool_calls import (
 )
 from chatapp.engine.text.chat import Message, ToolCall
 from tests.hostile_schemas import accepts
-from tests.tiny_model import write_tiny_gguf
+from tests.tiny_model import tiny_folder_with_template
 
 pytest.importorskip("llguidance", reason="tool calling needs llguidance")
 
@@ -60,14 +59,7 @@ ASK = [Message("user", "Which zone?")]
 @pytest.fixture(scope="module")
 def hermes_engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     """The tiny model with room for the tools (a token per character) and Qwen's format."""
-    root = tmp_path_factory.mktemp("hermes")
-    gguf = write_tiny_gguf(root / "hermes.gguf", tied=False, seed=2, context=2048)
-    folder = convert_gguf(gguf, root / "model", ConvertOptions())
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["chat_template"] = HERMES_TEMPLATE
-    config_path.write_text(json.dumps(config))
-    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    folder = tiny_folder_with_template(tmp_path_factory.mktemp("hermes"), HERMES_TEMPLATE)
     return Engine(folder, threads=1)
 
 

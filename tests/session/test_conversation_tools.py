@@ -4,14 +4,12 @@ the same prompt ids, with a template that knows tools and with one that does not
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
@@ -22,7 +20,7 @@ from chatapp.session.chat_jobs import answer_request
 from chatapp.session.chat_settings import GenerationOptions
 from chatapp.session.conversation import ChatMessage, Conversation
 from chatapp.session.model_jobs import EngineHost
-from tests.tiny_model import write_tiny_gguf
+from tests.tiny_model import tiny_folder_with_template
 
 pytest.importorskip("llguidance", reason="tool calling needs llguidance")
 
@@ -42,15 +40,7 @@ SETTINGS = SamplingSettings(temperature=0.0, max_new_tokens=1)
 
 @pytest.fixture(scope="module")
 def hermes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hermes")
-    gguf = write_tiny_gguf(root / "hermes.gguf", tied=False, seed=2, context=2048)
-    folder = convert_gguf(gguf, root / "model", ConvertOptions())
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["chat_template"] = HERMES_TEMPLATE
-    config_path.write_text(json.dumps(config))
-    (folder / "chat_template.jinja").unlink(missing_ok=True)
-    return folder
+    return tiny_folder_with_template(tmp_path_factory.mktemp("hermes"), HERMES_TEMPLATE)
 
 
 def _chat() -> Conversation:

@@ -40,7 +40,7 @@ from chatapp.engine.errors import DeviceFailure, EngineError, ModelError
 from chatapp.engine.guards import PRECISION_LABELS, default_precision
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_memory
+from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_kv_room, check_memory
 from chatapp.engine.model_context import ModelContext
 from chatapp.engine.model_description import ModelDescription, read_model
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
@@ -170,7 +170,9 @@ class LoadedModel:
 
     def new_loop(self, mode: Mode) -> KVLoop:
         """A loop of `mode` with a KV cache of its own (DeviceFailure where the device has no
-        memory left for it)."""
+        memory left for it; EngineError where this computer's free memory cannot hold it)."""
+        if self.device is CPU and Mode(mode).caches:
+            check_kv_room(self.info, self.max_context)
         try:
             loop = make_loop(mode, self.session, self.info, self.device, self.max_context)
         except Exception as exc:

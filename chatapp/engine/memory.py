@@ -103,6 +103,21 @@ def check_kv_memory(info: ModelInfo, context: int, remedy: str = "a smaller cont
         )
 
 
+def check_kv_room(info: ModelInfo, context: int) -> None:
+    """Refuse one more KV cache for `context` tokens (a comparison's context, or a loop the
+    chat switches to, beside the caches already held) where the memory free now cannot hold
+    it: the pages are taken as the answer writes them, so an allocation that succeeds would
+    end in swapping or the system's out-of-memory killer, and the chat with it."""
+    need = info.kv_bytes_per_token() * context
+    available = available_memory()
+    if available is not None and need > available:
+        raise EngineError(
+            f"Another KV cache for {context} tokens of {info.name} would take "
+            f"{whole_mb_up(need)} MB, but {available >> 20} MB are free; close other programs "
+            "or choose a smaller context."
+        )
+
+
 def estimate_memory(read: FolderRead, context: int) -> MemoryEstimate:
     """What the graph of a folder read once (model_description.read_model_folder) holds at
     `context` tokens of KV, from its files' sizes and its nodes (nothing is read again)."""

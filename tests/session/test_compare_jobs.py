@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from chatapp.engine import memory
 from chatapp.engine.engine import Engine
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
@@ -108,3 +111,25 @@ def test_a_comparison_runs_on_a_context_of_its_own_and_the_chat_keeps_its_cache(
     # The comparison reset and ran its own loops; the chat's still holds its conversation.
     again = engine.generate_ids(follow_up, greedy, ignore_eos=True).run()
     assert again.reused_tokens == len(prompt) + len(answer) - 1
+
+
+def test_a_comparison_without_room_for_its_own_kv_is_refused_in_words_and_the_chat_keeps_its_own(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison's context allocates KV caches beside the chat's: where the memory free
+    now cannot hold one, it says so instead of swapping or meeting the out-of-memory killer."""
+    host = EngineHost()
+    engine = host.engine = Engine(tiny_model_dir, threads=1, max_context=128)
+    greedy = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=6)
+    prompt = [1, 5, 9, 2, 7, 3, 8]
+    answer = engine.generate_ids(prompt, greedy, ignore_eos=True).run().token_ids
+    need = engine.info.kv_bytes_per_token() * 128
+    monkeypatch.setattr(memory, "available_memory", lambda: need - 1)
+    request = CompareRequest("Hi", max_new_tokens=4, repeats=1, modes=CACHED_MODES)
+    outcome = drive(compare_job(host, request))
+    assert outcome.error is not None
+    assert outcome.message.startswith("Another KV cache for 128 tokens")
+    assert f"but {(need - 1) >> 20} MB are free" in outcome.message
+    monkeypatch.setattr(memory, "available_memory", lambda: need)
+    again = engine.generate_ids([*prompt, *answer, 11], greedy, ignore_eos=True).run()
+    assert again.reused_tokens == len(prompt) + len(answer) - 1  # the chat's cache is intact

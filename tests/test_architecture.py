@@ -816,3 +816,66 @@ def test_the_engine_room_rule_refuses_the_runtime_reading_text_upwards() -> None
     assert not may_enter("chatapp.engine.text", "chatapp.engine.structured.constraints")
     assert may_enter("chatapp.engine.structured", "chatapp.engine.text.chat")
     assert may_enter("chatapp.engine.text", "chatapp.engine.errors")
+
+
+# One module owns the threads that run a loaded model: the engine service (one job thread and
+# one queue, and the slot threads of a served batch). The window's JobRunner, the server's
+# worker and `chatapp generate` submit to it. These modules make threads too, none of which
+# runs the model.
+ENGINE_SERVICE = "chatapp.session.engine_service"
+THREADS_THAT_NEVER_RUN_THE_MODEL = {
+    "chatapp.server.runner": "uvicorn's loop; its requests are jobs on the service",
+    "chatapp.gui.models.hub_dialog": "the hub's downloads",
+    "chatapp.engine.resident": "gives weight pages back to the system",
+    "chatapp.engine.file_leases": "watches the weight files",
+    "chatapp.engine.structured.constraints": "compiles a grammar, with a time limit",
+    "chatapp.remote.reader": "reads a server's stream",
+    # A measurement, like scripts/batch_decode.py: N clients on the slots, with nothing else
+    # running; the engine package cannot reach the session's service (the layers).
+    "chatapp.engine.bench.parallel": "the batch benchmark's clients",
+    "chatapp.engine.bench.floor": "measures the memory's read bandwidth (numpy, no model)",
+}
+THREAD_MAKERS = frozenset(
+    {"Thread", "QThread", "Timer", "ThreadPoolExecutor", "QThreadPool", "start_new_thread"}
+)
+
+
+def threads_made(module: str, source: str) -> list[str]:
+    """Where `source` makes a thread: a call of a thread class, or a class derived from one."""
+    found = []
+    for node, _ in _walk(ast.parse(source), False, type_checking=True):
+        named: list[ast.expr] = []
+        if isinstance(node, ast.Call):
+            named = [node.func]
+        elif isinstance(node, ast.ClassDef):
+            named = list(node.bases)
+        for expr in named:
+            name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", "")
+            if name in THREAD_MAKERS:
+                found.append(f"{module}:{node.lineno} makes a thread ({name})")
+    return found
+
+
+def test_only_the_engine_service_makes_threads_that_run_the_model() -> None:
+    allowed = {ENGINE_SERVICE, *THREADS_THAT_NEVER_RUN_THE_MODEL}
+    made = {
+        module: threads_made(module, path.read_text(encoding="utf-8"))
+        for module, path in modules().items()
+    }
+    wrong = [line for module, lines in made.items() if module not in allowed for line in lines]
+    assert wrong == [], "\n".join(wrong)
+    assert made[ENGINE_SERVICE], "the service makes the engine's threads"
+    gone = [m for m in THREADS_THAT_NEVER_RUN_THE_MODEL if not made.get(m)]
+    assert gone == [], f"allowed but making no thread (take them off the list): {gone}"
+
+
+def test_the_thread_rule_sees_each_way_to_make_a_thread() -> None:
+    for source in (
+        "import threading\nthreading.Thread(target=f).start()",
+        "from threading import Thread\nThread(target=f)",
+        "from PySide6.QtCore import QThread\nt = QThread()",
+        "class Worker(threading.Thread): ...",
+        "from concurrent.futures import ThreadPoolExecutor\nThreadPoolExecutor(2)",
+    ):
+        assert len(threads_made("chatapp.session.jobs", source)) == 1, source
+    assert threads_made("chatapp.gui.common.gui_thread", "QThread.currentThread()") == []

@@ -336,6 +336,7 @@ def output_format_from_args(args: argparse.Namespace) -> OutputFormat | None:
 def run_generate(args: argparse.Namespace) -> int:
     from chatapp.engine.text.chat import Message
     from chatapp.session.answer import AnswerDone, AnswerRequest, TextDelta, answer
+    from chatapp.session.engine_service import stream
 
     settings = sampling_from_args(args)
     try:
@@ -365,8 +366,8 @@ def run_generate(args: argparse.Namespace) -> int:
         stops=tuple(s for s in args.stop if s),
     )
     done: AnswerDone | None = None
-    try:  # the window's and the server's answering path (session/answer.py)
-        for event in answer(engine, request, lambda: False):
+    try:  # the window's and the server's path (session/answer.py), on an engine service
+        for event in stream("generation", lambda stop: answer(engine, request, stop)):
             if isinstance(event, TextDelta) and not args.json:
                 sys.stdout.write(event.text)
                 sys.stdout.flush()

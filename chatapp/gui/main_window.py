@@ -70,8 +70,9 @@ class MainWindow(QMainWindow):
         # Shows a folder in the file manager; tests replace it.
         self.open_folder: Callable[[Path], bool] = _open_in_file_manager
 
-        # One worker thread and one owner of the engine for the chat and the comparison view:
-        # their jobs queue on the same runner, so they never use the engine at once.
+        # One owner of the engine's thread for the chat, the comparison view and Serve this
+        # model: the runner's EngineService (session/engine_service.py), one queue, so they
+        # never use the engine at once.
         self.runner = JobRunner("EngineWorkerThread", parent=self)
         # Work that never touches the engine (conversions, reading a folder's graphs, starting
         # the server) runs on its own thread: it never waits behind an answer, nor blocks

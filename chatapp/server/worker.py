@@ -5,14 +5,15 @@ The HTTP side hands in a `ServedRequest` with a `deliver` callback (thread-safe,
 asyncio queue) and gets back `Started`, then `Delta`s, then `Done` or `Failed`. A request
 whose `cancelled` flag is set (the client went away) stops within one step of the loop.
 
-By default each request is answered by a `Job` (session/jobs.py) on the worker's own
-`JobThread`, the way the window runs its jobs. With `dispatch`, it starts no thread: `submit`
-hands each request to `dispatch` (from the HTTP thread), and whoever owns the engine calls
-`answer(request)` on its own thread, or `discard(request, error)` for one that will never run
-(the window's "Serve this model" answers on its JobRunner, between chat answers).
+The worker starts no thread: the engine service (session/engine_service.py) owns them. By
+default each request is answered by a `Job` (session/jobs.py) submitted to the service (its
+own, or the one given), the way the window runs its jobs. With `dispatch`, `submit` hands each
+request to `dispatch` (from the HTTP thread), and whoever owns the engine calls
+`answer(request)` on its service's thread, or `discard(request, error)` for one that will never
+run (the window's "Serve this model" submits it to its service, between chat answers).
 
-With `parallel` N > 1 (`chatapp serve`'s default where the model can batch), N threads answer
-requests together, each on a slot of the engine (session/slot_threads.py, engine/slots.py), all
+With `parallel` N > 1 (`chatapp serve`'s default where the model can batch), the service's N
+slot threads answer requests together, each on a slot of the engine (engine/slots.py), all
 within one KV budget: their decode steps run as one batched step on the IO-Binding loop. A
 request naming another loop runs on the engine's own cache while the batch waits.
 """
@@ -62,8 +63,8 @@ from chatapp.session.answer import (
     answer,
     fall_back_to_cpu,
 )
-from chatapp.session.jobs import Job, JobControl, JobThread
-from chatapp.session.slot_threads import SlotThreads
+from chatapp.session.engine_service import EngineService, SlotThreads
+from chatapp.session.jobs import Job, JobControl
 
 if TYPE_CHECKING:
     from chatapp.engine.backend import BackendCard
@@ -102,9 +103,11 @@ class EngineWorker:
         dispatch: Callable[[ServedRequest], None] | None = None,
         parallel: int = 1,
         kv_budget: int | None = None,
+        service: EngineService | None = None,
     ) -> None:
         """`kv_budget`: with `parallel` > 1, the KV positions all slots share (default: one
-        context, engine/slots.py)."""
+        context, engine/slots.py). `service`: the engine's (the window's); without it, the
+        worker starts one of its own, which `close` ends."""
         self.engine = engine
         self.default_mode = default_mode
         self.served_name = served_name or engine.info.name
@@ -121,13 +124,18 @@ class EngineWorker:
         self._token_text = TokenText(engine.tokenizer.tok)
         self._dispatch = dispatch
         self._slots: SlotThreads[ServedRequest] | None = None
-        self._thread: JobThread | None = None
+        self._own_service = service is None and dispatch is None
+        self._closed = False  # a request queued later is refused at once
+        self._service = EngineService("chatapp-engine") if self._own_service else service
         if parallel > 1:  # EngineError where this model or device cannot batch
-            if dispatch is not None:
+            if dispatch is not None or self._service is None:
                 raise ValueError("a dispatched worker answers one request at a time")
-            self._slots = SlotThreads(engine.slots(parallel, kv_budget), self.answer, self._refuse)
-        elif dispatch is None:
-            self._thread = JobThread("chatapp-engine")
+            try:
+                batch = engine.slots(parallel, kv_budget)
+            except BaseException:
+                self._close_service(0.0)
+                raise
+            self._slots = self._service.serve_slots(batch, self.answer, self._refuse)
 
     # ---- any thread ------------------------------------------------------------------
     @property
@@ -222,8 +230,11 @@ class EngineWorker:
             self._slots.submit(request)
             return
         if self._dispatch is None:
-            assert self._thread is not None
-            self._thread.submit(self.job_for(request))
+            assert self._service is not None
+            if self._closed:
+                self._refuse(request)
+                return
+            self._service.submit(self.job_for(request))
             return
         try:
             self._dispatch(request)
@@ -248,16 +259,21 @@ class EngineWorker:
         self._finished(request)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Cancel what runs, then end the thread (if the worker has one) once the requests
-        queued before have run; those submitted later are told the server is shutting down."""
+        """Cancel what runs, then end the slot threads and the worker's own service once the
+        requests queued before have run; those submitted later are told the server is
+        shutting down."""
         with self._lock:
+            self._closed = True
             active = list(self._active.values())
         for request in active:
             request.cancel()
-        if self._thread is not None:
-            self._thread.close(timeout)
         if self._slots is not None:
             self._slots.close(timeout)
+        self._close_service(timeout)
+
+    def _close_service(self, timeout: float) -> None:
+        if self._own_service and self._service is not None:
+            self._service.close(timeout)
 
     # ---- the thread that owns the engine -----------------------------------------------
     def answer(self, request: ServedRequest, slot: SlotLoop | None = None) -> None:

@@ -4,19 +4,16 @@
 `run_job` runs one job and says what it did to a `JobListener`: every yielded item goes out
 (batched in time), the return value is the result, `JobAborted` means "stopped", any other
 exception is an error that the user sees as one line (`Job.explain`) and the log keeps with
-its traceback. Two runners run jobs one at a time, in order, through it: the GUI's `JobRunner`
-(chatapp/gui/common/workers.py), on a QThread, turns what they do into signals; `JobThread`
-below, on a thread of its own without Qt, is the server's engine thread. The jobs never see a
-signal, so they can be tested, and reused, without Qt.
+its traceback. One thread runs jobs one at a time, in order, through it: the engine service's
+(session/engine_service.py), which every face submits to; the GUI's `JobRunner`
+(chatapp/gui/common/workers.py) turns what they do into signals. The jobs never see a signal,
+so they can be tested, and reused, without Qt.
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -208,87 +205,3 @@ class StopFlags:
 
     def __call__(self, request_id: int) -> bool:
         return request_id <= self.through or request_id in self.ids
-
-
-class _Unheard:
-    """A listener for jobs that report on their own (the server's answer their clients)."""
-
-    def started(self, request_id: int) -> None:
-        pass
-
-    def yielded(self, request_id: int, items: tuple[Any, ...], snapshot: Any) -> None:
-        pass
-
-    def finished(self, request_id: int, result: Any) -> None:
-        pass
-
-    def errored(self, error: JobError) -> None:
-        pass
-
-    def aborted(self, request_id: int, message: str) -> None:
-        pass
-
-
-class JobThread:
-    """Runs jobs one at a time, in the order submitted, on a thread of its own (no Qt).
-
-    `close()` lets the jobs queued before it run, then ends the thread; a job submitted after
-    it still runs, with its stop flag set, so that it ends at once in its own way (the server
-    answers "shutting down")."""
-
-    def __init__(
-        self,
-        name: str,
-        listener: JobListener | None = None,
-        flush_interval_s: float = FLUSH_INTERVAL_S,
-    ) -> None:
-        self.listener: JobListener = listener or _Unheard()
-        self.flush_interval_s = flush_interval_s
-        self._ids = itertools.count(1)
-        self._stopped = StopFlags()
-        self._queue: queue.Queue[tuple[int, Job] | None] = queue.Queue()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, job: Job) -> int:
-        """Queue `job`; returns its request id (for `request_stop`)."""
-        request_id = next(self._ids)
-        if self._closed:
-            self._stopped.ids.add(request_id)
-        self._queue.put((request_id, job))
-        return request_id
-
-    def waiting(self) -> list[Job]:
-        """The jobs in the queue, not the one running (a snapshot)."""
-        with self._queue.mutex:
-            return [item[1] for item in self._queue.queue if item is not None]
-
-    def request_stop(self, request_id: int) -> None:
-        """Callable from any thread; the job reads it between steps."""
-        self._stopped.ids.add(request_id)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Run what is queued, then end the thread (waiting at most `timeout` seconds)."""
-        self._closed = True
-        self._queue.put(None)
-        self._thread.join(timeout)
-
-    def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                break
-            self._run(*item)
-        while True:  # submitted while closing: each ends at once, stopped
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None:
-                self._stopped.ids.add(item[0])
-                self._run(*item)
-
-    def _run(self, request_id: int, job: Job) -> None:
-        stopped = self._stopped
-        run_job(job, request_id, lambda: stopped(request_id), self.listener, self.flush_interval_s)

@@ -127,7 +127,7 @@ def make_window(qtbot) -> Iterator[WindowFactory]:
     for window in windows:
         answer_unsaved(window, "discard")  # a test's unsaved chat must not ask (no one answers)
         window.close()
-        assert window.runner.worker_thread.isFinished()
+        assert not window.runner.running
         window.deleteLater()
 
 

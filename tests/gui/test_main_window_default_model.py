@@ -31,7 +31,7 @@ def window(qapp, default_model_dir, tmp_path_factory) -> Iterator[MainWindow]:
     win = open_loaded_window(default_model_dir)
     yield win
     win.close()
-    assert win.runner.worker_thread.isFinished()
+    assert not win.runner.running
     win.deleteLater()
     mp.undo()
 

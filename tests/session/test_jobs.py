@@ -1,4 +1,4 @@
-"""run_job and JobThread: the job vocabulary the window's JobRunner and the server share."""
+"""run_job: the job vocabulary that the engine service (session/engine_service.py) runs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from chatapp.session.jobs import (
     JobAborted,
     JobControl,
     JobError,
-    JobThread,
     failed,
     run_job,
 )
@@ -168,76 +167,3 @@ def test_first_line_keeps_one_line_within_the_limit() -> None:
     assert first_line(ValueError()) == "ValueError"
     assert first_line(ValueError(), empty="no details") == "no details"
     assert first_line("") == "unknown error"
-
-
-def test_the_job_thread_runs_jobs_in_order_one_at_a_time() -> None:
-    heard = Heard()
-    order: list[str] = []
-    running = threading.Lock()
-    release = threading.Event()
-
-    def job(name: str) -> Job:
-        def run(_control: JobControl) -> str:
-            assert running.acquire(blocking=False), "two jobs at once"
-            try:
-                if name == "first":
-                    assert release.wait(WAIT_S)
-                order.append(name)
-                return name
-            finally:
-                running.release()
-
-        return Job(name, run)
-
-    thread = JobThread("test-jobs", heard)
-    try:
-        thread.submit(job("first"))
-        second = job("second")
-        thread.submit(second)
-        assert second in thread.waiting()  # queued behind the first
-        release.set()
-    finally:
-        thread.close(WAIT_S)
-    assert order == ["first", "second"]
-    assert [e[1] for e in heard.events if e[0] == "finished"] == ["first", "second"]
-
-
-def test_a_job_submitted_while_closing_runs_stopped() -> None:
-    release = threading.Event()
-    seen: list[bool] = []
-
-    def late(control: JobControl) -> None:
-        seen.append(control.stopped)
-
-    heard = Heard()
-    thread = JobThread("test-jobs", heard)
-    thread.submit(Job("first", lambda _control: release.wait(WAIT_S)))
-    thread.close(timeout=0)  # returns at once: the first job still runs
-    thread.submit(Job("late", late))
-    release.set()
-    thread.close(WAIT_S)
-    assert seen == [True]  # it ran, told to stop (the server answers "shutting down")
-    assert [e[1] for e in heard.events if e[0] == "finished"] == [True, None]
-
-
-def test_request_stop_reaches_the_running_job() -> None:
-    started = threading.Event()
-
-    def run(control: JobControl) -> str:
-        started.set()
-        for _ in range(int(WAIT_S * 100)):
-            if control.stopped:
-                raise JobAborted("stopped")
-            threading.Event().wait(0.01)
-        return "ran to the end"
-
-    heard = Heard()
-    thread = JobThread("test-jobs", heard)
-    try:
-        request_id = thread.submit(Job("long", run))
-        assert started.wait(WAIT_S)
-        thread.request_stop(request_id)
-        assert heard.done.wait(WAIT_S)
-    finally:
-        thread.close(WAIT_S)
-    assert heard.events[-1] == ("aborted", "stopped")

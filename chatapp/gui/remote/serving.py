@@ -2,8 +2,9 @@
 
 Why the window's engine and not a second one: a second Engine would hold the model twice
 (weights, KV buffers, the tokenizer) and need its own thread. Here the server's `EngineWorker`
-runs without a thread of its own (`dispatch`): every request becomes a job on the window's
-JobRunner, the one thread that owns the engine, so served requests and the chat's answers take
+runs without a thread of its own (`dispatch`): every request becomes a job that the window's
+JobRunner submits to its engine service (session/engine_service.py), the one owner of the
+engine's thread, so served requests and the chat's answers take
 turns in arrival order and never touch the engine at once. While a request is answered, an
 answer asked for in the window waits, and the other way round.
 
@@ -17,7 +18,7 @@ A request that was dispatched but never reached the worker when serving stops is
 503 at once rather than left waiting.
 
 With several slots (the dialog's "Requests at once", `chatapp serve --parallel N`), the
-worker answers on its own slot threads instead (session/slot_threads.py, engine/slots.py):
+worker answers on slot threads that the same service makes instead (engine/slots.py):
 up to N requests decode together on the IO-Binding loop, beside the chat's answers, each on
 its own KV cache (the engine's `slots` checks their memory as the command line does). Stopping
 cancels them all; the threads end on their own within a step.
@@ -140,7 +141,13 @@ class WindowServer(QObject):
             # Refused here where the slots' KV budget would take more than half the memory
             # (engine/memory.py), as `chatapp serve` is.
             self._batch = engine.slots(slots)
-            return EngineWorker(engine, Mode.IOBINDING, log=self._log_slot, parallel=slots)
+            return EngineWorker(
+                engine,
+                Mode.IOBINDING,
+                log=self._log_slot,
+                parallel=slots,
+                service=self.runner.service,
+            )
 
         def explain(exc: BaseException) -> str:
             if isinstance(exc, EngineError):

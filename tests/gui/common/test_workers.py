@@ -224,9 +224,9 @@ def test_expected_errors_are_warnings_and_a_broken_explanation_still_reports(
 def test_shutdown_stops_the_running_job_and_ends_the_thread(qtbot) -> None:
     runner = JobRunner("ShutdownThread")
     handle = runner.submit(until_stopped_job())
-    qtbot.waitUntil(lambda: handle.done or runner.worker_thread.isRunning(), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: handle.done or runner.running, timeout=TIMEOUT_MS)
     assert runner.shutdown(30_000)
-    assert runner.worker_thread.isFinished()
+    assert not runner.running
     assert runner.shutdown()  # twice is fine
 
 

@@ -1,0 +1,160 @@
+"""EngineService: the one owner of the threads that touch a loaded model (one job thread, one
+queue; the slot threads of a served batch) and `stream`, which `chatapp generate` waits on."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from chatapp.engine.engine import Engine
+from chatapp.session.engine_service import EngineService, stream
+from chatapp.session.jobs import Job, JobAborted, JobControl
+from tests.session.test_jobs import WAIT_S, Heard
+
+
+def test_the_service_runs_jobs_in_order_one_at_a_time() -> None:
+    heard = Heard()
+    order: list[str] = []
+    running = threading.Lock()
+    release = threading.Event()
+
+    def job(name: str) -> Job:
+        def run(_control: JobControl) -> str:
+            assert running.acquire(blocking=False), "two jobs at once"
+            try:
+                if name == "first":
+                    assert release.wait(WAIT_S)
+                order.append(name)
+                return name
+            finally:
+                running.release()
+
+        return Job(name, run)
+
+    thread = EngineService("test-jobs", heard)
+    try:
+        thread.submit(job("first"))
+        second = job("second")
+        thread.submit(second)
+        assert second in thread.waiting()  # queued behind the first
+        release.set()
+    finally:
+        thread.close(WAIT_S)
+    assert order == ["first", "second"]
+    assert [e[1] for e in heard.events if e[0] == "finished"] == ["first", "second"]
+
+
+def test_a_job_submitted_while_closing_runs_stopped() -> None:
+    release = threading.Event()
+    seen: list[bool] = []
+
+    def late(control: JobControl) -> None:
+        seen.append(control.stopped)
+
+    heard = Heard()
+    thread = EngineService("test-jobs", heard)
+    thread.submit(Job("first", lambda _control: release.wait(WAIT_S)))
+    thread.close(timeout=0)  # returns at once: the first job still runs
+    thread.submit(Job("late", late))
+    release.set()
+    thread.close(WAIT_S)
+    assert seen == [True]  # it ran, told to stop (the server answers "shutting down")
+    assert [e[1] for e in heard.events if e[0] == "finished"] == [True, None]
+
+
+def test_request_stop_reaches_the_running_job() -> None:
+    started = threading.Event()
+
+    def run(control: JobControl) -> str:
+        started.set()
+        for _ in range(int(WAIT_S * 100)):
+            if control.stopped:
+                raise JobAborted("stopped")
+            threading.Event().wait(0.01)
+        return "ran to the end"
+
+    heard = Heard()
+    thread = EngineService("test-jobs", heard)
+    try:
+        request_id = thread.submit(Job("long", run))
+        assert started.wait(WAIT_S)
+        thread.request_stop(request_id)
+        assert heard.done.wait(WAIT_S)
+    finally:
+        thread.close(WAIT_S)
+    assert heard.events[-1] == ("aborted", "stopped")
+
+
+def test_closing_the_slots_runs_what_was_queued_and_refuses_what_comes_after(
+    varied_model_dir: Path,
+) -> None:
+    engine = Engine(varied_model_dir, threads=1, max_context=64)
+    answered: list[int] = []
+    refused: list[int] = []
+    slots_used: set[int] = set()
+
+    def answer(request: int, slot: object) -> None:
+        answered.append(request)
+        slots_used.add(id(slot))
+
+    service = EngineService("test-slots")
+    pool = service.serve_slots(engine.slots(2), answer, refused.append)
+    for r in range(5):
+        pool.submit(r)
+    assert service.close(WAIT_S)  # the slot threads end with the service
+    assert not pool.alive
+    pool.submit(99)
+    assert sorted(answered) == [0, 1, 2, 3, 4] and refused == [99]
+    assert engine.slots(2).busy == 0  # every slot given back
+
+
+def test_stream_yields_on_the_callers_thread_what_runs_on_the_service() -> None:
+    threads: set[str] = set()
+
+    def work(_stopped: Callable[[], bool]) -> Iterator[int]:
+        for i in range(3):
+            threads.add(threading.current_thread().name)
+            yield i
+
+    service = EngineService("test-stream")
+    try:
+        assert list(stream("count", work, service)) == [0, 1, 2]
+    finally:
+        service.close(WAIT_S)
+    assert threads == {"test-stream"}
+
+
+def test_stream_raises_the_jobs_own_exception_here() -> None:
+    def work(_stopped: Callable[[], bool]) -> Iterator[int]:
+        yield 1
+        raise KeyError("the job's own")
+
+    seen: list[int] = []
+    with pytest.raises(KeyError, match="the job's own"):
+        for item in stream("failing", work):
+            seen.append(item)
+    assert seen == [1]
+
+
+def test_leaving_a_stream_early_stops_its_job() -> None:
+    stopped_seen = threading.Event()
+
+    def work(stopped: Callable[[], bool]) -> Iterator[int]:
+        for i in range(int(WAIT_S * 100)):
+            if stopped():
+                stopped_seen.set()
+                return
+            yield i
+            threading.Event().wait(0.01)
+
+    service = EngineService("test-leave")
+    try:
+        for item in stream("long", work, service):
+            if item == 2:
+                break
+        assert stopped_seen.wait(WAIT_S)
+    finally:
+        assert service.close(WAIT_S)

@@ -19,6 +19,7 @@ answers "shutting down"); a request handed to closed slots is refused at once.
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -36,6 +37,7 @@ from chatapp.session.jobs import (
     run_job,
 )
 
+log = logging.getLogger(__name__)
 STOP_WAIT_S = 10.0  # how long a caller that leaves waits for its job to stop
 R = TypeVar("R")
 T = TypeVar("T")
@@ -162,7 +164,10 @@ class EngineService:
 
     def _run(self, request_id: int, job: Job, listener: JobListener) -> None:
         stopped = self._stopped
-        run_job(job, request_id, lambda: stopped(request_id), listener, self.flush_interval_s)
+        try:
+            run_job(job, request_id, lambda: stopped(request_id), listener, self.flush_interval_s)
+        except Exception:  # a listener's fault (its receiver gone): the next jobs still run
+            log.exception("%s %d: its listener failed", job.name, request_id)
 
 
 def _left(deadline: float | None) -> float | None:

@@ -27,10 +27,12 @@ from chatapp.engine.text.chat import STYLE_CONTINUE, Message
 from chatapp.server.token_text import TokenText
 from chatapp.session.chat import Chat, GenerationOptions, State, chat_on
 from chatapp.session.chat_jobs import window_job
+from chatapp.session.engine_service import EngineService
 from chatapp.session.model_jobs import EngineHost
 from chatapp.session.running import InlineRunner
 from tests.serving import Served, serving
 from tests.session.drive import drive
+from tests.session.test_jobs import Heard
 
 NEW = 8
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=NEW)
@@ -114,6 +116,17 @@ def test_the_window_serve_and_generate_give_the_same_tokens_for_the_same_request
     result = drive(window_job(chat.backend_session.host, (Message("user", QUESTION),), CHAT)).result
     ids = result.stats.token_ids
     assert len(ids) == NEW and result.text == chat.conversation.messages[-1].content
+    # ... and the same job on the engine service's thread, as the window's JobRunner runs it.
+    heard, service = Heard(), EngineService("test-window")
+    try:
+        service.submit(
+            window_job(chat.backend_session.host, (Message("user", QUESTION),), CHAT), heard
+        )
+        assert heard.done.wait(300)
+    finally:
+        assert service.close(300)
+    kind, on_service = heard.events[-1]
+    assert kind == "finished" and on_service.stats.token_ids == ids
 
     with serving(engine) as served:
         data = ask(served, QUESTION, logprobs=True)

@@ -158,3 +158,22 @@ def test_leaving_a_stream_early_stops_its_job() -> None:
         assert stopped_seen.wait(WAIT_S)
     finally:
         assert service.close(WAIT_S)
+
+
+class Deaf(Heard):
+    """A listener whose receiver is gone (a closed window's relay)."""
+
+    def finished(self, request_id: int, result: object) -> None:
+        raise RuntimeError("its receiver was deleted")
+
+
+def test_a_failing_listener_does_not_end_the_service_thread() -> None:
+    service = EngineService("test-deaf")
+    try:
+        service.submit(Job("first", lambda _control: 1), Deaf())
+        heard = Heard()
+        service.submit(Job("second", lambda _control: 2), heard)
+        assert heard.done.wait(WAIT_S)
+    finally:
+        assert service.close(WAIT_S)
+    assert heard.events[-1] == ("finished", 2)

@@ -5,12 +5,12 @@ The HTTP side hands in a `ServedRequest` with a `deliver` callback (thread-safe,
 asyncio queue) and gets back `Started`, then `Delta`s, then `Done` or `Failed`. A request
 whose `cancelled` flag is set (the client went away) stops within one step of the loop.
 
-The worker starts no thread: the engine service (session/engine_service.py) owns them. By
-default each request is answered by a `Job` (session/jobs.py) submitted to the service (its
-own, or the one given), the way the window runs its jobs. With `dispatch`, `submit` hands each
-request to `dispatch` (from the HTTP thread), and whoever owns the engine calls
-`answer(request)` on its service's thread, or `discard(request, error)` for one that will never
-run (the window's "Serve this model" submits it to its service, between chat answers).
+The worker starts no thread: the engine service (session/engine_service.py) owns them. Each
+request is answered by a `Job` (session/jobs.py) submitted to the service, from the HTTP
+thread: the worker's own service (`chatapp serve`), or the one given (the window's "Serve this
+model": served requests and the chat's answers take turns on its one queue). Closing a worker
+on a service it does not own answers its waiting requests at once (`closed_message`), without
+waiting for the job running ahead of them.
 
 With `parallel` N > 1 (`chatapp serve`'s default where the model can batch), the service's N
 slot threads answer requests together, each on a slot of the engine (engine/slots.py), all
@@ -100,14 +100,15 @@ class EngineWorker:
         served_name: str | None = None,
         max_queue: int = 16,
         log: Callable[[str], None] | None = None,
-        dispatch: Callable[[ServedRequest], None] | None = None,
         parallel: int = 1,
         kv_budget: int | None = None,
         service: EngineService | None = None,
+        closed_message: str = "The server is shutting down.",
     ) -> None:
         """`kv_budget`: with `parallel` > 1, the KV positions all slots share (default: one
         context, engine/slots.py). `service`: the engine's (the window's); without it, the
-        worker starts one of its own, which `close` ends."""
+        worker starts one of its own, which `close` ends. `closed_message`: the 503 of a
+        request refused once the worker is closed."""
         self.engine = engine
         self.default_mode = default_mode
         self.served_name = served_name or engine.info.name
@@ -122,14 +123,12 @@ class EngineWorker:
         self._lock = threading.Lock()
         self._active: dict[int, ServedRequest] = {}  # those generating
         self._token_text = TokenText(engine.tokenizer.tok)
-        self._dispatch = dispatch
+        self.closed_message = closed_message
         self._slots: SlotThreads[ServedRequest] | None = None
-        self._own_service = service is None and dispatch is None
+        self._own_service = service is None
         self._closed = False  # a request queued later is refused at once
-        self._service = EngineService("chatapp-engine") if self._own_service else service
+        self._service = service or EngineService("chatapp-engine")
         if parallel > 1:  # EngineError where this model or device cannot batch
-            if dispatch is not None or self._service is None:
-                raise ValueError("a dispatched worker answers one request at a time")
             try:
                 batch = engine.slots(parallel, kv_budget)
             except BaseException:
@@ -187,7 +186,10 @@ class EngineWorker:
     def waiting_requests(self) -> list[ServedRequest]:
         """The requests in the queue, not those generating (a snapshot)."""
         with self._lock:
-            return [r for r in self._submitted.values() if r.id not in self._active]
+            return self._waiting_locked()
+
+    def _waiting_locked(self) -> list[ServedRequest]:
+        return [r for r in self._submitted.values() if r.id not in self._active]
 
     def submit(self, request: ServedRequest) -> None:
         self.submit_all([request])
@@ -229,18 +231,10 @@ class EngineWorker:
         if self._slots is not None:
             self._slots.submit(request)
             return
-        if self._dispatch is None:
-            assert self._service is not None
-            if self._closed:
-                self._refuse(request)
-                return
-            self._service.submit(self.job_for(request))
+        if self._closed:
+            self._refuse(request)
             return
-        try:
-            self._dispatch(request)
-        except BaseException:
-            self._finished(request)
-            raise
+        self._service.submit(self.job_for(request))
 
     def job_for(self, request: ServedRequest) -> Job:
         """The job that answers `request` on the engine's thread; stopped before it starts (the
@@ -255,34 +249,41 @@ class EngineWorker:
         return Job("served request", run)
 
     def _refuse(self, request: ServedRequest) -> None:
-        _send(request, Failed(ApiError(503, "The server is shutting down.")))
-        self._finished(request)
+        with self._lock:
+            if self._submitted.pop(request.id, None) is None:
+                return  # refused already (by `close`)
+        _send(request, Failed(ApiError(503, self.closed_message)))
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel what runs, then end the slot threads and the worker's own service once the
-        requests queued before have run; those submitted later are told the server is
-        shutting down."""
+        requests queued before have run; those submitted later are refused
+        (`closed_message`), and so are those waiting on a service the worker does not own."""
         with self._lock:
             self._closed = True
             active = list(self._active.values())
+            waiting = [] if self._own_service else self._waiting_locked()
         for request in active:
             request.cancel()
+        for request in waiting:
+            self._refuse(request)
         if self._slots is not None:
             self._slots.close(timeout)
         self._close_service(timeout)
 
     def _close_service(self, timeout: float) -> None:
-        if self._own_service and self._service is not None:
+        if self._own_service:
             self._service.close(timeout)
 
     # ---- the thread that owns the engine -----------------------------------------------
     def answer(self, request: ServedRequest, slot: SlotLoop | None = None) -> None:
         """Answer one request on the calling thread, which must be the engine's owner (or,
-        with `slot`, one of the --parallel threads, on that slot)."""
+        with `slot`, one of the --parallel threads, on that slot); not one `close` refused."""
+        with self._lock:
+            if request.id not in self._submitted:
+                return
+            self._active[request.id] = request  # claimed: `close` leaves it be
         request.slot = slot.index if slot is not None else None
         request.started_at = perf()
-        with self._lock:
-            self._active[request.id] = request
         try:
             if slot is not None and request.request.answer.mode != Mode.IOBINDING:
                 # Another loop runs on the engine's own cache, alone: the batch's steps and
@@ -298,11 +299,6 @@ class EngineWorker:
             with self._lock:
                 self._active.pop(request.id, None)
             self._finished(request)
-
-    def discard(self, request: ServedRequest, error: ApiError) -> None:
-        """Answer a dispatched request that will never run (the owner stops serving)."""
-        _send(request, Failed(error))
-        self._finished(request)
 
     def _finished(self, request: ServedRequest) -> None:
         with self._lock:

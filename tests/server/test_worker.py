@@ -180,3 +180,45 @@ def _stream_text(served: Served, results: dict[str, str], name: str, tokens: int
                 break
             text += json.loads(event.data)["choices"][0]["delta"].get("content") or ""
     results[name] = text
+
+
+def test_a_worker_on_a_shared_service_answers_its_waiting_requests_at_once_when_closed(
+    tiny_model_dir: Path,
+) -> None:
+    """The window's Serve this model: its requests queue on the window's engine service,
+    behind the chat's answer; stopping must not leave them waiting for it."""
+    from chatapp.server.events import Done, Failed, ServedRequest
+    from chatapp.server.request_body import parse_chat
+    from chatapp.server.worker import EngineWorker
+    from chatapp.session.engine_service import EngineService
+    from chatapp.session.jobs import Job
+
+    engine = Engine(tiny_model_dir, threads=1)
+    service = EngineService("test-shared")
+    chat_answer, release = threading.Event(), threading.Event()
+
+    def long_answer(_control: object) -> None:  # the chat's answer, ahead in the queue
+        chat_answer.set()
+        assert release.wait(60)
+
+    events: list[object] = []
+    worker = EngineWorker(engine, "iobinding", service=service, closed_message="Stopped here.")
+    try:
+        service.submit(Job("chat answer", long_answer))
+        assert chat_answer.wait(60)
+        req = parse_chat(body(4), "iobinding", engine.max_context)
+        waiting = ServedRequest(req, events.append)
+        worker.submit(waiting)
+        assert worker.pending == 1
+        worker.close(0.0)
+        assert service.alive  # the window's service goes on
+        (failed,) = events
+        assert isinstance(failed, Failed) and failed.error.status == 503
+        assert failed.error.message == "Stopped here." and worker.pending == 0
+        late = ServedRequest(req, events.append)
+        worker.submit(late)  # after closing: refused at once too
+        assert len(events) == 2 and isinstance(events[1], Failed)
+    finally:
+        release.set()
+        assert service.close(60)
+    assert len(events) == 2 and not any(isinstance(e, Done) for e in events)  # never answered

@@ -2,20 +2,16 @@
 
 Why the window's engine and not a second one: a second Engine would hold the model twice
 (weights, KV buffers, the tokenizer) and need its own thread. Here the server's `EngineWorker`
-runs without a thread of its own (`dispatch`): every request becomes a job that the window's
-JobRunner submits to its engine service (session/engine_service.py), the one owner of the
-engine's thread, so served requests and the chat's answers take
-turns in arrival order and never touch the engine at once. While a request is answered, an
-answer asked for in the window waits, and the other way round.
+is made on the window's engine service (session/engine_service.py, the one owner of the
+engine's thread): uvicorn's thread submits every request to it as a job, so served requests
+and the chat's answers take turns in arrival order and never touch the engine at once. While a
+request is answered, an answer asked for in the window waits, and the other way round.
 
 Threads: the request side is made on the engine's thread (it reads the engine), the socket is
 bound and uvicorn started on the window's tool thread (starting waits until it listens, up to
 30 s: never on the GUI thread, never behind an answer), and stopped there too (its end waits
-up to 10 s for open streams). uvicorn's thread calls `dispatch`
-(through the worker's `submit`); a queued signal carries the request to the GUI thread, which
-submits the job; the engine's thread answers it.
-A request that was dispatched but never reached the worker when serving stops is answered
-503 at once rather than left waiting.
+up to 10 s for open streams). A request still waiting when serving stops is answered 503 at
+once rather than left waiting behind the chat's answer.
 
 With several slots (the dialog's "Requests at once", `chatapp serve --parallel N`), the
 worker answers on slot threads that the same service makes instead (engine/slots.py):
@@ -28,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,7 +40,7 @@ from chatapp.session.model_jobs import EngineHost
 if TYPE_CHECKING:
     from chatapp.engine.slots import SlotBatch
     from chatapp.server.runner import ServerThread
-    from chatapp.server.worker import EngineWorker, ServedRequest
+    from chatapp.server.worker import EngineWorker
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"  # only programs on this machine (docs/server.md: other addresses need a key)
@@ -67,8 +62,7 @@ class WindowServer(QObject):
     sig_failed = Signal(str)  # why it could not start
     sig_stopped = Signal()
     sig_answered = Signal(int)  # requests answered since it started
-    _sig_dispatch = Signal(object)  # a served Job, from uvicorn's thread to this one
-    _sig_slot_answered = Signal()  # a slot thread ended a request
+    _sig_request_answered = Signal()  # the engine's thread ended a request
 
     def __init__(
         self,
@@ -87,13 +81,10 @@ class WindowServer(QObject):
         self._worker: EngineWorker | None = None
         self._server: ServerThread | None = None
         self._lock = threading.Lock()
-        self._waiting: dict[int, ServedRequest] = {}  # dispatched, not yet run
-        self._closed = True
         self._starting = False
         self._cancelled = False  # stop() came while the server was starting
         self._batch: SlotBatch | None = None  # with several slots
-        self._sig_dispatch.connect(self._submit)
-        self._sig_slot_answered.connect(lambda: self._on_answered(None))
+        self._sig_request_answered.connect(self._on_answered)
 
     @property
     def active(self) -> bool:
@@ -136,17 +127,21 @@ class WindowServer(QObject):
             refusal = slots_refusal(engine.info, engine.device) if slots > 1 else None
             if refusal is not None:  # this model or device cannot batch: one at a time
                 log.info("serving one request at a time: %s", refusal)
+            service, stopped = self.runner.service, "The window stopped serving this model."
             if slots == 1 or refusal is not None:
-                return EngineWorker(engine, mode, log=log.info, dispatch=self._dispatch)
+                return EngineWorker(
+                    engine, mode, log=self._log_request, service=service, closed_message=stopped
+                )
             # Refused here where the slots' KV budget would take more than half the memory
             # (engine/memory.py), as `chatapp serve` is.
             self._batch = engine.slots(slots)
             return EngineWorker(
                 engine,
                 Mode.IOBINDING,
-                log=self._log_slot,
+                log=self._log_request,
                 parallel=slots,
-                service=self.runner.service,
+                service=service,
+                closed_message=stopped,
             )
 
         def explain(exc: BaseException) -> str:
@@ -184,15 +179,11 @@ class WindowServer(QObject):
 
         try:
             sock = bind(HOST, port)
-            with self._lock:
-                self._closed = False
-            self._worker = worker  # before a first request can reach _submit
+            self._worker = worker
             shutdown = ShutdownNotice()  # stopping ends open streams at once, with a word
             app = build_app(worker, shutdown=shutdown)
             server = ServerThread.start(app, sock, on_exit=shutdown.trigger)
         except BaseException:
-            with self._lock:
-                self._closed = True
             self._worker = None
             worker.close()
             raise
@@ -232,22 +223,11 @@ class WindowServer(QObject):
         with self._lock:
             if self._starting and self._server is None:
                 self._cancelled = True
-                self._closed = True
         worker, server = self._worker, self._server
         if worker is None or server is None:
             return
-        with self._lock:
-            self._closed = True
-            waiting = list(self._waiting.values())
-            self._waiting.clear()
-        from chatapp.server.errors import ApiError
-
-        for job in waiting:
-            worker.discard(job, ApiError(503, "The window stopped serving this model."))
-        for job in worker.waiting_requests():  # several slots: the queued ones end at once
-            job.cancel()
-        # Cancels the requests being answered; slot threads end on their own within a step
-        # (waited for only when the window closes).
+        # Answers the waiting requests (503), cancels those being answered; slot threads end
+        # on their own within a step (waited for only when the window closes).
         worker.close(10.0 if wait else 0.0)
         if wait:
             server.stop()
@@ -276,40 +256,15 @@ class WindowServer(QObject):
             engine.release_slots()
 
     # ---- requests ---------------------------------------------------------------------------
-    def _dispatch(self, job: ServedRequest) -> None:
-        """uvicorn's thread: queue the request for the GUI thread to submit."""
-        from chatapp.server.errors import ApiError
-
-        with self._lock:
-            if self._closed:
-                raise ApiError(503, "The window stopped serving this model.")
-            self._waiting[job.id] = job
-        emit(self._sig_dispatch, job)
-
-    @Slot(object)
-    def _submit(self, job: ServedRequest) -> None:
-        if self._worker is None:
-            return  # stopped meanwhile: stop() answered it
-        handle = self.runner.submit(Job("served request", self._runner_for(job, self._worker)))
-        handle.sig_finished.connect(self._on_answered)
-
-    def _runner_for(self, job: ServedRequest, worker: EngineWorker) -> Callable[[JobControl], None]:
-        def run(_control: JobControl) -> None:  # the worker thread, which owns the engine
-            with self._lock:
-                if self._waiting.pop(job.id, None) is None:
-                    return  # answered by stop() already
-            worker.answer(job)
-
-        return run
-
-    def _log_slot(self, line: str) -> None:
-        """A slot thread's log line; each request it ends says so in one ("request N: ...")."""
+    def _log_request(self, line: str) -> None:
+        """The worker's log line, on the engine's thread or a slot's; each request it ends
+        says so in one ("request N: ...")."""
         log.info(line)
         if line.startswith("request "):
-            emit(self._sig_slot_answered)
+            emit(self._sig_request_answered)
 
-    @Slot(object)
-    def _on_answered(self, _result: object) -> None:
+    @Slot()
+    def _on_answered(self) -> None:
         if self.serving is not None:
             self.answered += 1
             emit(self.sig_answered, self.answered)

@@ -38,6 +38,7 @@ from chatapp.session.jobs import (
 )
 
 log = logging.getLogger(__name__)
+DROPPED = "Stopped: the engine closed before it ran."
 STOP_WAIT_S = 10.0  # how long a caller that leaves waits for its job to stop
 R = TypeVar("R")
 T = TypeVar("T")
@@ -78,6 +79,7 @@ class EngineService:
         self._ids = itertools.count(1)
         self._last_id = 0
         self._stopped = StopFlags()
+        self._dropped_through = 0  # jobs up to this one end as stopped without running
         self._queue: queue.Queue[tuple[int, Job, JobListener] | None] = queue.Queue()
         self._closed = False
         self._slots: list[SlotThreads[Any]] = []
@@ -131,11 +133,15 @@ class EngineService:
             self._slots = [p for p in self._slots if not p.closed] + [pool]
         return pool
 
-    def close(self, timeout: float | None = None) -> bool:
+    def close(self, timeout: float | None = None, drop_waiting: bool = False) -> bool:
         """Run what is queued, then end the threads (waiting at most `timeout` seconds);
-        True once they have ended. Safe to call twice."""
+        True once they have ended. Safe to call twice. `drop_waiting`: the queued jobs do not
+        run; each ends as stopped (`JobListener.aborted`), as the window closing wants (a model
+        load waiting behind an answer must not keep it open)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
+            if drop_waiting:
+                self._dropped_through = self._last_id
             if not self._closed:
                 self._closed = True
                 self._queue.put(None)
@@ -165,6 +171,10 @@ class EngineService:
     def _run(self, request_id: int, job: Job, listener: JobListener) -> None:
         stopped = self._stopped
         try:
+            if request_id <= self._dropped_through:
+                log.info("%s %d dropped: the service closed", job.name, request_id)
+                listener.aborted(request_id, DROPPED)
+                return
             run_job(job, request_id, lambda: stopped(request_id), listener, self.flush_interval_s)
         except Exception:  # a listener's fault (its receiver gone): the next jobs still run
             log.exception("%s %d: its listener failed", job.name, request_id)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine.engine import Engine
-from chatapp.session.engine_service import EngineService, stream
+from chatapp.session.engine_service import DROPPED, EngineService, stream
 from chatapp.session.jobs import Job, JobAborted, JobControl
 from tests.session.test_jobs import WAIT_S, Heard
 
@@ -177,3 +177,25 @@ def test_a_failing_listener_does_not_end_the_service_thread() -> None:
     finally:
         assert service.close(WAIT_S)
     assert heard.events[-1] == ("finished", 2)
+
+
+def test_closing_with_drop_waiting_ends_the_queued_jobs_as_stopped_without_running_them() -> None:
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+    heard = Heard()
+
+    def running(_control: JobControl) -> None:
+        ran.append("running")
+        started.set()
+        assert release.wait(WAIT_S)
+
+    service = EngineService("test-drop")
+    service.submit(Job("running", running))
+    service.submit(Job("queued", lambda _control: ran.append("queued")), heard)
+    assert started.wait(WAIT_S)
+    service.stop_all()
+    service.close(0, drop_waiting=True)  # returns at once: the first job still runs
+    release.set()
+    assert service.close(WAIT_S)
+    assert ran == ["running"]  # the queued one never ran ...
+    assert heard.events == [("aborted", DROPPED)]  # ... and ended, as stopped

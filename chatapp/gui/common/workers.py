@@ -136,10 +136,10 @@ class JobRunner(QObject):
         return self.service.alive
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
-        """Stop every job, then end the service's threads; True once they have ended. Safe to
-        call twice."""
+        """Stop the running job, drop the queued ones (each ends as stopped, never run), then
+        end the service's threads; True once they have ended. Safe to call twice."""
         self.stop_all()
-        return self.service.close(timeout_ms / 1000)
+        return self.service.close(timeout_ms / 1000, drop_waiting=True)
 
     # ---- from the service's thread, delivered on the GUI thread -----------------------------
     def _on_started(self, request_id: int) -> None:

@@ -1,5 +1,5 @@
-"""JobRunner: jobs on one worker thread, their items batched in time, stop flags, errors as one
-line on the GUI thread and a traceback in the log."""
+"""JobRunner: jobs on its engine service's one thread (the runner owns none), their items
+batched in time, stop flags, errors as one line on the GUI thread and a traceback in the log."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from chatapp.gui.common.workers import JobError, JobHandle, JobRunner, YieldedBa
 from chatapp.logs import LOG_FILE, setup_logging
 from chatapp.session.chat_jobs import TokenBatch, TokenItem, window_job
 from chatapp.session.chat_settings import GenerationOptions
+from chatapp.session.engine_service import EngineService
 from chatapp.session.jobs import Job, JobAborted, JobControl
 from chatapp.session.model_jobs import EngineHost, LoadRequest, load_job
 
@@ -286,3 +287,28 @@ def test_watch_calls_the_watcher_on_the_gui_thread_as_the_core_expects(
     assert kinds[-1] == "finished" and set(kinds[:-1]) == {"yielded"}
     assert [i for kind, b in events if kind == "yielded" for i in b.items] == [0, 1, 2]  # type: ignore[attr-defined]
     assert threads == {QThread.currentThread()}
+
+
+def test_two_runners_on_one_service_take_turns_on_its_one_thread(qtbot) -> None:
+    """The runner is a client: whatever submits to the service queues behind the others."""
+    service = EngineService("SharedEngineThread")
+    first, second = JobRunner(service=service), JobRunner(service=service)
+    order: list[str] = []
+    threads: set[str] = set()
+
+    def job(tag: str) -> Job:
+        def run(_control: JobControl) -> str:
+            order.append(tag)
+            threads.add(threading.current_thread().name)
+            return tag
+
+        return Job(tag, run)
+
+    handles = [first.submit(job("a1")), second.submit(job("b1")), first.submit(job("a2"))]
+    finished: list[object] = []
+    for handle in handles:
+        handle.sig_finished.connect(finished.append)
+    wait_done(qtbot, handles[-1])
+    assert order == ["a1", "b1", "a2"] and threads == {"SharedEngineThread"}
+    assert finished == ["a1", "b1", "a2"]  # each handle heard its own job, on this thread
+    assert second.shutdown() and not first.running  # the service, and its thread, ended

@@ -307,7 +307,7 @@ class MainWindow(QMainWindow):
         self.view_options.fit_chat()
 
     def shutdown(self) -> None:
-        """Save settings and stop the worker thread (closing the window calls this)."""
+        """Save settings and end the engine service's threads (closing the window calls this)."""
         if self._shut_down:
             return
         self._shut_down = True

@@ -2,7 +2,7 @@
 to the local model. No Qt.
 
 The connection lives in the window's `EngineHost` (`host.remote`), beside the local engine,
-and only jobs on the JobRunner's worker thread touch it, as they touch the engine: the
+and only jobs on the engine service's thread touch it, as they touch the engine: the
 generation job (chat_jobs.py) asks the host for its `Backend` and drives it as it drives an
 `Engine`. This is the one module that makes a server's backend (`chatapp.remote.connect`);
 what the window learns of it is its `BackendCard`. The local model stays loaded while a

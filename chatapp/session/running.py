@@ -3,7 +3,8 @@
 The core (backend_session.py, chat.py, history_sync.py) never owns a thread. It is given a
 `Submit`: a function that queues a job on some worker and calls the `JobWatcher`'s callbacks
 later, on the thread that submitted it. The window passes its `JobRunner.watch`
-(gui/common/workers.py: Qt signals carry the outcome back to the GUI thread); the core's
+(gui/common/workers.py: the job runs on the engine service's thread, session/engine_service.py,
+and its outcome comes back to the GUI thread as Qt signals); the core's
 tests pass `InlineRunner` (runs the job at once, on the caller's thread).
 
 What a watcher hears, in order: zero or more `on_yielded(YieldedBatch)`, then exactly one of

@@ -1,8 +1,9 @@
 """The one place where the session layer's events reach the GUI thread.
 
 The session's events (session/events.py) call back on the thread that emits them. In the
-window that is already the GUI thread: every job's outcome comes back through a JobRunner's
-queued Qt signals (workers.py), and the session emits from those callbacks. A core that is
+window that is already the GUI thread: every job's outcome comes back from the engine
+service's thread through the JobRunner's relay (workers.py), which uses this delivery too,
+and the session emits from the handles' signals. A core that is
 handed another `Submit`, or a worker that emits directly, would call widgets from its own
 thread; `gui_thread_delivery` makes that impossible for every event of a group at once: a call
 made off the GUI thread is queued to it (Qt's queued connection), one made on it runs at once,

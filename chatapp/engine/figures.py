@@ -61,6 +61,12 @@ class AnswerFigures:
     # verified, and how many of them the model kept; 0 where it drafted none, None before.
     drafted_tokens: int | None = _figure(since=7)
     accepted_tokens: int | None = _figure(since=7)
+    # An answer that Continue went on with (session/continued.py): how many of its
+    # generated_tokens the continuations wrote, the last one's request -> first token, and who
+    # wrote it where that is not the first part's writer. None: written in one run.
+    continued_tokens: int | None = _figure(since=9, measured=False)
+    continued_ttft_s: float | None = _figure(since=9, measured=False)
+    continued_by: str | None = _figure(since=9, measured=False)
 
     def __post_init__(self) -> None:
         # Plain Python values: the engine's may be numpy scalars or StrEnums, which sqlite3 and
@@ -122,6 +128,16 @@ class AnswerFigures:
             f"speculative: {self.accepted_tokens or 0} of {self.drafted_tokens} drafted kept, "
             f"{per_pass:.1f} tokens a pass"
         )
+
+    @property
+    def continued_summary(self) -> str:
+        """ "continued: +40 tokens, TTFT 85 ms" (by whom where another model, loop or device
+        wrote it); "" for an answer written in one run."""
+        if not self.continued_tokens:
+            return ""
+        by = f" by {self.continued_by}" if self.continued_by else ""
+        ttft = f", TTFT {self.continued_ttft_s * 1000:.0f} ms" if self.continued_ttft_s else ""
+        return f"continued{by}: +{self.continued_tokens} tokens{ttft}"
 
     @property
     def transfer_bytes_per_token(self) -> float:

@@ -7,12 +7,13 @@ without knowing about widgets, and the chat controller only talks to this object
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.structured.tool_calls import with_calls
 from chatapp.engine.text.chat import Message, ToolCall
+from chatapp.session.continued import continued_figures
 
 if TYPE_CHECKING:
     from chatapp.session.chat_settings import ChatSettings
@@ -126,10 +127,8 @@ class Conversation:
         calls: tuple[ToolCall, ...] = (),
     ) -> ChatMessage:
         """`answer` (taken off the end for Continue) back in place with `text` after it: one
-        answer, its token count both parts', its other figures the continuation's."""
-        if figures is not None and answer.figures is not None:
-            before = answer.figures.generated_tokens or 0
-            figures = replace(figures, generated_tokens=before + (figures.generated_tokens or 0))
+        answer, its figures the whole answer's (session/continued.py)."""
+        figures = continued_figures(answer.figures, figures)
         # A new row for the history (its id None): the stored one is replaced, figures too.
         message = ChatMessage(
             "assistant", answer.content + text, figures, None, answer.others, answer.version

@@ -62,15 +62,23 @@ FINISH_LABELS = {
 }
 
 
-def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
-    """The one line under a finished answer: the model that wrote it first, then how;
-    `tokens=False` leaves out its token count (the transcript shows one beside the answer's
-    name when it knows what it takes of the context)."""
+def describe_writer(fig: AnswerFigures) -> str:
+    """ "SmolLM2 (model_gguf.onnx) · IO-Binding · CPU · 8-bit": who wrote an answer, and how."""
     parts = [
         fig.written_by,
         mode_label(fig.mode) if fig.mode else "",
         "" if fig.device == fig.mode else _device(fig.device),
         PRECISION_LABELS.get(fig.precision or "", ""),
+    ]
+    return " · ".join(p for p in parts if p)
+
+
+def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
+    """The one line under a finished answer: the model that wrote it first, then how;
+    `tokens=False` leaves out its token count (the transcript shows one beside the answer's
+    name when it knows what it takes of the context)."""
+    parts = [
+        describe_writer(fig),
         f"{rate(fig.tokens_per_s)} tok/s",
         f"TTFT {millis(fig.ttft_s)} ms",
         f"perplexity {perplexity(fig.perplexity)}",
@@ -80,6 +88,8 @@ def figures_line(fig: AnswerFigures, tokens: bool = True) -> str:
         parts.append(f"host↔device {fmt_bytes(fig.transfer_bytes_per_token)}/token")
     if fig.speculative_summary:
         parts.append(fig.speculative_summary)
+    if fig.continued_summary:
+        parts.append(fig.continued_summary)
     if fig.finish_reason and fig.finish_reason != "eos":
         parts.append(FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
     return " · ".join(p for p in parts if p)  # a restored answer may lack mode or device

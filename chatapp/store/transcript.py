@@ -125,6 +125,8 @@ def figures_line(fig: Figures) -> str:
         parts.append(f"host↔device {fmt_bytes(moved)} per token")
     if fig.speculative_summary:
         parts.append(fig.speculative_summary)
+    if fig.continued_summary:
+        parts.append(fig.continued_summary)
     if fig.finish_reason:
         parts.append(_FINISH_LABELS.get(fig.finish_reason, fig.finish_reason))
     return " · ".join(parts)

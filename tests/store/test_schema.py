@@ -23,7 +23,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 def test_fresh_database_gets_current_version_and_tables(db_path: Path) -> None:
     HistoryStore(db_path).close()
     conn = raw(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == CURRENT_VERSION == 9
     assert {"conversations", "messages"} <= {
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }

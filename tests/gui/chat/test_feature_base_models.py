@@ -64,6 +64,14 @@ def test_continue_goes_on_with_an_answer_cut_at_the_limit(
     messages = window.chat.conversation.messages
     assert len(messages) == 2 and messages[-1].content.startswith(first.content)
     assert len(messages[-1].content) > len(first.content)
+    # The footer speaks of the whole answer and says what the continuation added and took.
+    whole = messages[-1].figures
+    assert whole is not None and whole.continued_tokens
+    assert whole.generated_tokens == (first.figures.generated_tokens or 0) + whole.continued_tokens
+    assert whole.ttft_s == first.figures.ttft_s
+    footer = window.chat.chat_view.transcript.toPlainText().splitlines()[-1]
+    assert f"TTFT {first.figures.ttft_s * 1000:.0f} ms" in footer
+    assert f"continued: +{whole.continued_tokens} tokens, TTFT " in footer
 
 
 def test_another_model_starts_a_new_chat_and_says_so(

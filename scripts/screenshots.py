@@ -8,8 +8,8 @@ server (Xvfb) to see what users see; one window per run, the screen is Xvfb's:
         scripts/screenshots.py --both-panes --out docs/images/scaled-200.png
     xvfb-run -a -s "-screen 0 800x500x24" .venv/bin/python scripts/screenshots.py \\
         --theme dark --both-panes --out docs/images/small-800x500-dark.png
-    xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py \\
-        --model GEMMA_270M_BASE_DIR --prompt chat --out docs/images/base-model.png
+    xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python scripts/screenshots.py \\
+        --model GEMMA_270M_BASE_DIR --prompt chat --out docs/images/base-model-chat.png
     xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python scripts/screenshots.py \\
         --question "$(cat PROMPT)" --out docs/images/chat-speculative.png \\
         --speculative docs/images/speculative.png

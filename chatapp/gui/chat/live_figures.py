@@ -324,6 +324,13 @@ class LiveFigures(QGroupBox):
         written = (self.figures.generated_tokens or 0) if self.figures is not None else 0
         if not points or written < 2:
             return LATENCY_CAPTION
+        continued = self.figures.continued_tokens if self.figures is not None else None
+        if continued and points + 1 < written:
+            # A continued answer: the chart holds the last Continue's steps only.
+            return (
+                f"{LATENCY_CAPTION}: tokens 2–{points + 1} of the {points + 1} the last "
+                "Continue wrote (its token 1's is its TTFT)"
+            )
         last = max(written, points + 1)
         return f"{LATENCY_CAPTION}: tokens 2–{last} of the {last} written (token 1's is the TTFT)"
 

@@ -72,6 +72,13 @@ def test_continue_goes_on_with_an_answer_cut_at_the_limit(
     footer = window.chat.chat_view.transcript.toPlainText().splitlines()[-1]
     assert f"TTFT {first.figures.ttft_s * 1000:.0f} ms" in footer
     assert f"continued: +{whole.continued_tokens} tokens, TTFT " in footer
+    # The latency chart holds the continuation's steps only, and its caption says so.
+    figures_box = window.chat.side_panel.figures_box
+    steps = figures_box.latency_chart.point_count
+    assert 0 < steps < whole.generated_tokens - 1
+    assert figures_box.latency_caption.text().endswith(
+        f"tokens 2–{steps + 1} of the {steps + 1} the last Continue wrote (its token 1's is its TTFT)"
+    )
 
 
 def test_another_model_starts_a_new_chat_and_says_so(

@@ -76,8 +76,10 @@ def test_continue_goes_on_with_an_answer_cut_at_the_limit(
     figures_box = window.chat.side_panel.figures_box
     steps = figures_box.latency_chart.point_count
     assert 0 < steps < whole.generated_tokens - 1
-    assert figures_box.latency_caption.text().endswith(
-        f"tokens 2–{steps + 1} of the {steps + 1} the last Continue wrote (its token 1's is its TTFT)"
+    caption = figures_box.latency_caption.text()
+    assert caption.endswith(
+        f"tokens 2–{steps + 1} of the {steps + 1} the last Continue wrote "
+        "(its token 1's is its TTFT)"
     )
 
 

@@ -40,6 +40,10 @@
 
 #include "gguf_blocks.h"
 
+#ifndef KSTEP_MAX_ROWS
+#define KSTEP_MAX_ROWS 4
+#endif
+
 namespace chatapp_gguf {
 
 // An activation row in int16 per block of 32: x ~ s q (dot_kernels.inc).
@@ -454,7 +458,7 @@ struct GgufMatMulKernel {
     // not depend on the tile, so the real rows keep their bits.
     size_t tile = fast_tile_columns(), left = m % tile;
     // Two rows of the K-quants take the step kernel unpadded (fast8_step.inc).
-    bool k_steps = g_isa == Isa::Avx512 && m == 2 &&
+    bool k_steps = g_isa == Isa::Avx512 && m >= 2 && m <= KSTEP_MAX_ROWS &&
                    (info->format == Format::Q4_K || info->format == Format::Q5_K || info->format == Format::Q6_K);
     bool pad = m > 1 && left >= 2 && !k_steps && !prompt8_fits(info->format, m);
     size_t padded = pad ? m + tile - left : m;

@@ -40,9 +40,9 @@
 
 #include "gguf_blocks.h"
 
-#ifndef KSTEP_MAX_ROWS
-#define KSTEP_MAX_ROWS 4
-#endif
+// Two to this many activation rows of the K-quants take the decode-step kernel on AVX-512 VNNI
+// (fast8_step.inc), more the tiles.
+static const size_t kStepRowsMax = 4;
 
 namespace chatapp_gguf {
 
@@ -457,8 +457,8 @@ struct GgufMatMulKernel {
     // padding repeats the last row and its results are dropped: an element's float steps do
     // not depend on the tile, so the real rows keep their bits.
     size_t tile = fast_tile_columns(), left = m % tile;
-    // Two rows of the K-quants take the step kernel unpadded (fast8_step.inc).
-    bool k_steps = g_isa == Isa::Avx512 && m >= 2 && m <= KSTEP_MAX_ROWS &&
+    // Two to four rows of the K-quants take the step kernel unpadded (fast8_step.inc).
+    bool k_steps = g_isa == Isa::Avx512 && m >= 2 && m <= kStepRowsMax &&
                    (info->format == Format::Q4_K || info->format == Format::Q5_K || info->format == Format::Q6_K);
     bool pad = m > 1 && left >= 2 && !k_steps && !prompt8_fits(info->format, m);
     size_t padded = pad ? m + tile - left : m;

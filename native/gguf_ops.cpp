@@ -457,9 +457,12 @@ struct GgufMatMulKernel {
     // padding repeats the last row and its results are dropped: an element's float steps do
     // not depend on the tile, so the real rows keep their bits.
     size_t tile = fast_tile_columns(), left = m % tile;
-    // Two to four rows of the K-quants take the step kernel unpadded (fast8_step.inc).
+    // Two to four rows of the K-quants take the step kernel unpadded (fast8_step.inc), two or
+    // three of a 32-value format tiles that wide (fast8_kernels.inc, fast_rows_f).
+    const Format f = info->format;
     bool k_steps = g_isa == Isa::Avx512 && m >= 2 && m <= kStepRowsMax &&
-                   (info->format == Format::Q4_K || info->format == Format::Q5_K || info->format == Format::Q6_K);
+                   (f == Format::Q4_K || f == Format::Q5_K || f == Format::Q6_K || f == Format::Q4_0 ||
+                    f == Format::Q4_1 || f == Format::Q5_0 || f == Format::Q5_1 || f == Format::Q8_0);
     bool pad = m > 1 && left >= 2 && !k_steps && !prompt8_fits(info->format, m);
     size_t padded = pad ? m + tile - left : m;
     thread_local std::vector<float> spare;

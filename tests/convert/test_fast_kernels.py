@@ -163,6 +163,22 @@ def test_a_step_has_the_bits_of_every_path_at_any_width(
             )
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
+def test_five_to_fifteen_rows_keep_each_rows_step_bits(qtype: str, isa: str) -> None:
+    """5..15 rows (a longer draft verified, more batched sequences) go through the step kernel
+    in runs of four on AVX-512 VNNI, and through the tiles elsewhere: every row the bits of its
+    own step, for whole groups of super-blocks and a remainder."""
+    for blocks in (4, 7):
+        k = 256 * blocks
+        raw = gguf_blocks(qtype, 37, k, seed=blocks)
+        model = session(matmul_model(qtype, raw, k), threads=1, precision="fast")
+        x = activations(15, k, seed=blocks)
+        alone = np.stack([model.run(None, {"x": x[i][None, None]})[0][0, 0] for i in range(15)])
+        for m in (5, 6, 7, 8, 9, 11, 13, 15):
+            together = model.run(None, {"x": x[None, :m]})[0][0]
+            np.testing.assert_array_equal(together, alone[:m], err_msg=f"{qtype} {isa} k={k} m={m}")
+
+
 def test_fast_is_the_default_and_exact_is_todays(monkeypatch: pytest.MonkeyPatch) -> None:
     """No config entry and no CHATAPP_GGUF_PRECISION: fast. CHATAPP_GGUF_PRECISION=exact, or
     the entry, gives the int16 step (which differs from the 8-bit one); the entry wins."""

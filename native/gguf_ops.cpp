@@ -457,13 +457,14 @@ struct GgufMatMulKernel {
     // padding repeats the last row and its results are dropped: an element's float steps do
     // not depend on the tile, so the real rows keep their bits.
     size_t tile = fast_tile_columns(), left = m % tile;
-    // Two to kStepRowsMax rows of the K-quants take the step kernel unpadded (fast8_step.inc), two
-    // or three of a 32-value format tiles that wide (fast8_kernels.inc, fast_rows_f).
+    // Two to kStepRowsMax rows of the K-quants take the step kernel unpadded (fast8_step.inc), of
+    // a 32-value format runs of four-row tiles and a last tile of 1-3 (fast8_kernels.inc,
+    // fast_rows_f).
     const Format f = info->format;
     const bool kquant = f == Format::Q4_K || f == Format::Q5_K || f == Format::Q6_K;
     const bool b32 = f == Format::Q4_0 || f == Format::Q4_1 || f == Format::Q5_0 || f == Format::Q5_1 ||
                      f == Format::Q8_0;
-    bool k_steps = g_isa == Isa::Avx512 && m >= 2 && ((kquant && m <= kStepRowsMax) || (b32 && m <= 4));
+    bool k_steps = g_isa == Isa::Avx512 && m >= 2 && m <= kStepRowsMax && (kquant || b32);
     bool pad = m > 1 && left >= 2 && !k_steps && !prompt8_fits(info->format, m);
     size_t padded = pad ? m + tile - left : m;
     thread_local std::vector<float> spare;

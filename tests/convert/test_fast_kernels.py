@@ -163,11 +163,12 @@ def test_a_step_has_the_bits_of_every_path_at_any_width(
             )
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
 def test_five_to_fifteen_rows_keep_each_rows_step_bits(qtype: str, isa: str) -> None:
-    """5..15 rows (a longer draft verified, more batched sequences) go through the step kernel
-    in runs of four on AVX-512 VNNI, and through the tiles elsewhere: every row the bits of its
-    own step, for whole groups of super-blocks and a remainder."""
+    """5..15 rows (a longer draft verified, more batched sequences) go in runs of four on
+    AVX-512 VNNI (the K-quants' step kernel; the 32-value formats' tiles, the last 2-3 rows in
+    a tile that wide) and through padded tiles elsewhere: every row the bits of its own step,
+    for whole groups of super-blocks and a remainder."""
     for blocks in (4, 7):
         k = 256 * blocks
         raw = gguf_blocks(qtype, 37, k, seed=blocks)

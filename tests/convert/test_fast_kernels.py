@@ -92,21 +92,22 @@ def test_fast_is_the_product_with_8bit_activations(qtype: str, rows: int, isa: s
 
 @pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
 def test_a_row_has_the_same_bits_in_any_call(qtype: str, isa: str) -> None:
-    """A row alone (a step), among 2..9 rows (a batch of prompts or of steps [m, 1, K]), inside
-    a 70-row prompt at another position, and that prompt cut in two chunks: the same bits."""
+    """A row alone (a step), among 2..13 rows (a batch of prompts or of steps [m, 1, K]; from 10
+    rows the prompt tiles of the K-quants), inside a 70-row prompt at another position, and that
+    prompt cut in two chunks: the same bits."""
     k = widths(qtype)[-1]
     raw = gguf_blocks(qtype, 37, k)
     model = session(matmul_model(qtype, raw, k), precision="fast")
-    x = activations(9, k)
-    alone = np.stack([model.run(None, {"x": x[i][None, None]})[0][0, 0] for i in range(9)])
-    for m in range(2, 10):
+    x = activations(13, k)
+    alone = np.stack([model.run(None, {"x": x[i][None, None]})[0][0, 0] for i in range(13)])
+    for m in range(2, 14):
         together = model.run(None, {"x": x[None, :m]})[0][0]
         np.testing.assert_array_equal(together, alone[:m], err_msg=f"{qtype} {isa} m={m}")
         steps = model.run(None, {"x": x[:m, None]})[0][:, 0]
         np.testing.assert_array_equal(steps, alone[:m], err_msg=f"{qtype} {isa} steps m={m}")
-    prompt = np.concatenate([activations(61, k, seed=7), x])  # the 9 rows at 61..69
+    prompt = np.concatenate([activations(57, k, seed=7), x])  # the 13 rows at 57..69
     whole = model.run(None, {"x": prompt[None]})[0][0]
-    np.testing.assert_array_equal(whole[61:], alone, err_msg=f"{qtype} {isa} in a prompt")
+    np.testing.assert_array_equal(whole[57:], alone, err_msg=f"{qtype} {isa} in a prompt")
     first = model.run(None, {"x": prompt[None, :33]})[0][0]
     second = model.run(None, {"x": prompt[None, 33:]})[0][0]
     np.testing.assert_array_equal(np.concatenate([first, second]), whole, err_msg=f"{qtype} chunks")

@@ -92,9 +92,8 @@ def test_fast_is_the_product_with_8bit_activations(qtype: str, rows: int, isa: s
 
 @pytest.mark.parametrize("qtype", list(NATIVE_FORMATS))
 def test_a_row_has_the_same_bits_in_any_call(qtype: str, isa: str) -> None:
-    """A row alone (a step), among 2..13 rows (a batch of prompts or of steps [m, 1, K]; from 10
-    rows the prompt tiles of the K-quants), inside a 70-row prompt at another position, and that
-    prompt cut in two chunks: the same bits."""
+    """A row alone (a step), among 2..13 rows (a batch of prompts or of steps [m, 1, K]), inside
+    a 70-row prompt at another position, and that prompt cut in two chunks: the same bits."""
     k = widths(qtype)[-1]
     raw = gguf_blocks(qtype, 37, k)
     model = session(matmul_model(qtype, raw, k), precision="fast")

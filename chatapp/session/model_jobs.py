@@ -22,7 +22,8 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
-from chatapp.engine.loaded_model import DevicePlan, open_model
+from chatapp.engine.loaded_model import DevicePlan, LoadedModel, open_model, start_with_loop
+from chatapp.engine.loops import KVLoop
 from chatapp.engine.model_description import read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
@@ -57,8 +58,10 @@ class EngineHost:
         if self.engine is not None:
             self.engine.speculative = on
 
-    def hold(self, engine: Engine, request: LoadRequest) -> None:
-        """`engine`, opened by `request`, answers from now on."""
+    def hold(self, model: LoadedModel, first: KVLoop | None, request: LoadRequest) -> None:
+        """`model`, started by `request`, answers from now on, in a context made here (in
+        `first`, the loop its start allocated on a device: start_with_loop)."""
+        engine = Engine.of(model, first)
         engine.speculative = self.speculative
         self.engine, self.loaded = engine, request
 
@@ -169,18 +172,18 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
         started = time.perf_counter()
         # Read once, and refused here where it would not fit even with the current model
         # closed; the engine is then built from what was read.
-        model = open_model(
+        description = open_model(
             request.model_dir, request.device, request.onnx_file, freed=host.held_bytes()
         )
         previous = host.close_engine()
         try:
-            engine = Engine.started(model, request.plan)
+            model, first = start_with_loop(description, request.plan)
         except BaseException:
             _reopen(host, previous)  # the chat goes on with the model it had
             raise
-        host.hold(engine, request)
+        host.hold(model, first, request)
         host.use_remote(None)  # opening a local model ends a remote connection
-        summary = summarize(engine, request.device)
+        summary = summarize(host.require(), request.device)
         return replace(summary, load_seconds=time.perf_counter() - started)
 
     def explain(exc: BaseException) -> str:
@@ -200,8 +203,8 @@ def _reopen(host: EngineHost, request: LoadRequest | None) -> None:
     if request is None:
         return
     try:
-        model = open_model(request.model_dir, request.device, request.onnx_file)
-        host.hold(Engine.started(model, request.plan), request)
+        description = open_model(request.model_dir, request.device, request.onnx_file)
+        host.hold(*start_with_loop(description, request.plan), request)
     except Exception:  # the new model's error is the one to show; this one goes to the log
         log.exception("Could not open %s again after a failed load", request.model_dir)
 

@@ -13,10 +13,12 @@ from chatapp.engine import loaded_model as engine_module
 from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
-from chatapp.engine.loaded_model import DevicePlan
+from chatapp.engine.loaded_model import DevicePlan, LoadedModel
+from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import estimate_memory
 from chatapp.engine.model_description import ModelDescription, read_model_folder
 from chatapp.engine.text import chat
+from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
     VARIANTS_CANCELLED,
@@ -161,13 +163,13 @@ def test_opening_a_second_model_closes_the_first_before_loading_it(
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
     first = weakref.ref(host.engine)
     seen_while_opening: list[object] = []
-    real_start = Engine.started
+    real_start = model_jobs.start_with_loop
 
-    def watching(model: ModelDescription, plan: DevicePlan) -> Engine:
+    def watching(model: ModelDescription, plan: DevicePlan) -> tuple[LoadedModel, KVLoop | None]:
         seen_while_opening.append(first())  # the first engine is gone before the second loads
         return real_start(model, plan)
 
-    monkeypatch.setattr(Engine, "started", watching)
+    monkeypatch.setattr(model_jobs, "start_with_loop", watching)
     summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
     assert summary.folder == varied_model_dir
     assert seen_while_opening == [None] and first() is None
@@ -179,14 +181,16 @@ def test_a_load_that_fails_after_closing_the_first_opens_it_again(
 ) -> None:
     host = EngineHost()
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
-    real_start = Engine.started
+    real_start = model_jobs.start_with_loop
 
-    def failing_for_the_second(model: ModelDescription, plan: DevicePlan) -> Engine:
+    def failing_for_the_second(
+        model: ModelDescription, plan: DevicePlan
+    ) -> tuple[LoadedModel, KVLoop | None]:
         if model.folder == varied_model_dir:
             raise ModelError("onnxruntime cannot run model.onnx (broken).")
         return real_start(model, plan)
 
-    monkeypatch.setattr(Engine, "started", failing_for_the_second)
+    monkeypatch.setattr(model_jobs, "start_with_loop", failing_for_the_second)
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
     assert out.message is not None and "broken" in out.message
     assert host.engine is not None and host.engine.info.folder == tiny_model_dir

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from chatapp.engine.errors import ModelError
 from chatapp.engine.loaded_model import DevicePlan, LoadedModel
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model_context import ModelContext
 from chatapp.engine.model_description import ModelDescription, read_model_folder
 from chatapp.engine.text import chat
 from chatapp.session import model_jobs
@@ -255,3 +257,26 @@ def test_a_conversion_reads_its_folder_once_to_prepare_it(
     assert [call[0] for call in reads] == [tmp_path / "converted"]
     (model,) = (call[0] for call in prepared)
     assert isinstance(model, ModelDescription) and model.folder == tmp_path / "converted"
+
+
+def test_a_load_starts_the_model_and_the_chats_context_comes_with_its_first_use(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+    real_init = ModelContext.__init__
+
+    def counting(self: ModelContext, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ModelContext, "__init__", counting)
+    host = EngineHost()
+    host.set_speculative(True)
+    summary = drive(load_job(host, LoadRequest(tiny_model_dir, threads=1))).result
+    assert summary.folder == tiny_model_dir and made == []  # the load made no context
+    assert host.held_bytes() > 0  # the model's memory counts before any context
+    engine = host.engine  # the first job that needs the chat's engine makes its context
+    assert engine is not None and len(made) == 1 and engine.context is made[0]
+    assert host.engine is engine and engine.speculative  # made once, with the window's choice
+    host.close_engine()
+    assert host.engine is None and host.held_bytes() == 0

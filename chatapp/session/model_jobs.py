@@ -1,10 +1,11 @@
 """The engine's one owner, and the jobs that open, convert and prepare models. No Qt.
 
-`EngineHost` holds the Engine of the window, and the backend the chat talks to instead when
-one is connected (a server: session/remote_jobs.py). Only jobs touch them, and the window's
-engine service (session/engine_service.py, which its JobRunner submits to) runs jobs one at a
-time on its one thread, so each is only ever used from that thread: the chat, the comparison
-view, a model load and a served request never run at once.
+`EngineHost` holds the window's loaded model and the chat's Engine over it (its context, made
+by the first job that needs it: a load starts the model alone), and the backend the chat talks
+to instead when one is connected (a server: session/remote_jobs.py). Only jobs touch them,
+and the window's engine service (session/engine_service.py, which its JobRunner submits to)
+runs jobs one at a time on its one thread, so each is only ever used from that thread: the
+chat, the comparison view, a model load and a served request never run at once.
 """
 
 from __future__ import annotations

@@ -820,8 +820,8 @@ def test_the_engine_room_rule_refuses_the_runtime_reading_text_upwards() -> None
 
 # One module owns the threads that run a loaded model: the engine service (one job thread and
 # one queue, and the slot threads of a served batch). The window's JobRunner, the server's
-# worker and `chatapp generate` submit to it. These modules make threads too, none of which
-# runs the model.
+# worker, `chatapp generate` and `chatapp bench` submit to it. These modules make threads too,
+# none of which runs the model, but for the batch benchmark's clients.
 ENGINE_SERVICE = "chatapp.session.engine_service"
 THREADS_THAT_NEVER_RUN_THE_MODEL = {
     "chatapp.server.runner": "uvicorn's loop; its requests are jobs on the service",
@@ -831,7 +831,9 @@ THREADS_THAT_NEVER_RUN_THE_MODEL = {
     "chatapp.engine.structured.constraints": "compiles a grammar, with a time limit",
     "chatapp.remote.reader": "reads a server's stream",
     # A measurement, like scripts/batch_decode.py: N clients on the slots, with nothing else
-    # running; the engine package cannot reach the session's service (the layers).
+    # running, started from its job on the service's thread. The engine package cannot reach
+    # the session's service (the layers), and the service's slot threads take any free slot
+    # where each client here takes the slot its prompt chooses (SlotBatch.acquire(prompt)).
     "chatapp.engine.bench.parallel": "the batch benchmark's clients",
     "chatapp.engine.bench.floor": "measures the memory's read bandwidth (numpy, no model)",
 }

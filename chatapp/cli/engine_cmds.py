@@ -407,64 +407,19 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> Path | None:
-    """The GGUF llama.cpp runs: the one named, or the bundled file the default model came from
-    (found here, above both the engine and the converter)."""
-    if named is not None or "llamacpp" not in peers:
-        return named
-    from chatapp.convert.default_model import FOLDER_NAME, bundled_gguf
-
-    return bundled_gguf() if model_dir.expanduser().name == FOLDER_NAME else None
-
-
 def run_bench(args: argparse.Namespace) -> int:
-    if args.parallel is not None or args.speculative:
-        from chatapp.cli.bench_modes import (
-            measured_alone,
-            run_parallel_bench,
-            run_speculative_bench,
-        )
+    """Every measurement runs as a job on an engine service (cli/bench_modes.py)."""
+    from chatapp.cli import bench_modes
 
-        measured_alone(args, "--parallel" if args.parallel else "--speculative")
+    if args.parallel is not None or args.speculative:
+        bench_modes.measured_alone(args, "--parallel" if args.parallel else "--speculative")
         engine = start_engine(args, Mode.IOBINDING)
         if args.parallel:
-            return run_parallel_bench(args, engine)
-        return run_speculative_bench(args, engine)
+            return bench_modes.run_parallel_bench(args, engine)
+        return bench_modes.run_speculative_bench(args, engine)
     if args.fidelity:
         return run_fidelity_bench(args, resolve_model(args.model))
-    from chatapp.engine.bench.report import markdown_report
-    from chatapp.engine.bench.run import BenchConfig, run_bench_suite
-
-    model_dir = resolve_model(args.model)
-    peers = tuple(p.strip() for p in args.peer.split(",") if p.strip())
-    config = BenchConfig(
-        model_dir=model_dir,
-        onnx_file=args.onnx_file,
-        device=args.device,
-        prompt=args.prompt,
-        max_new_tokens=args.max_new_tokens,
-        modes=tuple(Mode(m) for m in args.modes),
-        repeats=args.repeats,
-        threads=args.threads,
-        precision=args.precision,
-        max_context=args.context,
-        context_tokens=args.context_tokens,
-        peers=peers,
-        peer_gguf=llama_gguf(args.peer_gguf, model_dir, peers),
-        peer_python=args.peer_python,
-        sweep=args.sweep or [],
-        floor=not args.no_floor,
-    )
-    if args.report is not None and args.report.exists() and not args.report.is_dir():
-        raise UserError(f"--report {args.report} is a file; give a folder for the report.")
-    result = run_bench_suite(config, progress=lambda msg: print(msg, file=sys.stderr))
-    if args.report is not None:
-        # Charts are drawn with QtCharts: the GUI draws them (offscreen without a display).
-        from chatapp.gui import write_bench_report
-
-        write_bench_report(result, args.report)
-    print(json.dumps(result, indent=2) if args.json else markdown_report(result))
-    return 0
+    return bench_modes.run_suite(args, resolve_model(args.model))
 
 
 def run_variants(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from chatapp.cli.errors import UserError
 from chatapp.engine.guards import PRECISIONS
 from chatapp.session import arg_checks as checks
+from chatapp.session.engine_service import call
 
 
 def add_fidelity_args(bench: argparse.ArgumentParser) -> None:
@@ -59,15 +60,19 @@ def run_fidelity_bench(args: argparse.Namespace, model_dir: Path) -> int:
     if args.peer == "llamacpp":
         python = args.peer_python or sys.executable
         others["llama.cpp"] = llama_cpp_logits(python, gguf, args.threads)
-    result = measure_fidelity(
-        model_dir,
-        gguf,
-        precisions=(args.precision, *[p for p in PRECISIONS if p != args.precision]),
-        window=args.context or WINDOW,
-        max_windows=args.fidelity_windows,
-        threads=args.threads,
-        others=others,
-        progress=lambda msg: print(msg, file=sys.stderr),
+    result = call(  # on an engine service, as every bench measurement
+        "fidelity",
+        lambda put, _stopped: measure_fidelity(
+            model_dir,
+            gguf,
+            precisions=(args.precision, *[p for p in PRECISIONS if p != args.precision]),
+            window=args.context or WINDOW,
+            max_windows=args.fidelity_windows,
+            threads=args.threads,
+            others=others,
+            progress=put,
+        ),
+        lambda msg: print(msg, file=sys.stderr),
     )
     print(json.dumps(result.to_dict(), indent=2) if args.json else markdown_table(result))
     return 0

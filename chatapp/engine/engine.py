@@ -22,10 +22,11 @@ from chatapp.engine.errors import DeviceFailure
 from chatapp.engine.generation import Generation
 from chatapp.engine.loaded_model import (
     DevicePlan,
+    LoadedModel,
     attention_refusal,
     open_model,
     start_model,
-    start_with_context,
+    start_with_loop,
 )
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate
@@ -75,15 +76,19 @@ class Engine:
         )
 
     @classmethod
-    def started(cls, model: ModelDescription, plan: DevicePlan) -> Engine:
-        """`model` (read through the memory check: `open_model`) running where `plan` asks,
-        as start_model decides: the window's load, whose request is a plan already."""
+    def of(cls, loaded: LoadedModel, first: KVLoop | None = None) -> Engine:
+        """An Engine over `loaded` (started already: the window's load), its context made
+        here, in `first` where the start allocated a device's loop (`start_with_loop`)."""
         engine = cls.__new__(cls)
-        engine._start_model(model, plan)
+        engine._hold(loaded, first)
         return engine
 
     def _start_model(self, model: ModelDescription, plan: DevicePlan) -> None:
-        self.loaded, self.context = start_with_context(model, plan)
+        self._hold(*start_with_loop(model, plan))
+
+    def _hold(self, loaded: LoadedModel, first: KVLoop | None) -> None:
+        self.loaded = loaded
+        self.context = ModelContext(loaded, loaded.plan.mode, first=first)
         self._slots: SlotBatch | None = None
         self._slot_contexts: dict[int, ModelContext] = {}
 

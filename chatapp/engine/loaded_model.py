@@ -184,6 +184,10 @@ class LoadedModel:
             loop.release_weights = MappedPages(self.mapped_files).release
         return loop
 
+    def first_loop(self) -> KVLoop:
+        """The loop of the plan's mode (a device's, allocated at the start: `start_with_loop`)."""
+        return self.new_loop(self.plan.mode)
+
     def new_context(self, mode: Mode = Mode.IOBINDING, speculative: bool = False) -> ModelContext:
         """A context of this model: its own loops and KV caches over the shared session."""
         return ModelContext(self, mode, speculative=speculative)
@@ -219,17 +223,18 @@ def start_model(description: ModelDescription, plan: DevicePlan) -> LoadedModel:
     return _start(description, plan, None)[0]
 
 
-def start_with_context(
+def start_with_loop(
     description: ModelDescription, plan: DevicePlan
-) -> tuple[LoadedModel, ModelContext]:
-    """`start_model`, and the model's first context (of `plan.mode`): on a device its loop,
-    allocated at the start to see the device's memory suffice, is the one it answers in."""
+) -> tuple[LoadedModel, KVLoop | None]:
+    """`start_model`, and on a device the loop of `plan.mode` allocated at the start to see
+    the device's memory suffice (None on the CPU): its first context answers in it
+    (`ModelContext(model, first=loop)`), made by whoever owns that context."""
     return _start(description, plan, None)
 
 
 def _start(
     description: ModelDescription, plan: DevicePlan, before: LoadedModel | None
-) -> tuple[LoadedModel, ModelContext]:
+) -> tuple[LoadedModel, KVLoop | None]:
     """`before`: the model this one replaces (its tokenizer and constraints are kept)."""
     precision = plan.precision or default_precision()
     check_precision(precision)
@@ -282,15 +287,15 @@ def _start(
             precision,
             damaged or reason,
         )
-        context = ModelContext(model, plan.mode)
+        first = None
         if device is not CPU:
             try:  # fail early: out of device memory for the KV buffers (the loop is kept)
-                context.loop()
+                first = model.first_loop()
             except DeviceFailure as exc:
                 device, reason = CPU, f"{exc} Running on the CPU."
                 continue
         log_softmax_session()  # made now, not in the first answer's time to first token
-        return model, context
+        return model, first
 
 
 def _device(plan: DevicePlan) -> tuple[Device, str | None]:

@@ -75,11 +75,14 @@ class ModelContext:
         mode: Mode = Mode.IOBINDING,
         loop: KVLoop | None = None,
         speculative: bool = False,
+        first: KVLoop | None = None,
     ) -> None:
+        """`first`: a loop of `mode` made already (a device's, allocated when the model
+        started: loaded_model.start_with_loop), its loop of that mode."""
         self.model = model
         self.mode = loop.mode if loop is not None else mode
         self._given = loop
-        self._loops: dict[Mode, KVLoop] = {}
+        self._loops: dict[Mode, KVLoop] = {first.mode: first} if first is not None else {}
         # Speculative decoding (engine/speculative.py), asked for by the face; it runs where
         # `speculation_refusal` finds nothing against it. One planner per loop: what it
         # learns (run costs, acceptance) holds for that loop's next answers too.

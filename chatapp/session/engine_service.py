@@ -30,6 +30,7 @@ from chatapp.engine.slots import SlotBatch, SlotLoop
 from chatapp.session.jobs import (
     FLUSH_INTERVAL_S,
     Job,
+    JobAborted,
     JobControl,
     JobError,
     JobListener,
@@ -278,25 +279,59 @@ def stream(
     at the end) and yield its items here, as they come (`chatapp generate`: the caller waits,
     as on its own thread). An exception `work` raises is raised here, as it was; leaving early
     (Ctrl+C) stops the job."""
+
+    def run(control: JobControl) -> None:
+        for item in work(lambda: control.stopped):
+            control.put(item)
+
+    yield from _relayed(name, run, service, STOP_WAIT_S)
+
+
+def call(
+    name: str,
+    work: Callable[[Callable[[Any], None], Callable[[], bool]], R],
+    heard: Callable[[Any], None],
+    service: EngineService | None = None,
+) -> R:
+    """Run `work(say, stopped)` as a job on `service` (as `stream`) and return what it
+    returns; each item it says is handed to `heard` here, as it comes (`chatapp bench`: its
+    progress lines). An exception `work` raises is raised here, as it was; leaving early
+    (Ctrl+C) asks it to stop and waits for nothing (a measurement may not look)."""
+    results: list[R] = []
+
+    def run(control: JobControl) -> None:
+        results.append(work(control.put, lambda: control.stopped))
+
+    for item in _relayed(name, run, service, 0.0):
+        heard(item)
+    if not results:  # stopped before it ran (the service closing)
+        raise JobAborted(DROPPED)
+    return results[0]
+
+
+def _relayed(
+    name: str, run: Callable[[JobControl], None], service: EngineService | None, wait_s: float
+) -> Generator[Any, None, None]:
+    """The items `run` puts, on the caller's thread, while it runs as a job on `service` (or
+    a service of its own, which waits at most `wait_s` for a job left early to stop)."""
     if service is None:
         own = EngineService(f"chatapp-{name}")
         try:
-            yield from stream(name, work, own)
+            yield from _relayed(name, run, own, wait_s)
         finally:
             own.stop_all()
-            own.close(STOP_WAIT_S)
+            own.close(wait_s)
         return
     failure: list[BaseException] = []
 
-    def run(control: JobControl) -> None:
+    def guarded(control: JobControl) -> None:
         try:
-            for item in work(lambda: control.stopped):
-                control.put(item)
+            run(control)
         except BaseException as exc:  # raised again on the caller's thread, as it was
             failure.append(exc)
 
     heard = _Streamed()
-    request_id = service.submit(Job(name, run, flush_interval_s=0.0), heard)
+    request_id = service.submit(Job(name, guarded, flush_interval_s=0.0), heard)
     ended = False
     try:
         while True:

@@ -1,10 +1,11 @@
 """The engine's one owner, and the jobs that open, convert and prepare models. No Qt.
 
-`EngineHost` holds the Engine of the window, and the backend the chat talks to instead when
-one is connected (a server: session/remote_jobs.py). Only jobs touch them, and the window's
-engine service (session/engine_service.py, which its JobRunner submits to) runs jobs one at a
-time on its one thread, so each is only ever used from that thread: the chat, the comparison
-view, a model load and a served request never run at once.
+`EngineHost` holds the window's loaded model and the chat's Engine over it (its context, made
+by the first job that needs it: a load starts the model alone), and the backend the chat talks
+to instead when one is connected (a server: session/remote_jobs.py). Only jobs touch them,
+and the window's engine service (session/engine_service.py, which its JobRunner submits to)
+runs jobs one at a time on its one thread, so each is only ever used from that thread: the
+chat, the comparison view, a model load and a served request never run at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
-from chatapp.engine.loaded_model import DevicePlan, open_model
+from chatapp.engine.loaded_model import DevicePlan, LoadedModel, open_model, start_with_loop
+from chatapp.engine.loops import KVLoop
 from chatapp.engine.model_description import read_model
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling
 from chatapp.engine.model_folder.variants import Variant, list_variants
@@ -41,26 +43,47 @@ PREPARATION_CANCELLED = (
 
 
 class EngineHost:
-    """Owns the loaded Engine (None before the first load) and a connected backend (None
-    unless File > Connect to server); the chat uses the connected one while there is one."""
+    """Owns the loaded model and the chat's Engine over it (None before the first load), and
+    a connected backend (None unless File > Connect to server); the chat uses the connected
+    one while there is one."""
 
     def __init__(self) -> None:
-        self.engine: Engine | None = None
+        self._model: LoadedModel | None = None  # started by the last load
+        self._first: KVLoop | None = None  # the loop its start allocated (a device's)
+        self._engine: Engine | None = None  # the chat's context over `model`, once asked for
         self.remote: Backend | None = None  # connected instead of the local engine
-        self.loaded: LoadRequest | None = None  # what opened `engine`, to open it again
+        self.loaded: LoadRequest | None = None  # what opened `model`, to open it again
         # Speculative decoding for the answers of every engine opened (the window's choice):
         # the engine reads it when an answer starts, so setting it needs no job.
         self.speculative = False
 
+    @property
+    def engine(self) -> Engine | None:
+        """The loaded model with the chat's context (made on first use, by the job that
+        needs it; a load makes none), or None before a model is loaded."""
+        if self._engine is None and self._model is not None:
+            engine = Engine.of(self._model, self._first)
+            engine.speculative = self.speculative
+            self._engine, self._first = engine, None
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine | None) -> None:
+        """Hold `engine` (a model and its context) instead; None drops the model too."""
+        self._engine, self._first = engine, None
+        if engine is None:
+            self._model = None
+
     def set_speculative(self, on: bool) -> None:
         self.speculative = on
-        if self.engine is not None:
-            self.engine.speculative = on
+        if self._engine is not None:
+            self._engine.speculative = on
 
-    def hold(self, engine: Engine, request: LoadRequest) -> None:
-        """`engine`, opened by `request`, answers from now on."""
-        engine.speculative = self.speculative
-        self.engine, self.loaded = engine, request
+    def hold(self, model: LoadedModel, first: KVLoop | None, request: LoadRequest) -> None:
+        """`model`, started by `request`, answers from now on; its first context (the chat's,
+        `engine`) answers in `first`, the loop its start allocated on a device."""
+        self.engine = None
+        self._model, self._first, self.loaded = model, first, request
 
     def close_engine(self) -> LoadRequest | None:
         """Drop the local engine, its session and its buffers, and give their memory back
@@ -71,8 +94,9 @@ class EngineHost:
         return request
 
     def held_bytes(self) -> int:
-        """The memory the local engine was estimated to hold (what closing it frees)."""
-        return self.engine.resident_estimate.total if self.engine is not None else 0
+        """The memory the local model was estimated to hold (what closing it frees)."""
+        held = self._engine or self._model
+        return held.resident_estimate.total if held is not None else 0
 
     def require(self) -> Engine:
         """The local engine (the comparison and `Serve this model` need it)."""
@@ -169,18 +193,18 @@ def load_job(host: EngineHost, request: LoadRequest) -> Job:
         started = time.perf_counter()
         # Read once, and refused here where it would not fit even with the current model
         # closed; the engine is then built from what was read.
-        model = open_model(
+        description = open_model(
             request.model_dir, request.device, request.onnx_file, freed=host.held_bytes()
         )
         previous = host.close_engine()
         try:
-            engine = Engine.started(model, request.plan)
+            model, first = start_with_loop(description, request.plan)
         except BaseException:
             _reopen(host, previous)  # the chat goes on with the model it had
             raise
-        host.hold(engine, request)
+        host.hold(model, first, request)
         host.use_remote(None)  # opening a local model ends a remote connection
-        summary = summarize(engine, request.device)
+        summary = summarize(model, request.mode, request.device)
         return replace(summary, load_seconds=time.perf_counter() - started)
 
     def explain(exc: BaseException) -> str:
@@ -200,8 +224,8 @@ def _reopen(host: EngineHost, request: LoadRequest | None) -> None:
     if request is None:
         return
     try:
-        model = open_model(request.model_dir, request.device, request.onnx_file)
-        host.hold(Engine.started(model, request.plan), request)
+        description = open_model(request.model_dir, request.device, request.onnx_file)
+        host.hold(*start_with_loop(description, request.plan), request)
     except Exception:  # the new model's error is the one to show; this one goes to the log
         log.exception("Could not open %s again after a failed load", request.model_dir)
 
@@ -215,7 +239,7 @@ def cpu_fallback_job(host: EngineHost, failure: object) -> Job:
         engine = host.require()
         requested = engine.device.name
         fall_back_to_cpu(engine, str(failure))
-        return summarize(engine, requested)
+        return summarize(engine.loaded, engine.mode, requested)
 
     # Even the CPU session did not start: say so; the chat stays.
     return Job(
@@ -227,30 +251,32 @@ def cpu_fallback_job(host: EngineHost, failure: object) -> Job:
     )
 
 
-def summarize(engine: Engine, requested_device: str) -> ModelSummary:
-    default = engine.tokenizer.default_system_prompt()
+def summarize(model: LoadedModel, mode: Mode, requested_device: str) -> ModelSummary:
+    """What the GUI may know of `model`, whose chat answers in `mode`."""
+    info, tokenizer = model.info, model.tokenizer
+    default = tokenizer.default_system_prompt()
     return ModelSummary(
-        folder=engine.info.folder,
-        name=engine.info.name,
-        description=engine.info.describe(engine.max_context),
-        layout=engine.info.layout.value,
-        device=engine.device.name,
-        device_label=engine.device.label,
-        device_own_memory=engine.device.own_memory,
+        folder=info.folder,
+        name=info.name,
+        description=info.describe(model.max_context),
+        layout=info.layout.value,
+        device=model.device.name,
+        device_label=model.device.label,
+        device_own_memory=model.device.own_memory,
         requested_device=requested_device,
-        fallback_reason=engine.fallback_reason,
-        context_length=engine.info.context_length,
-        max_context=engine.max_context,
-        threads=engine.threads,
-        onnx_file=engine.info.onnx_file,
-        sampling=engine.model.sampling,
-        kv_bytes_per_token=engine.info.kv_bytes_per_token(),
-        kernels=engine.kernels,
-        precision=engine.precision_in_effect,
-        has_chat_template=engine.tokenizer.has_template,
+        fallback_reason=model.fallback_reason,
+        context_length=info.context_length,
+        max_context=model.max_context,
+        threads=model.threads,
+        onnx_file=info.onnx_file,
+        sampling=model.description.sampling,
+        kv_bytes_per_token=info.kv_bytes_per_token(),
+        kernels=model.kernels,
+        precision=model.precision_in_effect,
+        has_chat_template=tokenizer.has_template,
         default_system_prompt=default,
-        default_system_tokens=len(engine.tokenizer.encode(default)) if default else 0,
-        speculation_refusal=engine.loaded.speculation_refusal(engine.context.mode),
+        default_system_tokens=len(tokenizer.encode(default)) if default else 0,
+        speculation_refusal=model.speculation_refusal(mode),
     )
 
 

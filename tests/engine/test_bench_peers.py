@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from chatapp.cli.engine_cmds import llama_gguf
+from chatapp.cli.bench_modes import llama_gguf
 from chatapp.convert.default_model import FOLDER_NAME, bundled_gguf
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.bench import floor

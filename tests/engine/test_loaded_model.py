@@ -25,7 +25,7 @@ from chatapp.engine.loaded_model import (
     LoadedModel,
     open_model,
     start_model,
-    start_with_context,
+    start_with_loop,
 )
 from chatapp.engine.model_context import ModelContext
 from chatapp.engine.modes import Mode
@@ -242,8 +242,9 @@ def test_the_device_trial_loop_is_the_first_contexts_and_kept(
     fake_device(monkeypatch, GPU)
     loops = counted(monkeypatch, loaded_model, "make_loop")
     description = open_model(tiny_model_dir, "gpu-test", max_context=CONTEXT)
-    model, context = start_with_context(description, DevicePlan("gpu-test", threads=1))
-    assert model.device is GPU and context.model is model and len(loops) == 1
+    model, first = start_with_loop(description, DevicePlan("gpu-test", threads=1))
+    context = ModelContext(model, first=first)  # made by its owner, in the loop allocated
+    assert model.device is GPU and first is not None and len(loops) == 1
     tokens = context.generate_ids([1, 5, 9], GREEDY, ignore_eos=True).run()
     assert len(tokens.token_ids) == GREEDY.max_new_tokens
     assert len(loops) == 1  # the answer ran in the loop the start allocated

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine.engine import Engine
-from chatapp.session.engine_service import DROPPED, EngineService, stream
+from chatapp.session.engine_service import DROPPED, EngineService, call, stream
 from chatapp.session.jobs import Job, JobAborted, JobControl
 from tests.session.test_jobs import WAIT_S, Heard
 
@@ -158,6 +158,39 @@ def test_leaving_a_stream_early_stops_its_job() -> None:
         assert stopped_seen.wait(WAIT_S)
     finally:
         assert service.close(WAIT_S)
+
+
+def test_call_returns_what_ran_on_the_service_and_hands_its_items_here() -> None:
+    where: dict[str, str] = {}
+    heard: list[tuple[str, str]] = []
+
+    def work(say: Callable[[object], None], _stopped: Callable[[], bool]) -> int:
+        where["work"] = threading.current_thread().name
+        say("one")
+        say("two")
+        return 42
+
+    def hear(item: object) -> None:
+        heard.append((str(item), threading.current_thread().name))
+
+    service = EngineService("test-call")
+    try:
+        assert call("measure", work, hear, service) == 42
+    finally:
+        service.close(WAIT_S)
+    here = threading.current_thread().name
+    assert where == {"work": "test-call"} and heard == [("one", here), ("two", here)]
+
+
+def test_call_raises_the_jobs_own_exception_here() -> None:
+    def work(say: Callable[[object], None], _stopped: Callable[[], bool]) -> int:
+        say("before")
+        raise KeyError("the job's own")
+
+    heard: list[object] = []
+    with pytest.raises(KeyError, match="the job's own"):
+        call("failing", work, heard.append)  # on a service of its own
+    assert heard == ["before"]
 
 
 class Deaf(Heard):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,10 +14,13 @@ from chatapp.engine import loaded_model as engine_module
 from chatapp.engine import memory, model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
-from chatapp.engine.loaded_model import DevicePlan
+from chatapp.engine.loaded_model import DevicePlan, LoadedModel
+from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import estimate_memory
+from chatapp.engine.model_context import ModelContext
 from chatapp.engine.model_description import ModelDescription, read_model_folder
 from chatapp.engine.text import chat
+from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
     PREPARATION_CANCELLED,
     VARIANTS_CANCELLED,
@@ -161,13 +165,13 @@ def test_opening_a_second_model_closes_the_first_before_loading_it(
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
     first = weakref.ref(host.engine)
     seen_while_opening: list[object] = []
-    real_start = Engine.started
+    real_start = model_jobs.start_with_loop
 
-    def watching(model: ModelDescription, plan: DevicePlan) -> Engine:
+    def watching(model: ModelDescription, plan: DevicePlan) -> tuple[LoadedModel, KVLoop | None]:
         seen_while_opening.append(first())  # the first engine is gone before the second loads
         return real_start(model, plan)
 
-    monkeypatch.setattr(Engine, "started", watching)
+    monkeypatch.setattr(model_jobs, "start_with_loop", watching)
     summary = drive(load_job(host, LoadRequest(varied_model_dir, threads=1))).result
     assert summary.folder == varied_model_dir
     assert seen_while_opening == [None] and first() is None
@@ -179,14 +183,16 @@ def test_a_load_that_fails_after_closing_the_first_opens_it_again(
 ) -> None:
     host = EngineHost()
     drive(load_job(host, LoadRequest(tiny_model_dir, threads=1)))
-    real_start = Engine.started
+    real_start = model_jobs.start_with_loop
 
-    def failing_for_the_second(model: ModelDescription, plan: DevicePlan) -> Engine:
+    def failing_for_the_second(
+        model: ModelDescription, plan: DevicePlan
+    ) -> tuple[LoadedModel, KVLoop | None]:
         if model.folder == varied_model_dir:
             raise ModelError("onnxruntime cannot run model.onnx (broken).")
         return real_start(model, plan)
 
-    monkeypatch.setattr(Engine, "started", failing_for_the_second)
+    monkeypatch.setattr(model_jobs, "start_with_loop", failing_for_the_second)
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
     assert out.message is not None and "broken" in out.message
     assert host.engine is not None and host.engine.info.folder == tiny_model_dir
@@ -251,3 +257,26 @@ def test_a_conversion_reads_its_folder_once_to_prepare_it(
     assert [call[0] for call in reads] == [tmp_path / "converted"]
     (model,) = (call[0] for call in prepared)
     assert isinstance(model, ModelDescription) and model.folder == tmp_path / "converted"
+
+
+def test_a_load_starts_the_model_and_the_chats_context_comes_with_its_first_use(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+    real_init = ModelContext.__init__
+
+    def counting(self: ModelContext, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ModelContext, "__init__", counting)
+    host = EngineHost()
+    host.set_speculative(True)
+    summary = drive(load_job(host, LoadRequest(tiny_model_dir, threads=1))).result
+    assert summary.folder == tiny_model_dir and made == []  # the load made no context
+    assert host.held_bytes() > 0  # the model's memory counts before any context
+    engine = host.engine  # the first job that needs the chat's engine makes its context
+    assert engine is not None and len(made) == 1 and engine.context is made[0]
+    assert host.engine is engine and engine.speculative  # made once, with the window's choice
+    host.close_engine()
+    assert host.engine is None and host.held_bytes() == 0

@@ -382,7 +382,10 @@ def _session(
         try:
             with released_while_loading(mapped):
                 weight_files = MappedFiles(mapped, info.name)
-                started = start_session(copy or info.onnx_path, device, plan.threads, precision)
+                graph = copy or info.onnx_path
+                started = start_session(
+                    graph, device, plan.threads, precision, None if copy else model.device_graph
+                )
         except Exception as exc:
             if copy is None:
                 raise

@@ -48,7 +48,11 @@ def fake_device(
     real_start = loaded_model.start_session
 
     def start(
-        path: Path, asked: Device, threads: int | None = None, precision: str | None = None
+        path: Path,
+        asked: Device,
+        threads: int | None = None,
+        precision: str | None = None,
+        _graph: bytes | None = None,  # the CPU provider underneath runs the file's graph
     ) -> StartedSession:
         if asked is CPU:
             return real_start(path, CPU, threads, precision)

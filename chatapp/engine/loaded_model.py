@@ -382,9 +382,9 @@ def _session(
         try:
             with released_while_loading(mapped):
                 weight_files = MappedFiles(mapped, info.name)
-                graph = copy or info.onnx_path
+                graph = None if device is CPU else model.device_graph
                 started = start_session(
-                    graph, device, plan.threads, precision, None if copy else model.device_graph
+                    copy or info.onnx_path, device, plan.threads, precision, graph
                 )
         except Exception as exc:
             if copy is None:

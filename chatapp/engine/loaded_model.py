@@ -40,6 +40,7 @@ from chatapp.engine.devices import (
     start_session,
 )
 from chatapp.engine.errors import DeviceFailure, EngineError, ModelError
+from chatapp.engine.file_leases import MappedFiles
 from chatapp.engine.guards import PRECISION_LABELS, default_precision
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
@@ -50,12 +51,7 @@ from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
-from chatapp.engine.resident import (
-    MappedFiles,
-    MappedPages,
-    populate_mapped,
-    released_while_loading,
-)
+from chatapp.engine.resident import MappedPages, populate_mapped, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.slots import SlotBatch
 from chatapp.engine.structured.constraints import ConstraintCompiler

@@ -105,7 +105,8 @@ class LoadedModel:
     weight_files: MappedFiles
     tokenizer: ChatTokenizer
     # Its constraint compiler: made by the first constrained answer (building its token table
-    # takes about a second for a 49k vocabulary; most answers have no constraint).
+    # takes about a second for a 49k vocabulary; most answers have no constraint), and shared
+    # with the model a CPU fallback starts (the tokens are the same in every graph of a folder).
     grammar: Once[ConstraintCompiler]
     device: Device
     plan: DevicePlan

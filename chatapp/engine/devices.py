@@ -23,7 +23,7 @@ from chatapp.engine.errors import EngineError
 from chatapp.engine.guards import PRECISIONS, THREADS_PER_CPU, default_precision, max_threads
 from chatapp.engine.native_kernels import NativeKernelsUnavailable, NativeNodeMismatch, library_path
 from chatapp.engine.vulkan_adapters import adapter_name, vulkan_adapters
-from chatapp.folder_format.graph import declares_native, float_kernel_copy, native_node_problem
+from chatapp.folder_format.graph import declares_native, native_node_problem
 
 
 @dataclass(frozen=True)
@@ -305,17 +305,21 @@ def session_options(threads: int | None = None, precision: str | None = None) ->
 
 
 def create_session(
-    model: Path | bytes, device: Device, opts: ort.SessionOptions
+    model: Path | bytes,
+    device: Device,
+    opts: ort.SessionOptions,
+    device_graph: bytes | None = None,
 ) -> ort.InferenceSession:
-    """A session on `device` (CPU for the ops the device lacks); raises what the provider raises."""
+    """A session on `device` (CPU for the ops the device lacks); raises what the provider raises.
+    `device_graph`: the graph at `model` as another device runs it (int8 levels hold on the CPU
+    only; no If), made by the folder read for the device."""
     register_if_needed(model, device.provider == CPU.provider, device.label, opts)
-    if device.provider != CPU.provider and isinstance(model, Path):
-        copy = float_kernel_copy(model)  # int8 levels hold on the CPU only; no If
-        if copy is not None:  # its weights stay in the files beside the graph
-            opts.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", str(model.parent)
-            )
-            model = copy
+    if device.provider != CPU.provider and isinstance(model, Path) and device_graph is not None:
+        # Its weights stay in the files beside the graph.
+        opts.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(model.parent)
+        )
+        model = device_graph
     source = model if isinstance(model, bytes) else str(model)
     if device.ep_device is not None:
         opts.add_provider_for_devices([device.ep_device], {})
@@ -374,10 +378,15 @@ class StartedSession:
 
 
 def start_session(
-    model_path: Path, device: Device, threads: int | None = None, precision: str | None = None
+    model_path: Path,
+    device: Device,
+    threads: int | None = None,
+    precision: str | None = None,
+    device_graph: bytes | None = None,
 ) -> StartedSession:
     """A session on `device`, or what its provider raised (a refusal shows as a session without
     the device's provider): whether to run on the CPU instead, and why, is decided by
-    loaded_model.start_model alone. `precision`: the GGUF kernels' (`session_options`)."""
+    loaded_model.start_model alone. `precision`: the GGUF kernels' (`session_options`);
+    `device_graph`: `create_session`'s."""
     opts = session_options(threads, precision)
-    return StartedSession(create_session(model_path, device, opts), device)
+    return StartedSession(create_session(model_path, device, opts, device_graph), device)

@@ -19,6 +19,7 @@ import onnxruntime as ort
 from chatapp.engine.backend import BackendCard
 from chatapp.engine.devices import Device
 from chatapp.engine.errors import DeviceFailure
+from chatapp.engine.file_leases import MappedFiles
 from chatapp.engine.generation import Generation
 from chatapp.engine.loaded_model import (
     DevicePlan,
@@ -34,7 +35,6 @@ from chatapp.engine.model_context import LOCAL_CAPABILITIES, ModelContext
 from chatapp.engine.model_description import ModelDescription
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode, as_mode
-from chatapp.engine.resident import MappedFiles
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch, SlotLoop
 from chatapp.engine.structured.constraints import ConstraintCompiler, OutputFormat

@@ -1,6 +1,7 @@
-"""Read leases on the weight files a session maps, so that no other program cuts one short
-under a running answer, and the SIGBUS net behind them. No Qt. Linux; elsewhere nothing
-changes (the identity check stays).
+"""The weight files a session maps, kept from changing under a running answer: their
+identities checked before each run (`MappedFiles`), read leases so that no other program cuts
+one short meanwhile, and the SIGBUS net behind them. No Qt. Leases and the net: Linux;
+elsewhere the identity check alone.
 
 ONNX Runtime maps a model's external data and chatapp's GGUF kernels read the blocks from that
 mapping; a page past the new end of a file truncated meanwhile raises SIGBUS, which ends the
@@ -43,8 +44,10 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from chatapp.engine.errors import ModelError
 from chatapp.folder_format.native_library import sigbus_net
 
 log = logging.getLogger(__name__)
@@ -232,3 +235,84 @@ def _watch() -> None:
                 return
         for leases in current:
             leases.poll()
+
+
+# ---- the weight files a session maps, checked before each run ------------------------------
+# So that one changed on disk is refused instead of killing the process.
+#
+# ONNX Runtime maps a folder's external data (`model.onnx.data`: the GGUF's blocks for the native
+# kernels, a packed copy's weights) instead of reading it. If another program cuts such a file
+# short (a sync tool, a failed copy), the next read of a page past the new end raises SIGBUS and
+# the window or server dies with no word. So each file's identity (device, inode), size and
+# modification time are recorded when the session is made, and every forward checks them first:
+# a few `stat` calls (microseconds) against a step of milliseconds. A changed file stops the run
+# with one line naming it; opening the model again maps the file as it now is.
+
+
+@dataclass(frozen=True)
+class _Identity:
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+
+def _identity(path: Path) -> _Identity:
+    st = os.stat(path)
+    return _Identity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class MappedFilesChanged(ModelError):
+    """A mapped weight file changed on disk after the model was loaded."""
+
+
+class MappedFiles:
+    """The identities of `files` now, and read leases on them (engine/file_leases.py): `check`
+    raises MappedFilesChanged once one differs; `in_use()` around a run also refuses it where
+    another program has begun to change one, and keeps that program waiting until it ends, and
+    ends it where a read found one cut short (the SIGBUS net gave zeros)."""
+
+    def __init__(self, files: Iterable[Path], model_name: str) -> None:
+        self.model_name = model_name
+        self._known = {Path(f): _identity(Path(f)) for f in files}
+        self._leases = WeightLeases(self._known)
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        with self._leases.running() as changing:
+            if changing is not None:
+                raise MappedFilesChanged(
+                    f"{changing.name} of {self.model_name} is being changed by another program "
+                    "(cut short or rewritten); restore it and open the model again."
+                )
+            self._refuse_cut()
+            self.check()
+            try:
+                yield
+            finally:  # a read past a cut end found zeros (file_leases.py): this pass is void
+                self._refuse_cut()
+
+    def _refuse_cut(self) -> None:
+        cut = self._leases.cut_short()
+        if cut is not None:
+            raise MappedFilesChanged(
+                f"{cut.name} of {self.model_name} was cut short by another program while the "
+                "model read it; restore it and open the model again."
+            )
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(self._known)
+
+    def check(self) -> None:
+        for path, known in self._known.items():
+            try:
+                changed = _identity(path) != known
+            except OSError:
+                changed = True
+            if changed:
+                raise MappedFilesChanged(
+                    f"{path.name} of {self.model_name} changed on disk after the model was "
+                    f"loaded (cut short, replaced or removed by another program); restore it "
+                    "and open the model again."
+                )

@@ -22,7 +22,7 @@ from chatapp.engine.sampling import (
 from chatapp.engine.speculative import DraftPlanner, PromptLookup
 from chatapp.engine.structured.constraints import TokenConstraint
 from chatapp.engine.tensor_types import as_float32
-from chatapp.engine.text.chat import IncrementalDetokenizer
+from chatapp.engine.text.stops import IncrementalDetokenizer
 
 perf = time.perf_counter
 NONE: frozenset[int] = frozenset()

@@ -3,9 +3,9 @@ starts one. No Qt.
 
 `start_model(description, plan)` turns a folder read once (`ModelDescription`, through the
 memory check: `open_model`) into an immutable `LoadedModel`: its session on the device it ended
-on, the weight files it maps, its tokenizer and output constraints, and why it runs on the CPU
-where it was asked to run elsewhere. Every decision to run on the CPU instead is taken here,
-with the sentence the user reads:
+on, the weight files it maps, its tokenizer, and why it runs on the CPU where it was asked to
+run elsewhere (its output constraints' compiler is made by its first constrained answer).
+Every decision to run on the CPU instead is taken here, with the sentence the user reads:
 - the device is not available here (only where the plan allows it: the window; the command
   line refuses);
 - the device's attention would silently leave a float32 GroupQueryAttention graph;
@@ -22,8 +22,11 @@ sampler's planner) are made from a loaded model; several share one.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -37,6 +40,7 @@ from chatapp.engine.devices import (
     start_session,
 )
 from chatapp.engine.errors import DeviceFailure, EngineError, ModelError
+from chatapp.engine.file_leases import MappedFiles
 from chatapp.engine.guards import PRECISION_LABELS, default_precision
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
@@ -47,12 +51,7 @@ from chatapp.engine.model_folder.model import KVLayout, ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
-from chatapp.engine.resident import (
-    MappedFiles,
-    MappedPages,
-    populate_mapped,
-    released_while_loading,
-)
+from chatapp.engine.resident import MappedPages, populate_mapped, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.slots import SlotBatch
 from chatapp.engine.structured.constraints import ConstraintCompiler
@@ -60,6 +59,7 @@ from chatapp.engine.text.chat import ChatTokenizer
 from chatapp.error_text import STATUS_LINE, first_line
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def open_model(
@@ -104,7 +104,10 @@ class LoadedModel:
     session: ort.InferenceSession
     weight_files: MappedFiles
     tokenizer: ChatTokenizer
-    constraints: ConstraintCompiler
+    # Its constraint compiler: made by the first constrained answer (building its token table
+    # takes about a second for a 49k vocabulary; most answers have no constraint), and shared
+    # with the model a CPU fallback starts (the tokens are the same in every graph of a folder).
+    grammar: Once[ConstraintCompiler]
     device: Device
     plan: DevicePlan
     precision: str  # the GGUF kernels' (guards.PRECISIONS)
@@ -125,6 +128,15 @@ class LoadedModel:
     @property
     def threads(self) -> int | None:
         return self.plan.threads
+
+    @property
+    def constraints(self) -> ConstraintCompiler:
+        """The compiler of output constraints (JSON, a schema, tool calls) for its tokenizer,
+        made by the first constrained answer; ConstraintError where it cannot be."""
+        info = self.info
+        return self.grammar.get(
+            lambda: ConstraintCompiler(self.tokenizer.tok, info.eos_token_ids, info.vocab_size)
+        )
 
     @property
     def mapped_files(self) -> tuple[Path, ...]:
@@ -216,6 +228,21 @@ class LoadedModel:
         return _start(self.description, plan, self)[0]
 
 
+class Once(Generic[T]):
+    """A value made by its first asker and kept; askers at once wait for the one making it
+    (server slots asking for a model's grammar together build one token table, not two)."""
+
+    def __init__(self) -> None:
+        self._made: T | None = None
+        self._lock = threading.Lock()
+
+    def get(self, make: Callable[[], T]) -> T:
+        with self._lock:
+            if self._made is None:  # a failure is raised to each asker, and tried again
+                self._made = make()
+            return self._made
+
+
 def start_model(description: ModelDescription, plan: DevicePlan) -> LoadedModel:
     """The model `description` running where `plan` asks, or on the CPU with the reason why
     not (module docstring). EngineError (DeviceError for a device not offered here, unless the
@@ -235,15 +262,15 @@ def start_with_loop(
 def _start(
     description: ModelDescription, plan: DevicePlan, before: LoadedModel | None
 ) -> tuple[LoadedModel, KVLoop | None]:
-    """`before`: the model this one replaces (its tokenizer and constraints are kept)."""
+    """`before`: the model this one replaces (its tokenizer and grammar are kept)."""
     precision = plan.precision or default_precision()
     check_precision(precision)
     device, reason = _device(plan)
     refusal = attention_refusal(device, description.info) if reason is None else None
     if refusal is not None:
         device, reason = CPU, refusal
-    # The tokenizer and constraints: kept from `before`, else built once in the loop.
-    text = (before.tokenizer, before.constraints) if before else None
+    # The tokenizer and grammar: kept from `before`, else made once in the loop.
+    text = (before.tokenizer, before.grammar) if before else None
     while True:
         if device is CPU:
             description = _read_for_cpu(description, plan)
@@ -272,16 +299,14 @@ def _start(
             )
             continue
         if text is None:  # built once a session runs: a failed start reads no tokenizer
-            info = description.info  # its tokens: the same in every graph of the folder
-            tokenizer = ChatTokenizer(description.tokenizer)
-            text = tokenizer, ConstraintCompiler(tokenizer.tok, info.eos_token_ids, info.vocab_size)
-        tokenizer, constraints = text
+            text = ChatTokenizer(description.tokenizer), Once[ConstraintCompiler]()
+        tokenizer, grammar = text
         model = LoadedModel(
             description,
             session,
             weight_files,
             tokenizer,
-            constraints,
+            grammar,
             device,
             plan,
             precision,
@@ -354,7 +379,10 @@ def _session(
         try:
             with released_while_loading(mapped):
                 weight_files = MappedFiles(mapped, info.name)
-                started = start_session(copy or info.onnx_path, device, plan.threads, precision)
+                graph = None if device is CPU else model.device_graph
+                started = start_session(
+                    copy or info.onnx_path, device, plan.threads, precision, graph
+                )
         except Exception as exc:
             if copy is None:
                 raise

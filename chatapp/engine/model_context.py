@@ -26,7 +26,8 @@ from chatapp.engine.nocache import capped_new_tokens
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.speculative import DraftPlanner
 from chatapp.engine.structured.constraints import ConstraintCompiler, OutputFormat
-from chatapp.engine.text.chat import STYLE_TEMPLATE, ChatTokenizer, IncrementalDetokenizer, Message
+from chatapp.engine.text.chat import STYLE_TEMPLATE, ChatTokenizer, Message
+from chatapp.engine.text.stops import IncrementalDetokenizer
 from chatapp.engine.warm_up import WarmUpProgress, needs_warm_up, warm_up
 
 # A model run here: its tokenizer counts, its grammar constrains, its loops are chosen.

@@ -39,7 +39,7 @@ from chatapp.engine.model_folder.files import (
 from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling, sampling_of
 from chatapp.engine.native_kernels import native_preferred
-from chatapp.folder_format.graph import all_nodes, declares_native
+from chatapp.folder_format.graph import all_nodes, declares_native, float_kernel_graph
 from chatapp.folder_format.native_library import library_isa
 
 CPU_NAME = "cpu"  # devices.CPU's name (devices.py imports onnxruntime; this module does not)
@@ -67,6 +67,9 @@ class ModelDescription:
     onnx_file: str | None = None
     # The CPU would choose the same graph (so a fall-back there needs no second read).
     cpu_same: bool = True
+    # Read for a device: the graph its session runs where it differs from the file (int8
+    # levels on the float kernels, no step/prompt If: folder_format/graph.float_kernel_graph).
+    device_graph: bytes | None = None
 
     @property
     def folder(self) -> Path:
@@ -117,6 +120,7 @@ def read_model(
         tokenizer=read.tokenizer,
         onnx_file=onnx_file,
         cpu_same=read.cpu_same,
+        device_graph=read.device_graph,
     )
 
 
@@ -159,6 +163,8 @@ def read_model_folder(
             weight_files = external_data_files(proto, onnx_path)
             nodes = tuple(all_nodes(proto.graph))
             native = declares_native(proto)
+            # A device's session runs the float kernels' graph (a native one cannot run there).
+            device_graph = None if on_cpu or native else float_kernel_graph(proto)
             info = describe_graph(
                 folder,
                 onnx_path,
@@ -185,6 +191,7 @@ def read_model_folder(
             tokenizer,
             spans,
             cpu_same,
+            device_graph,
         )
     assert first_error is not None
     if len(candidates) > 1:

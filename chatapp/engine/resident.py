@@ -1,5 +1,5 @@
 """Keep only what a model uses resident: the mapped weight file's pages, the process's memory
-as people count it; and the mapped files checked before each run. No Qt.
+as people count it. No Qt. (The mapped files kept from changing: file_leases.py.)
 
 ONNX Runtime maps `model.onnx.data` and, at load, reads most of it once to pre-pack the matrix
 weights into heap copies; the mapped pages it read stay counted in the process's resident
@@ -33,13 +33,9 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from chatapp.engine.errors import ModelError
-from chatapp.engine.file_leases import WeightLeases
 
 MADV_DONTNEED = 4
 MADV_WILLNEED = 3
@@ -294,84 +290,3 @@ def resident_memory() -> dict[str, int]:
     except OSError:
         return {}
     return found
-
-
-# ---- the weight files a session maps, checked before each run ------------------------------
-# So that one changed on disk is refused instead of killing the process.
-#
-# ONNX Runtime maps a folder's external data (`model.onnx.data`: the GGUF's blocks for the native
-# kernels, a packed copy's weights) instead of reading it. If another program cuts such a file
-# short (a sync tool, a failed copy), the next read of a page past the new end raises SIGBUS and
-# the window or server dies with no word. So each file's identity (device, inode), size and
-# modification time are recorded when the session is made, and every forward checks them first:
-# a few `stat` calls (microseconds) against a step of milliseconds. A changed file stops the run
-# with one line naming it; opening the model again maps the file as it now is.
-
-
-@dataclass(frozen=True)
-class _Identity:
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
-
-
-def _identity(path: Path) -> _Identity:
-    st = os.stat(path)
-    return _Identity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-class MappedFilesChanged(ModelError):
-    """A mapped weight file changed on disk after the model was loaded."""
-
-
-class MappedFiles:
-    """The identities of `files` now, and read leases on them (engine/file_leases.py): `check`
-    raises MappedFilesChanged once one differs; `in_use()` around a run also refuses it where
-    another program has begun to change one, and keeps that program waiting until it ends, and
-    ends it where a read found one cut short (the SIGBUS net gave zeros)."""
-
-    def __init__(self, files: Iterable[Path], model_name: str) -> None:
-        self.model_name = model_name
-        self._known = {Path(f): _identity(Path(f)) for f in files}
-        self._leases = WeightLeases(self._known)
-
-    @contextmanager
-    def in_use(self) -> Iterator[None]:
-        with self._leases.running() as changing:
-            if changing is not None:
-                raise MappedFilesChanged(
-                    f"{changing.name} of {self.model_name} is being changed by another program "
-                    "(cut short or rewritten); restore it and open the model again."
-                )
-            self._refuse_cut()
-            self.check()
-            try:
-                yield
-            finally:  # a read past a cut end found zeros (file_leases.py): this pass is void
-                self._refuse_cut()
-
-    def _refuse_cut(self) -> None:
-        cut = self._leases.cut_short()
-        if cut is not None:
-            raise MappedFilesChanged(
-                f"{cut.name} of {self.model_name} was cut short by another program while the "
-                "model read it; restore it and open the model again."
-            )
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        return tuple(self._known)
-
-    def check(self) -> None:
-        for path, known in self._known.items():
-            try:
-                changed = _identity(path) != known
-            except OSError:
-                changed = True
-            if changed:
-                raise MappedFilesChanged(
-                    f"{path.name} of {self.model_name} changed on disk after the model was "
-                    f"loaded (cut short, replaced or removed by another program); restore it "
-                    "and open the model again."
-                )

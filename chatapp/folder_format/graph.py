@@ -181,17 +181,18 @@ def inline_prompt_branch(model: onnx.ModelProto) -> bool:
     return False
 
 
-def float_kernel_copy(model_path: Path) -> bytes | None:
-    """The model with its level nodes on accuracy_level 0 and its step/prompt If replaced by
-    the prompt branch; None when it has neither.
+def float_kernel_graph(graph: onnx.ModelProto) -> bytes | None:
+    """A copy of `graph` (read without its weights) with its level nodes on accuracy_level 0
+    and its step/prompt If replaced by the prompt branch; None when it has neither.
 
     Only ONNX Runtime's CPU kernel quantizes activations in blocks of 32 as the levels assume;
     WebGPU's int8 (DP4A) path uses its own blocks, so there the three rows would be rounded
     again (max |logit diff| 0.38 measured). On float kernels the rows still sum to x.
     Weights in an external file stay there: a session on the copy is told the model's folder
-    (engine/devices.py).
+    (engine/devices.py). The folder read for a device makes it (model_description.py).
     """
-    model = onnx.load(str(model_path), load_external_data=False)
+    model = onnx.ModelProto()
+    model.CopyFrom(graph)  # the read graph stays as it is (its nodes are described)
     found = inline_prompt_branch(model)
     for node in model.graph.node:
         if levels_projection(node):

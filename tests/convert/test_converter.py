@@ -38,6 +38,7 @@ from chatapp.convert.converter import (
 from chatapp.convert.errors import ConversionError
 from chatapp.convert.gguf_file import GGUFModel
 from chatapp.engine.devices import CPU, create_session, session_options
+from chatapp.folder_format.graph import float_kernel_graph
 from tests.tiny_model import CHATML_TEMPLATE, write_tiny_gguf
 
 FOLDER_FILES = {
@@ -213,7 +214,9 @@ def test_device_session_keeps_external_weights(
     monkeypatch.setattr(converter, "EXTERNAL_DATA_THRESHOLD", 0)
     out = convert_gguf(tiny_gguf, tmp_path / "m")
     other = replace(CPU, name="other", provider="AzureExecutionProvider")  # runs on the CPU
-    session = create_session(out / "model.onnx", other, session_options(threads=1))
+    graph = float_kernel_graph(onnx.load(out / "model.onnx", load_external_data=False))
+    assert graph is not None
+    session = create_session(out / "model.onnx", other, session_options(threads=1), graph)
     whole = ort.InferenceSession(
         str(tiny_model_dir / "model.onnx"), providers=["CPUExecutionProvider"]
     )

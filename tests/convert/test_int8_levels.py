@@ -19,7 +19,7 @@ from chatapp.convert.int8_levels import (
 )
 from chatapp.convert.onnx_graph import MS_DOMAIN, OnnxGraph
 from chatapp.convert.weights import NBitsWeight, to_weight
-from chatapp.folder_format.graph import all_nodes, float_kernel_copy
+from chatapp.folder_format.graph import all_nodes, float_kernel_graph
 from tests.convert.test_weights import quantized, tensor
 
 ROWS, COLS = 48, 160
@@ -85,7 +85,7 @@ def test_device_copy_puts_level_nodes_on_the_float_kernel(tmp_path: Path) -> Non
     g.add_output("y", TensorProto.FLOAT, [1, "S", w.n])
     path = tmp_path / "model.onnx"
     onnx.save(g.model("linear", {}), str(path))
-    copy = float_kernel_copy(path)
+    copy = float_kernel_graph(onnx.load(path, load_external_data=False))
     assert copy is not None
     levels = [n for n in all_nodes(onnx.load_from_string(copy).graph) if n.op_type == "MatMulNBits"]
     assert [a.i for n in levels for a in n.attribute if a.name == "accuracy_level"] == [0]
@@ -96,4 +96,4 @@ def test_device_copy_puts_level_nodes_on_the_float_kernel(tmp_path: Path) -> Non
     plain.op("Identity", [plain.add_input("x", TensorProto.FLOAT, [1])], ["y"])
     plain.add_output("y", TensorProto.FLOAT, [1])
     onnx.save(plain.model("plain", {}), str(path))
-    assert float_kernel_copy(path) is None
+    assert float_kernel_graph(onnx.load(path, load_external_data=False)) is None

@@ -16,10 +16,10 @@ from chatapp.engine.text.chat import (
     STYLE_PLAIN_CHAT,
     STYLE_TEMPLATE,
     ChatTokenizer,
-    IncrementalDetokenizer,
     Message,
     prompt_notice,
 )
+from chatapp.engine.text.stops import IncrementalDetokenizer
 
 TEXTS = [
     "Hello there, the answer is in an hour.",
@@ -276,13 +276,13 @@ def test_an_ordinary_template_is_probed_once(
 
     tok = ChatTokenizer.from_folder(tiny_model_dir)
     probes = []
-    probe = tok._renders_ordinary_chat
+    probe = tok._templates._renders_ordinary_chat
 
     def counted(*args: Any) -> bool:
         probes.append(1)
         return probe(*args)
 
-    monkeypatch.setattr(tok, "_renders_ordinary_chat", counted)
+    monkeypatch.setattr(tok._templates, "_renders_ordinary_chat", counted)
     for _ in range(3):
         with pytest.raises(TemplateLimitError):
             tok.render(_huge_chat())

@@ -121,7 +121,11 @@ def test_engine_falls_back_to_the_cpu_after_a_device_failure(
     folder = layouts["shared-buffer"]
 
     def start_emulated(
-        path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
+        path: Path,
+        _device: Device,
+        threads: int | None = None,
+        precision: str = "fast",
+        _graph: bytes | None = None,  # the CPU underneath runs the file's graph
     ) -> StartedSession:
         opts = session_options(threads, precision)
         return StartedSession(create_session(path, CPU, opts), EMULATED)

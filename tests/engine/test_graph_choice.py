@@ -307,7 +307,11 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """'emulated' is a device with its own memory whose sessions run on the CPU provider."""
 
     def start_emulated(
-        path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
+        path: Path,
+        _device: Device,
+        threads: int | None = None,
+        precision: str = "fast",
+        _graph: bytes | None = None,  # the CPU underneath runs the file's graph
     ) -> StartedSession:
         opts = session_options(threads, precision)
         return StartedSession(create_session(path, CPU, opts), EMULATED)

@@ -75,7 +75,7 @@ for name, (schema, _) in {**REFUSED_BY_CHECK, **REFUSED_BY_LIBRARY}.items():
         print(json.dumps([name, "accepted"]), flush=True)
     except ConstraintError as exc:
         print(json.dumps([name, str(exc)]), flush=True)
-tokenizer = engine.constraints._ll_tokenizer()
+tokenizer = engine.constraints.ll_tokenizer
 grammar = llguidance.LLMatcher.grammar_from_json_schema(ref_chain(3000))
 matcher = on_big_stack(lambda: llguidance.LLMatcher(tokenizer, grammar, log_level=0))
 print(json.dumps(["unchecked chain", "compiled" if not matcher.is_error() else "refused"]))

@@ -48,7 +48,11 @@ def fake_device(
     real_start = loaded_model.start_session
 
     def start(
-        path: Path, asked: Device, threads: int | None = None, precision: str | None = None
+        path: Path,
+        asked: Device,
+        threads: int | None = None,
+        precision: str | None = None,
+        _graph: bytes | None = None,  # the CPU provider underneath runs the file's graph
     ) -> StartedSession:
         if asked is CPU:
             return real_start(path, CPU, threads, precision)
@@ -272,3 +276,44 @@ def test_a_fallback_after_the_session_started_builds_the_tokenizer_once(
     description = open_model(tiny_model_dir, "gpu-test", max_context=CONTEXT)
     model = start_model(description, DevicePlan("gpu-test", threads=1))
     assert model.device is CPU and len(tokenizers) == 1
+
+
+def test_a_grammar_asked_for_at_once_is_made_once_and_a_failure_is_tried_again() -> None:
+    import threading
+
+    once: loaded_model.Once[object] = loaded_model.Once()
+    made: list[int] = []
+    started = threading.Event()
+
+    def make() -> object:
+        started.set()
+        made.append(1)
+        threading.Event().wait(0.2)  # the second asker arrives meanwhile
+        return object()
+
+    got: list[object] = []
+    first = threading.Thread(target=lambda: got.append(once.get(make)))
+    first.start()
+    started.wait()
+    got.append(once.get(make))
+    first.join()
+    assert made == [1] and got[0] is got[1]
+
+    failing: loaded_model.Once[object] = loaded_model.Once()
+
+    def broken() -> object:
+        raise ModelError("no table")
+
+    for _ in range(2):  # each asker hears the failure; nothing is kept
+        with pytest.raises(ModelError, match="no table"):
+            failing.get(broken)
+    assert failing.get(object) is not None
+
+
+def test_the_load_makes_no_constraint_compiler(tiny_model_dir: Path) -> None:
+    model = start_model(open_model(tiny_model_dir), DevicePlan(threads=1))
+    assert model.grammar._made is None
+    compiler = model.constraints
+    assert model.constraints is compiler
+    fallback = model.on_cpu("the device failed")
+    assert fallback.constraints is compiler  # the CPU's model keeps the token table

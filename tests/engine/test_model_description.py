@@ -80,3 +80,43 @@ def test_open_model_refuses_what_does_not_fit_counting_what_closing_frees(
     with pytest.raises(MemoryRefusal, match="needs about"):
         open_model(tiny_model_dir, max_context=64)
     assert open_model(tiny_model_dir, max_context=64, freed=1000).memory.total == need
+
+
+def test_a_device_read_holds_the_graph_its_session_runs(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    import onnx
+
+    from chatapp.engine.devices import CPU, StartedSession
+    from chatapp.engine.loaded_model import DevicePlan, start_model
+    from chatapp.folder_format.graph import STEP_OR_PROMPT_NODE, all_nodes, float_kernel_graph
+
+    on_cpu = read_model(tiny_model_dir)
+    on_device = read_model(tiny_model_dir, device="a-device")
+    assert on_cpu.device_graph is None
+    graph = onnx.load(on_device.info.onnx_path, load_external_data=False)
+    assert on_device.device_graph == float_kernel_graph(graph) is not None
+    copy = onnx.load_from_string(on_device.device_graph)
+    assert not any(n.name == STEP_OR_PROMPT_NODE for n in all_nodes(copy.graph))
+    # The session's start is handed that graph: it does not read the file for it again.
+    device = dataclasses.replace(CPU, name="a-device", label="A device")  # the CPU underneath
+    handed: list[bytes | None] = []
+    real_start = engine_module.start_session
+
+    def start(
+        path: Path,
+        asked: object,
+        threads: int | None = None,
+        precision: str | None = None,
+        graph: bytes | None = None,
+    ) -> StartedSession:
+        handed.append(graph)
+        return StartedSession(real_start(path, CPU, threads, precision).session, device)
+
+    monkeypatch.setattr(engine_module, "find_device", lambda _name: device)
+    monkeypatch.setattr(engine_module, "start_session", start)
+    monkeypatch.setattr(engine_module, "attention_refusal", lambda *_args: None)
+    model = start_model(on_device, DevicePlan("a-device", threads=1))
+    assert handed == [on_device.device_graph] and model.device is device

@@ -77,7 +77,11 @@ def emulated_device(monkeypatch: pytest.MonkeyPatch) -> Device:
     loops re-bind inputs and count bytes as on a GPU, without needing one."""
 
     def start(
-        path: Path, _device: Device, threads: int | None = None, precision: str = "fast"
+        path: Path,
+        _device: Device,
+        threads: int | None = None,
+        precision: str = "fast",
+        _graph: bytes | None = None,  # the CPU underneath runs the file's graph
     ) -> StartedSession:
         opts = session_options(threads, precision)
         return StartedSession(create_session(path, CPU, opts), EMULATED)
@@ -97,11 +101,15 @@ def failing_gpu(monkeypatch: pytest.MonkeyPatch) -> Device:
     real_start = engine_module.start_session
 
     def start(
-        path: Path, device: Device, threads: int | None = None, precision: str | None = None
+        path: Path,
+        device: Device,
+        threads: int | None = None,
+        precision: str | None = None,
+        graph: bytes | None = None,
     ) -> StartedSession:
         if device is FAILING_GPU:
             raise RuntimeError("no driver")
-        return real_start(path, device, threads, precision)
+        return real_start(path, device, threads, precision, graph)
 
     monkeypatch.setattr(engine_module, "find_device", lambda _name: FAILING_GPU)
     monkeypatch.setattr(engine_module, "start_session", start)

@@ -107,3 +107,6 @@ class FolderRead(NamedTuple):
     spans: dict[str, Span]  # where each tensor stored outside the graph lies (checked)
     # Read for a device: the CPU would try the same graphs (no native graph preferred there).
     cpu_same: bool = True
+    # Read for a device: the graph its session runs, where it differs from the file
+    # (folder_format/graph.float_kernel_graph).
+    device_graph: bytes | None = None

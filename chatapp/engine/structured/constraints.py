@@ -218,25 +218,22 @@ class TokenConstraint:
 class ConstraintCompiler:
     """Turns an OutputFormat into a TokenConstraint for one tokenizer.
 
-    The tokenizer's token table is built once, on first use (~1 s for a 49k vocabulary)."""
+    Making one builds the tokenizer's token table (~1 s for a 49k vocabulary): a loaded model
+    makes its compiler with its first constrained answer (loaded_model.LoadedModel.constraints).
+    ConstraintError where llguidance is missing or cannot take the tokenizer."""
 
     def __init__(self, hf_tokenizer: Any, eos_ids: Sequence[int], vocab_size: int) -> None:
+        if not library_available():
+            raise ConstraintError(MISSING_LIBRARY)
         self._hf = hf_tokenizer
         self._eos = [int(i) for i in eos_ids]
         self._vocab = max(int(vocab_size), len(hf_tokenizer))
-        self._tokenizer: Any = None
-
-    def _ll_tokenizer(self) -> Any:
-        if not library_available():
-            raise ConstraintError(MISSING_LIBRARY)
-        if self._tokenizer is None:
-            try:
-                self._tokenizer = self._build_ll_tokenizer()
-            except Exception as exc:  # e.g. a slow (Python-only) tokenizer
-                raise ConstraintError(
-                    f"This model's tokenizer cannot be used for structured output ({exc})."
-                ) from exc
-        return self._tokenizer
+        try:
+            self.ll_tokenizer: Any = self._build_ll_tokenizer()
+        except Exception as exc:  # e.g. a slow (Python-only) tokenizer
+            raise ConstraintError(
+                f"This model's tokenizer cannot be used for structured output ({exc})."
+            ) from exc
 
     def _build_ll_tokenizer(self) -> Any:
         import llguidance
@@ -258,8 +255,7 @@ class ConstraintCompiler:
         self.start(fmt)
 
     def start(self, fmt: OutputFormat) -> TokenConstraint:
-        tokenizer = self._ll_tokenizer()
-        constraint = on_big_stack(lambda: self._compile(tokenizer, fmt))
+        constraint = on_big_stack(lambda: self._compile(self.ll_tokenizer, fmt))
         # A grammar the library accepts may still allow nothing (a schema no value matches):
         # found now, as a refusal of the request, not in the middle of its answer.
         problem = constraint.first_problem()

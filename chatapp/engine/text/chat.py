@@ -1,10 +1,22 @@
-"""Chat template, tokenizer and an incremental detokenizer."""
+"""A model's chat tokenizer: its tokenizer and chat template, and the control tokens kept out
+of the messages' text.
+
+A tokenizer turns the string `<|im_end|>` into the control token wherever it appears, so text
+holding it could end a turn and start a forged one. The template is rendered with each
+control-token string in the messages wrapped in two Unicode noncharacters (U+FDD0 and U+FDD1,
+reserved for such internal use and stripped from the messages first), and the rendered text is
+cut at the markers: the pieces between them are encoded normally (the template's own control
+tokens stay tokens), each wrapped string with special tokens off (the ordinary tokens of its
+characters). A marker that a template string method tore from its partner is dropped but still
+cuts the text, so the two sides can never join into a control token.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
+import re
+import threading
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,20 +31,15 @@ from chatapp.engine.model_folder.files import (
     read_tokenizer_files,
 )
 from chatapp.engine.resident import resident_memory, return_freed_heap
-from chatapp.engine.text.control_tokens import ControlTokens
-from chatapp.engine.text.folder_tokenizer import load_tokenizer
-from chatapp.engine.text.template import ChatTemplate, TemplateLimitError
+from chatapp.engine.text.folder_tokenizer import FolderTokenizer, load_tokenizer
+from chatapp.engine.text.template import TemplateLimitError, Templates
 from chatapp.engine.text.tokenizer_pieces import LONG_TEXT
-from chatapp.error_text import first_line
 
-log = logging.getLogger(__name__)
 # Used when a model folder has no chat template of its own (base models).
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
-# What an ordinary chat looks like: a template that hits a limit on this is slow for everyone.
-ORDINARY_CHAT = ({"role": "user", "content": "Say hi"},)
 NO_TEMPLATE_NOTICE = (
     "This model has no chat template (it may be a base model, not a chat model): the "
     "conversation is sent as plain 'User:' / 'Assistant:' lines, and the answer ends where "
@@ -115,11 +122,10 @@ class ChatTokenizer:
     """The folder's tokenizer (`tokenizers`, or transformers where that alone would give other
     ids; local files only) with its chat template.
 
-    Message text is tokenized as text: a control token typed, pasted, imported or put in the
-    system prompt (`<|im_end|><|im_start|>system...`) becomes the ordinary tokens of its
-    characters, so it cannot forge a turn; only the template's own scaffolding produces
-    control tokens. Text without any control token string is tokenized exactly as before
-    (render, then one encode), so ordinary prompts and the KV prefix reuse are unchanged.
+    Message text is tokenized as text (the module's docstring): a control token typed, pasted,
+    imported or put in the system prompt becomes the ordinary tokens of its characters. Text
+    without one is rendered and encoded once, so ordinary prompts and the KV prefix reuse are
+    as they would be without it.
     """
 
     def __init__(self, files: TokenizerFiles) -> None:
@@ -130,11 +136,8 @@ class ChatTokenizer:
         source = _template_source(getattr(self.tok, "chat_template", None))
         self.has_template = bool(source)
         self._own_source = source or FALLBACK_TEMPLATE
-        # Compiled once per template text; several threads (server slots, the chat) render
-        # at once, so what is kept here only grows and never says which style is in use.
-        self._templates: dict[str, ChatTemplate] = {}
-        self._template_errors: dict[str, ModelError] = {}
-        self._ordinary_renders: set[str] = set()  # a small ordinary chat rendered within limits
+        # Each style's template compiled once; what is kept never says which style is in use.
+        self._templates = Templates()
         self._max_chars: int | None = None
         self._last_long: tuple[bool, str, array[int]] | None = None  # see _encode_once
         # For the GUI and `chatapp generate` to show: why a base model's answers look odd.
@@ -316,91 +319,18 @@ class ChatTokenizer:
     ) -> str:
         """A template that refuses a system role (Gemma's) gets the system text at the top of
         the first user message instead."""
+        listed = [dict(t) for t in tools] if tools else None
+        context = {**_special_tokens(self.tok), "tools": listed, "documents": None}
+        context["add_generation_prompt"] = add_generation_prompt
         try:
-            return self._render_as_is(dicts, add_generation_prompt, tools, source)
+            return self._templates.render(source, {"messages": dicts, **context})
         except TemplateLimitError:
             raise
         except ModelError:
             folded = _fold_system_message(dicts)
             if folded is None:
                 raise
-            return self._render_as_is(folded, add_generation_prompt, tools, source)
-
-    def _render_as_is(
-        self,
-        dicts: list[dict[str, Any]],
-        add_generation_prompt: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        source: str,
-    ) -> str:
-        failed = self._template_errors.get(source)
-        if failed is not None:  # a template that hit a limit fails fast after
-            raise failed
-        template: ChatTemplate | None = None
-        try:
-            template = self._compiled(source)
-            listed = [dict(t) for t in tools] if tools else None
-            context = {**_special_tokens(self.tok), "tools": listed, "documents": None}
-            return template.render(
-                messages=dicts, add_generation_prompt=add_generation_prompt, **context
-            )
-        except TemplateLimitError as exc:
-            if template is not None:
-                self._after_limit(exc, dicts, source, template)
-            raise
-        except ModelError:
-            raise
-        except Exception as exc:  # a template may reject e.g. a system role
-            raise ModelError(f"The model's chat template failed: {first_line(exc)}") from exc
-
-    def _compiled(self, source: str) -> ChatTemplate:
-        template = self._templates.get(source)
-        if template is None:  # two threads may both compile it: either copy serves
-            template = self._templates.setdefault(source, ChatTemplate(source))
-        return template
-
-    def _after_limit(
-        self,
-        exc: TemplateLimitError,
-        dicts: list[dict[str, Any]],
-        source: str,
-        template: ChatTemplate,
-    ) -> None:
-        """Whose fault the limit was: the request's content (it alone is refused) or the
-        template's (an ordinary chat hits the limit too: it fails fast from now on). A huge
-        conversation must not switch the template off for every later one."""
-        chars = sum(len(str(d.get("content") or "")) for d in dicts)
-        if source not in self._ordinary_renders and not self._renders_ordinary_chat(
-            source, template
-        ):
-            self._template_errors[source] = exc
-            log.warning(
-                "the chat template hit a limit on an ordinary chat too; it is refused from now "
-                "on (%s)",
-                exc,
-            )
-        else:
-            log.warning(
-                "one conversation (%d messages, %d characters) made the chat template hit a "
-                "limit; only it was refused (%s)",
-                len(dicts),
-                chars,
-                exc,
-            )
-
-    def _renders_ordinary_chat(self, source: str, template: ChatTemplate) -> bool:
-        """A small ordinary chat renders within the limits (asked once, then remembered)."""
-        context = {**_special_tokens(self.tok), "tools": None, "documents": None}
-        try:
-            template.render(
-                messages=[dict(m) for m in ORDINARY_CHAT], add_generation_prompt=True, **context
-            )
-        except TemplateLimitError:
-            return False
-        except Exception:  # e.g. it refuses something else: not a question of limits
-            pass
-        self._ordinary_renders.add(source)
-        return True
+            return self._templates.render(source, {"messages": folded, **context})
 
 
 def _with_valid_text(message: Message) -> Message:
@@ -450,35 +380,112 @@ def _special_tokens(tok: Any) -> dict[str, Any]:
     return out
 
 
-class IncrementalDetokenizer:
-    """Turns a token stream into text deltas, never emitting half a UTF-8 character.
+START, END = "\ufdd0", "\ufdd1"  # around a control-token string of a message (the module's)
 
-    Decodes a short window (from a few tokens back) so that tokenizers which merge spaces or
-    bytes across token boundaries still produce the right text.
-    """
+# Where an image or a sound goes in a multimodal family's prompt. Gemma 3's GGUFs mark them
+# user-defined, so they decode as text, but a converted model never sees media: none is
+# sampled (a marker promises an image that never comes; Gemma 3 270M ranks <start_of_image>
+# high after text), and one in text to decode is hidden, as transformers' tokenizers (which
+# mark them special) hide it.
+MEDIA_MARKERS = frozenset(
+    {
+        "<start_of_image>",
+        "<end_of_image>",
+        "<image_soft_token>",
+        "<start_of_audio>",
+        "<end_of_audio>",
+        "<audio_soft_token>",
+    }
+)
+_MARKED = re.compile(f"{START}([^{START}{END}]*){END}|[{START}{END}]")
 
-    def __init__(self, tokenizer: ChatTokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self._prefix = 0  # start of the decode window
-        self._read = 0  # tokens whose text has been emitted
 
-    def push(self, token_id: int) -> str:
-        self.ids.append(token_id)
-        before = self.tokenizer.decode(self.ids[self._prefix : self._read])
-        after = self.tokenizer.decode(self.ids[self._prefix :])
-        if after.endswith("\ufffd") or len(after) <= len(before):
-            return ""  # an incomplete character (or nothing visible yet): wait for more
-        self._prefix, self._read = self._read, len(self.ids)
-        return after[len(before) :]
+class ControlTokens:
+    """The control tokens of one tokenizer and the encodings that keep them out of text."""
 
-    def flush(self) -> str:
-        """Whatever is left at the end (e.g. a dangling incomplete byte sequence)."""
-        before = self.tokenizer.decode(self.ids[self._prefix : self._read])
-        after = self.tokenizer.decode(self.ids[self._prefix :])
-        self._prefix = self._read = len(self.ids)
-        return after[len(before) :] if after.startswith(before) else ""
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+        added = getattr(tok, "added_tokens_decoder", {}) or {}
+        # Special added tokens are the ones a tokenizer parses out of text; whitespace ones
+        # (Gemma's "\n") are ordinary text in every template.
+        strings = {
+            str(t.content): int(i)
+            for i, t in added.items()
+            if getattr(t, "special", False) and str(t.content).strip()
+        }
+        self.ids = frozenset(strings.values())
+        self.media_ids = frozenset(
+            int(i) for i, t in added.items() if str(t.content) in MEDIA_MARKERS
+        )
+        ordered = sorted(strings, key=len, reverse=True)  # a token before the tokens inside it
+        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._plain: Any = None  # a backend tokenizer with special tokens switched off
+        self._lock = threading.Lock()
 
-    @property
-    def text(self) -> str:
-        return self.tokenizer.decode(self.ids)
+    def found_in(self, text: str) -> bool:
+        return self._pattern is not None and self._pattern.search(text) is not None
+
+    def mark(self, text: str) -> str:
+        text = text.replace(START, "").replace(END, "")
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(lambda m: f"{START}{m.group(0)}{END}", text)
+
+    def encode_marked(self, rendered: str) -> list[int]:
+        # re.split with one group: [text, token-or-None, text, token-or-None, ..., text]
+        parts = _MARKED.split(rendered)
+        ids = self._encode(parts[0], as_text=False, first=True)
+        for i, part in enumerate(parts[1:], start=1):
+            if part:
+                ids += self._encode(part, as_text=i % 2 == 1, first=False)
+        return ids
+
+    def encode_as_text(self, text: str) -> list[int]:
+        return self._encode(text, as_text=True, first=True) if text else []
+
+    def _encode(self, text: str, as_text: bool, first: bool) -> list[int]:
+        encode = self._encode_plain if as_text else self._encode_normal
+        if first:
+            ids = encode(text)
+        else:
+            # After a newline, so a SentencePiece tokenizer adds no word-start space to the
+            # middle of a text; the newline's own ids are removed again.
+            newline = encode("\n")
+            ids = encode("\n" + text)
+            ids = ids[len(newline) :] if ids[: len(newline)] == newline else encode(text)
+        if as_text and self.ids.intersection(ids):
+            # The vocabulary can build the control token from plain text: spell it out.
+            ids = [i for ch in text for i in encode(ch)]
+            if self.ids.intersection(ids):
+                raise ModelError(f"The tokenizer cannot encode {text[:40]!r} as text.")
+        return ids
+
+    def _encode_normal(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def _encode_plain(self, text: str) -> list[int]:
+        if isinstance(self.tok, FolderTokenizer):  # switches special tokens off itself
+            return self.tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+        plain = self._plain_tokenizer()
+        if plain is None:
+            with self._lock:  # the slow path toggles the shared tokenizer's setting
+                return list(
+                    self.tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+                )
+        return list(plain.encode(text, add_special_tokens=False).ids)
+
+    def _plain_tokenizer(self) -> Any:
+        """A copy of transformers' fast tokenizer with special tokens off, so no shared setting
+        is flipped while another thread encodes (a FolderTokenizer needs no copy)."""
+        if self._plain is None:
+            backend = getattr(self.tok, "backend_tokenizer", None)
+            if backend is None:
+                return None
+            from tokenizers import Tokenizer
+
+            with self._lock:
+                if self._plain is None:
+                    plain = Tokenizer.from_str(backend.to_str())
+                    plain.encode_special_tokens = True
+                    self._plain = plain
+        return self._plain

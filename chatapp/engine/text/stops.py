@@ -1,8 +1,12 @@
-"""Stop strings on a token stream: text that might begin a stop string is held back."""
+"""An answer's text as its tokens stream: each token's text delta (never half a character), and
+stop strings (text that might begin one is held back)."""
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from chatapp.engine.text.chat import ChatTokenizer
 
 T = TypeVar("T")
 
@@ -54,3 +58,37 @@ class StopBuffer(Generic[T]):
             self._items = [(end - upto, item) for end, item in self._items if end > upto]
         self._text = self._text[upto:] if not all_items else ""
         return text, items
+
+
+class IncrementalDetokenizer:
+    """Turns a token stream into text deltas, never emitting half a UTF-8 character.
+
+    Decodes a short window (from a few tokens back) so that tokenizers which merge spaces or
+    bytes across token boundaries still produce the right text.
+    """
+
+    def __init__(self, tokenizer: ChatTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self._prefix = 0  # start of the decode window
+        self._read = 0  # tokens whose text has been emitted
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        before = self.tokenizer.decode(self.ids[self._prefix : self._read])
+        after = self.tokenizer.decode(self.ids[self._prefix :])
+        if after.endswith("\ufffd") or len(after) <= len(before):
+            return ""  # an incomplete character (or nothing visible yet): wait for more
+        self._prefix, self._read = self._read, len(self.ids)
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """Whatever is left at the end (e.g. a dangling incomplete byte sequence)."""
+        before = self.tokenizer.decode(self.ids[self._prefix : self._read])
+        after = self.tokenizer.decode(self.ids[self._prefix :])
+        self._prefix = self._read = len(self.ids)
+        return after[len(before) :] if after.startswith(before) else ""
+
+    @property
+    def text(self) -> str:
+        return self.tokenizer.decode(self.ids)

@@ -23,6 +23,7 @@ render the same text as `apply_chat_template` does (tested).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -39,6 +40,9 @@ import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from chatapp.engine.errors import ModelError
+from chatapp.error_text import first_line
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class Limits:
 LIMITS = Limits()
 _TICK = "chatapp_loop_tick"  # a global no-op: calling it goes through the clock check
 _BIG_FORMAT_NUMBER = re.compile(r"\d{7,}")  # a width/precision of a million or more
+# What an ordinary chat looks like: a template that hits a limit on this is slow for everyone.
+ORDINARY_CHAT = ({"role": "user", "content": "Say hi"},)
 
 
 class TemplateLimitError(ModelError):
@@ -355,3 +361,90 @@ def _text_size(value: Any) -> int:
     if isinstance(value, list | tuple):
         return sum(_text_size(v) for v in value)
     return 0
+
+
+class Templates:
+    """The templates one tokenizer renders with (its own, text continuation, plain chat),
+    each compiled once. Several threads (server slots, the chat) render at once, so what is
+    kept here only grows. A template that hits a limit on a small ordinary chat too fails fast
+    from then on; a huge conversation alone never switches it off for every later one."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, ChatTemplate] = {}
+        self._errors: dict[str, ModelError] = {}
+        self._ordinary: set[str] = set()  # sources that render an ordinary chat within limits
+
+    def render(self, source: str, context: dict[str, Any]) -> str:
+        """`source` rendered with `context` (the messages, add_generation_prompt, the tools
+        and the special tokens); ModelError where the template fails (TemplateLimitError
+        where it was stopped)."""
+        failed = self._errors.get(source)
+        if failed is not None:  # a template that hit a limit fails fast after
+            raise failed
+        template: ChatTemplate | None = None
+        try:
+            template = self._template(source)
+            return template.render(**context)
+        except TemplateLimitError as exc:
+            if template is not None:
+                self._after_limit(exc, context, source, template)
+            raise
+        except ModelError:
+            raise
+        except Exception as exc:  # a template may reject e.g. a system role
+            raise ModelError(f"The model's chat template failed: {first_line(exc)}") from exc
+
+    def _template(self, source: str) -> ChatTemplate:
+        template = self._compiled.get(source)
+        if template is None:  # two threads may both compile it: either copy serves
+            template = self._compiled.setdefault(source, ChatTemplate(source))
+        return template
+
+    def _after_limit(
+        self,
+        exc: TemplateLimitError,
+        context: dict[str, Any],
+        source: str,
+        template: ChatTemplate,
+    ) -> None:
+        """Whose fault the limit was: the request's content (it alone is refused) or the
+        template's (an ordinary chat hits the limit too: it fails fast from now on)."""
+        messages = context.get("messages") or []
+        chars = sum(len(str(d.get("content") or "")) for d in messages)
+        if source not in self._ordinary and not self._renders_ordinary_chat(
+            source, template, context
+        ):
+            self._errors[source] = exc
+            log.warning(
+                "the chat template hit a limit on an ordinary chat too; it is refused from now "
+                "on (%s)",
+                exc,
+            )
+        else:
+            log.warning(
+                "one conversation (%d messages, %d characters) made the chat template hit a "
+                "limit; only it was refused (%s)",
+                len(messages),
+                chars,
+                exc,
+            )
+
+    def _renders_ordinary_chat(
+        self, source: str, template: ChatTemplate, context: dict[str, Any]
+    ) -> bool:
+        """A small ordinary chat renders within the limits (asked once, then remembered)."""
+        ordinary = {
+            **context,
+            "messages": [dict(m) for m in ORDINARY_CHAT],
+            "add_generation_prompt": True,
+            "tools": None,
+            "documents": None,
+        }
+        try:
+            template.render(**ordinary)
+        except TemplateLimitError:
+            return False
+        except Exception:  # e.g. it refuses something else: not a question of limits
+            pass
+        self._ordinary.add(source)
+        return True

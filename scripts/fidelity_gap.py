@@ -40,10 +40,13 @@ def paired(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> str:
     se = diff.std(ddof=1) / np.sqrt(diff.size)
     boots = [diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(2000)]
     lo, hi = np.percentile(boots, [2.5, 97.5])
+    # sign test: how far the count of positions where the first is larger sits from half
+    larger = int(np.sum(diff > 0))
+    z = (larger - diff.size / 2) / np.sqrt(diff.size / 4)
     return (
         f"mean {a.mean():.5f} vs {b.mean():.5f}: difference {diff.mean():+.6f} "
         f"(standard error {se:.6f}; bootstrap 95% {lo:+.6f} .. {hi:+.6f}); "
-        f"first larger at {np.mean(diff > 0):.1%} of {diff.size} positions"
+        f"first larger at {larger / diff.size:.1%} of {diff.size} positions (sign test z {z:+.1f})"
     )
 
 

@@ -495,18 +495,7 @@ struct GgufMatMulKernel {
       for (size_t r = 0; r < m; ++r) act8_quantize_row(x + r * size_t(k), &act, r);
     for (size_t r = m; r < padded; ++r) act8_quantize_row(x + (m - 1) * size_t(k), &act, r);
     if (prompt8_fits(info->format, m)) {
-      thread_local Packed8 packed;
-      packed.m = m;
-      packed.m16 = (m + 15) / 16 * 16;
-      packed.k = int(k);
-      packed.quads.assign(size_t(k / 4) * packed.m16, 0);
-      packed.d.assign(size_t(k / 256) * packed.m16, 0.0f);
-      packed.pairs.assign(size_t(k / 64) * packed.m16, 0);
-      packed.neg16.assign(size_t(k / 16) * packed.m16, 0);
-      Pack8Job pack{&act, &packed};
-      ctx.ParallelFor(pack8_task, packed.m16 / 16, 0, &pack);
-      Prompt8Job prompt{info, wb, row_bytes, size_t(n), &packed, y};
-      ctx.ParallelFor(prompt8_task, (size_t(n) + kPrompt8Rows - 1) / kPrompt8Rows, 0, &prompt);
+      prompt8_product(ctx, info, wb, row_bytes, size_t(n), act, y);
       return;
     }
     ctx.ParallelFor(fast_task, (size_t(n) + task_rows - 1) / task_rows, 0, &job);

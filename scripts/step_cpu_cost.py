@@ -25,25 +25,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def child(folder: str, prompt: int, steps: int) -> None:
+def child(folder: str, prompt: int, steps: int, text: str, answer_rows: bool) -> None:
     import time
 
     from chatapp.engine.bench.run import bench_prompt_ids
     from chatapp.engine.engine import Engine
+    from chatapp.engine.generation import prompt_sample
 
     engine = Engine(Path(folder), threads=1, mode="iobinding")
-    ids = bench_prompt_ids(
-        engine, "What is the capital of France?", prompt if prompt > 60 else None
-    )
+    ids = bench_prompt_ids(engine, text, prompt if prompt > 60 else None)
     loop = engine.loop()
     loop.reset()
     loop.forward(ids[:8])  # warm-up: sessions allocate on their first runs
     loop.forward([ids[8]])
     loop.reset()
+    # --answer-rows: the logits rows an answer asks of its prompt (generation.py: the sampled
+    # prompt-perplexity rows and the last), as the time to first token pays for them
+    rows = [*prompt_sample(len(ids), loop.info.vocab_size), len(ids) - 1] if answer_rows else None
     start = time.process_time()
-    out = loop.forward(ids)
+    out = loop.forward(ids, rows=rows) if rows else loop.forward(ids)
+    if rows:
+        print(f"prompt {len(ids)} tokens, logits rows {len(rows)}", file=sys.stderr)
     prefill = time.process_time() - start
-    token = int(out.logits.argmax())
+    token = int(out.logits[-1].argmax()) if rows else int(out.logits.argmax())
     start = time.process_time()
     for _ in range(steps):
         token = int(loop.forward([token]).logits.argmax())
@@ -58,9 +62,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", action="store_true")
+    parser.add_argument(
+        "--text",
+        default="What is the capital of France?",
+        help="the prompt under 61 tokens (answer_memory.py's: 'Explain what a KV cache is in a "
+        "few sentences.')",
+    )
+    parser.add_argument("--answer-rows", action="store_true", help="the answer path's logits rows")
     args = parser.parse_args()
     if args.child:
-        child(args.folders[0], args.prompt, args.steps)
+        child(args.folders[0], args.prompt, args.steps, args.text, args.answer_rows)
         return
     results: dict[str, list[dict[str, float]]] = {f: [] for f in args.folders}
     for _ in range(args.repeats):
@@ -70,6 +81,7 @@ def main() -> None:
             if precision:
                 env["CHATAPP_GGUF_PRECISION"] = precision
             cmd = [sys.executable, __file__, path, "--child", "--prompt", str(args.prompt)]
+            cmd += ["--text", args.text, *(["--answer-rows"] if args.answer_rows else [])]
             out = subprocess.run(
                 [*cmd, "--steps", str(args.steps)], capture_output=True, text=True, env=env
             )

@@ -225,3 +225,18 @@ def test_a_value_that_is_not_a_number_reaches_every_output(bad: float, isa: str)
         got = run(qtype, raw, k, x[None])[0]
         assert np.all(np.isnan(got[1])), (qtype, isa)
         np.testing.assert_array_equal(got[[0, 2]], clean[[0, 2]])
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K"])
+def test_prompt_tiles_keep_each_rows_step_bits(qtype: str, isa: str) -> None:
+    """16 rows and more take the prompt tiles on AVX-512 VNNI (native/prompt8.inc,
+    prompt8b.inc: 16 rows a register), a last block of a few rows the few-row kernels and of
+    more a padded tile: whole blocks, each kind of remainder, every row its own step's bits."""
+    k = widths(qtype)[-1]
+    raw = gguf_blocks(qtype, 37, k, seed=3)
+    model = session(matmul_model(qtype, raw, k), threads=2, precision="fast")
+    x = activations(48, k, seed=5)
+    alone = np.stack([model.run(None, {"x": x[i][None, None]})[0][0, 0] for i in range(48)])
+    for m in (16, 17, 23, 24, 31, 32, 48):
+        together = model.run(None, {"x": x[None, :m]})[0][0]
+        np.testing.assert_array_equal(together, alone[:m], err_msg=f"{qtype} {isa} m={m}")

@@ -1,0 +1,108 @@
+"""Whether fast's mean KL divergence and llama.cpp's differ by more than their noise: the same
+windows as scripts/fidelity.py, position by position, the paired difference KL(fast) - KL(llama)
+with its standard error and a bootstrap interval (resampling positions), per window too, and
+where the largest differences sit (the 99th percentile's positions).
+
+    .venv/bin/python scripts/fidelity_gap.py --model FOLDER --gguf GGUF \
+        --llama-python /work/venvs/llama/bin/python [--windows 4] [--threads 2]
+
+Extra systems come as NAME=ENV pairs (--system exact=CHATAPP_GGUF_PRECISION=exact): each runs
+the engine in this process with that variable set while its session loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from chatapp.convert.reference import ReferenceModel  # noqa: E402
+from chatapp.engine.bench.fidelity import (  # noqa: E402
+    WINDOW,
+    engine_window_logits,
+    kl_divergence,
+    scored_positions,
+)
+from chatapp.engine.engine import Engine  # noqa: E402
+from chatapp.session.fidelity import fidelity_text, llama_cpp_logits, text_windows  # noqa: E402
+
+
+def paired(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> str:
+    diff = a - b
+    se = diff.std(ddof=1) / np.sqrt(diff.size)
+    boots = [diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(2000)]
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    # sign test: how far the count of positions where the first is larger sits from half
+    larger = int(np.sum(diff > 0))
+    z = (larger - diff.size / 2) / np.sqrt(diff.size / 4)
+    return (
+        f"mean {a.mean():.5f} vs {b.mean():.5f}: difference {diff.mean():+.6f} "
+        f"(standard error {se:.6f}; bootstrap 95% {lo:+.6f} .. {hi:+.6f}); "
+        f"first larger at {larger / diff.size:.1%} of {diff.size} positions (sign test z {z:+.1f})"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--gguf", type=Path, required=True)
+    parser.add_argument("--llama-python", required=True)
+    parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--system", action="append", default=[], help="NAME=VAR=VALUE")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    systems: dict[str, Engine] = {
+        "fast": Engine(args.model, threads=args.threads, max_context=WINDOW, precision="fast")
+    }
+    for spec in args.system:
+        name, _, assignment = spec.partition("=")
+        var, _, value = assignment.partition("=")
+        before = os.environ.get(var)
+        os.environ[var] = value
+        systems[name] = Engine(args.model, threads=args.threads, max_context=WINDOW)
+        if before is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = before
+    first = systems["fast"]
+    cut = text_windows(first, fidelity_text(), WINDOW)[: args.windows]
+    reference = ReferenceModel(args.gguf)
+    llama = llama_cpp_logits(args.llama_python, args.gguf, args.threads)
+    scored = scored_positions(WINDOW)
+    kld: dict[str, list[np.ndarray]] = {name: [] for name in [*systems, "llama.cpp"]}
+    for index, ids in enumerate(cut):
+        print(f"window {index + 1} of {len(cut)}", file=sys.stderr, flush=True)
+        ref = reference.logits(ids)[scored.start : scored.stop]
+        for name, engine in systems.items():
+            kld[name].append(kl_divergence(ref, engine_window_logits(engine, ids, "prompt")))
+        kld["llama.cpp"].append(kl_divergence(ref, llama(index, ids)))
+    rng = np.random.default_rng(0)
+    whole = {name: np.concatenate(parts) for name, parts in kld.items()}
+    load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(f"{first.info.name}: {len(cut)} windows, {whole['fast'].size} positions, load {load}")
+    for name in systems:
+        print(f"{name} - llama.cpp: {paired(whole[name], whole['llama.cpp'], rng)}")
+        for w in range(len(cut)):
+            print(f"  window {w + 1}: {paired(kld[name][w], kld['llama.cpp'][w], rng)}")
+    top = np.argsort(whole["llama.cpp"] + whole["fast"])[::-1][: max(1, whole["fast"].size // 100)]
+    share = {name: v[top].sum() / v.sum() for name, v in whole.items()}
+    print(
+        "the 1% of positions with the largest KLD (either system) hold "
+        + ", ".join(f"{name} {s:.0%}" for name, s in share.items())
+        + " of each system's total"
+    )
+    print(f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -290,9 +291,18 @@ struct FastJob {
   size_t n, task_rows;
 };
 
+// A row's quantization: the AVX-512 one where it runs (the same bits as the scalar one; an AVX2
+// one, 8 values a vector, was no faster than the scalar loop: 1.6 against 1.9 us at K = 2048).
+static void act8_quantize(const float* x, Act8* a, size_t c) {
+  if (g_isa == Isa::Avx512)
+    act8_quantize_row_avx512(x, a, c);
+  else
+    act8_quantize_row(x, a, c);
+}
+
 static void fast_quantize_task(void* data, size_t row) {
   auto* job = static_cast<FastJob*>(data);
-  act8_quantize_row(job->x + row * size_t(job->act->k), job->act, row);
+  act8_quantize(job->x + row * size_t(job->act->k), job->act, row);
 }
 
 // How many activation rows a tile of the running instruction set's fast kernels takes
@@ -492,8 +502,8 @@ struct GgufMatMulKernel {
     if (m >= 8)
       ctx.ParallelFor(fast_quantize_task, m, 0, &job);
     else
-      for (size_t r = 0; r < m; ++r) act8_quantize_row(x + r * size_t(k), &act, r);
-    for (size_t r = m; r < padded; ++r) act8_quantize_row(x + (m - 1) * size_t(k), &act, r);
+      for (size_t r = 0; r < m; ++r) act8_quantize(x + r * size_t(k), &act, r);
+    for (size_t r = m; r < padded; ++r) act8_quantize(x + (m - 1) * size_t(k), &act, r);
     if (prompt8_fits(info->format, m)) {
       prompt8_product(ctx, info, wb, row_bytes, size_t(n), act, y);
       return;

@@ -240,3 +240,45 @@ def test_prompt_tiles_keep_each_rows_step_bits(qtype: str, isa: str) -> None:
     for m in (16, 17, 23, 24, 31, 32, 48):
         together = model.run(None, {"x": x[None, :m]})[0][0]
         np.testing.assert_array_equal(together, alone[:m], err_msg=f"{qtype} {isa} m={m}")
+def rounding_cases(rows: int, k: int, block: int) -> np.ndarray:
+    """Activation rows whose quantization is all edge cases: blocks with max |x| = 127 (inv is
+    exactly 1, so every x.5 is a tie, rounded to even), tiny and huge normal values, negative
+    zeros, all-zero blocks and a block holding a NaN."""
+    halves = (np.arange(block) % 255 - 127) * 0.5
+    x = np.zeros((rows, k), np.float32)
+    for r in range(rows):
+        for b in range(k // block):
+            kind = (r + b) % 5
+            values = np.roll(halves, r + b).astype(np.float32)
+            values[(r * 7 + b) % block] = 127.0 if (r + b) % 2 else -127.0
+            if kind == 1:
+                values = values * np.float32(1e-30)
+            elif kind == 2:
+                values = values * np.float32(1e30)
+            elif kind == 3:
+                values = np.full(block, -0.0, np.float32)
+            x[r, b * block : (b + 1) * block] = values
+    x[-1, 3] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q4_0", "Q8_0"])
+def test_ties_and_extremes_quantize_alike_on_every_path(
+    qtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The activations' quantization has its own AVX-512 code (fast8_step.inc): on rows made of
+    ties, tiny and huge values, zeros and a NaN, a step and four rows together give scalar's
+    bits on every path."""
+    k = 512
+    raw = gguf_blocks(qtype, 37, k, seed=3)
+    x = rounding_cases(4, k, activation_block(qtype))
+
+    def both() -> tuple[np.ndarray, np.ndarray]:
+        steps = np.stack([run(qtype, raw, k, x[i][None, None])[0, 0] for i in range(4)])
+        return steps, run(qtype, raw, k, x[None])[0]
+
+    results = on_every_path(monkeypatch, both)
+    assert np.isnan(results[0][0][-1]).all() and np.isfinite(results[0][0][:-1]).all()
+    for path, (steps, rows) in zip(ISAS, results, strict=True):
+        np.testing.assert_array_equal(results[0][0], steps, err_msg=f"{qtype} step, {path}")
+        np.testing.assert_array_equal(results[0][0], rows, err_msg=f"{qtype} 4 rows, {path}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
@@ -16,6 +17,7 @@ from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import library_path
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.speculative import Draft, DraftPlanner, PromptLookup
+from chatapp.engine.static_window import StaticWindowKv
 from chatapp.engine.text.chat import Message
 from tests.tiny_families import FAMILIES, write_family_gguf
 
@@ -103,29 +105,48 @@ def test_planner_does_not_draft_before_a_plain_step_was_timed() -> None:
 
 
 # -- the same answers -------------------------------------------------------------------------
+# Every KV layout: the shared buffer (the native default), concat (standard attention), and
+# static windows of one and of four tokens a run (fixed shapes, one window a run; contexts with
+# room for two turns of 40 tokens, one window each).
+LAYOUTS = {
+    "shared": NATIVE,
+    "concat": ConvertOptions(attention="standard", graph="native"),
+    "static-w1": ConvertOptions(
+        kv_layout="static", attention="standard", context_length=128, window=1, graph="native"
+    ),
+    "static-w4": ConvertOptions(
+        kv_layout="static", attention="standard", context_length=512, window=4, graph="native"
+    ),
+}
+FAMILY_NAMES = ("llama3", "qwen3", "gemma3", "phi3")
+
+
 @pytest.fixture(scope="module")
-def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
     root = tmp_path_factory.mktemp("speculative-families")
     folders = {}
-    for name in ("llama3", "qwen3", "gemma3", "phi3"):
+    for name in FAMILY_NAMES:
         gguf = write_family_gguf(root / f"{name}.gguf", FAMILIES[name])
-        folders[name] = convert_gguf(gguf, root / name, NATIVE)
+        for layout, options in LAYOUTS.items():
+            folders[name, layout] = convert_gguf(gguf, root / f"{name}-{layout}", options)
     return folders
 
 
 @pytest.fixture(scope="module")
-def concat_folder(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("speculative-concat")
-    options = ConvertOptions(attention="standard", graph="native")
-    return convert_gguf(varied_gguf, root / "concat", options)
+def varied_layouts(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("speculative-varied")
+    return {
+        layout: convert_gguf(varied_gguf, root / layout, options)
+        for layout, options in LAYOUTS.items()
+    }
 
 
 @pytest.fixture(scope="module")
-def varied_native(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert_gguf(varied_gguf, tmp_path_factory.mktemp("speculative") / "varied", NATIVE)
+def varied_native(varied_layouts: dict[str, Path]) -> Path:
+    return varied_layouts["shared"]
 
 
-def assert_same_as_plain(engine: Engine, prompt: list[int], settings: SamplingSettings) -> None:
+def assert_same_as_plain(engine: Engine, prompt: list[int], settings: SamplingSettings) -> RunStats:
     plain = run(engine, prompt, settings, forced=False)
     engine.reset()
     drafted = run(engine, prompt, settings, forced=True)
@@ -134,53 +155,32 @@ def assert_same_as_plain(engine: Engine, prompt: list[int], settings: SamplingSe
     assert drafted.logprobs == plain.logprobs  # the rows are the one-token steps' own
     assert sum(drafted.accepted) <= sum(drafted.drafted)
     assert drafted.runs == len(drafted.latencies_s) - sum(drafted.accepted)
+    return drafted
 
 
 @BUILT
-@pytest.mark.parametrize("family", ["llama3", "qwen3", "gemma3", "phi3"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
-def test_greedy_answers_are_the_plain_decodes_in_every_family(
-    family_folders: dict[str, Path], family: str, mode: Mode
+def test_greedy_answers_are_the_plain_decodes_in_every_family_and_layout(
+    family_folders: dict[tuple[str, str], Path], family: str, layout: str, mode: Mode
 ) -> None:
-    engine = Engine(family_folders[family], mode=mode, threads=1, precision="fast")
+    engine = Engine(family_folders[family, layout], mode=mode, threads=1, precision="fast")
     assert engine.speculation_refusal() is None
     assert_same_as_plain(engine, REPEATING, GREEDY)
 
 
 @BUILT
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
-def test_greedy_answers_are_the_plain_decodes_in_the_concat_layout(
-    concat_folder: Path, mode: Mode
+def test_seeded_sampling_gives_the_plain_decodes_tokens(
+    varied_layouts: dict[str, Path], layout: str, mode: Mode
 ) -> None:
-    engine = Engine(concat_folder, mode=mode, threads=1, precision="fast")
-    assert_same_as_plain(engine, REPEATING, GREEDY)
-
-
-@pytest.fixture(scope="module")
-def static_folder(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("speculative-static")
-    options = ConvertOptions(
-        kv_layout="static", attention="standard", context_length=96, window=4, graph="native"
-    )
-    return convert_gguf(varied_gguf, root / "static", options)
-
-
-@BUILT
-def test_a_static_window_is_refused_and_answers_plainly(static_folder: Path) -> None:
-    """Drafted tokens would share a window where single steps take one each: the slots, and
-    the attention's sums over them, would differ, so the answer could."""
-    engine = Engine(static_folder, threads=1, precision="fast")
-    engine.speculative = True
-    assert "static" in (engine.speculation_refusal() or "")
-    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=8)
-    assert engine.generate_ids(REPEATING, settings, ignore_eos=True).run().drafted == []
-
-
-@BUILT
-def test_seeded_sampling_gives_the_plain_decodes_tokens(varied_native: Path) -> None:
     """Each row is sampled in order with the history it would have had, and a drafted token
-    is kept only when the sample equals it: the same random numbers, the same tokens."""
-    engine = Engine(varied_native, threads=1, precision="fast")
+    is kept only when the sample equals it: the same random numbers, the same tokens. Drafts
+    are rejected here, so every layout's rollback runs (a static window masks the slots out)."""
+    engine = Engine(varied_layouts[layout], mode=mode, threads=1, precision="fast")
+    rejected = 0
     for seed in range(4):
         settings = SamplingSettings(
             temperature=1.0,
@@ -191,20 +191,60 @@ def test_seeded_sampling_gives_the_plain_decodes_tokens(varied_native: Path) -> 
             max_new_tokens=40,
         )
         engine.reset()
-        assert_same_as_plain(engine, REPEATING, settings)
+        drafted = assert_same_as_plain(engine, REPEATING, settings)
+        rejected += sum(drafted.drafted) - sum(drafted.accepted)
+    assert rejected, "no draft was rejected: the rollback did not run"
 
 
 @BUILT
-def test_a_follow_up_turn_after_rejected_drafts_reuses_a_correct_cache(
-    varied_native: Path,
+@pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
+@pytest.mark.parametrize("layout", ["static-w1", "static-w4"])
+def test_a_static_windows_rollback_leaves_the_cache_single_steps_would(
+    varied_layouts: dict[str, Path], layout: str, mode: Mode
 ) -> None:
-    engine = Engine(varied_native, threads=1, precision="fast")
+    """Verified one token a window, then taken back: the slots, the mask and every KV value
+    are those of a loop that never ran the rejected tokens."""
+
+    def state(engine: Engine) -> tuple[list[bool], int, list[np.ndarray]]:
+        kv = engine.loop().kv
+        assert isinstance(kv, StaticWindowKv)
+        if mode is Mode.NAIVE:
+            pasts = list(kv.host_feeds().values())
+        else:
+            pasts = [value.numpy() for value in kv.past_values.values()]
+        return kv.valid.tolist(), kv.used_slots, pasts
+
+    drafted = Engine(varied_layouts[layout], mode=mode, threads=1, precision="fast")
+    plain = Engine(varied_layouts[layout], mode=mode, threads=1, precision="fast")
+    for engine in (drafted, plain):
+        loop = engine.loop()
+        loop.prepare(REPEATING)
+        loop.forward(REPEATING)
+    verified = drafted.loop().verify([7, 8, 9, 10])
+    drafted.loop().rollback(2)  # 9 and 10 were not kept
+    singles = [plain.loop().forward([t]).logits.copy() for t in (7, 8)]
+    assert np.array_equal(verified.logits[:2], np.stack(singles))
+    assert drafted.loop().cached == plain.loop().cached
+    (valid, used, pasts), (valid_p, used_p, pasts_p) = state(drafted), state(plain)
+    assert (valid, used) == (valid_p, used_p)
+    assert all(np.array_equal(a, b) for a, b in zip(pasts, pasts_p, strict=True))
+    # The next token runs as it would have.
+    assert np.array_equal(drafted.loop().forward([11]).logits, plain.loop().forward([11]).logits)
+
+
+@BUILT
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_follow_up_turn_after_rejected_drafts_reuses_a_correct_cache(
+    varied_layouts: dict[str, Path], layout: str
+) -> None:
+    folder = varied_layouts[layout]
+    engine = Engine(folder, threads=1, precision="fast")
     first = run(engine, REPEATING, GREEDY, forced=True)
     assert sum(first.accepted) < sum(first.drafted), "no draft was rejected"
     follow_up = [*REPEATING, *first.token_ids, 12, 13, 14]
     reused = run(engine, follow_up, GREEDY, forced=True)
     assert reused.reused_tokens > len(REPEATING)
-    fresh = Engine(varied_native, threads=1, precision="fast")
+    fresh = Engine(folder, threads=1, precision="fast")
     assert reused.token_ids == run(fresh, follow_up, GREEDY, forced=False).token_ids
 
 

@@ -16,7 +16,13 @@ from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import library_path
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.speculative import Draft, DraftPlanner, PromptLookup
+from chatapp.engine.speculative import (
+    LONGEST_MATCH,
+    Draft,
+    DraftPlanner,
+    PromptLookup,
+    match_class,
+)
 from chatapp.engine.static_window import StaticWindowKv
 from chatapp.engine.text.chat import Message
 from tests.tiny_families import FAMILIES, write_family_gguf
@@ -67,6 +73,15 @@ def test_lookup_built_token_by_token_equals_one_built_at_once() -> None:
         assert grown.draft(4) == PromptLookup(tokens[: i + 1]).draft(4)
 
 
+def test_lookup_says_how_far_back_the_answer_agrees_with_its_source() -> None:
+    copied = list(range(10, 30))
+    lookup = PromptLookup([*copied, 99, *copied[:15]])
+    assert lookup.draft(3) == Draft((25, 26, 27), 15)  # all 15 copied tokens, not only 4
+    long = list(range(100, 100 + 2 * LONGEST_MATCH))
+    assert PromptLookup([*long, 7, *long[:-1]]).draft(1) == Draft((long[-1],), LONGEST_MATCH)
+    assert match_class(15) == 8 and match_class(LONGEST_MATCH) == 16 and match_class(1) == 1
+
+
 # -- planning ---------------------------------------------------------------------------------
 def test_planner_drafts_long_where_drafts_are_kept_and_rows_are_cheap() -> None:
     planner = DraftPlanner(most=8)
@@ -98,6 +113,30 @@ def test_planner_stops_drafting_what_is_rejected_and_probes_ever_more_rarely() -
     assert probes(28) == [4, 12, 28]  # waits of 4, 8, 16 chances
     assert probes(32, kept=1)[0] == 32  # the next wait, 32; a kept token resets it
     assert probes(4) == [4]  # back to the first wait
+
+
+def test_one_stalled_run_does_not_stop_drafting_but_a_dear_length_is_learnt() -> None:
+    """A shared machine holds a run up now and then: a length is not ruled out by one slow
+    run, nor by a slower machine, only by runs that keep costing more than they give."""
+    planner = DraftPlanner(most=3)
+    sure = Draft((1, 2, 3), 16)
+    for _ in range(9):
+        planner.record_run(1, 0.010)
+    for rows, cost in ((2, 0.014), (3, 0.016)):
+        planner.record_run(rows, cost)
+    planner.record_run(4, 0.500)  # stalled, the first of its length: no dearer than guessed
+    assert planner.cost(4) == pytest.approx(0.021)  # the three rows' 1.6 steps, and half one
+    for _ in range(3):
+        planner.record_run(4, 0.017)
+    assert planner.length(sure) == 3
+    planner.record_run(4, 0.500)  # stalled again: the median stands
+    assert planner.length(sure) == 3
+    for _ in range(9):  # the machine gets twice as slow for every row count alike
+        planner.record_run(1, 0.020)
+    assert planner.length(sure) == 3
+    for _ in range(9):  # four rows really cost four steps: three drafted tokens do not pay
+        planner.record_run(4, 0.080)
+    assert planner.length(sure) == 2
 
 
 def test_planner_does_not_draft_before_a_plain_step_was_timed() -> None:
@@ -230,6 +269,19 @@ def test_a_static_windows_rollback_leaves_the_cache_single_steps_would(
     assert all(np.array_equal(a, b) for a, b in zip(pasts, pasts_p, strict=True))
     # The next token runs as it would have.
     assert np.array_equal(drafted.loop().forward([11]).logits, plain.loop().forward([11]).logits)
+
+
+@BUILT
+def test_on_a_static_window_the_engine_only_probes(varied_layouts: dict[str, Path]) -> None:
+    """There each drafted token is verified in a run of its own, as dear as a step: the
+    engine's planner knows it from the start and drafts only its rare one-token probes."""
+    engine = Engine(varied_layouts["static-w4"], threads=1, precision="fast")
+    plain = run(engine, REPEATING, GREEDY, forced=False)
+    engine.reset()
+    engine.speculative = True
+    drafted = engine.generate_ids(REPEATING, GREEDY, ignore_eos=True).run()
+    assert drafted.token_ids == plain.token_ids
+    assert set(drafted.drafted) <= {1}
 
 
 @BUILT

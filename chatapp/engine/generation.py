@@ -233,14 +233,15 @@ class Generation:
         loop, planner = self.loop, self.planner
         draft = None
         if drafts is not None and planner is not None:
-            # Room for the draft, the token after it, and in the KV cache.
-            most = min(room - 1, loop.tokens_that_fit(1))
+            # Room for the draft and the token after it, and in the KV cache with a run to
+            # spare (a static window's rollback slides back into the slots its runs freed).
+            most = min(room - 1, loop.tokens_that_fit(1) - 1)
             draft = drafts.draft(most)
         k = planner.length(draft) if planner is not None and draft is not None else 0
         started = perf()
         if k and draft is not None:
             drafted = list(draft.tokens[:k])
-            step = loop.forward([token, *drafted], all_logits=True)
+            step = loop.verify([token, *drafted])
             rows = as_float32(step.logits)
             self.stats.drafted.append(k)
             self.stats.accepted.append(0)

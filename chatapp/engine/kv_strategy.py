@@ -94,6 +94,9 @@ class KvStrategy(ABC):
     """How a loop keeps the KV; these defaults are a cache that grows one slot per token."""
 
     caches = True  # False: nothing is kept between steps (Mode.NOCACHE)
+    # Drafted tokens verified in one run get the bits one-token steps would: False where the
+    # tokens' arrangement in the cache depends on how many share a run (a static window).
+    verifies_in_one_run = True
 
     def __init__(self, info: ModelInfo, device: Device, context: int) -> None:
         self.info = info

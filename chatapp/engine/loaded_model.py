@@ -47,7 +47,7 @@ from chatapp.engine.loops import KVLoop
 from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_kv_room, check_memory
 from chatapp.engine.model_context import ModelContext
 from chatapp.engine.model_description import ModelDescription, read_model
-from chatapp.engine.model_folder.model import KVLayout, ModelInfo
+from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
@@ -169,15 +169,12 @@ class LoadedModel:
         where they can. A verifying run computes several rows at once, so each row must come
         out with the bits a one-token step gives: the GGUF kernels' fast precision does that
         (every row count takes one path); exact multiplies prompts and steps differently, and
-        the stock graph and devices promise nothing about it."""
+        the stock graph and devices promise nothing about it. A static window verifies one
+        token a window (KVLoop.verify), as its single steps lay them out."""
         if self.precision_in_effect != "fast":
             return "it needs the GGUF kernels' fast precision on the CPU"
         if not mode.caches:
             return "the No cache loop recomputes every token anyway"
-        if self.info.layout is KVLayout.STATIC_WINDOW:
-            # Its slots would hold the tokens in another arrangement than one token a window
-            # does, and the attention's sums over them would round otherwise.
-            return "a static KV window lays out drafted tokens unlike single steps"
         return None
 
     def new_loop(self, mode: Mode) -> KVLoop:

@@ -111,6 +111,19 @@ class KVLoop(ABC):
             self.kv.truncate(keep)
             del self.cached[keep:]
 
+    def verify(self, ids: Sequence[int]) -> Step:
+        """Run a token and the drafted tokens after it, with every row's logits, each row
+        with the bits a one-token step gives it (engine/speculative.py). Where sharing a run
+        would change that (KvStrategy.verifies_in_one_run), one run per token."""
+        if self.kv.verifies_in_one_run:
+            return self.forward(ids, all_logits=True)
+        steps, rows = [], []
+        for token in ids:
+            step = self.forward([token])
+            rows.append(np.array(step.logits, copy=True))  # the next run reuses the buffer
+            steps.append(step)
+        return combined(steps, np.stack(rows))
+
     def admit(
         self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
     ) -> bool:

@@ -150,7 +150,12 @@ class ModelContext:
             settings = replace(settings, max_new_tokens=limit)
         planner = None
         if self.speculative and self.speculation_refusal(loop) is None:
-            planner = self._planners.setdefault(id(loop), DraftPlanner())
+            planner = self._planners.get(id(loop))
+            if planner is None:
+                # One token a run where the layout cannot share a run (KVLoop.verify): each
+                # drafted row then costs a whole step, so only the probes ever draft.
+                share = 0.5 if loop.kv.verifies_in_one_run else 1.0
+                planner = self._planners[id(loop)] = DraftPlanner(row_share=share)
         return Generation(
             loop,
             prompt_ids,

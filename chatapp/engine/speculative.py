@@ -22,6 +22,8 @@ length that maximizes the expected tokens per second, or nothing.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,12 +33,19 @@ from dataclasses import dataclass
 NGRAM_SIZES = (4, 3, 2, 1)
 MAX_DRAFT = 8
 MAX_PROBE_GAP = 1024
+# A match is followed back past its n-gram up to this many tokens: how long the answer has
+# agreed with the text it copies tells a copy (drafts kept) from a chance match.
+LONGEST_MATCH = 32
+# Runs of each row count whose median cost is taken (DraftPlanner), and how many must have run
+# before the median may say a length costs more than guessed from shorter ones.
+COST_SAMPLES = 9
+TRUSTED_SAMPLES = 3
 
 
 @dataclass(frozen=True)
 class Draft:
     tokens: tuple[int, ...]
-    matched: int  # how many tokens matched (the n of the n-gram)
+    matched: int  # how many of the last tokens equal those before the source (<= LONGEST_MATCH)
 
 
 class PromptLookup:
@@ -75,13 +84,27 @@ class PromptLookup:
                 continue
             start = self._index.get(tuple(toks[-n:]))
             if start is not None:
-                return Draft(tuple(toks[start : start + most]), n)
+                return Draft(tuple(toks[start : start + most]), self._matched(start, n))
         return None
+
+    def _matched(self, start: int, n: int) -> int:
+        """How far back the tokens before `start` equal the last ones (at least n)."""
+        toks, end = self.tokens, len(self.tokens)
+        most = min(LONGEST_MATCH, start)
+        while n < most and toks[start - 1 - n] == toks[end - 1 - n]:
+            n += 1
+        return n
 
 
 # The acceptance assumed before a match length has been tried: a long match is usually a
 # quotation that goes on; a single token is a guess. Worth two drafted tokens of evidence.
-PRIOR_ACCEPTANCE = {4: 0.9, 3: 0.8, 2: 0.6, 1: 0.3}
+# Per class of match length (`match_class`): 1, 2, 3, 4-7, 8-15, 16 and more.
+PRIOR_ACCEPTANCE = {1: 0.3, 2: 0.6, 3: 0.8, 4: 0.85, 8: 0.9, 16: 0.95}
+
+
+def match_class(matched: int) -> int:
+    """The class of a match length that acceptance is learnt for: 1, 2, 3, 4, 8 or 16."""
+    return max(c for c in PRIOR_ACCEPTANCE if c <= max(1, matched))
 
 
 @dataclass
@@ -92,8 +115,8 @@ class _Acceptance:
     accepted: float
 
     @classmethod
-    def prior(cls, matched: int) -> _Acceptance:
-        return cls(2.0, 2.0 * PRIOR_ACCEPTANCE.get(matched, 0.9))
+    def prior(cls, kind: int) -> _Acceptance:
+        return cls(2.0, 2.0 * PRIOR_ACCEPTANCE[kind])
 
     @property
     def rate(self) -> float:
@@ -107,15 +130,20 @@ class _Acceptance:
 class DraftPlanner:
     """Chooses each step's draft length from measured costs and acceptance.
 
-    The cost of a run of r rows is learnt per r (a moving average of its seconds); a length
-    not yet run is assumed to cost like the longest one measured below it plus, per row, the
-    share of a one-row step that `row_share` guesses. Per match length the acceptance rate a
-    gives the expected tokens of a k-token draft, 1 + a + ... + a^k (the model's own token is
-    always kept), and the length that gives the most tokens per second wins; 0 where none beats
-    a plain step. A match length that stopped paying is probed again (one drafted token) after
-    `probe_every` chances, and each probe that keeps nothing doubles the wait (to MAX_PROBE_GAP):
-    open-ended text matches one or two tokens almost everywhere, and probing it at a fixed rate
-    cost a few percent of its speed for nothing.
+    The cost of a run of r rows is learnt per r as a multiple of a one-row step's: the median
+    of the last few runs' seconds over the one-row step's median then, kept within 1 to r (a
+    pass of r rows never costs more than r steps: more is a run the machine held up). Medians
+    and ratios, so that a shared machine's stalls and changing load do not stop drafting for
+    good: a length looked dear after one stalled run and was never run again to learn better.
+    A length not yet run is assumed to cost like the longest one measured below it plus, per
+    row, the share of a one-row step that `row_share` guesses. Per class of match length
+    (`match_class`) the acceptance rate a gives the expected tokens of a k-token draft,
+    1 + a + ... + a^k (the model's own token is always kept), and the length that gives the
+    most tokens per second wins; 0 where none beats a plain step. A match class that stopped
+    paying is probed again (one drafted token) after `probe_every` chances, and each probe that
+    keeps nothing doubles the wait (to MAX_PROBE_GAP): open-ended text matches one or two tokens
+    almost everywhere, and probing it at a fixed rate cost a few percent of its speed for
+    nothing.
     """
 
     def __init__(
@@ -124,36 +152,60 @@ class DraftPlanner:
         self.most = most
         self.row_share = row_share
         self.probe_every = probe_every
-        self._cost: dict[int, float] = {}
+        self._step_s: deque[float] = deque(maxlen=COST_SAMPLES)  # one-row steps' seconds
+        self._ratios: dict[int, deque[float]] = {}  # r rows: seconds / a one-row step's
+        self._one: float | None = None  # their median
+        self._known: dict[int, float] = {}  # `_ratio` until the next pass of rows is recorded
         self._acceptance: dict[int, _Acceptance] = {}
         self._skipped: dict[int, int] = {}
-        self._gap: dict[int, int] = {}  # chances between probes, per match length
-        self._probing: set[int] = set()  # match lengths whose last draft was a probe
+        self._gap: dict[int, int] = {}  # chances between probes, per match class
+        self._probing: set[int] = set()  # match classes whose last draft was a probe
 
     def cost(self, rows: int) -> float | None:
         """The expected seconds of a run of `rows` rows, None before a one-row step ran."""
-        one = self._cost.get(1)
-        if one is None:
+        if self._one is None:
             return None
-        if rows in self._cost:
-            return self._cost[rows]
-        below = max(r for r in self._cost if r < rows)
-        return self._cost[below] + (rows - below) * self.row_share * one
+        return self._ratio(rows) * self._one
+
+    def _ratio(self, rows: int) -> float:
+        """What a run of `rows` rows costs in one-row steps."""
+        if rows <= 1:
+            return 1.0
+        known = self._known.get(rows)
+        if known is not None:
+            return known
+        below = max((r for r in self._ratios if r < rows), default=1)
+        guess = self._ratio(below) + (rows - below) * self.row_share
+        samples = self._ratios.get(rows)
+        ratio = guess
+        if samples:
+            measured = statistics.median(samples)
+            if len(samples) < TRUSTED_SAMPLES:  # one stalled run must not rule a length out
+                measured = min(measured, guess)
+            ratio = min(max(measured, 1.0), rows)
+        self._known[rows] = ratio
+        return ratio
 
     def record_run(self, rows: int, seconds: float) -> None:
-        old = self._cost.get(rows)
-        self._cost[rows] = seconds if old is None else 0.7 * old + 0.3 * seconds
+        if rows <= 1:
+            self._step_s.append(seconds)
+            self._one = statistics.median(self._step_s)
+        elif self._one:
+            self._ratios.setdefault(rows, deque(maxlen=COST_SAMPLES)).append(seconds / self._one)
+            self._known.clear()
 
     def record_draft(self, matched: int, offered: int, accepted: int) -> None:
-        if matched in self._probing:
-            self._probing.discard(matched)
-            gap = self._gap.get(matched, self.probe_every)
-            self._gap[matched] = self.probe_every if accepted else min(2 * gap, MAX_PROBE_GAP)
-        self._acceptance.setdefault(matched, _Acceptance.prior(matched)).record(offered, accepted)
+        kind = match_class(matched)
+        if kind in self._probing:
+            self._probing.discard(kind)
+            gap = self._gap.get(kind, self.probe_every)
+            self._gap[kind] = self.probe_every if accepted else min(2 * gap, MAX_PROBE_GAP)
+        self._acceptance.setdefault(kind, _Acceptance.prior(kind)).record(offered, accepted)
 
     def acceptance(self, matched: int) -> float:
-        known = self._acceptance.get(matched)
-        return (known or _Acceptance.prior(matched)).rate
+        kind = match_class(matched)
+        known = self._acceptance.get(kind)
+        return (known or _Acceptance.prior(kind)).rate
 
     def length(self, draft: Draft) -> int:
         """How many of the draft's tokens to verify in the next run (0: a plain step)."""
@@ -161,7 +213,8 @@ class DraftPlanner:
         one = self.cost(1)
         if most <= 0 or one is None:
             return 0
-        a = min(self.acceptance(draft.matched), 0.999)
+        kind = match_class(draft.matched)
+        a = min(self.acceptance(kind), 0.999)
         best, best_rate = 0, 1.0 / one
         expected = 1.0
         for k in range(1, most + 1):
@@ -171,14 +224,14 @@ class DraftPlanner:
             if expected / cost > best_rate:
                 best, best_rate = k, expected / cost
         if best:
-            self._skipped[draft.matched] = 0
+            self._skipped[kind] = 0
             return best
-        skipped = self._skipped.get(draft.matched, 0) + 1
-        self._skipped[draft.matched] = skipped
-        if skipped < self._gap.get(draft.matched, self.probe_every):
+        skipped = self._skipped.get(kind, 0) + 1
+        self._skipped[kind] = skipped
+        if skipped < self._gap.get(kind, self.probe_every):
             return 0
-        self._skipped[draft.matched] = 0
-        self._probing.add(draft.matched)
+        self._skipped[kind] = 0
+        self._probing.add(kind)
         return 1
 
 

@@ -32,7 +32,7 @@ from chatapp.engine.kv_strategy import (
     crossing,
 )
 from chatapp.engine.model_folder.model import ModelInfo
-from chatapp.engine.tensor_types import ort_element_type
+from chatapp.engine.tensor_types import download, ort_element_type
 
 perf = time.perf_counter
 PAD_ID = 0  # any id works: padded slots are masked out
@@ -40,6 +40,8 @@ PAD_ID = 0  # any id works: padded slots are masked out
 
 class StaticWindowKv(KvStrategy):
     """C slots, W tokens a run: which slots hold real tokens, and where the KV lives."""
+
+    verifies_in_one_run = False  # drafted tokens sharing a window sit unlike single steps'
 
     def __init__(self, info: ModelInfo, device: Device, context: int) -> None:
         assert info.window is not None
@@ -118,7 +120,8 @@ class StaticWindowKv(KvStrategy):
     # -- where the KV lives ------------------------------------------------------------------
     def truncate(self, keep: int) -> None:
         if keep:
-            return  # `reusable` keeps all or nothing
+            self._take_back(int(np.count_nonzero(self.valid)) - keep)
+            return
         self.valid[:] = False
         self.used_slots = 0
         info = self.info
@@ -133,6 +136,30 @@ class StaticWindowKv(KvStrategy):
         for value in self.past_values.values():
             value.update_inplace(zeros)
             self.pending_h2d += crossing(self.device, [zeros])
+
+    def _take_back(self, count: int) -> None:
+        """Undo the last `count` runs of one token each (drafted tokens not kept, verified one
+        a window: KVLoop.verify): slide the slots back right by their windows, so the cache
+        is laid out as if they had never run, which keeps the next steps' bits the plain
+        decode's. (`reusable` keeps all or nothing, so only a rollback cuts.) Masking them
+        out instead moves the older tokens within the attention's sums: log-probs 4e-7 off."""
+        if count <= 0:
+            return
+        back = count * self.window
+        last = self.valid[-back:].reshape(count, self.window)
+        if not (last[:, -1].all() and not last[:, :-1].any()):
+            raise ValueError("only runs of one token each can be taken back from a static window")
+        self.valid = np.concatenate([np.zeros(back, dtype=bool), self.valid[:-back]])
+        self.used_slots -= back
+        self.mask[0] = self.valid
+        if self.binder is None:
+            self._past = {name: _slid_right(p, back) for name, p in self._past.items()}
+            return
+        for value in self.past_values.values():
+            host = _slid_right(download(self.device, value), back)
+            value.update_inplace(host)
+            self.pending_d2h += crossing(self.device, [host])
+            self.pending_h2d += crossing(self.device, [host])
 
     def host_feeds(self) -> Mapping[str, np.ndarray]:
         return self._past
@@ -174,6 +201,14 @@ class StaticWindowKv(KvStrategy):
 
     def bound_values(self) -> dict[str, ort.OrtValue]:
         return {**self.past_values, **self.present_values}
+
+
+def _slid_right(past: np.ndarray, slots: int) -> np.ndarray:
+    """A past [1, kvH, S, D] moved right by `slots` slots, zeros coming in on the left (the
+    slots a run pushed out on the left were unused: the room check leaves a window free)."""
+    out = np.zeros_like(past)
+    out[:, :, slots:] = past[:, :, :-slots]
+    return out
 
 
 def shift_model(info: ModelInfo, slots: int, window: int) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
@@ -15,7 +16,14 @@ from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import library_path
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.speculative import Draft, DraftPlanner, PromptLookup
+from chatapp.engine.speculative import (
+    LONGEST_MATCH,
+    Draft,
+    DraftPlanner,
+    PromptLookup,
+    match_class,
+)
+from chatapp.engine.static_window import StaticWindowKv
 from chatapp.engine.text.chat import Message
 from tests.tiny_families import FAMILIES, write_family_gguf
 
@@ -65,6 +73,15 @@ def test_lookup_built_token_by_token_equals_one_built_at_once() -> None:
         assert grown.draft(4) == PromptLookup(tokens[: i + 1]).draft(4)
 
 
+def test_lookup_says_how_far_back_the_answer_agrees_with_its_source() -> None:
+    copied = list(range(10, 30))
+    lookup = PromptLookup([*copied, 99, *copied[:15]])
+    assert lookup.draft(3) == Draft((25, 26, 27), 15)  # all 15 copied tokens, not only 4
+    long = list(range(100, 100 + 2 * LONGEST_MATCH))
+    assert PromptLookup([*long, 7, *long[:-1]]).draft(1) == Draft((long[-1],), LONGEST_MATCH)
+    assert match_class(15) == 8 and match_class(LONGEST_MATCH) == 16 and match_class(1) == 1
+
+
 # -- planning ---------------------------------------------------------------------------------
 def test_planner_drafts_long_where_drafts_are_kept_and_rows_are_cheap() -> None:
     planner = DraftPlanner(most=8)
@@ -98,34 +115,77 @@ def test_planner_stops_drafting_what_is_rejected_and_probes_ever_more_rarely() -
     assert probes(4) == [4]  # back to the first wait
 
 
+def test_one_stalled_run_does_not_stop_drafting_but_a_dear_length_is_learnt() -> None:
+    """A shared machine holds a run up now and then: a length is not ruled out by one slow
+    run, nor by a slower machine, only by runs that keep costing more than they give."""
+    planner = DraftPlanner(most=3)
+    sure = Draft((1, 2, 3), 16)
+    for _ in range(9):
+        planner.record_run(1, 0.010)
+    for rows, cost in ((2, 0.014), (3, 0.016)):
+        planner.record_run(rows, cost)
+    planner.record_run(4, 0.500)  # stalled, the first of its length: no dearer than guessed
+    assert planner.cost(4) == pytest.approx(0.021)  # the three rows' 1.6 steps, and half one
+    for _ in range(3):
+        planner.record_run(4, 0.017)
+    assert planner.length(sure) == 3
+    planner.record_run(4, 0.500)  # stalled again: the median stands
+    assert planner.length(sure) == 3
+    for _ in range(9):  # the machine gets twice as slow for every row count alike
+        planner.record_run(1, 0.020)
+    assert planner.length(sure) == 3
+    for _ in range(9):  # four rows really cost four steps: three drafted tokens do not pay
+        planner.record_run(4, 0.080)
+    assert planner.length(sure) == 2
+
+
 def test_planner_does_not_draft_before_a_plain_step_was_timed() -> None:
     assert DraftPlanner().length(Draft((1, 2, 3), 4)) == 0
 
 
 # -- the same answers -------------------------------------------------------------------------
+# Every KV layout: the shared buffer (the native default), concat (standard attention), and
+# static windows of one and of four tokens a run (fixed shapes, one window a run; contexts with
+# room for two turns of 40 tokens, one window each).
+LAYOUTS = {
+    "shared": NATIVE,
+    "concat": ConvertOptions(attention="standard", graph="native"),
+    "static-w1": ConvertOptions(
+        kv_layout="static", attention="standard", context_length=128, window=1, graph="native"
+    ),
+    "static-w4": ConvertOptions(
+        kv_layout="static", attention="standard", context_length=512, window=4, graph="native"
+    ),
+}
+FAMILY_NAMES = ("llama3", "qwen3", "gemma3", "phi3")
+
+
 @pytest.fixture(scope="module")
-def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
     root = tmp_path_factory.mktemp("speculative-families")
     folders = {}
-    for name in ("llama3", "qwen3", "gemma3", "phi3"):
+    for name in FAMILY_NAMES:
         gguf = write_family_gguf(root / f"{name}.gguf", FAMILIES[name])
-        folders[name] = convert_gguf(gguf, root / name, NATIVE)
+        for layout, options in LAYOUTS.items():
+            folders[name, layout] = convert_gguf(gguf, root / f"{name}-{layout}", options)
     return folders
 
 
 @pytest.fixture(scope="module")
-def concat_folder(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("speculative-concat")
-    options = ConvertOptions(attention="standard", graph="native")
-    return convert_gguf(varied_gguf, root / "concat", options)
+def varied_layouts(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("speculative-varied")
+    return {
+        layout: convert_gguf(varied_gguf, root / layout, options)
+        for layout, options in LAYOUTS.items()
+    }
 
 
 @pytest.fixture(scope="module")
-def varied_native(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert_gguf(varied_gguf, tmp_path_factory.mktemp("speculative") / "varied", NATIVE)
+def varied_native(varied_layouts: dict[str, Path]) -> Path:
+    return varied_layouts["shared"]
 
 
-def assert_same_as_plain(engine: Engine, prompt: list[int], settings: SamplingSettings) -> None:
+def assert_same_as_plain(engine: Engine, prompt: list[int], settings: SamplingSettings) -> RunStats:
     plain = run(engine, prompt, settings, forced=False)
     engine.reset()
     drafted = run(engine, prompt, settings, forced=True)
@@ -134,53 +194,32 @@ def assert_same_as_plain(engine: Engine, prompt: list[int], settings: SamplingSe
     assert drafted.logprobs == plain.logprobs  # the rows are the one-token steps' own
     assert sum(drafted.accepted) <= sum(drafted.drafted)
     assert drafted.runs == len(drafted.latencies_s) - sum(drafted.accepted)
+    return drafted
 
 
 @BUILT
-@pytest.mark.parametrize("family", ["llama3", "qwen3", "gemma3", "phi3"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
-def test_greedy_answers_are_the_plain_decodes_in_every_family(
-    family_folders: dict[str, Path], family: str, mode: Mode
+def test_greedy_answers_are_the_plain_decodes_in_every_family_and_layout(
+    family_folders: dict[tuple[str, str], Path], family: str, layout: str, mode: Mode
 ) -> None:
-    engine = Engine(family_folders[family], mode=mode, threads=1, precision="fast")
+    engine = Engine(family_folders[family, layout], mode=mode, threads=1, precision="fast")
     assert engine.speculation_refusal() is None
     assert_same_as_plain(engine, REPEATING, GREEDY)
 
 
 @BUILT
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
-def test_greedy_answers_are_the_plain_decodes_in_the_concat_layout(
-    concat_folder: Path, mode: Mode
+def test_seeded_sampling_gives_the_plain_decodes_tokens(
+    varied_layouts: dict[str, Path], layout: str, mode: Mode
 ) -> None:
-    engine = Engine(concat_folder, mode=mode, threads=1, precision="fast")
-    assert_same_as_plain(engine, REPEATING, GREEDY)
-
-
-@pytest.fixture(scope="module")
-def static_folder(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("speculative-static")
-    options = ConvertOptions(
-        kv_layout="static", attention="standard", context_length=96, window=4, graph="native"
-    )
-    return convert_gguf(varied_gguf, root / "static", options)
-
-
-@BUILT
-def test_a_static_window_is_refused_and_answers_plainly(static_folder: Path) -> None:
-    """Drafted tokens would share a window where single steps take one each: the slots, and
-    the attention's sums over them, would differ, so the answer could."""
-    engine = Engine(static_folder, threads=1, precision="fast")
-    engine.speculative = True
-    assert "static" in (engine.speculation_refusal() or "")
-    settings = SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=8)
-    assert engine.generate_ids(REPEATING, settings, ignore_eos=True).run().drafted == []
-
-
-@BUILT
-def test_seeded_sampling_gives_the_plain_decodes_tokens(varied_native: Path) -> None:
     """Each row is sampled in order with the history it would have had, and a drafted token
-    is kept only when the sample equals it: the same random numbers, the same tokens."""
-    engine = Engine(varied_native, threads=1, precision="fast")
+    is kept only when the sample equals it: the same random numbers, the same tokens. Drafts
+    are rejected here, so every layout's rollback runs (a static window masks the slots out)."""
+    engine = Engine(varied_layouts[layout], mode=mode, threads=1, precision="fast")
+    rejected = 0
     for seed in range(4):
         settings = SamplingSettings(
             temperature=1.0,
@@ -191,20 +230,73 @@ def test_seeded_sampling_gives_the_plain_decodes_tokens(varied_native: Path) -> 
             max_new_tokens=40,
         )
         engine.reset()
-        assert_same_as_plain(engine, REPEATING, settings)
+        drafted = assert_same_as_plain(engine, REPEATING, settings)
+        rejected += sum(drafted.drafted) - sum(drafted.accepted)
+    assert rejected, "no draft was rejected: the rollback did not run"
 
 
 @BUILT
-def test_a_follow_up_turn_after_rejected_drafts_reuses_a_correct_cache(
-    varied_native: Path,
+@pytest.mark.parametrize("mode", [Mode.IOBINDING, Mode.NAIVE])
+@pytest.mark.parametrize("layout", ["static-w1", "static-w4"])
+def test_a_static_windows_rollback_leaves_the_cache_single_steps_would(
+    varied_layouts: dict[str, Path], layout: str, mode: Mode
 ) -> None:
-    engine = Engine(varied_native, threads=1, precision="fast")
+    """Verified one token a window, then taken back: the slots, the mask and every KV value
+    are those of a loop that never ran the rejected tokens."""
+
+    def state(engine: Engine) -> tuple[list[bool], int, list[np.ndarray]]:
+        kv = engine.loop().kv
+        assert isinstance(kv, StaticWindowKv)
+        if mode is Mode.NAIVE:
+            pasts = list(kv.host_feeds().values())
+        else:
+            pasts = [value.numpy() for value in kv.past_values.values()]
+        return kv.valid.tolist(), kv.used_slots, pasts
+
+    drafted = Engine(varied_layouts[layout], mode=mode, threads=1, precision="fast")
+    plain = Engine(varied_layouts[layout], mode=mode, threads=1, precision="fast")
+    for engine in (drafted, plain):
+        loop = engine.loop()
+        loop.prepare(REPEATING)
+        loop.forward(REPEATING)
+    verified = drafted.loop().verify([7, 8, 9, 10])
+    drafted.loop().rollback(2)  # 9 and 10 were not kept
+    singles = [plain.loop().forward([t]).logits.copy() for t in (7, 8)]
+    assert np.array_equal(verified.logits[:2], np.stack(singles))
+    assert drafted.loop().cached == plain.loop().cached
+    (valid, used, pasts), (valid_p, used_p, pasts_p) = state(drafted), state(plain)
+    assert (valid, used) == (valid_p, used_p)
+    assert all(np.array_equal(a, b) for a, b in zip(pasts, pasts_p, strict=True))
+    # The next token runs as it would have.
+    assert np.array_equal(drafted.loop().forward([11]).logits, plain.loop().forward([11]).logits)
+
+
+@BUILT
+def test_on_a_static_window_the_engine_only_probes(varied_layouts: dict[str, Path]) -> None:
+    """There each drafted token is verified in a run of its own, as dear as a step: the
+    engine's planner knows it from the start and drafts only its rare one-token probes."""
+    engine = Engine(varied_layouts["static-w4"], threads=1, precision="fast")
+    plain = run(engine, REPEATING, GREEDY, forced=False)
+    engine.reset()
+    engine.speculative = True
+    drafted = engine.generate_ids(REPEATING, GREEDY, ignore_eos=True).run()
+    assert drafted.token_ids == plain.token_ids
+    assert set(drafted.drafted) <= {1}
+
+
+@BUILT
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_follow_up_turn_after_rejected_drafts_reuses_a_correct_cache(
+    varied_layouts: dict[str, Path], layout: str
+) -> None:
+    folder = varied_layouts[layout]
+    engine = Engine(folder, threads=1, precision="fast")
     first = run(engine, REPEATING, GREEDY, forced=True)
     assert sum(first.accepted) < sum(first.drafted), "no draft was rejected"
     follow_up = [*REPEATING, *first.token_ids, 12, 13, 14]
     reused = run(engine, follow_up, GREEDY, forced=True)
     assert reused.reused_tokens > len(REPEATING)
-    fresh = Engine(varied_native, threads=1, precision="fast")
+    fresh = Engine(folder, threads=1, precision="fast")
     assert reused.token_ids == run(fresh, follow_up, GREEDY, forced=False).token_ids
 
 

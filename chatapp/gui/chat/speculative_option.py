@@ -5,7 +5,7 @@ several to a forward pass; the answer is the one the plain decode writes, token 
 note under the box says, for the answer shown, how many drafted tokens the model kept and how
 many tokens each read of the weights gave. Greyed, with the engine's reason, where the rows a
 pass computes together would not be the one-token steps' own (exact precision, the stock graph,
-a device, No cache, a static KV window) or a remote server answers.
+a device, No cache) or a remote server answers.
 """
 
 from __future__ import annotations

@@ -240,6 +240,8 @@ def test_prompt_tiles_keep_each_rows_step_bits(qtype: str, isa: str) -> None:
     for m in (16, 17, 23, 24, 31, 32, 48):
         together = model.run(None, {"x": x[None, :m]})[0][0]
         np.testing.assert_array_equal(together, alone[:m], err_msg=f"{qtype} {isa} m={m}")
+
+
 def rounding_cases(rows: int, k: int, block: int) -> np.ndarray:
     """Activation rows whose quantization is all edge cases: blocks with max |x| = 127 (inv is
     exactly 1, so every x.5 is a tie, rounded to even), tiny and huge normal values, negative

@@ -45,7 +45,6 @@ class BatchLoop:
         self.batch = batch
         self._waiting: deque[tuple[Callable[[SlotLoop], Task], Sequence[int]]] = deque()
         self._running: list[_Running] = []  # in arrival order
-        self.passes = 0
 
     def add(self, start: Callable[[SlotLoop], Task], prompt: Sequence[int] = ()) -> None:
         """Queue a task: `start(slot)` makes it once a slot is free (the one whose cache
@@ -57,10 +56,6 @@ class BatchLoop:
         """Tasks waiting or running."""
         return bool(self._waiting or self._running)
 
-    @property
-    def running(self) -> int:
-        return len(self._running)
-
     def run_until_done(self) -> None:
         """Passes until every task has ended (a benchmark's clients)."""
         while self.busy:
@@ -69,7 +64,6 @@ class BatchLoop:
     def run_pass(self) -> bool:
         """One pass (module docstring). False where nothing moved: every task waits for room
         that only another's end can give (the caller may wait a little before the next)."""
-        self.passes += 1
         moved = False
         admitted = []
         while self._waiting:  # each takes its slot first: one ending at once keeps its own
@@ -106,11 +100,3 @@ class BatchLoop:
         self._running.remove(running)
         running.turn = None
         self.batch.release(running.loop)
-
-    def close(self) -> None:
-        """End every task now (each generator closed where it waits), their slots released;
-        those waiting never start."""
-        self._waiting.clear()
-        for running in list(self._running):
-            running.task.close()
-            self._retire(running)

@@ -157,3 +157,17 @@ def test_a_batch_of_one_slot_answers_its_queue_in_turn(varied_model_dir: Path) -
     clients = [Client(p, greedy(5)) for p in prompts]
     assert [s.token_ids for s in together(engine, batch, clients)] == references
     assert batch.widest == 1 and batch.busy == 0
+
+
+def test_a_generation_on_a_slot_runs_only_in_the_batchs_loop(varied_model_dir: Path) -> None:
+    """Iterated by hand, its first step (which waits for the batched step) is refused in words:
+    nothing else would run that step."""
+    engine = Engine(varied_model_dir, threads=1, max_context=32)
+    batch = engine.slots(2)
+    loop = batch.acquire()
+    assert loop is not None
+    gen = engine.generate_ids([3, 4, 5], greedy(4), ignore_eos=True, loop=loop)
+    with pytest.raises(EngineError, match="its answer runs in the batch's loop"):
+        list(gen)
+    batch.release(loop)
+    assert batch.stepping == 0 and batch.busy == 0

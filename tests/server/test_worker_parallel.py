@@ -95,6 +95,53 @@ def test_requests_answered_together_equal_their_solo_answers(
     assert runs_on == {parallel.worker._service.name}
 
 
+def test_a_client_that_leaves_does_not_disturb_the_others(
+    varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three clients decode together; one closes its stream after two tokens: its answer stops
+    within a pass, its slot is freed, and the two others get their solo answers."""
+    engine = Engine(varied_model_dir, threads=1, max_context=256)
+    with serving(engine, parallel=3) as served:
+        batch = engine.slots(3)
+        run = batch._run
+
+        def slow(pending: dict[int, int]) -> Any:  # steps last long enough to leave midway
+            time.sleep(0.01)
+            return run(pending)
+
+        monkeypatch.setattr(batch, "_run", slow)
+        arriving_together(served.worker, 3)
+        replies: dict[int, httpx2.Response] = {}
+
+        def stay(i: int) -> None:
+            replies[i] = ask(served, QUESTIONS[i][0], 30)
+
+        def leave() -> None:
+            body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+            body |= {"max_tokens": 200, "stream": True}
+            url = f"{served.api}/chat/completions"
+            with httpx2.stream("POST", url, json=body, timeout=60, trust_env=False) as response:
+                events = httpx2.EventSource(response).__iter__()
+                for _ in range(3):  # the role chunk and two tokens
+                    next(events)
+
+        threads = [threading.Thread(target=stay, args=(i,)) for i in range(2)]
+        threads.append(threading.Thread(target=leave))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        records = served.wait_for_records(3)
+    reference = Engine(varied_model_dir, threads=1, max_context=256)
+    for i in range(2):
+        gen = reference.chat([Message("user", QUESTIONS[i][0])], replace(GREEDY, max_new_tokens=30))
+        gen.run()
+        assert replies[i].json()["choices"][0]["message"]["content"] == gen.text
+    (left,) = [r for r in records if r.cancelled]
+    assert left.engine_finish_reason == "stop" and 2 <= left.generated_tokens < 200
+    assert batch.widest == 3 and batch.busy == 0
+
+
 def test_a_request_for_another_loop_runs_on_the_engines_own_cache(
     parallel: Served, varied_model_dir: Path
 ) -> None:

@@ -160,10 +160,10 @@ class EngineService:
         self._queue.put(_WAKE)
 
     def close(self, timeout: float | None = None, drop_waiting: bool = False) -> bool:
-        """Run what is queued, then end the threads (waiting at most `timeout` seconds);
-        True once they have ended. Safe to call twice. `drop_waiting`: the queued jobs do not
-        run; each ends as stopped (`JobListener.aborted`), as the window closing wants (a model
-        load waiting behind an answer must not keep it open)."""
+        """Run what is queued (the batches' requests end first), then end the thread (waiting
+        at most `timeout` seconds); True once it has ended. Safe to call twice. `drop_waiting`:
+        the queued jobs do not run; each ends as stopped (`JobListener.aborted`), as the window
+        closing wants (a model load waiting behind an answer must not keep it open)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if drop_waiting:
@@ -227,7 +227,10 @@ class EngineService:
                 if not self._posted:
                     return
                 work = self._posted.popleft()
-            work()
+            try:
+                work()
+            except Exception:  # one request failing to join must not end the thread
+                log.exception("work posted to %s failed", self.name)
 
     def _between(self) -> None:
         """While a job runs, after each item it makes (the chat's tokens): the requests that

@@ -818,10 +818,10 @@ def test_the_engine_room_rule_refuses_the_runtime_reading_text_upwards() -> None
     assert may_enter("chatapp.engine.text", "chatapp.engine.errors")
 
 
-# One module owns the threads that run a loaded model: the engine service (one job thread and
-# one queue, and the slot threads of a served batch). The window's JobRunner, the server's
-# worker, `chatapp generate` and `chatapp bench` submit to it. These modules make threads too,
-# none of which runs the model, but for the batch benchmark's clients.
+# One module owns the thread that runs a loaded model: the engine service (one thread and one
+# queue: jobs, and the passes of a served batch's loop between them). The window's JobRunner,
+# the server's worker, `chatapp generate` and `chatapp bench` submit to it. These modules make
+# threads too, none of which runs the model.
 ENGINE_SERVICE = "chatapp.session.engine_service"
 THREADS_THAT_NEVER_RUN_THE_MODEL = {
     "chatapp.server.runner": "uvicorn's loop; its requests are jobs on the service",
@@ -830,11 +830,6 @@ THREADS_THAT_NEVER_RUN_THE_MODEL = {
     "chatapp.engine.file_leases": "watches the weight files",
     "chatapp.engine.structured.constraints": "compiles a grammar, with a time limit",
     "chatapp.remote.reader": "reads a server's stream",
-    # A measurement, like scripts/batch_decode.py: N clients on the slots, with nothing else
-    # running, started from its job on the service's thread. The engine package cannot reach
-    # the session's service (the layers), and the service's slot threads take any free slot
-    # where each client here takes the slot its prompt chooses (SlotBatch.acquire(prompt)).
-    "chatapp.engine.bench.parallel": "the batch benchmark's clients",
     "chatapp.engine.bench.floor": "measures the memory's read bandwidth (numpy, no model)",
 }
 THREAD_MAKERS = frozenset(
@@ -881,3 +876,14 @@ def test_the_thread_rule_sees_each_way_to_make_a_thread() -> None:
     ):
         assert len(threads_made("chatapp.session.jobs", source)) == 1, source
     assert threads_made("chatapp.gui.common.gui_thread", "QThread.currentThread()") == []
+
+
+# The batch's loop, its slots and their scheduling run on the one thread that calls them (the
+# service's): no thread, no lock, no waiting on another thread.
+ONE_THREAD_BATCH = ("chatapp.engine.batch_loop", "chatapp.engine.slots", "chatapp.engine.slot_loop")
+
+
+def test_the_batched_step_needs_no_thread_of_its_own() -> None:
+    for module in ONE_THREAD_BATCH:
+        used = {i.target for i in imports_of(module, type_checking=True)}
+        assert not used & {"threading", "queue", "concurrent.futures"}, module

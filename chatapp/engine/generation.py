@@ -1,16 +1,21 @@
 """One answer: prefill (reusing the cached prefix), then one event per generated token, and
-at the end one more for text the detokenizer held back, if any (`StepEvent.tail`)."""
+at the end one more for text the detokenizer held back, if any (`StepEvent.tail`).
+
+`turns()` is the answer as a resumable sequence: besides its events it yields a `Turn` where
+its loop cannot go on by itself (a slot of a batch waiting for the batched step or for room,
+engine/slot_loop.py), and its batch's loop (engine/batch_loop.py) resumes it when it may.
+Iterating a generation runs it at once, on a loop of its own."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from chatapp.engine.errors import ContextOverflowError, ModelError
-from chatapp.engine.loops import KVLoop, Step
+from chatapp.engine.errors import ContextOverflowError, EngineError, ModelError
+from chatapp.engine.loops import KVLoop, Step, Turn
 from chatapp.engine.metrics import RunStats, StepTiming
 from chatapp.engine.row_logprob import RowLogProb
 from chatapp.engine.sampling import (
@@ -138,15 +143,27 @@ class Generation:
         self.text = ""
 
     def __iter__(self) -> Iterator[StepEvent]:
+        for item in self.turns():
+            if isinstance(item, Turn):
+                raise EngineError(
+                    "This loop is a slot of a batch: its answer runs in the batch's loop."
+                )
+            yield item
+
+    def turns(self) -> Generator[StepEvent | Turn, None, None]:
+        """The answer's events, and a `Turn` wherever its loop must wait (module docstring)."""
         stats, loop = self.stats, self.loop
         started = perf()
-        if not loop.admit(self.prompt_ids, self.settings.max_new_tokens, self.should_stop):
+        admitted = yield from loop.admit(
+            self.prompt_ids, self.settings.max_new_tokens, self.should_stop
+        )
+        if not admitted:
             stats.finish_reason = "stop"  # stopped while waiting for room in the KV cache
             return
         stats.reused_tokens = loop.prepare(self.prompt_ids)
         new = self.prompt_ids[stats.reused_tokens :]
         scored = prompt_sample(len(new), loop.info.vocab_size)
-        step = loop.forward(new, rows=[*scored, len(new) - 1])
+        step = yield from loop.forward_turns(new, rows=[*scored, len(new) - 1])
         if scored:
             following = [new[r + 1] for r in scored]
             stats.prompt_logprobs = token_logprobs(step.logits[:-1], following).tolist()
@@ -217,7 +234,9 @@ class Generation:
                 loop.rollback(len(queue) + 1)  # the drafted tokens from here on were not kept
                 queue = []
                 self._drafted(stats.drafted[-1], stats.accepted[-1])
-            step, last, queue = self._next_run(token, drafts, limit - stats.generated_tokens)
+            step, last, queue = yield from self._next_run(
+                token, drafts, limit - stats.generated_tokens
+            )
         tail = self.detok.flush()
         if tail:  # yielded once here, so no caller rebuilds it from `text`
             self.text += tail
@@ -227,7 +246,7 @@ class Generation:
 
     def _next_run(
         self, token: int, drafts: PromptLookup | None, room: int
-    ) -> tuple[Step, np.ndarray, list[tuple[int, np.ndarray]]]:
+    ) -> Generator[Turn, None, tuple[Step, np.ndarray, list[tuple[int, np.ndarray]]]]:
         """Run `token`, with drafted tokens after it where the planner expects them to pay:
         (the run, the logits row after `token`, the drafted tokens with their rows)."""
         loop, planner = self.loop, self.planner
@@ -241,7 +260,7 @@ class Generation:
         started = perf()
         if k and draft is not None:
             drafted = list(draft.tokens[:k])
-            step = loop.verify([token, *drafted])
+            step = yield from loop.verify_turns([token, *drafted])
             rows = as_float32(step.logits)
             self.stats.drafted.append(k)
             self.stats.accepted.append(0)
@@ -249,7 +268,7 @@ class Generation:
             queue = list(zip(drafted, rows[1:], strict=True))
             last = rows[0]
         else:
-            step = loop.forward([token])
+            step = yield from loop.forward_turns([token])
             last, queue = as_float32(step.logits), []
         if planner is not None:
             planner.record_run(k + 1, perf() - started)

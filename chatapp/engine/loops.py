@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
@@ -49,6 +49,25 @@ from chatapp.error_text import STATUS_LINE, first_line
 perf = time.perf_counter
 _SHRINK_AFTER_RUN = ort.RunOptions()
 _SHRINK_AFTER_RUN.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+
+
+class Turn:
+    """What a slot's answer yields to its batch's loop (engine/batch_loop.py) where it cannot
+    go on by itself: STEP (its token waits for the next batched step) or WAIT (it waits for
+    room in the batch's KV budget). A loop of its own never yields one."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Turn.{self.name}"
+
+
+STEP = Turn("STEP")
+WAIT = Turn("WAIT")
+Turns = Generator[Turn, None, Step]  # a run that may wait for its turn, then its result
 
 
 def run_failure(exc: BaseException) -> str:
@@ -126,10 +145,23 @@ class KVLoop(ABC):
 
     def admit(
         self, prompt: Sequence[int], new_tokens: int, should_stop: Callable[[], bool]
-    ) -> bool:
+    ) -> Generator[Turn, None, bool]:
         """Before a generation's prefill: may it start? (A slot waits for its share of the
-        batch's KV budget, engine/slots.py; a loop of its own always may.)"""
+        batch's KV budget, yielding WAIT meanwhile, engine/slot_loop.py; False: it was told to
+        stop while waiting. A loop of its own always may, at once.)"""
+        yield from ()
         return True
+
+    def forward_turns(self, ids: Sequence[int], rows: Sequence[int] | None = None) -> Turns:
+        """`forward` as a generation runs it: a slot's one-token step waits for its batch's
+        step (engine/slot_loop.py); a loop of its own runs at once."""
+        yield from ()
+        return self.forward(ids, rows=rows)
+
+    def verify_turns(self, ids: Sequence[int]) -> Turns:
+        """`verify` as a generation runs it (a slot may first wait for room)."""
+        yield from ()
+        return self.verify(ids)
 
     def fits(self, prompt_tokens: int) -> bool:
         """Can a prompt this long run and leave room to generate?"""

@@ -5,9 +5,9 @@ A `SlotBatch` holds N slots over one session. Every KV tensor is one host buffer
 `SlotLoop` (an IO-Binding loop bound to its own row), so a prompt is prefilled on its own
 (batch 1), with the cached-prefix reuse, pieces and logits rows of the solo loop. A decode
 step (one new token) is not run alone: every slot that is decoding hands its token to the batch,
-and the last one to arrive runs all of them in one run of the graph (`input_ids` [h, 1],
-each row with its own KV length through `attention_mask`, hence GroupQueryAttention's
-`seqlens_k`). Sequences join (after their prefill) and leave (`release`) between steps.
+and the batch's loop runs all of them in one run of the graph (`input_ids` [h, 1], each row
+with its own KV length through `attention_mask`, hence GroupQueryAttention's `seqlens_k`).
+Sequences join (after their prefill) and leave (`release`) between steps.
 
 Each slot's answer is the one it would get alone: GroupQueryAttention treats each batch row on
 its own, and the native GGUF kernels compute [h, 1, K] inputs row by row on the one-token path
@@ -29,17 +29,19 @@ the steps wrote, so a pre-empted answer is its solo answer. The buffers are allo
 whole contexts, but only written pages take memory (on Linux and macOS; Windows commits what is
 allocated), so the memory held stays within the budget.
 
-The runs are serialized (one session, one run at a time); a slot's generation is driven by its
-own thread (the server's request threads): a step waits until every decoding slot has handed
-its token in, so a consumer that stops pulling tokens without releasing its slot stalls the
-others. Supported: GroupQueryAttention (shared-buffer) graphs with float32 KV, on the CPU.
+Everything here runs on one thread, the batch's loop (engine/batch_loop.py; on the engine
+service's thread when serving): a slot's generation is a sequence of turns (engine/slot_loop.py)
+that hands its next token in (`hand_in`) and yields; the loop runs every handed-in token as one
+step (`run_pending`) and resumes each. Reservations and pre-emptions are decided between two
+steps, so no lock is needed and nothing waits on another thread. Supported: GroupQueryAttention
+(shared-buffer) graphs with float32 KV, on the CPU.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from contextlib import nullcontext
 
 import numpy as np
 import onnxruntime as ort
@@ -100,14 +102,9 @@ class SlotBatch:
         shape = (slots, info.kv_heads, max_context, info.head_dim)
         # Not zeroed: GroupQueryAttention reads only each row's first seqlens_k + 1 positions.
         self.kv = {t.past_name: np.empty(shape, np.float32) for t in info.kv}
-        self.run_lock = threading.Lock()  # one run of the session at a time
-        self._cond = threading.Condition()
-        self._decoding: set[int] = set()  # slots whose next token comes through step()
-        self._pending: dict[int, int] = {}  # slot -> the token it handed in for this step
-        self._results: dict[int, object] = {}
+        self._pending: dict[int, int] = {}  # slot -> the token it handed in for the next step
         self._bindings: dict[int, tuple[ort.IOBinding, np.ndarray]] = {}
         self._taken = [False] * slots
-        self._filling: dict[int, Sequence[int]] = {}  # slot -> the prompt it is prefilling
         self._reserved = [0] * slots  # positions a busy slot may fill (it grows them)
         self._ticket = [0] * slots  # arrival order of a slot's sequence (0: none); kept when
         self._tickets = 0  # pre-empted, so that it goes first again and the oldest never waits
@@ -132,85 +129,71 @@ class SlotBatch:
     def acquire(self, prompt: Sequence[int] = ()) -> SlotLoop | None:
         """A free slot (the one whose cache shares the longest prefix with `prompt`; else the
         emptiest, so that other caches stay for reuse), or None."""
-        with self._cond:
-            free = [i for i, taken in enumerate(self._taken) if not taken]
-            if not free:
-                return None
-            loops = self.loops
-            best = max(
-                free, key=lambda i: (_shared(loops[i].cached, prompt), -len(loops[i].cached), -i)
-            )
-            self._taken[best] = True
-            return self.loops[best]
+        free = [i for i, taken in enumerate(self._taken) if not taken]
+        if not free:
+            return None
+        loops = self.loops
+        best = max(
+            free, key=lambda i: (_shared(loops[i].cached, prompt), -len(loops[i].cached), -i)
+        )
+        self._taken[best] = True
+        return self.loops[best]
 
     def release(self, loop: SlotLoop) -> None:
         """The slot's sequence has ended: it leaves the batch (its cache stays for reuse while
         the budget has room for it)."""
-        with self._cond:
-            self._taken[loop.index] = False
-            self._reserved[loop.index] = 0
-            self._ticket[loop.index] = 0
-            self.preempted[loop.index] = False
-            loop.resume = None
-            self._releases += 1
-            self._idle_since[loop.index] = self._releases
-            self._decoding.discard(loop.index)
-            self._filling.pop(loop.index, None)
-            self._run_if_complete()
-            self._cond.notify_all()  # a sequence waiting for the budget may fit now
+        i = loop.index
+        self._taken[i] = False
+        self._reserved[i] = 0
+        self._ticket[i] = 0
+        self.preempted[i] = False
+        loop.resume = None
+        loop.stepped = None
+        self._releases += 1
+        self._idle_since[i] = self._releases
+        self._pending.pop(i, None)
+        self._waiting.pop(i, None)
 
     # -- the KV budget -----------------------------------------------------------------------
-    def reserve(self, loop: SlotLoop, positions: int, should_stop: Callable[[], bool]) -> bool:
-        """Before `loop`'s prefill: wait until `positions` (at most a context) fit in the budget
-        beside what the other slots hold, first come first served (a pre-empted sequence keeps
-        its place), dropping idle slots' caches first, then waiting slots'. False when
-        `should_stop` said so while waiting."""
+    def reserve(self, loop: SlotLoop, positions: int) -> bool:
+        """Before `loop`'s prefill (or its resumption after a pre-emption): reserve
+        `positions` (at most a context) where they fit beside what the other slots hold, first
+        come first served (a pre-empted sequence keeps its place), dropping idle slots' caches
+        first, then waiting slots'. False: not yet; it is queued, and asks again later
+        (`unqueue` where it gives up)."""
         positions = min(positions, self.max_context)
         i = loop.index
-        with self._cond:
-            if not self._ticket[i]:
-                self._tickets += 1
-                self._ticket[i] = self._tickets
-            self._waiting[i] = self._ticket[i]
-            try:
-                while True:
-                    if min(self._waiting.values()) == self._ticket[i]:
-                        others = sum(self._holds(j) for j in range(self.size) if j != i)
-                        if others + positions <= self.budget:
-                            self._reserved[i] = positions
-                            self.preempted[i] = False
-                            return True
-                        cache = self._evictable(i)
-                        if cache is None and loop.cached:
-                            cache = i  # a waiting slot holds nothing others could wait for
-                        if cache is not None:
-                            self._forget(cache)
-                            continue
-                    if should_stop():
-                        return False
-                    self._cond.wait(0.05)
-            finally:
+        if not self._ticket[i]:
+            self._tickets += 1
+            self._ticket[i] = self._tickets
+        self._waiting[i] = self._ticket[i]
+        if min(self._waiting.values()) != self._ticket[i]:
+            return False
+        while True:
+            others = sum(self._holds(j) for j in range(self.size) if j != i)
+            if others + positions <= self.budget:
+                self._reserved[i] = positions
+                self.preempted[i] = False
                 del self._waiting[i]
-                self._cond.notify_all()
+                return True
+            cache = self._evictable(i)
+            if cache is None and loop.cached:
+                cache = i  # a waiting slot holds nothing others could wait for
+            if cache is None:
+                return False
+            self._forget(cache)
 
-    def readmit(self, loop: SlotLoop, tokens: Sequence[int], positions: int) -> bool:
-        """A pre-empted slot: copy what another slot holds of `tokens` (all but the last),
-        then wait for `positions` at the head of the queue. False: stopped while waiting."""
-        self.share_prefix(loop, tokens)
-        return self.reserve(loop, positions, loop.should_stop)
+    def unqueue(self, loop: SlotLoop) -> None:
+        """`loop` no longer waits for room (its generation was stopped)."""
+        self._waiting.pop(loop.index, None)
 
     def make_room(self, loop: SlotLoop, count: int) -> bool:
         """Before a run of `count` tokens alone on `loop` (a prompt, drafted tokens): grow its
         reservation where they pass it. False: `loop` itself was pre-empted."""
-        with self._cond:
-            with self.run_lock:
-                fits = self._grow(loop.index, len(loop.cached) + count, {})
-            self._run_if_complete()  # a step may have waited only for a pre-empted slot
-            self._cond.notify_all()
-            return fits
+        return self._grow(loop.index, len(loop.cached) + count)
 
-    def _grow(self, i: int, need: int, pending: dict[int, int]) -> bool:
-        """Holding `_cond` and `run_lock`: make slot i's reservation hold `need` positions,
+    def _grow(self, i: int, need: int) -> bool:
+        """Make slot i's reservation hold `need` positions,
         a piece (`grow`) more where it fits. Where the budget is full: idle caches go, then
         waiting slots' caches, then the most recently arrived running sequence is pre-empted
         (vLLM's recompute pre-emption), which may be slot i itself: False then. The oldest
@@ -231,7 +214,7 @@ class SlotBatch:
             running = [j for j in range(self.size) if self._taken[j] and self._reserved[j] > 0]
             running += [] if i in running else [i]  # not admitted: it waits, as if pre-empted
             youngest = max(running, key=lambda j: self._ticket[j])
-            self._preempt(youngest, pending)
+            self._preempt(youngest)
             if youngest == i:
                 return False
 
@@ -248,80 +231,42 @@ class SlotBatch:
         ]
         return waiting[0] if waiting else None
 
-    def _preempt(self, j: int, pending: dict[int, int]) -> None:
-        """Holding `_cond` and `run_lock` (so no run is on slot j): drop its KV and its
-        reservation; its thread, at its next run, waits for room and computes it again."""
+    def _preempt(self, j: int) -> None:
+        """Drop slot j's KV and its reservation (between two steps: no run is on it); its
+        generation, at its next run, waits for room and computes it again. A token it handed
+        in leaves the next step: its generation hands it in again once it has resumed."""
         loop = self.loops[j]
         if loop.resume is None:
             loop.resume = list(loop.cached)
         self.preempted[j] = True
         self._reserved[j] = 0
-        self._decoding.discard(j)
-        self._filling.pop(j, None)
-        for waiting in (pending, self._pending):
-            if j in waiting:  # its thread waits in step(): told to resume
-                del waiting[j]
-                self._results[j] = PREEMPTED
+        self._pending.pop(j, None)
         self._forget(j)
         self.preemptions += 1
-        self._cond.notify_all()
-
-    def await_prefill(
-        self, loop: SlotLoop, prompt: Sequence[int], should_stop: Callable[[], bool]
-    ) -> None:
-        """Before `loop`'s prefill: while another slot is prefilling a longer prefix of
-        `prompt` than any cache holds, wait for it (the prefills run one at a time anyway), so
-        that `share_prefix` copies it instead of computing it again; else claim the prompt, so
-        that slots arriving later wait for this one. A waiting slot gives up its own cache
-        first: it holds nothing that the others' reservations could wait for."""
-        limit = len(prompt) - 1
-        with self._cond:
-            while self.share_prompts and not should_stop():
-                held = max(min(_shared(other.cached, prompt), limit) for other in self.loops)
-                coming = max(
-                    (min(_shared(p, prompt), limit) for i, p in self._filling.items()),
-                    default=0,
-                )
-                if coming <= held:
-                    self._filling[loop.index] = list(prompt)
-                    return
-                if loop.cached:
-                    self._forget(loop.index)
-                self._cond.wait(0.05)
-
-    def filled(self, loop: SlotLoop) -> None:
-        """After a prompt run on `loop`: once its cache holds the prompt it claimed, the slots
-        waiting for that prefix may copy it."""
-        with self._cond:
-            claimed = self._filling.get(loop.index)
-            if claimed is not None and len(loop.cached) >= len(claimed) - 1:
-                del self._filling[loop.index]
-                self._cond.notify_all()
 
     def share_prefix(self, loop: SlotLoop, prompt: Sequence[int]) -> int:
         """Before `loop`'s prefill: where another slot's cache holds a longer prefix of `prompt`
         (a shared system prompt, the earlier turns of a conversation answered on another slot)
         than `loop`'s own, copy those positions' keys and values into `loop`'s row, a copy
         instead of a prefill. Returns the positions gained."""
-        with self._cond:
-            if not self.share_prompts:
-                return 0
-            limit = len(prompt) - 1  # one token always runs (KvStrategy.reusable)
-            own = min(_shared(loop.cached, prompt), limit)
-            best, source = own, None
-            for other in self.loops:
-                shared = min(_shared(other.cached, prompt), limit)
-                if other is not loop and shared > best:
-                    best, source = shared, other
-            if source is None:
-                return 0
-            # Positions below a slot's cache length are never written again while it holds
-            # them (its runs write past them), and steps wait for this lock.
-            for kv in self.kv.values():
-                kv[loop.index, :, :best] = kv[source.index, :, :best]
-            loop.cached = list(prompt[:best])
-            self.shared_positions += best - own
-            return best - own
+        if not self.share_prompts:
+            return 0
+        limit = len(prompt) - 1  # one token always runs (KvStrategy.reusable)
+        own = min(_shared(loop.cached, prompt), limit)
+        best, source = own, None
+        for other in self.loops:
+            shared = min(_shared(other.cached, prompt), limit)
+            if other is not loop and shared > best:
+                best, source = shared, other
+        if source is None:
+            return 0
+        # Positions below a slot's cache length are never written again while it holds them
+        # (its runs write past them).
+        for kv in self.kv.values():
+            kv[loop.index, :, :best] = kv[source.index, :, :best]
+        loop.cached = list(prompt[:best])
+        self.shared_positions += best - own
+        return best - own
 
     @property
     def held(self) -> int:
@@ -355,54 +300,41 @@ class SlotBatch:
 
     @property
     def busy(self) -> int:
-        """Slots in use, for display. Read without `_cond`: a step holds it while the model
-        runs, and the window asks this on its GUI thread, which must never wait."""
+        """Slots in use, for display (read from other threads without waiting)."""
         return sum(self._taken)
 
     # -- the batched step --------------------------------------------------------------------
-    def expect_step(self, loop: SlotLoop) -> None:
-        """From now on each step waits for `loop`'s token too (sequences started together then
-        share their first step as well; a slot otherwise joins at its first step)."""
-        with self._cond:
-            self._decoding.add(loop.index)
+    def hand_in(self, loop: SlotLoop, token: int) -> None:
+        """`loop`'s next token, for the next batched step (`run_pending`)."""
+        self._pending[loop.index] = token
 
-    def step(self, index: int, token: int) -> Step | None:
-        """Hand in slot `index`'s next token; returns its logits once the batch has run (and
-        its cache holds the token), or None where the slot was pre-empted meanwhile."""
-        with self._cond:
-            if self.preempted[index]:
-                return None
-            self._decoding.add(index)
-            self._pending[index] = token
-            self._run_if_complete()
-            while index not in self._results:
-                self._cond.wait()
-            result = self._results.pop(index)
-        if result is PREEMPTED:
-            return None
-        if isinstance(result, BaseException):
-            raise result
-        assert isinstance(result, Step)
-        return result
+    @property
+    def stepping(self) -> int:
+        """Slots whose token waits for the next step."""
+        return len(self._pending)
 
-    def _run_if_complete(self) -> None:
-        """Run the step once every decoding slot has handed its token in (holding _cond)."""
-        if not self._pending or not self._decoding <= self._pending.keys():
-            return
+    def run_pending(self) -> bool:
+        """One batched step of every handed-in token; each slot finds its logits (or the
+        step's failure) in `stepped`. Oldest first, a reservation that is full grows first,
+        pre-empting younger sequences (which then leave this step). False: nothing to run."""
+        for i in sorted(self._pending, key=lambda j: self._ticket[j]):
+            if i in self._pending:  # not pre-empted by an older one's growth (`_preempt`)
+                self._grow(i, len(self.loops[i].cached) + 1)
         pending, self._pending = self._pending, {}
+        if not pending:
+            return False
+        lease = self.loops[next(iter(pending))].weights_in_use
         try:
-            with self.run_lock:
-                # Oldest first: a reservation that is full grows, pre-empting younger ones.
-                for i in sorted(pending, key=lambda j: self._ticket[j]):
-                    if i in pending:
-                        self._grow(i, len(self.loops[i].cached) + 1, pending)
-                steps = self._run(pending) if pending else {}
-            for i in steps:
-                self.loops[i].cached.append(pending[i])
-            self._results.update(steps)
+            with lease() if lease is not None else nullcontext():
+                steps = self._run(pending)
         except Exception as exc:  # every slot of this step sees the failure
-            self._results.update(dict.fromkeys(pending, exc))
-        self._cond.notify_all()
+            for i in pending:
+                self.loops[i].stepped = exc
+            return True
+        for i, step in steps.items():
+            self.loops[i].cached.append(pending[i])
+            self.loops[i].stepped = step
+        return True
 
     def _run(self, pending: dict[int, int]) -> dict[int, Step]:
         t0 = perf()
@@ -440,8 +372,8 @@ class SlotBatch:
     def _binding(self, h: int) -> tuple[ort.IOBinding, np.ndarray]:
         """The binding of a step of rows 0..h-1: its KV (rows of the buffers, which never
         move) and its logits buffer bound once. The logits a step returns are views of that
-        buffer: safe, since the next step of h rows runs only once every slot has handed in
-        its next token, so is done with them."""
+        buffer: safe, since the loop resumes every slot of a step (each samples from its row)
+        before it runs the next one."""
         if h not in self._bindings:
             binding = self.session.io_binding()
             for t in self.info.kv:
@@ -455,9 +387,6 @@ class SlotBatch:
             )
             self._bindings[h] = (binding, logits)
         return self._bindings[h]
-
-
-PREEMPTED = object()  # a step's result for a slot pre-empted before the step ran
 
 
 def _shared(cached: Sequence[int], prompt: Sequence[int]) -> int:

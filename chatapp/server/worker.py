@@ -12,10 +12,12 @@ model": served requests and the chat's answers take turns on its one queue). Clo
 on a service it does not own answers its waiting requests at once (`closed_message`), without
 waiting for the job running ahead of them.
 
-With `parallel` N > 1 (`chatapp serve`'s default where the model can batch), the service's N
-slot threads answer requests together, each on a slot of the engine (engine/slots.py), all
-within one KV budget: their decode steps run as one batched step on the IO-Binding loop. A
-request naming another loop runs on the engine's own cache while the batch waits.
+With `parallel` N > 1 (`chatapp serve`'s default where the model can batch), requests are
+answered together by the batch loop the service's thread runs (engine/batch_loop.py), each on a
+slot of the engine (engine/slots.py), all within one KV budget: each answer is a task
+(`answer_turns`) that yields where its token waits for the batched step, so that their decode
+steps run as one step on the IO-Binding loop. A request naming another loop runs whole on the
+engine's own cache when its turn comes, while the batch waits.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,10 +62,11 @@ from chatapp.session.answer import (
     TextDelta,
     TokenInfo,
     ToolPiece,
-    answer,
+    Turn,
+    answer_turns,
     fall_back_to_cpu,
 )
-from chatapp.session.engine_service import EngineService, SlotThreads
+from chatapp.session.engine_service import BatchServing, EngineService
 from chatapp.session.jobs import Job, JobControl
 
 if TYPE_CHECKING:
@@ -124,7 +127,7 @@ class EngineWorker:
         self._active: dict[int, ServedRequest] = {}  # those generating
         self._token_text = TokenText(engine.tokenizer.tok)
         self.closed_message = closed_message
-        self._slots: SlotThreads[ServedRequest] | None = None
+        self._slots: BatchServing[ServedRequest] | None = None
         self._own_service = service is None
         self._closed = False  # a request queued later is refused at once
         self._service = service or EngineService("chatapp-engine")
@@ -134,7 +137,7 @@ class EngineWorker:
             except BaseException:
                 self._close_service(0.0)
                 raise
-            self._slots = self._service.serve_slots(batch, self.answer, self._refuse)
+            self._slots = self._service.serve_batch(batch, self.answer_turns, self._refuse)
 
     # ---- any thread ------------------------------------------------------------------
     @property
@@ -255,7 +258,7 @@ class EngineWorker:
         _send(request, Failed(ApiError(503, self.closed_message)))
 
     def close(self, timeout: float = 10.0) -> None:
-        """Cancel what runs, then end the slot threads and the worker's own service once the
+        """Cancel what runs, then end the batch and the worker's own service once the
         requests queued before have run; those submitted later are refused
         (`closed_message`), and so are those waiting on a service the worker does not own."""
         with self._lock:
@@ -275,9 +278,17 @@ class EngineWorker:
             self._service.close(timeout)
 
     # ---- the thread that owns the engine -----------------------------------------------
-    def answer(self, request: ServedRequest, slot: SlotLoop | None = None) -> None:
-        """Answer one request on the calling thread, which must be the engine's owner (or,
-        with `slot`, one of the --parallel threads, on that slot); not one `close` refused."""
+    def answer(self, request: ServedRequest) -> None:
+        """Answer one request on the calling thread, which must be the engine's owner; not one
+        `close` refused."""
+        for _ in self.answer_turns(request, None):  # the engine's own loop yields no turn
+            pass
+
+    def answer_turns(
+        self, request: ServedRequest, slot: SlotLoop | None
+    ) -> Generator[Turn, None, None]:
+        """`answer` as a task of the batch's loop (engine/batch_loop.py), on `slot`: it
+        yields where it waits for the batched step or for room."""
         with self._lock:
             if request.id not in self._submitted:
                 return
@@ -286,12 +297,11 @@ class EngineWorker:
         request.started_at = perf()
         try:
             if slot is not None and request.request.answer.mode != Mode.IOBINDING:
-                # Another loop runs on the engine's own cache, alone: the batch's steps and
-                # prefills wait for it (a teaching request, not a throughput one).
-                with slot.batch.run_lock:
-                    self._serve(request, None)
+                # Another loop runs on the engine's own cache, whole, on this thread: the
+                # batch waits for it (a teaching request, not a throughput one).
+                yield from self._serve(request, None)
             else:
-                self._serve(request, slot)
+                yield from self._serve(request, slot)
         except Exception as exc:  # a bug must not end the thread every request waits on
             traceback.print_exc(file=sys.stderr)
             _send(request, Failed(ApiError(500, f"Internal error: {first_line(exc)}")))
@@ -304,9 +314,12 @@ class EngineWorker:
         with self._lock:
             self._submitted.pop(request.id, None)
 
-    def _serve(self, served: ServedRequest, slot: SlotLoop | None = None) -> None:
+    def _serve(
+        self, served: ServedRequest, slot: SlotLoop | None = None
+    ) -> Generator[Turn, None, None]:
         """HTTP <-> events: the request answered by session/answer.py (on `slot`, with
-        --parallel), its events as the client's Started, Deltas and Done (or Failed)."""
+        --parallel: its turns yielded to the batch's loop), its events as the client's
+        Started, Deltas and Done (or Failed)."""
         started = perf()
         if served.cancelled.is_set():  # the client left while waiting
             _send(served, Failed(ApiError(499, "The client closed the request.")))
@@ -317,8 +330,11 @@ class EngineWorker:
         stats: RunStats | None = None
         done: AnswerDone | None = None
         try:
-            for event in answer(backend, served.request.answer, served.cancelled.is_set):
+            for event in answer_turns(backend, served.request.answer, served.cancelled.is_set):
                 sent = True
+                if isinstance(event, Turn):
+                    yield event
+                    continue
                 if isinstance(event, Opened):
                     stats = event.stats
                     served.prompt_tokens = event.prompt_tokens

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 from chatapp.engine.backend import AnswerStream, Backend, BackendError, TokenEvent
 from chatapp.engine.errors import DeviceFailure, EngineError
+from chatapp.engine.generation import Generation
+from chatapp.engine.loops import Turn as Turn  # re-exported: a batched answer's turns
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.structured.constraints import ConstraintError, OutputFormat
@@ -163,6 +165,17 @@ def answer(
 ) -> Generator[AnswerEvent, None, None]:
     """The events of one answer; errors are raised as they happen (an `Opened` tells a caller
     the answer had started)."""
+    for event in answer_turns(backend, request, should_stop):
+        if isinstance(event, Turn):
+            raise EngineError("An answer on a slot of a batch runs in the batch's loop.")
+        yield event
+
+
+def answer_turns(
+    backend: Backend, request: AnswerRequest, should_stop: Callable[[], bool]
+) -> Generator[AnswerEvent | Turn, None, None]:
+    """`answer`, and the `Turn`s of an answer on a slot of a batch (engine/generation.py
+    `turns()`), for the batch's loop that runs it (server/worker.py)."""
     caps = backend.capabilities
     tokenizer = backend.chat_tokenizer
     if request.output_format is not None and not caps.constrains_output:
@@ -205,7 +218,10 @@ def answer(
     yield Opened(stats.prompt_tokens, stats)
     shown: list[str] = []
     index = tokens = 0
-    for event in gen:
+    for event in gen.turns() if isinstance(gen, Generation) else gen:
+        if isinstance(event, Turn):
+            yield event
+            continue
         info = None if event.tail else TokenInfo.of(event)
         tokens += info is not None
         index = event.index + (info is not None)

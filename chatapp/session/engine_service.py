@@ -1,19 +1,23 @@
-"""The one owner of the threads that touch a loaded model (docs/architecture.md, "Threads").
+"""The one owner of the thread that touches a loaded model (docs/architecture.md, "Threads").
 
-An `EngineService` has one job thread and one queue: jobs (session/jobs.py) run on it one at
-a time, in the order submitted, through `run_job`, so two of them never use the engine at
-once. Every face is a client: the window's `JobRunner` (gui/common/workers.py) submits the
-chat's answers, comparison runs, model loads and "Serve this model"'s requests and relays
-what they do to the GUI thread; `chatapp serve` (server/worker.py) submits its requests;
-`chatapp generate` streams one answer through `stream`. When a model is served with N > 1
-requests at once, the service also makes the batch's N slot threads (`serve_slots`): each
-takes the next waiting request and answers it on its own slot of the engine's `SlotBatch`
-(engine/slots.py), and `close` joins them with the job thread. No other module creates a
-thread that runs the model (tests/test_architecture.py checks it).
+An `EngineService` has one thread and one queue: jobs (session/jobs.py) run on it one at a
+time, in the order submitted, through `run_job`, so two of them never use the engine at once.
+Every face is a client: the window's `JobRunner` (gui/common/workers.py) submits the chat's
+answers, comparison runs, model loads and "Serve this model"'s requests and relays what they do
+to the GUI thread; `chatapp serve` (server/worker.py) submits its requests; `chatapp generate`
+streams one answer through `stream`. When a model is served with N > 1 requests at once
+(`serve_batch`), the same thread runs the batch's loop (engine/batch_loop.py): each request
+becomes a task on a slot of the engine's `SlotBatch` (engine/slots.py), and between two jobs
+the thread runs passes of that loop (admitting waiting requests, one batched step, resuming
+each answer), taking the next job or request from the queue between two passes. A job runs
+whole: the batch waits for it (the window's chat answering while it serves). No other module
+creates a thread that runs the model, and no other thread runs it
+(tests/test_architecture.py, tests/session/test_engine_service.py check both).
 
-`close()` lets what was queued before it run, then ends the threads; a job submitted after it
-still runs, with its stop flag set, so that it ends at once in its own way (the server
-answers "shutting down"); a request handed to closed slots is refused at once.
+`close()` lets what was queued before it run (and the batch's requests end), then ends the
+thread; a job submitted after it still runs, with its stop flag set, so that it ends at once in
+its own way (the server answers "shutting down"); a request handed to a closed batch is refused
+at once.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
+from chatapp.engine.batch_loop import BatchLoop, Task
 from chatapp.engine.slots import SlotBatch, SlotLoop
 from chatapp.session.jobs import (
     FLUSH_INTERVAL_S,
@@ -43,6 +49,7 @@ DROPPED = "Stopped: the engine closed before it ran."
 STOP_WAIT_S = 10.0  # how long a caller that leaves waits for its job to stop
 R = TypeVar("R")
 T = TypeVar("T")
+IDLE_WAIT_S = 0.002  # a pass that moved nothing (every answer waits for room): the next waits
 
 
 class Unheard:
@@ -65,7 +72,8 @@ class Unheard:
 
 
 class EngineService:
-    """One job thread with one queue, and the slot threads of a served batch (no Qt)."""
+    """One thread with one queue: jobs, and the loops of served batches between them (no
+    Qt)."""
 
     def __init__(
         self,
@@ -81,9 +89,10 @@ class EngineService:
         self._last_id = 0
         self._stopped = StopFlags()
         self._dropped_through = 0  # jobs up to this one end as stopped without running
-        self._queue: queue.Queue[tuple[int, Job, JobListener] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, Job, JobListener] | _Wake | None] = queue.Queue()
+        self._posted: deque[Callable[[], None]] = deque()  # work for the thread, in order
         self._closed = False
-        self._slots: list[SlotThreads[Any]] = []
+        self._batches: list[BatchServing[Any]] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -102,7 +111,7 @@ class EngineService:
     def waiting(self) -> list[Job]:
         """The jobs in the queue, not the one running (a snapshot)."""
         with self._queue.mutex:
-            return [item[1] for item in self._queue.queue if item is not None]
+            return [item[1] for item in self._queue.queue if isinstance(item, tuple)]
 
     def request_stop(self, request_id: int) -> None:
         """Callable from any thread; the job reads it between steps."""
@@ -113,6 +122,13 @@ class EngineService:
         self._stopped.through = max(self._stopped.through, self._last_id)
 
     @property
+    def queued(self) -> int:
+        """Jobs and served requests queued, not yet running (a snapshot)."""
+        with self._lock:
+            posted = len(self._posted)
+        return posted + len(self.waiting())
+
+    @property
     def alive(self) -> bool:
         """True until the job thread has ended."""
         return self._thread.is_alive()
@@ -121,53 +137,119 @@ class EngineService:
     def on_service_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def serve_slots(
+    def serve_batch(
         self,
         batch: SlotBatch,
-        answer: Callable[[R, SlotLoop], None],
+        answer: Callable[[R, SlotLoop], Task],
         refuse: Callable[[R], None],
-    ) -> SlotThreads[R]:
-        """Start `batch.size` threads that answer requests together, each on its own slot;
-        the returned pool queues them. Closing the service closes it too."""
-        pool: SlotThreads[R] = SlotThreads(batch, answer, refuse, self.name)
+    ) -> BatchServing[R]:
+        """Requests answered together on `batch`'s slots by this service's thread: each
+        becomes the task `answer(request, slot)` of the batch's loop (engine/batch_loop.py);
+        the returned object queues them. Closing the service closes it too."""
+        serving: BatchServing[R] = BatchServing(self, batch, answer, refuse)
         with self._lock:
-            self._slots = [p for p in self._slots if not p.closed] + [pool]
-        return pool
+            self._batches = [b for b in self._batches if not b.ended.is_set()] + [serving]
+        self.post(lambda: None)  # the thread sees the new batch
+        return serving
+
+    def post(self, work: Callable[[], None]) -> None:
+        """Run `work` on the service's thread, in the order posted, before its next pass of
+        the batches (a served request joining its batch's loop), also while a job runs."""
+        with self._lock:
+            self._posted.append(work)
+        self._queue.put(_WAKE)
 
     def close(self, timeout: float | None = None, drop_waiting: bool = False) -> bool:
-        """Run what is queued, then end the threads (waiting at most `timeout` seconds);
-        True once they have ended. Safe to call twice. `drop_waiting`: the queued jobs do not
-        run; each ends as stopped (`JobListener.aborted`), as the window closing wants (a model
-        load waiting behind an answer must not keep it open)."""
+        """Run what is queued (the batches' requests end first), then end the thread (waiting
+        at most `timeout` seconds); True once it has ended. Safe to call twice. `drop_waiting`:
+        the queued jobs do not run; each ends as stopped (`JobListener.aborted`), as the window
+        closing wants (a model load waiting behind an answer must not keep it open)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if drop_waiting:
                 self._dropped_through = self._last_id
-            if not self._closed:
-                self._closed = True
-                self._queue.put(None)
-            pools = list(self._slots)
-        for pool in pools:
-            pool.close(_left(deadline))
+            first, self._closed = not self._closed, True
+            batches = list(self._batches)
+        for serving in batches:  # their requests end first, on the thread
+            serving.close(_left(deadline))
+        if first:
+            self._queue.put(None)
         if not self.on_service_thread:
             self._thread.join(_left(deadline))
-        return not self._thread.is_alive() and not any(p.alive for p in pools)
+        return not self._thread.is_alive()
 
     # ---- the service's thread ------------------------------------------------------------
     def _loop(self) -> None:
+        closing = False
         while True:
-            item = self._queue.get()
-            if item is None:
+            self._run_posted()  # the requests that came join before the next pass
+            busy = self._busy_batches()
+            if closing and not busy:
                 break
-            self._run(*item)
+            moved = False
+            for serving in busy:
+                moved = serving.run_pass() or moved
+            # Between two passes, only what is already queued; where nothing moved (every
+            # answer waits for room), a little wait; with no batch busy, until something comes.
+            item = self._next(None if not busy else 0.0 if moved else IDLE_WAIT_S)
+            if item is None:
+                closing = True
+            elif isinstance(item, tuple):
+                self._run(*item)  # the batches take their passes between its items
         while True:  # submitted while closing: each ends at once, stopped
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None:
+            self._run_posted()
+            item = self._next(0.0)
+            if item is _NOTHING:
+                break
+            if isinstance(item, tuple):
                 self._stopped.ids.add(item[0])
                 self._run(*item)
+        self._run_posted()
+        with self._lock:
+            for serving in self._batches:  # nothing runs them any more
+                serving.ended.set()
+
+    def _next(self, timeout: float | None) -> tuple[int, Job, JobListener] | _Wake | None:
+        """The next item queued, waiting at most `timeout` seconds (None: until one comes);
+        _NOTHING where none came."""
+        try:
+            if timeout is None:
+                return self._queue.get()
+            if timeout <= 0:
+                return self._queue.get_nowait()
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return _NOTHING
+
+    def _run_posted(self) -> None:
+        while True:
+            with self._lock:
+                if not self._posted:
+                    return
+                work = self._posted.popleft()
+            try:
+                work()
+            except Exception:  # one request failing to join must not end the thread
+                log.exception("work posted to %s failed", self.name)
+
+    def _between(self) -> None:
+        """While a job runs, after each item it makes (the chat's tokens): the requests that
+        came join, and each busy batch takes a pass, so that they decode beside it."""
+        self._run_posted()
+        for serving in self._busy_batches():
+            serving.run_pass()
+
+    def _busy_batches(self) -> list[BatchServing[Any]]:
+        """The batches with requests to run; a closed one without any has ended."""
+        with self._lock:
+            batches = list(self._batches)
+        busy = []
+        for serving in batches:
+            if serving.loop.busy:
+                busy.append(serving)
+            elif serving.sealed:
+                serving.ended.set()
+        return busy
 
     def _run(self, request_id: int, job: Job, listener: JobListener) -> None:
         stopped = self._stopped
@@ -176,7 +258,14 @@ class EngineService:
                 log.info("%s %d dropped: the service closed", job.name, request_id)
                 listener.aborted(request_id, DROPPED)
                 return
-            run_job(job, request_id, lambda: stopped(request_id), listener, self.flush_interval_s)
+            run_job(
+                job,
+                request_id,
+                lambda: stopped(request_id),
+                listener,
+                self.flush_interval_s,
+                self._between,
+            )
         except Exception:  # a listener's fault (its receiver gone): the next jobs still run
             log.exception("%s %d: its listener failed", job.name, request_id)
 
@@ -185,66 +274,72 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-class SlotThreads(Generic[R]):
-    """`chatapp serve --parallel N`'s N threads (made by `EngineService.serve_slots`): each
-    takes the next waiting request and answers it on a free slot of `batch`; prompts are
-    prefilled one at a time, and the decode steps of every request being answered run as
-    one batched step."""
+class _Wake:
+    """A wake-up in the queue: work was posted (`EngineService.post`), or nothing came."""
+
+
+_WAKE = _Wake()  # work was posted
+_NOTHING = _Wake()  # nothing came in the time given
+
+
+class BatchServing(Generic[R]):
+    """A model served with N requests at once (`EngineService.serve_batch`): requests queue
+    with the service's jobs and join the batch's loop, which the service's thread runs between
+    them; each request is answered on a slot of `batch` by the task `answer(request, slot)`."""
 
     def __init__(
         self,
+        service: EngineService,
         batch: SlotBatch,
-        answer: Callable[[R, SlotLoop], None],
+        answer: Callable[[R, SlotLoop], Task],
         refuse: Callable[[R], None],
-        name: str = "chatapp",
     ) -> None:
         self.batch = batch
+        self.loop = BatchLoop(batch)
+        self._service = service
         self._answer = answer
         self._refuse = refuse
-        self._queue: queue.Queue[R | None] = queue.Queue()
-        self.closed = False
+        self.closed = False  # requests submitted from now on are refused
+        self.sealed = False  # the service's thread has joined every request submitted before
+        self.ended = threading.Event()  # sealed, and every request it took has ended
         self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"{name}-slot-{i}", daemon=True)
-            for i in range(batch.size)
-        ]
-        for thread in self._threads:
-            thread.start()
 
     @property
     def alive(self) -> bool:
-        return any(thread.is_alive() for thread in self._threads)
+        return not self.ended.is_set()
 
     def submit(self, request: R) -> None:
+        """Queue `request` (any thread); refused at once once closed."""
         with self._lock:
             if not self.closed:
-                self._queue.put(request)
+                self._service.post(lambda: self._join(request))
                 return
         self._refuse(request)
 
-    def close(self, timeout: float | None = None) -> None:
-        """Run what is queued, then end the threads (waiting at most `timeout` seconds)."""
-        with self._lock:
-            if not self.closed:
-                self.closed = True
-                for _ in self._threads:
-                    self._queue.put(None)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(_left(deadline))
+    def run_pass(self) -> bool:
+        """One pass of the batch's loop (the service's thread); False: nothing moved."""
+        try:
+            return self.loop.run_pass()
+        except Exception:  # a fault of the batch's own: its requests were told in words
+            log.exception("a pass of the served batch failed")
+            return True
 
-    def _loop(self) -> None:
-        while True:
-            request = self._queue.get()
-            if request is None:
-                return
-            loop = self.batch.acquire()
-            assert loop is not None  # as many threads as slots: one is always free here
-            try:
-                self._answer(request, loop)
-            finally:
-                self.batch.release(loop)
+    def close(self, timeout: float | None = None) -> None:
+        """Run what is queued, then end (waiting at most `timeout` seconds, unless called on
+        the service's thread)."""
+        with self._lock:
+            self.closed = True
+        self._service.post(self._seal)  # after the requests submitted before
+        if not self._service.alive:
+            self.ended.set()
+        elif not self._service.on_service_thread:
+            self.ended.wait(timeout)
+
+    def _seal(self) -> None:
+        self.sealed = True
+
+    def _join(self, request: R) -> None:
+        self.loop.add(lambda slot: self._answer(request, slot))
 
 
 class _Streamed:

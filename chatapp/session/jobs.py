@@ -118,8 +118,11 @@ def run_job(
     stopped: Callable[[], bool],
     listener: JobListener,
     flush_interval_s: float = FLUSH_INTERVAL_S,
+    between: Callable[[], None] | None = None,
 ) -> None:
-    """Run `job` on the calling thread; exceptions never leave it (they go to `listener`)."""
+    """Run `job` on the calling thread; exceptions never leave it (they go to `listener`).
+    `between`: called after each item the job makes (the engine service's served batches take
+    a pass there, session/engine_service.py)."""
     pending: list[Any] = []
     last_flush = -float("inf")
 
@@ -138,6 +141,8 @@ def run_job(
         pending.append(item)
         if perf() - last_flush >= interval:
             flush()
+        if between is not None:
+            between()
 
     control = JobControl(request_id, stopped, put, flush)
     listener.started(request_id)

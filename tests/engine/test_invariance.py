@@ -10,7 +10,6 @@ comparison is between runs made here, on this machine; no stored tokens or logit
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
-from chatapp.engine.loops import KVLoop
+from chatapp.engine.loops import KVLoop, Step
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.native_library import usable_isa
 from tests.tiny_families import FAMILIES, write_family_gguf
@@ -87,32 +86,24 @@ def check_batched(engine: Engine, prompts: list[list[int]], steps: int) -> None:
         alone.append([solo.forward([t]).logits.copy() for t in extra])
     batch = engine.slots(len(prompts), budget=len(prompts) * engine.max_context)
     together: list[list[np.ndarray]] = [[] for _ in prompts]
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(prompts))
-
-    def run(i: int) -> None:
-        loop = batch.acquire()
+    loops = [batch.acquire() for _ in prompts]
+    for loop, prompt in zip(loops, prompts, strict=True):
         assert loop is not None
-        try:
-            loop.reset()
-            loop.forward(prompts[i])
-            batch.expect_step(loop)  # every step takes them all
-            start.wait(60)
-            for t in tokens[i]:
-                together[i].append(loop.forward([t]).logits.copy())
-        except BaseException as exc:
-            errors.append(exc)
-            start.abort()
-        finally:
-            batch.release(loop)
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    if errors:
-        raise errors[0]
+        loop.reset()
+        loop.forward(prompt)
+    for j in range(steps):  # as the batch's loop runs them: every token handed in, one step
+        for i, loop in enumerate(loops):
+            assert loop is not None
+            batch.hand_in(loop, tokens[i][j])
+        assert batch.run_pending()
+        for i, loop in enumerate(loops):
+            assert loop is not None
+            stepped = loop.stepped
+            assert isinstance(stepped, Step), stepped
+            together[i].append(stepped.logits.copy())
+    for loop in loops:
+        assert loop is not None
+        batch.release(loop)
     assert batch.rows == len(prompts) * batch.steps  # every step carried them all
     for i, (got, want) in enumerate(zip(together, alone, strict=True)):
         assert_bits(np.stack(got), np.stack(want), f"sequence {i} batched")

@@ -1,29 +1,22 @@
 """Slots decoded together: each sequence's greedy tokens (and log-probs) equal its solo run's,
 with mixed prompt lengths, a sequence joining mid-stream and one leaving early. The solo
-references are computed here, on this machine, with the engine's own loop."""
+references are computed here, on this machine, with the engine's own loop; the sequences run as
+the server runs them, tasks of the batch's one loop (tests/engine/slot_tasks.py)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.engine.batch_loop import BatchLoop
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.metrics import RunStats
-from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.slots import SlotBatch
 from chatapp.folder_format.native_library import usable_isa
-
-WAIT_S = 600  # a generous bound on any one wait, so that a broken batch fails instead of hanging
-
-
-def greedy(n: int) -> SamplingSettings:
-    return SamplingSettings(temperature=0.0, repetition_penalty=1.0, max_new_tokens=n)
+from tests.engine.slot_tasks import Client, add, drive, greedy, run, together
 
 
 def solo(engine: Engine, prompt: list[int], n: int) -> RunStats:
@@ -31,85 +24,44 @@ def solo(engine: Engine, prompt: list[int], n: int) -> RunStats:
     return engine.generate_ids(prompt, greedy(n), ignore_eos=True).run()
 
 
-@dataclass
-class Client:
-    """One sequence of the scenario, run on its own thread through a slot."""
-
-    prompt: list[int]
-    new_tokens: int
-    start: threading.Event | None = None  # wait for this before joining
-    on_token: Callable[[int], None] = lambda _i: None
-    stats: RunStats | None = None
-    error: BaseException | None = None
-    thread: threading.Thread = field(init=False)
-
-    def run(self, engine: Engine, batch: SlotBatch) -> None:
-        try:
-            if self.start is not None:
-                assert self.start.wait(WAIT_S)
-            loop = batch.acquire(self.prompt)
-            assert loop is not None
-            try:
-                gen = engine.generate_ids(
-                    self.prompt, greedy(self.new_tokens), ignore_eos=True, loop=loop
-                )
-                for event in gen:
-                    self.on_token(event.index)
-                self.stats = gen.stats
-            finally:
-                batch.release(loop)
-        except BaseException as exc:  # re-raised by the test's thread
-            self.error = exc
-
-
-def run_clients(engine: Engine, batch: SlotBatch, clients: list[Client]) -> None:
-    for c in clients:
-        c.thread = threading.Thread(target=c.run, args=(engine, batch), daemon=True)
-        c.thread.start()
-    for c in clients:
-        c.thread.join(WAIT_S)
-        assert not c.thread.is_alive(), "a slot's generation never finished"
-        if c.error is not None:
-            raise c.error
-
-
 def joining_and_leaving(
     engine: Engine, prompts: list[list[int]], lengths: list[int], reuse_bits: bool = False
 ) -> None:
-    """A (long) and B (short, leaves early) start together; C joins once A has 4 tokens, and A
-    waits for C's first token, so A and C certainly share steps; then D reuses A's slot.
-    `reuse_bits`: D's log-probs too equal its solo run's (a native graph at the fast precision,
-    where a prefix written by steps holds the bits a prompt writes: tests/engine/
-    test_invariance.py)."""
+    """A (long) and B (short, leaves early) start together; C joins once A has 4 tokens (A and
+    C then share steps); then D reuses A's slot. `reuse_bits`: D's log-probs too equal its solo
+    run's (a native graph at the fast precision, where a prefix written by steps holds the bits
+    a prompt writes: tests/engine/test_invariance.py)."""
     references = [solo(engine, p, n) for p, n in zip(prompts, lengths, strict=True)]
     batch = engine.slots(3)
-    a_has_four, c_joined = threading.Event(), threading.Event()
+    tasks = BatchLoop(batch)
+    overlapping: list[int] = []
 
     def a_progress(index: int) -> None:
         if index == 3:
-            a_has_four.set()
-            assert c_joined.wait(WAIT_S)
+            add(tasks, engine, c)
+        if c.stats is not None and 0 < c.stats.generated_tokens < lengths[2]:
+            overlapping.append(index)  # C is decoding while A is: they share the steps
 
-    def c_progress(index: int) -> None:
-        if index == 0:
-            c_joined.set()
-
-    a = Client(prompts[0], lengths[0], on_token=a_progress)
-    b = Client(prompts[1], lengths[1])
-    c = Client(prompts[2], lengths[2], start=a_has_four, on_token=c_progress)
-    run_clients(engine, batch, [a, b, c])
+    a = Client(prompts[0], greedy(lengths[0]), on_token=a_progress)
+    b = Client(prompts[1], greedy(lengths[1]))
+    c = Client(prompts[2], greedy(lengths[2]))
+    add(tasks, engine, a)
+    add(tasks, engine, b)
+    run(tasks, [a, b, c])
     for client, ref in zip([a, b, c], references, strict=False):
         assert client.stats is not None
-        assert len(client.stats.token_ids) == client.new_tokens
+        assert len(client.stats.token_ids) == client.settings.max_new_tokens
         assert client.stats.token_ids == ref.token_ids
         assert client.stats.logprobs == ref.logprobs  # the same logits, bit for bit
     assert batch.rows > batch.steps  # some steps carried several sequences
+    assert c.slot not in (None, a.slot) and overlapping  # C joined A's steps
     assert batch.busy == 0
 
     # D continues A's conversation: it gets A's slot back and reuses its cached prefix.
     follow_up = prompts[0] + a.stats.token_ids[:5] if a.stats else []
-    d = Client(follow_up, lengths[2])
-    run_clients(engine, batch, [d])
+    d = Client(follow_up, greedy(lengths[2]))
+    together(engine, batch, [d])
+    assert d.slot == a.slot
     assert d.stats is not None and d.stats.reused_tokens == len(prompts[0]) + 4
     alone = solo(engine, follow_up, lengths[2])
     assert d.stats.token_ids == alone.token_ids
@@ -171,7 +123,7 @@ def test_a_full_slot_cache_gives_up_its_last_token_for_a_filler_row(
     second = batch.acquire([1, 2, 3])
     assert second is not None and second.index == 1
     reference = solo(engine, [1, 2, 3], 5).token_ids
-    stats = engine.generate_ids([1, 2, 3], greedy(5), ignore_eos=True, loop=second).run()
+    stats = drive(engine.generate_ids([1, 2, 3], greedy(5), ignore_eos=True, loop=second), batch)
     batch.release(second)
     batch.release(first)
     assert stats.token_ids == reference
@@ -196,32 +148,26 @@ def test_no_free_slot_gives_none(varied_model_dir: Path) -> None:
     assert batch.busy == 0
 
 
-def test_the_busy_count_is_read_while_a_step_holds_the_batch(varied_model_dir: Path) -> None:
-    """The window polls it on its GUI thread; a step holds the batch's lock for a whole run."""
-    import threading
+def test_a_batch_of_one_slot_answers_its_queue_in_turn(varied_model_dir: Path) -> None:
+    """More requests than slots: the loop admits the next once a slot is free."""
+    engine = Engine(varied_model_dir, threads=1, max_context=64)
+    prompts = [[7, 8, 9], [10, 11], [12]]
+    references = [solo(engine, p, 5).token_ids for p in prompts]
+    batch = SlotBatch(engine.session, engine.info, engine.device, 64, 1)
+    clients = [Client(p, greedy(5)) for p in prompts]
+    assert [s.token_ids for s in together(engine, batch, clients)] == references
+    assert batch.widest == 1 and batch.busy == 0
 
+
+def test_a_generation_on_a_slot_runs_only_in_the_batchs_loop(varied_model_dir: Path) -> None:
+    """Iterated by hand, its first step (which waits for the batched step) is refused in words:
+    nothing else would run that step."""
     engine = Engine(varied_model_dir, threads=1, max_context=32)
     batch = engine.slots(2)
     loop = batch.acquire()
     assert loop is not None
-    holding, done = threading.Event(), threading.Event()
-
-    def step_running() -> None:
-        with batch._cond:  # as _run_if_complete holds it while the session runs
-            holding.set()
-            done.wait(5)
-
-    thread = threading.Thread(target=step_running)
-    thread.start()
-    try:
-        assert holding.wait(5)
-        counted: list[int] = []
-        reader = threading.Thread(target=lambda: counted.append(batch.busy))
-        reader.start()
-        reader.join(2)
-        assert counted == [1], "busy waited for the running step"
-    finally:
-        done.set()
-        thread.join()
-        reader.join()
+    gen = engine.generate_ids([3, 4, 5], greedy(4), ignore_eos=True, loop=loop)
+    with pytest.raises(EngineError, match="its answer runs in the batch's loop"):
+        list(gen)
     batch.release(loop)
+    assert batch.stepping == 0 and batch.busy == 0

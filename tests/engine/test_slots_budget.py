@@ -1,13 +1,11 @@
 """Slots share one KV budget: a sequence reserves positions before its prefill (here given
-directly; tests/engine/test_slots_preemption.py: reservations that grow), waits while the
-others hold too much, idle caches are dropped first (their pages given back), and every
-sequence still gets its solo tokens."""
+directly; tests/engine/test_slots_preemption.py: reservations that grow), waits (first come
+first served) while the others hold too much, idle caches are dropped first (their pages given
+back), and every sequence still gets its solo tokens."""
 
 from __future__ import annotations
 
 import mmap
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,36 +15,28 @@ from chatapp.engine import memory
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
 from chatapp.engine.resident import release_owned
-from chatapp.engine.slots import SlotLoop
-from tests.engine.test_slots import WAIT_S, Client, greedy, run_clients, solo
+from tests.engine.slot_tasks import Client, drive, greedy, together
+from tests.engine.test_slots import solo
 
 CONTEXT = 64
 PAGE = mmap.PAGESIZE
 
 
-def never() -> bool:
-    return False
-
-
-def test_a_reservation_waits_for_room_and_stops_when_asked(varied_model_dir: Path) -> None:
+def test_a_reservation_waits_for_room_first_come_first_served(varied_model_dir: Path) -> None:
     engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
-    batch = engine.slots(2)  # the budget: one context
-    first, second = batch.acquire(), batch.acquire()
-    assert first is not None and second is not None
-    assert batch.reserve(first, CONTEXT - 10, never)
+    batch = engine.slots(3)  # the budget: one context
+    first, second, third = batch.acquire(), batch.acquire(), batch.acquire()
+    assert first is not None and second is not None and third is not None
+    assert batch.reserve(first, CONTEXT - 10)
     assert batch.held == CONTEXT - 10
-    stop = threading.Event()
-    threading.Timer(0.3, stop.set).start()
-    assert not batch.reserve(second, 20, stop.is_set)  # 54 + 20 > 64: it waited, then stopped
-    assert batch.reserve(second, 10, never)  # 54 + 10 fits
-    results: list[bool] = []
-    waiter = threading.Thread(target=lambda: results.append(batch.reserve(second, 30, never)))
-    waiter.start()
-    waiter.join(0.3)
-    assert waiter.is_alive()  # still waiting for the first to finish
+    assert not batch.reserve(second, 20)  # 54 + 20 > 64: it waits
+    assert not batch.reserve(third, 5)  # it would fit, but the second came first
+    batch.unqueue(second)  # the second was told to stop while it waited
+    assert batch.reserve(third, 5)
+    assert batch.reserve(second, 5)  # 54 + 5 + 5 fits
+    assert not batch.reserve(second, 30)  # waits for the first to finish
     batch.release(first)
-    waiter.join(WAIT_S)
-    assert results == [True] and batch.held == 30
+    assert batch.reserve(second, 30) and batch.held == 35
 
 
 def test_a_reservation_is_at_most_a_context_and_the_budget_at_least_one(
@@ -55,7 +45,7 @@ def test_a_reservation_is_at_most_a_context_and_the_budget_at_least_one(
     engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
     batch = engine.slots(2, budget=2 * CONTEXT)
     loop = batch.acquire()
-    assert loop is not None and batch.reserve(loop, 10 * CONTEXT, never)
+    assert loop is not None and batch.reserve(loop, 10 * CONTEXT)
     assert batch.held == CONTEXT
     with pytest.raises(ValueError, match="one whole context"):
         engine.slots(2, budget=CONTEXT - 1)
@@ -78,13 +68,13 @@ def test_idle_caches_are_dropped_first_and_their_pages_given_back(varied_model_d
     engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
     batch = engine.slots(3)
     prompt = list(range(3, 30))
-    run_clients(engine, batch, [Client(prompt, 8)])
+    together(engine, batch, [Client(prompt, greedy(8))])
     kept = next(loop for loop in batch.loops if loop.cached)
     assert batch.held == len(kept.cached) == len(prompt) + 7
     # Another sequence's reservation needs the room: the idle cache goes, the busy one stays.
     other = batch.acquire([999])
     assert other is not None and other is not kept
-    assert batch.reserve(other, CONTEXT, never)
+    assert batch.reserve(other, CONTEXT)
     assert kept.cached == [] and batch.held == CONTEXT
     if release_owned(np.ones(3 * PAGE, np.uint8)) > 0:  # madvise runs here
         for kv in batch.kv.values():
@@ -103,23 +93,13 @@ def test_sequences_beyond_the_budget_wait_and_get_their_solo_tokens(
     references = [solo(engine, p, 20).token_ids for p in prompts]
     batch = engine.slots(4)  # 4 x (4 + 20) = 96 > 64: at most two at once
     peak = 0
-    watching = threading.Event()
 
-    def watch() -> None:
+    def watch(_index: int) -> None:
         nonlocal peak
-        while not watching.is_set():
-            with batch._cond:  # a consistent view (`held` alone is a display figure)
-                peak = max(peak, batch.held)
-            time.sleep(0.0005)
+        peak = max(peak, batch.held)
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    clients = [Client(p, 20) for p in prompts]
-    try:
-        run_clients(engine, batch, clients)
-    finally:
-        watching.set()
-        watcher.join(WAIT_S)
+    clients = [Client(p, greedy(20), on_token=watch) for p in prompts]
+    together(engine, batch, clients)
     assert [c.stats.token_ids if c.stats else None for c in clients] == references
     assert 0 < peak <= CONTEXT
 
@@ -142,27 +122,14 @@ def test_two_waiting_slots_do_not_wait_on_each_others_caches(varied_model_dir: P
     engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
     batch = engine.slots(2)
     first, second = list(range(3, 30)), list(range(40, 67))
-    run_clients(engine, batch, [Client(first, 5)])
-    run_clients(engine, batch, [Client(second, 5)])
+    together(engine, batch, [Client(first, greedy(5))])
+    together(engine, batch, [Client(second, greedy(5))])
     a, b = batch.acquire(first), batch.acquire(second)  # each gets its own cache back
     assert a is not None and b is not None and len(a.cached) == len(b.cached) == 31
-    admitted: list[int] = []
-
-    def reserve(slot: SlotLoop) -> None:
-        assert batch.reserve(slot, 40, never)
-        admitted.append(slot.index)
-
-    waiters = [threading.Thread(target=reserve, args=(slot,)) for slot in (a, b)]
-    for waiter in waiters:
-        waiter.start()
-    deadline = time.monotonic() + WAIT_S
-    while not admitted and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(admitted) == 1  # one fits once a waiting slot gives its old cache up
-    batch.release(a if admitted[0] == a.index else b)
-    for waiter in waiters:
-        waiter.join(WAIT_S)
-    assert len(admitted) == 2 and batch.held == 40
+    # The first to ask fits once the other, waiting too, gives its old cache up.
+    assert [batch.reserve(a, 40), batch.reserve(b, 40)] == [True, False]
+    batch.release(a)
+    assert batch.reserve(b, 40) and batch.held == 40
 
 
 def test_a_prefix_another_slot_holds_is_copied_not_prefilled(varied_model_dir: Path) -> None:
@@ -173,11 +140,11 @@ def test_a_prefix_another_slot_holds_is_copied_not_prefilled(varied_model_dir: P
     first, second = [*system, 40, 41, 42], [*system, 50, 51]
     reference = solo(engine, second, 6).token_ids
     batch = engine.slots(2, budget=2 * CONTEXT)  # room for both: nothing is dropped
-    run_clients(engine, batch, [Client(first, 4)])
+    together(engine, batch, [Client(first, greedy(4))])
     holder = next(loop for loop in batch.loops if loop.cached)
     other = batch.acquire()  # the empty slot: the holder's cache stays
     assert other is not None and other is not holder
-    stats = engine.generate_ids(second, greedy(6), ignore_eos=True, loop=other).run()
+    stats = drive(engine.generate_ids(second, greedy(6), ignore_eos=True, loop=other), batch)
     batch.release(other)
     assert stats.reused_tokens == len(system) and batch.shared_positions == len(system)
     assert stats.token_ids == reference
@@ -188,11 +155,11 @@ def test_a_slot_keeps_its_own_longer_prefix(varied_model_dir: Path) -> None:
     engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
     batch = engine.slots(2, budget=2 * CONTEXT)
     prompt = list(range(3, 20))
-    run_clients(engine, batch, [Client(prompt, 3)])
+    together(engine, batch, [Client(prompt, greedy(3))])
     mine = next(loop for loop in batch.loops if loop.cached)
     other = batch.acquire()
     assert other is not None and other is not mine
-    engine.generate_ids([*prompt[:5], 60, 61], greedy(3), ignore_eos=True, loop=other).run()
+    drive(engine.generate_ids([*prompt[:5], 60, 61], greedy(3), ignore_eos=True, loop=other), batch)
     batch.release(other)
     assert batch.shared_positions == 5  # the other slot copied the 5 it shares
     shared = batch.shared_positions

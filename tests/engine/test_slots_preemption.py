@@ -6,23 +6,19 @@ precision): the solo references are computed here, at run time, with the engine'
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from chatapp.engine.batch_loop import BatchLoop
 from chatapp.engine.engine import Engine
-from chatapp.engine.errors import SlotStopped
-from chatapp.engine.loops import Step
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.sampling import SamplingSettings
-from chatapp.engine.slots import SlotBatch, SlotLoop
+from chatapp.engine.slots import SlotBatch
+from tests.engine.slot_tasks import Client, add, run
 from tests.engine.test_slots import native_dir  # noqa: F401 (a fixture)
 
 CONTEXT = 64
-WAIT_S = 120  # the whole scenario runs in a few seconds: past this, the batch is stuck
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)
 SEEDED = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
 
@@ -46,67 +42,14 @@ def _solo(engine: Engine, prompt: list[int], settings: SamplingSettings) -> RunS
 def _together(
     engine: Engine, batch: SlotBatch, prompts: list[list[int]], settings: list[SamplingSettings]
 ) -> list[RunStats]:
-    """Every prompt on its own thread and slot; fails (rather than hangs) past WAIT_S."""
-    results: list[RunStats | None] = [None] * len(prompts)
-    errors: list[BaseException] = []
-
-    def run(k: int) -> None:
-        try:
-            loop = batch.acquire(prompts[k])
-            assert loop is not None
-            try:
-                gen = engine.generate_ids(prompts[k], settings[k], ignore_eos=True, loop=loop)
-                results[k] = gen.run()
-            finally:
-                batch.release(loop)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + WAIT_S
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-        assert not thread.is_alive(), "a sequence never finished: the batch is stuck"
-    if errors:
-        raise errors[0]
-    return [r for r in results if r is not None]
-
-
-def first_steps_as_one(batch: SlotBatch, count: int) -> None:
-    """Each slot's first decode step waits until `count` slots have reached theirs (60 s at
-    most, then it fails), and the step then waits for all of them: it runs as one of `count`
-    rows."""
-    together = threading.Barrier(count, timeout=60)
-    original, seen = batch.step, set()
-
-    def step(index: int, token: int) -> Step | None:
-        if index not in seen:
-            seen.add(index)
-            batch.expect_step(batch.loops[index])
-            together.wait()
-        return original(index, token)
-
-    batch.step = step  # type: ignore[method-assign]
-
-
-def admitted_together(batch: SlotBatch, count: int) -> None:
-    """No sequence goes past its admission until `count` are admitted (60 s at most, then it
-    fails): they then hold their first reservations at once, so that the first to grow finds
-    the budget full, however the threads are scheduled. (Prompts that share a prefix would
-    wait for each other's prefill before their admission: give them none.)"""
-    together = threading.Barrier(count, timeout=60)
-    original, seen = batch.reserve, set()
-
-    def reserve(loop: SlotLoop, positions: int, should_stop: Callable[[], bool]) -> bool:
-        admitted = original(loop, positions, should_stop)
-        if loop.index not in seen:
-            seen.add(loop.index)
-            together.wait()
-        return admitted
-
-    batch.reserve = reserve  # type: ignore[method-assign]
+    """Every prompt a task of one loop over `batch`: the loop admits them in one pass (each
+    holds its first reservation before any grows) and their first steps run as one."""
+    clients = [Client(p, s) for p, s in zip(prompts, settings, strict=True)]
+    tasks = BatchLoop(batch)
+    for client in clients:
+        add(tasks, engine, client)
+    run(tasks, clients)
+    return [c.stats for c in clients if c.stats is not None]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +69,7 @@ def test_pre_empted_sequences_get_their_solo_answers_bit_for_bit(
     settings = [_settings(base, 40, seed=11 + k) for k in range(4)]
     references = [_solo(engine, p, s) for p, s in zip(prompts, settings, strict=True)]
     batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 4, grow=8)
-    admitted_together(batch, 4)  # 4 x (4 + 8) = 48 of 64: the first to grow pre-empts
+    # 4 x (4 + 8) = 48 of 64, admitted in one pass: the first to grow pre-empts.
     answers = _together(engine, batch, prompts, settings)
     assert batch.preemptions > 0 and batch.recomputed > 0
     assert batch.rows > batch.steps  # steps carried several sequences
@@ -141,15 +84,13 @@ def test_four_sequences_without_a_limit_are_batched_in_one_context(
 ) -> None:
     """A token limit of a whole context (what the server takes when a request names none):
     four sequences still start together in one context's budget, and their first steps run as
-    one (each waits there for the others; with whole-context reservations only one would ever
-    start, and the wait would time out)."""
+    one (with whole-context reservations only one would ever start)."""
     engine = native_engine
     prompts = [[20 + i, 21, 22] for i in range(4)]
     settings = [_settings(GREEDY, CONTEXT, None) for _ in prompts]
     references = [_solo(engine, p, s) for p, s in zip(prompts, settings, strict=True)]
     batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 4)
     assert batch.grow == 8  # 64 / (2 x 4)
-    first_steps_as_one(batch, 4)
     answers = _together(engine, batch, prompts, settings)
     assert batch.widest == 4 and batch.rows > batch.steps
     for answer, reference in zip(answers, references, strict=True):
@@ -170,46 +111,53 @@ def test_a_sequence_that_stops_while_pre_empted_ends_and_frees_its_slot(
     native_engine: Engine,
 ) -> None:
     """The oldest holds the budget; a younger one is pre-empted and told to stop while it
-    waits: it ends with SlotStopped, and the oldest finishes."""
+    waits: it ends with SlotStopped (or stopped at a step), and the oldest finishes."""
     engine = native_engine
     batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 2, grow=8)
-    stop = threading.Event()
-    outcome: list[object] = []
+    tasks = BatchLoop(batch)
+    old = Client([3, 4, 5], _settings(GREEDY, CONTEXT - 10, None))
+    young = Client([50, 51, 52], _settings(GREEDY, CONTEXT, None), should_stop=lambda: stop)
+    stop = False
 
-    def young() -> None:
-        loop = batch.acquire()
-        assert loop is not None
-        try:
-            gen = engine.generate_ids(
-                [50, 51, 52], _settings(GREEDY, CONTEXT, None), None, stop.is_set, True, loop=loop
-            )
-            gen.run()
-            outcome.append(gen.stats.finish_reason)
-        except SlotStopped:
-            outcome.append("stopped")
-        finally:
-            batch.release(loop)
+    def on_old_token(index: int) -> None:
+        nonlocal stop
+        if index == 0:
+            add(tasks, engine, young)  # after the oldest: it is the younger
+        stop = stop or batch.preemptions > 0
 
-    old_loop = batch.acquire()
-    assert old_loop is not None
-    old = engine.generate_ids(
-        [3, 4, 5], _settings(GREEDY, CONTEXT - 10, None), ignore_eos=True, loop=old_loop
-    )
-    tokens = iter(old)
-    next(tokens)  # the oldest is admitted first
-    thread = threading.Thread(target=young, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + WAIT_S
-    for _ in tokens:
-        if batch.preemptions and not stop.is_set():
-            stop.set()
-        assert time.monotonic() < deadline
-    batch.release(old_loop)
-    thread.join(WAIT_S)
-    assert not thread.is_alive()
+    old.on_token = on_old_token
+    add(tasks, engine, old)
+    run(tasks, [old, young])
     assert batch.preemptions >= 1
-    assert outcome in (["stopped"], ["stop"])
+    assert young.stopped or (young.stats is not None and young.stats.finish_reason == "stop")
+    assert old.stats is not None and old.stats.generated_tokens == CONTEXT - 10
     assert batch.busy == 0
+
+
+def test_a_sequence_stopped_while_waiting_for_room_ends_at_once(native_engine: Engine) -> None:
+    """The budget is held by the oldest; a newcomer waits for room (WAIT) and, told to stop,
+    ends without a token, leaving its place in the queue."""
+    engine = native_engine
+    batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 2, grow=CONTEXT)
+    tasks = BatchLoop(batch)
+    stop = False
+    old = Client([3, 4, 5], _settings(GREEDY, 60, None))  # reserves 63 of 64 at once
+    waiting = Client([60, 61], _settings(GREEDY, 20, None), should_stop=lambda: stop)
+
+    def on_old_token(index: int) -> None:
+        nonlocal stop
+        if index == 0:
+            add(tasks, engine, waiting)
+        if index == 5:
+            assert batch.reservation(1) == 0 and waiting.stats is not None  # it waits
+            stop = True
+
+    old.on_token = on_old_token
+    add(tasks, engine, old)
+    run(tasks, [old, waiting])
+    assert waiting.stats is not None and waiting.stats.generated_tokens == 0
+    assert waiting.stats.finish_reason == "stop"
+    assert old.stats is not None and old.stats.generated_tokens == 60 and batch.busy == 0
 
 
 def test_drafted_tokens_grow_and_roll_back_through_pre_emptions(native_engine: Engine) -> None:
@@ -221,7 +169,7 @@ def test_drafted_tokens_grow_and_roll_back_through_pre_emptions(native_engine: E
     settings = [_settings(GREEDY, 30, None) for _ in prompts]
     references = [_solo(engine, p, s) for p, s in zip(prompts, settings, strict=True)]
     batch = SlotBatch(engine.session, engine.info, engine.device, CONTEXT, 4, grow=8)
-    admitted_together(batch, 4)  # 4 x (7 + 8) = 60 of 64: the first to grow pre-empts
+    # 4 x (7 + 8) = 60 of 64, admitted in one pass: the first to grow pre-empts.
     engine.speculative = True
     try:
         answers = _together(engine, batch, prompts, settings)

@@ -3,19 +3,22 @@ unchanged: every comparison is made at run time against the plain decode of the 
 
 from __future__ import annotations
 
-import threading
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
+from chatapp.engine.batch_loop import BatchLoop, Task
 from chatapp.engine.engine import Engine
 from chatapp.engine.generation import Generation
+from chatapp.engine.loops import Turn
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import library_path
 from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.slots import SlotLoop
 from chatapp.engine.speculative import (
     LONGEST_MATCH,
     Draft,
@@ -352,24 +355,19 @@ def test_slots_decoding_together_keep_their_answers_while_drafting(varied_native
     results: dict[int, RunStats] = {}
     errors: list[BaseException] = []
 
-    def client(i: int) -> None:
+    def client(i: int, loop: SlotLoop) -> Task:  # a task of the batch's loop, as served
         try:
-            loop = batch.acquire(prompts[i])
-            assert loop is not None
-            try:
-                generation = engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop)
-                generation.planner = EveryDraft(most=3)
-                results[i] = generation.run()
-            finally:
-                batch.release(loop)
-        except BaseException as exc:  # reported below, not lost in the thread
+            generation = engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop)
+            generation.planner = EveryDraft(most=3)
+            yield from (t for t in generation.turns() if isinstance(t, Turn))
+            results[i] = generation.stats
+        except Exception as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(600)
+    tasks = BatchLoop(batch)
+    for i, prompt in enumerate(prompts):
+        tasks.add(partial(client, i), prompt)
+    tasks.run_until_done()
     assert not errors, errors
     assert sum(sum(r.drafted) for r in results.values()) > 0
     assert [results[i].token_ids for i in range(len(prompts))] == alone

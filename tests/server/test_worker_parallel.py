@@ -5,6 +5,7 @@ machine)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,11 +16,11 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
-from chatapp.engine.loops import Step
 from chatapp.engine.sampling import GREEDY
-from chatapp.engine.slots import SlotBatch
 from chatapp.engine.text.chat import Message
 from chatapp.folder_format.native_library import usable_isa
+from chatapp.server.worker import EngineWorker
+from chatapp.session.jobs import Job, JobControl
 from tests.serving import Served, serving
 
 QUESTIONS = [("hello", 20), ("tell me a long story about the sea", 9), ("hi", 14)]
@@ -39,34 +40,38 @@ def ask(served: Served, text: str, n: int, **extra: Any) -> httpx2.Response:
     )
 
 
-def first_steps_together(batch: SlotBatch, count: int) -> threading.Barrier:
-    """Hold each sequence's first decode step until `count` sequences have reached theirs, so
-    those steps certainly run as one."""
-    barrier = threading.Barrier(count, timeout=WAIT_S)
-    original = batch.step
-    seen: set[int] = set()
+def arriving_together(worker: EngineWorker, count: int) -> None:
+    """Hold the engine's thread (a job) until `count` more requests are queued behind it: the
+    batch's loop then admits them in one pass, so their first steps certainly run as one."""
+    service = worker._service
 
-    def step(index: int, token: int) -> Step | None:
-        if index not in seen:
-            seen.add(index)
-            # Registered before the wait: the step then waits for every one of them (else the
-            # first through the barrier could step alone, and on a loaded machine run ahead).
-            batch.expect_step(batch.loops[index])
-            barrier.wait()
-        return original(index, token)
+    def hold(_control: JobControl) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while service.queued < count and time.monotonic() < deadline:
+            time.sleep(0.002)
 
-    batch.step = step  # type: ignore[method-assign]
-    return barrier
+    service.submit(Job("hold", hold))
 
 
 def test_requests_answered_together_equal_their_solo_answers(
-    parallel: Served, varied_model_dir: Path
+    parallel: Served, varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Three clients at once, each on its own HTTP thread: their answers are their solo ones,
+    their steps ran as one, and every run of the model ran on the engine service's one thread
+    (no slot threads)."""
     engine = parallel.worker.engine
     batch = engine.slots(3)
     models = httpx2.get(f"{parallel.api}/models", trust_env=False).json()
     assert models["data"][0]["chatapp"]["parallel"] == 3
-    first_steps_together(batch, 3)
+    arriving_together(parallel.worker, 3)
+    runs_on: set[str] = set()
+    run = engine.session.run_with_iobinding
+
+    def recorded(*args: Any) -> Any:
+        runs_on.add(threading.current_thread().name)
+        return run(*args)
+
+    monkeypatch.setattr(engine.session, "run_with_iobinding", recorded)
     replies: dict[int, httpx2.Response] = {}
 
     def client(i: int) -> None:
@@ -86,7 +91,55 @@ def test_requests_answered_together_equal_their_solo_answers(
         assert data["choices"][0]["message"]["content"] == gen.text
         assert data["usage"]["completion_tokens"] == n == gen.stats.generated_tokens
     assert batch.steps > 0 and batch.rows >= batch.steps + 2  # one step carried all three
-    assert batch.busy == 0
+    assert batch.widest == 3 and batch.busy == 0
+    assert runs_on == {parallel.worker._service.name}
+
+
+def test_a_client_that_leaves_does_not_disturb_the_others(
+    varied_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three clients decode together; one closes its stream after two tokens: its answer stops
+    within a pass, its slot is freed, and the two others get their solo answers."""
+    engine = Engine(varied_model_dir, threads=1, max_context=256)
+    with serving(engine, parallel=3) as served:
+        batch = engine.slots(3)
+        run = batch._run
+
+        def slow(pending: dict[int, int]) -> Any:  # steps last long enough to leave midway
+            time.sleep(0.01)
+            return run(pending)
+
+        monkeypatch.setattr(batch, "_run", slow)
+        arriving_together(served.worker, 3)
+        replies: dict[int, httpx2.Response] = {}
+
+        def stay(i: int) -> None:
+            replies[i] = ask(served, QUESTIONS[i][0], 30)
+
+        def leave() -> None:
+            body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+            body |= {"max_tokens": 200, "stream": True}
+            url = f"{served.api}/chat/completions"
+            with httpx2.stream("POST", url, json=body, timeout=60, trust_env=False) as response:
+                events = httpx2.EventSource(response).__iter__()
+                for _ in range(3):  # the role chunk and two tokens
+                    next(events)
+
+        threads = [threading.Thread(target=stay, args=(i,)) for i in range(2)]
+        threads.append(threading.Thread(target=leave))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        records = served.wait_for_records(3)
+    reference = Engine(varied_model_dir, threads=1, max_context=256)
+    for i in range(2):
+        gen = reference.chat([Message("user", QUESTIONS[i][0])], replace(GREEDY, max_new_tokens=30))
+        gen.run()
+        assert replies[i].json()["choices"][0]["message"]["content"] == gen.text
+    (left,) = [r for r in records if r.cancelled]
+    assert left.engine_finish_reason == "stop" and 2 <= left.generated_tokens < 200
+    assert batch.widest == 3 and batch.busy == 0
 
 
 def test_a_request_for_another_loop_runs_on_the_engines_own_cache(
@@ -110,7 +163,7 @@ def test_the_choices_of_one_request_decode_together(
 ) -> None:
     batch = parallel.worker.engine.slots(3)
     steps, rows = batch.steps, batch.rows
-    first_steps_together(batch, 3)  # would wait out WAIT_S unless the three choices run at once
+    arriving_together(parallel.worker, 1)  # the three choices are one request
     body = {"messages": [{"role": "user", "content": "tell me a long story about the sea"}]}
     body |= {"temperature": 0, "max_tokens": 11, "n": 3}
     data = httpx2.post(
@@ -137,9 +190,10 @@ def native_fast(varied_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def test_choices_prefill_their_prompt_once_and_each_is_its_seeds_solo_answer(
     native_fast: Path,
 ) -> None:
-    """Issue 49: the first choice prefills the prompt, the others wait for it and copy its KV
-    (no prefill of their own); on a native graph at the fast precision each choice still is,
-    bit for bit, the answer to seed + i asked alone (whose prompt then comes from a cache)."""
+    """Issue 49: the first choice prefills the prompt, the others (admitted after it by the
+    batch's loop) copy its KV (no prefill of their own); on a native graph at the fast
+    precision each choice still is, bit for bit, the answer to seed + i asked alone (whose
+    prompt then comes from a cache)."""
     text = "tell me a long story about the sea and the ships on it, " * 3
     body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "max_tokens": 8}
     body |= {"temperature": 1.0, "top_k": 0, "seed": 11, "logprobs": True}

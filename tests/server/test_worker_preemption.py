@@ -15,9 +15,9 @@ import httpx2
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import GREEDY
 from chatapp.engine.text.chat import Message
-from tests.engine.test_slots_preemption import first_steps_as_one
 from tests.server.test_operators import parse
 from tests.server.test_worker_parallel import (
+    arriving_together,
     native_fast,  # noqa: F401 (a fixture)
 )
 from tests.serving import serving
@@ -41,9 +41,9 @@ def test_four_clients_without_max_tokens_are_batched_and_keep_their_solo_answers
     with serving(engine, parallel=4) as served:
         batch = served.worker.slot_batch
         assert batch is not None and batch.budget == CONTEXT  # the default: one context
-        # Each client's first step waits for the others' (whole-context reservations would
-        # admit one at a time, and this would time out): the four start together.
-        first_steps_as_one(batch, 4)
+        # The four are admitted in one pass (whole-context reservations would admit one at a
+        # time): they start together.
+        arriving_together(served.worker, 4)
 
         def client(i: int) -> None:
             body = {"messages": [{"role": "user", "content": TEXTS[i]}], "temperature": 0}

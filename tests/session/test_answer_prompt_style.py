@@ -1,7 +1,7 @@
 """The prompt style is part of each request, never the shared tokenizer's state (answer.py).
 
 "Serve this model" serves the window's own Engine: a chat in Text continuation must not make
-the API's requests render as continued text, and slot threads rendering at once must each get
+the API's requests render as continued text, and requests answered together must each get
 the prompt their own request asks for. The window, `chatapp serve` and `chatapp generate`
 give the same tokens for the same request. Expected ids are computed here, never stored.
 """

@@ -1,15 +1,20 @@
-"""EngineService: the one owner of the threads that touch a loaded model (one job thread, one
-queue; the slot threads of a served batch) and `stream`, which `chatapp generate` waits on."""
+"""EngineService: the one owner of the thread that touches a loaded model (one thread, one
+queue: jobs, and the passes of a served batch's loop between them) and `stream`, which
+`chatapp generate` waits on."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from chatapp.engine.batch_loop import Task
 from chatapp.engine.engine import Engine
+from chatapp.engine.loops import WAIT
+from chatapp.engine.slots import SlotLoop
 from chatapp.session.engine_service import DROPPED, EngineService, call, stream
 from chatapp.session.jobs import Job, JobAborted, JobControl
 from tests.session.test_jobs import WAIT_S, Heard
@@ -88,27 +93,61 @@ def test_request_stop_reaches_the_running_job() -> None:
     assert heard.events[-1] == ("aborted", "stopped")
 
 
-def test_closing_the_slots_runs_what_was_queued_and_refuses_what_comes_after(
+def test_closing_the_batch_runs_what_was_queued_and_refuses_what_comes_after(
     varied_model_dir: Path,
 ) -> None:
     engine = Engine(varied_model_dir, threads=1, max_context=64)
     answered: list[int] = []
     refused: list[int] = []
     slots_used: set[int] = set()
+    threads: set[str] = set()
 
-    def answer(request: int, slot: object) -> None:
+    def answer(request: int, slot: SlotLoop) -> Task:
+        threads.add(threading.current_thread().name)
+        yield WAIT  # resumed by the next pass
         answered.append(request)
-        slots_used.add(id(slot))
+        slots_used.add(slot.index)
 
     service = EngineService("test-slots")
-    pool = service.serve_slots(engine.slots(2), answer, refused.append)
+    serving = service.serve_batch(engine.slots(2), answer, refused.append)
     for r in range(5):
-        pool.submit(r)
-    assert service.close(WAIT_S)  # the slot threads end with the service
-    assert not pool.alive
-    pool.submit(99)
+        serving.submit(r)
+    assert service.close(WAIT_S)  # the batch's requests end before the service does
+    assert not serving.alive
+    serving.submit(99)
     assert sorted(answered) == [0, 1, 2, 3, 4] and refused == [99]
+    assert slots_used == {0, 1} and threads == {"test-slots"}  # no thread of their own
     assert engine.slots(2).busy == 0  # every slot given back
+
+
+def test_a_job_runs_between_two_passes_of_a_served_batch(varied_model_dir: Path) -> None:
+    """The chat's answer (a job) while the window serves: it runs on the one thread between
+    two passes of the batch's loop, and the batch goes on after it."""
+    engine = Engine(varied_model_dir, threads=1, max_context=64)
+    job_ran = threading.Event()
+    order: list[str] = []
+
+    def answer(request: int, slot: SlotLoop) -> Task:
+        deadline = time.monotonic() + WAIT_S
+        while not job_ran.is_set():  # never set where jobs waited for the batch to end
+            assert time.monotonic() < deadline
+            yield WAIT
+        order.append("request")
+
+    def job(control: JobControl) -> None:
+        order.append("job")
+        job_ran.set()
+
+    service = EngineService("test-both")
+    try:
+        serving = service.serve_batch(engine.slots(2), answer, lambda _r: None)
+        serving.submit(1)
+        heard = Heard()
+        service.submit(Job("chat answer", job), heard)
+        assert heard.done.wait(WAIT_S)
+    finally:
+        assert service.close(WAIT_S)
+    assert order == ["job", "request"]
 
 
 def test_stream_yields_on_the_callers_thread_what_runs_on_the_service() -> None:

@@ -1,8 +1,10 @@
 """`chatapp bench --parallel N`: one client alone against N decoded together (engine/slots.py).
 
 On one engine, in one process: one client's prompt answered on the engine's own IO-Binding
-loop, then N clients at once, each on its own thread through a slot (all join at the start,
-their prompts prefilled one after another, then their decode steps run as one batched step).
+loop, then N clients at once, each a task of the batch's loop on its own slot
+(engine/batch_loop.py, on the calling thread, as `chatapp serve` runs them: all join at the
+start, their prompts prefilled one after another, then their decode steps run as one batched
+step).
 Every answer generates exactly `new_tokens` tokens (greedy, end of text ignored), so the two
 runs do the same work per client. Both first run WARM_UP tokens per client, not counted (a
 slot's first answer faults in its fresh KV pages, docs/engine.md). Tokens per second are
@@ -11,22 +13,25 @@ included), one run each. Every client's tokens together are compared with its to
 batched step must not change an answer.
 
 Then the shared-prefix saving: N clients whose prompts start with one system prompt, to each
-one's first token, prefilled whole and with the slots copying the prefix another slot holds or
-is prefilling (SlotBatch.await_prefill, share_prefix).
+one's first token, prefilled whole and with the slots copying the prefix another slot holds
+(the loop admits them one at a time: SlotBatch.share_prefix).
 """
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from chatapp.engine.batch_loop import BatchLoop, Task
 from chatapp.engine.bench.summary import ONE_RUN_MARGIN
+from chatapp.engine.loops import Turn
 from chatapp.engine.sampling import SamplingSettings
 
 if TYPE_CHECKING:
     from chatapp.engine.engine import Engine
+    from chatapp.engine.slots import SlotLoop
 
 PROMPTS = (
     "Once upon a time, in a small village by the sea, there lived an old fisherman who",
@@ -146,22 +151,24 @@ def _together(
     results: list[list[int]] = [[] for _ in prompts]
     failures: list[BaseException] = []
 
-    def client(i: int) -> None:
-        loop = batch.acquire(prompts[i])
-        assert loop is not None  # as many clients as slots
+    def client(i: int, loop: SlotLoop) -> Task:
         try:
-            for event in engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop):
-                results[i].append(event.token_id)
-        except BaseException as exc:  # raised on the caller's thread
+            generation = engine.generate_ids(prompts[i], settings, ignore_eos=True, loop=loop)
+            for item in generation.turns():
+                if isinstance(item, Turn):
+                    yield item
+                else:
+                    results[i].append(item.token_id)
+        except Exception as exc:  # raised here, once every client has ended
             failures.append(exc)
-        finally:
-            batch.release(loop)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    def start(i: int) -> Callable[[SlotLoop], Task]:
+        return lambda loop: client(i, loop)
+
+    tasks = BatchLoop(batch)
+    for i, prompt in enumerate(prompts):
+        tasks.add(start(i), prompt)
+    tasks.run_until_done()
     if failures:
         raise failures[0]
     return results

@@ -14,10 +14,11 @@ up to 10 s for open streams). A request still waiting when serving stops is answ
 once rather than left waiting behind the chat's answer.
 
 With several slots (the dialog's "Requests at once", `chatapp serve --parallel N`), the
-worker answers on slot threads that the same service makes instead (engine/slots.py):
-up to N requests decode together on the IO-Binding loop, beside the chat's answers, each on
-its own KV cache (the engine's `slots` checks their memory as the command line does). Stopping
-cancels them all; the threads end on their own within a step.
+worker answers through the batch's loop that the same service's thread runs
+(engine/batch_loop.py, engine/slots.py): up to N requests decode together on the IO-Binding
+loop, beside the chat's answers (a pass after each of its tokens), each on its own KV cache (the
+engine's `slots` checks their memory as the command line does). Stopping cancels them all; they
+end within a pass.
 """
 
 from __future__ import annotations
@@ -226,8 +227,8 @@ class WindowServer(QObject):
         worker, server = self._worker, self._server
         if worker is None or server is None:
             return
-        # Answers the waiting requests (503), cancels those being answered; slot threads end
-        # on their own within a step (waited for only when the window closes).
+        # Answers the waiting requests (503), cancels those being answered; they end within a
+        # pass of the batch's loop (waited for only when the window closes).
         worker.close(10.0 if wait else 0.0)
         if wait:
             server.stop()

@@ -92,12 +92,24 @@ def test_slots_whose_memory_does_not_fit_are_refused_in_a_sentence(
 
 
 def test_served_requests_decode_while_the_chat_answers(
-    qtbot, window: MainWindow, tiny_model_dir: Path
+    qtbot, window: MainWindow, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The batch takes its passes between the chat's tokens: both go on at once, and every run
+    of the model, the chat's and the batch's, is on the window's one engine thread."""
     serving = start_with_slots(qtbot, window, 2)
     engine = window.host.engine
     assert engine is not None
     restore = slow_down(engine, 0.005)  # the chat's 150 tokens last 0.75 s at least
+    runs_on: set[str] = set()
+    session = engine.session
+    for name in ("run", "run_with_iobinding"):
+        original = getattr(session, name)
+
+        def recorded(*args: Any, _original: Any = original) -> Any:
+            runs_on.add(threading.current_thread().name)
+            return _original(*args)
+
+        monkeypatch.setattr(session, name, recorded)
     body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 6}
     body |= {"temperature": 0, "repetition_penalty": 1.0}
     answers: list[Any] = []
@@ -124,5 +136,6 @@ def test_served_requests_decode_while_the_chat_answers(
     expected.run()
     assert [a.json()["choices"][0]["message"]["content"] for a in answers] == [expected.text] * 2
     assert served_while_chatting
+    assert runs_on == {"EngineWorkerThread"}
     answer = window.chat.conversation.messages[-1]
     assert answer.figures is not None and answer.figures.generated_tokens == 150

@@ -259,7 +259,7 @@ def external_data_files(model: onnx.ModelProto, onnx_path: Path) -> list[Path]:
 @dataclass(frozen=True)
 class TokenizerFiles:
     """A folder's tokenizer files, checked and read once (`read_tokenizer_files`): a tokenizer
-    is built from these (engine/text/folder_tokenizer.py, engine/text/chat.py) without opening the
+    is built from these (engine/text/chat.py) without opening the
     folder's small files again or checking them a second time."""
 
     folder: Path

@@ -521,6 +521,8 @@ MAX_MODULE_LINES = 500  # CONTRIBUTING.md: modules small; past this, split by re
 # module"). Each with what it holds; a module enters the list only past MAX_MODULE_LINES.
 COHESIVE_MAX_LINES = 1000
 COHESIVE_MODULES = {
+    "chatapp.engine.mapped_weights": "the weight files a session maps: their pages kept "
+    "resident only while used, the files kept from changing under an answer",
     "chatapp.engine.text.chat": "a model's tokenizer as the chat uses it: loaded from its "
     "folder, its chat template, its control tokens",
 }
@@ -799,7 +801,7 @@ def test_the_remote_rule_sees_each_way_past_the_face() -> None:
 # its errors and its folder-reading and memory helpers; nothing in the runtime reads bench/.
 ENGINE_ROOMS = ("chatapp.engine.text", "chatapp.engine.structured", "chatapp.engine.bench")
 RUNTIME_HELPERS_FOR_TEXT = frozenset(
-    {"chatapp.engine.errors", "chatapp.engine.model_folder.files", "chatapp.engine.resident"}
+    {"chatapp.engine.errors", "chatapp.engine.model_folder.files", "chatapp.engine.mapped_weights"}
 )
 
 
@@ -847,8 +849,7 @@ ENGINE_SERVICE = "chatapp.session.engine_service"
 THREADS_THAT_NEVER_RUN_THE_MODEL = {
     "chatapp.server.runner": "uvicorn's loop; its requests are jobs on the service",
     "chatapp.gui.models.hub_dialog": "the hub's downloads",
-    "chatapp.engine.resident": "gives weight pages back to the system",
-    "chatapp.engine.file_leases": "watches the weight files",
+    "chatapp.engine.mapped_weights": "gives weight pages back to the system; watches the files",
     "chatapp.engine.structured.constraints": "compiles a grammar, with a time limit",
     "chatapp.remote.reader": "reads a server's stream",
     "chatapp.engine.bench.floor": "measures the memory's read bandwidth (numpy, no model)",

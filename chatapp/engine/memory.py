@@ -57,7 +57,7 @@ class MemoryEstimate:
     overhead: int = RUNTIME_OVERHEAD
     tokenizer: int = 0  # what the tokenizer keeps (TOKENIZER_PER_JSON_BYTE)
     # (file, offset, length) of the GGUF blocks a native graph's GgufMatMul nodes multiply by,
-    # read whole at every step: faulted in at load (resident.populate_mapped).
+    # read whole at every step: faulted in at load (mapped_weights.populate_mapped).
     block_spans: tuple[tuple[Path, int, int], ...] = ()
 
     @property

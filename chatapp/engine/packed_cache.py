@@ -6,8 +6,8 @@ copies that stay resident for the whole chat (the 1B shape: 1.71 GB of heap). Wi
 `session.save_external_prepacked_constant_initializers`, ONNX Runtime writes those packed blobs
 into the external data of an optimized copy of the graph, and a session made from that copy maps
 them instead of packing. Mapped, they are file pages: a prompt touches the float kernel's copy,
-a decode step the int8 one's, and `resident.release_mapped` drops the other between them, so only
-one copy is resident at a time (1B shape: 1.99 -> 1.49 GB peak while answering).
+a decode step the int8 one's, and `mapped_weights.release_mapped` drops the other between
+them, so only one copy is resident at a time (1B shape: 1.99 -> 1.49 GB peak while answering).
 
 The copy is machine-specific (packing follows the CPU's instruction set; ONNX Runtime says so
 when it saves), so it lives in the data folder's cache under a key of the ONNX Runtime version,
@@ -410,7 +410,7 @@ def _child_main(argv: list[str]) -> int:
     """The child `save_in_child` starts: save the copy, print the graph and this process's
     peak resident memory."""
     from chatapp.engine.devices import session_options
-    from chatapp.engine.resident import released_while_loading, resident_memory
+    from chatapp.engine.mapped_weights import released_while_loading, resident_memory
 
     parser = argparse.ArgumentParser(description="Save a graph's packed weights copy.")
     parser.add_argument("graph", type=Path)

@@ -14,7 +14,7 @@ import pytest
 from chatapp.engine import memory
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
-from chatapp.engine.resident import release_owned
+from chatapp.engine.mapped_weights import release_owned
 from tests.engine.slot_tasks import Client, drive, greedy, together
 from tests.engine.test_slots import solo
 

@@ -521,6 +521,8 @@ MAX_MODULE_LINES = 500  # CONTRIBUTING.md: modules small; past this, split by re
 # module"). Each with what it holds; a module enters the list only past MAX_MODULE_LINES.
 COHESIVE_MAX_LINES = 1000
 COHESIVE_MODULES = {
+    "chatapp.engine.model_folder.read": "a model folder read: its files opened only inside it, "
+    "its graph and configs described and checked",
     "chatapp.engine.mapped_weights": "the weight files a session maps: their pages kept "
     "resident only while used, the files kept from changing under an answer",
     "chatapp.engine.text.chat": "a model's tokenizer as the chat uses it: loaded from its "
@@ -801,7 +803,12 @@ def test_the_remote_rule_sees_each_way_past_the_face() -> None:
 # its errors and its folder-reading and memory helpers; nothing in the runtime reads bench/.
 ENGINE_ROOMS = ("chatapp.engine.text", "chatapp.engine.structured", "chatapp.engine.bench")
 RUNTIME_HELPERS_FOR_TEXT = frozenset(
-    {"chatapp.engine.errors", "chatapp.engine.model_folder.files", "chatapp.engine.mapped_weights"}
+    {
+        "chatapp.engine.errors",
+        "chatapp.engine.model_folder.read",
+        "chatapp.engine.model_folder.model",
+        "chatapp.engine.mapped_weights",
+    }
 )
 
 

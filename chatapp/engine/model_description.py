@@ -5,9 +5,9 @@ llama.cpp splits a model (what was read from its file) from the context that run
 `ModelDescription` is the model: the graph chosen for a device, its description (`ModelInfo`:
 KV layout, tokens, context), whether it runs on the GGUF kernels, the sampling it suggests and
 what it will hold in memory at the context an engine allocates. `read_model` reads it in one
-pass down the folder: its configs (files.py), the graph chosen for the device and read once
+pass down the folder: its configs (read.py), the graph chosen for the device and read once
 without its weights, its nodes walked once (folder_format/graph.py), the graph described
-(describe.py), its memory estimated (memory.py) and its sampling suggested
+(read.py), its memory estimated (memory.py) and its sampling suggested
 (sampling_defaults.py).
 It is immutable and passed down: `packed_cache.prepare_folder` saves the packed copy from it, a
 load checks its memory (`engine.open_model`) and the `Engine` starts its session and loops
@@ -27,16 +27,16 @@ from chatapp.engine.memory import (
     engine_context,
     estimate_memory,
 )
-from chatapp.engine.model_folder.describe import check_configs, describe_graph
-from chatapp.engine.model_folder.files import (
-    TokenizerFiles,
+from chatapp.engine.model_folder.model import FolderRead, ModelInfo, TokenizerFiles
+from chatapp.engine.model_folder.read import (
+    check_configs,
+    describe_graph,
     external_data_files,
     graph_candidates,
     read_configs,
     read_onnx_graph,
     read_tokenizer_files,
 )
-from chatapp.engine.model_folder.model import FolderRead, ModelInfo
 from chatapp.engine.model_folder.sampling_defaults import ModelSampling, sampling_of
 from chatapp.engine.native_kernels import native_preferred
 from chatapp.folder_format.graph import all_nodes, declares_native, float_kernel_graph
@@ -142,7 +142,7 @@ def read_model_folder(
     this app can open (fp32 before fp16 before int8 / q4 ...), not the alphabetically first;
     and a native graph beside it (model_gguf.onnx, chatapp's GGUF kernels) before either when
     the session runs `on_cpu` with the library usable, never otherwise (files.by_device).
-    Every file it names is opened only inside the folder (see model_folder/files.py): a graph or an
+    Every file it names is opened only inside the folder (see model_folder/read.py): a graph or an
     external data file that is missing, a link out or not a regular file refuses the folder
     rather than being skipped for the next graph.
     """

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from chatapp.convert.model_configs import eos_token_ids
 from chatapp.convert.tokenizer import tokenizer_from_gguf_metadata, write_tokenizer_files
-from chatapp.engine.model_folder.files import read_tokenizer_files
+from chatapp.engine.model_folder.read import read_tokenizer_files
 from chatapp.engine.text.chat import (
     NO_TEMPLATE_NOTICE,
     ChatTokenizer,

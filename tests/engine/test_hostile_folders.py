@@ -282,7 +282,7 @@ EXTERNAL_CASES = {
 
 @pytest.mark.parametrize("case", list(EXTERNAL_CASES))
 def test_external_data_outside_the_folder_is_refused(tmp_path: Path, case: str) -> None:
-    from chatapp.engine.model_folder.files import load_onnx_graph
+    from chatapp.engine.model_folder.read import load_onnx_graph
 
     location, message = EXTERNAL_CASES[case]
     location = location.format(tmp=tmp_path)
@@ -303,7 +303,7 @@ def test_external_data_outside_the_folder_is_refused(tmp_path: Path, case: str) 
 
 
 def test_external_data_inside_the_folder_loads(tmp_path: Path) -> None:
-    from chatapp.engine.model_folder.files import load_onnx_graph
+    from chatapp.engine.model_folder.read import load_onnx_graph
 
     folder = tmp_path / "m"
     folder.mkdir()

@@ -19,7 +19,7 @@ from chatapp.engine.memory import (
     packed_bytes,
 )
 from chatapp.engine.model_description import read_model_folder
-from chatapp.engine.model_folder.files import load_onnx_graph
+from chatapp.engine.model_folder.read import load_onnx_graph
 from chatapp.units import fmt_bytes
 
 

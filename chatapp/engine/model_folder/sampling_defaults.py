@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import read_json_file
+from chatapp.engine.model_folder.read import read_json_file
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.folder_format.manifest import MANIFEST_FILE
 

@@ -51,12 +51,8 @@ from tokenizers.models import BPE
 
 from chatapp.engine.errors import ContextOverflowError, ModelError
 from chatapp.engine.mapped_weights import resident_memory, return_freed_heap
-from chatapp.engine.model_folder.files import (
-    TokenizerFiles,
-    optional_inside,
-    read_json_file,
-    read_tokenizer_files,
-)
+from chatapp.engine.model_folder.model import TokenizerFiles
+from chatapp.engine.model_folder.read import optional_inside, read_json_file, read_tokenizer_files
 from chatapp.engine.text.template import TemplateLimitError, Templates
 from chatapp.engine.text.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
 from chatapp.error_text import first_line

@@ -521,6 +521,8 @@ MAX_MODULE_LINES = 500  # CONTRIBUTING.md: modules small; past this, split by re
 # module"). Each with what it holds; a module enters the list only past MAX_MODULE_LINES.
 COHESIVE_MAX_LINES = 1000
 COHESIVE_MODULES = {
+    "chatapp.engine.model_description": "a model as known before it runs: its folder read "
+    "once for a device, the memory it will hold and the refusal, the sampling it starts with",
     "chatapp.engine.model_folder.read": "a model folder read: its files opened only inside it, "
     "its graph and configs described and checked",
     "chatapp.engine.mapped_weights": "the weight files a session maps: their pages kept "

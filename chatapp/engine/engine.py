@@ -30,9 +30,8 @@ from chatapp.engine.loaded_model import (
 )
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.mapped_weights import MappedFiles
-from chatapp.engine.memory import MemoryEstimate
 from chatapp.engine.model_context import LOCAL_CAPABILITIES, ModelContext
-from chatapp.engine.model_description import ModelDescription
+from chatapp.engine.model_description import MemoryEstimate, ModelDescription
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode, as_mode
 from chatapp.engine.sampling import SamplingSettings

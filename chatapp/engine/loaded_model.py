@@ -49,9 +49,15 @@ from chatapp.engine.mapped_weights import (
     populate_mapped,
     released_while_loading,
 )
-from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_kv_room, check_memory
 from chatapp.engine.model_context import ModelContext
-from chatapp.engine.model_description import ModelDescription, read_model
+from chatapp.engine.model_description import (
+    MemoryEstimate,
+    ModelDescription,
+    check_kv_memory,
+    check_kv_room,
+    check_memory,
+    read_model,
+)
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable

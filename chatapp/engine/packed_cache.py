@@ -49,8 +49,12 @@ from pathlib import Path
 import onnxruntime as ort
 
 from chatapp.datadir import data_dir
-from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate
-from chatapp.engine.model_description import ModelDescription, read_model
+from chatapp.engine.model_description import (
+    RUNTIME_OVERHEAD,
+    MemoryEstimate,
+    ModelDescription,
+    read_model,
+)
 from chatapp.error_text import STATUS_LINE, first_line
 from chatapp.safe_delete import (
     OWNED_MARKER,

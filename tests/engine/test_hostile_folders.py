@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from chatapp.engine import memory
+from chatapp.engine import model_description
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.model_description import open_model_folder
@@ -332,6 +332,8 @@ def test_context_below_one_is_refused(tiny_model_dir: Path) -> None:
 def test_a_kv_cache_larger_than_memory_is_refused(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory, "physical_memory", lambda: 1 << 16)  # the tiny KV: 256 KB
+    monkeypatch.setattr(
+        model_description, "physical_memory", lambda: 1 << 16
+    )  # the tiny KV: 256 KB
     with pytest.raises(EngineError, match=r"KV cache for 512 tokens .* more than half"):
         Engine(tiny_model_dir)

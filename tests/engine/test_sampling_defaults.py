@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.model_folder.sampling_defaults import (
+from chatapp.engine.model_description import (
     PRESETS,
     describe_count,
     estimate_parameters,

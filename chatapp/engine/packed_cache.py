@@ -33,6 +33,7 @@ there as well as before anything is deleted: where one is a link, a copy is not 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -398,8 +399,11 @@ def _machine_key(onnx_path: Path, estimate: MemoryEstimate) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@functools.cache
 def _cpu_flags() -> str:
-    """The instruction-set flags packing depends on (AVX2, AVX-512, VNNI, AMX ...)."""
+    """The instruction-set flags packing depends on (AVX2, AVX-512, VNNI, AMX ...): read once
+    a process (a load asks twice: its memory check and its session; /proc/cpuinfo grows with
+    the cores)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):

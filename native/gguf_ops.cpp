@@ -796,4 +796,4 @@ __attribute__((visibility("default"))) const char* chatapp_gguf_isa() {
 
 }
 
-#include "mapped_file_net.inc"  // the SIGBUS net for mapped weight files (engine/file_leases.py)
+#include "mapped_file_net.inc"  // the SIGBUS net for mapped weight files (engine/mapped_weights.py)

@@ -12,7 +12,7 @@ from chatapp.cli.errors import Terminated, UserError
 from chatapp.convert.errors import ConversionError
 from chatapp.engine.devices import DeviceError
 from chatapp.engine.errors import EngineError
-from chatapp.engine.file_leases import install_signal
+from chatapp.engine.mapped_weights import install_signal
 from chatapp.session.arg_checks import OneLineParser, printable, safe_output_streams
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     # and the warning would break the one-line error output.
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     args_list = sys.argv[1:] if argv is None else argv
-    install_signal()  # before any model maps its weights: their leases' signal (file_leases.py)
+    install_signal()  # before any model maps its weights: their leases' signal (mapped_weights.py)
     parser = build_parser()
     if _starts_gui(parser, args_list):
         from chatapp.gui import run_app  # Qt is imported only for the GUI

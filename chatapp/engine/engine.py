@@ -19,7 +19,6 @@ import onnxruntime as ort
 from chatapp.engine.backend import BackendCard
 from chatapp.engine.devices import Device
 from chatapp.engine.errors import DeviceFailure
-from chatapp.engine.file_leases import MappedFiles
 from chatapp.engine.generation import Generation
 from chatapp.engine.loaded_model import (
     DevicePlan,
@@ -30,9 +29,9 @@ from chatapp.engine.loaded_model import (
     start_with_loop,
 )
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.memory import MemoryEstimate
+from chatapp.engine.mapped_weights import MappedFiles
 from chatapp.engine.model_context import LOCAL_CAPABILITIES, ModelContext
-from chatapp.engine.model_description import ModelDescription
+from chatapp.engine.model_description import MemoryEstimate, ModelDescription
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode, as_mode
 from chatapp.engine.sampling import SamplingSettings

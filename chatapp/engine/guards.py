@@ -3,8 +3,8 @@
 ONNX Runtime starts one OS thread per intra-op thread; past a few per core they only
 contend (and 1000 of them reserve gigabytes of stacks), so at most `THREADS_PER_CPU` per
 logical CPU are accepted (devices.check_threads, when a session's options are made). The
-context asked for is checked with the rest of memory (memory.py). The command line imports
-this module: it must stay light.
+context asked for is checked with the rest of memory (model_description.py). The command line
+imports this module: it must stay light.
 """
 
 from __future__ import annotations

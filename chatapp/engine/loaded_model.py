@@ -40,18 +40,28 @@ from chatapp.engine.devices import (
     start_session,
 )
 from chatapp.engine.errors import DeviceFailure, EngineError, ModelError
-from chatapp.engine.file_leases import MappedFiles
 from chatapp.engine.guards import PRECISION_LABELS, default_precision
 from chatapp.engine.loop_factory import make_loop
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.memory import MemoryEstimate, check_kv_memory, check_kv_room, check_memory
+from chatapp.engine.mapped_weights import (
+    MappedFiles,
+    MappedPages,
+    populate_mapped,
+    released_while_loading,
+)
 from chatapp.engine.model_context import ModelContext
-from chatapp.engine.model_description import ModelDescription, read_model
+from chatapp.engine.model_description import (
+    MemoryEstimate,
+    ModelDescription,
+    check_kv_memory,
+    check_kv_room,
+    check_memory,
+    read_model,
+)
 from chatapp.engine.model_folder.model import ModelInfo
 from chatapp.engine.modes import Mode
 from chatapp.engine.native_kernels import NativeKernelsUnavailable
 from chatapp.engine.packed_cache import DATA, packed_copy, remove_copy, resident_need, wanted
-from chatapp.engine.resident import MappedPages, populate_mapped, released_while_loading
 from chatapp.engine.row_logprob import log_softmax_session
 from chatapp.engine.slots import SlotBatch
 from chatapp.engine.structured.constraints import ConstraintCompiler
@@ -361,7 +371,7 @@ def _session(
     model: ModelDescription, device: Device, plan: DevicePlan, precision: str
 ) -> tuple[ort.InferenceSession, MappedFiles, str | None]:
     """A session for `model` on `device`, the weight files it maps (checked before each run:
-    resident.py), and a sentence where a saved packed copy was damaged. On the CPU a big model
+    mapped_weights.py), and a sentence where a saved packed copy was damaged. On the CPU a big model
     runs from its packed copy (packed_cache.py: saved by a child process the first time); a
     copy that would not load is deleted and saved again, else the folder's own graph runs."""
     info, memory = model.info, model.memory

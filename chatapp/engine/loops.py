@@ -91,7 +91,7 @@ class KVLoop(ABC):
     prefill_chunk = 512
     release_weights: Callable[[], object] | None = None  # set by the Engine (packed_cache.py)
     # Around every run: raises where a mapped weight file changed on disk or another program
-    # has begun to change it, and holds its lease meanwhile (engine/file_leases.py MappedFiles).
+    # has begun to change it, and holds its lease meanwhile (engine/mapped_weights.py MappedFiles).
     weights_in_use: Callable[[], AbstractContextManager[None]] | None = None
     warmed_up = False  # its device's programs are compiled (engine/warm_up.py)
 

@@ -4,7 +4,7 @@ A native graph (`chatapp convert --graph auto|native|both`) multiplies by raw GG
 custom operator `chatapp.gguf.GgufMatMul`; its sessions need the library registered, and run on
 the CPU only (the operator has no device kernel, and running it on the host would move the KV
 cache through it every step). Stock graphs never load the library. Which graph of a folder a
-session takes: model_folder/files.py (`native_preferred` below). A session registers the
+session takes: model_folder/read.py (`native_preferred` below). A session registers the
 library when its graph needs it (devices.register_if_needed), after the graph's native nodes
 are checked against their weights (folder_format/graph.native_node_problem).
 """

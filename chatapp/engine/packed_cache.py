@@ -6,8 +6,8 @@ copies that stay resident for the whole chat (the 1B shape: 1.71 GB of heap). Wi
 `session.save_external_prepacked_constant_initializers`, ONNX Runtime writes those packed blobs
 into the external data of an optimized copy of the graph, and a session made from that copy maps
 them instead of packing. Mapped, they are file pages: a prompt touches the float kernel's copy,
-a decode step the int8 one's, and `resident.release_mapped` drops the other between them, so only
-one copy is resident at a time (1B shape: 1.99 -> 1.49 GB peak while answering).
+a decode step the int8 one's, and `mapped_weights.release_mapped` drops the other between
+them, so only one copy is resident at a time (1B shape: 1.99 -> 1.49 GB peak while answering).
 
 The copy is machine-specific (packing follows the CPU's instruction set; ONNX Runtime says so
 when it saves), so it lives in the data folder's cache under a key of the ONNX Runtime version,
@@ -33,6 +33,7 @@ there as well as before anything is deleted: where one is a link, a copy is not 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -49,8 +50,12 @@ from pathlib import Path
 import onnxruntime as ort
 
 from chatapp.datadir import data_dir
-from chatapp.engine.memory import RUNTIME_OVERHEAD, MemoryEstimate
-from chatapp.engine.model_description import ModelDescription, read_model
+from chatapp.engine.model_description import (
+    RUNTIME_OVERHEAD,
+    MemoryEstimate,
+    ModelDescription,
+    read_model,
+)
 from chatapp.error_text import STATUS_LINE, first_line
 from chatapp.safe_delete import (
     OWNED_MARKER,
@@ -394,8 +399,11 @@ def _machine_key(onnx_path: Path, estimate: MemoryEstimate) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@functools.cache
 def _cpu_flags() -> str:
-    """The instruction-set flags packing depends on (AVX2, AVX-512, VNNI, AMX ...)."""
+    """The instruction-set flags packing depends on (AVX2, AVX-512, VNNI, AMX ...): read once
+    a process (a load asks twice: its memory check and its session; /proc/cpuinfo grows with
+    the cores)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
@@ -410,7 +418,7 @@ def _child_main(argv: list[str]) -> int:
     """The child `save_in_child` starts: save the copy, print the graph and this process's
     peak resident memory."""
     from chatapp.engine.devices import session_options
-    from chatapp.engine.resident import released_while_loading, resident_memory
+    from chatapp.engine.mapped_weights import released_while_loading, resident_memory
 
     parser = argparse.ArgumentParser(description="Save a graph's packed weights copy.")
     parser.add_argument("graph", type=Path)

@@ -49,8 +49,8 @@ import onnxruntime as ort
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.errors import EngineError
 from chatapp.engine.loops import Step
+from chatapp.engine.mapped_weights import release_owned
 from chatapp.engine.model_folder.model import KVLayout, ModelInfo
-from chatapp.engine.resident import release_owned
 from chatapp.engine.slot_loop import SlotLoop
 
 perf = time.perf_counter

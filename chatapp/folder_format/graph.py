@@ -2,7 +2,7 @@
 the check that a native graph's nodes agree with their weights.
 
 The converter builds (convert/decoder_graph.py, step_split.py, int8_levels.py, native_graph.py)
-and the engine reads (model_description.py, model_folder/, devices.py, memory.py) by these
+and the engine reads (model_description.py, model_folder/, devices.py) by these
 names.
 """
 

@@ -96,7 +96,7 @@ def _net_of(path: str, mtime_ns: int) -> ctypes.CDLL | None:
 
 def sigbus_net() -> ctypes.CDLL | None:
     """The native library with its SIGBUS net for mapped weight files installed (process-wide,
-    from any thread; native/mapped_file_net.inc, engine/file_leases.py), or None where there is
+    from any thread; native/mapped_file_net.inc, engine/mapped_weights.py), or None where there is
     none (no library, CHATAPP_NATIVE_LIB=none, not Linux)."""
     path = library_path()
     if path is None or not sys.platform.startswith("linux"):

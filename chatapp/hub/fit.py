@@ -1,14 +1,19 @@
 """Whether this computer can run a hub file, before downloading it: the converter's families
 (an unsupported architecture is shown greyed with the reason) and the engine's own memory
-estimate (engine.memory.MemoryEstimate and check_memory, as at load) for the weights and the KV
-cache at the context the engine would allocate."""
+estimate (engine.model_description.MemoryEstimate and check_memory, as at load) for the
+weights and the KV cache at the context the engine would allocate."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from chatapp.convert.architectures import SUPPORTED_ARCHITECTURES, unsupported_message
-from chatapp.engine.memory import DEFAULT_MAX_CONTEXT, MemoryEstimate, MemoryRefusal, check_memory
+from chatapp.engine.model_description import (
+    DEFAULT_MAX_CONTEXT,
+    MemoryEstimate,
+    MemoryRefusal,
+    check_memory,
+)
 from chatapp.hub.catalog import HubFile
 from chatapp.hub.probe import Shape
 from chatapp.units import fmt_bytes

@@ -28,7 +28,7 @@ _lock = threading.Lock()
 
 def user_is_offline() -> bool:
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) set by the user, not by chatapp's tokenizer."""
-    from chatapp.engine.text.folder_tokenizer import HUB_OFFLINE_SET_BY_CHATAPP
+    from chatapp.engine.text.chat import HUB_OFFLINE_SET_BY_CHATAPP
 
     def on(name: str) -> bool:
         return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")

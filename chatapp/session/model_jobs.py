@@ -25,11 +25,10 @@ from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION
 from chatapp.engine.loaded_model import DevicePlan, LoadedModel, open_model, start_with_loop
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.model_description import read_model
-from chatapp.engine.model_folder.sampling_defaults import ModelSampling
+from chatapp.engine.mapped_weights import dropping_sessions, return_freed_heap
+from chatapp.engine.model_description import ModelSampling, read_model
 from chatapp.engine.model_folder.variants import Variant, list_variants
 from chatapp.engine.modes import Mode
-from chatapp.engine.resident import dropping_sessions, return_freed_heap
 from chatapp.error_text import first_line
 from chatapp.session.answer import fall_back_to_cpu
 from chatapp.session.jobs import NO_DETAILS, Job, JobAborted, JobControl, failed

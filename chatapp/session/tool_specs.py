@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import read_capped
+from chatapp.engine.model_folder.read import read_capped
 from chatapp.engine.structured.constraints import (
     MISSING_LIBRARY,
     ConstraintError,

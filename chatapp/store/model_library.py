@@ -17,7 +17,7 @@ from typing import Any
 
 from chatapp.convert.converter import ConvertOptions, converted_from, subfolders
 from chatapp.convert.output_folder import read_manifest
-from chatapp.engine.model_folder.files import candidate_files, split_name
+from chatapp.engine.model_folder.read import candidate_files, split_name
 from chatapp.safe_delete import remove_owned
 
 # llama.cpp's quantization names as they appear in GGUF file names.

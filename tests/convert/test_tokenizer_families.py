@@ -17,9 +17,14 @@ from transformers import AutoTokenizer
 
 from chatapp.convert.model_configs import eos_token_ids
 from chatapp.convert.tokenizer import tokenizer_from_gguf_metadata, write_tokenizer_files
-from chatapp.engine.model_folder.files import read_tokenizer_files
-from chatapp.engine.text.chat import NO_TEMPLATE_NOTICE, ChatTokenizer, Message, prompt_notice
-from chatapp.engine.text.folder_tokenizer import FolderTokenizer
+from chatapp.engine.model_folder.read import read_tokenizer_files
+from chatapp.engine.text.chat import (
+    NO_TEMPLATE_NOTICE,
+    ChatTokenizer,
+    FolderTokenizer,
+    Message,
+    prompt_notice,
+)
 from tests.engine.test_folder_tokenizer import check_same_as_transformers
 
 DATA = Path(__file__).parent / "data"

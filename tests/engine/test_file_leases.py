@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.file_leases import POLL_S, WeightLeases, install_signal
+from chatapp.engine.mapped_weights import POLL_S, WeightLeases, install_signal
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="leases: Linux")
 SIZE = 1 << 20

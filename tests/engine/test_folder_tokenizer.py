@@ -12,8 +12,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import read_tokenizer_files
-from chatapp.engine.text.folder_tokenizer import FolderTokenizer
+from chatapp.engine.model_folder.read import read_tokenizer_files
+from chatapp.engine.text.chat import FolderTokenizer
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "onnx_folders"
 GENERIC = [

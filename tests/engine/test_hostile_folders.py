@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from chatapp.engine import memory
+from chatapp.engine import model_description
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError, ModelError
 from chatapp.engine.model_description import open_model_folder
@@ -282,7 +282,7 @@ EXTERNAL_CASES = {
 
 @pytest.mark.parametrize("case", list(EXTERNAL_CASES))
 def test_external_data_outside_the_folder_is_refused(tmp_path: Path, case: str) -> None:
-    from chatapp.engine.model_folder.files import load_onnx_graph
+    from chatapp.engine.model_folder.read import load_onnx_graph
 
     location, message = EXTERNAL_CASES[case]
     location = location.format(tmp=tmp_path)
@@ -303,7 +303,7 @@ def test_external_data_outside_the_folder_is_refused(tmp_path: Path, case: str) 
 
 
 def test_external_data_inside_the_folder_loads(tmp_path: Path) -> None:
-    from chatapp.engine.model_folder.files import load_onnx_graph
+    from chatapp.engine.model_folder.read import load_onnx_graph
 
     folder = tmp_path / "m"
     folder.mkdir()
@@ -332,6 +332,8 @@ def test_context_below_one_is_refused(tiny_model_dir: Path) -> None:
 def test_a_kv_cache_larger_than_memory_is_refused(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory, "physical_memory", lambda: 1 << 16)  # the tiny KV: 256 KB
+    monkeypatch.setattr(
+        model_description, "physical_memory", lambda: 1 << 16
+    )  # the tiny KV: 256 KB
     with pytest.raises(EngineError, match=r"KV cache for 512 tokens .* more than half"):
         Engine(tiny_model_dir)

@@ -9,17 +9,17 @@ import onnx
 import pytest
 
 from chatapp import system_memory
-from chatapp.engine import memory
+from chatapp.engine import model_description
 from chatapp.engine.engine import Engine
-from chatapp.engine.memory import (
+from chatapp.engine.model_description import (
     RUNTIME_OVERHEAD,
     MemoryRefusal,
     check_memory,
     estimate_memory,
     packed_bytes,
+    read_model_folder,
 )
-from chatapp.engine.model_description import read_model_folder
-from chatapp.engine.model_folder.files import load_onnx_graph
+from chatapp.engine.model_folder.read import load_onnx_graph
 from chatapp.units import fmt_bytes
 
 
@@ -83,7 +83,7 @@ def _all(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
 def test_a_model_that_does_not_fit_is_refused_before_loading(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory, "available_memory", lambda: 50_000_000)
+    monkeypatch.setattr(model_description, "available_memory", lambda: 50_000_000)
     with pytest.raises(MemoryRefusal) as refused:
         Engine(tiny_model_dir, threads=1, max_context=64)
     message = str(refused.value)
@@ -96,7 +96,7 @@ def test_memory_freed_by_closing_the_current_model_counts(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     estimate = estimate_memory(read_model_folder(tiny_model_dir), 64)
-    monkeypatch.setattr(memory, "available_memory", lambda: estimate.total - 1000)
+    monkeypatch.setattr(model_description, "available_memory", lambda: estimate.total - 1000)
     with pytest.raises(MemoryRefusal):
         check_memory(estimate, "tiny")
     check_memory(estimate, "tiny", freed=1000)  # fits once the current model is closed
@@ -106,11 +106,11 @@ def test_without_an_available_figure_the_whole_memory_is_the_limit(
     monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path
 ) -> None:
     estimate = estimate_memory(read_model_folder(tiny_model_dir), 64)
-    monkeypatch.setattr(memory, "available_memory", lambda: None)
-    monkeypatch.setattr(memory, "physical_memory", lambda: estimate.total // 2)
+    monkeypatch.setattr(model_description, "available_memory", lambda: None)
+    monkeypatch.setattr(model_description, "physical_memory", lambda: estimate.total // 2)
     with pytest.raises(MemoryRefusal, match="is all this computer has"):
         check_memory(estimate, "tiny")
-    monkeypatch.setattr(memory, "physical_memory", lambda: None)
+    monkeypatch.setattr(model_description, "physical_memory", lambda: None)
     check_memory(estimate, "tiny")  # nothing known: not refused
 
 

@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 
 from chatapp.engine.errors import ModelError
 from chatapp.engine.model_description import open_model_folder
-from chatapp.engine.model_folder.files import ordered_candidates
 from chatapp.engine.model_folder.model import KVLayout
+from chatapp.engine.model_folder.read import ordered_candidates
 
 
 def copy_folder(src: Path, dst: Path) -> Path:

@@ -7,12 +7,18 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine import loaded_model as engine_module
-from chatapp.engine import memory, model_description
+from chatapp.engine import model_description
 from chatapp.engine.engine import Engine, open_model
 from chatapp.engine.errors import EngineError
-from chatapp.engine.memory import MemoryRefusal, engine_context, estimate_memory
-from chatapp.engine.model_description import is_cpu, read_model, read_model_folder
-from chatapp.engine.model_folder.sampling_defaults import model_sampling
+from chatapp.engine.model_description import (
+    MemoryRefusal,
+    engine_context,
+    estimate_memory,
+    is_cpu,
+    model_sampling,
+    read_model,
+    read_model_folder,
+)
 
 
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
@@ -48,7 +54,9 @@ def test_an_engine_from_a_folder_reads_it_once_and_checks_memory_once(
     checks: list[int] = []
     real_check = engine_module.check_memory
 
-    def counted_check(estimate: memory.MemoryEstimate, name: str, freed: int = 0) -> None:
+    def counted_check(
+        estimate: model_description.MemoryEstimate, name: str, freed: int = 0
+    ) -> None:
         checks.append(estimate.total)
         real_check(estimate, name, freed)
 
@@ -76,7 +84,7 @@ def test_open_model_refuses_what_does_not_fit_counting_what_closing_frees(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     need = read_model(tiny_model_dir, max_context=64).memory.total
-    monkeypatch.setattr(memory, "available_memory", lambda: need - 1000)
+    monkeypatch.setattr(model_description, "available_memory", lambda: need - 1000)
     with pytest.raises(MemoryRefusal, match="needs about"):
         open_model(tiny_model_dir, max_context=64)
     assert open_model(tiny_model_dir, max_context=64, freed=1000).memory.total == need

@@ -13,9 +13,9 @@ import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
 from chatapp.engine.engine import Engine
+from chatapp.engine.mapped_weights import MADV_POPULATE_READ, populate_mapped, release_mapped
 from chatapp.engine.model_description import read_model
 from chatapp.engine.native_kernels import library_path
-from chatapp.engine.resident import MADV_POPULATE_READ, populate_mapped, release_mapped
 from chatapp.folder_format.graph import all_nodes
 from tests.engine.test_memory import with_external_data
 from tests.engine.test_resident import mapped_rss

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine import resident
+from chatapp.engine import mapped_weights
 from chatapp.engine.engine import Engine
-from chatapp.engine.resident import (
+from chatapp.engine.mapped_weights import (
     MappedPages,
     release_mapped,
     released_while_loading,
@@ -82,7 +82,7 @@ def test_tokens_stay_the_same_when_weight_pages_are_dropped_between_steps(
     prompt = list(range(3, 40))
     kept = []
     with monkeypatch.context() as patch:
-        patch.setattr(resident, "_LIBC", None)  # nothing released anywhere
+        patch.setattr(mapped_weights, "_LIBC", None)  # nothing released anywhere
         plain = Engine(folder, threads=1, max_context=128)
         for mode in ("naive", "iobinding"):
             kept.append(plain.generate_ids(prompt, greedy(24), mode, ignore_eos=True).run())
@@ -130,7 +130,7 @@ class Advices:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.given: list[tuple[int, int, int]] = []
-        libc = resident._LIBC
+        libc = mapped_weights._LIBC
         assert libc is not None
         real = libc.madvise
 
@@ -142,7 +142,7 @@ class Advices:
                 self.given.append((start, length, advice))
                 return int(real(start, length, advice))
 
-        monkeypatch.setattr(resident, "_LIBC", Recording())
+        monkeypatch.setattr(mapped_weights, "_LIBC", Recording())
 
     def kinds(self) -> set[int]:
         return {advice for _, _, advice in self.given}
@@ -154,12 +154,12 @@ def test_while_a_session_is_made_pages_are_only_reclaimed_never_dropped(
 ) -> None:
     """ONNX Runtime maps and unmaps while it loads: a range may hold the heap by the time the
     advice arrives. During the load only MADV_PAGEOUT (contents kept), after it DONTNEED."""
-    if not resident._kernel_takes(resident.MADV_PAGEOUT):
+    if not mapped_weights._kernel_takes(mapped_weights.MADV_PAGEOUT):
         pytest.skip("this kernel has no MADV_PAGEOUT (Linux 5.4+)")
     data = bytes(range(256)) * (16 << 12)
     path = tmp_path / "weights.bin"
     path.write_bytes(data)
-    monkeypatch.setattr(resident, "RELEASE_INTERVAL_S", 0.001)
+    monkeypatch.setattr(mapped_weights, "RELEASE_INTERVAL_S", 0.001)
     advices = Advices(monkeypatch)
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
         with released_while_loading([path]):
@@ -174,8 +174,8 @@ def test_while_a_session_is_made_pages_are_only_reclaimed_never_dropped(
             other.start()
             other.join(10)
             assert answers == [0]
-        assert during == {resident.MADV_PAGEOUT}
-        assert advices.given[-1][2] == resident.MADV_DONTNEED  # once the session holds them
+        assert during == {mapped_weights.MADV_PAGEOUT}
+        assert advices.given[-1][2] == mapped_weights.MADV_DONTNEED  # once the session holds them
         assert view[:] == data
 
 
@@ -183,9 +183,9 @@ def test_while_a_session_is_made_pages_are_only_reclaimed_never_dropped(
 def test_the_reclaim_used_while_loading_keeps_memory_that_is_not_the_files() -> None:
     """The advice a load gives may land on a range the heap took over: it must keep its bytes
     (MADV_DONTNEED would have zeroed them: the heap corruption of issue 48)."""
-    if not resident._kernel_takes(resident.MADV_PAGEOUT):
+    if not mapped_weights._kernel_takes(mapped_weights.MADV_PAGEOUT):
         pytest.skip("this kernel has no MADV_PAGEOUT (Linux 5.4+)")
-    libc = resident._LIBC
+    libc = mapped_weights._LIBC
     assert libc is not None
     size = 64 * mmap.PAGESIZE
     heap_like = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # as malloc's
@@ -194,9 +194,9 @@ def test_the_reclaim_used_while_loading_keeps_memory_that_is_not_the_files() -> 
     view = ctypes.c_char.from_buffer(heap_like)
     try:
         address = ctypes.addressof(view)
-        assert libc.madvise(address, size, resident.MADV_PAGEOUT) == 0
+        assert libc.madvise(address, size, mapped_weights.MADV_PAGEOUT) == 0
         assert heap_like[:] == pattern
-        libc.madvise(address, size, resident.MADV_DONTNEED)  # what the old release gave
+        libc.madvise(address, size, mapped_weights.MADV_DONTNEED)  # what the old release gave
         assert heap_like[:] != pattern  # zeroed: why it must never reach someone's memory
     finally:
         del view
@@ -212,7 +212,7 @@ def test_no_release_runs_while_a_session_is_dropped(tmp_path: Path) -> None:
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
         assert view[:] == data
         released: list[int] = []
-        with resident.dropping_sessions():
+        with mapped_weights.dropping_sessions():
 
             def release_both() -> None:
                 released.extend([release_mapped([path]), pages.release()])
@@ -226,10 +226,10 @@ def test_no_release_runs_while_a_session_is_dropped(tmp_path: Path) -> None:
 
 STRESS_LOADS = """
 import gc, sys
-from chatapp.engine import resident
+from chatapp.engine import mapped_weights
 from chatapp.engine.engine import Engine
 from chatapp.engine.sampling import SamplingSettings
-resident.RELEASE_INTERVAL_S = 0.0005  # as often as it can: the race had a window of ms
+mapped_weights.RELEASE_INTERVAL_S = 0.0005  # as often as it can: the race had a window of ms
 first = None
 for _ in range(int(sys.argv[2])):
     engine = Engine(sys.argv[1], threads=1, max_context=64)

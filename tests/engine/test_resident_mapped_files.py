@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chatapp.convert.converter import ConvertOptions, convert_gguf
-from chatapp.engine.file_leases import MappedFiles, MappedFilesChanged
+from chatapp.engine.mapped_weights import MappedFiles, MappedFilesChanged
 from chatapp.folder_format.native_library import usable_isa
 from tests.engine.test_memory import with_external_data
 from tests.tiny_model import write_tiny_gguf

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.model_folder.sampling_defaults import (
+from chatapp.engine.model_description import (
     PRESETS,
     describe_count,
     estimate_parameters,
@@ -151,7 +151,7 @@ def test_the_default_model_starts_greedy(default_model_dir: Path) -> None:
 
 
 def test_an_oversized_file_is_not_read(tmp_path: Path) -> None:
-    from chatapp.engine.model_folder.files import MAX_JSON_BYTES
+    from chatapp.engine.model_folder.read import MAX_JSON_BYTES
 
     folder = _folder(tmp_path, SMOLLM2_135M)
     with (folder / "generation_config.json").open("wb") as fh:

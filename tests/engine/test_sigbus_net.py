@@ -29,15 +29,15 @@ from pathlib import Path
 words = set(sys.argv[2:])
 if "faulthandler" in words:
     faulthandler.enable()
-from chatapp.engine import file_leases
+from chatapp.engine import mapped_weights
 from chatapp.folder_format.native_library import sigbus_net
-file_leases._lease = lambda fd: (_ for _ in ()).throw(OSError(11, "no lease (test)"))
+mapped_weights._lease = lambda fd: (_ for _ in ()).throw(OSError(11, "no lease (test)"))
 path = Path(sys.argv[1])
 path.write_bytes(b"\\1" * (64 * 4096))
 with open(path, "rb") as f:
     view = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
 assert sigbus_net() is not None
-leases = file_leases.WeightLeases([path]) if "register" in words else None
+leases = mapped_weights.WeightLeases([path]) if "register" in words else None
 before = view[5 * 4096]
 assert leases is None or leases.cut_short() is None
 if "kill" in words:
@@ -95,8 +95,8 @@ def test_a_sigbus_sent_by_kill_is_not_taken_for_a_cut_file(tmp_path: Path) -> No
 RACE = """
 import ctypes, mmap, os, sys, threading
 from pathlib import Path
-from chatapp.engine import file_leases
-file_leases._lease = lambda fd: (_ for _ in ()).throw(OSError(11, "no lease (test)"))
+from chatapp.engine import mapped_weights
+mapped_weights._lease = lambda fd: (_ for _ in ()).throw(OSError(11, "no lease (test)"))
 folder, rounds = Path(sys.argv[1]), int(sys.argv[2])
 THREADS, PAGES = 4, 256
 cut = 0
@@ -105,7 +105,7 @@ for r in range(rounds):
     path.write_bytes(b"\\1" * (PAGES * 4096))
     with open(path, "rb") as f:
         view = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-    leases = file_leases.WeightLeases([path])
+    leases = mapped_weights.WeightLeases([path])
     line = next(l for l in open("/proc/self/maps") if l.rstrip().endswith(str(path)))
     start = int(line.split("-")[0], 16)
     barrier = threading.Barrier(THREADS + 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine.errors import ModelError
-from chatapp.engine.model_folder.files import read_capped
+from chatapp.engine.model_folder.read import read_capped
 from chatapp.store.errors import ImportTooLargeError
 from chatapp.store.export import LIMITS, check_import_size
 from chatapp.units import whole_mb_up

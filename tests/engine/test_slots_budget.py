@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatapp.engine import memory
+from chatapp.engine import model_description
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import EngineError
-from chatapp.engine.resident import release_owned
+from chatapp.engine.mapped_weights import release_owned
 from tests.engine.slot_tasks import Client, drive, greedy, together
 from tests.engine.test_slots import solo
 
@@ -58,7 +58,7 @@ def test_a_budget_past_memory_is_refused_naming_the_budget(
     smaller context (which fits)."""
     engine = Engine(varied_model_dir, threads=1, max_context=CONTEXT)
     one_context = engine.info.kv_bytes_per_token() * CONTEXT
-    monkeypatch.setattr(memory, "physical_memory", lambda: 3 * one_context)  # half: 1.5
+    monkeypatch.setattr(model_description, "physical_memory", lambda: 3 * one_context)  # half: 1.5
     with pytest.raises(EngineError, match=rf"KV cache for {2 * CONTEXT} tokens .* budget\.$"):
         engine.slots(2, budget=2 * CONTEXT)
     assert engine.slots(2).budget == CONTEXT  # one context fits

@@ -10,8 +10,8 @@ import pytest
 from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers
 
 from chatapp.convert.tokenizer import write_tokenizer_files
-from chatapp.engine.model_folder.files import read_tokenizer_files
-from chatapp.engine.text.folder_tokenizer import FolderTokenizer
+from chatapp.engine.model_folder.read import read_tokenizer_files
+from chatapp.engine.text.chat import FolderTokenizer
 from chatapp.engine.text.tokenizer_pieces import LONG_TEXT, QWEN2_SPLIT, TextPieces
 from tests.convert.test_tokenizer_families import FAMILIES, fixture, meta
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QLabel, QProgressDialog, QPushButton
 
-from chatapp.engine import loops, memory
+from chatapp.engine import loops, model_description
 from chatapp.engine.devices import available_devices
 from chatapp.engine.engine import Engine
 from chatapp.gui.chat.controller import State
@@ -227,7 +227,9 @@ def test_a_model_that_does_not_fit_is_refused_and_the_chat_keeps_its_model(
     qtbot, make_window, tiny_model_dir, varied_model_dir, monkeypatch
 ) -> None:
     window = make_window(["--model", str(tiny_model_dir)])
-    monkeypatch.setattr(memory, "available_memory", lambda: 0)  # nothing free, nothing freed
+    monkeypatch.setattr(
+        model_description, "available_memory", lambda: 0
+    )  # nothing free, nothing freed
     monkeypatch.setattr(model_jobs.EngineHost, "held_bytes", lambda _self: 0)
     with qtbot.waitSignal(
         window.chat.controller.backend_session.events.load_failed, timeout=30_000

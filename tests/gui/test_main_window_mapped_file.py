@@ -25,8 +25,8 @@ import json, os, sys, time
 from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QEventLoop
 from PySide6.QtWidgets import QApplication
-from chatapp.engine import file_leases
-from chatapp.engine.file_leases import install_signal
+from chatapp.engine import mapped_weights
+from chatapp.engine.mapped_weights import install_signal
 from chatapp.engine.loops import KVLoop
 from chatapp.gui.chat.controller import State
 from tests.gui.conftest import greedy, open_loaded_window, set_sampling
@@ -36,7 +36,7 @@ folder, cut_to, leases = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "
 data = folder / "model.onnx.data"
 install_signal()  # as chatapp's command line does first thing
 if not leases:  # as for another user's file or on NFS
-    file_leases._lease = no_lease
+    mapped_weights._lease = no_lease
 KVLoop._forward_ids = _slowed(KVLoop._forward_ids)  # 50 ms inside each pass
 app = QApplication([])
 window = open_loaded_window(folder)

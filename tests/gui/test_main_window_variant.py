@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from chatapp.engine.model_folder.files import candidate_files
+from chatapp.engine.model_folder.read import candidate_files
 from chatapp.session.formatting import figures_line
 from chatapp.store import HistoryStore
 from tests.gui.conftest import greedy, send_and_wait, set_sampling

@@ -124,8 +124,7 @@ def test_chatapps_own_offline_setting_does_not_block_what_the_user_asks(
 ) -> None:
     from huggingface_hub import constants
 
-    from chatapp.engine.text.chat import ChatTokenizer
-    from chatapp.engine.text.folder_tokenizer import HUB_OFFLINE_SET_BY_CHATAPP
+    from chatapp.engine.text.chat import HUB_OFFLINE_SET_BY_CHATAPP, ChatTokenizer
 
     _repo(fake_hub)
     monkeypatch.delenv(HUB_OFFLINE_SET_BY_CHATAPP, raising=False)
@@ -143,7 +142,7 @@ def test_chatapps_own_offline_setting_does_not_block_what_the_user_asks(
 def test_the_users_offline_setting_is_honoured(
     fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
-    from chatapp.engine.text.folder_tokenizer import HUB_OFFLINE_SET_BY_CHATAPP
+    from chatapp.engine.text.chat import HUB_OFFLINE_SET_BY_CHATAPP
 
     _repo(fake_hub)
     monkeypatch.delenv(HUB_OFFLINE_SET_BY_CHATAPP, raising=False)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from chatapp.cli.main import main
-from chatapp.engine import file_leases
+from chatapp.engine import mapped_weights
 from chatapp.engine.loops import KVLoop
 from chatapp.engine.slots import SlotBatch
 
@@ -32,7 +32,7 @@ def _slowed(method: Any) -> Any:
 
 if __name__ == "__main__":
     if os.environ.get("CHATAPP_TEST_NO_LEASES") == "1":
-        file_leases._lease = no_lease  # type: ignore[assignment]
+        mapped_weights._lease = no_lease  # type: ignore[assignment]
     KVLoop._forward_ids = _slowed(KVLoop._forward_ids)  # type: ignore[method-assign]
     SlotBatch._run = _slowed(SlotBatch._run)  # type: ignore[method-assign]
     sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """A model's weight file cut short while `chatapp serve` answers from it (issue 48, cause 1):
 the process must not die by SIGBUS. The server holds a read lease on each mapped file
-(engine/file_leases.py): the truncation waits until the running step ends, the answer ends
+(engine/mapped_weights.py): the truncation waits until the running step ends, the answer ends
 with one line naming the file, and the server goes on answering (with that line). Where no
 lease can be had the native SIGBUS net gives the cut pages as zeros and the answer ends the
 same way."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine import memory
+from chatapp.engine import model_description
 from chatapp.engine.engine import Engine
 from chatapp.engine.metrics import RunStats
 from chatapp.engine.modes import CACHED_MODES, MODES, Mode
@@ -124,12 +124,12 @@ def test_a_comparison_without_room_for_its_own_kv_is_refused_in_words_and_the_ch
     prompt = [1, 5, 9, 2, 7, 3, 8]
     answer = engine.generate_ids(prompt, greedy, ignore_eos=True).run().token_ids
     need = engine.info.kv_bytes_per_token() * 128
-    monkeypatch.setattr(memory, "available_memory", lambda: need - 1)
+    monkeypatch.setattr(model_description, "available_memory", lambda: need - 1)
     request = CompareRequest("Hi", max_new_tokens=4, repeats=1, modes=CACHED_MODES)
     outcome = drive(compare_job(host, request))
     assert outcome.error is not None
     assert outcome.message.startswith("Another KV cache for 128 tokens")
     assert f"but {(need - 1) >> 20} MB are free" in outcome.message
-    monkeypatch.setattr(memory, "available_memory", lambda: need)
+    monkeypatch.setattr(model_description, "available_memory", lambda: need)
     again = engine.generate_ids([*prompt, *answer, 11], greedy, ignore_eos=True).run()
     assert again.reused_tokens == len(prompt) + len(answer) - 1  # the chat's cache is intact

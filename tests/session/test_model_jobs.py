@@ -11,14 +11,13 @@ import pytest
 from chatapp.convert import converter, default_model
 from chatapp.datadir import ENV_VAR as DATA_DIR_ENV
 from chatapp.engine import loaded_model as engine_module
-from chatapp.engine import memory, model_description, packed_cache
+from chatapp.engine import model_description, packed_cache
 from chatapp.engine.engine import Engine
 from chatapp.engine.errors import ModelError
 from chatapp.engine.loaded_model import DevicePlan, LoadedModel
 from chatapp.engine.loops import KVLoop
-from chatapp.engine.memory import estimate_memory
 from chatapp.engine.model_context import ModelContext
-from chatapp.engine.model_description import ModelDescription, read_model_folder
+from chatapp.engine.model_description import ModelDescription, estimate_memory, read_model_folder
 from chatapp.engine.text import chat
 from chatapp.session import model_jobs
 from chatapp.session.model_jobs import (
@@ -208,7 +207,9 @@ def test_a_model_that_does_not_fit_is_refused_and_the_current_one_stays(
     assert engine is not None
     # Free memory and what closing the current model gives back together fall 1 MB short.
     need = estimate_memory(read_model_folder(varied_model_dir), 512).total
-    monkeypatch.setattr(memory, "available_memory", lambda: need - host.held_bytes() - 10**6)
+    monkeypatch.setattr(
+        model_description, "available_memory", lambda: need - host.held_bytes() - 10**6
+    )
     out = drive(load_job(host, LoadRequest(varied_model_dir, threads=1)))
     assert out.message is not None and "needs about" in out.message and "are free" in out.message
     assert host.engine is engine  # refused before anything was closed

@@ -1,7 +1,7 @@
 """What a model folder's graph is: its KV layout and tensors, the names its loops feed and read,
 its tokens and context (ModelInfo), and what one read of the folder gave (FolderRead). Data
-only: model_description.read_model_folder reads a folder into them (describe.py describes the
-graph, files.py opens the files)."""
+only: model_description.read_model_folder reads a folder into them (read.py opens the files
+and describes the graph)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,28 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from chatapp.engine.model_folder.files import Span, TokenizerFiles
 from chatapp.engine.tensor_types import NAMES
+
+# Where a tensor stored outside its graph lies: its file (inside the folder, links resolved),
+# offset and length (None: the rest of the file).
+Span = tuple[Path, int, int | None]
+
+
+@dataclass(frozen=True)
+class TokenizerFiles:
+    """A folder's tokenizer files, checked and read once (`read_tokenizer_files`): a tokenizer
+    is built from these (engine/text/chat.py) without opening the folder's small files again or
+    checking them a second time."""
+
+    folder: Path
+    tokenizer_json: Path | None  # resolved inside the folder; None: a tokenizer.model alone
+    json_bytes: int  # tokenizer.json's size (0 without one)
+    config: dict[str, Any] | None  # tokenizer_config.json
+    # special_tokens_map.json, where it counts (the config has no added_tokens_decoder)
+    special_tokens_map: dict[str, Any] | None
+    chat_template: str | None  # chat_template.jinja's text
+    # added_tokens.json or additional_chat_templates: transformers reads more than tokenizer.json
+    other_sources: bool
 
 
 @dataclass(frozen=True)

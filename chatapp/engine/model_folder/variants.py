@@ -1,6 +1,6 @@
 """The ONNX graphs a model folder offers, for a picker and `chatapp variants`: their precision
 and size, whether each can be opened and which one opens by default (the files themselves and
-the order they are tried in: files.py)."""
+the order they are tried in: read.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import onnx
 from onnx import TensorProto
 
 from chatapp.engine.errors import FolderFileError, ModelError
-from chatapp.engine.model_folder.describe import check_configs, describe_graph
-from chatapp.engine.model_folder.files import (
+from chatapp.engine.model_folder.read import (
     GGUF,
     PRECISION_ORDER,
     STEMS,
     candidate_files,
+    check_configs,
+    describe_graph,
     external_data_files,
     graph_candidates,
     load_onnx_graph,
@@ -95,7 +96,7 @@ def read_candidate(
     folder: Path, path: Path
 ) -> tuple[Path | None, onnx.ModelProto | None, ModelError | None]:
     """(the regular file inside the folder, its graph without external weights, why not):
-    the path and file checks of files.py come first, so nothing outside is read."""
+    the path and file checks of read.py come first, so nothing outside is read."""
     try:
         real = resolve_inside(folder, path.relative_to(folder), folder.name)
     except ModelError as exc:

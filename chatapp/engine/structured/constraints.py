@@ -31,7 +31,7 @@ from chatapp.engine.structured.json_schema import (
     check_schema,
     prepared_schema,
 )
-from chatapp.engine.text.folder_tokenizer import FolderTokenizer
+from chatapp.engine.text.chat import FolderTokenizer
 from chatapp.error_text import first_line
 from chatapp.json_text import JsonTextError, parse_json_text
 

@@ -2,7 +2,7 @@
 above the detailed values, a line saying where the values come from, and "Reset to model
 defaults".
 
-Each loaded model suggests its sampling (chatapp/engine/model_folder/sampling_defaults.py). A
+Each loaded model suggests its sampling (chatapp/engine/model_description.py). A
 value the user sets, by hand or by picking a preset, is theirs: it is saved and kept when another
 model is opened; the values the user never touched follow the model. Reset forgets the user's
 values.
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.model_folder.sampling_defaults import (
+from chatapp.engine.model_description import (
     PRESET_LABELS,
     PRESET_TIPS,
     PRESETS,

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 from chatapp.engine.devices import CPU, Device
 from chatapp.engine.figures import AnswerFigures
 from chatapp.engine.guards import DEFAULT_PRECISION, PRECISIONS
-from chatapp.engine.model_folder.sampling_defaults import ModelSampling
+from chatapp.engine.model_description import ModelSampling
 from chatapp.engine.modes import Mode
 from chatapp.engine.sampling import SamplingSettings
 from chatapp.engine.warm_up import WarmUpProgress

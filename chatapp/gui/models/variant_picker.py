@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.model_folder.files import GGUF, candidate_files
+from chatapp.engine.model_folder.read import GGUF, candidate_files
 from chatapp.engine.model_folder.variants import Variant, default_graph_name
 from chatapp.engine.native_kernels import library_isa
 from chatapp.gui.common.qtcompat import emit

@@ -134,7 +134,7 @@ class WindowServer(QObject):
                     engine, mode, log=self._log_request, service=service, closed_message=stopped
                 )
             # Refused here where the slots' KV budget would take more than half the memory
-            # (engine/memory.py), as `chatapp serve` is.
+            # (engine/model_description.py), as `chatapp serve` is.
             self._batch = engine.slots(slots)
             return EngineWorker(
                 engine,

@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from chatapp.engine import memory
+from chatapp.engine import model_description
 from chatapp.engine.engine import Engine
 from chatapp.engine.text.chat import Message
 from chatapp.gui.chat.controller import State
@@ -76,7 +76,7 @@ def test_slots_whose_memory_does_not_fit_are_refused_in_a_sentence(
     qtbot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The slots' one KV budget (a context) cannot take half of 1 KiB of memory.
-    monkeypatch.setattr(memory, "physical_memory", lambda: 1 << 10)
+    monkeypatch.setattr(model_description, "physical_memory", lambda: 1 << 10)
     ui = remote_ui(window)
     with qtbot.waitSignal(ui.server.sig_failed, timeout=LOAD_TIMEOUT_MS):
         ui.serve_action.trigger()

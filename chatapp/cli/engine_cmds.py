@@ -273,7 +273,7 @@ def run_devices(args: argparse.Namespace) -> int:
 def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
     """--greedy is the window's Precise preset (its repetition penalty kept); values named
     on the command line go over it, as the window's own values go over a preset."""
-    from chatapp.engine.model_description import chosen_sampling
+    from chatapp.engine.sampling import chosen_sampling
 
     named = {
         "temperature": args.temperature,

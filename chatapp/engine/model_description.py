@@ -26,8 +26,8 @@ for the runtime and a prompt's activations. docs/engine.md, "Memory while answer
 it with measured peaks.
 
 Sampling (the end of this module): what the folder's generation_config.json says, or else a
-preset chosen by the model's size (the presets the window and the command line offer are here
-too). A 135M-parameter model answers "What is the capital of France?" with "Paris" when it picks
+preset chosen by the model's size (the presets themselves, the window's buttons, are named
+settings and live with `SamplingSettings` in sampling.py). A 135M-parameter model answers "What is the capital of France?" with "Paris" when it picks
 the most likely token, and with inventions at temperature 0.7; larger models cope with sampling
 and their authors often ship the settings they tested in generation_config.json.
 """
@@ -54,7 +54,7 @@ from chatapp.engine.model_folder.read import (
     read_tokenizer_files,
 )
 from chatapp.engine.native_kernels import native_preferred
-from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.sampling import PRESET_LABELS, PRESETS, SamplingSettings
 from chatapp.folder_format.graph import all_nodes, declares_native, float_kernel_graph
 from chatapp.folder_format.manifest import MANIFEST_FILE
 from chatapp.folder_format.native_library import library_isa
@@ -436,31 +436,6 @@ GENERATION_CONFIG = "generation_config.json"
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
 # Models below this many parameters get the Precise preset, the rest Balanced.
 SMALL_MODEL_PARAMETERS = 1_000_000_000
-
-PRESET_LABELS = {"precise": "Precise", "balanced": "Balanced", "creative": "Creative"}
-PRESETS = {
-    # Greedy; the mild penalty keeps a small model out of loops (a poem by the 135M model
-    # repeats "a place where the sea is a place" without it).
-    "precise": SamplingSettings(temperature=0.0, top_k=40, top_p=0.95, repetition_penalty=1.1),
-    "balanced": SamplingSettings(temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.1),
-    "creative": SamplingSettings(temperature=1.0, top_k=100, top_p=0.95, repetition_penalty=1.1),
-}
-PRESET_TIPS = {
-    "precise": "Always the most likely token, with a mild repetition penalty: the right answers "
-    "small models know",
-    "balanced": "Some variety (temperature 0.7, top-p 0.9): for models of a billion "
-    "parameters and more",
-    "creative": "More variety (temperature 1.0, top-p 0.95): stories and ideas, more mistakes",
-}
-
-
-def chosen_sampling(preset: str | None = None, **chosen: Any) -> SamplingSettings:
-    """The one place a preset (the window's buttons; `generate --greedy` is "precise") and the
-    values a person named become settings: greedy is temperature 0 with the rest of the preset
-    kept, its repetition penalty too (1 turns it off, in the window and on the command line)."""
-    base = PRESETS[preset] if preset is not None else SamplingSettings()
-    return replace(base, **chosen)
-
 
 # The range the window's controls offer; a file asking for more is not followed.
 LIMITS: dict[str, tuple[float, float]] = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,33 @@ class SamplingSettings:
                 raise ValueError("logit bias token ids must be 0 or more")
             if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
                 raise ValueError(f"logit biases must be from -{MAX_LOGIT_BIAS} to {MAX_LOGIT_BIAS}")
+
+
+# ---- presets: the window's three buttons; `generate --greedy` is "precise" ------------------
+
+PRESET_LABELS = {"precise": "Precise", "balanced": "Balanced", "creative": "Creative"}
+PRESETS = {
+    # Greedy; the mild penalty keeps a small model out of loops (a poem by the 135M model
+    # repeats "a place where the sea is a place" without it).
+    "precise": SamplingSettings(temperature=0.0, top_k=40, top_p=0.95, repetition_penalty=1.1),
+    "balanced": SamplingSettings(temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.1),
+    "creative": SamplingSettings(temperature=1.0, top_k=100, top_p=0.95, repetition_penalty=1.1),
+}
+PRESET_TIPS = {
+    "precise": "Always the most likely token, with a mild repetition penalty: the right answers "
+    "small models know",
+    "balanced": "Some variety (temperature 0.7, top-p 0.9): for models of a billion "
+    "parameters and more",
+    "creative": "More variety (temperature 1.0, top-p 0.95): stories and ideas, more mistakes",
+}
+
+
+def chosen_sampling(preset: str | None = None, **chosen: Any) -> SamplingSettings:
+    """The one place a preset (the window's buttons; `generate --greedy` is "precise") and the
+    values a person named become settings: greedy is temperature 0 with the rest of the preset
+    kept, its repetition penalty too (1 turns it off, in the window and on the command line)."""
+    base = PRESETS[preset] if preset is not None else SamplingSettings()
+    return replace(base, **chosen)
 
 
 GREEDY = SamplingSettings(temperature=0.0, repetition_penalty=1.0)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from chatapp.engine.model_description import (
-    PRESETS,
     describe_count,
     estimate_parameters,
     matching_preset,
@@ -17,6 +16,7 @@ from chatapp.engine.model_description import (
     preset_for,
     sampling_from_config,
 )
+from chatapp.engine.sampling import PRESETS
 
 SMOLLM2_135M = {
     "hidden_size": 576,

@@ -25,16 +25,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from chatapp.engine.model_description import (
+from chatapp.engine.model_description import SAMPLING_FIELDS, ModelSampling, matching_preset
+from chatapp.engine.sampling import (
     PRESET_LABELS,
     PRESET_TIPS,
     PRESETS,
-    SAMPLING_FIELDS,
-    ModelSampling,
+    SamplingSettings,
     chosen_sampling,
-    matching_preset,
 )
-from chatapp.engine.sampling import SamplingSettings
 from chatapp.gui.chat.json_answer_box import JsonAnswerOption
 from chatapp.gui.chat.prompt_option import PromptOption
 from chatapp.gui.chat.tools_option import ToolsOption

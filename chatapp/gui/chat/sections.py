@@ -18,8 +18,8 @@ from typing import Protocol
 from PySide6.QtCore import QEvent, QObject, QSettings, QTimer, SignalInstance, Slot
 from PySide6.QtWidgets import QComboBox, QGroupBox, QVBoxLayout, QWidget
 
-from chatapp.engine.model_description import PRESET_LABELS
 from chatapp.engine.modes import Mode
+from chatapp.engine.sampling import PRESET_LABELS
 from chatapp.gui.chat.live_figures import LiveFigures
 from chatapp.gui.chat.sampling_box import SamplingBox
 from chatapp.gui.chat.system_prompt_box import SystemPromptBox

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chatapp.engine.model_description import PRESETS
-from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.sampling import PRESETS, SamplingSettings
 from chatapp.gui.chat.controller import State
 from chatapp.gui.chat.regenerate_note import same_answer
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, send_and_wait

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from chatapp.engine.model_description import PRESETS, ModelSampling
-from chatapp.engine.sampling import SamplingSettings
+from chatapp.engine.model_description import ModelSampling
+from chatapp.engine.sampling import PRESETS, SamplingSettings
 from chatapp.gui.chat.sampling_box import GREEDY_TIP, OVERRIDES_KEY, SamplingBox
 
 SUGGESTED = ModelSampling(

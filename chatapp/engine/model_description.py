@@ -27,9 +27,10 @@ it with measured peaks.
 
 Sampling (the end of this module): what the folder's generation_config.json says, or else a
 preset chosen by the model's size (the presets themselves, the window's buttons, are named
-settings and live with `SamplingSettings` in sampling.py). A 135M-parameter model answers "What is the capital of France?" with "Paris" when it picks
-the most likely token, and with inventions at temperature 0.7; larger models cope with sampling
-and their authors often ship the settings they tested in generation_config.json.
+settings and live with `SamplingSettings` in sampling.py). A 135M-parameter model answers "What
+is the capital of France?" with "Paris" when it picks the most likely token, and with inventions
+at temperature 0.7; larger models cope with sampling and their authors often ship the settings
+they tested in generation_config.json.
 """
 
 from __future__ import annotations

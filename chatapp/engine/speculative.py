@@ -136,14 +136,16 @@ class DraftPlanner:
     and ratios, so that a shared machine's stalls and changing load do not stop drafting for
     good: a length looked dear after one stalled run and was never run again to learn better.
     A length not yet run is assumed to cost like the longest one measured below it plus, per
-    row, the share of a one-row step that `row_share` guesses. Per class of match length
-    (`match_class`) the acceptance rate a gives the expected tokens of a k-token draft,
-    1 + a + ... + a^k (the model's own token is always kept), and the length that gives the
-    most tokens per second wins; 0 where none beats a plain step. A match class that stopped
-    paying is probed again (one drafted token) after `probe_every` chances, and each probe that
-    keeps nothing doubles the wait (to MAX_PROBE_GAP): open-ended text matches one or two tokens
-    almost everywhere, and probing it at a fixed rate cost a few percent of its speed for
-    nothing.
+    row, what each row past the first cost in that one, at most the share of a one-row step
+    that `row_share` guesses (the guess alone while nothing is measured: at half a step a row,
+    rows that shared the weights' unpacking at a fifth of a step each were never tried). Per
+    class of match length (`match_class`) the acceptance rate a gives the expected tokens of a
+    k-token draft, 1 + a + ... + a^k (the model's own token is always kept), and the length
+    that gives the most tokens per second wins; 0 where none beats a plain step. A match class
+    that stopped paying is probed again (one drafted token) after `probe_every` chances, and
+    each probe that keeps nothing doubles the wait (to MAX_PROBE_GAP): open-ended text matches
+    one or two tokens almost everywhere, and probing it at a fixed rate cost a few percent of
+    its speed for nothing.
     """
 
     def __init__(
@@ -175,7 +177,10 @@ class DraftPlanner:
         if known is not None:
             return known
         below = max((r for r in self._ratios if r < rows), default=1)
-        guess = self._ratio(below) + (rows - below) * self.row_share
+        share = self.row_share
+        if below > 1:  # each row past the longest run measured: as dear as its rows were
+            share = min(share, (self._ratio(below) - 1.0) / (below - 1))
+        guess = self._ratio(below) + (rows - below) * share
         samples = self._ratios.get(rows)
         ratio = guess
         if samples:

@@ -128,7 +128,8 @@ def test_one_stalled_run_does_not_stop_drafting_but_a_dear_length_is_learnt() ->
     for rows, cost in ((2, 0.014), (3, 0.016)):
         planner.record_run(rows, cost)
     planner.record_run(4, 0.500)  # stalled, the first of its length: no dearer than guessed
-    assert planner.cost(4) == pytest.approx(0.021)  # the three rows' 1.6 steps, and half one
+    # the three rows' 1.6 steps, and 0.3 more: what each row past the first cost in them
+    assert planner.cost(4) == pytest.approx(0.019)
     for _ in range(3):
         planner.record_run(4, 0.017)
     assert planner.length(sure) == 3
@@ -140,6 +141,25 @@ def test_one_stalled_run_does_not_stop_drafting_but_a_dear_length_is_learnt() ->
     for _ in range(9):  # four rows really cost four steps: three drafted tokens do not pay
         planner.record_run(4, 0.080)
     assert planner.length(sure) == 2
+
+
+def test_a_length_not_yet_run_costs_per_row_what_the_longest_measured_rows_did() -> None:
+    """Rows cheaper than `row_share` guesses (a verifying pass sharing the weights' unpacking)
+    make longer drafts worth a try; before, each length past the measured ones was guessed at
+    half a step a row, so four rows that cost 1.8 steps looked like 2.2 and were never run."""
+    planner = DraftPlanner(most=8, row_share=0.5)
+    planner.record_run(1, 0.010)
+    assert planner.cost(3) == pytest.approx(0.020)  # nothing measured: half a step a row
+    for _ in range(3):
+        planner.record_run(2, 0.012)
+    assert planner.cost(4) == pytest.approx(0.016)  # 1.2 steps, then 0.2 a row
+    # drafts kept 3 times in 5: two tokens (1.96 expected) for 1.4 steps beat one for 1.2
+    # (at half a step a row, 1.7 steps: one)
+    assert planner.length(Draft(tuple(range(8)), 2)) == 2
+    for _ in range(3):
+        planner.record_run(4, 0.028)  # dearer than that: learnt, and its slope is capped
+    assert planner.cost(4) == pytest.approx(0.028)
+    assert planner.cost(6) == pytest.approx(0.028 + 2 * 0.005)
 
 
 def test_planner_does_not_draft_before_a_plain_step_was_timed() -> None:

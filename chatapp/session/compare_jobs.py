@@ -185,8 +185,10 @@ def compare_job(host: EngineHost, request: CompareRequest) -> Job:
             [*messages, Message("user", request.prompt)], engine.max_context
         )
         modes = request.modes
-        # A context of its own (its own KV): the chat's cached prompt stays.
-        runner = engine.loaded.new_context(speculative=engine.speculative)
+        # A context of its own (its own KV): the chat's cached prompt stays. Plain, whatever
+        # the chat drafts: this measures the loops, as `chatapp bench` (a kept draft would be a
+        # 0 ms token in the medians); Plain vs speculative is its own view.
+        runner = engine.loaded.new_context()
         yield ProgressLine(f"Warming up {_loops(modes)}…", 0.0)
         control.flush()
         run_interleaved(runner, ids, WARMUP_TOKENS, modes=modes)
@@ -261,8 +263,8 @@ def sweep_job(host: EngineHost, request: SweepRequest) -> Job:
         # The warm-up is the measurement: the cached loops on the first context.
         first = bench_prompt_ids(engine, request.prompt, fits[0] if fits else None)
         cached = tuple(m for m in request.modes if m.caches) or request.modes
-        # A context of its own (its own KV): the chat's cached prompt stays.
-        runner = engine.loaded.new_context(speculative=engine.speculative)
+        # A context of its own (its own KV), plain as the comparison's (above).
+        runner = engine.loaded.new_context()
         warm = run_interleaved(runner, first, WARMUP_SWEEP_TOKENS, modes=cached)
         costs = SweepCosts.from_run(warm[cached[-1]])
         total = costs.sweep_s(request) or 1.0

@@ -133,3 +133,29 @@ def test_a_comparison_without_room_for_its_own_kv_is_refused_in_words_and_the_ch
     monkeypatch.setattr(model_description, "available_memory", lambda: need)
     again = engine.generate_ids([*prompt, *answer, 11], greedy, ignore_eos=True).run()
     assert again.reused_tokens == len(prompt) + len(answer) - 1  # the chat's cache is intact
+
+
+def test_the_loops_are_compared_plain_while_the_chat_drafts(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chat's "Speculative decoding" box is on by default; the loop comparison measures
+    the loops themselves, as `chatapp bench` does (found driving the window: a kept draft
+    drew a 0 ms token into "Time per token" and its medians, and no line said it drafted).
+    Plain vs speculative is its own view."""
+    host = EngineHost()
+    engine = host.engine = Engine(tiny_model_dir, threads=1, max_context=128)
+    engine.speculative = True
+    asked: list[bool] = []
+    loaded = type(engine.loaded)
+    new_context = loaded.new_context
+
+    def spy(self, mode=Mode.IOBINDING, speculative=False):  # type: ignore[no-untyped-def]
+        asked.append(speculative)
+        return new_context(self, mode, speculative)
+
+    monkeypatch.setattr(loaded, "new_context", spy)
+    request = CompareRequest("Hi", max_new_tokens=4, repeats=1, modes=CACHED_MODES)
+    outcome = drive(compare_job(host, request))
+    assert outcome.error is None, outcome.message
+    assert asked == [False]
+    assert engine.speculative  # the chat's choice stays

@@ -39,6 +39,8 @@ class SidePanel(Protocol):
 
     def mode(self) -> Mode: ...
 
+    def precision_applies(self) -> bool: ...
+
     def save_now(self) -> None: ...
 
 
@@ -166,7 +168,7 @@ class PanelSections:
         panel = self.panel
         self["figures"].set_summary(_figures_summary(panel))
         loop = [fmt.mode_label(panel.mode().value), panel.device_selector.currentText()]
-        if panel.precision_selector.isEnabled():
+        if panel.precision_applies():  # named while an answer locks it too
             loop.append(panel.precision_selector.currentText())
         self["loop"].set_summary(" · ".join(loop))
         box = panel.sampling_box

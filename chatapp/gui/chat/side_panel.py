@@ -231,13 +231,11 @@ class SidePanel(QWidget):
     def threads(self) -> int | None:
         return self.threads_spin.value() or None
 
-    def precision(self) -> str:
-        """How the GGUF kernels multiply, guards.PRECISIONS."""
+    def precision(self) -> str:  # how the GGUF kernels multiply, guards.PRECISIONS
         return str(self.precision_selector.currentData() or DEFAULT_PRECISION)
 
     def set_precision(self, precision: str) -> None:
-        """Select `precision` without asking for a reload (a model's remembered choice, shown
-        before it loads)."""
+        """Select `precision` without a reload (a model's remembered one, before it loads)."""
         index = self.precision_selector.findData(precision)
         self.precision_selector.blockSignals(True)
         self.precision_selector.setCurrentIndex(max(0, index))
@@ -249,8 +247,10 @@ class SidePanel(QWidget):
         self.precision_selector.setEnabled(reason is None)
         self.precision_selector.setToolTip(reason or PRECISION_TIP)
 
-    def speculative(self) -> bool:
-        """Whether the next answers may draft tokens (engine/speculative.py)."""
+    def precision_applies(self) -> bool:  # GGUF kernels of a local model, locked or not
+        return self._precision_unavailable is None and self._loop_unavailable is None
+
+    def speculative(self) -> bool:  # whether the next answers draft (engine/speculative.py)
         return self.speculative_option.enabled()
 
     def set_speculative_unavailable(self, reason: str | None) -> None:

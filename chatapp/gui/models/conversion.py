@@ -72,6 +72,7 @@ class GgufConversion(QObject):
     @Slot(str)
     def _on_failed(self, message: str) -> None:
         self.progress.close()
+        self.status("", 0)  # no "Converting x.gguf…" left beside the error
         self.show_message(message, "error")
 
 

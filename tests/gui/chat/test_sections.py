@@ -100,3 +100,27 @@ def test_opening_a_section_that_does_not_fit_folds_others_from_the_bottom_up(
     # Folding one opens nothing by itself.
     sections["sampling"].header.click()
     assert [s.is_open() for s in sections].count(True) <= 1
+
+
+def test_the_loop_summary_keeps_the_precision_while_an_answer_streams(
+    qtbot, tmp_path: Path
+) -> None:
+    """Found driving the window: the folded loop section read "IO-Binding · CPU · Fast (8-bit)"
+    idle and "IO-Binding · CPU" while answering (the precision box is only locked then)."""
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    panel, _area = _panel(qtbot, settings)
+    sections = panel.sections
+    sections.refresh()
+    idle = sections["loop"].summary.full_text()
+    assert idle.endswith(panel.precision_selector.currentText())
+    panel.set_generating(True)
+    sections.refresh()
+    assert sections["loop"].summary.full_text() == idle
+    panel.set_generating(False)
+    panel.set_precision_unavailable("No GGUF kernels run this model.")
+    sections.refresh()  # no choice at all: not named
+    assert sections["loop"].summary.full_text() == "IO-Binding · CPU"
+    panel.set_precision_unavailable(None)
+    panel.set_loop_unavailable("The server runs its own loop.")
+    sections.refresh()  # a remote server's: not this machine's precision
+    assert panel.precision_selector.currentText() not in sections["loop"].summary.full_text()

@@ -79,20 +79,29 @@ def main() -> int:
     llama = llama_cpp_logits(args.llama_python, args.gguf, args.threads)
     scored = scored_positions(WINDOW)
     kld: dict[str, list[np.ndarray]] = {name: [] for name in [*systems, "llama.cpp"]}
+    top1: dict[str, list[np.ndarray]] = {name: [] for name in kld}  # the reference's top token kept
     for index, ids in enumerate(cut):
         print(f"window {index + 1} of {len(cut)}", file=sys.stderr, flush=True)
         ref = reference.logits(ids)[scored.start : scored.stop]
-        for name, engine in systems.items():
-            kld[name].append(kl_divergence(ref, engine_window_logits(engine, ids, "prompt")))
-        kld["llama.cpp"].append(kl_divergence(ref, llama(index, ids)))
+        rows = {name: engine_window_logits(e, ids, "prompt") for name, e in systems.items()}
+        rows["llama.cpp"] = llama(index, ids)
+        for name, got in rows.items():
+            kld[name].append(kl_divergence(ref, got))
+            top1[name].append(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1))
     rng = np.random.default_rng(0)
     whole = {name: np.concatenate(parts) for name, parts in kld.items()}
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
     print(f"{first.info.name}: {len(cut)} windows, {whole['fast'].size} positions, load {load}")
+    print(
+        "top-1 agreement: "
+        + ", ".join(f"{name} {np.concatenate(v).mean():.2%}" for name, v in top1.items())
+    )
     for name in systems:
         print(f"{name} - llama.cpp: {paired(whole[name], whole['llama.cpp'], rng)}")
         for w in range(len(cut)):
             print(f"  window {w + 1}: {paired(kld[name][w], kld['llama.cpp'][w], rng)}")
+        if name != "fast":  # a candidate against today's fast, position by position
+            print(f"{name} - fast: {paired(whole[name], whole['fast'], rng)}")
     top = np.argsort(whole["llama.cpp"] + whole["fast"])[::-1][: max(1, whole["fast"].size // 100)]
     share = {name: v[top].sum() / v.sum() for name, v in whole.items()}
     print(

@@ -11,7 +11,10 @@ rows of the call, the path, the chunking of a prompt, the threads and the instru
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -284,3 +287,42 @@ def test_ties_and_extremes_quantize_alike_on_every_path(
     for path, (steps, rows) in zip(ISAS, results, strict=True):
         np.testing.assert_array_equal(results[0][0], steps, err_msg=f"{qtype} step, {path}")
         np.testing.assert_array_equal(results[0][0], rows, err_msg=f"{qtype} 4 rows, {path}")
+
+
+def named_weight(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """`model` with its weight renamed (the converter's head is lm_head.* or, tied, embed.*)."""
+    model = copy.deepcopy(model)
+    model.graph.initializer[0].name = name
+    model.graph.node[0].input[1] = name
+    return model
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q6_K", "Q4_K", "Q5_0"])
+@pytest.mark.parametrize("name", ["lm_head.gguf_w", "embed.gguf_w"])
+def test_the_head_multiplies_exact_step_rows_in_fast(
+    qtype: str, name: str, isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The output head takes exact's int16 step arithmetic in fast too, for every row count
+    and shape: each row the bits of that row alone, which are exact's step's; any other
+    weight keeps 8-bit activations, and CHATAPP_GGUF_HEAD=int8 puts the head back on them."""
+    k = widths(qtype)[-1]
+    raw = gguf_blocks(qtype, 37, k, seed=11)
+    plain = matmul_model(qtype, raw, k)
+    head = named_weight(plain, name)
+    fast = session(head, precision="fast")
+    x = activations(17, k, seed=13)
+    alone = np.stack([fast.run(None, {"x": x[i][None, None]})[0][0, 0] for i in range(17)])
+    exact = session(plain, precision="exact")
+    steps = np.stack([exact.run(None, {"x": x[i][None, None]})[0][0, 0] for i in range(17)])
+    np.testing.assert_array_equal(alone, steps, err_msg=f"{qtype} {isa}")
+    for m in (2, 3, 5, 16, 17):
+        together = fast.run(None, {"x": x[None, :m]})[0][0]
+        np.testing.assert_array_equal(together, alone[:m], err_msg=f"{qtype} {isa} m={m}")
+        batched = fast.run(None, {"x": x[:m, None]})[0][:, 0]
+        np.testing.assert_array_equal(batched, alone[:m], err_msg=f"{qtype} {isa} [m,1,K] m={m}")
+    eight = session(plain, precision="fast").run(None, {"x": x[None]})[0][0]
+    assert not np.array_equal(eight, alone)
+    monkeypatch.setenv("CHATAPP_GGUF_HEAD", "int8")
+    np.testing.assert_array_equal(
+        session(head, precision="fast").run(None, {"x": x[None]})[0][0], eight
+    )

@@ -24,9 +24,13 @@ def say(line: object) -> None:
 
 
 def measured_alone(args: argparse.Namespace, what: str) -> None:
-    """These measurements take none of the loops' comparison's options."""
-    if args.report is not None or args.peer or args.sweep or args.context_tokens:
-        raise UserError(f"{what} measures on its own: leave out --report, --peer, --sweep.")
+    """These measurements take none of the loops' comparison's options, but --speculative
+    takes --peer llamacpp (llama.cpp's plain decode beside ours)."""
+    speculative = what == "--speculative"
+    peer = args.peer not in (("", "llamacpp") if speculative else ("",))
+    if args.report is not None or peer or args.sweep or args.context_tokens:
+        leave = "--peer other than llamacpp" if speculative else "--peer"
+        raise UserError(f"{what} measures on its own: leave out --report, {leave}, --sweep.")
 
 
 def llama_gguf(named: Path | None, model_dir: Path, peers: tuple[str, ...]) -> Path | None:
@@ -93,12 +97,21 @@ def run_parallel_bench(args: argparse.Namespace, engine: Engine) -> int:
 
 
 def run_speculative_bench(args: argparse.Namespace, engine: Engine) -> int:
+    from chatapp.engine.bench.peers import PeerSettings
     from chatapp.engine.bench.speculative import measure_speculative, speculative_lines
 
-    say("chatapp bench: plain against speculative decoding")
+    peers = ("llamacpp",) if args.peer == "llamacpp" else ()
+    gguf = llama_gguf(args.peer_gguf, engine.info.folder, peers)
+    peer = PeerSettings(peers, args.threads, gguf, args.peer_python) if peers else None
+    say(
+        "chatapp bench: plain against speculative decoding"
+        + (" and llama.cpp's plain decode" if peer else "")
+    )
     result = call(
         "bench",
-        lambda _put, _stopped: measure_speculative(engine, args.max_new_tokens, args.repeats),
+        lambda put, _stopped: measure_speculative(
+            engine, args.max_new_tokens, args.repeats, peer=peer, progress=put
+        ),
         say,
     )
     if args.json:

@@ -203,7 +203,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--speculative",
         action="store_true",
         help="instead of the loops: plain against speculative decoding on the prompts of "
-        "chatapp/resources/speculative_prompts.json, greedy, interleaved",
+        "chatapp/resources/speculative_prompts.json, greedy, interleaved; --peer llamacpp "
+        "adds llama.cpp's plain decode of the same prompts to each repeat",
     )
     add_fidelity_args(bench)
     bench.add_argument(

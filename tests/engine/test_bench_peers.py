@@ -171,12 +171,12 @@ def test_measured_other_work_decides_over_the_load_average(
 
 
 def markdown_report_conditions(before: list[float], after: list[float], warning: str) -> str:
-    from chatapp.engine.bench.report import _conditions
+    from chatapp.engine.bench.report import conditions
 
     result = {
         "load_average": {"before": before, "after": after, "cores": 2, "busy_warning": warning}
     }
-    return "\n".join(_conditions(result))
+    return "\n".join(conditions(result))
 
 
 def test_llamacpp_peer_without_llama_cpp_says_how_to_get_it(

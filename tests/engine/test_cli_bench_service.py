@@ -63,7 +63,7 @@ def test_each_bench_measurement_runs_on_an_engine_service(
     assert threads[0].startswith("chatapp-")  # the service's job thread
     out = capsys.readouterr()
     assert '"measured": true' in out.out
-    if name in ("run_bench_suite", "measure_fidelity"):
+    if name in ("run_bench_suite", "measure_fidelity", "measure_speculative"):
         assert "halfway" in out.err  # the progress line, printed on the caller's thread
 
 

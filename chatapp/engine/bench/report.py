@@ -174,7 +174,7 @@ def markdown_report(result: dict[str, Any]) -> str:
     cached = all(m in result for m in CACHED_MODES)
     if cached and "run_s_per_token" in result[Mode.NAIVE]:
         lines += ["", where_time_goes(result, summary.io_vs_naive if summary else None)]
-    lines += _conditions(result)
+    lines += conditions(result)
     lines += _floor_table(result.get("floor"))
     sweep = result.get("sweep", [])
     if sweep:
@@ -212,7 +212,7 @@ def _sweep_table(sweep: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _conditions(result: dict[str, Any]) -> list[str]:
+def conditions(result: dict[str, Any]) -> list[str]:
     """The machine's load and the peers' settings: what a reader needs to trust the ratios."""
     lines = []
     load = result.get("load_average") or {}

@@ -199,9 +199,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
     report = progress or (lambda _m: None)
     if config.peers and Mode.IOBINDING not in config.modes:
         raise EngineError("Peers are compared with the IO-Binding loop: add iobinding to --modes.")
-    load_before = _load_average()
-    others_before = cpu_share.others_now()
-    run_start = cpu_share.sample()
+    start = LoadStart.now()
     engine = Engine(
         config.model_dir,
         config.device,
@@ -224,7 +222,7 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
             f"{engine.max_context} tokens."
         )
     report(f"{engine.info.describe()} on {engine.device.name}; prompt {len(ids)} tokens, {n} new")
-    warning = busy_warning(load_before, [], engine.threads, (others_before, None))
+    warning = start.early_warning(engine.threads)
     if warning:
         report(warning)
     # Sweep points past the allocated context are skipped, before any prompt is built for them.
@@ -255,16 +253,37 @@ def run_bench_suite(config: BenchConfig, progress: Progress | None = None) -> di
         if config.floor:
             report("measuring this machine's read bandwidth for the physical floor")
             result["floor"] = physical_floor(engine, peers, result)
-    load_after = _load_average()
-    others = (others_before, cpu_share.others_cores(run_start, cpu_share.sample()))
-    result["load_average"] = {
-        "before": load_before,
-        "after": load_after,
-        "cores": os.cpu_count(),
-        "others_cores": {"before": others[0], "during": others[1]},
-        "busy_warning": busy_warning(load_before, load_after, engine.threads, others),
-    }
+    result["load_average"] = start.record(engine.threads)
     return result
+
+
+@dataclass(frozen=True)
+class LoadStart:
+    """The machine's load as a measurement starts; `record` adds the end's (every bench's
+    "load_average": what report.conditions prints, with busy_warning's sentence)."""
+
+    load: list[float]  # the load averages (1, 5, 15 min) before
+    others: float | None  # other work's cores just before (cpu_share)
+    sample: cpu_share.CpuSample
+
+    @classmethod
+    def now(cls) -> LoadStart:
+        before, others = load_average(), cpu_share.others_now()
+        return cls(before, others, cpu_share.sample())
+
+    def early_warning(self, threads: int | None) -> str | None:
+        return busy_warning(self.load, [], threads, (self.others, None))
+
+    def record(self, threads: int | None) -> dict[str, Any]:
+        after = load_average()
+        others = (self.others, cpu_share.others_cores(self.sample, cpu_share.sample()))
+        return {
+            "before": self.load,
+            "after": after,
+            "cores": os.cpu_count(),
+            "others_cores": {"before": others[0], "during": others[1]},
+            "busy_warning": busy_warning(self.load, after, threads, others),
+        }
 
 
 def busy_warning(
@@ -309,7 +328,7 @@ def busy_warning(
     )
 
 
-def _load_average() -> list[float]:
+def load_average() -> list[float]:
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:  # not on every platform

@@ -197,12 +197,12 @@ def test_the_sentences_against_llamacpp_say_what_the_numbers_show() -> None:
     assert "speculative decoding was faster, 2.05x llama.cpp's tokens/s" in against
     assert "2.00-2.10x" in against  # the repeats' ratios 2.1 and 2.0
     assert "no difference the runs can tell for our plain decode: 0.92x" in against
-    assert faster[-1] == "llama.cpp gave our plain decode's tokens on all 1 prompts."
+    assert faster[-1] == "llama.cpp gave our plain decode's tokens on 1 of 1 prompt."
     slower = speculative_lines(_peer_bench([10.0], [12.0], [15.0], same=False))
     against = next(line for line in slower if ", against llama.cpp:" in line)
     assert "speculative decoding was slower, 0.80x llama.cpp's tokens/s (one run)" in against
     assert "our plain decode was slower, 0.67x" in against
-    assert "on 0 of 1 prompts: its arithmetic differs" in slower[-1]
+    assert "on 0 of 1 prompt: its arithmetic differs" in slower[-1]
     # Two prompts: faster only when both prompts' ratios are.
     bench = _peer_bench([10.0], [30.0], [10.0])
     other = replace(bench.results[0], name="p2", speculative_tps=[9.0])

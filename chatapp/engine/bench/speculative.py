@@ -384,12 +384,13 @@ def _conditions(bench: SpeculativeBench) -> list[str]:
 
 
 def _llama_tokens(results: list[PromptResult]) -> str:
-    same = sum(1 for r in results if r.llamacpp_same_tokens)
-    told = f"all {len(results)}" if same == len(results) else f"{same} of {len(results)}"
-    if same == len(results):
-        return f"llama.cpp gave our plain decode's tokens on {told} prompts."
+    same, count = sum(1 for r in results if r.llamacpp_same_tokens), len(results)
+    told = f"all {count} prompts" if same == count > 1 else f"{same} of {count} prompt"
+    told += "s" if count > 1 and same < count else ""
+    if same == count:
+        return f"llama.cpp gave our plain decode's tokens on {told}."
     return (
-        f"llama.cpp gave our plain decode's tokens on {told} prompts: its arithmetic differs "
+        f"llama.cpp gave our plain decode's tokens on {told}: its arithmetic differs "
         "from ours, so a near tie can go the other way and the answer goes on from there "
         "(its tokens/s still count the same number of tokens)."
     )

@@ -188,6 +188,21 @@ def test_llamacpp_peer_without_llama_cpp_says_how_to_get_it(
         LlamaCppPeer(tiny_gguf, threads=1, n_ctx=64, python=sys.executable)
 
 
+def test_a_crashing_llamacpp_child_is_said_in_words(
+    fake_llama_cpp: None, tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A llama.cpp build that dies in its first prompt (a segfault in llama_decode seen with a
+    native build): the error names the signal, not 'exit code None'."""
+    (tmp_path / "llama_cpp.py").write_text(
+        (FAKE / "llama_cpp.py").read_text()
+        + "\nimport os\nLlama.eval = lambda self, tokens: os.abort()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    peer = LlamaCppPeer(tiny_gguf, threads=1, n_ctx=64, python=sys.executable)
+    with peer, pytest.raises(EngineError, match="killed by signal 6, SIGABRT"):
+        peer.run([4, 9], 3)
+
+
 def test_llamacpp_peer_refuses_a_missing_gguf(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="does not exist"):
         LlamaCppPeer(tmp_path / "gone.gguf", threads=1, n_ctx=64)

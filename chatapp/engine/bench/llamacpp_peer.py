@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -82,8 +83,7 @@ class LlamaCppPeer:
         except (BrokenPipeError, OSError) as exc:
             raise EngineError(f"the llama.cpp process ended ({exc}).") from exc
         if not line:
-            code = self.process.poll()
-            raise EngineError(f"the llama.cpp process ended (exit code {code}); {INSTALL_HINT}.")
+            raise EngineError(f"the llama.cpp process ended ({self._ending()}); {INSTALL_HINT}.")
         try:
             answer = json.loads(line)
         except ValueError as exc:
@@ -91,6 +91,19 @@ class LlamaCppPeer:
         if not isinstance(answer, dict):
             raise EngineError(f"llama.cpp answered something unexpected: {line[:200]!r}")
         return answer
+
+    def _ending(self) -> str:
+        """How the child ended, in words (its output closes just before it is reaped)."""
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "it closed its output"
+        if code < 0:
+            try:
+                return f"killed by signal {-code}, {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
 
     def run(self, ids: list[int], n: int) -> RunStats:
         answer = self._ask({"ids": ids, "n": n})

@@ -218,10 +218,15 @@ def conditions(result: dict[str, Any]) -> list[str]:
     load = result.get("load_average") or {}
     if load.get("before"):
         cores = f" on {load['cores']} cores" if load.get("cores") else ""
+        threads = result.get("threads")
+        per_system = (
+            f"{threads} thread{'' if threads == 1 else 's'} per system"
+            if threads
+            else "one thread per CPU for each system"
+        )
         lines.append(
             f"Load average (1, 5, 15 min): {', '.join(map(str, load['before']))} before, "
-            f"{', '.join(map(str, load.get('after') or []))} after{cores}, "
-            f"{result.get('threads') or 'all'} threads per system."
+            f"{', '.join(map(str, load.get('after') or []))} after{cores}, {per_system}."
         )
     others = load.get("others_cores") or {}
     if others.get("before") is not None or others.get("during") is not None:

@@ -1,15 +1,27 @@
 """A stand-in for llama-cpp-python in the bench-peer tests: the same calls the child makes.
 
 Its "model" predicts (last token * 7 + 3) % vocab, so the expected greedy tokens are known.
+FAKE_LLAMA_EXTRA_BUFFERS_FAIL=1 makes loading with the extra buffer types (llama.cpp's AMX and
+repacked layouts, on by default) fail, as its AMX path crashed on one machine.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import types
 from collections.abc import Sequence
 
 __version__ = "fake-0.0"
 VOCAB = 50
+
+
+def _model_default_params() -> types.SimpleNamespace:
+    return types.SimpleNamespace(use_extra_bufts=True)
+
+
+# The low-level module (llama_cpp.llama_cpp) whose defaults Llama reads, as the real one does.
+llama_cpp = types.SimpleNamespace(llama_model_default_params=_model_default_params)
 
 
 class _Context:
@@ -24,6 +36,9 @@ class Llama:
     def __init__(self, model_path: str, **_settings: object) -> None:
         if not model_path.endswith(".gguf"):
             raise ValueError("not a GGUF")
+        params = llama_cpp.llama_model_default_params()
+        if params.use_extra_bufts and os.environ.get("FAKE_LLAMA_EXTRA_BUFFERS_FAIL") == "1":
+            raise RuntimeError("extra buffer types failed")
         self._ctx = _Context()
         self.scores = []
 

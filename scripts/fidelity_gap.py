@@ -7,7 +7,8 @@ where the largest differences sit (the 99th percentile's positions).
         --llama-python /work/venvs/llama/bin/python [--windows 4] [--threads 2]
 
 Extra systems come as NAME=ENV pairs (--system exact=CHATAPP_GGUF_PRECISION=exact): each runs
-the engine in this process with that variable set while its session loads.
+the engine in this process with that variable set while its session loads; a NAME that starts
+with "llama.cpp" runs llama.cpp's child with it (--system llama.cpp-fa=CHATAPP_LLAMA_FLASH_ATTN=1).
 
 Besides the KL divergence, each system's logit error against the reference: the root mean square
 over the vocabulary of (logits - reference), each row's mean taken out (a shift changes no
@@ -79,9 +80,13 @@ def main() -> int:
     systems: dict[str, Engine] = {
         "fast": Engine(args.model, threads=args.threads, max_context=WINDOW, precision="fast")
     }
+    llamas: dict[str, tuple[str, str]] = {}
     for spec in args.system:
         name, _, assignment = spec.partition("=")
         var, _, value = assignment.partition("=")
+        if name.startswith("llama.cpp"):
+            llamas[name] = (var, value)
+            continue
         before = os.environ.get(var)
         os.environ[var] = value
         systems[name] = Engine(args.model, threads=args.threads, max_context=WINDOW)
@@ -94,7 +99,7 @@ def main() -> int:
     reference = ReferenceModel(args.gguf)
     llama = llama_cpp_logits(args.llama_python, args.gguf, args.threads)
     scored = scored_positions(WINDOW)
-    kld: dict[str, list[np.ndarray]] = {name: [] for name in [*systems, "llama.cpp"]}
+    kld: dict[str, list[np.ndarray]] = {name: [] for name in [*systems, "llama.cpp", *llamas]}
     top1: dict[str, list[np.ndarray]] = {name: [] for name in kld}  # the reference's top token kept
     error: dict[str, list[np.ndarray]] = {name: [] for name in kld}
     kept: list[tuple[float, int, int, dict[str, np.ndarray]]] = []  # (largest KLD, window, row)
@@ -105,6 +110,12 @@ def main() -> int:
         top_prob.append(np.exp(log_softmax(ref).max(axis=-1)))
         rows = {name: engine_window_logits(e, ids, "prompt") for name, e in systems.items()}
         rows["llama.cpp"] = llama(index, ids)
+        for name, (var, value) in llamas.items():
+            os.environ[var] = value  # read by the child this call starts
+            try:
+                rows[name] = llama(index, ids)
+            finally:
+                del os.environ[var]
         for name, got in rows.items():
             kld[name].append(kl_divergence(ref, got))
             top1[name].append(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1))
@@ -132,7 +143,11 @@ def main() -> int:
         "logit error (RMS over the vocabulary, mean of positions): "
         + ", ".join(f"{name} {v.mean():.5f}" for name, v in rms.items())
     )
-    for name in systems:
+    print(
+        "positions over 0.1 nats: "
+        + ", ".join(f"{name} {int(np.sum(v > 0.1))}" for name, v in whole.items())
+    )
+    for name in [*systems, *llamas]:
         print(f"{name} - llama.cpp: {paired(whole[name], whole['llama.cpp'], rng)}")
         for w in range(len(cut)):
             print(f"  window {w + 1}: {paired(kld[name][w], kld['llama.cpp'][w], rng)}")
@@ -148,7 +163,7 @@ def main() -> int:
     )
     rest = np.ones(whole["fast"].size, dtype=bool)
     rest[top] = False
-    for name in systems:
+    for name in [*systems, *llamas]:
         gap = paired(whole[name][rest], whole["llama.cpp"][rest], rng)
         print(f"{name} - llama.cpp without those: {gap}")
     if args.save:

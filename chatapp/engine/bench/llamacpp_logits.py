@@ -11,7 +11,9 @@ logits kept (logits_all=True, as llama.cpp's perplexity tool reads them); stdout
 rows of every window as one .npy array, float32 [windows, scored, vocab] (no file is written).
 CHATAPP_LLAMA_EXTRA_BUFFERS=0 loads the weights without llama.cpp's extra buffer types (its AMX
 and repacked layouts; the same Q8_K / Q8_0 activations): its AMX path crashed (SIGSEGV) on the
-Sapphire Rapids virtual machine of 2026-12-08.
+Sapphire Rapids virtual machine of 2026-12-08. CHATAPP_LLAMA_FLASH_ATTN=1 turns its flash
+attention on (off by default in llama-cpp-python): the same 8-bit products, attention summed in
+another order.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def main() -> int:
         n_threads=threads,
         n_threads_batch=threads,
         logits_all=True,
+        flash_attn=os.environ.get("CHATAPP_LLAMA_FLASH_ATTN") == "1",
         verbose=False,
     )
     rows = []

@@ -68,6 +68,25 @@ def test_llamacpp_logits_come_back_for_the_scored_rows(
         llama_logits(sys.executable, "model.bin", windows, 2, 3, threads=1)
 
 
+def test_llamacpp_logits_without_extra_buffers_or_with_flash_attention(
+    fake_llama_cpp: None, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHATAPP_LLAMA_EXTRA_BUFFERS=0 loads the weights without llama.cpp's extra buffer types
+    (its AMX path crashed on one machine): the child asks its defaults without them;
+    CHATAPP_LLAMA_FLASH_ATTN=1 turns flash attention on."""
+    monkeypatch.setenv("FAKE_LLAMA_EXTRA_BUFFERS_FAIL", "1")
+    windows = [[4, 9, 2, 5]]
+    with pytest.raises(RuntimeError, match="extra buffer types failed"):
+        llama_logits(sys.executable, str(tiny_gguf), windows, 2, 3, threads=1)
+    monkeypatch.setenv("CHATAPP_LLAMA_EXTRA_BUFFERS", "0")
+    rows = llama_logits(sys.executable, str(tiny_gguf), windows, 2, 3, threads=1)
+    assert int(rows[0, 0].argmax()) == (2 * 7 + 3) % 50
+    assert rows[0, 0].max() == 1.0  # flash attention off, llama-cpp-python's default
+    monkeypatch.setenv("CHATAPP_LLAMA_FLASH_ATTN", "1")
+    rows = llama_logits(sys.executable, str(tiny_gguf), windows, 2, 3, threads=1)
+    assert rows[0, 0].max() == 2.0
+
+
 def test_llamacpp_child_gets_the_callers_openmp_settings(
     fake_llama_cpp: None, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

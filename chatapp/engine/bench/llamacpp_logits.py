@@ -9,12 +9,18 @@ stdin: {"windows": [[ids of one window], ...], "first": the first scored positio
 past the last}. Each window is evaluated on a fresh cache as one batch with every position's
 logits kept (logits_all=True, as llama.cpp's perplexity tool reads them); stdout gets the scored
 rows of every window as one .npy array, float32 [windows, scored, vocab] (no file is written).
+CHATAPP_LLAMA_EXTRA_BUFFERS=0 loads the weights without llama.cpp's extra buffer types (its AMX
+and repacked layouts; the same Q8_K / Q8_0 activations): its AMX path crashed (SIGSEGV) on the
+Sapphire Rapids virtual machine of 2026-12-08. CHATAPP_LLAMA_FLASH_ATTN=1 turns its flash
+attention on (off by default in llama-cpp-python): the same 8-bit products, attention summed in
+another order.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -54,6 +60,15 @@ def main() -> int:
         print(f"llama-cpp-python is not installed in {sys.executable} ({exc})", file=sys.stderr)
         return 2
     gguf, threads = sys.argv[1], int(sys.argv[2])
+    if os.environ.get("CHATAPP_LLAMA_EXTRA_BUFFERS") == "0":
+        defaults = llama_cpp.llama_cpp.llama_model_default_params
+
+        def plain_buffers() -> Any:
+            params = defaults()
+            params.use_extra_bufts = False
+            return params
+
+        llama_cpp.llama_cpp.llama_model_default_params = plain_buffers
     request = json.load(sys.stdin)
     windows, first, last = request["windows"], request["first"], request["last"]
     size = max(len(w) for w in windows)
@@ -65,6 +80,7 @@ def main() -> int:
         n_threads=threads,
         n_threads_batch=threads,
         logits_all=True,
+        flash_attn=os.environ.get("CHATAPP_LLAMA_FLASH_ATTN") == "1",
         verbose=False,
     )
     rows = []

@@ -140,7 +140,9 @@ static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
 #define TARGET __attribute__((target("avx2,fma,f16c")))
 #define DOT16(w0, w1, x0, x1) \
   _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
+#define DOT_MULTI_WIDE 0  // sixteen registers: at most four activation rows a pass
 #include "dot_kernels.inc"
+#undef DOT_MULTI_WIDE
 #define VNNI 0
 #include "fast8_kernels.inc"
 #undef VNNI
@@ -152,7 +154,9 @@ static void quantize_row_scalar(const float* x, int k, QuantizedRow* out) {
 #define ISA avx512
 #define TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define DOT16(w0, w1, x0, x1) _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
+#define DOT_MULTI_WIDE 1  // 32 registers: up to eight activation rows a pass
 #include "dot_kernels.inc"
+#undef DOT_MULTI_WIDE
 #define VNNI 1
 #include "fast8_kernels.inc"
 #undef VNNI

@@ -218,8 +218,11 @@ def test_a_crashing_llamacpp_child_is_said_in_words(
     )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     peer = LlamaCppPeer(tiny_gguf, threads=1, n_ctx=64, python=sys.executable)
-    with peer, pytest.raises(EngineError, match="killed by signal 6, SIGABRT"):
+    with peer, pytest.raises(EngineError, match="killed by signal 6, SIGABRT") as raised:
         peer.run([4, 9], 3)
+    said = str(raised.value)
+    assert "installed but crashed" in said and "build without AMX" in said
+    assert "pip install" not in said  # it is installed: the install hint would mislead
 
 
 def test_llamacpp_peer_refuses_a_missing_gguf(tmp_path: Path) -> None:

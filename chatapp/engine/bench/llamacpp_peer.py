@@ -26,6 +26,12 @@ INSTALL_HINT = (
     "pip install 'chatapp[llamacpp]' (compiles llama.cpp, ~10 minutes), or name a Python that "
     "has llama-cpp-python with --peer-python"
 )
+# A crash is not a missing install: llama.cpp's build did not run here (seen: its AMX path).
+CRASH_HINT = (
+    "llama-cpp-python is installed but crashed; a build for another CPU, or one whose AMX path "
+    'faults on this machine (seen on a virtual machine), does this: docs/engine.md, "Measured on '
+    'a memory-bound Intel Xeon", names a build without AMX (--peer-python picks another Python)'
+)
 # What OpenMP does with no OMP_WAIT_POLICY: libgomp spins GOMP_SPINCOUNT rounds, then sleeps.
 DEFAULT_WAIT_POLICY = "libgomp default (spin 300,000 rounds, then sleep)"
 OMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
@@ -83,7 +89,9 @@ class LlamaCppPeer:
         except (BrokenPipeError, OSError) as exc:
             raise EngineError(f"the llama.cpp process ended ({exc}).") from exc
         if not line:
-            raise EngineError(f"the llama.cpp process ended ({self._ending()}); {INSTALL_HINT}.")
+            ending = self._ending()
+            hint = CRASH_HINT if ending.startswith("killed") else INSTALL_HINT
+            raise EngineError(f"the llama.cpp process ended ({ending}); {hint}.")
         try:
             answer = json.loads(line)
         except ValueError as exc:

@@ -4,7 +4,7 @@ view (gui/compare/speculative_view.py). No Qt.
 The job answers the prompt greedily, plain and with drafting in turn (who leads alternates
 between repeats, each from an empty KV cache, as `chatapp bench --speculative` does), yields
 each answer's per-token costs as it ends, and returns the prompt's result with the sentences
-that describe it (engine/bench/speculative.py).
+that describe it and the machine's load (engine/bench/speculative.py).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass
 
+from chatapp.engine.bench.run import LoadStart
 from chatapp.engine.bench.speculative import (
     PromptResult,
     SpeculativeBench,
@@ -67,6 +68,7 @@ def speculative_compare_job(host: EngineHost, request: SpeculativeRequest) -> Jo
         else:  # a base model continues the text, as its chat does
             ids = tok.with_bos(tok.encode_text(request.prompt))
         result = PromptResult("this prompt", "asked")
+        start = LoadStart.now()  # the view says the load and warns when busy, as the bench
         firsts: dict[int, list[int]] = {}
         repeats = max(1, request.repeats)
         runs = speculative_runs(
@@ -87,7 +89,13 @@ def speculative_compare_job(host: EngineHost, request: SpeculativeRequest) -> Jo
             )
             control.flush()
         bench = SpeculativeBench(
-            engine.info.name, engine.precision_in_effect, None, repeats, [result]
+            engine.info.name,
+            engine.precision_in_effect,
+            None,
+            repeats,
+            [result],
+            load_average=start.record(engine.threads),
+            threads=engine.threads,
         )
         return SpeculativeCompared(bench, tuple(speculative_lines(bench)))
 

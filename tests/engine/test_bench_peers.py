@@ -198,6 +198,33 @@ def markdown_report_conditions(before: list[float], after: list[float], warning:
     return "\n".join(conditions(result))
 
 
+@pytest.mark.parametrize("busy", [True, False])
+@pytest.mark.parametrize("with_llama", [True, False])
+def test_what_a_busy_machine_means_for_llamacpp_is_said_only_where_it_ran(
+    busy: bool, with_llama: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp's spinning threads are named only when llama.cpp ran and the machine was busy
+    (the window's Plain vs speculative runs no llama.cpp: its warning must not talk of it)."""
+    from chatapp.engine.bench.report import conditions
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # a load of 3 on 2 cores, whatever runs this
+    warning = busy_warning([3.0, 2.0, 1.0], [], 2) if busy else None
+    assert (warning is not None) == busy and "llama.cpp" not in (warning or "")
+    result: dict[str, object] = {
+        "load_average": {
+            "before": [3.0, 2.0, 1.0],
+            "after": [],
+            "cores": 2,
+            "busy_warning": warning,
+        }
+    }
+    if with_llama:
+        result["peers"] = {"llamacpp": {"version": "0.3.36", "omp_wait_policy": "default"}}
+    said = "\n".join(conditions(result))
+    assert ("spinning OpenMP threads lose the most" in said) == (busy and with_llama)
+    assert ("llama.cpp 0.3.36" in said) == with_llama
+
+
 def test_llamacpp_peer_without_llama_cpp_says_how_to_get_it(
     tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -238,9 +238,15 @@ def conditions(result: dict[str, Any]) -> list[str]:
         lines.append(f"**{load['busy_warning']}**")
     llama = (result.get("peers") or {}).get("llamacpp")
     if llama:
+        busy = (
+            " On a busy machine its spinning OpenMP threads lose the most "
+            "(OMP_WAIT_POLICY=PASSIVE suits one)."
+            if load.get("busy_warning")
+            else ""
+        )
         lines.append(
             f"llama.cpp {llama['version']}: flash attention, f16 KV cache, "
-            f"OpenMP wait policy: {llama['omp_wait_policy']}."
+            f"OpenMP wait policy: {llama['omp_wait_policy']}.{busy}"
         )
     ours, theirs = (
         weight_bytes_per_step(result, Mode.IOBINDING),

@@ -299,9 +299,9 @@ def busy_warning(
     be measured, the load averages stand in: the 1-minute load before the run, and after it less
     the run's own threads; but a load average still counts a run that ended a minute ago, so
     back-to-back runs read it as other work. Other work leaving fewer cores than the run's
-    threads (by more than BUSY_SLACK) means every system measured less than it would alone
-    (llama.cpp's spinning OpenMP threads lose the most), so the report says so rather than
-    changing how any system runs.
+    threads (by more than BUSY_SLACK) means every system measured less than it would alone, so
+    the report says so rather than changing how any system runs (report.conditions adds what it
+    means for llama.cpp where llama.cpp ran).
     """
     cores = os.cpu_count() or 1
     need = threads or cores
@@ -323,8 +323,7 @@ def busy_warning(
     return (
         f"Warning: the machine was busy ({seen}, on {cores} cores; the runs use {need} "
         "threads): every system got less than its cores, so tokens/s are low and ratios less "
-        "certain (llama.cpp's spinning OpenMP threads lose the most; OMP_WAIT_POLICY=PASSIVE "
-        "suits a busy machine)."
+        "certain."
     )
 
 

@@ -52,6 +52,10 @@ def test_both_answers_are_drawn_and_described(qtbot, make_window, native_model_d
     text = view.results.text()
     assert f"{result.accepted}/{result.drafted}" in text
     assert "This prompt:" in text and f"{result.ratio:.2f}x" in text
+    # The machine's load beside the ratio, as `bench --speculative` prints it.
+    load = done.bench.load_average
+    assert load is not None and "Load average (1, 5, 15 min):" in text
+    assert ", ".join(map(str, load["before"])) in text
 
 
 def test_a_stock_graph_says_why_it_cannot_run(make_window, tiny_model_dir: Path) -> None:

@@ -448,15 +448,25 @@ class WeightLeases:
                 return
 
     def let_go(self) -> None:
-        for fd in self._fds.values():
+        # Each descriptor popped before it is closed: two callers never close one twice.
+        while self._fds:
+            try:
+                _path, fd = self._fds.popitem()
+            except KeyError:  # another caller took the last one
+                break
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._fds.clear()
 
     def __del__(self) -> None:
-        self.let_go()
+        # Under the lock: weak references are cleared only after a finalizer, so the watcher can
+        # still reach this object through `_held` and let go beside it (seen in CI: "dictionary
+        # changed size during iteration" here).
+        state = getattr(self, "_state", None)
+        if state is not None:
+            with state:
+                self.let_go()
         self._net.release()
 
 

@@ -85,3 +85,24 @@ def test_passes_run_together_and_the_writer_waits_for_the_last(tmp_path: Path) -
     assert writer.wait(10) == 0
     with leases.running() as changing:
         assert changing == path
+
+
+def test_letting_go_at_deletion_waits_for_the_watcher_and_closes_each_file_once(
+    tmp_path: Path,
+) -> None:
+    """The watcher may poll a model's leases while its finalizer runs (weak references go only
+    after it): the finalizer waits for the lock the watcher holds, then closes every file."""
+    import threading
+
+    path = tmp_path / "model.onnx.data"
+    leases = leased(path)
+    fds = list(leases._fds.values())
+    finalizer = threading.Thread(target=leases.__del__)
+    with leases._state:  # as the watcher's poll holds it
+        finalizer.start()
+        finalizer.join(timeout=0.2)
+        assert finalizer.is_alive()  # waiting for the lock: it cannot end while we hold it
+        assert leases.files  # nothing let go behind the holder's back
+    finalizer.join()
+    assert not leases.files and fds
+    leases.let_go()  # a second caller finds nothing to close twice
